@@ -1,0 +1,16 @@
+//! `mcproto`: the memcached text protocol without sockets or threads.
+//!
+//! Everything here works on byte slices: [`parse_request`] and [`parse_response`]
+//! read from the front of a buffer and say how many bytes they used (or that
+//! more are needed); [`Request::encode`], [`Response::encode`] and the
+//! `encode_*` helpers append to a `Vec<u8>`. The proxy and the load generator
+//! share this crate, so both speak exactly the same protocol.
+
+pub mod number;
+pub mod parse;
+pub mod request;
+pub mod response;
+
+pub use parse::{parse_request, Limits, Parsed, Rejection};
+pub use request::{encode_get, encode_store_line, ArithKind, GetKind, Request, StoreKind};
+pub use response::{encode_value, parse_response, MalformedResponse, Response, ValueRef};

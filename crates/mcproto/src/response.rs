@@ -1,0 +1,267 @@
+//! Responses of the memcached text protocol: parsing them from a server's bytes
+//! without copying, and composing them for a client.
+//!
+//! A response is parsed without knowing which request it answers: a `VALUE`
+//! line starts a retrieval reply that runs to `END`, a `STAT` line a statistics
+//! reply that runs to `END`, digits are an incr/decr result and every other
+//! line stands alone. That is enough for a proxy, which sends exactly one
+//! request per expected reply, and for a load generator.
+
+use memchr::memchr;
+
+use crate::number::{parse_u32, parse_u64, push_u64};
+
+/// One item of a retrieval reply, borrowed from the read buffer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ValueRef<'a> {
+    /// The item's key.
+    pub key: &'a [u8],
+    /// The item's client flags.
+    pub flags: u32,
+    /// The cas unique, present in replies to gets/gats.
+    pub cas: Option<u64>,
+    /// The value, without the trailing `\r\n`.
+    pub data: &'a [u8],
+}
+
+/// A parsed response, borrowed from the read buffer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Response<'a> {
+    /// Zero or more `VALUE` items followed by `END`.
+    Values(Vec<ValueRef<'a>>),
+    /// One or more `STAT name value` lines followed by `END`.
+    Stats(Vec<(&'a [u8], &'a [u8])>),
+    /// `STORED`
+    Stored,
+    /// `NOT_STORED`
+    NotStored,
+    /// `EXISTS`
+    Exists,
+    /// `NOT_FOUND`
+    NotFound,
+    /// `DELETED`
+    Deleted,
+    /// `TOUCHED`
+    Touched,
+    /// `OK`
+    Ok,
+    /// The new value after incr/decr.
+    Number(u64),
+    /// `VERSION <text>`
+    Version(&'a [u8]),
+    /// `ERROR`
+    Error,
+    /// `CLIENT_ERROR <message>`
+    ClientError(&'a [u8]),
+    /// `SERVER_ERROR <message>`
+    ServerError(&'a [u8]),
+    /// Any other single line (e.g. `RESET`).
+    Other(&'a [u8]),
+}
+
+/// Bytes that cannot be a memcached response.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MalformedResponse(pub String);
+
+impl std::fmt::Display for MalformedResponse {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "malformed response: {}", self.0)
+    }
+}
+
+impl std::error::Error for MalformedResponse {}
+
+impl Response<'_> {
+    /// Whether the reply reports that the command took effect (used to compare
+    /// the answers of replicas).
+    pub fn is_success(&self) -> bool {
+        matches!(
+            self,
+            Response::Values(_)
+                | Response::Stats(_)
+                | Response::Stored
+                | Response::Deleted
+                | Response::Touched
+                | Response::Ok
+                | Response::Number(_)
+                | Response::Version(_)
+        )
+    }
+
+    /// Whether the reply is an error line.
+    pub fn is_error(&self) -> bool {
+        matches!(self, Response::Error | Response::ClientError(_) | Response::ServerError(_))
+    }
+
+    /// Appends the response in wire form.
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        let line: &[u8] = match self {
+            Response::Values(values) => {
+                for v in values {
+                    encode_value(out, v);
+                }
+                b"END"
+            }
+            Response::Stats(stats) => {
+                for (name, value) in stats {
+                    out.extend_from_slice(b"STAT ");
+                    out.extend_from_slice(name);
+                    out.push(b' ');
+                    out.extend_from_slice(value);
+                    out.extend_from_slice(b"\r\n");
+                }
+                b"END"
+            }
+            Response::Stored => b"STORED",
+            Response::NotStored => b"NOT_STORED",
+            Response::Exists => b"EXISTS",
+            Response::NotFound => b"NOT_FOUND",
+            Response::Deleted => b"DELETED",
+            Response::Touched => b"TOUCHED",
+            Response::Ok => b"OK",
+            Response::Number(n) => {
+                push_u64(out, *n);
+                b""
+            }
+            Response::Version(v) => {
+                out.extend_from_slice(b"VERSION ");
+                v
+            }
+            Response::Error => b"ERROR",
+            Response::ClientError(m) => {
+                out.extend_from_slice(b"CLIENT_ERROR ");
+                m
+            }
+            Response::ServerError(m) => {
+                out.extend_from_slice(b"SERVER_ERROR ");
+                m
+            }
+            Response::Other(l) => l,
+        };
+        out.extend_from_slice(line);
+        out.extend_from_slice(b"\r\n");
+    }
+}
+
+/// Appends one `VALUE` item (with its cas unique when it has one).
+pub fn encode_value(out: &mut Vec<u8>, v: &ValueRef<'_>) {
+    out.extend_from_slice(b"VALUE ");
+    out.extend_from_slice(v.key);
+    out.push(b' ');
+    push_u64(out, u64::from(v.flags));
+    out.push(b' ');
+    push_u64(out, v.data.len() as u64);
+    if let Some(cas) = v.cas {
+        out.push(b' ');
+        push_u64(out, cas);
+    }
+    out.extend_from_slice(b"\r\n");
+    out.extend_from_slice(v.data);
+    out.extend_from_slice(b"\r\n");
+}
+
+/// Splits off one line (without its `\r\n`) starting at `at`; returns it and
+/// the offset after its `\n`.
+fn line_at(buf: &[u8], at: usize) -> Option<(&[u8], usize)> {
+    let nl = memchr(b'\n', &buf[at..])? + at;
+    let mut line = &buf[at..nl];
+    if line.last() == Some(&b'\r') {
+        line = &line[..line.len() - 1];
+    }
+    Some((line, nl + 1))
+}
+
+fn malformed(what: &str, line: &[u8]) -> MalformedResponse {
+    let shown: String = String::from_utf8_lossy(&line[..line.len().min(80)]).into_owned();
+    MalformedResponse(format!("{what}: {shown:?}"))
+}
+
+/// Parses the response at the front of `buf`: `Ok(None)` when more bytes are
+/// needed, otherwise the response and the number of bytes it used.
+pub fn parse_response(buf: &[u8]) -> Result<Option<(Response<'_>, usize)>, MalformedResponse> {
+    let Some((line, next)) = line_at(buf, 0) else {
+        return Ok(None);
+    };
+    if line.starts_with(b"VALUE ") || line == b"END" {
+        return parse_values(buf);
+    }
+    if line.starts_with(b"STAT ") {
+        return parse_stats(buf);
+    }
+    let r = match line {
+        b"STORED" => Response::Stored,
+        b"NOT_STORED" => Response::NotStored,
+        b"EXISTS" => Response::Exists,
+        b"NOT_FOUND" => Response::NotFound,
+        b"DELETED" => Response::Deleted,
+        b"TOUCHED" => Response::Touched,
+        b"OK" => Response::Ok,
+        b"ERROR" => Response::Error,
+        _ => {
+            if let Some(m) = line.strip_prefix(b"CLIENT_ERROR ") {
+                Response::ClientError(m)
+            } else if let Some(m) = line.strip_prefix(b"SERVER_ERROR ") {
+                Response::ServerError(m)
+            } else if let Some(v) = line.strip_prefix(b"VERSION ") {
+                Response::Version(v)
+            } else if !line.is_empty() && line.iter().all(u8::is_ascii_digit) {
+                Response::Number(parse_u64(line).ok_or_else(|| malformed("number out of range", line))?)
+            } else {
+                Response::Other(line)
+            }
+        }
+    };
+    Ok(Some((r, next)))
+}
+
+fn parse_values(buf: &[u8]) -> Result<Option<(Response<'_>, usize)>, MalformedResponse> {
+    let mut values = Vec::new();
+    let mut at = 0;
+    loop {
+        let Some((line, next)) = line_at(buf, at) else {
+            return Ok(None);
+        };
+        if line == b"END" {
+            return Ok(Some((Response::Values(values), next)));
+        }
+        let mut parts = line.split(|&b| b == b' ');
+        let (Some(b"VALUE"), Some(key), Some(flags), Some(bytes)) =
+            (parts.next(), parts.next(), parts.next(), parts.next())
+        else {
+            return Err(malformed("expected VALUE or END", line));
+        };
+        let flags = parse_u32(flags).ok_or_else(|| malformed("bad flags", line))?;
+        let bytes = parse_u64(bytes).ok_or_else(|| malformed("bad length", line))? as usize;
+        let cas = match parts.next() {
+            Some(c) => Some(parse_u64(c).ok_or_else(|| malformed("bad cas", line))?),
+            None => None,
+        };
+        let end = next + bytes + 2;
+        if buf.len() < end {
+            return Ok(None);
+        }
+        if &buf[next + bytes..end] != b"\r\n" {
+            return Err(malformed("data block not terminated", line));
+        }
+        values.push(ValueRef { key, flags, cas, data: &buf[next..next + bytes] });
+        at = end;
+    }
+}
+
+fn parse_stats(buf: &[u8]) -> Result<Option<(Response<'_>, usize)>, MalformedResponse> {
+    let mut stats = Vec::new();
+    let mut at = 0;
+    loop {
+        let Some((line, next)) = line_at(buf, at) else {
+            return Ok(None);
+        };
+        if line == b"END" {
+            return Ok(Some((Response::Stats(stats), next)));
+        }
+        let rest = line.strip_prefix(b"STAT ").ok_or_else(|| malformed("expected STAT or END", line))?;
+        let split = memchr(b' ', rest).unwrap_or(rest.len());
+        let value = if split < rest.len() { &rest[split + 1..] } else { &rest[rest.len()..] };
+        stats.push((&rest[..split], value));
+        at = next;
+    }
+}
