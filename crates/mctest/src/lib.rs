@@ -1,1 +1,287 @@
-//! placeholder
+//! Test and benchmark support shared by the workspace's crates.
+//!
+//! [`Memcached`] starts a real memcached process on a free loopback port and
+//! stops it when dropped; it can also be stopped, restarted on the same port,
+//! paused and resumed, for failure tests. [`Client`] is a small blocking
+//! text-protocol client that returns raw reply bytes, so tests can compare what
+//! a proxy answers with what memcached answers, byte for byte.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+
+/// A port on 127.0.0.1 that was free a moment ago.
+pub fn free_port() -> u16 {
+    let l = TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral port");
+    l.local_addr().expect("local addr").port()
+}
+
+/// Waits until something accepts connections on `addr`.
+pub fn wait_for_port(addr: SocketAddr, within: Duration) -> Result<()> {
+    let deadline = Instant::now() + within;
+    loop {
+        if TcpStream::connect_timeout(&addr, Duration::from_millis(100)).is_ok() {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            bail!("nothing listens on {addr} after {within:?}");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+fn memcached_binary() -> Result<PathBuf> {
+    if let Ok(p) = std::env::var("MEMCACHED") {
+        return Ok(PathBuf::from(p));
+    }
+    for dir in std::env::var("PATH").unwrap_or_default().split(':').chain(["/usr/bin", "/usr/local/bin"]) {
+        let p = PathBuf::from(dir).join("memcached");
+        if p.is_file() {
+            return Ok(p);
+        }
+    }
+    bail!("memcached is not installed (make test installs it with apt-get)")
+}
+
+fn running_as_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| s.lines().find(|l| l.starts_with("Uid:")).map(|l| l.split_whitespace().nth(1) == Some("0")))
+        .unwrap_or(false)
+}
+
+/// A memcached server process on 127.0.0.1, killed when dropped.
+pub struct Memcached {
+    port: u16,
+    extra: Vec<String>,
+    child: Option<Child>,
+}
+
+impl Memcached {
+    /// Starts memcached with default settings on a free port.
+    pub fn start() -> Result<Memcached> {
+        Self::start_with(&[])
+    }
+
+    /// Starts memcached with extra command-line arguments (e.g. `["-I", "2m"]`).
+    pub fn start_with(extra: &[&str]) -> Result<Memcached> {
+        let extra: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
+        let mut last = None;
+        for _ in 0..5 {
+            let mut m = Memcached { port: free_port(), extra: extra.clone(), child: None };
+            match m.spawn() {
+                Ok(()) => return Ok(m),
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(last.unwrap())
+    }
+
+    fn spawn(&mut self) -> Result<()> {
+        let mut cmd = Command::new(memcached_binary()?);
+        cmd.args(["-l", "127.0.0.1", "-p", &self.port.to_string(), "-U", "0", "-t", "1", "-m", "64"]);
+        if running_as_root() {
+            cmd.args(["-u", "root"]);
+        }
+        cmd.args(&self.extra).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null());
+        let mut child = cmd.spawn().context("start memcached")?;
+        let addr = self.addr();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            if let Some(status) = child.try_wait()? {
+                bail!("memcached on port {} exited at start: {status}", self.port);
+            }
+            if TcpStream::connect_timeout(&addr, Duration::from_millis(100)).is_ok() {
+                break;
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                bail!("memcached did not listen on {addr}");
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        self.child = Some(child);
+        Ok(())
+    }
+
+    /// Its TCP port.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// Its address.
+    pub fn addr(&self) -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], self.port))
+    }
+
+    /// `127.0.0.1:port`, as given to a proxy.
+    pub fn endpoint(&self) -> String {
+        self.addr().to_string()
+    }
+
+    /// Kills the process (the port stays reserved for [`Memcached::restart`]).
+    pub fn stop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Starts it again on the same port, empty.
+    pub fn restart(&mut self) -> Result<()> {
+        self.stop();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            match self.spawn() {
+                Ok(()) => return Ok(()),
+                Err(e) if Instant::now() > deadline => return Err(e),
+                Err(_) => std::thread::sleep(Duration::from_millis(50)),
+            }
+        }
+    }
+
+    fn signal(&self, sig: &str) -> Result<()> {
+        let pid = self.child.as_ref().context("memcached is not running")?.id();
+        let ok = Command::new("kill").args([sig, &pid.to_string()]).status()?.success();
+        if !ok {
+            bail!("kill {sig} {pid} failed");
+        }
+        Ok(())
+    }
+
+    /// Freezes the process (SIGSTOP): connections open, nothing answered.
+    pub fn pause(&self) -> Result<()> {
+        self.signal("-STOP")
+    }
+
+    /// Thaws a paused process (SIGCONT).
+    pub fn resume(&self) -> Result<()> {
+        self.signal("-CONT")
+    }
+}
+
+impl Drop for Memcached {
+    fn drop(&mut self) {
+        if self.child.is_some() {
+            let _ = self.resume();
+        }
+        self.stop();
+    }
+}
+
+/// A blocking memcached text-protocol client for tests: it sends bytes and
+/// returns replies as raw bytes.
+pub struct Client {
+    stream: TcpStream,
+    buf: Vec<u8>,
+}
+
+impl Client {
+    /// Connects with a 5 s read timeout.
+    pub fn connect(addr: SocketAddr) -> Result<Client> {
+        let stream = TcpStream::connect_timeout(&addr, Duration::from_secs(5))
+            .with_context(|| format!("connect to {addr}"))?;
+        stream.set_read_timeout(Some(Duration::from_secs(5)))?;
+        stream.set_nodelay(true)?;
+        Ok(Client { stream, buf: Vec::new() })
+    }
+
+    /// Sets how long a read may wait.
+    pub fn set_timeout(&mut self, t: Duration) -> Result<()> {
+        self.stream.set_read_timeout(Some(t))?;
+        Ok(())
+    }
+
+    /// Writes raw bytes.
+    pub fn send(&mut self, bytes: &[u8]) -> Result<()> {
+        self.stream.write_all(bytes)?;
+        Ok(())
+    }
+
+    /// Reads one whole response and returns its bytes.
+    pub fn read_reply(&mut self) -> Result<Vec<u8>> {
+        loop {
+            if let Some((_, n)) = mcproto::parse_response(&self.buf)? {
+                return Ok(self.buf.drain(..n).collect());
+            }
+            self.fill()?;
+        }
+    }
+
+    /// Sends a request and reads one response.
+    pub fn call(&mut self, bytes: &[u8]) -> Result<Vec<u8>> {
+        self.send(bytes)?;
+        self.read_reply()
+    }
+
+    /// Like [`Client::call`], as a lossy string (handy in assertions).
+    pub fn call_str(&mut self, bytes: &str) -> Result<String> {
+        Ok(String::from_utf8_lossy(&self.call(bytes.as_bytes())?).into_owned())
+    }
+
+    /// Reads exactly `n` responses.
+    pub fn read_replies(&mut self, n: usize) -> Result<Vec<Vec<u8>>> {
+        (0..n).map(|_| self.read_reply()).collect()
+    }
+
+    /// Reads whatever arrives until the peer is quiet for `quiet` (or closes);
+    /// returns the bytes and whether the peer closed.
+    pub fn read_until_quiet(&mut self, quiet: Duration) -> Result<(Vec<u8>, bool)> {
+        self.stream.set_read_timeout(Some(quiet))?;
+        let mut closed = false;
+        loop {
+            match self.fill() {
+                Ok(()) => continue,
+                Err(e) => {
+                    let eof = e.to_string().contains("closed");
+                    let timeout = e
+                        .downcast_ref::<std::io::Error>()
+                        .is_some_and(|io| matches!(io.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut));
+                    if eof {
+                        closed = true;
+                        break;
+                    }
+                    if timeout {
+                        break;
+                    }
+                    if let Some(io) = e.downcast_ref::<std::io::Error>() {
+                        if io.kind() == std::io::ErrorKind::ConnectionReset {
+                            closed = true;
+                            break;
+                        }
+                    }
+                    return Err(e);
+                }
+            }
+        }
+        self.stream.set_read_timeout(Some(Duration::from_secs(5)))?;
+        Ok((std::mem::take(&mut self.buf), closed))
+    }
+
+    fn fill(&mut self) -> Result<()> {
+        let mut chunk = [0u8; 65536];
+        let n = self.stream.read(&mut chunk)?;
+        if n == 0 {
+            bail!("connection closed by peer");
+        }
+        self.buf.extend_from_slice(&chunk[..n]);
+        Ok(())
+    }
+
+    /// The underlying stream (for shutdown and other socket-level tests).
+    pub fn stream(&self) -> &TcpStream {
+        &self.stream
+    }
+}
+
+/// Sends `request` to a fresh connection and returns everything answered
+/// until the server is quiet for `quiet` or closes the connection.
+pub fn exchange(addr: SocketAddr, request: &[u8], quiet: Duration) -> Result<(Vec<u8>, bool)> {
+    let mut c = Client::connect(addr)?;
+    c.send(request)?;
+    c.read_until_quiet(quiet)
+}

@@ -1,0 +1,208 @@
+//! The command line: every configuration setting as a flag, the seed reports'
+//! short flags (`-l ip -p port -t workers -s true|false -m server...`, and
+//! `-r` for the replication factor), and how flags override a config file.
+
+use std::path::PathBuf;
+
+use clap::Parser;
+
+use crate::config::{Config, ConfigError, HashKind, MultigetFailure, MultigetMode, ReadPolicy, ServerSpec};
+
+/// mwproxy: a memcached middleware (consistent hashing, replication, sharded multi-gets).
+#[derive(Parser, Debug, Default)]
+#[command(name = "mwproxy", version, about, long_about = None)]
+pub struct Cli {
+    /// TOML configuration file; flags given here override it.
+    #[arg(short = 'c', long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Address to listen on, host:port [default: 127.0.0.1:11311].
+    #[arg(long, value_name = "ADDR")]
+    pub listen: Option<String>,
+    /// Listening IP (overrides the host part of --listen).
+    #[arg(short = 'l', long = "listen-ip", value_name = "IP")]
+    pub listen_ip: Option<String>,
+    /// Listening port (overrides the port part of --listen).
+    #[arg(short = 'p', long, value_name = "PORT")]
+    pub port: Option<u16>,
+    /// memcached servers, host:port[:weight], space- or comma-separated.
+    #[arg(short = 'm', long = "servers", value_name = "SERVER", num_args = 1.., value_delimiter = ',')]
+    pub servers: Vec<ServerSpec>,
+    /// Worker threads [default: 8].
+    #[arg(short = 't', long, value_name = "N")]
+    pub workers: Option<usize>,
+    /// Net threads that accept, read and parse [default: 1].
+    #[arg(long, value_name = "N")]
+    pub net_threads: Option<usize>,
+    /// Request queue capacity; when full, clients are not read [default: 1024].
+    #[arg(long, value_name = "N")]
+    pub queue_capacity: Option<usize>,
+    /// Client connections served at once [default: 4096].
+    #[arg(long, value_name = "N")]
+    pub max_connections: Option<usize>,
+    /// Replication factor R: copies of each key, 1..=servers [default: 1].
+    #[arg(short = 'r', long, value_name = "R")]
+    pub replication: Option<usize>,
+    /// Which replica serves reads [default: round-robin].
+    #[arg(long, value_enum)]
+    pub read_policy: Option<ReadPolicy>,
+    /// Multi-gets when every server has every key [default: sharded].
+    #[arg(long, value_enum)]
+    pub multiget: Option<MultigetMode>,
+    /// Seed-report spelling of --multiget: true = sharded, false = non-sharded.
+    #[arg(short = 's', long = "sharded", value_name = "true|false", value_parser = parse_bool)]
+    pub sharded: Option<bool>,
+    /// Multi-get answer when some servers fail [default: partial].
+    #[arg(long, value_enum)]
+    pub multiget_failure: Option<MultigetFailure>,
+    /// Key placement [default: ketama].
+    #[arg(long, value_enum)]
+    pub hash: Option<HashKind>,
+    /// Backend connect timeout in ms [default: 500].
+    #[arg(long, value_name = "MS")]
+    pub connect_timeout_ms: Option<u64>,
+    /// Backend reply timeout in ms [default: 1000].
+    #[arg(long, value_name = "MS")]
+    pub timeout_ms: Option<u64>,
+    /// First reconnection backoff in ms, doubled per failure [default: 100].
+    #[arg(long, value_name = "MS")]
+    pub retry_min_ms: Option<u64>,
+    /// Longest reconnection backoff in ms [default: 2000].
+    #[arg(long, value_name = "MS")]
+    pub retry_max_ms: Option<u64>,
+    /// Largest value in bytes; k and m suffixes allowed [default: 1m].
+    #[arg(long, value_name = "BYTES", value_parser = parse_size)]
+    pub max_value_size: Option<usize>,
+    /// Print the effective configuration as TOML and exit.
+    #[arg(long)]
+    pub print_config: bool,
+    /// Log filter (error, warn, info, debug, trace) [default: info, or RUST_LOG].
+    #[arg(long, value_name = "FILTER")]
+    pub log: Option<String>,
+}
+
+fn parse_bool(s: &str) -> Result<bool, String> {
+    match s.to_ascii_lowercase().as_str() {
+        "true" | "1" | "yes" | "on" => Ok(true),
+        "false" | "0" | "no" | "off" => Ok(false),
+        _ => Err(format!("expected true or false, not {s:?}")),
+    }
+}
+
+/// Parses `1048576`, `512k` or `1m`.
+pub fn parse_size(s: &str) -> Result<usize, String> {
+    let lower = s.to_ascii_lowercase();
+    let (digits, mult) = match lower.strip_suffix('k') {
+        Some(d) => (d, 1024),
+        None => match lower.strip_suffix('m') {
+            Some(d) => (d, 1024 * 1024),
+            None => (lower.as_str(), 1),
+        },
+    };
+    digits
+        .parse::<usize>()
+        .ok()
+        .and_then(|n| n.checked_mul(mult))
+        .ok_or_else(|| format!("expected a size like 1048576, 512k or 1m, not {s:?}"))
+}
+
+impl Cli {
+    /// The configuration: the file (if any), then every flag given.
+    pub fn to_config(&self) -> Result<Config, ConfigError> {
+        let mut c = match &self.config {
+            Some(path) => {
+                let text = std::fs::read_to_string(path)
+                    .map_err(|e| ConfigError(format!("cannot read {}: {e}", path.display())))?;
+                Config::from_toml(&text)?
+            }
+            None => Config::default(),
+        };
+        if let Some(l) = &self.listen {
+            c.proxy.listen = l.clone();
+        }
+        if self.listen_ip.is_some() || self.port.is_some() {
+            let (host, port) = c.proxy.listen.rsplit_once(':').unwrap_or(("127.0.0.1", "11311"));
+            let host = self.listen_ip.clone().unwrap_or_else(|| host.to_string());
+            let port = self.port.map(|p| p.to_string()).unwrap_or_else(|| port.to_string());
+            c.proxy.listen = if host.contains(':') && !host.starts_with('[') {
+                format!("[{host}]:{port}")
+            } else {
+                format!("{host}:{port}")
+            };
+        }
+        if !self.servers.is_empty() {
+            c.routing.servers = self.servers.clone();
+        }
+        set(&mut c.proxy.workers, self.workers);
+        set(&mut c.proxy.net_threads, self.net_threads);
+        set(&mut c.proxy.queue_capacity, self.queue_capacity);
+        set(&mut c.proxy.max_connections, self.max_connections);
+        set(&mut c.routing.replication, self.replication);
+        set(&mut c.routing.read_policy, self.read_policy);
+        set(&mut c.routing.multiget, self.multiget);
+        if let Some(s) = self.sharded {
+            c.routing.multiget = if s { MultigetMode::Sharded } else { MultigetMode::NonSharded };
+        }
+        set(&mut c.routing.multiget_failure, self.multiget_failure);
+        set(&mut c.routing.hash, self.hash);
+        set(&mut c.backend.connect_timeout_ms, self.connect_timeout_ms);
+        set(&mut c.backend.timeout_ms, self.timeout_ms);
+        set(&mut c.backend.retry_min_ms, self.retry_min_ms);
+        set(&mut c.backend.retry_max_ms, self.retry_max_ms);
+        set(&mut c.limits.max_value_size, self.max_value_size);
+        Ok(c)
+    }
+}
+
+fn set<T: Copy>(field: &mut T, value: Option<T>) {
+    if let Some(v) = value {
+        *field = v;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cli(args: &[&str]) -> Cli {
+        Cli::try_parse_from(std::iter::once("mwproxy").chain(args.iter().copied())).unwrap()
+    }
+
+    #[test]
+    fn seed_report_flags() {
+        let c = cli(&["-l", "10.0.0.5", "-p", "11212", "-t", "32", "-s", "false", "-m", "a:1", "b:2", "-r", "2"])
+            .to_config()
+            .unwrap();
+        assert_eq!(c.proxy.listen, "10.0.0.5:11212");
+        assert_eq!(c.proxy.workers, 32);
+        assert_eq!(c.routing.multiget, MultigetMode::NonSharded);
+        assert_eq!(c.routing.servers.len(), 2);
+        assert_eq!(c.routing.replication, 2);
+    }
+
+    #[test]
+    fn long_flags_and_sizes() {
+        let c = cli(&["--servers", "a:1,b:2:3", "--read-policy", "primary", "--max-value-size", "2m", "--hash", "modula"])
+            .to_config()
+            .unwrap();
+        assert_eq!(c.routing.servers[1].weight, 3);
+        assert_eq!(c.routing.read_policy, ReadPolicy::Primary);
+        assert_eq!(c.limits.max_value_size, 2 << 20);
+        assert_eq!(c.routing.hash, HashKind::Modula);
+        assert!(parse_size("12q").is_err());
+        assert!(Cli::try_parse_from(["mwproxy", "-s", "maybe"]).is_err());
+        assert!(Cli::try_parse_from(["mwproxy", "--bogus"]).is_err());
+    }
+
+    #[test]
+    fn flags_override_the_file() {
+        let dir = std::env::temp_dir().join(format!("mwproxy-cli-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("c.toml");
+        std::fs::write(&path, "[proxy]\nworkers = 3\n[routing]\nservers = [\"x:1\"]\n").unwrap();
+        let c = cli(&["-c", path.to_str().unwrap(), "-t", "5"]).to_config().unwrap();
+        assert_eq!((c.proxy.workers, c.routing.servers.len()), (5, 1));
+        std::fs::write(&path, "[proxy]\nworker = 3\n").unwrap();
+        assert!(cli(&["-c", path.to_str().unwrap()]).to_config().is_err());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

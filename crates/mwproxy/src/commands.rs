@@ -1,0 +1,340 @@
+//! What a worker does for each command.
+//!
+//! - Retrievals go to one replica per key (the read policy picks which), are
+//!   split by server and sent in parallel, and are merged back in the client's
+//!   key order. When every server holds every key (replication = number of
+//!   servers) a multi-get is instead split evenly over all servers (`sharded`)
+//!   or sent whole to one (`non-sharded`). A failed server's keys move to the
+//!   next replica; keys with no replica left are reported missing (`partial`)
+//!   or fail the request (`fail`). gets and gat/gats read the primary, so that
+//!   cas uniques come from the replica that decides a later cas.
+//! - Writes go to all replicas and are answered by the rules of
+//!   [`Worker::combine`]; cas is decided by the primary and, when it stored,
+//!   copied to the other replicas with a set.
+//! - flush_all and verbosity go to every server; version and stats are the
+//!   proxy's own.
+
+use std::ops::Range;
+use std::sync::atomic::Ordering;
+
+use mcproto::request::encode_get;
+use mcproto::response::encode_value;
+use mcproto::{GetKind, Request, Response, StoreKind};
+
+use crate::config::{MultigetFailure, MultigetMode, ReadPolicy};
+use crate::stats::{add, bump};
+use crate::worker::{parsed, Target, Worker};
+
+impl Worker {
+    /// Carries out one request and appends the client's reply to `out`.
+    pub(crate) fn execute(&mut self, req: &Request, out: &mut Vec<u8>) {
+        match req {
+            Request::Get { kind, exptime, keys } => self.get(*kind, *exptime, keys, out),
+            Request::Store { kind: StoreKind::Cas, .. } => self.cas(req, out),
+            Request::Store { key, .. } => {
+                bump(&self.stats().counters.cmd_set);
+                self.write_replicas(req, key, out);
+            }
+            Request::Delete { key, .. } => {
+                self.write_replicas(req, key, out);
+                let c = &self.stats().counters;
+                count_outcome(out, b"DELETED", &c.delete_hits, &c.delete_misses);
+            }
+            Request::Touch { key, .. } => {
+                bump(&self.stats().counters.cmd_touch);
+                self.write_replicas(req, key, out);
+                let c = &self.stats().counters;
+                count_outcome(out, b"TOUCHED", &c.touch_hits, &c.touch_misses);
+            }
+            Request::Arith { kind, key, .. } => {
+                self.write_replicas(req, key, out);
+                let c = &self.stats().counters;
+                let (hits, misses) = match kind {
+                    mcproto::ArithKind::Incr => (&c.incr_hits, &c.incr_misses),
+                    mcproto::ArithKind::Decr => (&c.decr_hits, &c.decr_misses),
+                };
+                if out.first().is_some_and(u8::is_ascii_digit) {
+                    bump(hits);
+                } else if out.starts_with(b"NOT_FOUND") {
+                    bump(misses);
+                }
+            }
+            Request::FlushAll { .. } | Request::Verbosity { .. } => {
+                if matches!(req, Request::FlushAll { .. }) {
+                    bump(&self.stats().counters.cmd_flush);
+                }
+                self.sendbuf.clear();
+                req.encode(&mut self.sendbuf, false);
+                let all: Vec<usize> = (0..self.backends.len()).collect();
+                self.fan_out(&all, out);
+            }
+            Request::Version => {
+                out.extend_from_slice(format!("VERSION {}\r\n", crate::VERSION).as_bytes());
+            }
+            Request::Stats { args } => self.stats_reply(args, out),
+            Request::Quit => {}
+        }
+    }
+
+    fn write_replicas(&mut self, req: &Request, key: &[u8], out: &mut Vec<u8>) {
+        self.sendbuf.clear();
+        req.encode(&mut self.sendbuf, false);
+        let servers = self.shared.ring.replicas(key, self.shared.config.routing.replication);
+        self.fan_out(&servers, out);
+    }
+
+    fn cas(&mut self, req: &Request, out: &mut Vec<u8>) {
+        let Request::Store { key, flags, exptime, data, .. } = req else { unreachable!() };
+        bump(&self.stats().counters.cmd_set);
+        let replicas = self.shared.ring.replicas(key, self.shared.config.routing.replication);
+        self.sendbuf.clear();
+        req.encode(&mut self.sendbuf, false);
+        let start = out.len();
+        self.fan_out(&replicas[..1], out);
+        let answer = &out[start..];
+        let c = &self.stats().counters;
+        if answer == b"EXISTS\r\n" {
+            bump(&c.cas_badval);
+        } else if answer == b"NOT_FOUND\r\n" {
+            bump(&c.cas_misses);
+        }
+        if answer != b"STORED\r\n" {
+            return;
+        }
+        bump(&c.cas_hits);
+        if replicas.len() > 1 {
+            self.sendbuf.clear();
+            let set = Request::Store {
+                kind: StoreKind::Set,
+                key: key.clone(),
+                flags: *flags,
+                exptime: *exptime,
+                cas: 0,
+                data: data.clone(),
+                noreply: false,
+            };
+            set.encode(&mut self.sendbuf, false);
+            let mut copies = Vec::new();
+            self.fan_out(&replicas[1..], &mut copies);
+            if copies != b"STORED\r\n" {
+                bump(&self.stats().counters.replica_disagreements);
+            }
+        }
+    }
+
+    /// For each key, the servers to try in order (`r` per key, flattened).
+    fn read_candidates(&mut self, kind: GetKind, keys: &[Vec<u8>]) -> Vec<usize> {
+        let routing = &self.shared.config.routing;
+        let (n, r, k) = (self.backends.len(), routing.replication, keys.len());
+        let rr = self.rr;
+        self.rr = self.rr.wrapping_add(1);
+        let mut cands = Vec::with_capacity(k * r);
+        if r == n && kind == GetKind::Get && k > 1 {
+            for i in 0..k {
+                let first = match routing.multiget {
+                    MultigetMode::Sharded => (rr + i * n / k) % n,
+                    MultigetMode::NonSharded => rr % n,
+                };
+                cands.extend((0..r).map(|j| (first + j) % n));
+            }
+        } else {
+            let start = if kind == GetKind::Get && routing.read_policy == ReadPolicy::RoundRobin { rr % r } else { 0 };
+            let mut reps = Vec::with_capacity(r);
+            for key in keys {
+                self.shared.ring.replicas_into(key, r, &mut reps);
+                cands.extend((0..r).map(|j| reps[(start + j) % r]));
+            }
+        }
+        cands
+    }
+
+    fn get(&mut self, kind: GetKind, exptime: i32, keys: &[Vec<u8>], out: &mut Vec<u8>) {
+        let k = keys.len();
+        if k == 0 {
+            out.extend_from_slice(b"END\r\n");
+            return;
+        }
+        let r = self.shared.config.routing.replication;
+        let cands = self.read_candidates(kind, keys);
+        // Values found, encoded into `arena`, by key position.
+        let mut spans: Vec<Option<Range<usize>>> = vec![None; k];
+        let mut arena = Vec::new();
+        let mut todo: Vec<usize> = (0..k).collect();
+        let mut first_error: Option<Vec<u8>> = None;
+        let mut answered = false;
+        let mut failovers = 0u64;
+        for round in 0..r {
+            if todo.is_empty() {
+                break;
+            }
+            let groups = group_by_server(&todo, |i| cands[i * r + round]);
+            self.sendbuf.clear();
+            let mut targets = Vec::with_capacity(groups.len());
+            for (server, idx) in &groups {
+                let start = self.sendbuf.len();
+                encode_get(&mut self.sendbuf, kind, exptime, idx.iter().map(|&i| keys[i].as_slice()));
+                targets.push(Target { server: *server, request: start..self.sendbuf.len(), result: Ok(0) });
+            }
+            self.exchange(&mut targets);
+            if round == 0 && targets.len() == 1 && targets[0].result.is_ok() {
+                // One server answered for all keys: its reply is the client's reply.
+                let raw = self.reply_of(&targets[0]).expect("ok target");
+                let hits = match parsed(raw) {
+                    Response::Values(v) => Some(v.len() as u64),
+                    _ => None,
+                };
+                out.extend_from_slice(raw);
+                self.finish(&targets);
+                if let Some(h) = hits {
+                    self.count_gets(kind, k as u64, h);
+                }
+                return;
+            }
+            let mut next = Vec::new();
+            for ((_, idx), t) in groups.iter().zip(&targets) {
+                match self.reply_of(t).map(parsed) {
+                    Some(Response::Values(vals)) => {
+                        answered = true;
+                        if round > 0 {
+                            failovers += 1;
+                        }
+                        let mut cursor = 0;
+                        for &i in idx {
+                            if cursor < vals.len() && vals[cursor].key == keys[i].as_slice() {
+                                let s = arena.len();
+                                encode_value(&mut arena, &vals[cursor]);
+                                spans[i] = Some(s..arena.len());
+                                cursor += 1;
+                            }
+                        }
+                    }
+                    Some(_) => {
+                        let raw = self.reply_of(t).expect("answered");
+                        first_error.get_or_insert_with(|| raw.to_vec());
+                    }
+                    None => {
+                        if first_error.is_none() {
+                            let mut line = Vec::new();
+                            self.error_line(t.server, t.result.as_ref().unwrap_err(), &mut line);
+                            first_error = Some(line);
+                        }
+                        next.extend_from_slice(idx);
+                    }
+                }
+            }
+            self.finish(&targets);
+            todo = next;
+        }
+        add(&self.stats().counters.read_failovers, failovers);
+        let lost = first_error.is_some();
+        if lost {
+            let fail_all = self.shared.config.routing.multiget_failure == MultigetFailure::Fail;
+            if !answered || k == 1 || fail_all {
+                bump(&self.stats().counters.backend_failures);
+                out.extend_from_slice(&first_error.unwrap_or_default());
+                return;
+            }
+            bump(&self.stats().counters.multiget_partial);
+        }
+        let mut hits = 0;
+        for span in spans.into_iter().flatten() {
+            out.extend_from_slice(&arena[span]);
+            hits += 1;
+        }
+        out.extend_from_slice(b"END\r\n");
+        self.count_gets(kind, k as u64, hits);
+    }
+
+    fn count_gets(&self, kind: GetKind, keys: u64, hits: u64) {
+        let c = &self.stats().counters;
+        if kind.touches() {
+            add(&c.cmd_touch, keys);
+            add(&c.touch_hits, hits);
+            add(&c.touch_misses, keys.saturating_sub(hits));
+        } else {
+            add(&c.cmd_get, keys);
+            add(&c.get_hits, hits);
+            add(&c.get_misses, keys.saturating_sub(hits));
+        }
+    }
+
+    fn stats_reply(&self, args: &[Vec<u8>], out: &mut Vec<u8>) {
+        let mut stat = |name: &str, value: &dyn std::fmt::Display| {
+            out.extend_from_slice(format!("STAT {name} {value}\r\n").as_bytes());
+        };
+        match args.first().map(Vec::as_slice) {
+            None => {
+                for (name, value) in crate::server::general_stats(&self.shared) {
+                    stat(&name, &value);
+                }
+            }
+            Some(b"backends") if args.len() == 1 => {
+                let now_ms = self.shared.started.elapsed().as_millis() as u64;
+                for (i, spec) in self.shared.config.routing.servers.iter().enumerate() {
+                    let up = self.shared.health[i].is_up(now_ms) && !self.shared.health[i].failing();
+                    stat(&format!("backend:{i}:address"), &spec.endpoint());
+                    stat(&format!("backend:{i}:weight"), &spec.weight);
+                    stat(&format!("backend:{i}:status"), &if up { "up" } else { "down" });
+                    for (name, v) in self.shared.stats.backend_totals(i) {
+                        stat(&format!("backend:{i}:{name}"), &v);
+                    }
+                }
+            }
+            Some(b"settings") if args.len() == 1 => {
+                for line in self.shared.config.to_toml().lines() {
+                    if let Some((k, v)) = line.split_once(" = ") {
+                        stat(k.trim(), &v.trim().trim_matches('"'));
+                    }
+                }
+            }
+            Some(b"reset") if args.len() == 1 => {
+                self.shared.stats.reset();
+                out.extend_from_slice(b"RESET\r\n");
+                return;
+            }
+            _ => {
+                out.extend_from_slice(b"ERROR\r\n");
+                return;
+            }
+        }
+        out.extend_from_slice(b"END\r\n");
+    }
+}
+
+/// Groups key positions by the server `pick` assigns, keeping each group in
+/// the client's order and the groups in order of first appearance.
+fn group_by_server(todo: &[usize], pick: impl Fn(usize) -> usize) -> Vec<(usize, Vec<usize>)> {
+    let mut groups: Vec<(usize, Vec<usize>)> = Vec::new();
+    for &i in todo {
+        let s = pick(i);
+        match groups.iter_mut().find(|(server, _)| *server == s) {
+            Some((_, g)) => g.push(i),
+            None => groups.push((s, vec![i])),
+        }
+    }
+    groups
+}
+
+fn count_outcome(
+    reply: &[u8],
+    hit: &[u8],
+    hits: &std::sync::atomic::AtomicU64,
+    misses: &std::sync::atomic::AtomicU64,
+) {
+    if reply.starts_with(hit) {
+        hits.fetch_add(1, Ordering::Relaxed);
+    } else if reply.starts_with(b"NOT_FOUND") {
+        misses.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::group_by_server;
+
+    #[test]
+    fn groups_keep_client_order() {
+        let g = group_by_server(&[0, 1, 2, 3, 4], |i| [2, 0, 2, 1, 0][i]);
+        assert_eq!(g, vec![(2, vec![0, 2]), (0, vec![1, 4]), (1, vec![3])]);
+    }
+}

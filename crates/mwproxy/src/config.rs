@@ -1,0 +1,388 @@
+//! mwproxy's configuration: one struct per section, documented defaults, a
+//! `validate()` that explains every refusal, and TOML loading that rejects
+//! unknown keys. Command-line flags (see `cli.rs`) override the file.
+
+use std::fmt;
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::str::FromStr;
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+/// Everything mwproxy needs to run.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    /// Where clients connect and how many threads serve them.
+    pub proxy: ProxyConfig,
+    /// Which servers hold which keys.
+    pub routing: RoutingConfig,
+    /// How mwproxy talks to the servers.
+    pub backend: BackendConfig,
+    /// Protocol limits.
+    pub limits: LimitsConfig,
+}
+
+/// The listening side.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ProxyConfig {
+    /// Address clients connect to (default `127.0.0.1:11311`).
+    pub listen: String,
+    /// Worker threads; each owns one connection to every server (default 8).
+    pub workers: usize,
+    /// Threads that accept, read and parse client requests (default 1).
+    pub net_threads: usize,
+    /// Requests that may wait for a worker; when full, mwproxy stops reading
+    /// from clients until there is room again (default 1024).
+    pub queue_capacity: usize,
+    /// Client connections served at once; further ones are told
+    /// `SERVER_ERROR Too many open connections` and closed (default 4096).
+    pub max_connections: usize,
+    /// Bytes of replies a client may leave unread before mwproxy stops reading
+    /// its requests (default 4 MiB).
+    pub max_pending_output: usize,
+    /// Seconds to let in-flight requests finish after SIGTERM/SIGINT (default 5).
+    pub shutdown_grace_secs: u64,
+}
+
+impl Default for ProxyConfig {
+    fn default() -> Self {
+        ProxyConfig {
+            listen: "127.0.0.1:11311".into(),
+            workers: 8,
+            net_threads: 1,
+            queue_capacity: 1024,
+            max_connections: 4096,
+            max_pending_output: 4 << 20,
+            shutdown_grace_secs: 5,
+        }
+    }
+}
+
+/// Key placement.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RoutingConfig {
+    /// memcached servers as `host:port[:weight]`, in ring order.
+    pub servers: Vec<ServerSpec>,
+    /// How keys map to servers (default ketama).
+    pub hash: HashKind,
+    /// Copies of every key, 1..=number of servers (default 1).
+    pub replication: usize,
+    /// Which replica serves a read (default round-robin).
+    pub read_policy: ReadPolicy,
+    /// With replication = number of servers, whether a multi-get is split
+    /// over all servers or sent whole to one (default sharded).
+    pub multiget: MultigetMode,
+    /// What a multi-get returns when some servers fail (default partial).
+    pub multiget_failure: MultigetFailure,
+}
+
+impl Default for RoutingConfig {
+    fn default() -> Self {
+        RoutingConfig {
+            servers: Vec::new(),
+            hash: HashKind::Ketama,
+            replication: 1,
+            read_policy: ReadPolicy::RoundRobin,
+            multiget: MultigetMode::Sharded,
+            multiget_failure: MultigetFailure::Partial,
+        }
+    }
+}
+
+/// Backend connections.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct BackendConfig {
+    /// Milliseconds to wait for a connection to a server (default 500).
+    pub connect_timeout_ms: u64,
+    /// Milliseconds to wait for a server's reply before answering
+    /// `SERVER_ERROR` (default 1000).
+    pub timeout_ms: u64,
+    /// First wait before reconnecting to a failed server, doubled after each
+    /// failure (default 100).
+    pub retry_min_ms: u64,
+    /// Longest wait between reconnection attempts (default 2000).
+    pub retry_max_ms: u64,
+}
+
+impl Default for BackendConfig {
+    fn default() -> Self {
+        BackendConfig { connect_timeout_ms: 500, timeout_ms: 1000, retry_min_ms: 100, retry_max_ms: 2000 }
+    }
+}
+
+/// Protocol limits.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LimitsConfig {
+    /// Largest value accepted, in bytes (default 1 MiB, memcached's `-I`).
+    pub max_value_size: usize,
+    /// Longest multi-get command line, in bytes (default 1 MiB).
+    pub max_get_line: usize,
+}
+
+impl Default for LimitsConfig {
+    fn default() -> Self {
+        LimitsConfig { max_value_size: 1 << 20, max_get_line: 1 << 20 }
+    }
+}
+
+/// Key-to-server mapping.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum HashKind {
+    /// libmemcached/twemproxy-compatible ketama consistent hashing (md5).
+    Ketama,
+    /// md5 of the key modulo the number of servers.
+    Modula,
+}
+
+/// Which replica answers a read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum ReadPolicy {
+    /// Rotate over the key's replicas.
+    RoundRobin,
+    /// Always the first replica on the ring; the others only on failure.
+    Primary,
+}
+
+/// Multi-get handling when every server holds every key.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum MultigetMode {
+    /// Split the keys evenly over all servers.
+    Sharded,
+    /// Send the whole multi-get to one server (round-robin).
+    NonSharded,
+}
+
+/// Multi-get answer when a server fails.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum MultigetFailure {
+    /// Return the hits of the servers that answered.
+    Partial,
+    /// Answer `SERVER_ERROR` for the whole request.
+    Fail,
+}
+
+/// One memcached server: `host:port[:weight]`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ServerSpec {
+    /// Host name or IP address.
+    pub host: String,
+    /// TCP port.
+    pub port: u16,
+    /// Share of the ring (default 1).
+    pub weight: u32,
+}
+
+impl ServerSpec {
+    /// `host:port`.
+    pub fn endpoint(&self) -> String {
+        if self.host.contains(':') {
+            format!("[{}]:{}", self.host, self.port)
+        } else {
+            format!("{}:{}", self.host, self.port)
+        }
+    }
+
+    /// Resolves the address (first result).
+    pub fn resolve(&self) -> Result<SocketAddr, ConfigError> {
+        (self.host.as_str(), self.port)
+            .to_socket_addrs()
+            .ok()
+            .and_then(|mut a| a.next())
+            .ok_or_else(|| ConfigError(format!("cannot resolve server {}", self.endpoint())))
+    }
+}
+
+impl FromStr for ServerSpec {
+    type Err = ConfigError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let bad = |why: &str| ConfigError(format!("server {s:?}: {why} (expected host:port[:weight])"));
+        let (host, rest) = if let Some(stripped) = s.strip_prefix('[') {
+            let end = stripped.find(']').ok_or_else(|| bad("unclosed ["))?;
+            let rest = stripped[end + 1..].strip_prefix(':').ok_or_else(|| bad("missing port"))?;
+            (stripped[..end].to_string(), rest)
+        } else {
+            let (h, r) = s.split_once(':').ok_or_else(|| bad("missing port"))?;
+            (h.to_string(), r)
+        };
+        if host.is_empty() {
+            return Err(bad("empty host"));
+        }
+        let (port, weight) = match rest.split_once(':') {
+            Some((p, w)) => (p, Some(w)),
+            None => (rest, None),
+        };
+        let port: u16 = port.parse().map_err(|_| bad("bad port"))?;
+        if port == 0 {
+            return Err(bad("port 0"));
+        }
+        let weight = match weight {
+            Some(w) => w.parse::<u32>().ok().filter(|&w| w > 0).ok_or_else(|| bad("weight must be a positive integer"))?,
+            None => 1,
+        };
+        Ok(ServerSpec { host, port, weight })
+    }
+}
+
+impl fmt::Display for ServerSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}", self.endpoint(), self.weight)
+    }
+}
+
+impl Serialize for ServerSpec {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.to_string())
+    }
+}
+
+impl<'de> Deserialize<'de> for ServerSpec {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        s.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+/// A configuration mwproxy refuses, with the reason.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct ConfigError(pub String);
+
+impl Config {
+    /// Reads a TOML file; unknown keys are an error.
+    pub fn from_toml(text: &str) -> Result<Config, ConfigError> {
+        toml::from_str(text).map_err(|e| ConfigError(format!("config file: {e}")))
+    }
+
+    /// The configuration as TOML (what `--print-config` shows).
+    pub fn to_toml(&self) -> String {
+        toml::to_string_pretty(self).expect("config serializes")
+    }
+
+    /// Checks every setting; the message says what to change.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let err = |m: String| Err(ConfigError(m));
+        let p = &self.proxy;
+        if p.listen.to_socket_addrs().map(|mut a| a.next().is_none()).unwrap_or(true) {
+            return err(format!("listen address {:?} is not host:port", p.listen));
+        }
+        if p.workers == 0 || p.workers > 1024 {
+            return err(format!("workers must be 1..=1024, not {}", p.workers));
+        }
+        if p.net_threads == 0 || p.net_threads > 64 {
+            return err(format!("net_threads must be 1..=64, not {}", p.net_threads));
+        }
+        if p.queue_capacity == 0 {
+            return err("queue_capacity must be at least 1".into());
+        }
+        if p.max_connections == 0 {
+            return err("max_connections must be at least 1".into());
+        }
+        if p.max_pending_output < 4096 {
+            return err("max_pending_output must be at least 4096 bytes".into());
+        }
+        let r = &self.routing;
+        if r.servers.is_empty() {
+            return err("no servers: give at least one with --servers host:port (or -m)".into());
+        }
+        if r.replication == 0 || r.replication > r.servers.len() {
+            return err(format!(
+                "replication must be 1..={} (the number of servers), not {}",
+                r.servers.len(),
+                r.replication
+            ));
+        }
+        let mut seen = std::collections::HashSet::new();
+        for s in &r.servers {
+            if !seen.insert(s.endpoint()) {
+                return err(format!("server {} is listed twice", s.endpoint()));
+            }
+        }
+        let b = &self.backend;
+        if b.connect_timeout_ms == 0 || b.timeout_ms == 0 {
+            return err("backend timeouts must be at least 1 ms".into());
+        }
+        if b.retry_min_ms == 0 || b.retry_max_ms < b.retry_min_ms {
+            return err("backend retry_min_ms must be >= 1 and retry_max_ms >= retry_min_ms".into());
+        }
+        let l = &self.limits;
+        if l.max_value_size == 0 || l.max_value_size > (1 << 30) {
+            return err(format!("max_value_size must be 1..=1073741824 bytes, not {}", l.max_value_size));
+        }
+        if l.max_get_line < 2048 {
+            return err("max_get_line must be at least 2048 bytes".into());
+        }
+        Ok(())
+    }
+
+    /// The parser limits these settings imply.
+    pub fn parser_limits(&self) -> mcproto::Limits {
+        mcproto::Limits {
+            max_value_len: self.limits.max_value_size,
+            max_get_line_len: self.limits.max_get_line,
+            ..mcproto::Limits::default()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn with_servers(n: usize) -> Config {
+        let mut c = Config::default();
+        c.routing.servers = (0..n).map(|i| format!("127.0.0.1:{}", 11211 + i).parse().unwrap()).collect();
+        c
+    }
+
+    #[test]
+    fn server_specs() {
+        let s: ServerSpec = "10.0.0.1:11211:3".parse().unwrap();
+        assert_eq!((s.host.as_str(), s.port, s.weight), ("10.0.0.1", 11211, 3));
+        let s: ServerSpec = "[::1]:11211".parse().unwrap();
+        assert_eq!((s.host.as_str(), s.weight, s.endpoint()), ("::1", 1, "[::1]:11211".to_string()));
+        for bad in ["", "host", "host:", "host:x", ":11211", "h:1:0", "h:1:-2", "h:70000"] {
+            assert!(bad.parse::<ServerSpec>().is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn toml_round_trip_and_unknown_keys() {
+        let c = with_servers(3);
+        let back = Config::from_toml(&c.to_toml()).unwrap();
+        assert_eq!(back, c);
+        let e = Config::from_toml("[proxy]\nworkerz = 3\n").unwrap_err();
+        assert!(e.0.contains("workerz"), "{e}");
+        let e = Config::from_toml("bogus = 1\n").unwrap_err();
+        assert!(e.0.contains("bogus"), "{e}");
+        let c = Config::from_toml("[routing]\nservers = [\"a:1:2\"]\nread_policy = \"primary\"\n").unwrap();
+        assert_eq!(c.routing.read_policy, ReadPolicy::Primary);
+        assert_eq!(c.routing.servers[0].weight, 2);
+    }
+
+    #[test]
+    fn validation_explains() {
+        assert!(with_servers(3).validate().is_ok());
+        assert!(Config::default().validate().unwrap_err().0.contains("no servers"));
+        let mut c = with_servers(2);
+        c.routing.replication = 3;
+        assert!(c.validate().unwrap_err().0.contains("replication"));
+        let mut c = with_servers(2);
+        c.proxy.workers = 0;
+        assert!(c.validate().unwrap_err().0.contains("workers"));
+        let mut c = with_servers(1);
+        c.routing.servers.push(c.routing.servers[0].clone());
+        assert!(c.validate().unwrap_err().0.contains("twice"));
+        let mut c = with_servers(1);
+        c.proxy.listen = "nonsense".into();
+        assert!(c.validate().unwrap_err().0.contains("listen"));
+    }
+}

@@ -1,0 +1,196 @@
+//! Key placement: the ketama continuum of libmemcached and twemproxy, and modula.
+//!
+//! Ketama, as both libraries build it (so mwproxy can replace either without
+//! moving a key):
+//! - a server's name on the ring is `host` when its port is 11211 and
+//!   `host:port` otherwise;
+//! - its number of points is `floor(weight/total * 40 * n + 1e-10) * 4`,
+//!   computed in single precision like the C code (160 for equal weights);
+//! - for i in 0..points/4 the md5 of `name-i` gives four points, each the
+//!   little-endian u32 of one quarter of the digest;
+//! - a key's point is the little-endian u32 of the first quarter of md5(key),
+//!   and its server owns the first ring point at or after it, wrapping around.
+//!
+//! With replication R a key lives on the R distinct servers met clockwise
+//! from its point; the first is the primary.
+
+use md5::{Digest, Md5};
+
+use crate::config::{HashKind, ServerSpec};
+
+/// A server's name on the ring.
+fn ring_name(s: &ServerSpec) -> String {
+    if s.port == 11211 {
+        s.host.clone()
+    } else {
+        format!("{}:{}", s.host, s.port)
+    }
+}
+
+fn md5_quarter(digest: &[u8], q: usize) -> u32 {
+    u32::from_le_bytes([digest[q * 4], digest[q * 4 + 1], digest[q * 4 + 2], digest[q * 4 + 3]])
+}
+
+/// The ring point of a key.
+pub fn key_hash(key: &[u8]) -> u32 {
+    md5_quarter(&Md5::digest(key), 0)
+}
+
+/// Maps keys to servers.
+#[derive(Clone, Debug)]
+pub struct Ring {
+    kind: HashKind,
+    servers: usize,
+    /// (point, server index), sorted by point.
+    points: Vec<(u32, u32)>,
+}
+
+impl Ring {
+    /// Builds the ring for `servers` (in configuration order).
+    pub fn new(kind: HashKind, servers: &[ServerSpec]) -> Ring {
+        assert!(!servers.is_empty(), "a ring needs servers");
+        let mut points = Vec::new();
+        if kind == HashKind::Ketama {
+            let total: u32 = servers.iter().map(|s| s.weight).sum();
+            let n = servers.len() as f32;
+            for (index, s) in servers.iter().enumerate() {
+                let pct = s.weight as f32 / total as f32;
+                let scaled = ((pct * 160.0 / 4.0 * n) as f64 + 0.0000000001) as f32;
+                let per_server = (scaled.floor() as u32) * 4;
+                let name = ring_name(s);
+                for i in 0..per_server / 4 {
+                    let digest = Md5::digest(format!("{name}-{i}").as_bytes());
+                    for q in 0..4 {
+                        points.push((md5_quarter(&digest, q), index as u32));
+                    }
+                }
+            }
+            points.sort_unstable();
+        }
+        Ring { kind, servers: servers.len(), points }
+    }
+
+    /// Number of servers.
+    pub fn len(&self) -> usize {
+        self.servers
+    }
+
+    /// Whether the ring has no servers (never true for a built ring).
+    pub fn is_empty(&self) -> bool {
+        self.servers == 0
+    }
+
+    /// The primary server of `key`.
+    pub fn server_for(&self, key: &[u8]) -> usize {
+        let h = key_hash(key);
+        match self.kind {
+            HashKind::Modula => h as usize % self.servers,
+            HashKind::Ketama => self.points[self.start(h)].1 as usize,
+        }
+    }
+
+    fn start(&self, h: u32) -> usize {
+        let i = self.points.partition_point(|&(p, _)| p < h);
+        if i == self.points.len() {
+            0
+        } else {
+            i
+        }
+    }
+
+    /// The `r` distinct servers holding `key`, primary first, written into `out`.
+    pub fn replicas_into(&self, key: &[u8], r: usize, out: &mut Vec<usize>) {
+        out.clear();
+        let r = r.min(self.servers);
+        let h = key_hash(key);
+        match self.kind {
+            HashKind::Modula => {
+                let first = h as usize % self.servers;
+                out.extend((0..r).map(|i| (first + i) % self.servers));
+            }
+            HashKind::Ketama => {
+                let start = self.start(h);
+                let n = self.points.len();
+                for step in 0..n {
+                    let s = self.points[(start + step) % n].1 as usize;
+                    if !out.contains(&s) {
+                        out.push(s);
+                        if out.len() == r {
+                            break;
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// The `r` distinct servers holding `key`, primary first.
+    pub fn replicas(&self, key: &[u8], r: usize) -> Vec<usize> {
+        let mut v = Vec::with_capacity(r);
+        self.replicas_into(key, r, &mut v);
+        v
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn servers(specs: &[&str]) -> Vec<ServerSpec> {
+        specs.iter().map(|s| s.parse().unwrap()).collect()
+    }
+
+    #[test]
+    fn equal_weights_give_160_points_each() {
+        for n in 1..=12 {
+            let specs: Vec<String> = (0..n).map(|i| format!("10.0.0.{i}:11211")).collect();
+            let refs: Vec<&str> = specs.iter().map(|s| s.as_str()).collect();
+            let ring = Ring::new(HashKind::Ketama, &servers(&refs));
+            assert_eq!(ring.points.len(), 160 * n, "{n} servers");
+        }
+    }
+
+    #[test]
+    fn weights_are_honoured() {
+        let ring = Ring::new(HashKind::Ketama, &servers(&["a:1:1", "b:1:3"]));
+        let heavy = ring.points.iter().filter(|p| p.1 == 1).count();
+        let light = ring.points.len() - heavy;
+        assert_eq!((light, heavy), (80, 240));
+    }
+
+    #[test]
+    fn ring_names_follow_libmemcached() {
+        assert_eq!(ring_name(&"h:11211".parse().unwrap()), "h");
+        assert_eq!(ring_name(&"h:11212".parse().unwrap()), "h:11212");
+    }
+
+    #[test]
+    fn key_hash_is_md5_little_endian() {
+        // md5("") = d41d8cd98f00b204e9800998ecf8427e
+        assert_eq!(key_hash(b""), 0xd98c1dd4);
+    }
+
+    #[test]
+    fn replicas_are_distinct_and_start_with_the_primary() {
+        let ring = Ring::new(HashKind::Ketama, &servers(&["a:1", "b:1", "c:1", "d:1"]));
+        for i in 0..1000 {
+            let key = format!("key{i}");
+            let r = ring.replicas(key.as_bytes(), 3);
+            assert_eq!(r.len(), 3);
+            assert_eq!(r[0], ring.server_for(key.as_bytes()));
+            assert!(r[0] != r[1] && r[1] != r[2] && r[0] != r[2]);
+        }
+        assert_eq!(ring.replicas(b"x", 9).len(), 4);
+    }
+
+    #[test]
+    fn modula_spreads_keys() {
+        let ring = Ring::new(HashKind::Modula, &servers(&["a:1", "b:1", "c:1"]));
+        let mut counts = [0; 3];
+        for i in 0..3000 {
+            counts[ring.server_for(format!("k{i}").as_bytes())] += 1;
+        }
+        assert!(counts.iter().all(|&c| c > 800), "{counts:?}");
+        assert_eq!(ring.replicas(b"k", 2).len(), 2);
+    }
+}
