@@ -31,7 +31,7 @@ fn steps() -> Vec<Step> {
         // storage and retrieval
         s("set a 0 0 3\r\nabc\r\n"),
         s("get a\r\n"),
-        s("set b 42 0 5\r\nb\r\nc\r\n\r\n"),
+        s("set b 42 0 4\r\nb\r\nc\r\n"),
         s("get a b missing\r\n"),
         s("get b b a\r\n"),
         s("gets a\r\n"),
@@ -202,7 +202,7 @@ fn compare(n_servers: usize, replication: usize) {
     // The cases really exercise replies and errors (guards against both sides going quiet).
     let all = expected.concat();
     for needle in [
-        "VALUE b 42 5",
+        "VALUE b 42 4",
         "CLIENT_ERROR bad data chunk",
         "SERVER_ERROR object too large for cache",
         "CLIENT_ERROR invalid numeric delta argument",
