@@ -161,6 +161,7 @@ impl Worker {
         let mut arena = Vec::new();
         let mut todo: Vec<usize> = (0..k).collect();
         let mut first_error: Option<Vec<u8>> = None;
+        let mut unanswered = 0;
         let mut answered = false;
         let mut failovers = 0u64;
         for round in 0..r {
@@ -211,6 +212,7 @@ impl Worker {
                     Some(_) => {
                         let raw = self.reply_of(t).expect("answered");
                         first_error.get_or_insert_with(|| raw.to_vec());
+                        unanswered += idx.len();
                     }
                     None => {
                         if first_error.is_none() {
@@ -226,8 +228,7 @@ impl Worker {
             todo = next;
         }
         add(&self.stats().counters.read_failovers, failovers);
-        let lost = first_error.is_some();
-        if lost {
+        if unanswered + todo.len() > 0 {
             let fail_all = self.shared.config.routing.multiget_failure == MultigetFailure::Fail;
             if !answered || k == 1 || fail_all {
                 bump(&self.stats().counters.backend_failures);
