@@ -6,11 +6,13 @@
 //! `encode_*` helpers append to a `Vec<u8>`. The proxy and the load generator
 //! share this crate, so both speak exactly the same protocol.
 
+pub mod buffer;
 pub mod number;
 pub mod parse;
 pub mod request;
 pub mod response;
 
+pub use buffer::ReadBuf;
 pub use parse::{parse_request, Limits, Parsed, Rejection};
 pub use request::{encode_get, encode_store_line, ArithKind, GetKind, Request, StoreKind};
 pub use response::{encode_value, parse_response, MalformedResponse, Response, ValueRef};

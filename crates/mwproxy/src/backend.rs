@@ -14,7 +14,7 @@ use std::net::{Shutdown, SocketAddr, TcpStream};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use mcproto::parse_response;
+use mcproto::{parse_response, ReadBuf};
 
 use crate::config::BackendConfig;
 
@@ -79,9 +79,7 @@ pub struct Backend {
     addr: SocketAddr,
     stream: Option<TcpStream>,
     /// Bytes read but not yet consumed.
-    buf: Vec<u8>,
-    /// Start of unconsumed bytes in `buf`.
-    head: usize,
+    buf: ReadBuf,
     /// The connection has carried at least one complete exchange.
     used: bool,
     /// Reconnections made after a failure, not yet counted in the stats.
@@ -93,7 +91,7 @@ const READ_CHUNK: usize = 64 * 1024;
 impl Backend {
     /// A connection to be opened on first use.
     pub fn new(index: usize, addr: SocketAddr) -> Backend {
-        Backend { index, addr, stream: None, buf: Vec::with_capacity(READ_CHUNK), head: 0, used: false, reconnects: 0 }
+        Backend { index, addr, stream: None, buf: ReadBuf::with_capacity(READ_CHUNK), used: false, reconnects: 0 }
     }
 
     /// Reconnections since the last call (for the stats).
@@ -126,7 +124,6 @@ impl Backend {
                 }
                 self.stream = Some(s);
                 self.buf.clear();
-                self.head = 0;
                 self.used = false;
                 Ok(())
             }
@@ -153,7 +150,7 @@ impl Backend {
     /// stays buffered until [`Backend::consume`].
     pub fn recv(&mut self, deadline: Instant) -> Result<usize, BackendError> {
         loop {
-            match parse_response(&self.buf[self.head..]) {
+            match parse_response(self.buf.filled()) {
                 Ok(Some((_, n))) => return Ok(n),
                 Ok(None) => {}
                 Err(e) => return Err(BackendError::Protocol(e.to_string())),
@@ -162,21 +159,11 @@ impl Backend {
                 return Err(BackendError::Timeout);
             }
             let stream = self.stream.as_mut().ok_or(BackendError::Down)?;
-            if self.head > 0 && self.head == self.buf.len() {
-                self.buf.clear();
-                self.head = 0;
-            }
-            let len = self.buf.len();
-            self.buf.resize(len + READ_CHUNK, 0);
-            let r = stream.read(&mut self.buf[len..]);
+            let r = stream.read(self.buf.spare(READ_CHUNK / 4));
             match r {
-                Ok(0) => {
-                    self.buf.truncate(len);
-                    return Err(BackendError::Io("closed by server".into()));
-                }
-                Ok(n) => self.buf.truncate(len + n),
+                Ok(0) => return Err(BackendError::Io("closed by server".into())),
+                Ok(n) => self.buf.commit(n),
                 Err(e) => {
-                    self.buf.truncate(len);
                     if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) {
                         return Err(BackendError::Timeout);
                     }
@@ -190,20 +177,14 @@ impl Backend {
 
     /// The buffered reply of `len` bytes (as returned by [`Backend::recv`]).
     pub fn reply(&self, len: usize) -> &[u8] {
-        &self.buf[self.head..self.head + len]
+        &self.buf.filled()[..len]
     }
 
     /// Drops a reply that has been used.
     pub fn consume(&mut self, len: usize) {
-        self.head += len;
+        self.buf.consume(len);
+        self.buf.shrink_to(READ_CHUNK);
         self.used = true;
-        if self.head == self.buf.len() {
-            self.buf.clear();
-            self.head = 0;
-        } else if self.head > READ_CHUNK * 4 {
-            self.buf.drain(..self.head);
-            self.head = 0;
-        }
     }
 
     /// Closes the connection after an error and marks the server down.
@@ -212,7 +193,6 @@ impl Backend {
             let _ = s.shutdown(Shutdown::Both);
         }
         self.buf.clear();
-        self.head = 0;
         self.used = false;
         if *err != BackendError::Down {
             health.record_failure(now_ms, cfg);
@@ -223,7 +203,6 @@ impl Backend {
     pub fn reset(&mut self) {
         self.stream = None;
         self.buf.clear();
-        self.head = 0;
         self.used = false;
     }
 

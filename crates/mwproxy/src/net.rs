@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Sender, TrySendError};
-use mcproto::{parse_request, Limits, Parsed, Request};
+use mcproto::{parse_request, Limits, Parsed, ReadBuf, Request};
 use mio::net::TcpListener;
 use mio::{Events, Interest, Poll, Token, Waker};
 
@@ -39,8 +39,7 @@ const READ_CHUNK: usize = 16 * 1024;
 /// A client connection as its net thread sees it.
 struct Conn {
     shared: Arc<ClientConn>,
-    rbuf: Vec<u8>,
-    rpos: usize,
+    rbuf: ReadBuf,
     /// Bytes still to discard (the data block of a refused value).
     swallow: usize,
     /// Requests numbered so far.
@@ -213,8 +212,7 @@ impl NetThread {
             bump(&net.total_connections);
             self.conns[slot] = Some(Conn {
                 shared: Arc::new(ClientConn::new(token, stream)),
-                rbuf: Vec::with_capacity(READ_CHUNK),
-                rpos: 0,
+                rbuf: ReadBuf::with_capacity(READ_CHUNK),
                 swallow: 0,
                 issued: 0,
                 stalled: None,
@@ -300,29 +298,19 @@ impl NetThread {
                 return Flow::More;
             }
             reads += 1;
-            if conn.rpos > 0 && conn.rpos == conn.rbuf.len() {
-                conn.rbuf.clear();
-                conn.rpos = 0;
-            } else if conn.rpos > READ_CHUNK * 4 {
-                conn.rbuf.drain(..conn.rpos);
-                conn.rpos = 0;
-            }
-            let len = conn.rbuf.len();
-            conn.rbuf.resize(len + READ_CHUNK, 0);
-            let r = (&*conn.shared.stream()).read(&mut conn.rbuf[len..]);
+            conn.rbuf.shrink_to(READ_CHUNK);
+            let r = (&*conn.shared.stream()).read(conn.rbuf.spare(READ_CHUNK / 4));
             match r {
                 Ok(0) => {
-                    conn.rbuf.truncate(len);
                     conn.done = true;
                     conn.shared.client_done(conn.issued, &shared.stats.net);
                     return Flow::Finished;
                 }
                 Ok(n) => {
-                    conn.rbuf.truncate(len + n);
+                    conn.rbuf.commit(n);
                     add(&shared.stats.net.bytes_read, n as u64);
                 }
                 Err(e) => {
-                    conn.rbuf.truncate(len);
                     match e.kind() {
                         io::ErrorKind::WouldBlock => return Flow::Drained,
                         io::ErrorKind::Interrupted => {}
@@ -354,15 +342,15 @@ fn parse_all(conn: &mut Conn, queue: &Sender<Job>, shared: &Shared, limits: &Lim
     let net = &shared.stats.net;
     loop {
         if conn.swallow > 0 {
-            let n = conn.swallow.min(conn.rbuf.len() - conn.rpos);
-            conn.rpos += n;
+            let n = conn.swallow.min(conn.rbuf.len());
+            conn.rbuf.consume(n);
             conn.swallow -= n;
             if conn.swallow > 0 {
                 return None;
             }
         }
         let t_recv = Instant::now();
-        let work = match parse_request(&conn.rbuf[conn.rpos..], limits) {
+        let work = match parse_request(conn.rbuf.filled(), limits) {
             Parsed::Incomplete => return None,
             Parsed::Request { request: Request::Quit, .. } => {
                 conn.shared.deliver(conn.issued, Vec::new(), true, net);
@@ -371,7 +359,7 @@ fn parse_all(conn: &mut Conn, queue: &Sender<Job>, shared: &Shared, limits: &Lim
                 return Some(Flow::Finished);
             }
             Parsed::Request { request, consumed } => {
-                conn.rpos += consumed;
+                conn.rbuf.consume(consumed);
                 Work::Request(request)
             }
             Parsed::Reject(r) => {
@@ -382,7 +370,7 @@ fn parse_all(conn: &mut Conn, queue: &Sender<Job>, shared: &Shared, limits: &Lim
                     conn.done = true;
                     return Some(Flow::Finished);
                 }
-                conn.rpos += r.consumed;
+                conn.rbuf.consume(r.consumed);
                 conn.swallow = r.swallow;
                 match r.stale_key {
                     Some(key) => Work::DropStale { key, reply: r.reply },
