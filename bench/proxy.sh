@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# Closed-loop throughput and latency of mwproxy next to its baselines, measured
+# in one run: (a) one memcached directly, (b) mwproxy in front of 1 and of 3
+# memcached servers, (c) twemproxy (nutcracker, ketama/md5) in front of the same
+# 3 servers. Targets are alternated round by round so that drift on this shared
+# machine hits all of them alike; the table shows medians and ratios.
+#
+# Usage: bench/proxy.sh [rounds] [seconds]    (env: CONNECTIONS, WORKERS, RATIO, VALUE_SIZE)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROUNDS=${1:-3}
+SECONDS_PER_RUN=${2:-5}
+CONNECTIONS=${CONNECTIONS:-32}
+WORKERS=${WORKERS:-8}
+RATIO=${RATIO:-1:10}
+VALUE_SIZE=${VALUE_SIZE:-128}
+KEYS=${KEYS:-10000}
+
+BIN=target/release
+LOAD="$BIN/closed_loop"
+work=$(mktemp -d)
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$work"; }
+trap cleanup EXIT INT TERM
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+wait_port() { for _ in $(seq 100); do (exec 3<>/dev/tcp/127.0.0.1/"$1") 2>/dev/null && return 0; sleep 0.05; done; echo "port $1 never opened" >&2; exit 1; }
+user_flag=(); [ "$(id -u)" = 0 ] && user_flag=(-u root)
+
+declare -a MC
+for i in 0 1 2 3; do
+  p=$(free_port); memcached -l 127.0.0.1 -p "$p" -U 0 -t 1 -m 256 "${user_flag[@]}" & pids+=($!); MC[$i]=$p
+done
+for p in "${MC[@]}"; do wait_port "$p"; done
+# MC[0] serves the direct run and mwproxy-1; MC[1..3] serve the 3-server proxies.
+MW1=$(free_port); MW3=$(free_port); TW=$(free_port)
+"$BIN/mwproxy" -p "$MW1" -t "$WORKERS" -m "127.0.0.1:${MC[0]}" --log warn & pids+=($!)
+"$BIN/mwproxy" -p "$MW3" -t "$WORKERS" -m "127.0.0.1:${MC[1]}" "127.0.0.1:${MC[2]}" "127.0.0.1:${MC[3]}" --log warn & pids+=($!)
+cat > "$work/nutcracker.yml" <<YML
+pool:
+  listen: 127.0.0.1:$TW
+  hash: md5
+  distribution: ketama
+  timeout: 1000
+  servers:
+   - 127.0.0.1:${MC[1]}:1
+   - 127.0.0.1:${MC[2]}:1
+   - 127.0.0.1:${MC[3]}:1
+YML
+nutcracker -c "$work/nutcracker.yml" -s "$(free_port)" -a 127.0.0.1 >/dev/null 2>&1 & pids+=($!)
+for p in "$MW1" "$MW3" "$TW"; do wait_port "$p"; done
+
+"$LOAD" --target "127.0.0.1:${MC[0]}" --keys "$KEYS" --value-size "$VALUE_SIZE" --prefill
+"$LOAD" --target "127.0.0.1:$MW3" --keys "$KEYS" --value-size "$VALUE_SIZE" --prefill
+
+names=(memcached mwproxy-1 mwproxy-3 twemproxy-3)
+ports=("${MC[0]}" "$MW1" "$MW3" "$TW")
+echo "closed loop: $CONNECTIONS connections, set:get $RATIO, ${VALUE_SIZE} B values, $KEYS keys, mwproxy workers $WORKERS, $ROUNDS rounds x ${SECONDS_PER_RUN} s" >&2
+for r in $(seq "$ROUNDS"); do
+  for i in "${!names[@]}"; do
+    out=$("$LOAD" --target "127.0.0.1:${ports[$i]}" --connections "$CONNECTIONS" --ratio "$RATIO" \
+          --keys "$KEYS" --value-size "$VALUE_SIZE" --seconds "$SECONDS_PER_RUN" --warmup 1)
+    echo "${names[$i]} $out" >> "$work/results"
+    echo "  round $r ${names[$i]}: $out" >&2
+  done
+done
+
+python3 - "$work/results" <<'PY'
+import json, sys, statistics
+rows = {}
+for line in open(sys.argv[1]):
+    name, js = line.split(" ", 1)
+    rows.setdefault(name, []).append(json.loads(js))
+def med(name, field):
+    return statistics.median(r[field] for r in rows[name])
+print(f"{'target':<14}{'ops/s':>12}{'mean us':>10}{'p99 us':>10}{'errors':>8}")
+for name in rows:
+    print(f"{name:<14}{med(name,'ops_per_sec'):>12.0f}{med(name,'mean_us'):>10.1f}{med(name,'p99_us'):>10.0f}{sum(r['errors'] for r in rows[name]):>8}")
+print()
+print(f"mwproxy-1 / memcached   ops/s ratio: {med('mwproxy-1','ops_per_sec')/med('memcached','ops_per_sec'):.2f}")
+print(f"mwproxy-3 / twemproxy-3 ops/s ratio: {med('mwproxy-3','ops_per_sec')/med('twemproxy-3','ops_per_sec'):.2f}")
+print(f"mwproxy-3 / twemproxy-3 p99 ratio:   {med('mwproxy-3','p99_us')/med('twemproxy-3','p99_us'):.2f}")
+PY

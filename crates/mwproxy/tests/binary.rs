@@ -1,0 +1,90 @@
+//! The `mwproxy` binary as a user runs it: flags, configuration errors,
+//! `--print-config`, and a clean stop on SIGTERM that finishes in-flight requests.
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use mctest::{free_port, wait_for_port, Client, Memcached};
+
+fn mwproxy() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_mwproxy"))
+}
+
+#[test]
+fn print_config_shows_the_effective_configuration() {
+    let out = mwproxy()
+        .args(["-m", "127.0.0.1:11211", "127.0.0.1:11212:2", "-t", "16", "-s", "false", "--print-config"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.contains("workers = 16"), "{text}");
+    assert!(text.contains("\"127.0.0.1:11212:2\""), "{text}");
+    assert!(text.contains("multiget = \"non-sharded\""), "{text}");
+    let parsed = mwproxy::Config::from_toml(&text).unwrap();
+    assert_eq!(parsed.routing.servers.len(), 2);
+}
+
+#[test]
+fn bad_configurations_are_explained() {
+    let cases: &[(&[&str], &str)] = &[
+        (&[], "no servers"),
+        (&["-m", "127.0.0.1:11211", "-r", "2"], "replication"),
+        (&["-m", "nonsense"], "expected host:port"),
+        (&["-m", "127.0.0.1:11211", "-t", "0"], "workers"),
+        (&["-m", "127.0.0.1:11211", "--bogus"], "--bogus"),
+        (&["-m", "127.0.0.1:11211", "--read-policy", "random"], "random"),
+    ];
+    for (args, needle) in cases {
+        let out = mwproxy().args(*args).output().unwrap();
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(needle), "{args:?}: {err}");
+    }
+    let dir = std::env::temp_dir().join(format!("mwproxy-bin-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("bad.toml");
+    std::fs::write(&path, "[routing]\nservers = [\"127.0.0.1:1\"]\nreplicas = 2\n").unwrap();
+    let out = mwproxy().arg("-c").arg(&path).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("replicas"));
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn sigterm_finishes_in_flight_requests_then_exits_zero() {
+    let server = Memcached::start().unwrap();
+    let port = free_port();
+    let mut child = mwproxy()
+        .args(["-p", &port.to_string(), "-m", &server.endpoint(), "--timeout-ms", "3000"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let addr = format!("127.0.0.1:{port}").parse().unwrap();
+    wait_for_port(addr, Duration::from_secs(5)).unwrap();
+    let mut c = Client::connect(addr).unwrap();
+    assert_eq!(c.call_str("set k 0 0 2\r\nhi\r\n").unwrap(), "STORED\r\n");
+    // Hold the request inside the proxy: the server is frozen.
+    server.pause().unwrap();
+    c.send(b"get k\r\n").unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    let ok = Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap().success();
+    assert!(ok);
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(
+        std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_err(),
+        "no new connections after SIGTERM"
+    );
+    server.resume().unwrap();
+    assert_eq!(String::from_utf8(c.read_reply().unwrap()).unwrap(), "VALUE k 0 2\r\nhi\r\nEND\r\n");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        assert!(Instant::now() < deadline, "mwproxy did not exit after SIGTERM");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(status.success(), "{status}");
+}
