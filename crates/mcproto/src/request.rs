@@ -259,12 +259,7 @@ impl Request {
 }
 
 /// Appends a retrieval line for `keys` (which must not be empty for a useful request).
-pub fn encode_get<'k>(
-    out: &mut Vec<u8>,
-    kind: GetKind,
-    exptime: i32,
-    keys: impl IntoIterator<Item = &'k [u8]>,
-) {
+pub fn encode_get<'k>(out: &mut Vec<u8>, kind: GetKind, exptime: i32, keys: impl IntoIterator<Item = &'k [u8]>) {
     out.extend_from_slice(kind.name().as_bytes());
     if kind.touches() {
         out.push(b' ');

@@ -183,8 +183,8 @@ pub struct Client {
 impl Client {
     /// Connects with a 5 s read timeout.
     pub fn connect(addr: SocketAddr) -> Result<Client> {
-        let stream = TcpStream::connect_timeout(&addr, Duration::from_secs(5))
-            .with_context(|| format!("connect to {addr}"))?;
+        let stream =
+            TcpStream::connect_timeout(&addr, Duration::from_secs(5)).with_context(|| format!("connect to {addr}"))?;
         stream.set_read_timeout(Some(Duration::from_secs(5)))?;
         stream.set_nodelay(true)?;
         Ok(Client { stream, buf: Vec::new() })
@@ -238,9 +238,9 @@ impl Client {
                 Ok(()) => continue,
                 Err(e) => {
                     let eof = e.to_string().contains("closed");
-                    let timeout = e
-                        .downcast_ref::<std::io::Error>()
-                        .is_some_and(|io| matches!(io.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut));
+                    let timeout = e.downcast_ref::<std::io::Error>().is_some_and(|io| {
+                        matches!(io.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut)
+                    });
                     if eof {
                         closed = true;
                         break;

@@ -181,9 +181,10 @@ mod tests {
 
     #[test]
     fn long_flags_and_sizes() {
-        let c = cli(&["--servers", "a:1,b:2:3", "--read-policy", "primary", "--max-value-size", "2m", "--hash", "modula"])
-            .to_config()
-            .unwrap();
+        let c =
+            cli(&["--servers", "a:1,b:2:3", "--read-policy", "primary", "--max-value-size", "2m", "--hash", "modula"])
+                .to_config()
+                .unwrap();
         assert_eq!(c.routing.servers[1].weight, 3);
         assert_eq!(c.routing.read_policy, ReadPolicy::Primary);
         assert_eq!(c.limits.max_value_size, 2 << 20);

@@ -316,12 +316,7 @@ fn group_by_server(todo: &[usize], pick: impl Fn(usize) -> usize) -> Vec<(usize,
     groups
 }
 
-fn count_outcome(
-    reply: &[u8],
-    hit: &[u8],
-    hits: &std::sync::atomic::AtomicU64,
-    misses: &std::sync::atomic::AtomicU64,
-) {
+fn count_outcome(reply: &[u8], hit: &[u8], hits: &std::sync::atomic::AtomicU64, misses: &std::sync::atomic::AtomicU64) {
     if reply.starts_with(hit) {
         hits.fetch_add(1, Ordering::Relaxed);
     } else if reply.starts_with(b"NOT_FOUND") {

@@ -81,7 +81,12 @@ pub struct NetThread {
 
 impl NetThread {
     /// A net thread serving `listener`; `poll` must have the waker registered.
-    pub fn new(poll: Poll, mut listener: TcpListener, queue: Sender<Job>, shared: Arc<Shared>) -> io::Result<NetThread> {
+    pub fn new(
+        poll: Poll,
+        mut listener: TcpListener,
+        queue: Sender<Job>,
+        shared: Arc<Shared>,
+    ) -> io::Result<NetThread> {
         poll.registry().register(&mut listener, LISTENER, Interest::READABLE)?;
         let limits = shared.config.parser_limits();
         Ok(NetThread {
@@ -132,7 +137,9 @@ impl NetThread {
                         let Some(conn) = self.conn(token) else { continue };
                         if ev.is_writable() {
                             conn.shared.flush(&shared.stats.net);
-                            if conn.output_paused && conn.shared.pending_output() < shared.config.proxy.max_pending_output {
+                            if conn.output_paused
+                                && conn.shared.pending_output() < shared.config.proxy.max_pending_output
+                            {
                                 conn.output_paused = false;
                                 self.ready.push_back(token);
                             }
@@ -299,7 +306,7 @@ impl NetThread {
             }
             reads += 1;
             conn.rbuf.shrink_to(READ_CHUNK);
-            let r = (&*conn.shared.stream()).read(conn.rbuf.spare(READ_CHUNK / 4));
+            let r = conn.shared.stream().read(conn.rbuf.spare(READ_CHUNK / 4));
             match r {
                 Ok(0) => {
                     conn.done = true;
@@ -310,17 +317,15 @@ impl NetThread {
                     conn.rbuf.commit(n);
                     add(&shared.stats.net.bytes_read, n as u64);
                 }
-                Err(e) => {
-                    match e.kind() {
-                        io::ErrorKind::WouldBlock => return Flow::Drained,
-                        io::ErrorKind::Interrupted => {}
-                        _ => {
-                            conn.done = true;
-                            conn.shared.close();
-                            return Flow::Finished;
-                        }
+                Err(e) => match e.kind() {
+                    io::ErrorKind::WouldBlock => return Flow::Drained,
+                    io::ErrorKind::Interrupted => {}
+                    _ => {
+                        conn.done = true;
+                        conn.shared.close();
+                        return Flow::Finished;
                     }
-                }
+                },
             }
         }
     }

@@ -15,7 +15,11 @@ use mctest::{Client, Memcached};
 enum Step {
     Send(Vec<u8>),
     /// `gets key`, then `cas` with the unique it returned (and `offset` added).
-    CasWithFresh { key: &'static str, offset: u64, value: &'static str },
+    CasWithFresh {
+        key: &'static str,
+        offset: u64,
+        value: &'static str,
+    },
 }
 
 fn s(bytes: &str) -> Step {
@@ -238,11 +242,8 @@ fn closes_where_memcached_closes() {
     let direct = Memcached::start().unwrap();
     let servers = common::servers(1);
     let proxy = common::proxy(&servers, |_| {});
-    let cases: Vec<Vec<u8>> = vec![
-        b"get a\r\nquit\r\nget a\r\n".to_vec(),
-        b"GET / HTTP/1.1\r\nHost: x\r\n\r\n".to_vec(),
-        vec![b'x'; 5000],
-    ];
+    let cases: Vec<Vec<u8>> =
+        vec![b"get a\r\nquit\r\nget a\r\n".to_vec(), b"GET / HTTP/1.1\r\nHost: x\r\n\r\n".to_vec(), vec![b'x'; 5000]];
     for case in cases {
         let (a, a_closed) = mctest::exchange(direct.addr(), &case, Duration::from_millis(300)).unwrap();
         let (b, b_closed) = mctest::exchange(proxy.local_addr(), &case, Duration::from_millis(300)).unwrap();

@@ -109,10 +109,8 @@ fn writes_reach_exactly_r_replicas_and_reads_survive_a_dead_replica() {
             c.routing.replication = 2;
             c.routing.read_policy = policy;
         });
-        let ring = Ring::new(
-            HashKind::Ketama,
-            &specs(&servers.iter().map(|s| s.port()).collect::<Vec<_>>(), &[1, 1, 1]),
-        );
+        let ring =
+            Ring::new(HashKind::Ketama, &specs(&servers.iter().map(|s| s.port()).collect::<Vec<_>>(), &[1, 1, 1]));
         let mut c = common::client(&proxy);
         let keys: Vec<String> = (0..60).map(|i| format!("{policy:?}-{i}")).collect();
         for k in &keys {

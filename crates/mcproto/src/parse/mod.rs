@@ -194,14 +194,7 @@ fn parse_get(kind: GetKind, args: &[&[u8]], consumed: usize, limits: &Limits) ->
     done(Request::Get { kind, exptime, keys }, consumed)
 }
 
-fn parse_store(
-    kind: StoreKind,
-    args: &[&[u8]],
-    noreply: bool,
-    buf: &[u8],
-    line_len: usize,
-    limits: &Limits,
-) -> Parsed {
+fn parse_store(kind: StoreKind, args: &[&[u8]], noreply: bool, buf: &[u8], line_len: usize, limits: &Limits) -> Parsed {
     let base = if kind == StoreKind::Cas { 5 } else { 4 };
     if args.len() != base && args.len() != base + 1 {
         return Rejection::reply(ERROR, false, line_len);
@@ -210,9 +203,7 @@ fn parse_store(
     if key_too_long(key, limits) {
         return Rejection::reply(BAD_FORMAT, noreply, line_len);
     }
-    let (Some(flags), Some(exptime), Some(vlen)) =
-        (parse_u32(args[1]), parse_i32(args[2]), parse_i32(args[3]))
-    else {
+    let (Some(flags), Some(exptime), Some(vlen)) = (parse_u32(args[1]), parse_i32(args[2]), parse_i32(args[3])) else {
         return Rejection::reply(BAD_FORMAT, noreply, line_len);
     };
     let cas = if kind == StoreKind::Cas {
@@ -223,7 +214,7 @@ fn parse_store(
     } else {
         0
     };
-    if vlen < 0 || vlen > i32::MAX - 2 {
+    if !(0..=i32::MAX - 2).contains(&vlen) {
         return Rejection::reply(BAD_FORMAT, noreply, line_len);
     }
     let vlen = vlen as usize;

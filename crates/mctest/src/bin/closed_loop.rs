@@ -185,7 +185,7 @@ fn main() -> Result<()> {
         .map(|i| {
             let a = args.clone();
             let conns = args.connections / args.threads + usize::from(i < args.connections % args.threads);
-            std::thread::spawn(move || run_thread(a, conns, 0x243f6a8885a308d3 ^ (i as u64 + 1) * 0x9e3779b9, start))
+            std::thread::spawn(move || run_thread(a, conns, 0x243f6a8885a308d3 ^ ((i as u64 + 1) * 0x9e3779b9), start))
         })
         .collect();
     let mut total = Totals { ops: 0, errors: 0, misses: 0, hist: Histogram::new_with_bounds(1, 60_000_000, 3)? };
