@@ -358,3 +358,27 @@ fn stats_count_what_clients_did() {
     assert_eq!(stat(&c.call_str("stats\r\n").unwrap(), "cmd_set"), 0);
     common::stop(proxy);
 }
+
+#[test]
+fn several_net_threads_share_the_clients() {
+    let servers = common::servers(2);
+    let proxy = common::proxy(&servers, |c| c.proxy.net_threads = 3);
+    let addr = proxy.local_addr();
+    let threads: Vec<_> = (0..30)
+        .map(|t| {
+            std::thread::spawn(move || {
+                let mut c = Client::connect(addr).unwrap();
+                (0..50).all(|i| {
+                    let v = format!("{t}.{i}");
+                    c.call_str(&format!("set nt{t} 0 0 {}\r\n{v}\r\n", v.len())).unwrap() == "STORED\r\n"
+                        && c.call_str(&format!("get nt{t}\r\n")).unwrap()
+                            == format!("VALUE nt{t} 0 {}\r\n{v}\r\nEND\r\n", v.len())
+                })
+            })
+        })
+        .collect();
+    for t in threads {
+        assert!(t.join().unwrap());
+    }
+    common::stop(proxy);
+}
