@@ -72,6 +72,21 @@ pub struct Cli {
     /// Largest value in bytes; k and m suffixes allowed [default: 1m].
     #[arg(long, value_name = "BYTES", value_parser = parse_size)]
     pub max_value_size: Option<usize>,
+    /// Write windows.jsonl, summary.json and trace.csv into this directory.
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<String>,
+    /// Window length in ms; windows start at wall-clock multiples [default: 1000].
+    #[arg(long, value_name = "MS")]
+    pub window_ms: Option<u64>,
+    /// Trace every k-th request into trace.csv, 0 = off [default: 100].
+    #[arg(long, value_name = "K")]
+    pub trace_every: Option<u64>,
+    /// HTTP admin endpoint (/metrics, /stats, /healthz): host:port or a port on 127.0.0.1.
+    #[arg(long, value_name = "ADDR")]
+    pub admin: Option<String>,
+    /// Name of this proxy in results files [default: mw0].
+    #[arg(long, value_name = "NAME")]
+    pub instance: Option<String>,
     /// Print the effective configuration as TOML and exit.
     #[arg(long)]
     pub print_config: bool,
@@ -149,6 +164,17 @@ impl Cli {
         set(&mut c.backend.retry_min_ms, self.retry_min_ms);
         set(&mut c.backend.retry_max_ms, self.retry_max_ms);
         set(&mut c.limits.max_value_size, self.max_value_size);
+        if self.out.is_some() {
+            c.stats.out = self.out.clone();
+        }
+        set(&mut c.stats.window_ms, self.window_ms);
+        set(&mut c.stats.trace_every, self.trace_every);
+        if self.admin.is_some() {
+            c.stats.admin = self.admin.clone();
+        }
+        if let Some(i) = &self.instance {
+            c.stats.instance = i.clone();
+        }
         Ok(c)
     }
 }

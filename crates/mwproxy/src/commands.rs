@@ -15,14 +15,12 @@
 //!   proxy's own.
 
 use std::ops::Range;
-use std::sync::atomic::Ordering;
 
 use mcproto::request::encode_get;
 use mcproto::response::encode_value;
 use mcproto::{GetKind, Request, Response, StoreKind};
 
 use crate::config::{MultigetFailure, MultigetMode, ReadPolicy};
-use crate::stats::{add, bump};
 use crate::worker::{parsed, Target, Worker};
 
 impl Worker {
@@ -32,36 +30,36 @@ impl Worker {
             Request::Get { kind, exptime, keys } => self.get(*kind, *exptime, keys, out),
             Request::Store { kind: StoreKind::Cas, .. } => self.cas(req, out),
             Request::Store { key, .. } => {
-                bump(&self.stats().counters.cmd_set);
+                self.facts.counters.cmd_set += 1;
                 self.write_replicas(req, key, out);
             }
             Request::Delete { key, .. } => {
                 self.write_replicas(req, key, out);
-                let c = &self.stats().counters;
-                count_outcome(out, b"DELETED", &c.delete_hits, &c.delete_misses);
+                let c = &mut self.facts.counters;
+                count_outcome(out, b"DELETED", &mut c.delete_hits, &mut c.delete_misses);
             }
             Request::Touch { key, .. } => {
-                bump(&self.stats().counters.cmd_touch);
+                self.facts.counters.cmd_touch += 1;
                 self.write_replicas(req, key, out);
-                let c = &self.stats().counters;
-                count_outcome(out, b"TOUCHED", &c.touch_hits, &c.touch_misses);
+                let c = &mut self.facts.counters;
+                count_outcome(out, b"TOUCHED", &mut c.touch_hits, &mut c.touch_misses);
             }
             Request::Arith { kind, key, .. } => {
                 self.write_replicas(req, key, out);
-                let c = &self.stats().counters;
+                let c = &mut self.facts.counters;
                 let (hits, misses) = match kind {
-                    mcproto::ArithKind::Incr => (&c.incr_hits, &c.incr_misses),
-                    mcproto::ArithKind::Decr => (&c.decr_hits, &c.decr_misses),
+                    mcproto::ArithKind::Incr => (&mut c.incr_hits, &mut c.incr_misses),
+                    mcproto::ArithKind::Decr => (&mut c.decr_hits, &mut c.decr_misses),
                 };
                 if out.first().is_some_and(u8::is_ascii_digit) {
-                    bump(hits);
+                    *hits += 1;
                 } else if out.starts_with(b"NOT_FOUND") {
-                    bump(misses);
+                    *misses += 1;
                 }
             }
             Request::FlushAll { .. } | Request::Verbosity { .. } => {
                 if matches!(req, Request::FlushAll { .. }) {
-                    bump(&self.stats().counters.cmd_flush);
+                    self.facts.counters.cmd_flush += 1;
                 }
                 self.sendbuf.clear();
                 req.encode(&mut self.sendbuf, false);
@@ -85,23 +83,23 @@ impl Worker {
 
     fn cas(&mut self, req: &Request, out: &mut Vec<u8>) {
         let Request::Store { key, flags, exptime, data, .. } = req else { unreachable!() };
-        bump(&self.stats().counters.cmd_set);
+        self.facts.counters.cmd_set += 1;
         let replicas = self.shared.ring.replicas(key, self.shared.config.routing.replication);
         self.sendbuf.clear();
         req.encode(&mut self.sendbuf, false);
         let start = out.len();
         self.fan_out(&replicas[..1], out);
         let answer = &out[start..];
-        let c = &self.stats().counters;
+        let c = &mut self.facts.counters;
         if answer == b"EXISTS\r\n" {
-            bump(&c.cas_badval);
+            c.cas_badval += 1;
         } else if answer == b"NOT_FOUND\r\n" {
-            bump(&c.cas_misses);
+            c.cas_misses += 1;
         }
         if answer != b"STORED\r\n" {
             return;
         }
-        bump(&c.cas_hits);
+        c.cas_hits += 1;
         if replicas.len() > 1 {
             self.sendbuf.clear();
             let set = Request::Store {
@@ -117,7 +115,7 @@ impl Worker {
             let mut copies = Vec::new();
             self.fan_out(&replicas[1..], &mut copies);
             if copies != b"STORED\r\n" {
-                bump(&self.stats().counters.replica_disagreements);
+                self.facts.counters.replica_disagreements += 1;
             }
         }
     }
@@ -174,7 +172,7 @@ impl Worker {
             for (server, idx) in &groups {
                 let start = self.sendbuf.len();
                 encode_get(&mut self.sendbuf, kind, exptime, idx.iter().map(|&i| keys[i].as_slice()));
-                targets.push(Target { server: *server, request: start..self.sendbuf.len(), result: Ok(0) });
+                targets.push(Target::new(*server, start..self.sendbuf.len()));
             }
             self.exchange(&mut targets);
             if round == 0 && targets.len() == 1 && targets[0].result.is_ok() {
@@ -227,15 +225,15 @@ impl Worker {
             self.finish(&targets);
             todo = next;
         }
-        add(&self.stats().counters.read_failovers, failovers);
+        self.facts.counters.read_failovers += failovers;
         if unanswered + todo.len() > 0 {
             let fail_all = self.shared.config.routing.multiget_failure == MultigetFailure::Fail;
             if !answered || k == 1 || fail_all {
-                bump(&self.stats().counters.backend_failures);
+                self.facts.counters.backend_failures += 1;
                 out.extend_from_slice(&first_error.unwrap_or_default());
                 return;
             }
-            bump(&self.stats().counters.multiget_partial);
+            self.facts.counters.multiget_partial += 1;
         }
         let mut hits = 0;
         for span in spans.into_iter().flatten() {
@@ -246,16 +244,17 @@ impl Worker {
         self.count_gets(kind, k as u64, hits);
     }
 
-    fn count_gets(&self, kind: GetKind, keys: u64, hits: u64) {
-        let c = &self.stats().counters;
+    fn count_gets(&mut self, kind: GetKind, keys: u64, hits: u64) {
+        self.facts.hits = hits;
+        let c = &mut self.facts.counters;
         if kind.touches() {
-            add(&c.cmd_touch, keys);
-            add(&c.touch_hits, hits);
-            add(&c.touch_misses, keys.saturating_sub(hits));
+            c.cmd_touch += keys;
+            c.touch_hits += hits;
+            c.touch_misses += keys.saturating_sub(hits);
         } else {
-            add(&c.cmd_get, keys);
-            add(&c.get_hits, hits);
-            add(&c.get_misses, keys.saturating_sub(hits));
+            c.cmd_get += keys;
+            c.get_hits += hits;
+            c.get_misses += keys.saturating_sub(hits);
         }
     }
 
@@ -271,14 +270,21 @@ impl Worker {
             }
             Some(b"backends") if args.len() == 1 => {
                 let now_ms = self.shared.started.elapsed().as_millis() as u64;
+                let mut acc = crate::recorder::WorkerAcc::new(self.shared.addrs.len());
+                self.shared.telemetry.slots.peek(&mut acc);
+                acc.merge_copy(&self.shared.telemetry.run().total);
                 for (i, spec) in self.shared.config.routing.servers.iter().enumerate() {
                     let up = self.shared.health[i].is_up(now_ms) && !self.shared.health[i].failing();
+                    let b = &acc.backends[i];
                     stat(&format!("backend:{i}:address"), &spec.endpoint());
                     stat(&format!("backend:{i}:weight"), &spec.weight);
                     stat(&format!("backend:{i}:status"), &if up { "up" } else { "down" });
-                    for (name, v) in self.shared.stats.backend_totals(i) {
-                        stat(&format!("backend:{i}:{name}"), &v);
-                    }
+                    stat(&format!("backend:{i}:requests"), &b.requests);
+                    stat(&format!("backend:{i}:errors"), &b.errors);
+                    stat(&format!("backend:{i}:timeouts"), &b.timeouts);
+                    stat(&format!("backend:{i}:reconnects"), &b.reconnects);
+                    stat(&format!("backend:{i}:server_us_mean"), &format!("{:.1}", b.server.mean()));
+                    stat(&format!("backend:{i}:server_us_p99"), &b.server.quantile(0.99));
                 }
             }
             Some(b"settings") if args.len() == 1 => {
@@ -289,7 +295,7 @@ impl Worker {
                 }
             }
             Some(b"reset") if args.len() == 1 => {
-                self.shared.stats.reset();
+                self.shared.telemetry.reset_counters(&self.shared.net);
                 out.extend_from_slice(b"RESET\r\n");
                 return;
             }
@@ -316,11 +322,11 @@ fn group_by_server(todo: &[usize], pick: impl Fn(usize) -> usize) -> Vec<(usize,
     groups
 }
 
-fn count_outcome(reply: &[u8], hit: &[u8], hits: &std::sync::atomic::AtomicU64, misses: &std::sync::atomic::AtomicU64) {
+fn count_outcome(reply: &[u8], hit: &[u8], hits: &mut u64, misses: &mut u64) {
     if reply.starts_with(hit) {
-        hits.fetch_add(1, Ordering::Relaxed);
+        *hits += 1;
     } else if reply.starts_with(b"NOT_FOUND") {
-        misses.fetch_add(1, Ordering::Relaxed);
+        *misses += 1;
     }
 }
 

@@ -20,6 +20,40 @@ pub struct Config {
     pub backend: BackendConfig,
     /// Protocol limits.
     pub limits: LimitsConfig,
+    /// Measurement outputs.
+    pub stats: StatsConfig,
+}
+
+/// Where measurements go.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct StatsConfig {
+    /// Directory for windows.jsonl, summary.json and trace.csv (default: none).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub out: Option<String>,
+    /// Window length in milliseconds; windows start at multiples of it (default 1000).
+    pub window_ms: u64,
+    /// Trace every k-th request into trace.csv, 0 = no trace (default 100).
+    pub trace_every: u64,
+    /// Address of the HTTP admin endpoint (/metrics, /stats, /healthz); a bare
+    /// port means 127.0.0.1 (default: off).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub admin: Option<String>,
+    /// Name of this proxy in results files (default `mw0`).
+    pub instance: String,
+}
+
+impl Default for StatsConfig {
+    fn default() -> Self {
+        StatsConfig { out: None, window_ms: 1000, trace_every: 100, admin: None, instance: "mw0".into() }
+    }
+}
+
+impl StatsConfig {
+    /// The admin address with a bare port expanded to loopback.
+    pub fn admin_addr(&self) -> Option<String> {
+        self.admin.as_ref().map(|a| if a.parse::<u16>().is_ok() { format!("127.0.0.1:{a}") } else { a.clone() })
+    }
 }
 
 /// The listening side.
@@ -321,6 +355,18 @@ impl Config {
         }
         if l.max_get_line < 2048 {
             return err("max_get_line must be at least 2048 bytes".into());
+        }
+        let st = &self.stats;
+        if st.window_ms < 10 || st.window_ms > 3_600_000 {
+            return err(format!("window_ms must be 10..=3600000, not {}", st.window_ms));
+        }
+        if let Some(a) = st.admin_addr() {
+            if a.to_socket_addrs().map(|mut x| x.next().is_none()).unwrap_or(true) {
+                return err(format!("admin address {a:?} is not host:port or a port"));
+            }
+        }
+        if st.instance.is_empty() || st.instance.contains(char::is_whitespace) {
+            return err(format!("instance name {:?} must be a non-empty word", st.instance));
         }
         Ok(())
     }

@@ -8,15 +8,18 @@
 //! Keys are placed with ketama consistent hashing (`ring.rs`). The binary in
 //! `main.rs` only parses the command line (`cli.rs`) and starts a [`Proxy`].
 
+pub mod admin;
 pub mod backend;
 pub mod cli;
 mod commands;
 pub mod config;
 pub mod conn;
 pub mod net;
+pub mod recorder;
 pub mod ring;
 pub mod server;
 pub mod stats;
+pub mod telemetry;
 pub mod worker;
 
 pub use config::Config;

@@ -19,6 +19,7 @@ use crossbeam_channel::{Sender, TrySendError};
 use mcproto::{parse_request, Limits, Parsed, ReadBuf, Request};
 use mio::net::TcpListener;
 use mio::{Events, Interest, Poll, Token, Waker};
+use mwstats::clock::now_ns;
 
 use crate::conn::{Admit, ClientConn};
 use crate::server::Shared;
@@ -50,6 +51,8 @@ struct Conn {
     done: bool,
     /// Reading paused because the client does not read its replies.
     output_paused: bool,
+    /// When the last read returned (t_recv of the requests it completed).
+    last_read_ns: u64,
 }
 
 /// What reading a connection led to.
@@ -77,11 +80,29 @@ pub struct NetThread {
     limits: Limits,
     blocked: Vec<Token>,
     ready: VecDeque<Token>,
+    /// Request ids: `next_id * net_threads + index`, unique per process.
+    ids: RequestIds,
+}
+
+/// Hands out process-wide unique request ids without sharing a counter.
+struct RequestIds {
+    next: u64,
+    index: u64,
+    stride: u64,
+}
+
+impl RequestIds {
+    fn take(&mut self) -> u64 {
+        let id = self.next * self.stride + self.index;
+        self.next += 1;
+        id
+    }
 }
 
 impl NetThread {
     /// A net thread serving `listener`; `poll` must have the waker registered.
     pub fn new(
+        index: usize,
         poll: Poll,
         mut listener: TcpListener,
         queue: Sender<Job>,
@@ -89,7 +110,9 @@ impl NetThread {
     ) -> io::Result<NetThread> {
         poll.registry().register(&mut listener, LISTENER, Interest::READABLE)?;
         let limits = shared.config.parser_limits();
+        let ids = RequestIds { next: 0, index: index as u64, stride: shared.config.proxy.net_threads as u64 };
         Ok(NetThread {
+            ids,
             poll,
             listener: Some(listener),
             conns: Vec::new(),
@@ -136,7 +159,7 @@ impl NetThread {
                         let shared = self.shared.clone();
                         let Some(conn) = self.conn(token) else { continue };
                         if ev.is_writable() {
-                            conn.shared.flush(&shared.stats.net);
+                            conn.shared.flush(&shared.net);
                             if conn.output_paused
                                 && conn.shared.pending_output() < shared.config.proxy.max_pending_output
                             {
@@ -177,7 +200,7 @@ impl NetThread {
         for i in 0..self.conns.len() {
             if let Some(c) = self.conns[i].take() {
                 c.shared.close();
-                bump(&self.shared.stats.net.closed_connections);
+                bump(&self.shared.net.closed_connections);
             }
         }
     }
@@ -198,7 +221,7 @@ impl NetThread {
                     return;
                 }
             };
-            let net = &self.shared.stats.net;
+            let net = &self.shared.net;
             let open = net.total_connections.load(Ordering::Relaxed) - net.closed_connections.load(Ordering::Relaxed);
             if open as usize >= self.shared.config.proxy.max_connections {
                 bump(&net.rejected_connections);
@@ -225,6 +248,7 @@ impl NetThread {
                 stalled: None,
                 done: false,
                 output_paused: false,
+                last_read_ns: 0,
             });
             self.ready.push_back(token);
         }
@@ -237,7 +261,7 @@ impl NetThread {
             c.shared.forget_waiting();
             let _ = self.poll.registry().deregister(&mut ClientConnSource(&c.shared));
             c.shared.close();
-            bump(&self.shared.stats.net.closed_connections);
+            bump(&self.shared.net.closed_connections);
             self.blocked.retain(|t| *t != token);
             self.ready.retain(|t| *t != token);
             self.free.push(slot);
@@ -272,7 +296,9 @@ impl NetThread {
         let queue = self.queue.clone();
         let shared = self.shared.clone();
         let limits = self.limits.clone();
-        let Some(conn) = self.conn(token) else { return Flow::Finished };
+        let slot = token.0 - FIRST_CONN;
+        let Some(conn) = self.conns.get_mut(slot).and_then(Option::as_mut) else { return Flow::Finished };
+        let ids = &mut self.ids;
         let mut reads = 0;
         loop {
             if let Some(job) = conn.stalled.take() {
@@ -291,7 +317,7 @@ impl NetThread {
             if conn.shared.waiting() >= MAX_PIPELINE {
                 return Flow::Blocked;
             }
-            if let Some(flow) = parse_all(conn, &queue, &shared, &limits) {
+            if let Some(flow) = parse_all(conn, &queue, &shared, &limits, ids) {
                 return flow;
             }
             if conn.shared.pending_output() > shared.config.proxy.max_pending_output {
@@ -310,12 +336,13 @@ impl NetThread {
             match r {
                 Ok(0) => {
                     conn.done = true;
-                    conn.shared.client_done(conn.issued, &shared.stats.net);
+                    conn.shared.client_done(conn.issued, &shared.net);
                     return Flow::Finished;
                 }
                 Ok(n) => {
+                    conn.last_read_ns = now_ns();
                     conn.rbuf.commit(n);
-                    add(&shared.stats.net.bytes_read, n as u64);
+                    add(&shared.net.bytes_read, n as u64);
                 }
                 Err(e) => match e.kind() {
                     io::ErrorKind::WouldBlock => return Flow::Drained,
@@ -343,8 +370,14 @@ impl NetThread {
 
 /// Parses every whole request in the buffer and queues it. Returns a flow when
 /// reading must stop, `None` when more bytes are needed.
-fn parse_all(conn: &mut Conn, queue: &Sender<Job>, shared: &Shared, limits: &Limits) -> Option<Flow> {
-    let net = &shared.stats.net;
+fn parse_all(
+    conn: &mut Conn,
+    queue: &Sender<Job>,
+    shared: &Shared,
+    limits: &Limits,
+    ids: &mut RequestIds,
+) -> Option<Flow> {
+    let net = &shared.net;
     loop {
         if conn.swallow > 0 {
             let n = conn.swallow.min(conn.rbuf.len());
@@ -354,7 +387,6 @@ fn parse_all(conn: &mut Conn, queue: &Sender<Job>, shared: &Shared, limits: &Lim
                 return None;
             }
         }
-        let t_recv = Instant::now();
         let work = match parse_request(conn.rbuf.filled(), limits) {
             Parsed::Incomplete => return None,
             Parsed::Request { request: Request::Quit, .. } => {
@@ -388,10 +420,22 @@ fn parse_all(conn: &mut Conn, queue: &Sender<Job>, shared: &Shared, limits: &Lim
                 }
             }
         };
-        let job = Job { conn: conn.shared.clone(), seq: conn.issued, work, t_recv };
+        let t_parsed = now_ns();
+        let job = Job {
+            conn: conn.shared.clone(),
+            seq: conn.issued,
+            work,
+            request_id: ids.take(),
+            t_recv: conn.last_read_ns,
+            t_parsed,
+            t_enqueue: t_parsed,
+        };
         conn.issued += 1;
         let job = match conn.shared.admit(job) {
-            Admit::Run(job) => job,
+            Admit::Run(mut job) => {
+                job.t_enqueue = now_ns();
+                job
+            }
             Admit::Waiting(n) if n >= MAX_PIPELINE => return Some(Flow::Blocked),
             Admit::Waiting(_) => continue,
         };

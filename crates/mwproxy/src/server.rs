@@ -14,7 +14,8 @@ use crate::backend::Health;
 use crate::config::{Config, ConfigError};
 use crate::net::NetThread;
 use crate::ring::Ring;
-use crate::stats::Registry;
+use crate::stats::NetCounters;
+use crate::telemetry::{open_results, run_stats_thread, Telemetry};
 use crate::worker::{Job, Worker};
 
 /// State shared by the net threads and the workers.
@@ -27,14 +28,23 @@ pub struct Shared {
     pub addrs: Vec<SocketAddr>,
     /// Liveness of each server.
     pub health: Vec<Health>,
-    /// Counters.
-    pub stats: Registry,
+    /// Connection counters of the net threads.
+    pub net: NetCounters,
+    /// Per-request measurements and their windows.
+    pub telemetry: Telemetry,
     /// When the proxy started (monotonic).
     pub started: Instant,
     /// Set once to ask every thread to finish.
     pub stopping: AtomicBool,
     /// The queue's receiving end, kept to report its length.
     queue: Receiver<Job>,
+}
+
+impl Shared {
+    /// Requests waiting in the queue now.
+    pub fn queue_len(&self) -> usize {
+        self.queue.len()
+    }
 }
 
 /// Why a proxy could not start.
@@ -51,6 +61,9 @@ pub enum StartError {
         /// The cause.
         source: std::io::Error,
     },
+    /// The results directory could not be created.
+    #[error("cannot write results into {0:?}: {1}")]
+    Results(String, std::io::Error),
     /// Another set-up step failed.
     #[error("start-up failed: {0}")]
     Io(#[from] std::io::Error),
@@ -62,6 +75,8 @@ pub struct Proxy {
     shared: Arc<Shared>,
     wakers: Vec<Arc<Waker>>,
     threads: Vec<JoinHandle<()>>,
+    stats_thread: Option<JoinHandle<()>>,
+    admin: Option<crate::admin::Admin>,
 }
 
 impl Proxy {
@@ -74,17 +89,31 @@ impl Proxy {
             .map_err(|source| StartError::Listen { addr: listen.clone(), source })?;
         std_listener.set_nonblocking(true)?;
         let addr = std_listener.local_addr()?;
+        let results = open_results(config.stats.out.as_deref(), config.stats.trace_every)
+            .map_err(|e| StartError::Results(config.stats.out.clone().unwrap_or_default(), e))?;
         let (tx, rx) = bounded::<Job>(config.proxy.queue_capacity);
         let shared = Arc::new(Shared {
             ring: Ring::new(config.routing.hash, &config.routing.servers),
             health: addrs.iter().map(|_| Health::default()).collect(),
-            stats: Registry::new(config.proxy.workers, addrs.len()),
+            net: NetCounters::default(),
+            telemetry: Telemetry::new(config.proxy.workers, addrs.len()),
             addrs,
             started: Instant::now(),
             stopping: AtomicBool::new(false),
             queue: rx.clone(),
             config,
         });
+        let admin = match shared.config.stats.admin_addr() {
+            Some(a) => Some(
+                crate::admin::Admin::start(&a, shared.clone())
+                    .map_err(|source| StartError::Listen { addr: a, source })?,
+            ),
+            None => None,
+        };
+        let stats_shared = shared.clone();
+        let stats_thread = Some(
+            std::thread::Builder::new().name("stats".into()).spawn(move || run_stats_thread(stats_shared, results))?,
+        );
         let mut threads = Vec::new();
         for id in 0..shared.config.proxy.workers {
             let worker = Worker::new(id, shared.clone());
@@ -95,12 +124,12 @@ impl Proxy {
         for id in 0..shared.config.proxy.net_threads {
             let (poll, waker) = NetThread::poll_with_waker()?;
             let listener = mio::net::TcpListener::from_std(std_listener.try_clone()?);
-            let net = NetThread::new(poll, listener, tx.clone(), shared.clone())?;
+            let net = NetThread::new(id, poll, listener, tx.clone(), shared.clone())?;
             wakers.push(waker);
             threads.push(std::thread::Builder::new().name(format!("net-{id}")).spawn(move || net.run())?);
         }
         tracing::info!(%addr, "mwproxy listening");
-        Ok(Proxy { addr, shared, wakers, threads })
+        Ok(Proxy { addr, shared, wakers, threads, stats_thread, admin })
     }
 
     /// The address clients connect to (useful with port 0).
@@ -126,10 +155,23 @@ impl Proxy {
         Stopper { shared: self.shared.clone(), wakers: self.wakers.clone() }
     }
 
-    /// Waits until every thread has finished (after [`Proxy::shutdown`]).
-    pub fn join(self) {
-        for t in self.threads {
+    /// The admin endpoint's address, when it is on.
+    pub fn admin_addr(&self) -> Option<SocketAddr> {
+        self.admin.as_ref().map(|a| a.local_addr())
+    }
+
+    /// Waits until every thread has finished (after [`Proxy::shutdown`]);
+    /// the last window and summary.json are written once the workers are done.
+    pub fn join(mut self) {
+        for t in self.threads.drain(..) {
             let _ = t.join();
+        }
+        self.shared.telemetry.stop();
+        if let Some(t) = self.stats_thread.take() {
+            let _ = t.join();
+        }
+        if let Some(a) = self.admin.take() {
+            a.stop();
         }
     }
 }
@@ -155,8 +197,14 @@ impl Stopper {
 pub fn general_stats(shared: &Shared) -> Vec<(String, String)> {
     let uptime = shared.started.elapsed();
     let now = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
-    let net = shared.stats.net_totals();
-    let get = |name: &str| net.iter().find(|(n, _)| *n == name).map(|(_, v)| *v).unwrap_or(0);
+    let live = shared.telemetry.live(&shared.net);
+    let net_value = |name: &str| {
+        let i = NetCounters::NAMES.iter().position(|n| *n == name).expect("known counter");
+        live.net[i]
+    };
+    let total = shared.net.values();
+    let open = total[NetCounters::NAMES.iter().position(|n| *n == "total_connections").expect("known")]
+        - total[NetCounters::NAMES.iter().position(|n| *n == "closed_connections").expect("known")];
     let cfg = &shared.config;
     let mut v: Vec<(String, String)> = vec![
         ("pid".into(), std::process::id().to_string()),
@@ -164,19 +212,23 @@ pub fn general_stats(shared: &Shared) -> Vec<(String, String)> {
         ("time".into(), now.to_string()),
         ("version".into(), crate::VERSION.to_string()),
         ("pointer_size".into(), (8 * std::mem::size_of::<usize>()).to_string()),
-        ("curr_connections".into(), (get("total_connections") - get("closed_connections")).to_string()),
+        ("curr_connections".into(), open.to_string()),
         ("max_connections".into(), cfg.proxy.max_connections.to_string()),
         ("threads".into(), cfg.proxy.workers.to_string()),
         ("net_threads".into(), cfg.proxy.net_threads.to_string()),
         ("queue_capacity".into(), cfg.proxy.queue_capacity.to_string()),
         ("queue_length".into(), shared.queue.len().to_string()),
     ];
-    v.extend(net.iter().map(|(n, x)| (n.to_string(), x.to_string())));
-    let workers = shared.stats.worker_totals();
-    let busy = workers.iter().find(|(n, _)| *n == "busy_ns").map(|(_, v)| *v).unwrap_or(0);
-    v.extend(workers.iter().map(|(n, x)| (n.to_string(), x.to_string())));
+    for name in NetCounters::NAMES {
+        v.push((name.to_string(), net_value(name).to_string()));
+    }
+    v.push(("requests".into(), live.requests.to_string()));
+    for (name, value) in crate::stats::WorkerCounters::NAMES.iter().zip(live.counters.values()) {
+        v.push((name.to_string(), value.to_string()));
+    }
     let capacity = cfg.proxy.workers as f64 * uptime.as_nanos() as f64;
-    v.push(("worker_utilization".into(), format!("{:.4}", if capacity > 0.0 { busy as f64 / capacity } else { 0.0 })));
+    let util = if capacity > 0.0 { live.busy_ns as f64 / capacity } else { 0.0 };
+    v.push(("worker_utilization".into(), format!("{util:.4}")));
     v.push(("servers".into(), shared.addrs.len().to_string()));
     let now_ms = uptime.as_millis() as u64;
     let down = shared.health.iter().filter(|h| !h.is_up(now_ms) || h.failing()).count();

@@ -1,15 +1,43 @@
 //! Counters behind the `stats` command.
 //!
-//! Each worker counts into its own cache-line-padded block, so workers never
-//! write the same memory; `stats` adds the blocks up when asked. Net threads
-//! share one block of connection counters. Names follow memcached's `stats`
-//! output where memcached has the same quantity (cmd_get, get_hits, ...).
+//! Worker counters are plain numbers kept in each worker's window accumulator
+//! (see `recorder.rs`), so workers never write shared memory for them. Net
+//! threads share one block of atomic connection counters. Names follow
+//! memcached's `stats` output where memcached has the same quantity.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crossbeam_utils::CachePadded;
+macro_rules! plain_block {
+    ($(#[$meta:meta])* $name:ident { $($(#[doc = $doc:literal])* $field:ident),* $(,)? }) => {
+        $(#[$meta])*
+        #[derive(Default, Debug, Clone, PartialEq, Eq)]
+        pub struct $name {
+            $($(#[doc = $doc])* pub $field: u64,)*
+        }
 
-macro_rules! counter_block {
+        impl $name {
+            /// Counter names in output order.
+            pub const NAMES: &'static [&'static str] = &[$(stringify!($field)),*];
+
+            /// Values in the order of `NAMES`.
+            pub fn values(&self) -> Vec<u64> {
+                vec![$(self.$field),*]
+            }
+
+            /// Adds another block.
+            pub fn add(&mut self, o: &$name) {
+                $(self.$field += o.$field;)*
+            }
+
+            /// Subtracts an earlier snapshot (saturating), for `stats reset`.
+            pub fn since(&self, base: &$name) -> $name {
+                $name { $($field: self.$field.saturating_sub(base.$field),)* }
+            }
+        }
+    };
+}
+
+macro_rules! atomic_block {
     ($(#[$meta:meta])* $name:ident { $($(#[doc = $doc:literal])* $field:ident),* $(,)? }) => {
         $(#[$meta])*
         #[derive(Default, Debug)]
@@ -21,27 +49,18 @@ macro_rules! counter_block {
             /// Counter names in output order.
             pub const NAMES: &'static [&'static str] = &[$(stringify!($field)),*];
 
-            /// Adds every counter to `acc` (same order as `NAMES`).
-            pub fn add_to(&self, acc: &mut [u64]) {
-                let vals = [$(self.$field.load(Ordering::Relaxed)),*];
-                for (a, v) in acc.iter_mut().zip(vals) {
-                    *a += v;
-                }
-            }
-
-            /// Sets every counter to zero (`stats reset`).
-            pub fn reset(&self) {
-                $(self.$field.store(0, Ordering::Relaxed);)*
+            /// Current values in the order of `NAMES`.
+            pub fn values(&self) -> Vec<u64> {
+                vec![$(self.$field.load(Ordering::Relaxed)),*]
             }
         }
     };
 }
 
-counter_block! {
-    /// What one worker has done.
+plain_block! {
+    /// What workers have done, in memcached's `stats` terms. Each worker counts
+    /// into its own block; blocks are added up per window and for `stats`.
     WorkerCounters {
-        /// Requests handled.
-        requests,
         /// Keys asked for by get/gets (memcached counts keys, not commands).
         cmd_get,
         /// Keys found.
@@ -86,26 +105,10 @@ counter_block! {
         multiget_partial,
         /// Reads answered by another replica after the chosen one failed.
         read_failovers,
-        /// Nanoseconds spent on jobs (worker utilisation).
-        busy_ns,
     }
 }
 
-counter_block! {
-    /// One worker's traffic to one server.
-    BackendCounters {
-        /// Requests sent.
-        requests,
-        /// Requests that got no usable reply.
-        errors,
-        /// Of those, timeouts.
-        timeouts,
-        /// Connections opened after a failure.
-        reconnects,
-    }
-}
-
-counter_block! {
+atomic_block! {
     /// Connection counters shared by the net threads.
     NetCounters {
         /// Connections accepted since start.
@@ -125,85 +128,16 @@ counter_block! {
     }
 }
 
-/// A worker's counters: its own and per server.
-#[derive(Debug)]
-pub struct WorkerStats {
-    /// Request counters.
-    pub counters: WorkerCounters,
-    /// One block per server, in configuration order.
-    pub backends: Vec<BackendCounters>,
-}
-
-/// All counters of a proxy.
-#[derive(Debug)]
-pub struct Registry {
-    /// One block per worker.
-    pub workers: Vec<CachePadded<WorkerStats>>,
-    /// Net thread counters.
-    pub net: NetCounters,
-}
-
-impl Registry {
-    /// Counters for `workers` workers and `servers` servers, all zero.
-    pub fn new(workers: usize, servers: usize) -> Registry {
-        let workers = (0..workers)
-            .map(|_| {
-                CachePadded::new(WorkerStats {
-                    counters: WorkerCounters::default(),
-                    backends: (0..servers).map(|_| BackendCounters::default()).collect(),
-                })
-            })
-            .collect();
-        Registry { workers, net: NetCounters::default() }
-    }
-
-    /// Worker counters summed over workers, as (name, value).
-    pub fn worker_totals(&self) -> Vec<(&'static str, u64)> {
-        let mut acc = vec![0; WorkerCounters::NAMES.len()];
-        for w in &self.workers {
-            w.counters.add_to(&mut acc);
-        }
-        WorkerCounters::NAMES.iter().copied().zip(acc).collect()
-    }
-
-    /// Counters of server `index` summed over workers.
-    pub fn backend_totals(&self, index: usize) -> Vec<(&'static str, u64)> {
-        let mut acc = vec![0; BackendCounters::NAMES.len()];
-        for w in &self.workers {
-            w.backends[index].add_to(&mut acc);
-        }
-        BackendCounters::NAMES.iter().copied().zip(acc).collect()
-    }
-
-    /// Net counters as (name, value).
-    pub fn net_totals(&self) -> Vec<(&'static str, u64)> {
-        let mut acc = vec![0; NetCounters::NAMES.len()];
-        self.net.add_to(&mut acc);
-        NetCounters::NAMES.iter().copied().zip(acc).collect()
-    }
-
-    /// Zeroes every counter.
-    pub fn reset(&self) {
-        for w in &self.workers {
-            w.counters.reset();
-            for b in &w.backends {
-                b.reset();
-            }
-        }
-        self.net.reset();
-    }
-}
-
-/// Adds one to a counter that only its owner writes.
-#[inline]
-pub fn bump(c: &AtomicU64) {
-    c.fetch_add(1, Ordering::Relaxed);
-}
-
-/// Adds `n` to a counter.
+/// Adds `n` to a shared counter.
 #[inline]
 pub fn add(c: &AtomicU64, n: u64) {
     c.fetch_add(n, Ordering::Relaxed);
+}
+
+/// Adds one to a shared counter.
+#[inline]
+pub fn bump(c: &AtomicU64) {
+    add(c, 1);
 }
 
 #[cfg(test)]
@@ -211,17 +145,15 @@ mod tests {
     use super::*;
 
     #[test]
-    fn totals_add_up_over_workers() {
-        let r = Registry::new(3, 2);
-        for w in &r.workers {
-            bump(&w.counters.cmd_get);
-            add(&w.backends[1].requests, 2);
-        }
-        let t = r.worker_totals();
-        assert_eq!(t.iter().find(|(n, _)| *n == "cmd_get").unwrap().1, 3);
-        assert_eq!(r.backend_totals(1)[0], ("requests", 6));
-        assert_eq!(r.backend_totals(0)[0], ("requests", 0));
-        r.reset();
-        assert!(r.worker_totals().iter().all(|(_, v)| *v == 0));
+    fn blocks_add_and_subtract() {
+        let mut a = WorkerCounters { cmd_get: 3, ..Default::default() };
+        let b = WorkerCounters { cmd_get: 2, get_hits: 1, ..Default::default() };
+        a.add(&b);
+        assert_eq!((a.cmd_get, a.get_hits), (5, 1));
+        assert_eq!(a.since(&b).cmd_get, 3);
+        assert_eq!(WorkerCounters::NAMES.len(), a.values().len());
+        let n = NetCounters::default();
+        bump(&n.bytes_read);
+        assert_eq!(n.values()[NetCounters::NAMES.iter().position(|x| *x == "bytes_read").unwrap()], 1);
     }
 }

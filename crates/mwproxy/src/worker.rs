@@ -13,11 +13,13 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::Receiver;
 use mcproto::{parse_response, Request, Response};
+use mwstats::clock::now_ns;
+use mwstats::OpKind;
 
 use crate::backend::{Backend, BackendError};
 use crate::conn::ClientConn;
+use crate::recorder::{record, BackendFact, Finished, JobFacts, WorkerAcc};
 use crate::server::Shared;
-use crate::stats::{add, bump, WorkerStats};
 
 /// What a job asks of a worker.
 #[derive(Debug)]
@@ -42,8 +44,14 @@ pub struct Job {
     pub seq: u64,
     /// What to do.
     pub work: Work,
-    /// When its bytes were read.
-    pub t_recv: Instant,
+    /// Unique per process (trace sampling uses it).
+    pub request_id: u64,
+    /// When the read that completed the request returned (ns, `mwstats::clock`).
+    pub t_recv: u64,
+    /// When it was parsed.
+    pub t_parsed: u64,
+    /// When it was put in line for a worker.
+    pub t_enqueue: u64,
 }
 
 /// One server's part of a job: the bytes to send (a range of the worker's send
@@ -52,6 +60,15 @@ pub(crate) struct Target {
     pub server: usize,
     pub request: Range<usize>,
     pub result: Result<usize, BackendError>,
+    /// When its reply was complete (or the attempt failed).
+    pub done_at: Option<u64>,
+}
+
+impl Target {
+    /// A target for `server` whose request is `request` in the send buffer.
+    pub fn new(server: usize, request: Range<usize>) -> Target {
+        Target { server, request, result: Ok(0), done_at: None }
+    }
 }
 
 /// A worker thread's state: its connections, buffers and counters.
@@ -65,17 +82,27 @@ pub struct Worker {
     pub(crate) rr: usize,
     /// The connection of the job just finished, whose next request comes next.
     last_conn: Option<Arc<ClientConn>>,
+    /// What the current job has done so far.
+    pub(crate) facts: JobFacts,
+    /// Measurements kept aside while the stats thread held the accumulator.
+    spill: WorkerAcc,
 }
 
 impl Worker {
     /// A worker with (lazily opened) connections to every server.
     pub fn new(id: usize, shared: Arc<Shared>) -> Worker {
         let backends = shared.addrs.iter().enumerate().map(|(i, a)| Backend::new(i, *a)).collect();
-        Worker { id, shared, backends, sendbuf: Vec::with_capacity(4096), rr: id, last_conn: None }
-    }
-
-    pub(crate) fn stats(&self) -> &WorkerStats {
-        &self.shared.stats.workers[self.id]
+        let spill = WorkerAcc::new(shared.addrs.len());
+        Worker {
+            id,
+            shared,
+            backends,
+            sendbuf: Vec::with_capacity(4096),
+            rr: id,
+            last_conn: None,
+            facts: JobFacts::default(),
+            spill,
+        }
     }
 
     /// Serves jobs until every net thread has gone and the queue is empty.
@@ -90,34 +117,56 @@ impl Worker {
         }
     }
 
-    /// Carries out one job and delivers its reply.
+    /// Carries out one job, delivers its reply and records it.
     fn handle(&mut self, job: Job, reply: &mut Vec<u8>) {
-        {
-            let start = Instant::now();
-            reply.clear();
-            let noreply = match &job.work {
-                Work::Request(req) => {
-                    self.execute(req, reply);
-                    req.noreply()
-                }
-                Work::DropStale { key, reply: line } => {
-                    self.drop_stale(key);
-                    if let Some(line) = line {
-                        reply.extend_from_slice(line.as_bytes());
-                        reply.extend_from_slice(b"\r\n");
-                    }
-                    line.is_none()
-                }
-            };
-            let c = &self.stats().counters;
-            bump(&c.requests);
-            if is_error_reply(reply) {
-                bump(&c.error_replies);
+        self.facts.begin(now_ns());
+        reply.clear();
+        let (noreply, op, keys) = match &job.work {
+            Work::Request(req) => {
+                self.execute(req, reply);
+                let (op, keys) = classify(req);
+                (req.noreply(), op, keys)
             }
-            let bytes = if noreply { Vec::new() } else { std::mem::replace(reply, Vec::with_capacity(4096)) };
-            job.conn.deliver(job.seq, bytes, false, &self.shared.stats.net);
-            add(&self.stats().counters.busy_ns, start.elapsed().as_nanos() as u64);
-            self.last_conn = Some(job.conn);
+            Work::DropStale { key, reply: line } => {
+                self.drop_stale(key);
+                reply.extend_from_slice(line.unwrap_or(mcproto::parse::TOO_LARGE).as_bytes());
+                reply.extend_from_slice(b"\r\n");
+                (line.is_none(), OpKind::Set, 1)
+            }
+        };
+        let status = reply_status(reply);
+        if status != "ok" {
+            self.facts.counters.error_replies += 1;
+        }
+        let bytes = if noreply { Vec::new() } else { std::mem::replace(reply, Vec::with_capacity(4096)) };
+        job.conn.deliver(job.seq, bytes, false, &self.shared.net);
+        let finished = Finished {
+            request_id: job.request_id,
+            op,
+            keys,
+            status,
+            t_recv: job.t_recv,
+            t_parsed: job.t_parsed,
+            t_enqueue: job.t_enqueue,
+            t_reply: now_ns(),
+        };
+        self.record(&finished);
+        self.last_conn = Some(job.conn);
+    }
+
+    /// Adds the finished job to this worker's accumulator, or to the spill if
+    /// the stats thread holds it right now.
+    fn record(&mut self, f: &Finished) {
+        let trace_every = if self.shared.config.stats.out.is_some() { self.shared.config.stats.trace_every } else { 0 };
+        match self.shared.telemetry.slots.try_lock(self.id) {
+            Some(mut acc) => {
+                if self.spill.dirty {
+                    acc.merge(&mut self.spill);
+                    self.spill.reset();
+                }
+                record(&mut acc, f, &self.facts, self.id, trace_every);
+            }
+            None => record(&mut self.spill, f, &self.facts, self.id, trace_every),
         }
     }
 
@@ -131,6 +180,8 @@ impl Worker {
     pub(crate) fn exchange(&mut self, targets: &mut [Target]) {
         let cfg = &self.shared.config.backend;
         let now_ms = self.now_ms();
+        let t_send = now_ns();
+        self.facts.t_send.get_or_insert(t_send);
         for t in targets.iter_mut() {
             let b = &mut self.backends[t.server];
             let health = &self.shared.health[t.server];
@@ -140,7 +191,6 @@ impl Worker {
                 b.reset();
                 t.result = b.ensure(health, now_ms, cfg).and_then(|_| b.send(req)).map(|_| 0);
             }
-            add(&self.shared.stats.workers[self.id].backends[t.server].requests, 1);
         }
         let deadline = Instant::now() + Duration::from_millis(cfg.timeout_ms);
         for t in targets.iter_mut() {
@@ -150,6 +200,7 @@ impl Worker {
             let b = &mut self.backends[t.server];
             let health = &self.shared.health[t.server];
             t.result = b.recv(deadline);
+            t.done_at = Some(now_ns());
             if matches!(t.result, Err(BackendError::Io(_))) && b.was_used() {
                 // The server closed a connection that sat idle (it restarted):
                 // the request was never read, so sending it again is safe.
@@ -157,24 +208,26 @@ impl Worker {
                 let req = &self.sendbuf[t.request.clone()];
                 let retry_deadline = Instant::now() + Duration::from_millis(cfg.timeout_ms);
                 t.result = b.ensure(health, now_ms, cfg).and_then(|_| b.send(req)).and_then(|_| b.recv(retry_deadline));
+                t.done_at = Some(now_ns());
             }
         }
+        let done = now_ns();
+        self.facts.t_backend_done = done;
         for t in targets.iter_mut() {
             let health = &self.shared.health[t.server];
-            match &t.result {
-                Ok(_) => Backend::succeeded(health),
-                Err(e) => {
-                    let counters = &self.shared.stats.workers[self.id].backends[t.server];
-                    bump(&counters.errors);
-                    if *e == BackendError::Timeout {
-                        bump(&counters.timeouts);
-                    }
-                    let now_ms = self.now_ms();
-                    self.backends[t.server].fail(health, now_ms, cfg, e);
-                }
+            if let Err(e) = &t.result {
+                let now_ms = self.now_ms();
+                self.backends[t.server].fail(health, now_ms, cfg, e);
+            } else {
+                Backend::succeeded(health);
             }
-            let counters = &self.shared.stats.workers[self.id].backends[t.server];
-            add(&counters.reconnects, self.backends[t.server].take_reconnects());
+            self.facts.backend.push(BackendFact {
+                server: t.server,
+                ns: t.done_at.unwrap_or(done).saturating_sub(t_send),
+                failed: t.result.is_err(),
+                timeout: matches!(t.result, Err(BackendError::Timeout)),
+                reconnects: self.backends[t.server].take_reconnects(),
+            });
         }
     }
 
@@ -202,14 +255,17 @@ impl Worker {
     /// otherwise the first answer that is not a success (disagreement counted).
     pub(crate) fn fan_out(&mut self, servers: &[usize], out: &mut Vec<u8>) {
         let range = 0..self.sendbuf.len();
-        let mut targets: Vec<Target> =
-            servers.iter().map(|&s| Target { server: s, request: range.clone(), result: Ok(0) }).collect();
+        let mut targets: Vec<Target> = servers.iter().map(|&s| Target::new(s, range.clone())).collect();
         self.exchange(&mut targets);
-        self.combine(&targets, out);
+        let (failed, disagreed) = self.combine(&targets, out);
+        self.facts.counters.backend_failures += u64::from(failed);
+        self.facts.counters.replica_disagreements += u64::from(disagreed);
         self.finish(&targets);
     }
 
-    pub(crate) fn combine(&self, targets: &[Target], out: &mut Vec<u8>) {
+    /// Appends the combined answer; says whether a server failed and whether
+    /// the replicas that answered disagreed.
+    pub(crate) fn combine(&self, targets: &[Target], out: &mut Vec<u8>) -> (bool, bool) {
         let mut first: Option<&[u8]> = None;
         let mut all_same = true;
         let mut failure: Option<Vec<u8>> = None;
@@ -237,21 +293,16 @@ impl Worker {
             }
         }
         let failed = targets.iter().any(|t| t.result.is_err());
-        if failed {
-            bump(&self.stats().counters.backend_failures);
-        }
         if all_same {
             out.extend_from_slice(first.unwrap_or_default());
-            return;
-        }
-        if !failed {
-            bump(&self.stats().counters.replica_disagreements);
+            return (failed, false);
         }
         match (failure, first) {
             (Some(f), _) => out.extend_from_slice(&f),
             (None, Some(f)) => out.extend_from_slice(f),
             (None, None) => unreachable!("targets are never empty"),
         }
+        (failed, !failed)
     }
 
     /// Deletes a key on all its replicas, ignoring the answers.
@@ -264,8 +315,29 @@ impl Worker {
     }
 }
 
-fn is_error_reply(reply: &[u8]) -> bool {
-    reply.starts_with(b"ERROR") || reply.starts_with(b"CLIENT_ERROR") || reply.starts_with(b"SERVER_ERROR")
+/// The trace status of a reply: `ok`, `error`, `client_error` or `server_error`.
+fn reply_status(reply: &[u8]) -> &'static str {
+    if reply.starts_with(b"SERVER_ERROR") {
+        "server_error"
+    } else if reply.starts_with(b"CLIENT_ERROR") {
+        "client_error"
+    } else if reply.starts_with(b"ERROR") {
+        "error"
+    } else {
+        "ok"
+    }
+}
+
+/// The results-format class of a request and the keys it names.
+fn classify(req: &Request) -> (OpKind, u64) {
+    match req {
+        Request::Get { keys, .. } if keys.len() == 1 => (OpKind::Get, 1),
+        Request::Get { keys, .. } if keys.len() > 1 => (OpKind::Multiget, keys.len() as u64),
+        Request::Store { .. } => (OpKind::Set, 1),
+        Request::Delete { .. } => (OpKind::Delete, 1),
+        Request::Arith { .. } | Request::Touch { .. } => (OpKind::Other, 1),
+        _ => (OpKind::Other, 0),
+    }
 }
 
 /// Parses a buffered reply that [`Backend::recv`] has already delimited.

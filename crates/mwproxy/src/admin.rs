@@ -1,0 +1,178 @@
+//! The HTTP admin endpoint (`--admin ADDR`): `/metrics` in Prometheus text
+//! format, `/stats` as JSON (the window in progress and the last closed one),
+//! `/healthz`. A small blocking server on its own thread: one request per
+//! connection, answered and closed; it never touches the request path.
+//!
+//! `/metrics` shows the closed windows (so its counters equal the sums of
+//! windows.jsonl and, after the run, summary.json); it lags by at most one window.
+
+use std::io::{self, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use mwstats::clock::unix_ms;
+use mwstats::prom::PromText;
+use mwstats::OpKind;
+
+use crate::recorder::WorkerAcc;
+use crate::server::Shared;
+use crate::stats::NetCounters;
+use crate::telemetry::build_record;
+
+/// A running admin endpoint.
+pub struct Admin {
+    addr: SocketAddr,
+    stop: Arc<AtomicBool>,
+    thread: JoinHandle<()>,
+}
+
+impl Admin {
+    /// Binds `addr` and serves on a new thread.
+    pub fn start(addr: &str, shared: Arc<Shared>) -> io::Result<Admin> {
+        let listener = TcpListener::bind(addr)?;
+        listener.set_nonblocking(true)?;
+        let addr = listener.local_addr()?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let thread = std::thread::Builder::new().name("admin".into()).spawn(move || {
+            while !flag.load(Ordering::Relaxed) {
+                match listener.accept() {
+                    Ok((stream, _)) => {
+                        if let Err(e) = serve(stream, &shared) {
+                            tracing::debug!("admin request failed: {e}");
+                        }
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => std::thread::sleep(Duration::from_millis(20)),
+                    Err(e) => {
+                        tracing::warn!("admin accept failed: {e}");
+                        std::thread::sleep(Duration::from_millis(100));
+                    }
+                }
+            }
+        })?;
+        tracing::info!(%addr, "admin endpoint listening");
+        Ok(Admin { addr, stop, thread })
+    }
+
+    /// Where it listens.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Stops serving.
+    pub fn stop(self) {
+        self.stop.store(true, Ordering::Relaxed);
+        let _ = self.thread.join();
+    }
+}
+
+fn serve(mut stream: TcpStream, shared: &Shared) -> io::Result<()> {
+    stream.set_nonblocking(false)?;
+    stream.set_read_timeout(Some(Duration::from_secs(2)))?;
+    let mut req = Vec::new();
+    let mut chunk = [0u8; 1024];
+    while !req.windows(4).any(|w| w == b"\r\n\r\n") && !req.windows(2).any(|w| w == b"\n\n") {
+        let n = stream.read(&mut chunk)?;
+        if n == 0 || req.len() > 16 * 1024 {
+            break;
+        }
+        req.extend_from_slice(&chunk[..n]);
+    }
+    let line = String::from_utf8_lossy(req.split(|&b| b == b'\n').next().unwrap_or_default()).into_owned();
+    let mut parts = line.split_whitespace();
+    let (method, path) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
+    let path = path.split('?').next().unwrap_or("");
+    let (status, ctype, body) = match (method, path) {
+        ("GET", "/metrics") => ("200 OK", "text/plain; version=0.0.4; charset=utf-8", metrics(shared)),
+        ("GET", "/stats") => ("200 OK", "application/json", stats_json(shared)),
+        ("GET", "/healthz") => ("200 OK", "text/plain", healthz(shared)),
+        ("GET", _) => ("404 Not Found", "text/plain", "not found: try /metrics, /stats or /healthz\n".into()),
+        _ => ("405 Method Not Allowed", "text/plain", "only GET\n".into()),
+    };
+    let head = format!(
+        "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    stream.write_all(head.as_bytes())?;
+    stream.write_all(body.as_bytes())
+}
+
+fn healthz(shared: &Shared) -> String {
+    let now_ms = shared.started.elapsed().as_millis() as u64;
+    let down = shared.health.iter().filter(|h| !h.is_up(now_ms) || h.failing()).count();
+    format!("ok\nservers {} down {down}\n", shared.addrs.len())
+}
+
+fn stats_json(shared: &Shared) -> String {
+    let t = &shared.telemetry;
+    let mut live = WorkerAcc::new(t.slots.servers());
+    t.slots.peek(&mut live);
+    let (last, start, net_before) = {
+        let run = t.run();
+        let start = run.last.as_ref().map(|l| l.start_unix_ms + l.duration_ms).unwrap_or(run.start_unix_ms);
+        (run.last.clone(), start, run.net_last().to_vec())
+    };
+    let now = unix_ms();
+    let current =
+        build_record(shared, &live, None, start, now.saturating_sub(start), &shared.net.values(), &net_before);
+    serde_json::json!({ "current": current, "last": last }).to_string()
+}
+
+fn metrics(shared: &Shared) -> String {
+    let run = shared.telemetry.run();
+    let acc = &run.total;
+    let mut p = PromText::default();
+    for kind in OpKind::ALL {
+        let op = acc.ops.get(kind);
+        let l = [("op", kind.name())];
+        p.counter("mwproxy_requests_total", "Requests completed.", &l, op.count);
+        p.counter("mwproxy_request_errors_total", "Requests answered with an error.", &l, op.errors);
+        p.counter("mwproxy_keys_total", "Keys requested.", &l, op.keys);
+        p.counter("mwproxy_hits_total", "Keys found.", &l, op.hits);
+        p.counter("mwproxy_misses_total", "Keys not found.", &l, op.misses);
+        p.histogram_seconds("mwproxy_response_seconds", "Arrival to reply (t_reply - t_recv).", &l, &op.response);
+    }
+    p.histogram_seconds("mwproxy_net_seconds", "Arrival to queue (t_enqueue - t_recv).", &[], &acc.net);
+    p.histogram_seconds("mwproxy_queue_seconds", "Time waiting for a worker.", &[], &acc.queue);
+    p.histogram_seconds("mwproxy_server_seconds", "First request sent to last reply.", &[], &acc.server);
+    p.histogram_seconds("mwproxy_service_seconds", "Worker start to reply.", &[], &acc.service);
+    p.counter("mwproxy_worker_busy_seconds_total", "Time workers spent on jobs.", &[], acc.busy_ns / 1_000_000_000);
+    p.gauge("mwproxy_workers", "Worker threads.", &[], shared.config.proxy.workers as f64);
+    p.gauge("mwproxy_queue_length", "Requests waiting for a worker now.", &[], shared.queue_len() as f64);
+    let now_ms = shared.started.elapsed().as_millis() as u64;
+    for (i, addr) in shared.addrs.iter().enumerate() {
+        let b = &acc.backends[i];
+        let a = addr.to_string();
+        let l = [("backend", a.as_str())];
+        p.counter("mwproxy_backend_requests_total", "Requests sent to the server.", &l, b.requests);
+        p.counter("mwproxy_backend_errors_total", "Requests without a usable reply.", &l, b.errors);
+        p.counter("mwproxy_backend_timeouts_total", "Requests that timed out.", &l, b.timeouts);
+        p.histogram_seconds("mwproxy_backend_server_seconds", "Send to reply, per server.", &l, &b.server);
+        let up = shared.health[i].is_up(now_ms) && !shared.health[i].failing();
+        p.gauge("mwproxy_backend_up", "1 when the server answers.", &l, if up { 1.0 } else { 0.0 });
+    }
+    let net = run.net_last();
+    let v = |name: &str| NetCounters::NAMES.iter().position(|n| *n == name).map(|i| net[i]).unwrap_or(0);
+    p.gauge(
+        "mwproxy_connections",
+        "Client connections open.",
+        &[],
+        v("total_connections").saturating_sub(v("closed_connections")) as f64,
+    );
+    p.counter("mwproxy_connections_accepted_total", "Client connections accepted.", &[], v("total_connections"));
+    p.counter("mwproxy_connections_closed_total", "Client connections closed.", &[], v("closed_connections"));
+    p.counter(
+        "mwproxy_connections_rejected_total",
+        "Connections refused over the limit.",
+        &[],
+        v("rejected_connections"),
+    );
+    p.counter("mwproxy_received_bytes_total", "Bytes read from clients.", &[], v("bytes_read"));
+    p.counter("mwproxy_sent_bytes_total", "Bytes written to clients.", &[], v("bytes_written"));
+    p.counter("mwproxy_protocol_errors_total", "Inputs refused by the parser.", &[], v("protocol_errors"));
+    p.counter("mwproxy_queue_full_total", "Times the request queue was full.", &[], v("queue_full"));
+    p.render()
+}

@@ -1,0 +1,362 @@
+//! Measurement of every request, off the request path.
+//!
+//! While a worker carries a job it notes plain facts (timestamps, hits, which
+//! servers answered how fast) in a [`JobFacts`]. When the job is done it adds
+//! them to its own [`WorkerAcc`]: a handful of histogram records and counter
+//! additions under the worker's own mutex, which nobody else takes except the
+//! stats thread once per window (and `stats`/`/metrics` when asked). If that
+//! lock is ever busy the worker records into a private spill accumulator
+//! instead and hands it over next time, so a worker never waits.
+//!
+//! The stats thread (`stats_thread.rs`) swaps every worker's accumulator for an
+//! empty one at each wall-clock-aligned window boundary, merges them, and
+//! writes the window.
+
+use std::sync::{Mutex, MutexGuard};
+
+use crossbeam_utils::CachePadded;
+use mwstats::writer::TraceRow;
+use mwstats::{Hist, OpKind, Ops};
+
+use crate::stats::WorkerCounters;
+
+/// Most trace rows a worker keeps per window (bounds memory if the stats thread lags).
+const MAX_TRACE_ROWS: usize = 200_000;
+
+/// One server as seen by a worker during a window.
+#[derive(Clone, Debug, Default)]
+pub struct BackendAcc {
+    /// Requests sent.
+    pub requests: u64,
+    /// Requests without a usable reply.
+    pub errors: u64,
+    /// Of those, timeouts.
+    pub timeouts: u64,
+    /// Connections opened after a failure.
+    pub reconnects: u64,
+    /// Send-to-reply time of this server.
+    pub server: Hist,
+}
+
+impl BackendAcc {
+    fn merge(&mut self, o: &BackendAcc) {
+        self.requests += o.requests;
+        self.errors += o.errors;
+        self.timeouts += o.timeouts;
+        self.reconnects += o.reconnects;
+        self.server.merge(&o.server);
+    }
+}
+
+/// Everything measured during a window, for one worker or merged.
+#[derive(Clone, Debug)]
+pub struct WorkerAcc {
+    /// Per operation class: counts, hits, response time (t_reply - t_recv).
+    pub ops: Ops,
+    /// t_enqueue - t_recv.
+    pub net: Hist,
+    /// t_dequeue - t_enqueue.
+    pub queue: Hist,
+    /// t_backend_done - t_send.
+    pub server: Hist,
+    /// t_reply - t_dequeue.
+    pub service: Hist,
+    /// Per server, in configuration order.
+    pub backends: Vec<BackendAcc>,
+    /// Nanoseconds workers spent on jobs.
+    pub busy_ns: u64,
+    /// Sum of queue times in ns (divided by the window length: mean queue length).
+    pub queue_ns: u64,
+    /// memcached-style counters.
+    pub counters: WorkerCounters,
+    /// Sampled requests.
+    pub trace: Vec<TraceRow>,
+    /// Whether anything was recorded since the last reset.
+    pub dirty: bool,
+}
+
+impl WorkerAcc {
+    /// An empty accumulator for `servers` servers.
+    pub fn new(servers: usize) -> WorkerAcc {
+        WorkerAcc {
+            ops: Ops::default(),
+            net: Hist::new(),
+            queue: Hist::new(),
+            server: Hist::new(),
+            service: Hist::new(),
+            backends: vec![BackendAcc::default(); servers],
+            busy_ns: 0,
+            queue_ns: 0,
+            counters: WorkerCounters::default(),
+            trace: Vec::new(),
+            dirty: false,
+        }
+    }
+
+    /// Adds another accumulator (trace rows are moved, not copied).
+    pub fn merge(&mut self, o: &mut WorkerAcc) {
+        if !o.dirty {
+            return;
+        }
+        self.ops.merge(&o.ops);
+        self.net.merge(&o.net);
+        self.queue.merge(&o.queue);
+        self.server.merge(&o.server);
+        self.service.merge(&o.service);
+        for (a, b) in self.backends.iter_mut().zip(&o.backends) {
+            a.merge(b);
+        }
+        self.busy_ns += o.busy_ns;
+        self.queue_ns += o.queue_ns;
+        self.counters.add(&o.counters);
+        self.trace.append(&mut o.trace);
+        self.dirty = true;
+    }
+
+    /// Adds another accumulator without touching its trace rows.
+    pub fn merge_copy(&mut self, o: &WorkerAcc) {
+        let mut c = o.clone();
+        c.trace.clear();
+        self.merge(&mut c);
+    }
+
+    /// Back to empty, keeping allocations.
+    pub fn reset(&mut self) {
+        if !self.dirty {
+            return;
+        }
+        self.ops.reset();
+        for h in [&mut self.net, &mut self.queue, &mut self.server, &mut self.service] {
+            h.reset();
+        }
+        for b in &mut self.backends {
+            let mut server = std::mem::take(&mut b.server);
+            server.reset();
+            *b = BackendAcc { server, ..BackendAcc::default() };
+        }
+        self.busy_ns = 0;
+        self.queue_ns = 0;
+        self.counters = WorkerCounters::default();
+        self.trace.clear();
+        self.dirty = false;
+    }
+}
+
+/// One server's part of a job.
+#[derive(Clone, Copy, Debug)]
+pub struct BackendFact {
+    /// Server index.
+    pub server: usize,
+    /// Send to reply (or failure), ns.
+    pub ns: u64,
+    /// No usable reply.
+    pub failed: bool,
+    /// The failure was a timeout.
+    pub timeout: bool,
+    /// Connections opened after a failure.
+    pub reconnects: u64,
+}
+
+/// What a worker notes while it carries one job.
+#[derive(Debug, Default)]
+pub struct JobFacts {
+    /// Taken by the worker.
+    pub t_dequeue: u64,
+    /// First request sent to a server.
+    pub t_send: Option<u64>,
+    /// Last server reply parsed.
+    pub t_backend_done: u64,
+    /// Keys found (retrievals).
+    pub hits: u64,
+    /// Exchanges with servers.
+    pub backend: Vec<BackendFact>,
+    /// memcached-style counters of this job.
+    pub counters: WorkerCounters,
+}
+
+impl JobFacts {
+    /// Forgets the previous job's facts, keeping allocations.
+    pub fn begin(&mut self, t_dequeue: u64) {
+        self.t_dequeue = t_dequeue;
+        self.t_send = None;
+        self.t_backend_done = t_dequeue;
+        self.hits = 0;
+        self.backend.clear();
+        self.counters = WorkerCounters::default();
+    }
+}
+
+/// The timestamps and outcome of a finished job, as recorded.
+#[derive(Debug, Clone, Copy)]
+pub struct Finished {
+    /// Request id (for trace sampling).
+    pub request_id: u64,
+    /// Operation class.
+    pub op: OpKind,
+    /// Keys requested.
+    pub keys: u64,
+    /// The reply was an error; `server_error` distinguishes server-side ones.
+    pub status: &'static str,
+    /// Bytes read.
+    pub t_recv: u64,
+    /// Parsed.
+    pub t_parsed: u64,
+    /// Queued.
+    pub t_enqueue: u64,
+    /// Reply handed to the socket.
+    pub t_reply: u64,
+}
+
+/// Adds a finished job to an accumulator.
+pub fn record(acc: &mut WorkerAcc, f: &Finished, facts: &JobFacts, worker: usize, trace_every: u64) {
+    acc.dirty = true;
+    let error = f.status != "ok";
+    acc.ops.record(f.op, f.t_reply.saturating_sub(f.t_recv), error, f.keys, facts.hits);
+    acc.net.record_ns(f.t_enqueue.saturating_sub(f.t_recv));
+    let queue_ns = facts.t_dequeue.saturating_sub(f.t_enqueue);
+    acc.queue.record_ns(queue_ns);
+    acc.queue_ns += queue_ns;
+    let t_send = facts.t_send.unwrap_or(facts.t_dequeue);
+    acc.server.record_ns(facts.t_backend_done.saturating_sub(t_send));
+    let service = f.t_reply.saturating_sub(facts.t_dequeue);
+    acc.service.record_ns(service);
+    acc.busy_ns += service;
+    acc.counters.add(&facts.counters);
+    for b in &facts.backend {
+        let a = &mut acc.backends[b.server];
+        a.requests += 1;
+        a.errors += u64::from(b.failed);
+        a.timeouts += u64::from(b.timeout);
+        a.reconnects += b.reconnects;
+        a.server.record_ns(b.ns);
+    }
+    if trace_every > 0 && f.request_id % trace_every == 0 && acc.trace.len() < MAX_TRACE_ROWS {
+        let mut servers: Vec<usize> = facts.backend.iter().map(|b| b.server).collect();
+        servers.sort_unstable();
+        servers.dedup();
+        acc.trace.push(TraceRow {
+            request_id: f.request_id,
+            op: f.op.name(),
+            keys: f.keys as u32,
+            worker: worker as u32,
+            t_recv: f.t_recv,
+            t_parsed: f.t_parsed,
+            t_enqueue: f.t_enqueue,
+            t_dequeue: facts.t_dequeue,
+            t_send,
+            t_backend_done: facts.t_backend_done,
+            t_reply: f.t_reply,
+            servers: servers.len() as u32,
+            status: f.status,
+        });
+    }
+}
+
+/// The per-worker accumulators that the stats thread collects.
+pub struct Slots {
+    slots: Vec<CachePadded<Mutex<WorkerAcc>>>,
+    servers: usize,
+}
+
+impl Slots {
+    /// Empty slots for `workers` workers and `servers` servers.
+    pub fn new(workers: usize, servers: usize) -> Slots {
+        Slots { slots: (0..workers).map(|_| CachePadded::new(Mutex::new(WorkerAcc::new(servers)))).collect(), servers }
+    }
+
+    /// Number of servers the accumulators are sized for.
+    pub fn servers(&self) -> usize {
+        self.servers
+    }
+
+    /// Number of workers.
+    pub fn len(&self) -> usize {
+        self.slots.len()
+    }
+
+    /// Whether there are no workers.
+    pub fn is_empty(&self) -> bool {
+        self.slots.is_empty()
+    }
+
+    /// Worker `i`'s accumulator, if free right now (workers never wait).
+    pub fn try_lock(&self, i: usize) -> Option<MutexGuard<'_, WorkerAcc>> {
+        match self.slots[i].try_lock() {
+            Ok(g) => Some(g),
+            Err(std::sync::TryLockError::Poisoned(p)) => Some(p.into_inner()),
+            Err(std::sync::TryLockError::WouldBlock) => None,
+        }
+    }
+
+    /// Worker `i`'s accumulator (the stats thread and `stats` wait briefly).
+    pub fn lock(&self, i: usize) -> MutexGuard<'_, WorkerAcc> {
+        self.slots[i].lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Swaps every worker's accumulator with `spares[i]`, then merges the
+    /// collected ones into `into` and resets them (they are the next spares).
+    pub fn collect(&self, spares: &mut [WorkerAcc], into: &mut WorkerAcc) {
+        for (i, spare) in spares.iter_mut().enumerate() {
+            std::mem::swap(&mut *self.lock(i), spare);
+        }
+        for spare in spares.iter_mut() {
+            into.merge(spare);
+            spare.reset();
+        }
+    }
+
+    /// A copy of what the workers hold now (not yet collected), without trace rows.
+    pub fn peek(&self, into: &mut WorkerAcc) {
+        for i in 0..self.slots.len() {
+            into.merge_copy(&self.lock(i));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn finished(id: u64, recv: u64) -> Finished {
+        Finished {
+            request_id: id,
+            op: OpKind::Get,
+            keys: 1,
+            status: "ok",
+            t_recv: recv,
+            t_parsed: recv + 1_000,
+            t_enqueue: recv + 2_000,
+            t_reply: recv + 50_000,
+        }
+    }
+
+    #[test]
+    fn records_times_and_samples_traces() {
+        let mut acc = WorkerAcc::new(2);
+        let mut facts = JobFacts::default();
+        for id in 0..10 {
+            facts.begin(id * 100_000 + 5_000);
+            facts.t_send = Some(facts.t_dequeue + 1_000);
+            facts.t_backend_done = facts.t_dequeue + 30_000;
+            facts.hits = 1;
+            facts.backend.push(BackendFact { server: 1, ns: 29_000, failed: false, timeout: false, reconnects: 0 });
+            record(&mut acc, &finished(id, id * 100_000), &facts, 0, 5);
+        }
+        let get = acc.ops.get(OpKind::Get);
+        assert_eq!((get.count, get.hits, get.misses), (10, 10, 0));
+        assert_eq!(acc.queue.quantile(0.5), 3);
+        assert_eq!(acc.server.quantile(0.5), 29);
+        assert_eq!(acc.service.quantile(0.5), 45);
+        assert_eq!(acc.backends[1].requests, 10);
+        assert_eq!(acc.trace.len(), 2);
+        assert!(acc.trace[0].t_send <= acc.trace[0].t_backend_done);
+        let slots = Slots::new(2, 2);
+        std::mem::swap(&mut *slots.lock(1), &mut acc);
+        let mut total = WorkerAcc::new(2);
+        let mut spares = vec![WorkerAcc::new(2), WorkerAcc::new(2)];
+        slots.collect(&mut spares, &mut total);
+        assert_eq!(total.ops.all().count, 10);
+        assert_eq!(total.trace.len(), 2);
+        assert!(!slots.lock(1).dirty);
+    }
+}

@@ -1,0 +1,271 @@
+//! The stats thread: closes a window at every wall-clock boundary, writes it
+//! (windows.jsonl, trace.csv), keeps the run's totals (summary.json,
+//! `/metrics`, `stats`), and turns accumulators into results-format records.
+
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use mwstats::clock::unix_ms;
+use mwstats::record::{BackendRecord, ConnectionsRecord, MiddlewareRecord, FORMAT};
+use mwstats::window::{next_boundary, sleep_until};
+use mwstats::writer::ResultsWriter;
+use mwstats::{Metadata, WindowRecord};
+
+use crate::recorder::{Slots, WorkerAcc};
+use crate::server::Shared;
+use crate::stats::{NetCounters, WorkerCounters};
+
+/// Measurement state shared by workers, the stats thread, `stats` and the admin endpoint.
+pub struct Telemetry {
+    /// Per-worker accumulators.
+    pub slots: Slots,
+    /// Totals of closed windows.
+    run: Mutex<RunTotals>,
+    /// Set after the workers have stopped: close the last window and finish.
+    stop: AtomicBool,
+}
+
+/// What the closed windows add up to.
+pub struct RunTotals {
+    /// Everything recorded in closed windows.
+    pub total: WorkerAcc,
+    /// Start of the run, wall clock.
+    pub start_unix_ms: u64,
+    /// Windows closed.
+    pub windows: u64,
+    /// The last closed window.
+    pub last: Option<WindowRecord>,
+    /// Net counters at the end of the last closed window.
+    net_last: Vec<u64>,
+    /// Counter values at the last `stats reset`.
+    reset_workers: WorkerCounters,
+    reset_net: Vec<u64>,
+}
+
+/// Counters of the `stats` command: closed windows plus what workers hold now.
+pub struct LiveCounters {
+    /// memcached-style counters.
+    pub counters: WorkerCounters,
+    /// Requests completed.
+    pub requests: u64,
+    /// Nanoseconds workers were busy.
+    pub busy_ns: u64,
+    /// Net counters in `NetCounters::NAMES` order.
+    pub net: Vec<u64>,
+}
+
+impl RunTotals {
+    /// Net counters at the end of the last closed window (`NetCounters::NAMES` order).
+    pub fn net_last(&self) -> &[u64] {
+        &self.net_last
+    }
+}
+
+impl Telemetry {
+    /// Empty telemetry for `workers` workers and `servers` servers.
+    pub fn new(workers: usize, servers: usize) -> Telemetry {
+        let zero_net = vec![0; NetCounters::NAMES.len()];
+        Telemetry {
+            slots: Slots::new(workers, servers),
+            run: Mutex::new(RunTotals {
+                total: WorkerAcc::new(servers),
+                start_unix_ms: unix_ms(),
+                windows: 0,
+                last: None,
+                net_last: zero_net.clone(),
+                reset_workers: WorkerCounters::default(),
+                reset_net: zero_net,
+            }),
+            stop: AtomicBool::new(false),
+        }
+    }
+
+    /// The totals of closed windows.
+    pub fn run(&self) -> MutexGuard<'_, RunTotals> {
+        self.run.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Asks the stats thread to close the last window and finish.
+    pub fn stop(&self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+
+    /// Current counters (since start or the last `stats reset`).
+    pub fn live(&self, net: &NetCounters) -> LiveCounters {
+        let mut now = WorkerAcc::new(self.slots.servers());
+        let mut counters = WorkerCounters::default();
+        let mut requests = 0;
+        let mut busy_ns = 0;
+        for i in 0..self.slots.len() {
+            let g = self.slots.lock(i);
+            counters.add(&g.counters);
+            requests += g.ops.by_kind.iter().map(|o| o.count).sum::<u64>();
+            busy_ns += g.busy_ns;
+        }
+        let run = self.run();
+        counters.add(&run.total.counters);
+        requests += run.total.ops.by_kind.iter().map(|o| o.count).sum::<u64>();
+        busy_ns += run.total.busy_ns;
+        now.counters = counters.since(&run.reset_workers);
+        let net_now: Vec<u64> = net.values().iter().zip(&run.reset_net).map(|(v, b)| v.saturating_sub(*b)).collect();
+        LiveCounters { counters: now.counters, requests, busy_ns, net: net_now }
+    }
+
+    /// `stats reset`: counters shown by `stats` start again from zero
+    /// (results files and `/metrics` keep counting).
+    pub fn reset_counters(&self, net: &NetCounters) {
+        let mut c = WorkerCounters::default();
+        for i in 0..self.slots.len() {
+            c.add(&self.slots.lock(i).counters);
+        }
+        let mut run = self.run();
+        c.add(&run.total.counters);
+        run.reset_workers = c;
+        run.reset_net = net.values();
+    }
+}
+
+fn net_value(values: &[u64], name: &str) -> u64 {
+    NetCounters::NAMES.iter().position(|n| *n == name).map(|i| values[i]).unwrap_or(0)
+}
+
+/// The results-format record of `acc` over `[start, start + duration)`.
+pub fn build_record(
+    shared: &Shared,
+    acc: &WorkerAcc,
+    window: Option<u64>,
+    start_unix_ms: u64,
+    duration_ms: u64,
+    net_now: &[u64],
+    net_before: &[u64],
+) -> WindowRecord {
+    let cfg = &shared.config;
+    let delta = |name: &str| net_value(net_now, name).saturating_sub(net_value(net_before, name));
+    let dur_ns = (duration_ms.max(1) * 1_000_000) as f64;
+    let workers = cfg.proxy.workers as u64;
+    let backends = shared
+        .addrs
+        .iter()
+        .zip(&acc.backends)
+        .map(|(addr, b)| {
+            (
+                addr.to_string(),
+                BackendRecord {
+                    requests: b.requests,
+                    errors: b.errors,
+                    timeouts: b.timeouts,
+                    server_us: b.server.summary(),
+                },
+            )
+        })
+        .collect();
+    let open = net_value(net_now, "total_connections").saturating_sub(net_value(net_now, "closed_connections"));
+    WindowRecord {
+        format: FORMAT.into(),
+        source: "mwproxy".into(),
+        instance: cfg.stats.instance.clone(),
+        window,
+        start_unix_ms,
+        duration_ms,
+        ops: acc.ops.records(),
+        middleware: Some(MiddlewareRecord {
+            queue_length_mean: round4(acc.queue_ns as f64 / dur_ns),
+            workers,
+            worker_utilisation: round4(acc.busy_ns as f64 / (workers as f64 * dur_ns)),
+            net_us: acc.net.summary(),
+            queue_us: acc.queue.summary(),
+            server_us: acc.server.summary(),
+            service_us: acc.service.summary(),
+            backends,
+            connections: ConnectionsRecord {
+                open,
+                accepted: delta("total_connections"),
+                closed: delta("closed_connections"),
+                rejected: delta("rejected_connections"),
+            },
+            bytes_in: delta("bytes_read"),
+            bytes_out: delta("bytes_written"),
+            protocol_errors: delta("protocol_errors"),
+            queue_full: delta("queue_full"),
+        }),
+        metadata: None,
+    }
+}
+
+fn round4(x: f64) -> f64 {
+    (x * 10_000.0).round() / 10_000.0
+}
+
+/// Runs until [`Telemetry::stop`]: one window per boundary, then the summary.
+pub fn run_stats_thread(shared: Arc<Shared>, mut out: Option<ResultsWriter>) {
+    let t = &shared.telemetry;
+    let window_ms = shared.config.stats.window_ms;
+    let workers = t.slots.len();
+    let mut spares: Vec<WorkerAcc> = (0..workers).map(|_| WorkerAcc::new(t.slots.servers())).collect();
+    let mut window = WorkerAcc::new(t.slots.servers());
+    let mut start = t.run().start_unix_ms;
+    let mut boundary = next_boundary(start, window_ms);
+    let mut index = 0;
+    loop {
+        let stopped = sleep_until(boundary, || t.stop.load(Ordering::Relaxed));
+        let end = if stopped { unix_ms().max(start) } else { boundary };
+        t.slots.collect(&mut spares, &mut window);
+        let net_now = shared.net.values();
+        let net_before = t.run().net_last.clone();
+        let record = build_record(&shared, &window, Some(index), start, end - start, &net_now, &net_before);
+        if let Some(w) = out.as_mut() {
+            let written = w.window(&record).and_then(|_| w.trace(&window.trace));
+            if let Err(e) = written {
+                tracing::error!("cannot write results: {e}; results output stopped");
+                out = None;
+            }
+        }
+        {
+            let mut run = t.run();
+            run.total.merge(&mut window);
+            run.total.trace.clear();
+            run.windows += 1;
+            run.net_last = net_now;
+            run.last = Some(record);
+        }
+        window.reset();
+        if stopped {
+            break;
+        }
+        start = boundary;
+        boundary += window_ms;
+        index += 1;
+    }
+    if let Some(mut w) = out {
+        let summary = summary_record(&shared);
+        if let Err(e) = w.summary(&summary) {
+            tracing::error!("cannot write summary.json: {e}");
+        }
+    }
+}
+
+/// The whole run as one record, with metadata.
+pub fn summary_record(shared: &Shared) -> WindowRecord {
+    let run = shared.telemetry.run();
+    let end = run.last.as_ref().map(|l| l.start_unix_ms + l.duration_ms).unwrap_or_else(unix_ms);
+    let zero = vec![0; NetCounters::NAMES.len()];
+    let mut r =
+        build_record(shared, &run.total, None, run.start_unix_ms, end - run.start_unix_ms, &run.net_last, &zero);
+    let mut meta = Metadata::of_this_host();
+    meta.version = crate::VERSION.into();
+    meta.git_revision = option_env!("MWLAB_GIT_REVISION").unwrap_or("unknown").into();
+    meta.config = serde_json::to_value(&shared.config).unwrap_or_default();
+    meta.start_unix_ms = run.start_unix_ms;
+    meta.end_unix_ms = end;
+    r.metadata = Some(meta);
+    r
+}
+
+/// Opens the results directory if one was configured.
+pub fn open_results(dir: Option<&str>, trace_every: u64) -> std::io::Result<Option<ResultsWriter>> {
+    match dir {
+        Some(d) => ResultsWriter::create(Path::new(d), trace_every > 0).map(Some),
+        None => Ok(None),
+    }
+}

@@ -1,0 +1,21 @@
+//! `mwstats`: what mwproxy and mwload share for measurement.
+//!
+//! - [`clock`]: one monotonic nanosecond clock per process, linked to wall time;
+//! - [`hist`]: HDR histograms in microseconds with their portable encoding;
+//! - [`ops`]: per-operation counts and response times of a window;
+//! - [`record`], [`writer`], [`reader`]: the results format (docs/results-format.md);
+//! - [`window`]: wall-clock-aligned window boundaries;
+//! - [`prom`]: Prometheus text exposition of counters and histograms.
+
+pub mod clock;
+pub mod hist;
+pub mod ops;
+pub mod prom;
+pub mod reader;
+pub mod record;
+pub mod window;
+pub mod writer;
+
+pub use hist::{Hist, HistSummary};
+pub use ops::{OpAcc, OpKind, Ops};
+pub use record::{Metadata, WindowRecord, FORMAT};
