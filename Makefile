@@ -6,7 +6,10 @@ CARGO ?= cargo
 DEB_PACKAGES := memcached nutcracker libmemcached-tools
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all deps rust-deps build test run bench lint fmt clean
+VENV := .venv
+PYTHON ?= python3
+
+.PHONY: all deps rust-deps python-deps build test run bench lint fmt clean
 
 all: build
 
@@ -28,11 +31,23 @@ deps:
 rust-deps:
 	$(CARGO) fetch --locked 2>/dev/null || $(CARGO) fetch
 
+## Python packages for the lab (mwlab) and its tests, in .venv.
+python-deps: $(VENV)/.installed
+
+$(VENV)/.installed: lab/pyproject.toml
+	@$(PYTHON) -m venv $(VENV) 2>/dev/null || { \
+	  $(SUDO) apt-get update -q && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q python3-venv && \
+	  $(PYTHON) -m venv $(VENV); }
+	$(VENV)/bin/pip install -q -e 'lab[test]'
+	@touch $@
+
 build: deps rust-deps
 	$(CARGO) build --release --workspace --bins
 
-test: deps rust-deps
+test: deps rust-deps python-deps
+	$(CARGO) build --workspace --bins
 	$(CARGO) test --workspace --no-fail-fast
+	$(VENV)/bin/pytest lab
 
 run: build
 	scripts/run-local.sh
@@ -40,12 +55,15 @@ run: build
 bench: build
 	bench/proxy.sh
 
-lint: rust-deps
+lint: rust-deps python-deps
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
+	$(VENV)/bin/ruff check lab
+	$(VENV)/bin/ruff format --check lab
 
-fmt:
+fmt: python-deps
 	$(CARGO) fmt --all
+	$(VENV)/bin/ruff format lab
 
 clean:
 	$(CARGO) clean

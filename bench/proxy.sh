@@ -33,9 +33,11 @@ for i in 0 1 2 3; do
 done
 for p in "${MC[@]}"; do wait_port "$p"; done
 # MC[0] serves the direct run and mwproxy-1; MC[1..3] serve the 3-server proxies.
-MW1=$(free_port); MW3=$(free_port); TW=$(free_port)
+MW1=$(free_port); MW3=$(free_port); MWO=$(free_port); TW=$(free_port)
 "$BIN/mwproxy" -p "$MW1" -t "$WORKERS" -m "127.0.0.1:${MC[0]}" --log warn & pids+=($!)
 "$BIN/mwproxy" -p "$MW3" -t "$WORKERS" -m "127.0.0.1:${MC[1]}" "127.0.0.1:${MC[2]}" "127.0.0.1:${MC[3]}" --log warn & pids+=($!)
+"$BIN/mwproxy" -p "$MWO" -t "$WORKERS" -m "127.0.0.1:${MC[1]}" "127.0.0.1:${MC[2]}" "127.0.0.1:${MC[3]}" --log warn \
+  --out "$work/mwproxy-out" --trace-every 100 & pids+=($!)
 cat > "$work/nutcracker.yml" <<YML
 pool:
   listen: 127.0.0.1:$TW
@@ -48,13 +50,13 @@ pool:
    - 127.0.0.1:${MC[3]}:1
 YML
 nutcracker -c "$work/nutcracker.yml" -s "$(free_port)" -a 127.0.0.1 >/dev/null 2>&1 & pids+=($!)
-for p in "$MW1" "$MW3" "$TW"; do wait_port "$p"; done
+for p in "$MW1" "$MW3" "$MWO" "$TW"; do wait_port "$p"; done
 
 "$LOAD" --target "127.0.0.1:${MC[0]}" --keys "$KEYS" --value-size "$VALUE_SIZE" --prefill
 "$LOAD" --target "127.0.0.1:$MW3" --keys "$KEYS" --value-size "$VALUE_SIZE" --prefill
 
-names=(memcached mwproxy-1 mwproxy-3 twemproxy-3)
-ports=("${MC[0]}" "$MW1" "$MW3" "$TW")
+names=(memcached mwproxy-1 mwproxy-3 mwproxy-3+out twemproxy-3)
+ports=("${MC[0]}" "$MW1" "$MW3" "$MWO" "$TW")
 echo "closed loop: $CONNECTIONS connections, set:get $RATIO, ${VALUE_SIZE} B values, $KEYS keys, mwproxy workers $WORKERS, $ROUNDS rounds x ${SECONDS_PER_RUN} s" >&2
 for r in $(seq "$ROUNDS"); do
   for i in "${!names[@]}"; do
@@ -80,4 +82,6 @@ print()
 print(f"mwproxy-1 / memcached   ops/s ratio: {med('mwproxy-1','ops_per_sec')/med('memcached','ops_per_sec'):.2f}")
 print(f"mwproxy-3 / twemproxy-3 ops/s ratio: {med('mwproxy-3','ops_per_sec')/med('twemproxy-3','ops_per_sec'):.2f}")
 print(f"mwproxy-3 / twemproxy-3 p99 ratio:   {med('mwproxy-3','p99_us')/med('twemproxy-3','p99_us'):.2f}")
+print(f"results output on / off ops/s ratio:  {med('mwproxy-3+out','ops_per_sec')/med('mwproxy-3','ops_per_sec'):.3f}")
+print(f"results output on / off p99 ratio:    {med('mwproxy-3+out','p99_us')/med('mwproxy-3','p99_us'):.3f}")
 PY

@@ -230,7 +230,7 @@ pub fn record(acc: &mut WorkerAcc, f: &Finished, facts: &JobFacts, worker: usize
         a.reconnects += b.reconnects;
         a.server.record_ns(b.ns);
     }
-    if trace_every > 0 && f.request_id % trace_every == 0 && acc.trace.len() < MAX_TRACE_ROWS {
+    if trace_every > 0 && f.request_id.is_multiple_of(trace_every) && acc.trace.len() < MAX_TRACE_ROWS {
         let mut servers: Vec<usize> = facts.backend.iter().map(|b| b.server).collect();
         servers.sort_unstable();
         servers.dedup();

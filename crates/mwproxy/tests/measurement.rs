@@ -1,0 +1,213 @@
+//! mwproxy's measurements: a scripted client sends a known mix and the
+//! results files, the trace and the admin endpoint must account for exactly it.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use mctest::Client;
+use mwstats::reader::{read_summary, read_windows};
+use mwstats::WindowRecord;
+
+fn out_dir(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("mwproxy-measure-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    d
+}
+
+/// Sends the known mix; returns (op -> count, op -> keys, op -> hits).
+fn known_mix(c: &mut Client) -> [(&'static str, u64, u64, u64); 5] {
+    for i in 0..30 {
+        assert_eq!(c.call_str(&format!("set m{i} 0 0 2\r\nok\r\n")).unwrap(), "STORED\r\n");
+    }
+    for i in 0..50 {
+        // m0..m24 exist, x25..x49 do not
+        let key = if i < 25 { format!("m{i}") } else { format!("x{i}") };
+        c.call_str(&format!("get {key}\r\n")).unwrap();
+    }
+    for i in 0..20 {
+        // two of three keys exist
+        c.call_str(&format!("get m{} m{} nope{i}\r\n", i, i + 1)).unwrap();
+    }
+    for i in 0..10 {
+        assert_eq!(c.call_str(&format!("delete m{i}\r\n")).unwrap(), "DELETED\r\n");
+    }
+    for _ in 0..5 {
+        c.call_str("incr counter 1\r\n").unwrap();
+    }
+    [("set", 30, 30, 0), ("get", 50, 50, 25), ("multiget", 20, 60, 40), ("delete", 10, 10, 0), ("other", 5, 5, 0)]
+}
+
+fn sum_windows(windows: &[WindowRecord], op: &str, field: fn(&mwstats::record::OpRecord) -> u64) -> u64 {
+    windows.iter().map(|w| field(&w.ops[op])).sum()
+}
+
+#[test]
+fn windows_and_summary_account_for_every_request() {
+    let servers = common::servers(2);
+    let dir = out_dir("mix");
+    let proxy = common::proxy(&servers, |c| {
+        c.stats.out = Some(dir.to_string_lossy().into_owned());
+        c.stats.window_ms = 200;
+        c.stats.trace_every = 1;
+    });
+    let mut c = common::client(&proxy);
+    let expected = known_mix(&mut c);
+    std::thread::sleep(Duration::from_millis(450));
+    for _ in 0..5 {
+        c.call_str("get m20\r\n").unwrap();
+    }
+    drop(c);
+    common::stop(proxy);
+
+    let windows = read_windows(&dir).unwrap();
+    let summary = read_summary(&dir).unwrap();
+    assert!(windows.len() >= 3, "several 200 ms windows: {}", windows.len());
+    for (op, count, keys, hits) in expected {
+        let extra = if op == "get" { 5 } else { 0 };
+        assert_eq!(sum_windows(&windows, op, |o| o.count), count + extra, "{op} count");
+        assert_eq!(sum_windows(&windows, op, |o| o.keys), keys + extra, "{op} keys");
+        assert_eq!(sum_windows(&windows, op, |o| o.hits), hits + extra, "{op} hits");
+        let misses = if op.contains("get") { keys - hits } else { 0 };
+        assert_eq!(sum_windows(&windows, op, |o| o.misses), misses, "{op} misses");
+        let s = &summary.ops[op];
+        assert_eq!((s.count, s.keys, s.hits), (count + extra, keys + extra, hits + extra), "{op} in summary");
+        assert_eq!(s.response_us.count, s.count);
+    }
+    for op in ["get", "multiget", "set", "delete", "other", "all"] {
+        let f = |o: &mwstats::record::OpRecord| o.response_us.count;
+        assert_eq!(sum_windows(&windows, op, f), summary.ops[op].response_us.count, "{op} histogram");
+    }
+    // Windows follow each other on wall-clock multiples of their length.
+    for pair in windows.windows(2) {
+        assert_eq!(pair[0].start_unix_ms + pair[0].duration_ms, pair[1].start_unix_ms);
+        assert_eq!(pair[1].start_unix_ms % 200, 0);
+    }
+    // Middleware figures add up too.
+    let mw: Vec<_> = windows.iter().map(|w| w.middleware.clone().unwrap()).collect();
+    let smw = summary.middleware.clone().unwrap();
+    let requests: u64 = mw.iter().map(|m| m.backends.values().map(|b| b.requests).sum::<u64>()).sum();
+    assert_eq!(requests, smw.backends.values().map(|b| b.requests).sum::<u64>());
+    assert!(requests >= 120, "every request reached a server: {requests}");
+    assert_eq!(mw.iter().map(|m| m.connections.accepted).sum::<u64>(), 1);
+    assert_eq!(mw.iter().map(|m| m.bytes_in).sum::<u64>(), smw.bytes_in);
+    assert!(smw.bytes_out > 0 && smw.queue_us.count == summary.ops["all"].count);
+    let meta = summary.metadata.clone().unwrap();
+    assert!(meta.version.starts_with("mwproxy-") && meta.cpu_count > 0 && meta.end_unix_ms >= meta.start_unix_ms);
+    assert_eq!(meta.config["stats"]["window_ms"], 200);
+    check_trace(&dir.join("trace.csv"), summary.ops["all"].count);
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// Every traced request's timestamps are in order, hence server <= service <= response.
+fn check_trace(path: &Path, expected_rows: u64) {
+    let text = std::fs::read_to_string(path).unwrap();
+    let mut lines = text.lines();
+    assert_eq!(lines.next().unwrap(), mwstats::writer::TRACE_HEADER);
+    let mut rows = 0;
+    for line in lines {
+        let f: Vec<&str> = line.split(',').collect();
+        assert_eq!(f.len(), 13, "{line}");
+        let t: Vec<u64> = f[4..11].iter().map(|x| x.parse().unwrap()).collect();
+        assert!(t.windows(2).all(|p| p[0] <= p[1]), "timestamps in order: {line}");
+        let (server, service, response) = (t[5] - t[4], t[6] - t[3], t[6] - t[0]);
+        assert!(server <= service && service <= response, "{line}");
+        rows += 1;
+    }
+    assert_eq!(rows, expected_rows, "trace-every 1 traces every request");
+}
+
+fn closed_loop(addr: SocketAddr, clients: usize, requests: usize) {
+    let threads: Vec<_> = (0..clients)
+        .map(|t| {
+            std::thread::spawn(move || {
+                let mut c = Client::connect(addr).unwrap();
+                for i in 0..requests {
+                    c.call_str(&format!("get q{}\r\n", (t * 7 + i) % 20)).unwrap();
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+}
+
+fn queue_mean(clients: usize) -> (f64, f64) {
+    let servers = common::servers(1);
+    let dir = out_dir(&format!("queue{clients}"));
+    let proxy = common::proxy(&servers, |c| {
+        c.proxy.workers = 1;
+        c.stats.out = Some(dir.to_string_lossy().into_owned());
+    });
+    closed_loop(proxy.local_addr(), clients, 300);
+    common::stop(proxy);
+    let s = read_summary(&dir).unwrap();
+    std::fs::remove_dir_all(&dir).ok();
+    let mw = s.middleware.unwrap();
+    (mw.queue_us.mean, mw.queue_length_mean)
+}
+
+#[test]
+fn queue_time_is_near_zero_alone_and_grows_when_clients_outnumber_workers() {
+    let (alone, alone_len) = queue_mean(1);
+    let (crowded, crowded_len) = queue_mean(12);
+    assert!(alone < 200.0, "one client barely queues: {alone} us");
+    assert!(crowded > 4.0 * alone.max(10.0), "12 clients on 1 worker queue: {crowded} us vs {alone} us");
+    assert!(crowded_len > alone_len, "queue length grows: {crowded_len} vs {alone_len}");
+}
+
+fn http_get(addr: SocketAddr, path: &str) -> (String, String) {
+    let mut s = TcpStream::connect(addr).unwrap();
+    write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    let mut text = String::new();
+    s.read_to_string(&mut text).unwrap();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap();
+    (head.lines().next().unwrap().to_string(), body.to_string())
+}
+
+fn metric(page: &str, sample: &str) -> f64 {
+    page.lines()
+        .find_map(|l| l.strip_prefix(sample).and_then(|r| r.strip_prefix(' ')))
+        .unwrap_or_else(|| panic!("{sample} not in page"))
+        .parse()
+        .unwrap()
+}
+
+#[test]
+fn admin_endpoint_serves_metrics_stats_and_health() {
+    let servers = common::servers(2);
+    let dir = out_dir("admin");
+    let proxy = common::proxy(&servers, |c| {
+        c.stats.out = Some(dir.to_string_lossy().into_owned());
+        c.stats.window_ms = 100;
+        c.stats.admin = Some("127.0.0.1:0".into());
+    });
+    let admin = proxy.admin_addr().unwrap();
+    let mut c = common::client(&proxy);
+    known_mix(&mut c);
+    std::thread::sleep(Duration::from_millis(350));
+    let (status, health) = http_get(admin, "/healthz");
+    assert!(status.contains("200") && health.starts_with("ok"), "{status} {health}");
+    let (status, stats) = http_get(admin, "/stats");
+    assert!(status.contains("200"));
+    let v: serde_json::Value = serde_json::from_str(&stats).unwrap();
+    assert_eq!(v["last"]["format"], "mwlab/1");
+    assert!(v["current"]["ops"]["all"]["count"].is_u64());
+    let (_, page) = http_get(admin, "/metrics");
+    assert!(http_get(admin, "/nope").0.contains("404"));
+    drop(c);
+    common::stop(proxy);
+    let summary = read_summary(&dir).unwrap();
+    for op in ["get", "multiget", "set", "delete", "other"] {
+        let sample = format!("mwproxy_requests_total{{op=\"{op}\"}}");
+        assert_eq!(metric(&page, &sample) as u64, summary.ops[op].count, "{op}");
+        let sample = format!("mwproxy_response_seconds_count{{op=\"{op}\"}}");
+        assert_eq!(metric(&page, &sample) as u64, summary.ops[op].response_us.count, "{op}");
+    }
+    assert_eq!(metric(&page, "mwproxy_connections_accepted_total") as u64, 1);
+    std::fs::remove_dir_all(&dir).ok();
+}
