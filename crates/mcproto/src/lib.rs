@@ -4,13 +4,15 @@
 //! read from the front of a buffer and say how many bytes they used (or that
 //! more are needed); [`Request::encode`], [`Response::encode`] and the
 //! `encode_*` helpers append to a `Vec<u8>`. The proxy and the load generator
-//! share this crate, so both speak exactly the same protocol.
+//! share this crate, so both speak exactly the same protocol. [`ring`] places
+//! keys on servers the way libmemcached and twemproxy do (pure computation too).
 
 pub mod buffer;
 pub mod number;
 pub mod parse;
 pub mod request;
 pub mod response;
+pub mod ring;
 
 pub use buffer::ReadBuf;
 pub use parse::{parse_request, Limits, Parsed, Rejection};

@@ -2,11 +2,9 @@
 //! `validate()` that explains every refusal, and TOML loading that rejects
 //! unknown keys. Command-line flags (see `cli.rs`) override the file.
 
-use std::fmt;
 use std::net::{SocketAddr, ToSocketAddrs};
-use std::str::FromStr;
 
-use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use serde::{Deserialize, Serialize};
 
 /// Everything mwproxy needs to run.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -98,6 +96,7 @@ impl Default for ProxyConfig {
 #[serde(deny_unknown_fields, default)]
 pub struct RoutingConfig {
     /// memcached servers as `host:port[:weight]`, in ring order.
+    #[serde(with = "server_list")]
     pub servers: Vec<ServerSpec>,
     /// How keys map to servers (default ketama).
     pub hash: HashKind,
@@ -203,87 +202,44 @@ pub enum MultigetFailure {
     Fail,
 }
 
-/// One memcached server: `host:port[:weight]`.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ServerSpec {
-    /// Host name or IP address.
-    pub host: String,
-    /// TCP port.
-    pub port: u16,
-    /// Share of the ring (default 1).
-    pub weight: u32,
+pub use mcproto::ring::ServerSpec;
+
+/// Servers are written as `host:port:weight` strings in the TOML file.
+mod server_list {
+    use super::ServerSpec;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(v: &[ServerSpec], s: S) -> Result<S::Ok, S::Error> {
+        s.collect_seq(v.iter().map(|x| x.to_string()))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<ServerSpec>, D::Error> {
+        Vec::<String>::deserialize(d)?.iter().map(|s| s.parse().map_err(serde::de::Error::custom)).collect()
+    }
 }
 
-impl ServerSpec {
-    /// `host:port`.
-    pub fn endpoint(&self) -> String {
-        if self.host.contains(':') {
-            format!("[{}]:{}", self.host, self.port)
-        } else {
-            format!("{}:{}", self.host, self.port)
+/// Resolves a server's address (first result).
+pub fn resolve(s: &ServerSpec) -> Result<SocketAddr, ConfigError> {
+    (s.host.as_str(), s.port)
+        .to_socket_addrs()
+        .ok()
+        .and_then(|mut a| a.next())
+        .ok_or_else(|| ConfigError(format!("cannot resolve server {}", s.endpoint())))
+}
+
+impl From<mcproto::ring::BadServer> for ConfigError {
+    fn from(e: mcproto::ring::BadServer) -> Self {
+        ConfigError(e.0)
+    }
+}
+
+impl HashKind {
+    /// The ring's own name for this mapping.
+    pub fn ring_kind(self) -> mcproto::ring::HashKind {
+        match self {
+            HashKind::Ketama => mcproto::ring::HashKind::Ketama,
+            HashKind::Modula => mcproto::ring::HashKind::Modula,
         }
-    }
-
-    /// Resolves the address (first result).
-    pub fn resolve(&self) -> Result<SocketAddr, ConfigError> {
-        (self.host.as_str(), self.port)
-            .to_socket_addrs()
-            .ok()
-            .and_then(|mut a| a.next())
-            .ok_or_else(|| ConfigError(format!("cannot resolve server {}", self.endpoint())))
-    }
-}
-
-impl FromStr for ServerSpec {
-    type Err = ConfigError;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let bad = |why: &str| ConfigError(format!("server {s:?}: {why} (expected host:port[:weight])"));
-        let (host, rest) = if let Some(stripped) = s.strip_prefix('[') {
-            let end = stripped.find(']').ok_or_else(|| bad("unclosed ["))?;
-            let rest = stripped[end + 1..].strip_prefix(':').ok_or_else(|| bad("missing port"))?;
-            (stripped[..end].to_string(), rest)
-        } else {
-            let (h, r) = s.split_once(':').ok_or_else(|| bad("missing port"))?;
-            (h.to_string(), r)
-        };
-        if host.is_empty() {
-            return Err(bad("empty host"));
-        }
-        let (port, weight) = match rest.split_once(':') {
-            Some((p, w)) => (p, Some(w)),
-            None => (rest, None),
-        };
-        let port: u16 = port.parse().map_err(|_| bad("bad port"))?;
-        if port == 0 {
-            return Err(bad("port 0"));
-        }
-        let weight = match weight {
-            Some(w) => {
-                w.parse::<u32>().ok().filter(|&w| w > 0).ok_or_else(|| bad("weight must be a positive integer"))?
-            }
-            None => 1,
-        };
-        Ok(ServerSpec { host, port, weight })
-    }
-}
-
-impl fmt::Display for ServerSpec {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}:{}", self.endpoint(), self.weight)
-    }
-}
-
-impl Serialize for ServerSpec {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(&self.to_string())
-    }
-}
-
-impl<'de> Deserialize<'de> for ServerSpec {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let s = String::deserialize(d)?;
-        s.parse().map_err(serde::de::Error::custom)
     }
 }
 
@@ -389,17 +345,6 @@ mod tests {
         let mut c = Config::default();
         c.routing.servers = (0..n).map(|i| format!("127.0.0.1:{}", 11211 + i).parse().unwrap()).collect();
         c
-    }
-
-    #[test]
-    fn server_specs() {
-        let s: ServerSpec = "10.0.0.1:11211:3".parse().unwrap();
-        assert_eq!((s.host.as_str(), s.port, s.weight), ("10.0.0.1", 11211, 3));
-        let s: ServerSpec = "[::1]:11211".parse().unwrap();
-        assert_eq!((s.host.as_str(), s.weight, s.endpoint()), ("::1", 1, "[::1]:11211".to_string()));
-        for bad in ["", "host", "host:", "host:x", ":11211", "h:1:0", "h:1:-2", "h:70000"] {
-            assert!(bad.parse::<ServerSpec>().is_err(), "{bad}");
-        }
     }
 
     #[test]

@@ -5,7 +5,7 @@
 //! (`net.rs`), a bounded FIFO queue hands them to a pool of workers
 //! (`worker.rs`, `commands.rs`), each of which owns a connection to every
 //! server (`backend.rs`) and answers the client in request order (`conn.rs`).
-//! Keys are placed with ketama consistent hashing (`ring.rs`). The binary in
+//! Keys are placed with ketama consistent hashing (`mcproto::ring`). The binary in
 //! `main.rs` only parses the command line (`cli.rs`) and starts a [`Proxy`].
 
 pub mod admin;
@@ -16,7 +16,6 @@ pub mod config;
 pub mod conn;
 pub mod net;
 pub mod recorder;
-pub mod ring;
 pub mod server;
 pub mod stats;
 pub mod telemetry;

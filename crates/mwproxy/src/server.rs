@@ -13,7 +13,7 @@ use mio::Waker;
 use crate::backend::Health;
 use crate::config::{Config, ConfigError};
 use crate::net::NetThread;
-use crate::ring::Ring;
+use mcproto::ring::Ring;
 use crate::stats::NetCounters;
 use crate::telemetry::{open_results, run_stats_thread, Telemetry};
 use crate::worker::{Job, Worker};
@@ -83,7 +83,7 @@ impl Proxy {
     /// Validates `config`, binds the listening address and starts the threads.
     pub fn start(config: Config) -> Result<Proxy, StartError> {
         config.validate()?;
-        let addrs = config.routing.servers.iter().map(|s| s.resolve()).collect::<Result<Vec<_>, _>>()?;
+        let addrs = config.routing.servers.iter().map(crate::config::resolve).collect::<Result<Vec<_>, _>>()?;
         let listen = config.proxy.listen.clone();
         let std_listener = std::net::TcpListener::bind(&listen)
             .map_err(|source| StartError::Listen { addr: listen.clone(), source })?;
@@ -93,7 +93,7 @@ impl Proxy {
             .map_err(|e| StartError::Results(config.stats.out.clone().unwrap_or_default(), e))?;
         let (tx, rx) = bounded::<Job>(config.proxy.queue_capacity);
         let shared = Arc::new(Shared {
-            ring: Ring::new(config.routing.hash, &config.routing.servers),
+            ring: Ring::new(config.routing.hash.ring_kind(), &config.routing.servers),
             health: addrs.iter().map(|_| Health::default()).collect(),
             net: NetCounters::default(),
             telemetry: Telemetry::new(config.proxy.workers, addrs.len()),

@@ -11,8 +11,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use mctest::Client;
-use mwproxy::config::{HashKind, ServerSpec};
-use mwproxy::ring::Ring;
+use mcproto::ring::{HashKind, Ring, ServerSpec};
 
 /// A tiny model of memcached for the pipelining test.
 #[derive(Default)]

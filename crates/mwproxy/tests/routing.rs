@@ -8,8 +8,8 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use mctest::{free_port, wait_for_port, Client};
-use mwproxy::config::{HashKind, MultigetMode, ReadPolicy, ServerSpec};
-use mwproxy::ring::Ring;
+use mcproto::ring::{HashKind, Ring, ServerSpec};
+use mwproxy::config::{MultigetMode, ReadPolicy};
 
 fn specs(ports: &[u16], weights: &[u32]) -> Vec<ServerSpec> {
     ports.iter().zip(weights).map(|(p, w)| format!("127.0.0.1:{p}:{w}").parse().unwrap()).collect()

@@ -14,9 +14,91 @@
 //! With replication R a key lives on the R distinct servers met clockwise
 //! from its point; the first is the primary.
 
+use std::fmt;
+use std::str::FromStr;
+
 use md5::{Digest, Md5};
 
-use crate::config::{HashKind, ServerSpec};
+/// Key-to-server mapping.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HashKind {
+    /// libmemcached/twemproxy-compatible ketama consistent hashing (md5).
+    Ketama,
+    /// md5 of the key modulo the number of servers.
+    Modula,
+}
+
+/// One memcached server: `host:port[:weight]`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ServerSpec {
+    /// Host name or IP address.
+    pub host: String,
+    /// TCP port.
+    pub port: u16,
+    /// Share of the ring (default 1).
+    pub weight: u32,
+}
+
+/// A server given in a form that is not `host:port[:weight]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BadServer(pub String);
+
+impl fmt::Display for BadServer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for BadServer {}
+
+impl ServerSpec {
+    /// `host:port` (IPv6 hosts in brackets).
+    pub fn endpoint(&self) -> String {
+        if self.host.contains(':') {
+            format!("[{}]:{}", self.host, self.port)
+        } else {
+            format!("{}:{}", self.host, self.port)
+        }
+    }
+}
+
+impl FromStr for ServerSpec {
+    type Err = BadServer;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let bad = |why: &str| BadServer(format!("server {s:?}: {why} (expected host:port[:weight])"));
+        let (host, rest) = if let Some(stripped) = s.strip_prefix('[') {
+            let end = stripped.find(']').ok_or_else(|| bad("unclosed ["))?;
+            let rest = stripped[end + 1..].strip_prefix(':').ok_or_else(|| bad("missing port"))?;
+            (stripped[..end].to_string(), rest)
+        } else {
+            let (h, r) = s.split_once(':').ok_or_else(|| bad("missing port"))?;
+            (h.to_string(), r)
+        };
+        if host.is_empty() {
+            return Err(bad("empty host"));
+        }
+        let (port, weight) = match rest.split_once(':') {
+            Some((p, w)) => (p, Some(w)),
+            None => (rest, None),
+        };
+        let port: u16 = port.parse().map_err(|_| bad("bad port"))?;
+        if port == 0 {
+            return Err(bad("port 0"));
+        }
+        let weight = match weight {
+            Some(w) => w.parse::<u32>().ok().filter(|&w| w > 0).ok_or_else(|| bad("weight must be a positive integer"))?,
+            None => 1,
+        };
+        Ok(ServerSpec { host, port, weight })
+    }
+}
+
+impl fmt::Display for ServerSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}", self.endpoint(), self.weight)
+    }
+}
 
 /// A server's name on the ring.
 fn ring_name(s: &ServerSpec) -> String {
@@ -181,6 +263,17 @@ mod tests {
             assert!(r[0] != r[1] && r[1] != r[2] && r[0] != r[2]);
         }
         assert_eq!(ring.replicas(b"x", 9).len(), 4);
+    }
+
+    #[test]
+    fn server_specs() {
+        let s: ServerSpec = "10.0.0.1:11211:3".parse().unwrap();
+        assert_eq!((s.host.as_str(), s.port, s.weight), ("10.0.0.1", 11211, 3));
+        let s: ServerSpec = "[::1]:11211".parse().unwrap();
+        assert_eq!((s.host.as_str(), s.weight, s.endpoint()), ("::1", 1, "[::1]:11211".to_string()));
+        for bad in ["", "host", "host:", "host:x", ":11211", "h:1:0", "h:1:-2", "h:70000"] {
+            assert!(bad.parse::<ServerSpec>().is_err(), "{bad}");
+        }
     }
 
     #[test]
