@@ -87,7 +87,9 @@ impl FromStr for ServerSpec {
             return Err(bad("port 0"));
         }
         let weight = match weight {
-            Some(w) => w.parse::<u32>().ok().filter(|&w| w > 0).ok_or_else(|| bad("weight must be a positive integer"))?,
+            Some(w) => {
+                w.parse::<u32>().ok().filter(|&w| w > 0).ok_or_else(|| bad("weight must be a positive integer"))?
+            }
             None => 1,
         };
         Ok(ServerSpec { host, port, weight })

@@ -108,8 +108,8 @@ fn healthz(shared: &Shared) -> String {
 
 fn stats_json(shared: &Shared) -> String {
     let t = &shared.telemetry;
-    let mut live = WorkerAcc::new(t.slots.servers());
-    t.slots.peek(&mut live);
+    let mut live = WorkerAcc::new(t.servers());
+    crate::recorder::peek(&t.slots, &mut live);
     let (last, start, net_before) = {
         let run = t.run();
         let start = run.last.as_ref().map(|l| l.start_unix_ms + l.duration_ms).unwrap_or(run.start_unix_ms);

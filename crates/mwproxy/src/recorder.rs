@@ -12,9 +12,7 @@
 //! empty one at each wall-clock-aligned window boundary, merges them, and
 //! writes the window.
 
-use std::sync::{Mutex, MutexGuard};
-
-use crossbeam_utils::CachePadded;
+use mwstats::slots::Accumulator;
 use mwstats::writer::TraceRow;
 use mwstats::{Hist, OpKind, Ops};
 
@@ -252,64 +250,27 @@ pub fn record(acc: &mut WorkerAcc, f: &Finished, facts: &JobFacts, worker: usize
     }
 }
 
-/// The per-worker accumulators that the stats thread collects.
-pub struct Slots {
-    slots: Vec<CachePadded<Mutex<WorkerAcc>>>,
-    servers: usize,
+impl Accumulator for WorkerAcc {
+    fn absorb(&mut self, other: &mut Self) {
+        self.merge(other);
+    }
+
+    fn clear(&mut self) {
+        self.reset();
+    }
+
+    fn is_dirty(&self) -> bool {
+        self.dirty
+    }
 }
 
-impl Slots {
-    /// Empty slots for `workers` workers and `servers` servers.
-    pub fn new(workers: usize, servers: usize) -> Slots {
-        Slots { slots: (0..workers).map(|_| CachePadded::new(Mutex::new(WorkerAcc::new(servers)))).collect(), servers }
-    }
+/// The per-worker accumulators that the stats thread collects.
+pub type Slots = mwstats::slots::Slots<WorkerAcc>;
 
-    /// Number of servers the accumulators are sized for.
-    pub fn servers(&self) -> usize {
-        self.servers
-    }
-
-    /// Number of workers.
-    pub fn len(&self) -> usize {
-        self.slots.len()
-    }
-
-    /// Whether there are no workers.
-    pub fn is_empty(&self) -> bool {
-        self.slots.is_empty()
-    }
-
-    /// Worker `i`'s accumulator, if free right now (workers never wait).
-    pub fn try_lock(&self, i: usize) -> Option<MutexGuard<'_, WorkerAcc>> {
-        match self.slots[i].try_lock() {
-            Ok(g) => Some(g),
-            Err(std::sync::TryLockError::Poisoned(p)) => Some(p.into_inner()),
-            Err(std::sync::TryLockError::WouldBlock) => None,
-        }
-    }
-
-    /// Worker `i`'s accumulator (the stats thread and `stats` wait briefly).
-    pub fn lock(&self, i: usize) -> MutexGuard<'_, WorkerAcc> {
-        self.slots[i].lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// Swaps every worker's accumulator with `spares[i]`, then merges the
-    /// collected ones into `into` and resets them (they are the next spares).
-    pub fn collect(&self, spares: &mut [WorkerAcc], into: &mut WorkerAcc) {
-        for (i, spare) in spares.iter_mut().enumerate() {
-            std::mem::swap(&mut *self.lock(i), spare);
-        }
-        for spare in spares.iter_mut() {
-            into.merge(spare);
-            spare.reset();
-        }
-    }
-
-    /// A copy of what the workers hold now (not yet collected), without trace rows.
-    pub fn peek(&self, into: &mut WorkerAcc) {
-        for i in 0..self.slots.len() {
-            into.merge_copy(&self.lock(i));
-        }
+/// Adds what the workers hold now (not yet collected) to `into`, without trace rows.
+pub fn peek(slots: &Slots, into: &mut WorkerAcc) {
+    for i in 0..slots.len() {
+        into.merge_copy(&slots.lock(i));
     }
 }
 
@@ -350,7 +311,7 @@ mod tests {
         assert_eq!(acc.backends[1].requests, 10);
         assert_eq!(acc.trace.len(), 2);
         assert!(acc.trace[0].t_send <= acc.trace[0].t_backend_done);
-        let slots = Slots::new(2, 2);
+        let slots = Slots::new(vec![WorkerAcc::new(2), WorkerAcc::new(2)]);
         std::mem::swap(&mut *slots.lock(1), &mut acc);
         let mut total = WorkerAcc::new(2);
         let mut spares = vec![WorkerAcc::new(2), WorkerAcc::new(2)];

@@ -13,10 +13,10 @@ use mio::Waker;
 use crate::backend::Health;
 use crate::config::{Config, ConfigError};
 use crate::net::NetThread;
-use mcproto::ring::Ring;
 use crate::stats::NetCounters;
 use crate::telemetry::{open_results, run_stats_thread, Telemetry};
 use crate::worker::{Job, Worker};
+use mcproto::ring::Ring;
 
 /// State shared by the net threads and the workers.
 pub struct Shared {

@@ -20,6 +20,8 @@ use crate::stats::{NetCounters, WorkerCounters};
 pub struct Telemetry {
     /// Per-worker accumulators.
     pub slots: Slots,
+    /// Servers the accumulators are sized for.
+    servers: usize,
     /// Totals of closed windows.
     run: Mutex<RunTotals>,
     /// Set after the workers have stopped: close the last window and finish.
@@ -63,11 +65,17 @@ impl RunTotals {
 }
 
 impl Telemetry {
+    /// Number of servers.
+    pub fn servers(&self) -> usize {
+        self.servers
+    }
+
     /// Empty telemetry for `workers` workers and `servers` servers.
     pub fn new(workers: usize, servers: usize) -> Telemetry {
         let zero_net = vec![0; NetCounters::NAMES.len()];
         Telemetry {
-            slots: Slots::new(workers, servers),
+            slots: Slots::new((0..workers).map(|_| WorkerAcc::new(servers)).collect()),
+            servers,
             run: Mutex::new(RunTotals {
                 total: WorkerAcc::new(servers),
                 start_unix_ms: unix_ms(),
@@ -93,7 +101,7 @@ impl Telemetry {
 
     /// Current counters (since start or the last `stats reset`).
     pub fn live(&self, net: &NetCounters) -> LiveCounters {
-        let mut now = WorkerAcc::new(self.slots.servers());
+        let mut now = WorkerAcc::new(self.servers);
         let mut counters = WorkerCounters::default();
         let mut requests = 0;
         let mut busy_ns = 0;
@@ -202,8 +210,8 @@ pub fn run_stats_thread(shared: Arc<Shared>, mut out: Option<ResultsWriter>) {
     let t = &shared.telemetry;
     let window_ms = shared.config.stats.window_ms;
     let workers = t.slots.len();
-    let mut spares: Vec<WorkerAcc> = (0..workers).map(|_| WorkerAcc::new(t.slots.servers())).collect();
-    let mut window = WorkerAcc::new(t.slots.servers());
+    let mut spares: Vec<WorkerAcc> = (0..workers).map(|_| WorkerAcc::new(t.servers())).collect();
+    let mut window = WorkerAcc::new(t.servers());
     let mut start = t.run().start_unix_ms;
     let mut boundary = next_boundary(start, window_ms);
     let mut index = 0;

@@ -20,6 +20,7 @@ use crate::backend::{Backend, BackendError};
 use crate::conn::ClientConn;
 use crate::recorder::{record, BackendFact, Finished, JobFacts, WorkerAcc};
 use crate::server::Shared;
+use mwstats::slots::SlotWriter;
 
 /// What a job asks of a worker.
 #[derive(Debug)]
@@ -84,15 +85,15 @@ pub struct Worker {
     last_conn: Option<Arc<ClientConn>>,
     /// What the current job has done so far.
     pub(crate) facts: JobFacts,
-    /// Measurements kept aside while the stats thread held the accumulator.
-    spill: WorkerAcc,
+    /// This worker's way into its accumulator slot.
+    writer: SlotWriter<WorkerAcc>,
 }
 
 impl Worker {
     /// A worker with (lazily opened) connections to every server.
     pub fn new(id: usize, shared: Arc<Shared>) -> Worker {
         let backends = shared.addrs.iter().enumerate().map(|(i, a)| Backend::new(i, *a)).collect();
-        let spill = WorkerAcc::new(shared.addrs.len());
+        let writer = SlotWriter::new(id, WorkerAcc::new(shared.addrs.len()));
         Worker {
             id,
             shared,
@@ -101,7 +102,7 @@ impl Worker {
             rr: id,
             last_conn: None,
             facts: JobFacts::default(),
-            spill,
+            writer,
         }
     }
 
@@ -158,16 +159,8 @@ impl Worker {
     /// the stats thread holds it right now.
     fn record(&mut self, f: &Finished) {
         let trace_every = if self.shared.config.stats.out.is_some() { self.shared.config.stats.trace_every } else { 0 };
-        match self.shared.telemetry.slots.try_lock(self.id) {
-            Some(mut acc) => {
-                if self.spill.dirty {
-                    acc.merge(&mut self.spill);
-                    self.spill.reset();
-                }
-                record(&mut acc, f, &self.facts, self.id, trace_every);
-            }
-            None => record(&mut self.spill, f, &self.facts, self.id, trace_every),
-        }
+        let (facts, id) = (&self.facts, self.id);
+        self.writer.record(&self.shared.telemetry.slots, |acc| record(acc, f, facts, id, trace_every));
     }
 
     fn now_ms(&self) -> u64 {

@@ -10,8 +10,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use mctest::Client;
 use mcproto::ring::{HashKind, Ring, ServerSpec};
+use mctest::Client;
 
 /// A tiny model of memcached for the pipelining test.
 #[derive(Default)]

@@ -7,8 +7,8 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use mctest::{free_port, wait_for_port, Client};
 use mcproto::ring::{HashKind, Ring, ServerSpec};
+use mctest::{free_port, wait_for_port, Client};
 use mwproxy::config::{MultigetMode, ReadPolicy};
 
 fn specs(ports: &[u16], weights: &[u32]) -> Vec<ServerSpec> {

@@ -5,6 +5,7 @@
 //! - [`ops`]: per-operation counts and response times of a window;
 //! - [`record`], [`writer`], [`reader`]: the results format (docs/results-format.md);
 //! - [`window`]: wall-clock-aligned window boundaries;
+//! - [`slots`]: per-thread accumulators collected once per window without making threads wait;
 //! - [`prom`]: Prometheus text exposition of counters and histograms.
 
 pub mod clock;
@@ -13,6 +14,7 @@ pub mod ops;
 pub mod prom;
 pub mod reader;
 pub mod record;
+pub mod slots;
 pub mod window;
 pub mod writer;
 
