@@ -197,6 +197,7 @@ pub fn build_record(
             protocol_errors: delta("protocol_errors"),
             queue_full: delta("queue_full"),
         }),
+        client: None,
         metadata: None,
     }
 }
@@ -262,7 +263,7 @@ pub fn summary_record(shared: &Shared) -> WindowRecord {
         build_record(shared, &run.total, None, run.start_unix_ms, end - run.start_unix_ms, &run.net_last, &zero);
     let mut meta = Metadata::of_this_host();
     meta.version = crate::VERSION.into();
-    meta.git_revision = option_env!("MWLAB_GIT_REVISION").unwrap_or("unknown").into();
+    meta.git_revision = mwstats::GIT_REVISION.into();
     meta.config = serde_json::to_value(&shared.config).unwrap_or_default();
     meta.start_unix_ms = run.start_unix_ms;
     meta.end_unix_ms = end;

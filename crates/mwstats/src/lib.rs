@@ -21,3 +21,6 @@ pub mod writer;
 pub use hist::{Hist, HistSummary};
 pub use ops::{OpAcc, OpKind, Ops};
 pub use record::{Metadata, WindowRecord, FORMAT};
+
+/// The git revision the binaries were built from (`unknown` outside a checkout).
+pub const GIT_REVISION: &str = env!("MWLAB_GIT_REVISION");

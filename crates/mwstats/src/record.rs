@@ -86,6 +86,34 @@ pub struct MiddlewareRecord {
     pub queue_full: u64,
 }
 
+/// What only a load generator measures.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ClientRecord {
+    /// `warmup`, `measure` or `cooldown`: the lab keeps `measure` windows.
+    pub phase: String,
+    /// `closed` or `open`.
+    pub mode: String,
+    /// Load threads.
+    pub threads: u64,
+    /// Connections (clients) in all, each to every target.
+    pub connections: u64,
+    /// Virtual clients per connection (closed loop).
+    pub virtual_clients: u64,
+    /// Mean think time actually spent, in microseconds (closed loop; the Z of
+    /// the interactive response time law).
+    pub think_time_us: f64,
+    /// Target rate in requests per second (open loop, else 0).
+    pub target_rate: f64,
+    /// Requests sent more than 1 ms after their intended time (open loop).
+    pub late_sends: u64,
+    /// Bytes sent and received.
+    pub bytes: u64,
+    /// Values read back whose content was not what was written (with --verify).
+    pub verify_failures: u64,
+    /// Connections lost so far.
+    pub connections_lost: u64,
+}
+
 /// One window, or (with `metadata`) the whole run.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct WindowRecord {
@@ -107,6 +135,9 @@ pub struct WindowRecord {
     /// Middleware figures (absent for clients).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub middleware: Option<MiddlewareRecord>,
+    /// Load-generator figures (absent for middlewares).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client: Option<ClientRecord>,
     /// Run metadata (summaries only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub metadata: Option<Metadata>,

@@ -1,0 +1,88 @@
+//! What a load thread measures during a window.
+
+use mwstats::slots::Accumulator;
+use mwstats::{OpKind, Ops};
+
+/// Counts and response times of one thread (or merged).
+#[derive(Clone, Debug, Default)]
+pub struct ClientAcc {
+    /// Per operation class.
+    pub ops: Ops,
+    /// Bytes sent plus received, per operation class (for KB/s).
+    pub bytes: [u64; 5],
+    /// Requests sent more than 1 ms after their intended time.
+    pub late: u64,
+    /// Values read back with the wrong content.
+    pub verify_failures: u64,
+    /// Think times actually spent (closed loop): their sum in ns and number.
+    pub think_ns: u64,
+    /// Number of think times.
+    pub thinks: u64,
+    dirty: bool,
+}
+
+impl ClientAcc {
+    /// Records one completed request.
+    #[inline]
+    pub fn record(&mut self, op: OpKind, response_ns: u64, error: bool, keys: u64, hits: u64, bytes: u64) {
+        self.ops.record(op, response_ns, error, keys, hits);
+        self.bytes[op as usize] += bytes;
+        self.dirty = true;
+    }
+
+    /// Records a request sent late.
+    pub fn record_late(&mut self) {
+        self.late += 1;
+        self.dirty = true;
+    }
+
+    /// Records one think time as it was actually spent.
+    pub fn record_think(&mut self, ns: u64) {
+        self.think_ns += ns;
+        self.thinks += 1;
+        self.dirty = true;
+    }
+
+    /// Mean think time actually spent, in microseconds (0 without think times).
+    pub fn think_mean_us(&self) -> f64 {
+        if self.thinks == 0 {
+            0.0
+        } else {
+            self.think_ns as f64 / self.thinks as f64 / 1000.0
+        }
+    }
+
+    /// Records values that failed verification.
+    pub fn record_verify_failures(&mut self, n: u64) {
+        self.verify_failures += n;
+        self.dirty = true;
+    }
+}
+
+impl Accumulator for ClientAcc {
+    fn absorb(&mut self, o: &mut Self) {
+        self.ops.merge(&o.ops);
+        for (a, b) in self.bytes.iter_mut().zip(o.bytes) {
+            *a += b;
+        }
+        self.late += o.late;
+        self.verify_failures += o.verify_failures;
+        self.think_ns += o.think_ns;
+        self.thinks += o.thinks;
+        self.dirty |= o.dirty;
+    }
+
+    fn clear(&mut self) {
+        self.ops.reset();
+        self.bytes = [0; 5];
+        self.late = 0;
+        self.verify_failures = 0;
+        self.think_ns = 0;
+        self.thinks = 0;
+        self.dirty = false;
+    }
+
+    fn is_dirty(&self) -> bool {
+        self.dirty
+    }
+}

@@ -1,0 +1,509 @@
+//! mwload's command line and the validated run configuration.
+//!
+//! The common flags are spelled as memtier_benchmark spells them (`-s -p -t -c
+//! -n --ratio --test-time --key-prefix --key-minimum --key-maximum
+//! --key-pattern -d --data-size-range --data-size-list --multi-key-get`) so a
+//! seed script can swap the binary; the rest is mwload's own.
+
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::path::PathBuf;
+
+use clap::Parser;
+use mcproto::ring::ServerSpec;
+
+use crate::workload::{KeyPattern, ValueSizes, Workload};
+
+/// mwload: a memcached load generator (closed and open loop) that measures right.
+#[derive(Parser, Debug, Clone)]
+#[command(name = "mwload", version, about, long_about = None)]
+pub struct Args {
+    /// Server host (with -p); see --servers for several.
+    #[arg(short = 's', long = "server", default_value = "127.0.0.1")]
+    pub server: String,
+    /// Server port.
+    #[arg(short = 'p', long, default_value_t = 11211)]
+    pub port: u16,
+    /// Several targets, host:port[:weight] comma-separated; keys are placed with ketama.
+    #[arg(long, value_delimiter = ',', value_name = "LIST")]
+    pub servers: Vec<ServerSpec>,
+    /// Load threads.
+    #[arg(short = 't', long, default_value_t = 2)]
+    pub threads: usize,
+    /// Connections (clients) per thread.
+    #[arg(short = 'c', long = "clients", default_value_t = 10)]
+    pub clients: usize,
+    /// Virtual clients per connection, each with one request outstanding (closed loop).
+    #[arg(long, default_value_t = 1)]
+    pub virtual_clients: usize,
+    /// Seconds of measurement (the default when neither this nor -n is given: 10).
+    #[arg(long = "test-time", value_name = "SECS")]
+    pub test_time: Option<f64>,
+    /// Requests per virtual client instead of a duration (closed loop).
+    #[arg(short = 'n', long = "requests")]
+    pub requests: Option<u64>,
+    /// Seconds of load before the measurement (windows marked `warmup`).
+    #[arg(long, default_value_t = 0.0, value_name = "SECS")]
+    pub warmup: f64,
+    /// Seconds of load after the measurement (windows marked `cooldown`).
+    #[arg(long, default_value_t = 0.0, value_name = "SECS")]
+    pub cooldown: f64,
+    /// Sets to gets, as SETS:GETS.
+    #[arg(long, default_value = "1:10")]
+    pub ratio: String,
+    /// Share of all requests that are deletes (0..1).
+    #[arg(long, default_value_t = 0.0)]
+    pub delete_share: f64,
+    /// Key prefix.
+    #[arg(long, default_value = "key:")]
+    pub key_prefix: String,
+    /// Keys are zero-padded to this many bytes.
+    #[arg(long, default_value_t = 16)]
+    pub key_size: usize,
+    /// Smallest key number.
+    #[arg(long = "key-minimum", default_value_t = 0)]
+    pub key_minimum: u64,
+    /// Largest key number.
+    #[arg(long = "key-maximum", default_value_t = 9999)]
+    pub key_maximum: u64,
+    /// uniform | sequential | gaussian | zipf (memtier's R, S, G, Z and SET:GET forms too).
+    #[arg(long = "key-pattern", default_value = "uniform")]
+    pub key_pattern: String,
+    /// Gaussian spread as a fraction of the key space.
+    #[arg(long, default_value_t = 1.0 / 6.0)]
+    pub key_stddev: f64,
+    /// Gaussian centre as a fraction of the key space.
+    #[arg(long, default_value_t = 0.5)]
+    pub key_median: f64,
+    /// Zipf exponent.
+    #[arg(long, default_value_t = 1.0)]
+    pub key_zipf_exp: f64,
+    /// Value size in bytes.
+    #[arg(short = 'd', long = "data-size", default_value_t = 128)]
+    pub data_size: usize,
+    /// Uniform value sizes MIN-MAX (overrides -d).
+    #[arg(long = "data-size-range", value_name = "MIN-MAX")]
+    pub data_size_range: Option<String>,
+    /// Weighted value sizes SIZE:WEIGHT,... (overrides -d).
+    #[arg(long = "data-size-list", value_name = "LIST")]
+    pub data_size_list: Option<String>,
+    /// Keys per get: K or a range K1-K2.
+    #[arg(long = "multi-key-get", default_value = "1")]
+    pub multi_key_get: String,
+    /// Think time between a reply and the next request, in microseconds (closed loop).
+    #[arg(long, default_value_t = 0)]
+    pub think_time: u64,
+    /// fixed | exponential think times.
+    #[arg(long, default_value = "fixed")]
+    pub think_dist: String,
+    /// Open loop: total requests per second (Poisson arrivals unless --arrival fixed).
+    #[arg(long)]
+    pub rate: Option<f64>,
+    /// poisson | fixed arrivals (open loop).
+    #[arg(long, default_value = "poisson")]
+    pub arrival: String,
+    /// Write every key once before the run, so gets hit.
+    #[arg(long)]
+    pub prefill: bool,
+    /// Check that values read back are what this workload writes.
+    #[arg(long)]
+    pub verify: bool,
+    /// Master seed of the random streams (one per thread).
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Write windows.jsonl and summary.json into this directory.
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
+    /// Window length in ms (windows start at wall-clock multiples).
+    #[arg(long, default_value_t = 1000)]
+    pub window_ms: u64,
+    /// Name of this load generator in results files.
+    #[arg(long, default_value = "cl0")]
+    pub instance: String,
+    /// Exit with status 3 when more than this share of requests fail.
+    #[arg(long, default_value_t = 0.01)]
+    pub max_error_rate: f64,
+    /// auto (on a terminal) | always | never: the live one-line progress display.
+    #[arg(long, default_value = "auto")]
+    pub progress: String,
+}
+
+/// Think time in a closed loop.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Think {
+    /// Send again at once.
+    None,
+    /// Always this many microseconds.
+    Fixed(u64),
+    /// Exponential with this mean in microseconds.
+    Exponential(u64),
+}
+
+/// Open-loop arrival process.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Arrivals {
+    /// Exponential inter-arrival times.
+    Poisson,
+    /// Equal inter-arrival times.
+    Fixed,
+}
+
+/// Closed or open loop.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Mode {
+    /// One request outstanding per virtual client.
+    Closed {
+        /// Think time.
+        think: Think,
+    },
+    /// Requests at a target rate whatever the replies do.
+    Open {
+        /// Requests per second in all.
+        rate: f64,
+        /// Arrival process.
+        arrivals: Arrivals,
+    },
+}
+
+/// A validated run.
+#[derive(Clone, Debug)]
+pub struct RunConfig {
+    /// Targets.
+    pub servers: Vec<ServerSpec>,
+    /// Load threads.
+    pub threads: usize,
+    /// Connections per thread.
+    pub connections: usize,
+    /// Virtual clients per connection.
+    pub virtual_clients: usize,
+    /// Loop kind.
+    pub mode: Mode,
+    /// Measurement seconds (duration mode).
+    pub test_time: Option<f64>,
+    /// Requests per virtual client (count mode).
+    pub requests: Option<u64>,
+    /// Warm-up seconds.
+    pub warmup: f64,
+    /// Cool-down seconds.
+    pub cooldown: f64,
+    /// Keys, values, mix.
+    pub workload: Workload,
+    /// Write the key space first.
+    pub prefill: bool,
+    /// Check values read back.
+    pub verify: bool,
+    /// Master seed.
+    pub seed: u64,
+    /// Results directory.
+    pub out: Option<PathBuf>,
+    /// Window length.
+    pub window_ms: u64,
+    /// Instance name.
+    pub instance: String,
+    /// Error share above which the exit status is 3.
+    pub max_error_rate: f64,
+    /// Show the progress line.
+    pub progress: bool,
+}
+
+/// A command line mwload refuses, with the reason.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct ConfigError(pub String);
+
+fn err<T>(m: impl Into<String>) -> Result<T, ConfigError> {
+    Err(ConfigError(m.into()))
+}
+
+fn range(s: &str, what: &str) -> Result<(u64, u64), ConfigError> {
+    let parse = |x: &str| x.trim().parse::<u64>().map_err(|_| ConfigError(format!("{what}: {s:?} is not N or N-M")));
+    match s.split_once('-') {
+        Some((a, b)) => {
+            let (a, b) = (parse(a)?, parse(b)?);
+            if a > b {
+                return err(format!("{what}: {s:?} has its bounds reversed"));
+            }
+            Ok((a, b))
+        }
+        None => {
+            let n = parse(s)?;
+            Ok((n, n))
+        }
+    }
+}
+
+fn pattern(a: &Args) -> Result<KeyPattern, ConfigError> {
+    let p = a.key_pattern.rsplit(':').next().unwrap_or("").to_ascii_lowercase();
+    Ok(match p.as_str() {
+        "uniform" | "r" | "random" => KeyPattern::Uniform,
+        "sequential" | "s" => KeyPattern::Sequential,
+        "gaussian" | "g" => {
+            if a.key_stddev.is_nan() || a.key_stddev <= 0.0 || !(0.0..=1.0).contains(&a.key_median) {
+                return err("gaussian keys need --key-stddev > 0 and --key-median in 0..1");
+            }
+            KeyPattern::Gaussian { median: a.key_median, stddev: a.key_stddev }
+        }
+        "zipf" | "z" => {
+            if a.key_zipf_exp.is_nan() || a.key_zipf_exp <= 0.0 {
+                return err("--key-zipf-exp must be > 0");
+            }
+            KeyPattern::Zipf { exponent: a.key_zipf_exp }
+        }
+        _ => return err(format!("--key-pattern {:?}: use uniform, sequential, gaussian or zipf", a.key_pattern)),
+    })
+}
+
+fn values(a: &Args) -> Result<ValueSizes, ConfigError> {
+    const MAX: usize = 1 << 20;
+    let v = if let Some(list) = &a.data_size_list {
+        let mut v = Vec::new();
+        for item in list.split(',') {
+            let (size, w) = item
+                .split_once(':')
+                .ok_or_else(|| ConfigError(format!("--data-size-list item {item:?} is not SIZE:WEIGHT")))?;
+            let size: usize = size.parse().map_err(|_| ConfigError(format!("--data-size-list: bad size {size:?}")))?;
+            let w: u32 = w.parse().map_err(|_| ConfigError(format!("--data-size-list: bad weight {w:?}")))?;
+            v.push((size, w));
+        }
+        if v.iter().all(|(_, w)| *w == 0) {
+            return err("--data-size-list needs a positive weight");
+        }
+        ValueSizes::Weighted(v)
+    } else if let Some(r) = &a.data_size_range {
+        let (lo, hi) = range(r, "--data-size-range")?;
+        ValueSizes::Range(lo as usize, hi as usize)
+    } else {
+        ValueSizes::Fixed(a.data_size)
+    };
+    if v.max() > MAX {
+        return err(format!("values larger than {MAX} bytes are refused by memcached's default item size"));
+    }
+    Ok(v)
+}
+
+impl Args {
+    /// Checks everything and resolves the targets.
+    pub fn validate(&self) -> Result<RunConfig, ConfigError> {
+        let servers = if self.servers.is_empty() {
+            vec![format!("{}:{}", self.server, self.port).parse::<ServerSpec>().map_err(|e| ConfigError(e.0))?]
+        } else {
+            self.servers.clone()
+        };
+        if self.threads == 0 || self.threads > 256 {
+            return err("--threads must be 1..=256");
+        }
+        if self.clients == 0 || self.virtual_clients == 0 {
+            return err("--clients and --virtual-clients must be at least 1");
+        }
+        let (sets, gets) = self
+            .ratio
+            .split_once(':')
+            .and_then(|(s, g)| Some((s.parse::<u32>().ok()?, g.parse::<u32>().ok()?)))
+            .ok_or_else(|| ConfigError(format!("--ratio {:?}: expected SETS:GETS such as 1:10", self.ratio)))?;
+        if sets + gets == 0 {
+            return err("--ratio 0:0 sends nothing");
+        }
+        if !(0.0..1.0).contains(&self.delete_share) {
+            return err("--delete-share must be in [0, 1)");
+        }
+        if self.key_minimum > self.key_maximum {
+            return err("--key-minimum is above --key-maximum");
+        }
+        if self.key_size > 250 {
+            return err("--key-size over 250: memcached refuses such keys");
+        }
+        let (mlo, mhi) = range(&self.multi_key_get, "--multi-key-get")?;
+        if mlo == 0 || mhi > 10_000 {
+            return err("--multi-key-get must be 1..=10000 keys");
+        }
+        let think = match (self.think_time, self.think_dist.as_str()) {
+            (0, _) => Think::None,
+            (t, "fixed") => Think::Fixed(t),
+            (t, "exponential" | "exp") => Think::Exponential(t),
+            (_, d) => return err(format!("--think-dist {d:?}: use fixed or exponential")),
+        };
+        let mode = match self.rate {
+            Some(r) if r > 0.0 && r.is_finite() => {
+                let arrivals = match self.arrival.as_str() {
+                    "poisson" => Arrivals::Poisson,
+                    "fixed" => Arrivals::Fixed,
+                    a => return err(format!("--arrival {a:?}: use poisson or fixed")),
+                };
+                if self.requests.is_some() {
+                    return err("-n/--requests counts a closed loop's requests; give --test-time with --rate");
+                }
+                Mode::Open { rate: r, arrivals }
+            }
+            Some(r) => return err(format!("--rate must be a positive number, not {r}")),
+            None => Mode::Closed { think },
+        };
+        if self.test_time.is_some() && self.requests.is_some() {
+            return err("give either --test-time or -n/--requests, not both");
+        }
+        let test_time = match (self.test_time, self.requests) {
+            (Some(t), _) if t.is_nan() || t <= 0.0 => return err("--test-time must be positive"),
+            (Some(t), _) => Some(t),
+            (None, None) => Some(10.0),
+            (None, Some(_)) => None,
+        };
+        if self.warmup < 0.0 || self.cooldown < 0.0 {
+            return err("--warmup and --cooldown cannot be negative");
+        }
+        if !(0.0..=1.0).contains(&self.max_error_rate) {
+            return err("--max-error-rate must be in [0, 1]");
+        }
+        if self.window_ms < 10 {
+            return err("--window-ms must be at least 10");
+        }
+        let progress = match self.progress.as_str() {
+            "auto" => std::io::IsTerminal::is_terminal(&std::io::stderr()),
+            "always" => true,
+            "never" => false,
+            p => return err(format!("--progress {p:?}: use auto, always or never")),
+        };
+        let workload = Workload {
+            key_prefix: self.key_prefix.clone(),
+            key_size: self.key_size,
+            key_min: self.key_minimum,
+            key_max: self.key_maximum,
+            pattern: pattern(self)?,
+            values: values(self)?,
+            sets,
+            gets,
+            delete_share: self.delete_share,
+            multiget: (mlo as u32, mhi as u32),
+        };
+        Ok(RunConfig {
+            servers,
+            threads: self.threads,
+            connections: self.clients,
+            virtual_clients: if matches!(mode, Mode::Open { .. }) { 1 } else { self.virtual_clients },
+            mode,
+            test_time,
+            requests: self.requests,
+            warmup: self.warmup,
+            cooldown: self.cooldown,
+            workload,
+            prefill: self.prefill,
+            verify: self.verify,
+            seed: self.seed,
+            out: self.out.clone(),
+            window_ms: self.window_ms,
+            instance: self.instance.clone(),
+            max_error_rate: self.max_error_rate,
+            progress,
+        })
+    }
+}
+
+impl RunConfig {
+    /// Resolves every target.
+    pub fn resolve(&self) -> Result<Vec<SocketAddr>, ConfigError> {
+        self.servers
+            .iter()
+            .map(|s| {
+                (s.host.as_str(), s.port)
+                    .to_socket_addrs()
+                    .ok()
+                    .and_then(|mut a| a.next())
+                    .ok_or_else(|| ConfigError(format!("cannot resolve {}", s.endpoint())))
+            })
+            .collect()
+    }
+
+    /// The configuration as JSON, for the summary's metadata.
+    pub fn to_json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "servers": self.servers.iter().map(|s| s.to_string()).collect::<Vec<_>>(),
+            "threads": self.threads,
+            "connections_per_thread": self.connections,
+            "virtual_clients": self.virtual_clients,
+            "mode": format!("{:?}", self.mode),
+            "test_time": self.test_time,
+            "requests": self.requests,
+            "warmup": self.warmup,
+            "cooldown": self.cooldown,
+            "workload": format!("{:?}", self.workload),
+            "prefill": self.prefill,
+            "verify": self.verify,
+            "seed": self.seed,
+            "window_ms": self.window_ms,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<RunConfig, ConfigError> {
+        Args::try_parse_from(std::iter::once("mwload").chain(args.iter().copied())).unwrap().validate()
+    }
+
+    #[test]
+    fn memtier_spellings() {
+        let c = parse(&[
+            "-s",
+            "10.0.0.1",
+            "-p",
+            "11212",
+            "-t",
+            "4",
+            "-c",
+            "8",
+            "--ratio",
+            "1:0",
+            "--test-time",
+            "5",
+            "--key-maximum",
+            "100",
+            "--key-pattern",
+            "R:R",
+            "-d",
+            "4096",
+            "--multi-key-get",
+            "3",
+        ])
+        .unwrap();
+        assert_eq!(c.servers[0].endpoint(), "10.0.0.1:11212");
+        assert_eq!((c.threads, c.connections, c.workload.sets, c.workload.gets), (4, 8, 1, 0));
+        assert_eq!(c.workload.values, ValueSizes::Fixed(4096));
+        assert_eq!(c.workload.multiget, (3, 3));
+        assert_eq!(c.workload.pattern, KeyPattern::Uniform);
+    }
+
+    #[test]
+    fn refusals_explain() {
+        for (args, needle) in [
+            (&["--ratio", "x"][..], "--ratio"),
+            (&["--key-pattern", "weird"][..], "key-pattern"),
+            (&["--multi-key-get", "5-2"][..], "reversed"),
+            (&["--rate=-5"][..], "--rate"),
+            (&["--rate", "100", "-n", "5"][..], "--test-time"),
+            (&["--test-time", "1", "-n", "5"][..], "either"),
+            (&["--data-size-list", "10:x"][..], "weight"),
+            (&["--think-time", "5", "--think-dist", "odd"][..], "think-dist"),
+            (&["-d", "2000000"][..], "larger"),
+        ] {
+            let e = parse(args).unwrap_err().to_string();
+            assert!(e.contains(needle), "{args:?}: {e}");
+        }
+    }
+
+    #[test]
+    fn open_loop_and_sizes() {
+        let c = parse(&[
+            "--rate",
+            "1000",
+            "--arrival",
+            "fixed",
+            "--data-size-list",
+            "100:3,1000:1",
+            "--key-pattern",
+            "zipf",
+        ])
+        .unwrap();
+        assert_eq!(c.mode, Mode::Open { rate: 1000.0, arrivals: Arrivals::Fixed });
+        assert_eq!(c.workload.values, ValueSizes::Weighted(vec![(100, 3), (1000, 1)]));
+        assert_eq!(c.test_time, Some(10.0));
+    }
+}

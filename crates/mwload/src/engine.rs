@@ -1,0 +1,559 @@
+//! The load threads: each runs an event loop over its connections.
+//!
+//! A *client* is one connection to every target server (one socket when there
+//! is one target); keys are placed on servers with the same ketama ring as
+//! mwproxy, and a multi-get is split by server and complete when every part is.
+//!
+//! - Closed loop: each client carries `virtual_clients` virtual clients, each
+//!   with one request outstanding at a time (several virtual clients on a
+//!   connection pipeline, replies come back in order). After a reply a virtual
+//!   client thinks (fixed or exponential time) and sends the next request.
+//!   Response time runs from the send.
+//! - Open loop: requests are due at Poisson (or fixed-interval) arrival times at
+//!   the target rate, whatever the replies do, and are sent round-robin over the
+//!   clients. Response time runs from the *intended* send time, so a stalled
+//!   server shows up in the latencies instead of silently slowing the load (no
+//!   coordinated omission); requests sent more than 1 ms after their time are
+//!   counted as late.
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, VecDeque};
+use std::io::{self, Read, Write};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use mcproto::ring::Ring;
+use mcproto::{parse_response, ReadBuf, Response};
+use mio::net::TcpStream;
+use mio::{Events, Interest, Poll, Token};
+use mwstats::clock::now_ns;
+use mwstats::slots::{SlotWriter, Slots};
+
+use crate::acc::ClientAcc;
+use crate::config::{Arrivals, Mode, RunConfig, Think};
+use crate::rng::Rng;
+use crate::workload::{Command, Generator};
+
+/// Requests later than this behind their intended time count as late.
+pub const LATE_NS: u64 = 1_000_000;
+
+/// State shared by the load threads and the reporter.
+pub struct Shared {
+    /// The run's configuration.
+    pub cfg: RunConfig,
+    /// Resolved target addresses.
+    pub addrs: Vec<SocketAddr>,
+    /// Key placement over several targets.
+    pub ring: Option<Ring>,
+    /// Per-thread measurements.
+    pub slots: Slots<ClientAcc>,
+    /// When load starts (ns, `mwstats::clock`).
+    pub start_ns: u64,
+    /// When load stops (ns), `u64::MAX` in request-count mode.
+    pub end_ns: u64,
+    /// Ask every thread to stop now.
+    pub stop: AtomicBool,
+    /// Threads that have finished.
+    pub finished: AtomicU64,
+    /// Connections lost during the run.
+    pub lost: AtomicU64,
+}
+
+struct Sock {
+    stream: TcpStream,
+    rbuf: ReadBuf,
+    wbuf: Vec<u8>,
+    /// In-flight slots waiting for a reply on this socket, in send order.
+    fifo: VecDeque<u32>,
+}
+
+struct InFlight {
+    client: u32,
+    /// Virtual client (closed loop) or `u32::MAX` (open loop).
+    vc: u32,
+    intended: u64,
+    cmd: Command,
+    parts: u16,
+    hits: u32,
+    error: bool,
+    bytes: u64,
+}
+
+struct Client {
+    socks: Vec<Sock>,
+    alive: bool,
+    /// Requests still to send per virtual client (request-count mode).
+    remaining: Vec<u64>,
+}
+
+struct Thread<'a> {
+    shared: &'a Shared,
+    index: usize,
+    rng: Rng,
+    gen: Generator,
+    clients: Vec<Client>,
+    inflight: Vec<Option<InFlight>>,
+    free: Vec<u32>,
+    /// Virtual clients thinking: (due, client, vc, reply time).
+    timers: BinaryHeap<Reverse<(u64, u32, u32, u64)>>,
+    writer: SlotWriter<ClientAcc>,
+    scratch: Vec<u8>,
+    groups: Vec<Vec<u8>>,
+    next_client: usize,
+    active_vcs: usize,
+}
+
+fn connect(addr: SocketAddr) -> Result<TcpStream> {
+    let s = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(3))
+        .with_context(|| format!("cannot connect to {addr}"))?;
+    s.set_nodelay(true)?;
+    s.set_nonblocking(true)?;
+    Ok(TcpStream::from_std(s))
+}
+
+/// Runs load thread `index` until the end of the run.
+pub fn run_thread(shared: &Shared, index: usize) -> Result<()> {
+    let cfg = &shared.cfg;
+    let mut poll = Poll::new()?;
+    let n_servers = shared.addrs.len();
+    let mut clients = Vec::with_capacity(cfg.connections);
+    for c in 0..cfg.connections {
+        let mut socks = Vec::with_capacity(n_servers);
+        for (s, addr) in shared.addrs.iter().enumerate() {
+            let mut stream = connect(*addr)?;
+            poll.registry().register(&mut stream, Token(c * n_servers + s), Interest::READABLE | Interest::WRITABLE)?;
+            socks.push(Sock {
+                stream,
+                rbuf: ReadBuf::with_capacity(16 * 1024),
+                wbuf: Vec::new(),
+                fifo: VecDeque::new(),
+            });
+        }
+        let remaining = vec![cfg.requests.unwrap_or(u64::MAX); cfg.virtual_clients];
+        clients.push(Client { socks, alive: true, remaining });
+    }
+    let threads = cfg.threads as u64;
+    let mut t = Thread {
+        shared,
+        index,
+        rng: Rng::new(cfg.seed, index as u64 + 1),
+        gen: Generator::new(cfg.workload.clone(), index as u64, threads),
+        clients,
+        inflight: Vec::new(),
+        free: Vec::new(),
+        timers: BinaryHeap::new(),
+        writer: SlotWriter::new(index, ClientAcc::default()),
+        scratch: Vec::with_capacity(256),
+        groups: vec![Vec::new(); n_servers],
+        next_client: 0,
+        active_vcs: 0,
+    };
+    t.run(&mut poll)
+}
+
+impl Thread<'_> {
+    fn run(&mut self, poll: &mut Poll) -> Result<()> {
+        let cfg = &self.shared.cfg;
+        let start = self.shared.start_ns;
+        while now_ns() < start {
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        let mut next_arrival = match cfg.mode {
+            Mode::Open { .. } => start + self.interarrival(),
+            Mode::Closed { .. } => u64::MAX,
+        };
+        if let Mode::Closed { .. } = cfg.mode {
+            for c in 0..self.clients.len() {
+                for vc in 0..cfg.virtual_clients {
+                    self.active_vcs += 1;
+                    self.issue(c as u32, vc as u32, now_ns());
+                }
+            }
+        }
+        let mut events = Events::with_capacity(1024);
+        loop {
+            let now = now_ns();
+            if now >= self.shared.end_ns || self.shared.stop.load(Ordering::Relaxed) {
+                break;
+            }
+            if matches!(cfg.mode, Mode::Closed { .. }) && self.active_vcs == 0 {
+                break;
+            }
+            while next_arrival <= now {
+                let c = self.pick_client();
+                if let Some(c) = c {
+                    self.issue(c, u32::MAX, next_arrival);
+                }
+                next_arrival += self.interarrival();
+            }
+            while let Some(&Reverse((due, c, vc, replied))) = self.timers.peek() {
+                if due > now {
+                    break;
+                }
+                self.timers.pop();
+                let sent = now_ns();
+                self.writer.record(&self.shared.slots, |a| a.record_think(sent - replied));
+                self.issue(c, vc, sent);
+            }
+            let wake = next_arrival.min(self.timers.peek().map(|r| r.0 .0).unwrap_or(u64::MAX)).min(self.shared.end_ns);
+            // epoll waits in whole milliseconds, rounded up: wait the whole
+            // milliseconds that fit and poll without blocking for the rest, so
+            // arrivals and think times are kept to within microseconds.
+            let wait_ms = (wake.saturating_sub(now_ns()) / 1_000_000).min(50);
+            let timeout = Duration::from_millis(wait_ms);
+            poll.poll(&mut events, Some(timeout))?;
+            for ev in events.iter() {
+                let n = self.shared.addrs.len();
+                let (c, s) = (ev.token().0 / n, ev.token().0 % n);
+                if ev.is_writable() {
+                    self.flush(c, s);
+                }
+                if ev.is_readable() || ev.is_read_closed() || ev.is_error() {
+                    self.read(c, s);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn interarrival(&mut self) -> u64 {
+        match self.shared.cfg.mode {
+            Mode::Open { rate, arrivals } => {
+                let per_thread = rate / self.shared.cfg.threads as f64;
+                let mean_ns = 1e9 / per_thread;
+                match arrivals {
+                    Arrivals::Poisson => self.rng.exponential(mean_ns).max(1.0) as u64,
+                    Arrivals::Fixed => mean_ns.max(1.0) as u64,
+                }
+            }
+            Mode::Closed { .. } => u64::MAX,
+        }
+    }
+
+    fn pick_client(&mut self) -> Option<u32> {
+        for _ in 0..self.clients.len() {
+            let c = self.next_client;
+            self.next_client = (self.next_client + 1) % self.clients.len();
+            if self.clients[c].alive {
+                return Some(c as u32);
+            }
+        }
+        None
+    }
+
+    fn server_of(&self, key: &[u8]) -> usize {
+        self.shared.ring.as_ref().map(|r| r.server_for(key)).unwrap_or(0)
+    }
+
+    /// Builds and sends one request for client `c` (virtual client `vc`).
+    fn issue(&mut self, c: u32, vc: u32, intended: u64) {
+        let client = &mut self.clients[c as usize];
+        if !client.alive {
+            return;
+        }
+        if vc != u32::MAX {
+            let r = &mut client.remaining[vc as usize];
+            if *r == 0 {
+                self.active_vcs -= 1;
+                return;
+            }
+            *r = r.saturating_sub(1);
+        }
+        if vc == u32::MAX && now_ns().saturating_sub(intended) > LATE_NS {
+            self.writer.record(&self.shared.slots, ClientAcc::record_late);
+        }
+        let cmd = self.gen.command(&mut self.rng);
+        let slot = self.alloc(InFlight { client: c, vc, intended, cmd, parts: 0, hits: 0, error: false, bytes: 0 });
+        let n = self.shared.addrs.len();
+        for g in &mut self.groups {
+            g.clear();
+        }
+        let keys = match cmd {
+            Command::Get(k) => k,
+            _ => 1,
+        };
+        let mut bytes = 0u64;
+        for _ in 0..keys {
+            self.scratch.clear();
+            let k = self.gen.key(&mut self.rng);
+            self.gen.write_key(k, &mut self.scratch);
+            let s = if n > 1 { self.server_of(&self.scratch) } else { 0 };
+            let g = &mut self.groups[s];
+            match cmd {
+                Command::Get(_) => {
+                    if g.is_empty() {
+                        g.extend_from_slice(b"get");
+                    }
+                    g.push(b' ');
+                    g.extend_from_slice(&self.scratch);
+                }
+                Command::Set => self.gen.write_set(&self.scratch, &mut self.rng, g),
+                Command::Delete => {
+                    g.extend_from_slice(b"delete ");
+                    g.extend_from_slice(&self.scratch);
+                    g.extend_from_slice(b"\r\n");
+                }
+            }
+        }
+        let mut parts = 0;
+        for s in 0..n {
+            if self.groups[s].is_empty() {
+                continue;
+            }
+            if matches!(cmd, Command::Get(_)) {
+                self.groups[s].extend_from_slice(b"\r\n");
+            }
+            parts += 1;
+            bytes += self.groups[s].len() as u64;
+            let sock = &mut self.clients[c as usize].socks[s];
+            sock.wbuf.extend_from_slice(&self.groups[s]);
+            sock.fifo.push_back(slot);
+        }
+        let f = self.inflight[slot as usize].as_mut().expect("just allocated");
+        f.parts = parts;
+        f.bytes = bytes;
+        for s in 0..n {
+            if !self.groups[s].is_empty() {
+                self.flush(c as usize, s);
+            }
+        }
+    }
+
+    fn alloc(&mut self, f: InFlight) -> u32 {
+        match self.free.pop() {
+            Some(i) => {
+                self.inflight[i as usize] = Some(f);
+                i
+            }
+            None => {
+                self.inflight.push(Some(f));
+                (self.inflight.len() - 1) as u32
+            }
+        }
+    }
+
+    fn flush(&mut self, c: usize, s: usize) {
+        let sock = &mut self.clients[c].socks[s];
+        let mut written = 0;
+        while written < sock.wbuf.len() {
+            match sock.stream.write(&sock.wbuf[written..]) {
+                Ok(0) => break,
+                Ok(n) => written += n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => {
+                    self.lose(c);
+                    return;
+                }
+            }
+        }
+        let sock = &mut self.clients[c].socks[s];
+        sock.wbuf.drain(..written);
+    }
+
+    fn read(&mut self, c: usize, s: usize) {
+        loop {
+            if !self.clients[c].alive {
+                return;
+            }
+            let sock = &mut self.clients[c].socks[s];
+            match sock.stream.read(sock.rbuf.spare(16 * 1024)) {
+                Ok(0) => {
+                    self.lose(c);
+                    return;
+                }
+                Ok(n) => {
+                    sock.rbuf.commit(n);
+                    self.replies(c, s);
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => {
+                    self.lose(c);
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Handles every whole reply buffered on socket (c, s).
+    fn replies(&mut self, c: usize, s: usize) {
+        loop {
+            let sock = &mut self.clients[c].socks[s];
+            let (hits, error, verify_failed, used) = match parse_response(sock.rbuf.filled()) {
+                Ok(None) => return,
+                Ok(Some((resp, used))) => {
+                    let (hits, failed) = match &resp {
+                        Response::Values(v) => {
+                            let bad = if self.shared.cfg.verify {
+                                v.iter().filter(|x| !self.gen.verify(x.key, x.data)).count() as u64
+                            } else {
+                                0
+                            };
+                            (v.len() as u32, bad)
+                        }
+                        _ => (0, 0),
+                    };
+                    (hits, resp.is_error(), failed, used)
+                }
+                Err(_) => {
+                    self.lose(c);
+                    return;
+                }
+            };
+            let sock = &mut self.clients[c].socks[s];
+            sock.rbuf.consume(used);
+            let Some(slot) = sock.fifo.pop_front() else {
+                self.lose(c);
+                return;
+            };
+            let f = self.inflight[slot as usize].as_mut().expect("in flight");
+            f.hits += hits;
+            f.error |= error;
+            f.bytes += used as u64;
+            f.parts -= 1;
+            if verify_failed > 0 {
+                self.writer.record(&self.shared.slots, |a| a.record_verify_failures(verify_failed));
+            }
+            if f.parts == 0 {
+                self.complete(slot);
+            }
+        }
+    }
+
+    fn complete(&mut self, slot: u32) {
+        let f = self.inflight[slot as usize].take().expect("in flight");
+        self.free.push(slot);
+        let now = now_ns();
+        let keys = match f.cmd {
+            Command::Get(k) => k,
+            _ => 1,
+        };
+        let op = f.cmd.op();
+        self.writer.record(&self.shared.slots, |a| {
+            a.record(op, now.saturating_sub(f.intended), f.error, u64::from(keys), u64::from(f.hits), f.bytes)
+        });
+        if f.vc == u32::MAX {
+            return;
+        }
+        match self.shared.cfg.mode {
+            Mode::Closed { think: Think::None } => self.issue(f.client, f.vc, now),
+            Mode::Closed { think: Think::Fixed(us) } => {
+                self.timers.push(Reverse((now + us * 1000, f.client, f.vc, now)))
+            }
+            Mode::Closed { think: Think::Exponential(us) } => {
+                let t = self.rng.exponential(us as f64 * 1000.0) as u64;
+                self.timers.push(Reverse((now + t, f.client, f.vc, now)));
+            }
+            Mode::Open { .. } => {}
+        }
+    }
+
+    /// A connection failed: its requests are counted as errors and the client stops.
+    fn lose(&mut self, c: usize) {
+        if !self.clients[c].alive {
+            return;
+        }
+        self.clients[c].alive = false;
+        self.shared.lost.fetch_add(1, Ordering::Relaxed);
+        let mut lost = Vec::new();
+        for sock in &mut self.clients[c].socks {
+            lost.extend(sock.fifo.drain(..));
+        }
+        lost.sort_unstable();
+        lost.dedup();
+        let now = now_ns();
+        for slot in lost {
+            if let Some(f) = self.inflight[slot as usize].take() {
+                self.free.push(slot);
+                let op = f.cmd.op();
+                self.writer.record(&self.shared.slots, |a| a.record(op, now.saturating_sub(f.intended), true, 1, 0, 0));
+                if f.vc != u32::MAX {
+                    self.active_vcs -= 1;
+                }
+            }
+        }
+        let still_thinking = self.timers.iter().filter(|r| r.0 .1 as usize == c).count();
+        self.active_vcs -= still_thinking;
+        self.timers.retain(|r| r.0 .1 as usize != c);
+        tracing_lost(self.index, c);
+    }
+}
+
+fn tracing_lost(thread: usize, client: usize) {
+    eprintln!("mwload: thread {thread}: connection {client} lost; its load stops");
+}
+
+/// Writes every key of the key space once (noreply sets, pipelined), split
+/// over the threads, so that gets hit. Returns the number of keys written.
+pub fn prefill(shared: &Shared, thread: usize) -> Result<u64> {
+    let cfg = &shared.cfg;
+    let w = &cfg.workload;
+    let span = w.key_max - w.key_min + 1;
+    let per = span.div_ceil(cfg.threads as u64);
+    let lo = w.key_min + per * thread as u64;
+    let hi = (lo + per).min(w.key_max + 1);
+    if lo >= hi {
+        return Ok(0);
+    }
+    let gen = Generator::new(w.clone(), thread as u64, cfg.threads as u64);
+    let mut rng = Rng::new(cfg.seed ^ 0x5eed, thread as u64);
+    let mut conns: Vec<std::net::TcpStream> = shared
+        .addrs
+        .iter()
+        .map(|a| {
+            std::net::TcpStream::connect_timeout(a, Duration::from_secs(3))
+                .with_context(|| format!("cannot connect to {a}"))
+        })
+        .collect::<Result<_>>()?;
+    let mut batches: Vec<Vec<u8>> = vec![Vec::new(); conns.len()];
+    let mut key = Vec::new();
+    let mut k = lo;
+    while k < hi {
+        let end = (k + 200).min(hi);
+        for n in k..end {
+            key.clear();
+            gen.write_key(n, &mut key);
+            let s = shared.ring.as_ref().map(|r| r.server_for(&key)).unwrap_or(0);
+            let b = &mut batches[s];
+            let start = b.len();
+            gen.write_set(&key, &mut rng, b);
+            // make it a noreply set: insert the word before the first CRLF
+            let line_end = start + b[start..].windows(2).position(|x| x == b"\r\n").expect("line");
+            b.splice(line_end..line_end, b" noreply".iter().copied());
+        }
+        for (s, b) in batches.iter_mut().enumerate() {
+            b.extend_from_slice(b"version\r\n");
+            conns[s].write_all(b)?;
+            b.clear();
+            wait_version(&mut conns[s])?;
+        }
+        k = end;
+    }
+    Ok(hi - lo)
+}
+
+fn wait_version(s: &mut std::net::TcpStream) -> Result<()> {
+    let mut buf = ReadBuf::with_capacity(4096);
+    s.set_read_timeout(Some(Duration::from_secs(10)))?;
+    loop {
+        if let Some((resp, _)) = parse_response(buf.filled())? {
+            match resp {
+                Response::Version(_) => return Ok(()),
+                other if other.is_error() => bail!("the server refused a prefill write: {other:?}"),
+                _ => {
+                    let (_, used) = parse_response(buf.filled())?.expect("parsed");
+                    buf.consume(used);
+                    continue;
+                }
+            }
+        }
+        let n = s.read(buf.spare(4096))?;
+        if n == 0 {
+            bail!("the server closed the connection during prefill");
+        }
+        buf.commit(n);
+    }
+}

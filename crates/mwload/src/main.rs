@@ -1,0 +1,53 @@
+//! The `mwload` binary: parse the command line, run, print the table, and
+//! exit non-zero when the run should not be trusted.
+
+use std::process::ExitCode;
+
+use clap::Parser;
+use mwload::config::Args;
+use mwload::run::{run, table};
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    let cfg = match args.validate() {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("mwload: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let max_error_rate = cfg.max_error_rate;
+    let outcome = match run(cfg) {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("mwload: {e:#}");
+            return ExitCode::from(1);
+        }
+    };
+    print!("{}", table(&outcome));
+    let all = outcome.measured.ops.all();
+    if outcome.lost > 0 {
+        eprintln!("mwload: {} connection(s) lost during the run", outcome.lost);
+        return ExitCode::from(1);
+    }
+    if all.count == 0 {
+        eprintln!("mwload: no request completed in the measurement phase");
+        return ExitCode::from(1);
+    }
+    let rate = all.errors as f64 / all.count as f64;
+    if rate > max_error_rate {
+        eprintln!(
+            "mwload: {} of {} requests failed ({:.2}%, above --max-error-rate {:.2}%)",
+            all.errors,
+            all.count,
+            rate * 100.0,
+            max_error_rate * 100.0
+        );
+        return ExitCode::from(3);
+    }
+    if outcome.measured.verify_failures > 0 {
+        eprintln!("mwload: {} values read back were not what was written", outcome.measured.verify_failures);
+        return ExitCode::from(4);
+    }
+    ExitCode::SUCCESS
+}

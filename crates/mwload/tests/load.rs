@@ -1,0 +1,198 @@
+//! mwload against real memcached servers: what it sends is what was asked,
+//! what it measures obeys the operational laws, and an open loop shows a
+//! stall that a closed loop hides.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::Duration;
+
+use mcproto::ring::{HashKind, Ring, ServerSpec};
+use mctest::{Client, Memcached};
+use mwstats::reader::{read_summary, read_windows};
+use mwstats::WindowRecord;
+
+fn out_dir(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("mwload-test-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    d
+}
+
+fn mwload(server: &Memcached, dir: &Path, args: &[&str]) -> Output {
+    let out = Command::new(env!("CARGO_BIN_EXE_mwload"))
+        .args(["-s", "127.0.0.1", "-p", &server.port().to_string(), "--progress", "never", "--out"])
+        .arg(dir)
+        .args(args)
+        .output()
+        .expect("run mwload");
+    assert!(
+        out.status.success(),
+        "mwload {args:?} failed: {}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        String::from_utf8_lossy(&out.stdout)
+    );
+    out
+}
+
+fn summary(dir: &Path) -> WindowRecord {
+    read_summary(dir).expect("summary.json")
+}
+
+fn stat(server: &Memcached, name: &str) -> u64 {
+    let stats = Client::connect(server.addr()).unwrap().call_str("stats\r\n").unwrap();
+    let prefix = format!("STAT {name} ");
+    stats.lines().find_map(|l| l.strip_prefix(&prefix)).unwrap().parse().unwrap()
+}
+
+#[test]
+fn the_mix_follows_the_ratio_and_multigets_carry_k_keys() {
+    let server = Memcached::start().unwrap();
+    let dir = out_dir("mix");
+    mwload(&server, &dir, &["-t", "2", "-c", "4", "-n", "500", "--ratio", "1:4", "--multi-key-get", "3", "--prefill"]);
+    let s = summary(&dir);
+    let (sets, mgets) = (s.ops["set"].count, s.ops["multiget"].count);
+    assert_eq!(sets + mgets, 2 * 4 * 500, "every request was sent and answered");
+    let share = sets as f64 / (sets + mgets) as f64;
+    assert!((share - 0.2).abs() < 0.02, "set share {share}");
+    assert_eq!(s.ops["multiget"].keys, 3 * mgets, "exactly 3 keys per multi-get");
+    assert_eq!(s.ops["get"].count, 0);
+    // The server saw the same: memcached counts retrieved keys.
+    assert_eq!(stat(&server, "get_hits") + stat(&server, "get_misses"), 3 * mgets);
+    assert_eq!(s.ops["multiget"].misses, 0, "prefilled keys all hit");
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn closed_loop_obeys_the_interactive_response_time_law() {
+    let server = Memcached::start().unwrap();
+    let dir = out_dir("law");
+    mwload(
+        &server,
+        &dir,
+        &[
+            "-t",
+            "2",
+            "-c",
+            "4",
+            "--virtual-clients",
+            "2",
+            "--think-time",
+            "2000",
+            "--think-dist",
+            "exponential",
+            "--test-time",
+            "3",
+            "--warmup",
+            "1",
+            "--window-ms",
+            "500",
+        ],
+    );
+    let s = summary(&dir);
+    let client = s.client.clone().unwrap();
+    let n = (client.connections * client.virtual_clients) as f64;
+    let x = s.ops["all"].count as f64 / (s.duration_ms as f64 / 1000.0);
+    let r = s.ops["all"].response_us.mean / 1e6;
+    let z = client.think_time_us / 1e6;
+    assert!(z > 0.0015, "think time was spent: {z}");
+    let law = x * (r + z);
+    assert!((law - n).abs() / n < 0.05, "X(R+Z) = {law:.2} for N = {n}");
+    let windows = read_windows(&dir).unwrap();
+    assert!(windows.iter().any(|w| w.client.as_ref().unwrap().phase == "warmup"));
+    let measured: u64 =
+        windows.iter().filter(|w| w.client.as_ref().unwrap().phase == "measure").map(|w| w.ops["all"].count).sum();
+    assert_eq!(measured, s.ops["all"].count, "the summary is the sum of the measure windows");
+    for w in windows.windows(2) {
+        assert_eq!(w[0].start_unix_ms + w[0].duration_ms, w[1].start_unix_ms);
+        assert_eq!(w[1].start_unix_ms % 500, 0, "aligned to wall-clock multiples");
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+fn stalled_run(open: bool) -> WindowRecord {
+    let server = Memcached::start().unwrap();
+    let dir = out_dir(if open { "stall-open" } else { "stall-closed" });
+    let stall = {
+        let pid_server = &server;
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                std::thread::sleep(Duration::from_millis(1200));
+                pid_server.pause().unwrap();
+                std::thread::sleep(Duration::from_millis(200));
+                pid_server.resume().unwrap();
+            });
+            let mut args = vec!["-t", "1", "-c", "4", "--test-time", "3", "--ratio", "0:1"];
+            if open {
+                args.extend(["--rate", "3000"]);
+            }
+            mwload(&server, &dir, &args);
+        });
+        summary(&dir)
+    };
+    std::fs::remove_dir_all(&dir).ok();
+    stall
+}
+
+#[test]
+fn an_open_loop_shows_a_stall_that_a_closed_loop_hides() {
+    let open = stalled_run(true);
+    let closed = stalled_run(false);
+    let (op99, cp99) = (open.ops["all"].response_us.p99, closed.ops["all"].response_us.p99);
+    let cmax = closed.ops["all"].response_us.max;
+    assert!(op99 >= 100_000, "open loop p99 shows the 200 ms stall: {op99} us");
+    assert!(cmax >= 150_000, "the closed loop met the stall too: max {cmax} us");
+    assert!(cp99 < 20_000, "but its p99 hides it: {cp99} us");
+    let sent = open.ops["all"].count as f64;
+    assert!(sent >= 0.9 * 3000.0 * 3.0, "the open loop kept its rate through the stall: {sent} requests");
+}
+
+#[test]
+fn several_targets_are_placed_with_ketama() {
+    let a = Memcached::start().unwrap();
+    let b = Memcached::start().unwrap();
+    let dir = out_dir("ketama");
+    let list = format!("{},{}", a.endpoint(), b.endpoint());
+    let out = Command::new(env!("CARGO_BIN_EXE_mwload"))
+        .args(["--servers", &list, "--key-maximum", "199", "--prefill", "-n", "20", "--ratio", "0:1"])
+        .args(["--multi-key-get", "4", "--progress", "never", "--verify", "--out"])
+        .arg(&dir)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let ring =
+        Ring::new(HashKind::Ketama, &[a.endpoint().parse::<ServerSpec>().unwrap(), b.endpoint().parse().unwrap()]);
+    let mut on = [0, 0];
+    for n in 0..200 {
+        let key = format!("key:{n:012}");
+        let owner = ring.server_for(key.as_bytes());
+        on[owner] += 1;
+        for (i, server) in [&a, &b].iter().enumerate() {
+            let reply = Client::connect(server.addr()).unwrap().call_str(&format!("get {key}\r\n")).unwrap();
+            assert_eq!(reply != "END\r\n", i == owner, "{key} on server {i}");
+        }
+    }
+    assert!(on[0] > 50 && on[1] > 50, "{on:?}");
+    let s = summary(&dir);
+    assert_eq!(s.ops["multiget"].misses, 0, "multi-gets split over both servers find every key");
+    assert_eq!(s.client.unwrap().verify_failures, 0);
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn failures_give_clear_messages_and_exit_codes() {
+    let port = mctest::free_port();
+    let out = Command::new(env!("CARGO_BIN_EXE_mwload")).args(["-p", &port.to_string(), "-n", "1"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("cannot connect to 127.0.0.1"));
+    let out = Command::new(env!("CARGO_BIN_EXE_mwload")).args(["--ratio", "one:two"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--ratio"));
+    // Values over the server's item size: every set fails.
+    let small = Memcached::start_with(&["-I", "1k", "-o", "slab_chunk_max=512"]).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_mwload"))
+        .args(["-p", &small.port().to_string(), "-n", "50", "-d", "2000", "--ratio", "1:1", "--progress", "never"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(3), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("above --max-error-rate"));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("Totals"));
+}
