@@ -54,6 +54,7 @@ run: build
 
 bench: build
 	bench/proxy.sh
+	bench/load.sh
 
 lint: rust-deps python-deps
 	$(CARGO) fmt --all -- --check

@@ -17,7 +17,7 @@ VALUE_SIZE=${VALUE_SIZE:-128}
 KEYS=${KEYS:-10000}
 
 BIN=target/release
-LOAD="$BIN/closed_loop"
+LOAD="$BIN/mwload"
 work=$(mktemp -d)
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$work"; }
@@ -52,16 +52,26 @@ YML
 nutcracker -c "$work/nutcracker.yml" -s "$(free_port)" -a 127.0.0.1 >/dev/null 2>&1 & pids+=($!)
 for p in "$MW1" "$MW3" "$MWO" "$TW"; do wait_port "$p"; done
 
-"$LOAD" --target "127.0.0.1:${MC[0]}" --keys "$KEYS" --value-size "$VALUE_SIZE" --prefill
-"$LOAD" --target "127.0.0.1:$MW3" --keys "$KEYS" --value-size "$VALUE_SIZE" --prefill
+for p in "${MC[0]}" "$MW3"; do
+  "$LOAD" -p "$p" --key-maximum $((KEYS - 1)) -d "$VALUE_SIZE" --prefill -n 1 -t 1 -c 1 --progress never > /dev/null 2>&1
+done
 
 names=(memcached mwproxy-1 mwproxy-3 mwproxy-3+out twemproxy-3)
 ports=("${MC[0]}" "$MW1" "$MW3" "$MWO" "$TW")
 echo "closed loop: $CONNECTIONS connections, set:get $RATIO, ${VALUE_SIZE} B values, $KEYS keys, mwproxy workers $WORKERS, $ROUNDS rounds x ${SECONDS_PER_RUN} s" >&2
 for r in $(seq "$ROUNDS"); do
   for i in "${!names[@]}"; do
-    out=$("$LOAD" --target "127.0.0.1:${ports[$i]}" --connections "$CONNECTIONS" --ratio "$RATIO" \
-          --keys "$KEYS" --value-size "$VALUE_SIZE" --seconds "$SECONDS_PER_RUN" --warmup 1)
+    "$LOAD" -p "${ports[$i]}" -t 2 -c $((CONNECTIONS / 2)) --ratio "$RATIO" --key-maximum $((KEYS - 1)) \
+        -d "$VALUE_SIZE" --test-time "$SECONDS_PER_RUN" --warmup 1 --progress never --out "$work/run" > /dev/null
+    out=$(python3 - "$work/run/summary.json" <<'PY'
+import json, sys
+s = json.load(open(sys.argv[1]))
+a = s["ops"]["all"]
+print(json.dumps({"ops_per_sec": round(a["count"] * 1000 / s["duration_ms"], 1), "mean_us": a["response_us"]["mean"],
+                  "p50_us": a["response_us"]["p50"], "p99_us": a["response_us"]["p99"],
+                  "max_us": a["response_us"]["max"], "errors": a["errors"], "misses": a["misses"]}))
+PY
+)
     echo "${names[$i]} $out" >> "$work/results"
     echo "  round $r ${names[$i]}: $out" >&2
   done
