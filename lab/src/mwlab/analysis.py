@@ -1,0 +1,269 @@
+"""From result files to tables: trim each run to its measurement windows,
+merge the clients' and the middlewares' windows (HDR histograms merged, never
+averaged percentiles), compute per-run figures, then mean and standard
+deviation over repetitions.
+
+Pure functions over records come first (testable on synthetic windows); the
+functions that read a result directory are at the end.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from mwlab.results import merge_hists, read_windows
+from mwlab.spec import ALIASES
+
+Window = dict[str, Any]
+OPS = ("get", "multiget", "set", "delete", "other", "all")
+
+
+def trim_client(windows: Sequence[Window], trim_start: int = 0, trim_end: int = 0) -> list[Window]:
+    """The measure-phase windows of a client, minus `trim_start` first and `trim_end` last ones."""
+    kept = [w for w in windows if (w.get("client") or {}).get("phase", "measure") == "measure"]
+    end = len(kept) - trim_end
+    return kept[trim_start:end] if end > trim_start else []
+
+
+def common_span(clients: Iterable[Sequence[Window]]) -> tuple[int, int] | None:
+    """The wall-clock interval covered by every client's kept windows."""
+    starts, ends = [], []
+    for ws in clients:
+        if not ws:
+            return None
+        starts.append(ws[0]["start_unix_ms"])
+        ends.append(ws[-1]["start_unix_ms"] + ws[-1]["duration_ms"])
+    if not starts or max(starts) >= min(ends):
+        return None
+    return max(starts), min(ends)
+
+
+def within(windows: Sequence[Window], span: tuple[int, int]) -> list[Window]:
+    """Windows lying entirely inside `span`."""
+    lo, hi = span
+    return [w for w in windows if w["start_unix_ms"] >= lo and w["start_unix_ms"] + w["duration_ms"] <= hi]
+
+
+@dataclass
+class Merged:
+    """An operation class over several windows (and processes)."""
+
+    count: int = 0
+    errors: int = 0
+    hits: int = 0
+    misses: int = 0
+    keys: int = 0
+    mean_us: float = float("nan")
+    p50_us: float = float("nan")
+    p90_us: float = float("nan")
+    p99_us: float = float("nan")
+
+
+def weighted_mean(summaries: Iterable[dict[str, Any]]) -> float:
+    """Exact mean of several histogram summaries (each has count and mean)."""
+    total = n = 0.0
+    for s in summaries:
+        total += s["mean"] * s["count"]
+        n += s["count"]
+    return total / n if n else float("nan")
+
+
+def merge_op(windows: Sequence[Window], op: str, path: tuple[str, ...] = ()) -> Merged:
+    """Merge `op` (or, with `path`, a histogram such as ('middleware', 'queue_us')) over windows."""
+    if path:
+        hists = [_dig(w, path) for w in windows]
+        hists = [h for h in hists if h and h["count"]]
+        m = Merged(count=sum(h["count"] for h in hists))
+    else:
+        recs = [w["ops"][op] for w in windows if op in w["ops"]]
+        hists = [r["response_us"] for r in recs if r["response_us"]["count"]]
+        m = Merged(
+            count=sum(r["count"] for r in recs),
+            errors=sum(r["errors"] for r in recs),
+            hits=sum(r["hits"] for r in recs),
+            misses=sum(r["misses"] for r in recs),
+            keys=sum(r["keys"] for r in recs),
+        )
+    if hists:
+        h = merge_hists(x["hdr"] for x in hists)
+        m.mean_us = weighted_mean(hists)
+        m.p50_us = h.get_value_at_percentile(50)
+        m.p90_us = h.get_value_at_percentile(90)
+        m.p99_us = h.get_value_at_percentile(99)
+    return m
+
+
+def _dig(d: dict[str, Any], path: tuple[str, ...]) -> Any:
+    for p in path:
+        if not isinstance(d, dict) or p not in d:
+            return None
+        d = d[p]
+    return d
+
+
+def seconds(windows: Sequence[Window]) -> float:
+    return sum(w["duration_ms"] for w in windows) / 1000.0
+
+
+def cv(values: Sequence[float]) -> float:
+    """Coefficient of variation (sample standard deviation / mean)."""
+    vals = [v for v in values if not math.isnan(v)]
+    if len(vals) < 2:
+        return float("nan")
+    mean = sum(vals) / len(vals)
+    if mean == 0:
+        return float("nan")
+    var = sum((v - mean) ** 2 for v in vals) / (len(vals) - 1)
+    return math.sqrt(var) / mean
+
+
+def client_metrics(clients: Sequence[Sequence[Window]]) -> dict[str, float]:
+    """Figures of the clients' kept windows (all clients together)."""
+    flat = [w for ws in clients for w in ws]
+    secs = seconds(clients[0]) if clients and clients[0] else 0.0
+    out: dict[str, float] = {"client_seconds": secs}
+    for op in OPS:
+        m = merge_op(flat, op)
+        prefix = "client" if op == "all" else f"client_{op}"
+        out[f"{prefix}_tput"] = m.count / secs if secs else float("nan")
+        out[f"{prefix}_rt_mean_us"] = m.mean_us
+        if op == "all":
+            out.update(
+                client_rt_p50_us=m.p50_us,
+                client_rt_p90_us=m.p90_us,
+                client_rt_p99_us=m.p99_us,
+                client_requests=m.count,
+                client_errors=m.errors,
+                client_hits=m.hits,
+                client_misses=m.misses,
+                client_keys=m.keys,
+            )
+    n = z_num = z_den = 0.0
+    for ws in clients:
+        if ws:
+            c = ws[0].get("client") or {}
+            n += c.get("connections", 0) * c.get("virtual_clients", 1)
+            count = sum(w["ops"]["all"]["count"] for w in ws)
+            z_num += (c.get("think_time_us", 0.0) or 0.0) * count
+            z_den += count
+    out["N"] = n
+    out["Z_us"] = z_num / z_den if z_den else 0.0
+    # Throughput of each window (all clients together), for stability.
+    per_window: dict[int, float] = {}
+    for w in flat:
+        per_window[w["start_unix_ms"]] = per_window.get(w["start_unix_ms"], 0.0) + w["ops"]["all"][
+            "count"
+        ] / (w["duration_ms"] / 1000.0)
+    out["client_window_cv"] = cv(list(per_window.values()))
+    x = out["client_tput"]
+    r = out["client_rt_mean_us"]
+    if x and not math.isnan(x) and n:
+        law = n / x * 1e6 - out["Z_us"]
+        out["law_rt_us"] = law
+        out["law_deviation"] = (r - law) / law if law else float("nan")
+    return out
+
+
+def middleware_metrics(mws: Sequence[Sequence[Window]]) -> dict[str, float]:
+    """Figures of the middlewares' windows within the clients' span (all middlewares together)."""
+    flat = [w for ws in mws for w in ws]
+    if not flat:
+        return {}
+    secs = seconds(mws[0])
+    m = merge_op(flat, "all")
+    out = {
+        "mw_tput": m.count / secs if secs else float("nan"),
+        "mw_rt_mean_us": m.mean_us,
+        "mw_rt_p99_us": m.p99_us,
+        "mw_errors": m.errors,
+    }
+    for part in ("net", "queue", "server", "service"):
+        out[f"mw_{part}_us"] = merge_op(flat, "", ("middleware", f"{part}_us")).mean_us
+    qlen = util = 0.0
+    for ws in mws:
+        dur = sum(w["duration_ms"] for w in ws) or 1
+        qlen += sum(w["middleware"]["queue_length_mean"] * w["duration_ms"] for w in ws) / dur
+        util += sum(w["middleware"]["worker_utilisation"] * w["duration_ms"] for w in ws) / dur
+    out["mw_queue_len"] = qlen
+    out["mw_util"] = util / len(mws)
+    return out
+
+
+def factor_columns(factors: dict[str, Any]) -> dict[str, Any]:
+    """Factor levels under their short (seed) names."""
+    short = {v: k for k, v in ALIASES.items()}
+    return {short.get(k, k.split(".", 1)[1]): v for k, v in factors.items()}
+
+
+# ---- reading result directories ----
+
+
+def _read_all(rdir: Path, prefix: str) -> list[list[Window]]:
+    dirs = sorted(
+        (d for d in rdir.glob(f"{prefix}[0-9]*") if d.is_dir()), key=lambda d: int(d.name[len(prefix) :])
+    )
+    return [read_windows(d) for d in dirs]
+
+
+def run_metrics(rdir: Path, trim_start: int = 0, trim_end: int = 0) -> dict[str, Any]:
+    """One row of summary.csv from a run directory."""
+    record = json.loads((rdir / "run.json").read_text())
+    row: dict[str, Any] = {"point": record["point"], "rep": record["rep"], "status": record["status"]}
+    row.update(factor_columns(record.get("factors", {})))
+    if record["status"] != "ok":
+        row["error"] = record.get("error", "")
+        return row
+    clients = [trim_client(ws, trim_start, trim_end) for ws in _read_all(rdir, "cl")]
+    span = common_span(clients)
+    if span is None:
+        row.update(status="failed", error="no measurement window common to all clients")
+        return row
+    clients = [within(ws, span) for ws in clients]
+    row.update(client_metrics(clients))
+    mws = [within(ws, span) for ws in _read_all(rdir, "mw")]
+    row.update(middleware_metrics(mws))
+    return row
+
+
+def summarize(result: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """summary.csv (point x repetition) and aggregate.csv (per point), written into `result`."""
+    meta = json.loads((result / "experiment.json").read_text())
+    settings = meta["settings"]
+    rows = [
+        run_metrics(r.parent, settings.get("run.trim_start", 0), settings.get("run.trim_end", 0))
+        for r in sorted(result.glob("*/rep-*/run.json"))
+    ]
+    summary = pd.DataFrame(rows)
+    summary.to_csv(result / "summary.csv", index=False)
+    aggregate = aggregate_runs(summary, list(factor_columns(meta["factors"])))
+    aggregate.to_csv(result / "aggregate.csv", index=False)
+    return summary, aggregate
+
+
+def aggregate_runs(summary: pd.DataFrame, factors: list[str]) -> pd.DataFrame:
+    """Mean and standard deviation over repetitions of every numeric column, per point."""
+    if summary.empty or "status" not in summary:
+        return pd.DataFrame()
+    ok = summary[summary["status"] == "ok"]
+    if ok.empty:
+        return pd.DataFrame()
+    numeric = [
+        c
+        for c in ok.columns
+        if c not in ("point", "rep", "status", "error", *factors) and pd.api.types.is_numeric_dtype(ok[c])
+    ]
+    groups = ok.groupby("point", sort=False)
+    agg = groups[numeric].agg(["mean", "std"])
+    agg.columns = [f"{c}_{s}" if s == "std" else c for c, s in agg.columns]
+    agg.insert(0, "reps", groups.size())
+    for f in reversed(factors):
+        agg.insert(0, f, groups[f].first())
+    agg = agg.reset_index()
+    return agg.sort_values([*factors, "N"] if "N" in agg else factors, kind="stable").reset_index(drop=True)

@@ -1,0 +1,102 @@
+"""Checks written into every report, with their numbers: the interactive
+response time law, client against middleware throughput, stability across
+repetitions and across windows, errors and misses."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import pandas as pd
+
+LAW_TOLERANCE = 0.05
+THROUGHPUT_TOLERANCE = 0.05
+REPS_CV_LIMIT = 0.10
+WINDOWS_CV_LIMIT = 0.15
+
+
+@dataclass(frozen=True)
+class Check:
+    """One verdict on one point (or run)."""
+
+    name: str
+    where: str
+    ok: bool
+    detail: str
+
+
+def _nan(x: object) -> bool:
+    return x is None or (isinstance(x, float) and math.isnan(x))
+
+
+def run_checks(summary: pd.DataFrame, aggregate: pd.DataFrame) -> list[Check]:
+    checks: list[Check] = []
+    if summary.empty:
+        return [Check("runs", "experiment", False, "no run finished")]
+    for _, r in summary.iterrows():
+        where = f"{r['point']} rep {r['rep']}"
+        if r.get("status") != "ok":
+            checks.append(Check("run", where, False, f"failed: {r.get('error', '')}"))
+            continue
+        dev = r.get("law_deviation")
+        if not _nan(dev):
+            checks.append(
+                Check(
+                    "interactive law",
+                    where,
+                    abs(dev) <= LAW_TOLERANCE,
+                    f"R measured {r['client_rt_mean_us']:.1f} us, N/X - Z = {r['law_rt_us']:.1f} us "
+                    f"(N={r['N']:.0f}, X={r['client_tput']:.0f}/s, Z={r['Z_us']:.0f} us): {dev:+.1%}",
+                )
+            )
+        mw = r.get("mw_tput")
+        if not _nan(mw):
+            diff = (mw - r["client_tput"]) / r["client_tput"]
+            checks.append(
+                Check(
+                    "client vs middleware throughput",
+                    where,
+                    abs(diff) <= THROUGHPUT_TOLERANCE,
+                    f"clients {r['client_tput']:.0f}/s, middleware {mw:.0f}/s: {diff:+.1%}",
+                )
+            )
+        wcv = r.get("client_window_cv")
+        if not _nan(wcv):
+            checks.append(
+                Check(
+                    "stable across windows",
+                    where,
+                    wcv <= WINDOWS_CV_LIMIT,
+                    f"coefficient of variation of per-window throughput {wcv:.3f}",
+                )
+            )
+        errors = int(r.get("client_errors", 0) or 0)
+        checks.append(
+            Check("errors", where, errors == 0, f"{errors} of {int(r['client_requests'])} requests")
+        )
+        misses = int(r.get("client_misses", 0) or 0)
+        if r.get("client_keys", 0):
+            checks.append(
+                Check(
+                    "misses",
+                    where,
+                    misses == 0,
+                    f"{misses} of {int(r['client_keys'] - 0)} keys requested (gets and sets)",
+                )
+            )
+    for _, a in aggregate.iterrows():
+        if a.get("reps", 0) >= 2 and not _nan(a.get("client_tput_std")) and a["client_tput"]:
+            c = a["client_tput_std"] / a["client_tput"]
+            checks.append(
+                Check(
+                    "stable across repetitions",
+                    str(a["point"]),
+                    c <= REPS_CV_LIMIT,
+                    f"throughput {a['client_tput']:.0f} ± {a['client_tput_std']:.0f}/s (CV {c:.3f})",
+                )
+            )
+    return checks
+
+
+def to_frame(checks: list[Check]) -> pd.DataFrame:
+    return pd.DataFrame([c.__dict__ for c in checks], columns=["name", "where", "ok", "detail"])

@@ -1,0 +1,127 @@
+"""The `mwlab` command line: run, analyze, report, compare, validate, list."""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from pathlib import Path
+
+from mwlab.analysis import summarize
+from mwlab.compare import CompareError, compare
+from mwlab.procs import REPO, LabError
+from mwlab.report import write_report
+from mwlab.spec import SpecError, load
+
+EXPERIMENTS = REPO / "experiments"
+
+
+def _spec_path(name: str) -> Path:
+    p = Path(name)
+    if p.exists():
+        return p
+    candidate = EXPERIMENTS / f"{name}.yaml"
+    if candidate.exists():
+        return candidate
+    raise SpecError(f"no spec {name!r}: give a file or one of: {', '.join(_names())}")
+
+
+def _names() -> list[str]:
+    return sorted(p.stem for p in EXPERIMENTS.glob("*.yaml"))
+
+
+def analyze(result: Path) -> Path:
+    summary, aggregate = summarize(result)
+    return write_report(result, summary, aggregate)
+
+
+def _key_numbers(result: Path) -> str:
+    import pandas as pd
+
+    agg = pd.read_csv(result / "aggregate.csv")
+    if agg.empty:
+        return "no run finished; see the report"
+    lines = []
+    for _, r in agg.iterrows():
+        parts = [f"{r['point']}: {r['client_tput']:,.0f} ops/s", f"R {r['client_rt_mean_us'] / 1000:.2f} ms"]
+        if "mw_tput" in r and not math.isnan(r["mw_tput"]):
+            parts.append(f"queue {r['mw_queue_us']:.0f} us")
+        lines.append("  " + ", ".join(parts))
+    return "\n".join(lines)
+
+
+def _progress_printer():
+    try:
+        from rich.console import Console
+
+        console = Console(stderr=True)
+    except ImportError:  # pragma: no cover - rich is a dependency
+        console = None
+
+    def show(done: int, total: int, current: str, eta: float) -> None:
+        eta_s = "" if math.isnan(eta) else f", about {eta:.0f} s left"
+        msg = f"[{done}/{total}] {current}{eta_s}"
+        if console is not None:
+            console.print(msg, highlight=False)
+        else:
+            print(msg, file=sys.stderr)
+
+    return show
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="mwlab", description="Experiments with memcached, mwproxy and mwload."
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("run", help="run an experiment and write its report")
+    p.add_argument("spec", help="a spec file or the name of one in experiments/")
+    p.add_argument("--scale", default="quick", help="quick (minutes) or full (the seed reports' parameters)")
+    p.add_argument("--results", default=str(REPO / "results"), help="where result directories go")
+    p.add_argument("--resume", help="continue an interrupted run in this result directory")
+    p = sub.add_parser("analyze", help="recompute tables, checks, plots and the report of a result directory")
+    p.add_argument("result")
+    p = sub.add_parser("compare", help="compare two result sets of the same experiment")
+    p.add_argument("a")
+    p.add_argument("b")
+    p = sub.add_parser("validate", help="check a spec and list its points")
+    p.add_argument("spec")
+    p.add_argument("--scale", default="quick")
+    sub.add_parser("list", help="list the experiments in experiments/")
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "list":
+            for n in _names():
+                print(n)
+        elif args.command == "validate":
+            exp = load(_spec_path(args.spec), args.scale)
+            runs = exp.runs()
+            print(f"{exp.name} ({exp.scale}): {len(exp.points())} points, {len(runs)} runs")
+            for pt in exp.points():
+                print(f"  {pt.name}  N={pt.total_clients}")
+        elif args.command == "run":
+            from mwlab.runner import run_experiment
+
+            exp = load(_spec_path(args.spec), args.scale)
+            result = run_experiment(
+                exp, Path(args.results), Path(args.resume) if args.resume else None, _progress_printer()
+            )
+            report = analyze(result)
+            print(_key_numbers(result))
+            print(f"report: {report}")
+        elif args.command == "analyze":
+            print(f"report: {analyze(Path(args.result))}")
+        elif args.command == "compare":
+            df = compare(Path(args.a), Path(args.b))
+            print(df.to_string(index=False, float_format=lambda v: f"{v:,.2f}"))
+    except (SpecError, LabError, CompareError, FileNotFoundError) as e:
+        print(f"mwlab: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("mwlab: interrupted; every process was stopped. Continue with --resume.", file=sys.stderr)
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,200 @@
+"""Local processes of an experiment: memcached servers, mwproxy middlewares and
+mwload clients on free loopback ports, stopped on every way out (including
+Ctrl-C), and a sampler of their CPU, memory and the host's network once a
+second, like dstat.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+class LabError(RuntimeError):
+    """Something the lab needs is missing or failed."""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_port(port: int, timeout: float = 10.0, proc: subprocess.Popen | None = None) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise LabError(f"process exited with status {proc.returncode} before listening on {port}")
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            return
+        except OSError:
+            time.sleep(0.02)
+    raise LabError(f"nothing listens on port {port} after {timeout} s")
+
+
+def binary(name: str) -> Path:
+    """A binary of this repository (release build preferred), or from PATH."""
+    env = os.environ.get(f"{name.upper()}_BIN")
+    if env:
+        return Path(env)
+    for profile in ("release", "debug"):
+        p = REPO / "target" / profile / name
+        if p.exists():
+            return p
+    found = shutil.which(name)
+    if found:
+        return Path(found)
+    raise LabError(f"{name} is not built: run `cargo build --release` (make run does)")
+
+
+@dataclass
+class Proc:
+    """A started process with its role name."""
+
+    name: str
+    popen: subprocess.Popen
+    port: int | None = None
+    log: Path | None = None
+
+
+@dataclass
+class ProcessGroup:
+    """Processes started for one run; stopping is idempotent and kills stragglers."""
+
+    logs: Path
+    procs: list[Proc] = field(default_factory=list)
+
+    def start(self, name: str, cmd: list[str], port: int | None = None) -> Proc:
+        self.logs.mkdir(parents=True, exist_ok=True)
+        log = self.logs / f"{name}.log"
+        with log.open("wb") as f:
+            popen = subprocess.Popen(
+                cmd, stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
+            )
+        p = Proc(name, popen, port, log)
+        self.procs.append(p)
+        if port is not None:
+            try:
+                wait_port(port, proc=popen)
+            except LabError as e:
+                raise LabError(f"{name}: {e}; see {log}") from e
+        return p
+
+    def memcached(self, name: str) -> Proc:
+        exe = shutil.which("memcached")
+        if exe is None:
+            raise LabError("memcached is not installed (make run installs it)")
+        port = free_port()
+        cmd = [exe, "-l", "127.0.0.1", "-p", str(port), "-U", "0", "-t", "1", "-m", "256"]
+        if os.geteuid() == 0:
+            cmd += ["-u", "root"]
+        return self.start(name, cmd, port)
+
+    def terminate(self, p: Proc, timeout: float = 15.0) -> int | None:
+        """SIGTERM, wait, then SIGKILL; returns the exit status."""
+        if p.popen.poll() is None:
+            p.popen.send_signal(signal.SIGTERM)
+            try:
+                p.popen.wait(timeout)
+            except subprocess.TimeoutExpired:
+                p.popen.kill()
+                p.popen.wait()
+        return p.popen.returncode
+
+    def stop_all(self) -> None:
+        for p in reversed(self.procs):
+            if p.popen.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(p.popen.pid, signal.SIGKILL)
+                p.popen.wait()
+
+    def __enter__(self) -> ProcessGroup:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop_all()
+
+
+def _proc_times(pid: int) -> tuple[float, float] | None:
+    """(cpu seconds, rss MB) of a process."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return None
+    ticks = os.sysconf("SC_CLK_TCK")
+    cpu = (int(fields[11]) + int(fields[12])) / ticks
+    rss = int(fields[21]) * os.sysconf("SC_PAGE_SIZE") / 1e6
+    return cpu, rss
+
+
+def _host_cpu() -> tuple[float, float]:
+    """(busy jiffies, total jiffies) of the host."""
+    parts = [int(x) for x in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+    idle = parts[3] + (parts[4] if len(parts) > 4 else 0)
+    return sum(parts) - idle, sum(parts)
+
+
+def _net_bytes() -> tuple[int, int]:
+    """(received, sent) bytes over all interfaces."""
+    rx = tx = 0
+    for line in Path("/proc/net/dev").read_text().splitlines()[2:]:
+        _name, data = line.split(":", 1)
+        cols = data.split()
+        rx += int(cols[0])
+        tx += int(cols[8])
+    return rx, tx
+
+
+class ResourceSampler(threading.Thread):
+    """Samples every process of a group and the host once a second into a CSV file."""
+
+    def __init__(self, group: ProcessGroup, path: Path, interval: float = 1.0):
+        super().__init__(daemon=True, name="resources")
+        self.group, self.path, self.interval = group, path, interval
+        self.stopping = threading.Event()
+
+    def run(self) -> None:
+        last: dict[int, float] = {}
+        host_last = _host_cpu()
+        net_last = _net_bytes()
+        t_last = time.monotonic()
+        with self.path.open("w") as f:
+            f.write("unix_ms,name,cpu_percent,rss_mb,net_rx_mb_s,net_tx_mb_s\n")
+            while not self.stopping.wait(self.interval):
+                now = time.monotonic()
+                dt = max(now - t_last, 1e-6)
+                t_last = now
+                stamp = int(time.time() * 1000)
+                for p in list(self.group.procs):
+                    sample = _proc_times(p.popen.pid)
+                    if sample is None:
+                        continue
+                    cpu, rss = sample
+                    prev = last.get(p.popen.pid, cpu)
+                    last[p.popen.pid] = cpu
+                    f.write(f"{stamp},{p.name},{100 * (cpu - prev) / dt:.1f},{rss:.1f},,\n")
+                busy, total = _host_cpu()
+                share = (busy - host_last[0]) / max(total - host_last[1], 1)
+                host_last = (busy, total)
+                rx, tx = _net_bytes()
+                f.write(
+                    f"{stamp},host,{100 * share * os.cpu_count():.1f},,"
+                    f"{(rx - net_last[0]) / dt / 1e6:.3f},{(tx - net_last[1]) / dt / 1e6:.3f}\n"
+                )
+                net_last = (rx, tx)
+                f.flush()
+
+    def stop(self) -> None:
+        self.stopping.set()
+        self.join(timeout=5)

@@ -1,0 +1,315 @@
+"""Experiment specs: YAML files that declare a topology, middleware settings, a
+workload and how to run it, where any setting may be a list of levels.
+
+The run is the cross product of all lists (the *points*) times the repetitions,
+in a randomised but seeded order. The seed reports' abbreviations (nsvr, ncli,
+icli, tcli, vcli, nmw, tmw, mgshrd, mgsize, wrkld, reps, ttime) are accepted as
+aliases. Everything is validated before anything starts.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import random
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+
+class SpecError(ValueError):
+    """A spec that cannot be run, with a message that says what to change."""
+
+
+# Every setting with its default, as section.key.
+DEFAULTS: dict[str, Any] = {
+    "topology.servers": 1,
+    "topology.middlewares": 0,
+    "topology.client_machines": 1,
+    "topology.instances": 1,
+    "topology.threads": 2,
+    "topology.virtual_clients": 1,
+    "topology.client_targets": "spread",
+    "middleware.workers": 8,
+    "middleware.net_threads": 1,
+    "middleware.replication": 1,
+    "middleware.multiget": "sharded",
+    "middleware.queue_capacity": 1024,
+    "middleware.trace_every": 100,
+    "workload.ratio": "1:10",
+    "workload.keys": 10000,
+    "workload.value_size": 128,
+    "workload.multiget_size": 1,
+    "workload.key_pattern": "uniform",
+    "workload.think_time_us": 0,
+    "workload.rate": None,
+    "workload.prefill": True,
+    "run.duration": 10.0,
+    "run.warmup": 2.0,
+    "run.cooldown": 1.0,
+    "run.trim_start": 0,
+    "run.trim_end": 0,
+    "run.repetitions": 3,
+    "run.seed": 1,
+    "run.window_ms": 1000,
+    "run.client": "mwload",
+}
+
+ALIASES = {
+    "nsvr": "topology.servers",
+    "ncli": "topology.client_machines",
+    "icli": "topology.instances",
+    "tcli": "topology.threads",
+    "vcli": "topology.virtual_clients",
+    "nmw": "topology.middlewares",
+    "tmw": "middleware.workers",
+    "mgshrd": "middleware.multiget",
+    "mgsize": "workload.multiget_size",
+    "wrkld": "workload.ratio",
+    "reps": "run.repetitions",
+    "ttime": "run.duration",
+}
+
+WORKLOADS = {"write-only": "1:0", "read-only": "0:1", "writes": "1:0", "reads": "0:1"}
+
+SECTIONS = ("topology", "middleware", "workload", "run")
+
+
+def _canonical(key: str) -> str:
+    if key in ALIASES:
+        return ALIASES[key]
+    if key in DEFAULTS:
+        return key
+    short = [k for k in DEFAULTS if k.split(".", 1)[1] == key]
+    if len(short) == 1:
+        return short[0]
+    known = sorted(set(ALIASES) | {k.split(".", 1)[1] for k in DEFAULTS})
+    raise SpecError(f"unknown setting {key!r}; known settings: {', '.join(known)}")
+
+
+def _flatten(doc: dict[str, Any], where: str) -> dict[str, Any]:
+    """Section dicts and flat/aliased keys into one dict of canonical keys."""
+    flat: dict[str, Any] = {}
+    for key, value in doc.items():
+        if key in SECTIONS:
+            if not isinstance(value, dict):
+                raise SpecError(f"{where}: section {key!r} must be a mapping")
+            for sub, v in value.items():
+                name = f"{key}.{sub}"
+                if name not in DEFAULTS:
+                    known = ", ".join(k.split(".", 1)[1] for k in DEFAULTS if k.startswith(key + "."))
+                    raise SpecError(f"{where}: unknown setting {sub!r} in {key}; known: {known}")
+                flat[name] = v
+        elif key == "factors":
+            if not isinstance(value, dict):
+                raise SpecError(f"{where}: factors must be a mapping of setting to levels")
+            for sub, v in value.items():
+                flat[_canonical(sub)] = v
+        else:
+            flat[_canonical(key)] = value
+    return flat
+
+
+def _normalise(key: str, value: Any) -> Any:
+    if key == "workload.ratio":
+        value = WORKLOADS.get(str(value), value)
+    if key == "middleware.multiget" and isinstance(value, bool):
+        value = "sharded" if value else "non-sharded"
+    return value
+
+
+@dataclass(frozen=True)
+class Point:
+    """One combination of factor levels: every setting resolved."""
+
+    name: str
+    settings: dict[str, Any]
+    factors: dict[str, Any]
+
+    def get(self, key: str) -> Any:
+        return self.settings[_canonical(key)]
+
+    @property
+    def total_clients(self) -> int:
+        """N: virtual clients over all client machines, instances and threads."""
+        s = self.settings
+        return (
+            s["topology.client_machines"]
+            * s["topology.instances"]
+            * s["topology.threads"]
+            * s["topology.virtual_clients"]
+        )
+
+
+@dataclass(frozen=True)
+class Run:
+    """One repetition of one point."""
+
+    point: Point
+    rep: int
+
+    @property
+    def key(self) -> str:
+        return f"{self.point.name}/rep-{self.rep}"
+
+
+@dataclass
+class Experiment:
+    """A validated experiment at one scale."""
+
+    name: str
+    description: str
+    scale: str
+    settings: dict[str, Any]
+    factors: dict[str, list[Any]]
+    source: dict[str, Any] = field(default_factory=dict)
+
+    def points(self) -> list[Point]:
+        names = list(self.factors)
+        points = []
+        for levels in itertools.product(*(self.factors[n] for n in names)):
+            s = dict(self.settings)
+            chosen = dict(zip(names, levels, strict=True))
+            s.update(chosen)
+            label = ",".join(f"{_short(n)}={_label(v)}" for n, v in chosen.items()) or "default"
+            points.append(Point(label, s, chosen))
+        return points
+
+    def runs(self) -> list[Run]:
+        """Every point x repetition, shuffled with the run seed."""
+        runs = [Run(p, r) for p in self.points() for r in range(1, p.settings["run.repetitions"] + 1)]
+        random.Random(self.settings["run.seed"]).shuffle(runs)
+        return runs
+
+
+def _short(key: str) -> str:
+    for alias, full in ALIASES.items():
+        if full == key:
+            return alias
+    return key.split(".", 1)[1]
+
+
+def _label(v: Any) -> str:
+    return str(v).replace("/", "-").replace(" ", "")
+
+
+def _validate_point(s: dict[str, Any], where: str) -> None:
+    def need(cond: bool, msg: str) -> None:
+        if not cond:
+            raise SpecError(f"{where}: {msg}")
+
+    def positive_int(key: str, lo: int = 1, hi: int = 100_000) -> None:
+        v = s[key]
+        need(
+            isinstance(v, int) and not isinstance(v, bool) and lo <= v <= hi,
+            f"{key.split('.', 1)[1]} must be an integer in {lo}..{hi}, not {v!r}",
+        )
+
+    for k in (
+        "topology.servers",
+        "topology.client_machines",
+        "topology.instances",
+        "topology.threads",
+        "topology.virtual_clients",
+        "middleware.workers",
+        "middleware.net_threads",
+        "middleware.replication",
+        "middleware.queue_capacity",
+        "workload.keys",
+        "workload.multiget_size",
+        "run.repetitions",
+    ):
+        positive_int(k)
+    positive_int("topology.middlewares", 0, 64)
+    positive_int("workload.value_size", 1, 1 << 20)
+    positive_int("middleware.trace_every", 0, 1 << 30)
+    need(
+        s["middleware.replication"] <= s["topology.servers"],
+        f"replication {s['middleware.replication']} needs at least as many servers "
+        f"(nsvr={s['topology.servers']})",
+    )
+    need(
+        s["middleware.multiget"] in ("sharded", "non-sharded"),
+        f"multiget must be sharded or non-sharded (mgshrd true/false), not {s['middleware.multiget']!r}",
+    )
+    need(
+        s["topology.client_targets"] in ("spread", "all"),
+        "client_targets must be spread (instance i uses server i) or all (ketama over every server)",
+    )
+    ratio = str(s["workload.ratio"])
+    parts = ratio.split(":")
+    need(
+        len(parts) == 2 and all(p.isdigit() for p in parts) and sum(map(int, parts)) > 0,
+        f"workload ratio must be SETS:GETS such as 1:10 (or write-only/read-only), not {ratio!r}",
+    )
+    need(
+        s["workload.key_pattern"] in ("uniform", "sequential", "gaussian", "zipf"),
+        "key_pattern must be uniform, sequential, gaussian or zipf",
+    )
+    for k in ("run.duration", "run.warmup", "run.cooldown"):
+        need(isinstance(s[k], int | float) and s[k] >= 0, f"{k.split('.', 1)[1]} must be a number >= 0")
+    need(s["run.duration"] > 0, "duration (ttime) must be positive")
+    need(s["run.client"] in ("mwload", "memtier"), "client must be mwload or memtier")
+    rate = s["workload.rate"]
+    need(
+        rate is None or (isinstance(rate, int | float) and rate > 0), "rate must be a positive number or null"
+    )
+    need(
+        isinstance(s["workload.think_time_us"], int) and s["workload.think_time_us"] >= 0,
+        "think_time_us must be an integer >= 0",
+    )
+    need(s["run.window_ms"] >= 100, "window_ms must be at least 100")
+    total = (
+        s["topology.client_machines"]
+        * s["topology.instances"]
+        * s["topology.threads"]
+        * s["topology.virtual_clients"]
+    )
+    need(total <= 4096, f"{total} virtual clients is more than this runner will start (4096)")
+
+
+def parse(doc: dict[str, Any], scale: str = "quick", where: str = "spec") -> Experiment:
+    """An experiment from a parsed YAML document."""
+    if not isinstance(doc, dict):
+        raise SpecError(f"{where}: a spec is a YAML mapping")
+    doc = copy.deepcopy(doc)
+    name = doc.pop("name", None)
+    if not name or not isinstance(name, str):
+        raise SpecError(f"{where}: the spec needs a name")
+    description = str(doc.pop("description", ""))
+    scales = doc.pop("scales", {}) or {}
+    if not isinstance(scales, dict):
+        raise SpecError(f"{where}: scales must map a scale name to overrides")
+    flat = _flatten(doc, where)
+    if scale not in scales and scale not in ("quick", "full"):
+        raise SpecError(f"{where}: unknown scale {scale!r}; this spec has {', '.join(scales) or 'none'}")
+    flat.update(_flatten(scales.get(scale) or {}, f"{where} (scale {scale})"))
+    settings = dict(DEFAULTS)
+    factors: dict[str, list[Any]] = {}
+    for key, value in flat.items():
+        if isinstance(value, list):
+            if not value:
+                raise SpecError(f"{where}: {key} has an empty list of levels")
+            factors[key] = [_normalise(key, v) for v in value]
+        else:
+            settings[key] = _normalise(key, value)
+    exp = Experiment(name, description, scale, settings, factors, doc)
+    for p in exp.points():
+        _validate_point(p.settings, f"{where}, point {p.name}")
+    return exp
+
+
+def load(path: str | Path, scale: str = "quick") -> Experiment:
+    """An experiment from a YAML file."""
+    path = Path(path)
+    try:
+        doc = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except FileNotFoundError as e:
+        raise SpecError(f"no such spec: {path}") from e
+    except yaml.YAMLError as e:
+        raise SpecError(f"{path}: not valid YAML: {e}") from e
+    exp = parse(doc, scale, str(path))
+    exp.source = doc
+    return exp
