@@ -1,4 +1,4 @@
-# mwlab: make run (start servers + mwproxy), make test (every test), make bench, make lint.
+# mwlab: make run (the quick-start experiment), make test (every test), make bench, make lint.
 # Every target installs what it needs first and can be run again safely.
 
 SHELL := /bin/bash
@@ -9,7 +9,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 VENV := .venv
 PYTHON ?= python3
 
-.PHONY: all deps rust-deps python-deps build test run bench lint fmt clean
+.PHONY: all deps test-deps rust-deps python-deps build test run run-proxy bench lint fmt clean
 
 all: build
 
@@ -26,6 +26,12 @@ deps:
 	  $(SUDO) apt-get update -q && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q --no-install-recommends $$missing; \
 	fi
 	@command -v $(CARGO) >/dev/null 2>&1 || { echo "cargo (Rust) is required: https://rustup.rs"; exit 1; }
+
+## Headless Chromium, for the test that renders the HTML report.
+test-deps: deps
+	@command -v chromium >/dev/null 2>&1 || { \
+	  echo "installing: chromium"; \
+	  $(SUDO) apt-get update -q && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q --no-install-recommends chromium; }
 
 ## Rust crates from crates.io (cached after the first run).
 rust-deps:
@@ -44,12 +50,17 @@ $(VENV)/.installed: lab/pyproject.toml
 build: deps rust-deps
 	$(CARGO) build --release --workspace --bins
 
-test: deps rust-deps python-deps
+test: deps test-deps rust-deps python-deps
 	$(CARGO) build --workspace --bins
 	$(CARGO) test --workspace --no-fail-fast
 	$(VENV)/bin/pytest lab
 
-run: build
+## The quick-start experiment: servers, a middleware and clients, then the report.
+run: build python-deps
+	$(VENV)/bin/mwlab run quickstart
+
+## Three memcached servers and mwproxy in front of them, until Ctrl-C.
+run-proxy: build
 	scripts/run-local.sh
 
 bench: build

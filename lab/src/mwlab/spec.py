@@ -173,6 +173,7 @@ class Experiment:
             s = dict(self.settings)
             chosen = dict(zip(names, levels, strict=True))
             s.update(chosen)
+            s["middleware.replication"] = _replication(s["middleware.replication"], s["topology.servers"])
             label = ",".join(f"{_short(n)}={_label(v)}" for n, v in chosen.items()) or "default"
             points.append(Point(label, s, chosen))
         return points
@@ -182,6 +183,11 @@ class Experiment:
         runs = [Run(p, r) for p in self.points() for r in range(1, p.settings["run.repetitions"] + 1)]
         random.Random(self.settings["run.seed"]).shuffle(runs)
         return runs
+
+
+def _replication(value: Any, servers: int) -> Any:
+    """The seed reports' replication levels: none (1), half (ceil(n/2)), all (n)."""
+    return {"none": 1, "half": (servers + 1) // 2, "all": servers}.get(value, value)
 
 
 def _short(key: str) -> str:

@@ -1,0 +1,136 @@
+"""Trimming, merging and aggregation on synthetic windows with known answers."""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+import pytest
+from hdrh.histogram import HdrHistogram
+
+from mwlab.analysis import (
+    aggregate_runs,
+    client_metrics,
+    common_span,
+    merge_op,
+    middleware_metrics,
+    trim_client,
+    within,
+)
+
+
+def hist(values):
+    h = HdrHistogram(1, 60_000_000, 3)
+    for v in values:
+        h.record_value(v)
+    n = len(values)
+    return {"count": n, "mean": sum(values) / n if n else 0.0, "hdr": h.encode().decode()}
+
+
+def op(count, values, hits=0, misses=0, errors=0):
+    return {
+        "count": count,
+        "errors": errors,
+        "hits": hits,
+        "misses": misses,
+        "keys": hits + misses,
+        "response_us": hist(values),
+    }
+
+
+def window(start, count, values, phase="measure", dur=1000, conns=2, think=0.0, mw=None):
+    ops = {"get": op(count, values, hits=count), "all": op(count, values, hits=count)}
+    w = {
+        "start_unix_ms": start,
+        "duration_ms": dur,
+        "ops": ops,
+        "client": {"phase": phase, "connections": conns, "virtual_clients": 1, "think_time_us": think},
+    }
+    if mw is not None:
+        w["middleware"] = mw
+        del w["client"]
+    return w
+
+
+def test_trimming_keeps_the_measure_phase_minus_extra_windows():
+    ws = (
+        [window(0, 1, [1], "warmup")]
+        + [window(1000 * i, 1, [1]) for i in range(1, 6)]
+        + [window(6000, 1, [1], "cooldown")]
+    )
+    assert [w["start_unix_ms"] for w in trim_client(ws)] == [1000, 2000, 3000, 4000, 5000]
+    assert [w["start_unix_ms"] for w in trim_client(ws, 1, 2)] == [2000, 3000]
+    assert trim_client(ws, 3, 3) == []
+
+
+def test_common_span_and_middleware_windows_within_it():
+    a = [window(1000 * i, 1, [1]) for i in range(1, 5)]
+    b = [window(1000 * i, 1, [1]) for i in range(2, 6)]
+    assert common_span([a, b]) == (2000, 5000)
+    mw = [window(1000 * i, 1, [1]) for i in range(0, 7)]
+    assert [w["start_unix_ms"] for w in within(mw, (2000, 5000))] == [2000, 3000, 4000]
+    assert common_span([a, []]) is None
+
+
+def test_merging_is_exact_for_counts_means_and_percentiles():
+    ws = [window(0, 4, [100, 100, 100, 100]), window(1000, 1, [1000])]
+    m = merge_op(ws, "get")
+    assert (m.count, m.hits) == (5, 5)
+    assert m.mean_us == pytest.approx(280.0)
+    assert m.p50_us == 100
+    assert m.p99_us == pytest.approx(1000, rel=0.001)
+
+
+def test_client_figures_and_the_interactive_law():
+    # 2 clients x 2 connections, 1000 requests/s each, 3 windows, R = 1 ms, Z = 1 ms:
+    # X = 2000/s and N / X - Z = 4 / 2000 s - 1 ms = 1 ms = R.
+    c1 = [window(1000 * i, 1000, [1000] * 1000, think=1000.0) for i in range(3)]
+    c2 = [window(1000 * i, 1000, [1000] * 1000, think=1000.0) for i in range(3)]
+    m = client_metrics([c1, c2])
+    assert m["client_tput"] == pytest.approx(2000)
+    assert m["N"] == 4 and m["Z_us"] == pytest.approx(1000)
+    assert m["law_rt_us"] == pytest.approx(4 / 2000 * 1e6 - 1000)
+    assert m["law_deviation"] == pytest.approx(0.0, abs=1e-9)
+    assert m["client_window_cv"] == pytest.approx(0.0)
+
+
+def mw_block(qlen, util, queue_values):
+    return {
+        "queue_length_mean": qlen,
+        "worker_utilisation": util,
+        "net_us": hist([1]),
+        "queue_us": hist(queue_values),
+        "server_us": hist([50]),
+        "service_us": hist([60]),
+    }
+
+
+def test_middleware_figures_are_time_weighted():
+    ws = [
+        window(0, 10, [100] * 10, dur=1000, mw=mw_block(2.0, 0.5, [10] * 10)),
+        window(1000, 10, [100] * 10, dur=3000, mw=mw_block(6.0, 0.9, [30] * 10)),
+    ]
+    m = middleware_metrics([ws])
+    assert m["mw_queue_len"] == pytest.approx((2.0 * 1000 + 6.0 * 3000) / 4000)
+    assert m["mw_util"] == pytest.approx((0.5 * 1000 + 0.9 * 3000) / 4000)
+    assert m["mw_queue_us"] == pytest.approx(20.0)
+    assert m["mw_tput"] == pytest.approx(20 / 4.0)
+
+
+def test_aggregation_over_repetitions():
+    summary = pd.DataFrame(
+        [
+            {"point": "a", "rep": 1, "status": "ok", "vcli": 1, "client_tput": 100.0, "N": 2.0},
+            {"point": "a", "rep": 2, "status": "ok", "vcli": 1, "client_tput": 120.0, "N": 2.0},
+            {"point": "b", "rep": 1, "status": "ok", "vcli": 4, "client_tput": 300.0, "N": 8.0},
+            {"point": "b", "rep": 2, "status": "failed", "vcli": 4, "client_tput": math.nan, "N": 8.0},
+        ]
+    )
+    agg = aggregate_runs(summary, ["vcli"])
+    a = agg[agg["point"] == "a"].iloc[0]
+    assert a["client_tput"] == pytest.approx(110.0)
+    assert a["client_tput_std"] == pytest.approx(math.sqrt(200))
+    assert a["reps"] == 2
+    b = agg[agg["point"] == "b"].iloc[0]
+    assert b["reps"] == 1 and math.isnan(b["client_tput_std"])
+    assert list(agg["point"]) == ["a", "b"]

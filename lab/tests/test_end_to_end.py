@@ -1,0 +1,123 @@
+"""A tiny experiment with real memcached, mwproxy and mwload processes: the
+files, client against middleware throughput, the interactive law, and the
+report rendered in headless Chromium with every image loaded."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from mwlab.analysis import summarize
+from mwlab.checks import run_checks
+from mwlab.cli import main
+from mwlab.report import write_report
+from mwlab.runner import run_experiment
+from mwlab.spec import parse
+
+TINY = {
+    "name": "tiny",
+    "topology": {"servers": 2, "middlewares": 1, "threads": 1},
+    "middleware": {"workers": 2},
+    "factors": {"vcli": [1, 4]},
+    "run": {"duration": 2, "warmup": 1, "cooldown": 0, "repetitions": 1, "window_ms": 500},
+}
+
+
+@pytest.fixture(scope="module")
+def result(tmp_path_factory) -> Path:
+    exp = parse(TINY)
+    exp.source = TINY
+    seen = []
+    out = run_experiment(exp, tmp_path_factory.mktemp("results"), progress=lambda *a: seen.append(a))
+    assert seen[-1][0] == seen[-1][1] == 2, "progress reached the end"
+    return out
+
+
+def test_files_of_every_run(result: Path):
+    runs = sorted(result.glob("*/rep-1"))
+    assert [r.parent.name for r in runs] == ["vcli=1", "vcli=4"]
+    for r in runs:
+        assert json.loads((r / "run.json").read_text())["status"] == "ok", (r / "run.json").read_text()
+        for f in (
+            "mw0/windows.jsonl",
+            "mw0/summary.json",
+            "mw0/trace.csv",
+            "cl0/windows.jsonl",
+            "cl0/summary.json",
+            "resources.csv",
+        ):
+            assert (r / f).exists(), f
+        resources = pd.read_csv(r / "resources.csv")
+        assert {"mc0", "mc1", "mw0", "cl0", "host"} <= set(resources["name"])
+
+
+def test_client_and_middleware_agree_and_the_law_holds(result: Path):
+    summary, aggregate = summarize(result)
+    assert (result / "summary.csv").exists() and (result / "aggregate.csv").exists()
+    assert len(summary) == 2 and (summary["status"] == "ok").all()
+    for _, r in summary.iterrows():
+        assert abs(r["mw_tput"] - r["client_tput"]) / r["client_tput"] < 0.05
+        assert abs(r["law_deviation"]) < 0.05
+        assert r["client_errors"] == 0
+    assert set(aggregate["vcli"]) == {1, 4}
+    checks = run_checks(summary, aggregate)
+    law = [c for c in checks if c.name == "interactive law"]
+    assert len(law) == 2 and all(c.ok for c in law)
+
+
+def chromium() -> str:
+    for name in ("chromium", "chromium-browser", "google-chrome"):
+        path = shutil.which(name)
+        if path:
+            return path
+    raise RuntimeError("Chromium is not installed (make test installs Debian's chromium package)")
+
+
+def test_report_renders_with_every_image(result: Path, tmp_path: Path):
+    summary, aggregate = summarize(result)
+    report = write_report(result, summary, aggregate)
+    text = report.read_text()
+    assert "Interactive law" in text or "interactive law" in text
+    assert text.count("<img") >= 5
+    profile = tmp_path / "profile"
+    dom = subprocess.run(
+        [
+            chromium(),
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            f"--user-data-dir={profile}",
+            "--virtual-time-budget=5000",
+            "--dump-dom",
+            report.as_uri(),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    ).stdout
+    m = re.search(r'data-images="(\d+)/(\d+)"', dom)
+    assert m, "the page's load handler ran"
+    loaded, total = int(m.group(1)), int(m.group(2))
+    assert total >= 5 and loaded == total, f"{loaded} of {total} images loaded"
+
+
+def test_cli_analyze_and_compare(result: Path, capsys):
+    assert main(["analyze", str(result)]) == 0
+    assert "report:" in capsys.readouterr().out
+    assert main(["compare", str(result), str(result)]) == 0
+    out = capsys.readouterr().out
+    assert "client_tput" in out and "1.00" in out
+    assert main(["run", "no-such-experiment"]) == 2
+    assert "no spec" in capsys.readouterr().err

@@ -1,0 +1,80 @@
+"""Experiment specs: aliases, validation, expansion and seeded order."""
+
+from __future__ import annotations
+
+import pytest
+
+from mwlab.spec import SpecError, load, parse
+
+
+def spec(**extra):
+    doc = {"name": "t", "topology": {"servers": 3, "middlewares": 1}}
+    doc.update(extra)
+    return doc
+
+
+def test_seed_abbreviations_are_aliases():
+    exp = parse(
+        spec(
+            factors={"vcli": [1, 4], "tmw": [8, 16], "wrkld": ["read-only"], "mgshrd": [True, False]},
+            reps=2,
+            ttime=5,
+            nsvr=3,
+        )
+    )
+    points = exp.points()
+    assert len(points) == 2 * 2 * 1 * 2
+    p = points[0]
+    assert p.get("vcli") == 1 and p.get("tmw") == 8
+    assert p.get("wrkld") == "0:1"
+    assert {q.get("mgshrd") for q in points} == {"sharded", "non-sharded"}
+    assert p.get("run.repetitions") == 2 and p.get("ttime") == 5
+    assert len(exp.runs()) == 16
+
+
+def test_runs_are_shuffled_reproducibly():
+    doc = spec(factors={"vcli": [1, 2, 3, 4, 5]}, run={"repetitions": 3, "seed": 7})
+    a = [r.key for r in parse(doc).runs()]
+    assert a == [r.key for r in parse(doc).runs()]
+    assert a != sorted(a)
+    doc["run"]["seed"] = 8
+    assert a != [r.key for r in parse(doc).runs()]
+
+
+def test_scales_override_the_defaults():
+    doc = spec(factors={"vcli": [1, 2]}, scales={"full": {"factors": {"vcli": [1, 2, 4, 8]}, "ttime": 60}})
+    assert len(parse(doc, "quick").points()) == 2
+    full = parse(doc, "full")
+    assert len(full.points()) == 4 and full.points()[0].get("ttime") == 60
+    with pytest.raises(SpecError, match="unknown scale"):
+        parse(doc, "huge")
+
+
+@pytest.mark.parametrize(
+    ("doc", "message"),
+    [
+        (spec(vclients=3), "unknown setting 'vclients'"),
+        (spec(topology={"servers": 2, "sockets": 1}), "unknown setting 'sockets' in topology"),
+        (spec(middleware={"replication": 4}), "replication 4 needs at least as many servers"),
+        (spec(factors={"vcli": [1, 0]}), "virtual_clients must be an integer"),
+        (spec(wrkld="mostly-reads"), "ratio must be SETS:GETS"),
+        (spec(factors={"tmw": []}), "empty list"),
+        (spec(mgshrd="sometimes"), "multiget must be sharded or non-sharded"),
+        (spec(ttime=0), "duration"),
+        ({"topology": {}}, "needs a name"),
+    ],
+)
+def test_bad_specs_are_refused_with_a_reason(doc, message):
+    with pytest.raises(SpecError, match=message):
+        parse(doc)
+
+
+def test_every_shipped_experiment_is_valid_at_both_scales():
+    from mwlab.cli import EXPERIMENTS
+
+    specs = sorted(EXPERIMENTS.glob("*.yaml"))
+    assert len(specs) >= 8
+    for path in specs:
+        for scale in ("quick", "full"):
+            exp = load(path, scale)
+            assert exp.points(), path
