@@ -121,3 +121,29 @@ def test_cli_analyze_and_compare(result: Path, capsys):
     assert "client_tput" in out and "1.00" in out
     assert main(["run", "no-such-experiment"]) == 2
     assert "no spec" in capsys.readouterr().err
+
+
+def test_resume_reruns_only_unfinished_runs(result: Path):
+    exp = parse(TINY)
+    exp.source = TINY
+    keep = result / "vcli=1" / "rep-1" / "run.json"
+    redo = result / "vcli=4" / "rep-1" / "run.json"
+    before = keep.stat().st_mtime_ns
+    redo.unlink()
+    assert run_experiment(exp, result.parent, resume=result) == result
+    assert keep.stat().st_mtime_ns == before, "a finished run is kept"
+    assert json.loads(redo.read_text())["status"] == "ok", "the unfinished run ran again"
+
+
+def test_a_failed_run_is_recorded_and_the_experiment_goes_on(tmp_path: Path, monkeypatch):
+    monkeypatch.setenv("MWPROXY_BIN", str(tmp_path / "no-such-binary"))
+    exp = parse(TINY)
+    exp.source = TINY
+    out = run_experiment(exp, tmp_path)
+    records = [json.loads(p.read_text()) for p in sorted(out.glob("*/rep-*/run.json"))]
+    assert len(records) == 2
+    assert all(r["status"] == "failed" and "no-such-binary" in r["error"] for r in records)
+    summary, aggregate = summarize(out)
+    assert aggregate.empty
+    report = write_report(out, summary, aggregate).read_text()
+    assert "no-such-binary" in report
