@@ -124,8 +124,10 @@ def percentiles(agg: pd.DataFrame, ax: Axes, x: str, lines: list[str]) -> None:
 
 
 def histogram(windows: list[dict], ax: Axes, label: str) -> None:
-    """Response-time histogram of merged windows (clients), in ms."""
-    h = merge_hists(w["ops"]["all"]["response_us"]["hdr"] for w in windows if w["ops"]["all"]["count"])
+    """Response-time histogram of merged windows (clients), in ms: of the
+    multi-gets when there are any, else of the gets, else of everything."""
+    op = next((o for o in ("multiget", "get", "all") if sum(w["ops"][o]["count"] for w in windows)), "all")
+    h = merge_hists(w["ops"][op]["response_us"]["hdr"] for w in windows if w["ops"][op]["count"])
     if h.get_total_count() == 0:
         return
     top = h.get_value_at_percentile(99.5)
