@@ -84,7 +84,8 @@ def test_report_renders_with_every_image(result: Path, tmp_path: Path):
     report = write_report(result, summary, aggregate)
     text = report.read_text()
     assert "Interactive law" in text or "interactive law" in text
-    assert text.count("<img") >= 5
+    assert text.count("<img") >= 6
+    assert "Closed network for the client sweep" in text and "Bottleneck:" in text
     profile = tmp_path / "profile"
     dom = subprocess.run(
         [

@@ -7,6 +7,7 @@ import math
 import sys
 from pathlib import Path
 
+from mwlab import model_cli
 from mwlab.analysis import summarize
 from mwlab.compare import CompareError, compare
 from mwlab.procs import REPO, LabError
@@ -88,7 +89,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("spec")
     p.add_argument("--scale", default="quick")
     sub.add_parser("list", help="list the experiments in experiments/")
+    model_cli.add_parser(sub)
     args = parser.parse_args(argv)
+    if args.command == "model":
+        return model_cli.main(args)
     try:
         if args.command == "list":
             for n in _names():

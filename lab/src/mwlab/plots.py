@@ -213,3 +213,33 @@ def make_plots(result: Path, agg: pd.DataFrame, factors: list[str]) -> list[tupl
         if (rdir / "resources.csv").exists():
             figure("Resource use", "resources", lambda ax: resources(rdir / "resources.csv", ax))
     return plots
+
+
+def model_vs_measured(table: pd.DataFrame, curve: pd.DataFrame, ax: Axes, label: str) -> None:
+    """Measured throughput and response time against the MVA prediction."""
+    ax.plot(curve["N"], curve["X"], "-", label="MVA throughput")
+    ax.plot(table["N"], table["X measured"], "o", label="measured throughput")
+    ax.set_xlabel("clients (N)")
+    ax.set_ylabel("throughput (ops/s)")
+    twin = ax.twinx()
+    twin.plot(curve["N"], curve["R_us"] / 1e3, "--", color="tab:red", label="MVA response time")
+    twin.plot(
+        table["N"], table["R measured (us)"] / 1e3, "s", color="tab:red", label="measured response time"
+    )
+    twin.set_ylabel("response time (ms)")
+    h1, l1 = ax.get_legend_handles_labels()
+    h2, l2 = twin.get_legend_handles_labels()
+    ax.legend(h1 + h2, l1 + l2, fontsize="small", loc="center right")
+    ax.set_title(f"Model and measurement {label}".strip())
+
+
+def variation_chart(variation: dict[str, float], factors: dict[str, str], ax: Axes) -> None:
+    """Allocation of variation of a 2^k r design."""
+    names = list(variation)
+    labels = [
+        "".join(factors.get(ch, ch) + "·" for ch in n).rstrip("·") if n != "error" else "error" for n in names
+    ]
+    ax.bar(labels, [100 * variation[n] for n in names])
+    ax.set_ylabel("share of variation (%)")
+    ax.set_title("Allocation of variation")
+    ax.tick_params(axis="x", labelrotation=30, labelsize="small")

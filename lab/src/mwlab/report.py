@@ -101,6 +101,91 @@ KEY_COLUMNS = [
 ]
 
 
+def _figure(result: Path, stem: str, draw) -> str:
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7.5, 4.5))
+    draw(ax)
+    ax.grid(alpha=0.3)
+    out = result / "plots"
+    out.mkdir(exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(out / f"{stem}.png", dpi=110)
+    fig.savefig(out / f"{stem}.svg")
+    plt.close(fig)
+    return f"<figure>{_img(out / f'{stem}.png')}</figure>"
+
+
+def _models_html(
+    result: Path, summary: pd.DataFrame, aggregate: pd.DataFrame, factors: list[str], settings: dict
+) -> str:
+    from mwlab.fit import factorial_fit, fit_sweep, queue_views, sweeps
+    from mwlab.plots import model_vs_measured, variation_chart
+
+    parts = []
+    for i, (label, g) in enumerate(sweeps(aggregate, factors)):
+        fit = fit_sweep(label, g, settings)
+        if fit is None:
+            continue
+        title = f"Closed network for the sweep {label}" if label else "Closed network for the client sweep"
+        demands = pd.DataFrame(
+            [
+                {"center": c.name, "kind": c.kind, "servers": c.servers, "demand (us)": c.demand * 1e6}
+                for c in fit.centers
+            ]
+        )
+        holds = (
+            f"the model holds (throughput and response time within 15%) up to N = {fit.holds_up_to:.0f}"
+            if fit.holds_up_to
+            else "the model does not hold within 15% even at the lightest load"
+        )
+        parts += [
+            f"<h3>{html.escape(title)}</h3>",
+            f"<p>Think time Z = {fit.think_s * 1e6:.0f} us. "
+            f"Bottleneck: <b>{html.escape(fit.bottleneck)}</b>; "
+            f"knee N* = {fit.knee:.1f}; {holds}.</p>",
+            _table(demands),
+            _table(fit.table, 3),
+            _figure(
+                result,
+                f"model-{i}",
+                lambda ax, fit=fit, label=label: model_vs_measured(fit.table, fit.curve, ax, label),
+            ),
+        ]
+        qv = queue_views(g, settings)
+        if not qv.empty:
+            parts += [
+                "<p>Single-queue views (arrival rate = measured throughput, capacity = the sweep's "
+                "largest throughput; inf = unstable at that load):</p>",
+                _table(qv, 2),
+            ]
+    fact = factorial_fit(summary, factors, "client_tput")
+    if fact is not None:
+        rows = [
+            {
+                "effect": n,
+                "factors": "·".join(fact.factors.get(ch, ch) for ch in n) if n != "q0" else "mean",
+                "value (ops/s)": q,
+                "variation": fact.variation.get(n, float("nan")),
+                "interval low": fact.ci[n][0] if fact.ci else float("nan"),
+                "interval high": fact.ci[n][1] if fact.ci else float("nan"),
+            }
+            for n, q in fact.effects.items()
+        ]
+        parts += [
+            f"<h3>2^{len(fact.factors)} r factorial analysis of throughput "
+            f"(r = {fact.replications}, {int(fact.confidence * 100)}% intervals)</h3>",
+            _table(pd.DataFrame(rows), 3),
+            _figure(result, "variation", lambda ax: variation_chart(fact.variation, fact.factors, ax)),
+        ]
+    if not parts:
+        return (
+            "<p class='muted'>No model applies: a network model needs a sweep over the number of clients "
+            "through a middleware; a factorial analysis needs every factor at two levels and repetitions.</p>"
+        )
+    return "".join(parts)
+
+
 def write_report(result: Path, summary: pd.DataFrame, aggregate: pd.DataFrame) -> Path:
     """Writes plots, checks.csv and report.html into `result`; returns the report's path."""
     meta = json.loads((result / "experiment.json").read_text())
@@ -132,8 +217,8 @@ def write_report(result: Path, summary: pd.DataFrame, aggregate: pd.DataFrame) -
             "</figcaption></figure>"
             for t, png, svg in plots
         ],
-        "<h2>Models</h2><p class='muted'>Queueing models fitted to these measurements "
-        "(operational laws, M/M/m, MVA) are not part of this version of the report.</p>",
+        "<h2>Models</h2>",
+        _models_html(result, summary, aggregate, factors, meta["settings"]),
         "<h2>Failed runs</h2>",
         _table(failed[[c for c in ("point", "rep", "error") if c in failed]]),
         "<h2>Environment</h2>",

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -50,7 +51,12 @@ def _sorted_levels(values: list[Any]) -> list[Any]:
     try:
         return sorted(distinct, key=float)
     except (TypeError, ValueError):
-        return sorted(distinct, key=str)
+        return sorted(distinct, key=_natural)
+
+
+def _natural(v: Any) -> list[Any]:
+    """Sort key that orders 4M before 16M and 1K before 2K."""
+    return [(0, float(p)) if p and p[0].isdigit() else (1, p) for p in re.split(r"(\d+(?:\.\d+)?)", str(v))]
 
 
 @dataclass(frozen=True)
