@@ -184,3 +184,36 @@ def test_design_generator_is_in_standard_order():
     ]
     with pytest.raises(ModelError):
         analyze(["a"], [(1,), (2,), (3,)], [1, 2, 3])
+
+
+def test_waiting_and_response_quantiles():
+    from mwlab.models.queues import mm1_response_quantile, mmm_waiting_quantile
+
+    # P(W > t) at the quantile equals 1 - q.
+    lam, mu, m = 3.0, 1.2, 3
+    t = mmm_waiting_quantile(lam, mu, m, 0.9)
+    r = mmm(lam, mu, m)
+    assert r.prob_queueing * math.exp(-m * mu * (1 - r.utilization) * t) == pytest.approx(0.1)
+    assert t == pytest.approx(r.waiting_time_p90)
+    assert mmm_waiting_quantile(0.1, 1.0, 4, 0.5) == 0.0
+    assert mm1_response_quantile(125, 500, 0.9) == pytest.approx(math.log(10) / 375)
+
+
+def test_contrasts_of_effects():
+    rows, y = [], []
+    for (a, b), obs in {
+        ("-", "-"): (15, 18, 12),
+        ("+", "-"): (45, 48, 51),
+        ("-", "+"): (25, 28, 19),
+        ("+", "+"): (75, 75, 81),
+    }.items():
+        rows += [(a, b)] * 3
+        y += list(obs)
+    res = analyze(["A", "B"], rows, y, confidence=0.90)
+    u, ci = res.contrast({"A": 1, "B": -1})
+    assert u == pytest.approx(12.0)
+    s_q = math.sqrt(102 / 8) / math.sqrt(12)
+    half = (ci[1] - ci[0]) / 2
+    assert half == pytest.approx(1.86 * s_q * math.sqrt(2), rel=0.01)
+    with pytest.raises(ModelError):
+        res.contrast({"A": 1})

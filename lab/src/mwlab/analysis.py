@@ -193,6 +193,14 @@ def middleware_metrics(mws: Sequence[Sequence[Window]]) -> dict[str, float]:
         util += sum(w["middleware"]["worker_utilisation"] * w["duration_ms"] for w in ws) / dur
     out["mw_queue_len"] = qlen
     out["mw_util"] = util / len(mws)
+    # Demand of each memcached server per client request: its total server time / requests.
+    busy: dict[str, float] = {}
+    for w in flat:
+        for addr, b in w["middleware"].get("backends", {}).items():
+            h = b["server_us"]
+            busy[addr] = busy.get(addr, 0.0) + h["mean"] * h["count"]
+    for i, addr in enumerate(sorted(busy)):
+        out[f"mw_backend{i}_demand_us"] = busy[addr] / m.count if m.count else float("nan")
     return out
 
 

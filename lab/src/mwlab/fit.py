@@ -100,8 +100,13 @@ def fit_sweep(label: str, g: pd.DataFrame, settings: dict[str, Any]) -> SweepFit
             "multi",
             workers * max(middlewares, 1),
         ),
-        Center("servers", server, "multi", servers),
     ]
+    per_server = sorted(c for c in g.columns if c.startswith("mw_backend") and c.endswith("_demand_us"))
+    if per_server:
+        # Each memcached server is a queue; its demand is its server time per client request.
+        centers += [Center(f"server {i}", _num(light, c) * us) for i, c in enumerate(per_server)]
+    else:
+        centers.append(Center("servers", server, "multi", servers))
     think = _num(light, "Z_us") * us
     n_max = int(g["N"].max())
     res = mva(centers, think, n_max)

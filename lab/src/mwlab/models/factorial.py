@@ -68,6 +68,8 @@ class FactorialResult:
     variation: dict[str, float]
     ci: dict[str, list[float]] | None
     confidence: float
+    effect_std: float | None = None
+    dof: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -78,7 +80,22 @@ class FactorialResult:
             "variation": self.variation,
             "ci": self.ci,
             "confidence": self.confidence,
+            "effect_std": self.effect_std,
         }
+
+    def contrast(self, weights: dict[str, float]) -> tuple[float, list[float] | None]:
+        """A contrast Σ h_i q_i of effects (weights summing to 0) and its interval."""
+        if abs(sum(weights.values())) > 1e-9:
+            raise ModelError("the weights of a contrast must sum to zero")
+        unknown = set(weights) - set(self.effects)
+        if unknown:
+            raise ModelError(f"no such effects: {sorted(unknown)}")
+        u = sum(h * self.effects[n] for n, h in weights.items())
+        if self.effect_std is None:
+            return u, None
+        s_u = self.effect_std * math.sqrt(sum(h * h for h in weights.values()))
+        t = stats.t.ppf(1 - (1 - self.confidence) / 2, self.dof)
+        return u, [u - t * s_u, u + t * s_u]
 
 
 def analyze(
@@ -121,11 +138,11 @@ def analyze(
     }
     variation["error"] = sse / sst if sst else 0.0
     ci = None
+    s_q = None
+    dof = 2**k * (r - 1)
     if r > 1:
-        dof = 2**k * (r - 1)
         s_q = math.sqrt(sse / dof) / math.sqrt(2**k * r)
         t = stats.t.ppf(1 - (1 - confidence) / 2, dof)
         ci = {label: [q - t * s_q, q + t * s_q] for label, q in effects.items()}
-    return FactorialResult(
-        {LETTERS[i]: n for i, n in enumerate(names)}, levels, r, effects, variation, ci, confidence
-    )
+    factors = {LETTERS[i]: n for i, n in enumerate(names)}
+    return FactorialResult(factors, levels, r, effects, variation, ci, confidence, s_q, dof)

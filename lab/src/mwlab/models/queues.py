@@ -159,3 +159,21 @@ def mg1(lam: float, mu: float, scv: float) -> QueueResult:
         mean_waiting_time=w,
         throughput=lam,
     )
+
+
+def mmm_waiting_quantile(lam: float, mu: float, m: int, q: float) -> float:
+    """The q-quantile of the waiting time in M/M/m: P(W > t) = C e^{-mμ(1-ρ)t}."""
+    if not 0 < q < 1:
+        raise ModelError("a quantile is between 0 and 1")
+    res = mmm(lam, mu, m)
+    pq = res.prob_queueing
+    if pq <= 1 - q:
+        return 0.0
+    return math.log(pq / (1 - q)) / (m * mu * (1 - res.utilization))
+
+
+def mm1_response_quantile(lam: float, mu: float, q: float) -> float:
+    """The q-quantile of the response time in M/M/1 (exponential with mean 1/(μ-λ))."""
+    if not 0 < q < 1:
+        raise ModelError("a quantile is between 0 and 1")
+    return mm1(lam, mu).mean_response_time * math.log(1 / (1 - q))
