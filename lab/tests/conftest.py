@@ -6,43 +6,30 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
 import subprocess
-import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+from mwlab.procs import binary, free_port, wait_port
+
+# Jain, Example 18.1 (a 2^2 3 design): (memory, cache) levels -> three observations.
+JAIN_18_1 = {
+    ("-", "-"): (15, 18, 12),
+    ("+", "-"): (45, 48, 51),
+    ("-", "+"): (25, 28, 19),
+    ("+", "+"): (75, 75, 81),
+}
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_port(port: int, timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            return
-        except OSError:
-            time.sleep(0.02)
-    raise RuntimeError(f"nothing listens on port {port}")
-
-
-def binary(name: str) -> Path:
-    env = os.environ.get(f"{name.upper()}_BIN")
-    if env:
-        return Path(env)
-    for profile in ("debug", "release"):
-        p = REPO / "target" / profile / name
-        if p.exists():
-            return p
-    raise RuntimeError(f"{name} is not built: run `cargo build` (make test does)")
+@pytest.fixture
+def jain_18_1() -> tuple[list[tuple[str, str]], list[float]]:
+    """Rows of factor levels and observations of Jain's Example 18.1."""
+    rows, y = [], []
+    for levels, obs in JAIN_18_1.items():
+        rows += [levels] * len(obs)
+        y += list(obs)
+    return rows, y
 
 
 @pytest.fixture

@@ -69,16 +69,18 @@ def test_bounds(capsys):
     assert r["throughput_upper"] == pytest.approx(min(10 / 0.57, 20))
 
 
-def test_factorial_from_csv(capsys, tmp_path):
+def test_factorial_from_csv(capsys, tmp_path, jain_18_1):
     path = tmp_path / "design.csv"
-    lines = ["memory,cache,mips"]
-    for (a, b), obs in {
-        ("4M", "1K"): (15, 18, 12),
-        ("16M", "1K"): (45, 48, 51),
-        ("4M", "2K"): (25, 28, 19),
-        ("16M", "2K"): (75, 75, 81),
-    }.items():
-        lines += [f"{a},{b},{v}" for v in obs]
+    labels = {
+        ("-", "-"): ("4M", "1K"),
+        ("+", "-"): ("16M", "1K"),
+        ("-", "+"): ("4M", "2K"),
+        ("+", "+"): ("16M", "2K"),
+    }
+    rows, y = jain_18_1
+    lines = ["memory,cache,mips"] + [
+        f"{labels[r][0]},{labels[r][1]},{v}" for r, v in zip(rows, y, strict=True)
+    ]
     path.write_text("\n".join(lines) + "\n")
     code, r = run(capsys, "factorial", str(path), "--response", "mips", "--confidence", "0.90")
     assert code == 0

@@ -151,18 +151,9 @@ def test_exact_throughput_lies_within_the_bounds():
     assert b.bottleneck == "disk" and b.knee == pytest.approx((0.07 + 0.5) / 0.05)
 
 
-def test_jain_2k_r_example():
+def test_jain_2k_r_example(jain_18_1):
     # Jain, Example 18.1 / Table 18.1: a 2^2 3 design (memory size x cache size).
-    rows, y = [], []
-    for (a, b), obs in {
-        ("-", "-"): (15, 18, 12),
-        ("+", "-"): (45, 48, 51),
-        ("-", "+"): (25, 28, 19),
-        ("+", "+"): (75, 75, 81),
-    }.items():
-        for v in obs:
-            rows.append((a, b))
-            y.append(v)
+    rows, y = jain_18_1
     res = analyze(["memory", "cache"], rows, y, confidence=0.90)
     assert res.effects == pytest.approx({"q0": 41.0, "A": 21.5, "B": 9.5, "AB": 5.0})
     assert res.variation["A"] == pytest.approx(5547 / 7032)
@@ -199,16 +190,8 @@ def test_waiting_and_response_quantiles():
     assert mm1_response_quantile(125, 500, 0.9) == pytest.approx(math.log(10) / 375)
 
 
-def test_contrasts_of_effects():
-    rows, y = [], []
-    for (a, b), obs in {
-        ("-", "-"): (15, 18, 12),
-        ("+", "-"): (45, 48, 51),
-        ("-", "+"): (25, 28, 19),
-        ("+", "+"): (75, 75, 81),
-    }.items():
-        rows += [(a, b)] * 3
-        y += list(obs)
+def test_contrasts_of_effects(jain_18_1):
+    rows, y = jain_18_1
     res = analyze(["A", "B"], rows, y, confidence=0.90)
     u, ci = res.contrast({"A": 1, "B": -1})
     assert u == pytest.approx(12.0)
