@@ -1,17 +1,14 @@
-"""Fixtures that start real processes: memcached servers and mwproxy, on free
-loopback ports, stopped after each test."""
+"""Fixtures: real memcached and mwproxy processes on free loopback ports (stopped
+after each test, through the lab's own process group), and a textbook example."""
 
 from __future__ import annotations
 
-import os
-import shutil
 import signal
-import subprocess
 from collections.abc import Iterator
 
 import pytest
 
-from mwlab.procs import binary, free_port, wait_port
+from mwlab.procs import ProcessGroup, binary, free_port, wait_port
 
 # Jain, Example 18.1 (a 2^2 3 design): (memory, cache) levels -> three observations.
 JAIN_18_1 = {
@@ -33,27 +30,16 @@ def jain_18_1() -> tuple[list[tuple[str, str]], list[float]]:
 
 
 @pytest.fixture
-def memcached() -> Iterator[int]:
-    exe = shutil.which("memcached")
-    if exe is None:
-        raise RuntimeError("memcached is not installed (make test installs it)")
-    port = free_port()
-    cmd = [exe, "-l", "127.0.0.1", "-p", str(port), "-U", "0", "-t", "1", "-m", "64"]
-    if os.geteuid() == 0:
-        cmd += ["-u", "root"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        wait_port(port)
-        yield port
-    finally:
-        proc.kill()
-        proc.wait()
+def memcached(tmp_path) -> Iterator[int]:
+    """A memcached server on a free port."""
+    with ProcessGroup(tmp_path / "memcached-logs") as group:
+        yield group.memcached("mc").port
 
 
 class Proxy:
-    """An mwproxy process."""
+    """An mwproxy process with its admin endpoint on."""
 
-    def __init__(self, args: list[str]):
+    def __init__(self, group: ProcessGroup, args: list[str]):
         self.port = free_port()
         self.admin_port = free_port()
         cmd = [
@@ -66,8 +52,7 @@ class Proxy:
             "warn",
             *args,
         ]
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        wait_port(self.port)
+        self.proc = group.start("mwproxy", cmd, self.port).popen
         wait_port(self.admin_port)
 
     def stop(self) -> int:
@@ -77,16 +62,6 @@ class Proxy:
 
 
 @pytest.fixture
-def start_proxy() -> Iterator:
-    started: list[Proxy] = []
-
-    def start(args: list[str]) -> Proxy:
-        p = Proxy(args)
-        started.append(p)
-        return p
-
-    yield start
-    for p in started:
-        if p.proc.poll() is None:
-            p.proc.kill()
-            p.proc.wait()
+def start_proxy(tmp_path) -> Iterator:
+    with ProcessGroup(tmp_path / "proxy-logs") as group:
+        yield lambda args: Proxy(group, args)

@@ -31,8 +31,6 @@ pub struct Outcome {
     pub seconds: f64,
     /// Connections lost.
     pub lost: u64,
-    /// Keys written by the prefill.
-    pub prefilled: u64,
 }
 
 /// The phase schedule of a run, in wall-clock milliseconds.
@@ -149,10 +147,9 @@ pub fn run(cfg: RunConfig) -> Result<Outcome> {
         lost: AtomicU64::new(0),
         cfg,
     };
-    let mut prefilled = 0;
     if shared.cfg.prefill {
         let shared_ref = &shared;
-        prefilled = std::thread::scope(|s| {
+        let prefilled = std::thread::scope(|s| {
             let hs: Vec<_> = (0..threads).map(|i| s.spawn(move || prefill(shared_ref, i))).collect();
             hs.into_iter().map(|h| h.join().expect("prefill thread")).sum::<Result<u64>>()
         })
@@ -236,7 +233,7 @@ pub fn run(cfg: RunConfig) -> Result<Outcome> {
         r.metadata = Some(meta);
         w.summary(&r)?;
     }
-    Ok(Outcome { measured, seconds, lost, prefilled })
+    Ok(Outcome { measured, seconds, lost })
 }
 
 /// The memtier-style table of the measured phase.
