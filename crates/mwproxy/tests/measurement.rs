@@ -155,8 +155,8 @@ fn queue_mean(clients: usize) -> (f64, f64) {
 fn queue_time_is_near_zero_alone_and_grows_when_clients_outnumber_workers() {
     let (alone, alone_len) = queue_mean(1);
     let (crowded, crowded_len) = queue_mean(12);
-    assert!(alone < 200.0, "one client barely queues: {alone} us");
-    assert!(crowded > 4.0 * alone.max(10.0), "12 clients on 1 worker queue: {crowded} us vs {alone} us");
+    assert!(alone < 1000.0, "one client barely queues: {alone} us");
+    assert!(crowded > 4.0 * alone.max(20.0), "12 clients on 1 worker queue: {crowded} us vs {alone} us");
     assert!(crowded_len > alone_len, "queue length grows: {crowded_len} vs {alone_len}");
 }
 
