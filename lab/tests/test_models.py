@@ -200,3 +200,16 @@ def test_contrasts_of_effects(jain_18_1):
     assert half == pytest.approx(1.86 * s_q * math.sqrt(2), rel=0.01)
     with pytest.raises(ModelError):
         res.contrast({"A": 1})
+
+
+def test_operational_laws():
+    from mwlab.models.laws import forced_flow, general_response_time, utilization
+
+    # A disk visited 20 times per request, 25 ms per visit, 1.5 requests/s (Jain, Example 33.1-like numbers).
+    x_disk = forced_flow(1.5, 20)
+    assert x_disk == pytest.approx(30)
+    assert utilization(x_disk, 0.025) == pytest.approx(0.75)
+    assert general_response_time([20, 1], [0.05, 0.2]) == pytest.approx(1.2)
+    assert little(30, 0.05) == pytest.approx(1.5)
+    with pytest.raises(ModelError):
+        interactive_response_time(10, 0, 1)

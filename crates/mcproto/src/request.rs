@@ -186,17 +186,6 @@ impl Request {
         }
     }
 
-    /// The single key of a keyed request other than a retrieval.
-    pub fn key(&self) -> Option<&[u8]> {
-        match self {
-            Request::Store { key, .. }
-            | Request::Delete { key, .. }
-            | Request::Arith { key, .. }
-            | Request::Touch { key, .. } => Some(key),
-            _ => None,
-        }
-    }
-
     /// Appends the request in wire form. With `with_noreply = false` the
     /// `noreply` word is left out, so the receiver always answers (a proxy needs
     /// the answer even when its client does not).

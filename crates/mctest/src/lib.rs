@@ -190,12 +190,6 @@ impl Client {
         Ok(Client { stream, buf: Vec::new() })
     }
 
-    /// Sets how long a read may wait.
-    pub fn set_timeout(&mut self, t: Duration) -> Result<()> {
-        self.stream.set_read_timeout(Some(t))?;
-        Ok(())
-    }
-
     /// Writes raw bytes.
     pub fn send(&mut self, bytes: &[u8]) -> Result<()> {
         self.stream.write_all(bytes)?;

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use crate::clock::{mono_of_unix_ms, now_ns, unix_ms};
+use crate::clock::{mono_of_unix_ms, now_ns};
 
 /// The first boundary strictly after `now_ms`.
 pub fn next_boundary(now_ms: u64, window_ms: u64) -> u64 {
@@ -27,22 +27,16 @@ pub fn sleep_until(target_unix_ms: u64, stop: impl Fn() -> bool) -> bool {
     }
 }
 
-/// Milliseconds until the next boundary (for callers that poll).
-pub fn until_next(window_ms: u64) -> u64 {
-    let now = unix_ms();
-    next_boundary(now, window_ms) - now
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::clock::unix_ms;
 
     #[test]
     fn boundaries_are_multiples() {
         assert_eq!(next_boundary(1_000, 1_000), 2_000);
         assert_eq!(next_boundary(1_999, 1_000), 2_000);
         assert_eq!(next_boundary(1_999, 250), 2_000);
-        assert!(until_next(1000) <= 1000);
         assert!(sleep_until(unix_ms() + 10_000, || true));
         assert!(!sleep_until(unix_ms() + 20, || false));
     }
