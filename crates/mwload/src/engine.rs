@@ -359,7 +359,9 @@ impl Thread<'_> {
                 return;
             }
             let sock = &mut self.clients[c].socks[s];
-            match sock.stream.read(sock.rbuf.spare(16 * 1024)) {
+            let spare = sock.rbuf.spare(16 * 1024);
+            let room = spare.len();
+            match sock.stream.read(spare) {
                 Ok(0) => {
                     self.lose(c);
                     return;
@@ -367,6 +369,10 @@ impl Thread<'_> {
                 Ok(n) => {
                     sock.rbuf.commit(n);
                     self.replies(c, s);
+                    if n < room {
+                        // The socket is empty; new bytes raise a new edge-triggered event.
+                        return;
+                    }
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}

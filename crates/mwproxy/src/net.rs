@@ -300,6 +300,7 @@ impl NetThread {
         let Some(conn) = self.conns.get_mut(slot).and_then(Option::as_mut) else { return Flow::Finished };
         let ids = &mut self.ids;
         let mut reads = 0;
+        let mut drained = false;
         loop {
             if let Some(job) = conn.stalled.take() {
                 match queue.try_send(job) {
@@ -330,9 +331,16 @@ impl NetThread {
             if reads == READ_BUDGET {
                 return Flow::More;
             }
+            if drained {
+                // The last read did not fill the buffer, so the socket was empty:
+                // the next bytes will raise a new edge-triggered event.
+                return Flow::Drained;
+            }
             reads += 1;
             conn.rbuf.shrink_to(READ_CHUNK);
-            let r = conn.shared.stream().read(conn.rbuf.spare(READ_CHUNK / 4));
+            let spare = conn.rbuf.spare(READ_CHUNK / 4);
+            let room = spare.len();
+            let r = conn.shared.stream().read(spare);
             match r {
                 Ok(0) => {
                     conn.done = true;
@@ -340,6 +348,7 @@ impl NetThread {
                     return Flow::Finished;
                 }
                 Ok(n) => {
+                    drained = n < room;
                     conn.last_read_ns = now_ns();
                     conn.rbuf.commit(n);
                     add(&shared.net.bytes_read, n as u64);
