@@ -64,8 +64,11 @@ run-proxy: build
 	scripts/run-local.sh
 
 bench: build
+	@command -v valgrind >/dev/null 2>&1 || { $(SUDO) apt-get update -q && \
+	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q --no-install-recommends valgrind; }
 	bench/proxy.sh
 	bench/load.sh
+	bench/instrumentation.sh
 
 lint: rust-deps python-deps
 	$(CARGO) fmt --all -- --check

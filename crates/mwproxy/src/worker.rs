@@ -81,8 +81,6 @@ pub struct Worker {
     pub(crate) sendbuf: Vec<u8>,
     /// Round-robin position for reads and multi-get placement.
     pub(crate) rr: usize,
-    /// The connection of the job just finished, whose next request comes next.
-    last_conn: Option<Arc<ClientConn>>,
     /// What the current job has done so far.
     pub(crate) facts: JobFacts,
     /// This worker's way into its accumulator slot.
@@ -100,7 +98,6 @@ impl Worker {
             backends,
             sendbuf: Vec::with_capacity(4096),
             rr: id,
-            last_conn: None,
             facts: JobFacts::default(),
             writer,
         }
@@ -112,14 +109,14 @@ impl Worker {
         for first in queue.iter() {
             let mut next = Some(first);
             while let Some(job) = next {
-                self.handle(job, &mut reply);
-                next = self.last_conn.take().and_then(|c| c.next_job());
+                // The connection's next request, if one waits, comes next.
+                next = self.handle(job, &mut reply).next_job();
             }
         }
     }
 
-    /// Carries out one job, delivers its reply and records it.
-    fn handle(&mut self, job: Job, reply: &mut Vec<u8>) {
+    /// Carries out one job, delivers its reply and records it; returns the job's connection.
+    fn handle(&mut self, job: Job, reply: &mut Vec<u8>) -> Arc<ClientConn> {
         self.facts.begin(now_ns());
         reply.clear();
         let (noreply, op, keys) = match &job.work {
@@ -152,7 +149,7 @@ impl Worker {
             t_reply: now_ns(),
         };
         self.record(&finished);
-        self.last_conn = Some(job.conn);
+        job.conn
     }
 
     /// Adds the finished job to this worker's accumulator, or to the spill if
