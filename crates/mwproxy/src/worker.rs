@@ -92,15 +92,7 @@ impl Worker {
     pub fn new(id: usize, shared: Arc<Shared>) -> Worker {
         let backends = shared.addrs.iter().enumerate().map(|(i, a)| Backend::new(i, *a)).collect();
         let writer = SlotWriter::new(id, WorkerAcc::new(shared.addrs.len()));
-        Worker {
-            id,
-            shared,
-            backends,
-            sendbuf: Vec::with_capacity(4096),
-            rr: id,
-            facts: JobFacts::default(),
-            writer,
-        }
+        Worker { id, shared, backends, sendbuf: Vec::with_capacity(4096), rr: id, facts: JobFacts::default(), writer }
     }
 
     /// Serves jobs until every net thread has gone and the queue is empty.
