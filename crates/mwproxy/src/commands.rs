@@ -147,6 +147,40 @@ impl Worker {
     }
 
     fn get(&mut self, kind: GetKind, exptime: i32, keys: &[Vec<u8>], out: &mut Vec<u8>) {
+        let start = out.len();
+        self.read_keys(kind, exptime, keys, out);
+        if kind.touches() && self.shared.config.routing.replication > 1 {
+            self.touch_other_replicas(exptime, start, out);
+        }
+    }
+
+    /// gat/gats read one replica; the keys they found get the new expiry time on
+    /// the other replicas too (noreply touches, not waited for), so replicas
+    /// keep the same lifetime.
+    fn touch_other_replicas(&mut self, exptime: i32, start: usize, out: &[u8]) {
+        let Ok(Some((Response::Values(values), _))) = mcproto::parse_response(&out[start..]) else {
+            return;
+        };
+        let r = self.shared.config.routing.replication;
+        let mut batches: Vec<Vec<u8>> = vec![Vec::new(); self.backends.len()];
+        let mut replicas = Vec::with_capacity(r);
+        for v in &values {
+            self.shared.ring.replicas_into(v.key, r, &mut replicas);
+            for &s in &replicas[1..] {
+                let b = &mut batches[s];
+                b.extend_from_slice(b"touch ");
+                b.extend_from_slice(v.key);
+                b.extend_from_slice(format!(" {exptime} noreply\r\n").as_bytes());
+            }
+        }
+        for (s, batch) in batches.iter().enumerate() {
+            if !batch.is_empty() {
+                self.send_without_reply(s, batch);
+            }
+        }
+    }
+
+    fn read_keys(&mut self, kind: GetKind, exptime: i32, keys: &[Vec<u8>], out: &mut Vec<u8>) {
         let k = keys.len();
         if k == 0 {
             out.extend_from_slice(b"END\r\n");

@@ -213,6 +213,18 @@ impl Worker {
         }
     }
 
+    /// Writes commands that produce no reply (noreply) to one server; a failure
+    /// only closes that connection, as for any other request.
+    pub(crate) fn send_without_reply(&mut self, server: usize, bytes: &[u8]) {
+        let cfg = &self.shared.config.backend;
+        let now_ms = self.now_ms();
+        let health = &self.shared.health[server];
+        let b = &mut self.backends[server];
+        if let Err(e) = b.ensure(health, now_ms, cfg).and_then(|_| b.send(bytes)) {
+            b.fail(health, now_ms, cfg, &e);
+        }
+    }
+
     /// Releases the replies of an exchange.
     pub(crate) fn finish(&mut self, targets: &[Target]) {
         for t in targets {

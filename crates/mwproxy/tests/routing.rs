@@ -221,3 +221,25 @@ fn multiget_returns_healthy_shards_or_fails_on_request() {
     assert!(reply.starts_with(&format!("SERVER_ERROR backend {}", servers[0].endpoint())), "{reply}");
     common::stop(proxy);
 }
+
+#[test]
+fn gat_under_replication_touches_every_replica() {
+    let servers = common::servers(3);
+    let proxy = common::proxy(&servers, |c| {
+        c.routing.replication = 2;
+        c.routing.read_policy = ReadPolicy::Primary;
+    });
+    let mut c = common::client(&proxy);
+    let keys: Vec<String> = (0..6).map(|i| format!("ttl{i}")).collect();
+    for k in &keys {
+        assert_eq!(c.call_str(&format!("set {k} 0 0 1\r\nx\r\n")).unwrap(), "STORED\r\n");
+    }
+    // New expiry of 1 s for all of them, through one multi-key gat.
+    let reply = c.call_str(&format!("gat 1 {}\r\n", keys.join(" "))).unwrap();
+    assert_eq!(reply.matches("VALUE ").count(), keys.len());
+    std::thread::sleep(Duration::from_millis(2600));
+    for k in &keys {
+        assert_eq!(common::holders(&servers, k), Vec::<usize>::new(), "{k} expired on every replica");
+    }
+    common::stop(proxy);
+}
