@@ -222,9 +222,11 @@ pub fn run_stats_thread(shared: Arc<Shared>, mut out: Option<ResultsWriter>) {
         t.slots.collect(&mut spares, &mut window);
         let net_now = shared.net.values();
         let net_before = t.run().net_last.clone();
-        let record = build_record(&shared, &window, Some(index), start, end - start, &net_now, &net_before);
-        if let Some(w) = out.as_mut() {
-            let written = w.window(&record).and_then(|_| w.trace(&window.trace));
+        // A record (with its encoded histograms) is only needed for the files and `/stats`.
+        let record = (out.is_some() || shared.config.stats.admin.is_some())
+            .then(|| build_record(&shared, &window, Some(index), start, end - start, &net_now, &net_before));
+        if let (Some(w), Some(record)) = (out.as_mut(), record.as_ref()) {
+            let written = w.window(record).and_then(|_| w.trace(&window.trace));
             if let Err(e) = written {
                 tracing::error!("cannot write results: {e}; results output stopped");
                 out = None;
@@ -236,7 +238,7 @@ pub fn run_stats_thread(shared: Arc<Shared>, mut out: Option<ResultsWriter>) {
             run.total.trace.clear();
             run.windows += 1;
             run.net_last = net_now;
-            run.last = Some(record);
+            run.last = record;
         }
         window.reset();
         if stopped {
