@@ -155,7 +155,7 @@ fn metrics(shared: &Shared) -> String {
         p.gauge("mwproxy_backend_up", "1 when the server answers.", &l, if up { 1.0 } else { 0.0 });
     }
     let net = run.net_last();
-    let v = |name: &str| NetCounters::NAMES.iter().position(|n| *n == name).map(|i| net[i]).unwrap_or(0);
+    let v = |name: &str| NetCounters::value_of(net, name);
     p.gauge(
         "mwproxy_connections",
         "Client connections open.",

@@ -198,13 +198,8 @@ pub fn general_stats(shared: &Shared) -> Vec<(String, String)> {
     let uptime = shared.started.elapsed();
     let now = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
     let live = shared.telemetry.live(&shared.net);
-    let net_value = |name: &str| {
-        let i = NetCounters::NAMES.iter().position(|n| *n == name).expect("known counter");
-        live.net[i]
-    };
     let total = shared.net.values();
-    let open = total[NetCounters::NAMES.iter().position(|n| *n == "total_connections").expect("known")]
-        - total[NetCounters::NAMES.iter().position(|n| *n == "closed_connections").expect("known")];
+    let open = NetCounters::value_of(&total, "total_connections") - NetCounters::value_of(&total, "closed_connections");
     let cfg = &shared.config;
     let mut v: Vec<(String, String)> = vec![
         ("pid".into(), std::process::id().to_string()),
@@ -220,7 +215,7 @@ pub fn general_stats(shared: &Shared) -> Vec<(String, String)> {
         ("queue_length".into(), shared.queue.len().to_string()),
     ];
     for name in NetCounters::NAMES {
-        v.push((name.to_string(), net_value(name).to_string()));
+        v.push((name.to_string(), NetCounters::value_of(&live.net, name).to_string()));
     }
     v.push(("requests".into(), live.requests.to_string()));
     for (name, value) in crate::stats::WorkerCounters::NAMES.iter().zip(live.counters.values()) {

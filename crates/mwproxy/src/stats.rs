@@ -53,6 +53,12 @@ macro_rules! atomic_block {
             pub fn values(&self) -> Vec<u64> {
                 vec![$(self.$field.load(Ordering::Relaxed)),*]
             }
+
+            /// The counter called `name` in values taken by [`Self::values`].
+            pub fn value_of(values: &[u64], name: &str) -> u64 {
+                let i = Self::NAMES.iter().position(|n| *n == name).expect("a known counter name");
+                values[i]
+            }
         }
     };
 }
@@ -154,6 +160,6 @@ mod tests {
         assert_eq!(WorkerCounters::NAMES.len(), a.values().len());
         let n = NetCounters::default();
         bump(&n.bytes_read);
-        assert_eq!(n.values()[NetCounters::NAMES.iter().position(|x| *x == "bytes_read").unwrap()], 1);
+        assert_eq!(NetCounters::value_of(&n.values(), "bytes_read"), 1);
     }
 }

@@ -134,10 +134,6 @@ impl Telemetry {
     }
 }
 
-fn net_value(values: &[u64], name: &str) -> u64 {
-    NetCounters::NAMES.iter().position(|n| *n == name).map(|i| values[i]).unwrap_or(0)
-}
-
 /// The results-format record of `acc` over `[start, start + duration)`.
 pub fn build_record(
     shared: &Shared,
@@ -149,7 +145,8 @@ pub fn build_record(
     net_before: &[u64],
 ) -> WindowRecord {
     let cfg = &shared.config;
-    let delta = |name: &str| net_value(net_now, name).saturating_sub(net_value(net_before, name));
+    let delta =
+        |name: &str| NetCounters::value_of(net_now, name).saturating_sub(NetCounters::value_of(net_before, name));
     let dur_ns = (duration_ms.max(1) * 1_000_000) as f64;
     let workers = cfg.proxy.workers as u64;
     let backends = shared
@@ -168,7 +165,8 @@ pub fn build_record(
             )
         })
         .collect();
-    let open = net_value(net_now, "total_connections").saturating_sub(net_value(net_now, "closed_connections"));
+    let open = NetCounters::value_of(net_now, "total_connections")
+        .saturating_sub(NetCounters::value_of(net_now, "closed_connections"));
     WindowRecord {
         format: FORMAT.into(),
         source: "mwproxy".into(),
