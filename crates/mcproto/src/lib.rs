@@ -17,4 +17,4 @@ pub mod ring;
 pub use buffer::ReadBuf;
 pub use parse::{parse_request, Limits, Parsed, Rejection};
 pub use request::{encode_get, encode_store_line, ArithKind, GetKind, Request, StoreKind};
-pub use response::{encode_value, parse_response, MalformedResponse, Response, ValueRef};
+pub use response::{encode_value, parse_response, response_len, MalformedResponse, Response, ValueRef};

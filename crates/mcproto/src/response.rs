@@ -179,14 +179,26 @@ fn malformed(what: &str, line: &[u8]) -> MalformedResponse {
 /// Parses the response at the front of `buf`: `Ok(None)` when more bytes are
 /// needed, otherwise the response and the number of bytes it used.
 pub fn parse_response(buf: &[u8]) -> Result<Option<(Response<'_>, usize)>, MalformedResponse> {
+    scan(buf, true)
+}
+
+/// The length of the whole response at the front of `buf` (`Ok(None)` while
+/// incomplete), checked like [`parse_response`] but without collecting the
+/// items of a retrieval or statistics reply.
+pub fn response_len(buf: &[u8]) -> Result<Option<usize>, MalformedResponse> {
+    Ok(scan(buf, false)?.map(|(_, n)| n))
+}
+
+/// Delimits (and, with `keep`, collects) the response at the front of `buf`.
+fn scan(buf: &[u8], keep: bool) -> Result<Option<(Response<'_>, usize)>, MalformedResponse> {
     let Some((line, next)) = line_at(buf, 0) else {
         return Ok(None);
     };
     if line.starts_with(b"VALUE ") || line == b"END" {
-        return parse_values(buf);
+        return parse_values(buf, keep);
     }
     if line.starts_with(b"STAT ") {
-        return parse_stats(buf);
+        return parse_stats(buf, keep);
     }
     let r = match line {
         b"STORED" => Response::Stored,
@@ -214,7 +226,7 @@ pub fn parse_response(buf: &[u8]) -> Result<Option<(Response<'_>, usize)>, Malfo
     Ok(Some((r, next)))
 }
 
-fn parse_values(buf: &[u8]) -> Result<Option<(Response<'_>, usize)>, MalformedResponse> {
+fn parse_values(buf: &[u8], keep: bool) -> Result<Option<(Response<'_>, usize)>, MalformedResponse> {
     let mut values = Vec::new();
     let mut at = 0;
     loop {
@@ -243,12 +255,14 @@ fn parse_values(buf: &[u8]) -> Result<Option<(Response<'_>, usize)>, MalformedRe
         if &buf[next + bytes..end] != b"\r\n" {
             return Err(malformed("data block not terminated", line));
         }
-        values.push(ValueRef { key, flags, cas, data: &buf[next..next + bytes] });
+        if keep {
+            values.push(ValueRef { key, flags, cas, data: &buf[next..next + bytes] });
+        }
         at = end;
     }
 }
 
-fn parse_stats(buf: &[u8]) -> Result<Option<(Response<'_>, usize)>, MalformedResponse> {
+fn parse_stats(buf: &[u8], keep: bool) -> Result<Option<(Response<'_>, usize)>, MalformedResponse> {
     let mut stats = Vec::new();
     let mut at = 0;
     loop {
@@ -261,7 +275,9 @@ fn parse_stats(buf: &[u8]) -> Result<Option<(Response<'_>, usize)>, MalformedRes
         let rest = line.strip_prefix(b"STAT ").ok_or_else(|| malformed("expected STAT or END", line))?;
         let split = memchr(b' ', rest).unwrap_or(rest.len());
         let value = if split < rest.len() { &rest[split + 1..] } else { &rest[rest.len()..] };
-        stats.push((&rest[..split], value));
+        if keep {
+            stats.push((&rest[..split], value));
+        }
         at = next;
     }
 }

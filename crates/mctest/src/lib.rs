@@ -199,7 +199,7 @@ impl Client {
     /// Reads one whole response and returns its bytes.
     pub fn read_reply(&mut self) -> Result<Vec<u8>> {
         loop {
-            if let Some((_, n)) = mcproto::parse_response(&self.buf)? {
+            if let Some(n) = mcproto::response_len(&self.buf)? {
                 return Ok(self.buf.drain(..n).collect());
             }
             self.fill()?;

@@ -484,11 +484,11 @@ impl Thread<'_> {
         let still_thinking = self.timers.iter().filter(|r| r.0 .1 as usize == c).count();
         self.active_vcs -= still_thinking;
         self.timers.retain(|r| r.0 .1 as usize != c);
-        tracing_lost(self.index, c);
+        report_lost(self.index, c);
     }
 }
 
-fn tracing_lost(thread: usize, client: usize) {
+fn report_lost(thread: usize, client: usize) {
     eprintln!("mwload: thread {thread}: connection {client} lost; its load stops");
 }
 
@@ -545,16 +545,14 @@ fn wait_version(s: &mut std::net::TcpStream) -> Result<()> {
     let mut buf = ReadBuf::with_capacity(4096);
     s.set_read_timeout(Some(Duration::from_secs(10)))?;
     loop {
-        if let Some((resp, _)) = parse_response(buf.filled())? {
+        if let Some((resp, used)) = parse_response(buf.filled())? {
             match resp {
                 Response::Version(_) => return Ok(()),
                 other if other.is_error() => bail!("the server refused a prefill write: {other:?}"),
-                _ => {
-                    let (_, used) = parse_response(buf.filled())?.expect("parsed");
-                    buf.consume(used);
-                    continue;
-                }
+                _ => {}
             }
+            buf.consume(used);
+            continue;
         }
         let n = s.read(buf.spare(4096))?;
         if n == 0 {

@@ -14,7 +14,7 @@ use std::net::{Shutdown, SocketAddr, TcpStream};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use mcproto::{parse_response, ReadBuf};
+use mcproto::{response_len, ReadBuf};
 
 use crate::config::BackendConfig;
 
@@ -105,7 +105,7 @@ impl Backend {
     }
 
     /// Opens the connection if needed. Fails fast while the server is marked down.
-    pub fn ensure(&mut self, health: &Health, now_ms: u64, cfg: &BackendConfig) -> Result<(), BackendError> {
+    fn ensure(&mut self, health: &Health, now_ms: u64, cfg: &BackendConfig) -> Result<(), BackendError> {
         if self.stream.is_some() {
             return Ok(());
         }
@@ -134,8 +134,16 @@ impl Backend {
         }
     }
 
-    /// Writes a whole request.
-    pub fn send(&mut self, bytes: &[u8]) -> Result<(), BackendError> {
+    /// Writes a whole request, connecting first if needed (fails fast while the
+    /// server is marked down).
+    pub fn send(
+        &mut self,
+        health: &Health,
+        now_ms: u64,
+        cfg: &BackendConfig,
+        bytes: &[u8],
+    ) -> Result<(), BackendError> {
+        self.ensure(health, now_ms, cfg)?;
         let stream = self.stream.as_mut().ok_or(BackendError::Down)?;
         stream.write_all(bytes).map_err(io_error)
     }
@@ -150,8 +158,8 @@ impl Backend {
     /// stays buffered until [`Backend::consume`].
     pub fn recv(&mut self, deadline: Instant) -> Result<usize, BackendError> {
         loop {
-            match parse_response(self.buf.filled()) {
-                Ok(Some((_, n))) => return Ok(n),
+            match response_len(self.buf.filled()) {
+                Ok(Some(n)) => return Ok(n),
                 Ok(None) => {}
                 Err(e) => return Err(BackendError::Protocol(e.to_string())),
             }

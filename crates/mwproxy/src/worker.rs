@@ -168,10 +168,10 @@ impl Worker {
             let b = &mut self.backends[t.server];
             let health = &self.shared.health[t.server];
             let req = &self.sendbuf[t.request.clone()];
-            t.result = b.ensure(health, now_ms, cfg).and_then(|_| b.send(req)).map(|_| 0);
+            t.result = b.send(health, now_ms, cfg, req).map(|_| 0);
             if t.result.is_err() && b.was_used() {
                 b.reset();
-                t.result = b.ensure(health, now_ms, cfg).and_then(|_| b.send(req)).map(|_| 0);
+                t.result = b.send(health, now_ms, cfg, req).map(|_| 0);
             }
         }
         let deadline = Instant::now() + Duration::from_millis(cfg.timeout_ms);
@@ -189,7 +189,7 @@ impl Worker {
                 b.reset();
                 let req = &self.sendbuf[t.request.clone()];
                 let retry_deadline = Instant::now() + Duration::from_millis(cfg.timeout_ms);
-                t.result = b.ensure(health, now_ms, cfg).and_then(|_| b.send(req)).and_then(|_| b.recv(retry_deadline));
+                t.result = b.send(health, now_ms, cfg, req).and_then(|_| b.recv(retry_deadline));
                 t.done_at = Some(now_ns());
             }
         }
@@ -220,7 +220,7 @@ impl Worker {
         let now_ms = self.now_ms();
         let health = &self.shared.health[server];
         let b = &mut self.backends[server];
-        if let Err(e) = b.ensure(health, now_ms, cfg).and_then(|_| b.send(bytes)) {
+        if let Err(e) = b.send(health, now_ms, cfg, bytes) {
             b.fail(health, now_ms, cfg, &e);
         }
     }

@@ -239,7 +239,9 @@ fn responses_parse_and_round_trip() {
     assert_eq!(out, input);
     for split in 0..input.len() {
         assert_eq!(parse_response(&input[..split]).unwrap(), None);
+        assert_eq!(crate::response_len(&input[..split]).unwrap(), None);
     }
+    assert_eq!(crate::response_len(input).unwrap(), Some(input.len()));
     for line in [&b"STORED\r\n"[..], b"NOT_FOUND\r\n", b"42\r\n", b"SERVER_ERROR busy\r\n", b"VERSION 1.6\r\n"] {
         let (r, n) = parse_response(line).unwrap().unwrap();
         assert_eq!(n, line.len());
