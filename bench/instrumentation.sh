@@ -9,16 +9,14 @@
 # Usage: bench/instrumentation.sh [requests per connection]   (4 connections, 2 workers)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/lib.sh
 N=${1:-5000}
 command -v valgrind >/dev/null || { echo "valgrind is needed (apt-get install valgrind)" >&2; exit 1; }
 work=$(mktemp -d)
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$work"; }
 trap cleanup EXIT INT TERM
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-wait_port() { for _ in $(seq 200); do (exec 3<>/dev/tcp/127.0.0.1/"$1") 2>/dev/null && return 0; sleep 0.1; done; exit 1; }
 mc=$(free_port)
-user_flag=(); [ "$(id -u)" = 0 ] && user_flag=(-u root)
 memcached -l 127.0.0.1 -p "$mc" -U 0 -t 1 "${user_flag[@]}" & pids+=($!)
 wait_port "$mc"
 for mode in off on; do

@@ -7,6 +7,7 @@
 # Usage: bench/load.sh [rounds]     (env: CONNECTIONS=16, REQUESTS=20000 per connection)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/lib.sh
 ROUNDS=${1:-3}
 CONNECTIONS=${CONNECTIONS:-16}
 REQUESTS=${REQUESTS:-20000}
@@ -15,10 +16,9 @@ work=$(mktemp -d)
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$work"; }
 trap cleanup EXIT INT TERM
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-user_flag=(); [ "$(id -u)" = 0 ] && user_flag=(-u root)
+port=$(free_port)
 memcached -l 127.0.0.1 -p "$port" -U 0 -m 256 "${user_flag[@]}" & pids+=($!)
-for _ in $(seq 100); do (exec 3<>/dev/tcp/127.0.0.1/"$port") 2>/dev/null && break; sleep 0.05; done
+wait_port "$port"
 
 total=$((CONNECTIONS * REQUESTS))
 echo "get-only closed loop, $CONNECTIONS connections x $REQUESTS requests, $ROUNDS rounds" >&2

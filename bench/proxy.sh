@@ -8,6 +8,7 @@
 # Usage: bench/proxy.sh [rounds] [seconds]    (env: CONNECTIONS, WORKERS, RATIO, VALUE_SIZE)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/lib.sh
 ROUNDS=${1:-3}
 SECONDS_PER_RUN=${2:-5}
 CONNECTIONS=${CONNECTIONS:-32}
@@ -23,9 +24,6 @@ pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$work"; }
 trap cleanup EXIT INT TERM
 
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-wait_port() { for _ in $(seq 100); do (exec 3<>/dev/tcp/127.0.0.1/"$1") 2>/dev/null && return 0; sleep 0.05; done; echo "port $1 never opened" >&2; exit 1; }
-user_flag=(); [ "$(id -u)" = 0 ] && user_flag=(-u root)
 
 declare -a MC
 for i in 0 1 2 3; do

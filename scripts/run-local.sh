@@ -4,6 +4,7 @@
 # running until Ctrl-C (or RUN_SECONDS, if set). Everything stops on exit.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/lib.sh
 PROXY_PORT=${PROXY_PORT:-11311}
 MC_PORTS=(${MC_PORTS:-21211 21212 21213})
 BIN=target/release/mwproxy
@@ -12,12 +13,9 @@ pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
 trap cleanup EXIT INT TERM
 
-in_use() { (exec 3<>/dev/tcp/127.0.0.1/"$1") 2>/dev/null; }
-wait_port() { for _ in $(seq 100); do in_use "$1" && return 0; sleep 0.05; done; echo "nothing listens on port $1" >&2; exit 1; }
 for p in "$PROXY_PORT" "${MC_PORTS[@]}"; do
   if in_use "$p"; then echo "port $p is already in use; set PROXY_PORT or MC_PORTS" >&2; exit 1; fi
 done
-user_flag=(); [ "$(id -u)" = 0 ] && user_flag=(-u root)
 servers=()
 for p in "${MC_PORTS[@]}"; do
   memcached -l 127.0.0.1 -p "$p" -U 0 -m 64 "${user_flag[@]}" & pids+=($!)

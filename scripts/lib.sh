@@ -1,0 +1,18 @@
+# Shell helpers shared by scripts/ and bench/ (sourced, not run).
+
+# A TCP port on 127.0.0.1 that was free a moment ago.
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+
+# Whether something accepts connections on 127.0.0.1:$1.
+in_use() { (exec 3<>/dev/tcp/127.0.0.1/"$1") 2>/dev/null; }
+
+# Waits up to 20 s for 127.0.0.1:$1 to accept connections, else exits.
+wait_port() {
+  for _ in $(seq 400); do in_use "$1" && return 0; sleep 0.05; done
+  echo "nothing listens on port $1" >&2
+  exit 1
+}
+
+# memcached refuses to run as root without -u.
+user_flag=()
+if [ "$(id -u)" = 0 ]; then user_flag=(-u root); fi
