@@ -75,22 +75,9 @@ def weighted_mean(summaries: Iterable[dict[str, Any]]) -> float:
     return total / n if n else float("nan")
 
 
-def merge_op(windows: Sequence[Window], op: str, path: tuple[str, ...] = ()) -> Merged:
-    """Merge `op` (or, with `path`, a histogram such as ('middleware', 'queue_us')) over windows."""
-    if path:
-        hists = [_dig(w, path) for w in windows]
-        hists = [h for h in hists if h and h["count"]]
-        m = Merged(count=sum(h["count"] for h in hists))
-    else:
-        recs = [w["ops"][op] for w in windows if op in w["ops"]]
-        hists = [r["response_us"] for r in recs if r["response_us"]["count"]]
-        m = Merged(
-            count=sum(r["count"] for r in recs),
-            errors=sum(r["errors"] for r in recs),
-            hits=sum(r["hits"] for r in recs),
-            misses=sum(r["misses"] for r in recs),
-            keys=sum(r["keys"] for r in recs),
-        )
+def _with_percentiles(m: Merged, hists: list[dict[str, Any]]) -> Merged:
+    """Fills mean and percentiles from histogram summaries (merging their HDR encodings)."""
+    hists = [h for h in hists if h and h["count"]]
     if hists:
         h = merge_hists(x["hdr"] for x in hists)
         m.mean_us = weighted_mean(hists)
@@ -100,12 +87,24 @@ def merge_op(windows: Sequence[Window], op: str, path: tuple[str, ...] = ()) -> 
     return m
 
 
-def _dig(d: dict[str, Any], path: tuple[str, ...]) -> Any:
-    for p in path:
-        if not isinstance(d, dict) or p not in d:
-            return None
-        d = d[p]
-    return d
+def merge_op(windows: Sequence[Window], op: str) -> Merged:
+    """Operation class `op` merged over windows."""
+    recs = [w["ops"][op] for w in windows if op in w["ops"]]
+    m = Merged(
+        count=sum(r["count"] for r in recs),
+        errors=sum(r["errors"] for r in recs),
+        hits=sum(r["hits"] for r in recs),
+        misses=sum(r["misses"] for r in recs),
+        keys=sum(r["keys"] for r in recs),
+    )
+    return _with_percentiles(m, [r["response_us"] for r in recs])
+
+
+def merge_stage(windows: Sequence[Window], name: str) -> Merged:
+    """A middleware stage histogram (`net_us`, `queue_us`, ...) merged over windows."""
+    hists = [(w.get("middleware") or {}).get(name) for w in windows]
+    hists = [h for h in hists if h]
+    return _with_percentiles(Merged(count=sum(h["count"] for h in hists)), hists)
 
 
 def seconds(windows: Sequence[Window]) -> float:
@@ -185,7 +184,7 @@ def middleware_metrics(mws: Sequence[Sequence[Window]]) -> dict[str, float]:
         "mw_errors": m.errors,
     }
     for part in ("net", "queue", "server", "service"):
-        out[f"mw_{part}_us"] = merge_op(flat, "", ("middleware", f"{part}_us")).mean_us
+        out[f"mw_{part}_us"] = merge_stage(flat, f"{part}_us").mean_us
     qlen = util = 0.0
     for ws in mws:
         dur = sum(w["duration_ms"] for w in ws) or 1
