@@ -155,7 +155,16 @@ def resources(path: Path, ax: Axes) -> None:
     ax.set_title(f"CPU use per process ({path.parent.parent.name}, {path.parent.name})")
 
 
-def _save(fig, out: Path, stem: str) -> tuple[Path, Path]:
+def save_figure(out: Path, stem: str, draw, xlabel: str = "") -> tuple[Path, Path]:
+    """Draws one plot with `draw(ax)` and writes it as `out/stem.png` and `.svg`."""
+    out.mkdir(exist_ok=True)
+    fig, ax = plt.subplots(figsize=(7.5, 4.5))
+    draw(ax)
+    if ax.get_xlabel() == "":
+        ax.set_xlabel(xlabel)
+    if not ax.get_legend() and ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize="small")
+    ax.grid(alpha=0.3)
     png, svg = out / f"{stem}.png", out / f"{stem}.svg"
     fig.tight_layout()
     fig.savefig(png, dpi=110)
@@ -167,7 +176,6 @@ def _save(fig, out: Path, stem: str) -> tuple[Path, Path]:
 def make_plots(result: Path, agg: pd.DataFrame, factors: list[str]) -> list[tuple[str, Path, Path]]:
     """Every plot that applies; returns (title, png, svg)."""
     out = result / "plots"
-    out.mkdir(exist_ok=True)
     plots: list[tuple[str, Path, Path]] = []
     if agg.empty:
         return plots
@@ -175,14 +183,7 @@ def make_plots(result: Path, agg: pd.DataFrame, factors: list[str]) -> list[tupl
     xlabel = "clients (N)" if x == "N" else x
 
     def figure(title: str, stem: str, draw) -> None:
-        fig, ax = plt.subplots(figsize=(7.5, 4.5))
-        draw(ax)
-        if ax.get_xlabel() == "":
-            ax.set_xlabel(xlabel)
-        if not ax.get_legend() and ax.get_legend_handles_labels()[0]:
-            ax.legend(fontsize="small")
-        ax.grid(alpha=0.3)
-        plots.append((title, *_save(fig, out, stem)))
+        plots.append((title, *save_figure(out, stem, draw, xlabel)))
 
     figure("Throughput", "throughput", lambda ax: throughput(agg, ax, x, lines))
     figure("Response time", "response_time", lambda ax: response_time(agg, ax, x, lines))

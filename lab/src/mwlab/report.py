@@ -12,7 +12,7 @@ import pandas as pd
 
 from mwlab.analysis import factor_columns
 from mwlab.checks import Check, run_checks, to_frame
-from mwlab.plots import make_plots
+from mwlab.plots import make_plots, save_figure
 
 STYLE = """
 body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}
@@ -102,18 +102,8 @@ KEY_COLUMNS = [
 
 
 def _figure(result: Path, stem: str, draw) -> str:
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(7.5, 4.5))
-    draw(ax)
-    ax.grid(alpha=0.3)
-    out = result / "plots"
-    out.mkdir(exist_ok=True)
-    fig.tight_layout()
-    fig.savefig(out / f"{stem}.png", dpi=110)
-    fig.savefig(out / f"{stem}.svg")
-    plt.close(fig)
-    return f"<figure>{_img(out / f'{stem}.png')}</figure>"
+    png, _ = save_figure(result / "plots", stem, draw)
+    return f"<figure>{_img(png)}</figure>"
 
 
 def _models_html(
