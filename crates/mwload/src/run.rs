@@ -224,13 +224,8 @@ pub fn run(cfg: RunConfig) -> Result<Outcome> {
     let lost = shared.lost.load(Ordering::Relaxed);
     if let Some(w) = out.as_mut() {
         let mut r = record(cfg, &measured, None, sched.measure_start, (seconds * 1000.0) as u64, "measure", lost);
-        let mut meta = Metadata::of_this_host();
-        meta.version = concat!("mwload-", env!("CARGO_PKG_VERSION")).into();
-        meta.git_revision = mwstats::GIT_REVISION.into();
-        meta.config = cfg.to_json();
-        meta.start_unix_ms = start;
-        meta.end_unix_ms = unix_ms();
-        r.metadata = Some(meta);
+        let version = concat!("mwload-", env!("CARGO_PKG_VERSION"));
+        r.metadata = Some(Metadata::of_run(version, cfg.to_json(), start, unix_ms()));
         w.summary(&r)?;
     }
     Ok(Outcome { measured, seconds, lost })

@@ -261,13 +261,8 @@ pub fn summary_record(shared: &Shared) -> WindowRecord {
     let zero = vec![0; NetCounters::NAMES.len()];
     let mut r =
         build_record(shared, &run.total, None, run.start_unix_ms, end - run.start_unix_ms, &run.net_last, &zero);
-    let mut meta = Metadata::of_this_host();
-    meta.version = crate::VERSION.into();
-    meta.git_revision = mwstats::GIT_REVISION.into();
-    meta.config = serde_json::to_value(&shared.config).unwrap_or_default();
-    meta.start_unix_ms = run.start_unix_ms;
-    meta.end_unix_ms = end;
-    r.metadata = Some(meta);
+    let config = serde_json::to_value(&shared.config).unwrap_or_default();
+    r.metadata = Some(Metadata::of_run(crate::VERSION, config, run.start_unix_ms, end));
     r
 }
 

@@ -167,8 +167,9 @@ pub struct Metadata {
 }
 
 impl Metadata {
-    /// Metadata of this process and host; the caller fills version, revision, config and times.
-    pub fn of_this_host() -> Metadata {
+    /// Metadata of a run of `version` on this host (command line, host, CPU,
+    /// git revision), with its configuration and interval.
+    pub fn of_run(version: &str, config: serde_json::Value, start_unix_ms: u64, end_unix_ms: u64) -> Metadata {
         let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
         let cpu_model = cpuinfo
             .lines()
@@ -180,11 +181,15 @@ impl Metadata {
             .map(|h| h.trim().to_string())
             .unwrap_or_else(|_| "unknown".into());
         Metadata {
+            version: version.into(),
+            git_revision: crate::GIT_REVISION.into(),
             command_line: std::env::args().collect(),
+            config,
             host,
             cpu_model,
             cpu_count: std::thread::available_parallelism().map(|n| n.get() as u64).unwrap_or(1),
-            ..Metadata::default()
+            start_unix_ms,
+            end_unix_ms,
         }
     }
 }
