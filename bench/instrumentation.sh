@@ -13,11 +13,8 @@ cd "$(dirname "$0")/.."
 N=${1:-5000}
 command -v valgrind >/dev/null || { echo "valgrind is needed (apt-get install valgrind)" >&2; exit 1; }
 work=$(mktemp -d)
-pids=()
-cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$work"; }
-trap cleanup EXIT INT TERM
 mc=$(free_port)
-memcached -l 127.0.0.1 -p "$mc" -U 0 -t 1 "${user_flag[@]}" & pids+=($!)
+start_memcached "$mc" -t 1
 wait_port "$mc"
 for mode in off on; do
   port=$(free_port)

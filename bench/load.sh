@@ -13,11 +13,8 @@ CONNECTIONS=${CONNECTIONS:-16}
 REQUESTS=${REQUESTS:-20000}
 LOAD=target/release/mwload
 work=$(mktemp -d)
-pids=()
-cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$work"; }
-trap cleanup EXIT INT TERM
 port=$(free_port)
-memcached -l 127.0.0.1 -p "$port" -U 0 -m 256 "${user_flag[@]}" & pids+=($!)
+start_memcached "$port" -m 256
 wait_port "$port"
 
 total=$((CONNECTIONS * REQUESTS))

@@ -20,14 +20,11 @@ KEYS=${KEYS:-10000}
 BIN=target/release
 LOAD="$BIN/mwload"
 work=$(mktemp -d)
-pids=()
-cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$work"; }
-trap cleanup EXIT INT TERM
 
 
 declare -a MC
 for i in 0 1 2 3; do
-  p=$(free_port); memcached -l 127.0.0.1 -p "$p" -U 0 -t 1 -m 256 "${user_flag[@]}" & pids+=($!); MC[$i]=$p
+  p=$(free_port); start_memcached "$p" -t 1 -m 256; MC[$i]=$p
 done
 for p in "${MC[@]}"; do wait_port "$p"; done
 # MC[0] serves the direct run and mwproxy-1; MC[1..3] serve the 3-server proxies.

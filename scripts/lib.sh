@@ -16,3 +16,20 @@ wait_port() {
 # memcached refuses to run as root without -u.
 user_flag=()
 if [ "$(id -u)" = 0 ]; then user_flag=(-u root); fi
+
+# Processes started by the script (stopped on exit) and its scratch directory.
+pids=()
+work=""
+cleanup() {
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  if [ -n "$work" ]; then rm -rf "$work"; fi
+}
+trap cleanup EXIT INT TERM
+
+# Starts memcached on 127.0.0.1:$1 (more memcached arguments may follow).
+start_memcached() {
+  local port=$1
+  shift
+  memcached -l 127.0.0.1 -p "$port" -U 0 "${user_flag[@]}" "$@" & pids+=($!)
+}

@@ -9,16 +9,13 @@ PROXY_PORT=${PROXY_PORT:-11311}
 MC_PORTS=(${MC_PORTS:-21211 21212 21213})
 BIN=target/release/mwproxy
 
-pids=()
-cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
-trap cleanup EXIT INT TERM
 
 for p in "$PROXY_PORT" "${MC_PORTS[@]}"; do
   if in_use "$p"; then echo "port $p is already in use; set PROXY_PORT or MC_PORTS" >&2; exit 1; fi
 done
 servers=()
 for p in "${MC_PORTS[@]}"; do
-  memcached -l 127.0.0.1 -p "$p" -U 0 -m 64 "${user_flag[@]}" & pids+=($!)
+  start_memcached "$p" -m 64
   servers+=("127.0.0.1:$p")
 done
 for p in "${MC_PORTS[@]}"; do wait_port "$p"; done
