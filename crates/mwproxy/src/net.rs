@@ -156,16 +156,11 @@ impl NetThread {
                     WAKER => {}
                     LISTENER => self.accept(),
                     token => {
-                        let shared = self.shared.clone();
-                        let Some(conn) = self.conn(token) else { continue };
+                        if self.conn(token).is_none() {
+                            continue;
+                        }
                         if ev.is_writable() {
-                            conn.shared.flush(&shared.net);
-                            if conn.output_paused
-                                && conn.shared.pending_output() < shared.config.proxy.max_pending_output
-                            {
-                                conn.output_paused = false;
-                                self.ready.push_back(token);
-                            }
+                            self.writable(token);
                         }
                         if ev.is_readable() || ev.is_read_closed() || ev.is_error() {
                             self.service(token);
@@ -202,6 +197,18 @@ impl NetThread {
                 c.shared.close();
                 bump(&self.shared.net.closed_connections);
             }
+        }
+    }
+
+    /// The socket can take bytes again: write what waits, and resume reading a
+    /// client that was paused for not reading its replies.
+    fn writable(&mut self, token: Token) {
+        let NetThread { conns, shared, ready, .. } = self;
+        let Some(conn) = conns.get_mut(token.0 - FIRST_CONN).and_then(Option::as_mut) else { return };
+        conn.shared.flush(&shared.net);
+        if conn.output_paused && conn.shared.pending_output() < shared.config.proxy.max_pending_output {
+            conn.output_paused = false;
+            ready.push_back(token);
         }
     }
 
@@ -293,12 +300,9 @@ impl NetThread {
     }
 
     fn read_conn(&mut self, token: Token) -> Flow {
-        let queue = self.queue.clone();
-        let shared = self.shared.clone();
-        let limits = self.limits.clone();
+        let NetThread { conns, queue, shared, limits, ids, .. } = self;
         let slot = token.0 - FIRST_CONN;
-        let Some(conn) = self.conns.get_mut(slot).and_then(Option::as_mut) else { return Flow::Finished };
-        let ids = &mut self.ids;
+        let Some(conn) = conns.get_mut(slot).and_then(Option::as_mut) else { return Flow::Finished };
         let mut reads = 0;
         let mut drained = false;
         loop {
@@ -318,7 +322,7 @@ impl NetThread {
             if conn.shared.waiting() >= MAX_PIPELINE {
                 return Flow::Blocked;
             }
-            if let Some(flow) = parse_all(conn, &queue, &shared, &limits, ids) {
+            if let Some(flow) = parse_all(conn, queue, shared, limits, ids) {
                 return flow;
             }
             if conn.shared.pending_output() > shared.config.proxy.max_pending_output {
