@@ -74,8 +74,6 @@ impl Health {
 
 /// A worker's connection to one server.
 pub struct Backend {
-    /// Position of the server in the configuration.
-    pub index: usize,
     addr: SocketAddr,
     stream: Option<TcpStream>,
     /// Bytes read but not yet consumed.
@@ -90,18 +88,13 @@ const READ_CHUNK: usize = 64 * 1024;
 
 impl Backend {
     /// A connection to be opened on first use.
-    pub fn new(index: usize, addr: SocketAddr) -> Backend {
-        Backend { index, addr, stream: None, buf: ReadBuf::with_capacity(READ_CHUNK), used: false, reconnects: 0 }
+    pub fn new(addr: SocketAddr) -> Backend {
+        Backend { addr, stream: None, buf: ReadBuf::with_capacity(READ_CHUNK), used: false, reconnects: 0 }
     }
 
     /// Reconnections since the last call (for the stats).
     pub fn take_reconnects(&mut self) -> u64 {
         std::mem::take(&mut self.reconnects)
-    }
-
-    /// The server's address.
-    pub fn addr(&self) -> SocketAddr {
-        self.addr
     }
 
     /// Opens the connection if needed. Fails fast while the server is marked down.

@@ -23,15 +23,12 @@ use std::sync::atomic::Ordering;
 use std::sync::{Mutex, MutexGuard};
 
 use mio::net::TcpStream;
-use mio::Token;
 
 use crate::stats::NetCounters;
 use crate::worker::Job;
 
 /// The part of a connection that workers touch.
 pub struct ClientConn {
-    /// The connection's token in its net thread's poll.
-    pub token: Token,
     stream: TcpStream,
     out: Mutex<Output>,
     sched: Mutex<Sched>,
@@ -77,8 +74,8 @@ struct Reply {
 
 impl ClientConn {
     /// Wraps an accepted socket.
-    pub fn new(token: Token, stream: TcpStream) -> ClientConn {
-        ClientConn { token, stream, out: Mutex::new(Output::default()), sched: Mutex::new(Sched::default()) }
+    pub fn new(stream: TcpStream) -> ClientConn {
+        ClientConn { stream, out: Mutex::new(Output::default()), sched: Mutex::new(Sched::default()) }
     }
 
     /// Lets a new request run now or makes it wait behind the one in progress.

@@ -248,7 +248,7 @@ impl NetThread {
             }
             bump(&net.total_connections);
             self.conns[slot] = Some(Conn {
-                shared: Arc::new(ClientConn::new(token, stream)),
+                shared: Arc::new(ClientConn::new(stream)),
                 rbuf: ReadBuf::with_capacity(READ_CHUNK),
                 swallow: 0,
                 issued: 0,

@@ -137,11 +137,6 @@ impl Proxy {
         self.addr
     }
 
-    /// The state shared by the proxy's threads (counters, health).
-    pub fn shared(&self) -> &Arc<Shared> {
-        &self.shared
-    }
-
     /// Asks the proxy to stop: no new connections, in-flight requests finish.
     pub fn shutdown(&self) {
         self.shared.stopping.store(true, Ordering::Relaxed);

@@ -34,8 +34,6 @@ pub struct RunTotals {
     pub total: WorkerAcc,
     /// Start of the run, wall clock.
     pub start_unix_ms: u64,
-    /// Windows closed.
-    pub windows: u64,
     /// The last closed window.
     pub last: Option<WindowRecord>,
     /// Net counters at the end of the last closed window.
@@ -79,7 +77,6 @@ impl Telemetry {
             run: Mutex::new(RunTotals {
                 total: WorkerAcc::new(servers),
                 start_unix_ms: unix_ms(),
-                windows: 0,
                 last: None,
                 net_last: zero_net.clone(),
                 reset_workers: WorkerCounters::default(),
@@ -234,7 +231,6 @@ pub fn run_stats_thread(shared: Arc<Shared>, mut out: Option<ResultsWriter>) {
             let mut run = t.run();
             run.total.merge(&mut window);
             run.total.trace.clear();
-            run.windows += 1;
             run.net_last = net_now;
             run.last = record;
         }

@@ -90,7 +90,7 @@ pub struct Worker {
 impl Worker {
     /// A worker with (lazily opened) connections to every server.
     pub fn new(id: usize, shared: Arc<Shared>) -> Worker {
-        let backends = shared.addrs.iter().enumerate().map(|(i, a)| Backend::new(i, *a)).collect();
+        let backends = shared.addrs.iter().map(|a| Backend::new(*a)).collect();
         let writer = SlotWriter::new(id, WorkerAcc::new(shared.addrs.len()));
         Worker { id, shared, backends, sendbuf: Vec::with_capacity(4096), rr: id, facts: JobFacts::default(), writer }
     }
