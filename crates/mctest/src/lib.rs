@@ -196,6 +196,12 @@ impl Client {
         Ok(())
     }
 
+    /// Closes the writing side (the peer reads end of stream); replies can still be read.
+    pub fn shutdown_write(&mut self) -> Result<()> {
+        self.stream.shutdown(std::net::Shutdown::Write)?;
+        Ok(())
+    }
+
     /// Reads one whole response and returns its bytes.
     pub fn read_reply(&mut self) -> Result<Vec<u8>> {
         loop {

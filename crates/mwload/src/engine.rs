@@ -203,6 +203,9 @@ impl Thread<'_> {
             // arrivals and think times are kept to within microseconds.
             let wait_ms = (wake.saturating_sub(now_ns()) / 1_000_000).min(50);
             let timeout = Duration::from_millis(wait_ms);
+            // About to wait anyway: a record spilled while the stats thread held
+            // the slot joins it now, in the window it belongs to.
+            self.writer.settle(&self.shared.slots);
             poll.poll(&mut events, Some(timeout))?;
             for ev in events.iter() {
                 let n = self.shared.addrs.len();
@@ -211,10 +214,11 @@ impl Thread<'_> {
                     self.flush(c, s);
                 }
                 if ev.is_readable() || ev.is_read_closed() || ev.is_error() {
-                    self.read(c, s);
+                    self.read(c, s, ev.is_read_closed() || ev.is_error());
                 }
             }
         }
+        self.writer.settle(&self.shared.slots);
         Ok(())
     }
 
@@ -353,7 +357,10 @@ impl Thread<'_> {
         sock.wbuf.drain(..written);
     }
 
-    fn read(&mut self, c: usize, s: usize) {
+    /// Reads what socket (c, s) has. `peer_closed`: the event said the server
+    /// closed its side, so read on to the end of the stream even after a short
+    /// read (the close came with the bytes and raises no further event).
+    fn read(&mut self, c: usize, s: usize, peer_closed: bool) {
         loop {
             if !self.clients[c].alive {
                 return;
@@ -369,7 +376,7 @@ impl Thread<'_> {
                 Ok(n) => {
                     sock.rbuf.commit(n);
                     self.replies(c, s);
-                    if n < room {
+                    if n < room && !peer_closed {
                         // The socket is empty; new bytes raise a new edge-triggered event.
                         return;
                     }

@@ -304,9 +304,7 @@ impl Worker {
             }
             Some(b"backends") if args.len() == 1 => {
                 let now_ms = self.shared.started.elapsed().as_millis() as u64;
-                let mut acc = crate::recorder::WorkerAcc::new(self.shared.addrs.len());
-                crate::recorder::peek(&self.shared.telemetry.slots, &mut acc);
-                acc.merge_copy(&self.shared.telemetry.run().total);
+                let acc = self.shared.telemetry.everything();
                 for (i, spec) in self.shared.config.routing.servers.iter().enumerate() {
                     let up = self.shared.health[i].is_up(now_ms) && !self.shared.health[i].failing();
                     let b = &acc.backends[i];

@@ -51,6 +51,9 @@ struct Conn {
     done: bool,
     /// Reading paused because the client does not read its replies.
     output_paused: bool,
+    /// An event said the client closed its side: read until end of stream,
+    /// because no further edge will announce it.
+    peer_closed: bool,
     /// When the last read returned (t_recv of the requests it completed).
     last_read_ns: u64,
 }
@@ -162,6 +165,11 @@ impl NetThread {
                         if ev.is_writable() {
                             self.writable(token);
                         }
+                        if ev.is_read_closed() || ev.is_error() {
+                            if let Some(c) = self.conn(token) {
+                                c.peer_closed = true;
+                            }
+                        }
                         if ev.is_readable() || ev.is_read_closed() || ev.is_error() {
                             self.service(token);
                         }
@@ -255,6 +263,7 @@ impl NetThread {
                 stalled: None,
                 done: false,
                 output_paused: false,
+                peer_closed: false,
                 last_read_ns: 0,
             });
             self.ready.push_back(token);
@@ -335,9 +344,11 @@ impl NetThread {
             if reads == READ_BUDGET {
                 return Flow::More;
             }
-            if drained {
+            if drained && !conn.peer_closed {
                 // The last read did not fill the buffer, so the socket was empty:
-                // the next bytes will raise a new edge-triggered event.
+                // the next bytes, or the end of the stream, raise a new
+                // edge-triggered event. An end that came with the bytes just
+                // read raises none, so then the loop reads on until it sees it.
                 return Flow::Drained;
             }
             reads += 1;

@@ -6,9 +6,10 @@
 //! additions under the worker's own mutex, which nobody else takes except the
 //! stats thread once per window (and `stats`/`/metrics` when asked). If that
 //! lock is ever busy the worker records into a private spill accumulator
-//! instead and hands it over next time, so a worker never waits.
+//! instead, so a worker never waits before a reply; it moves the spill into its
+//! slot after the reply is out, before taking more work.
 //!
-//! The stats thread (`stats_thread.rs`) swaps every worker's accumulator for an
+//! The stats thread (`telemetry.rs`) swaps every worker's accumulator for an
 //! empty one at each wall-clock-aligned window boundary, merges them, and
 //! writes the window.
 

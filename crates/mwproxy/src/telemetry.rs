@@ -97,35 +97,43 @@ impl Telemetry {
     }
 
     /// Current counters (since start or the last `stats reset`).
+    ///
+    /// The run's lock is held while the workers' slots are read: the stats
+    /// thread moves what it collects from the slots into the run's totals
+    /// under the same lock, so every request is counted exactly once.
     pub fn live(&self, net: &NetCounters) -> LiveCounters {
-        let mut now = WorkerAcc::new(self.servers);
-        let mut counters = WorkerCounters::default();
-        let mut requests = 0;
-        let mut busy_ns = 0;
+        let run = self.run();
+        let mut counters = run.total.counters.clone();
+        let mut requests = run.total.ops.by_kind.iter().map(|o| o.count).sum::<u64>();
+        let mut busy_ns = run.total.busy_ns;
         for i in 0..self.slots.len() {
             let g = self.slots.lock(i);
             counters.add(&g.counters);
             requests += g.ops.by_kind.iter().map(|o| o.count).sum::<u64>();
             busy_ns += g.busy_ns;
         }
-        let run = self.run();
-        counters.add(&run.total.counters);
-        requests += run.total.ops.by_kind.iter().map(|o| o.count).sum::<u64>();
-        busy_ns += run.total.busy_ns;
-        now.counters = counters.since(&run.reset_workers);
         let net_now: Vec<u64> = net.values().iter().zip(&run.reset_net).map(|(v, b)| v.saturating_sub(*b)).collect();
-        LiveCounters { counters: now.counters, requests, busy_ns, net: net_now }
+        LiveCounters { counters: counters.since(&run.reset_workers), requests, busy_ns, net: net_now }
+    }
+
+    /// The run's totals plus what the workers hold now (no trace rows), read
+    /// as one consistent view (see [`Telemetry::live`]).
+    pub fn everything(&self) -> WorkerAcc {
+        let run = self.run();
+        let mut acc = WorkerAcc::new(self.servers);
+        crate::recorder::peek(&self.slots, &mut acc);
+        acc.merge_copy(&run.total);
+        acc
     }
 
     /// `stats reset`: counters shown by `stats` start again from zero
     /// (results files and `/metrics` keep counting).
     pub fn reset_counters(&self, net: &NetCounters) {
-        let mut c = WorkerCounters::default();
+        let mut run = self.run();
+        let mut c = run.total.counters.clone();
         for i in 0..self.slots.len() {
             c.add(&self.slots.lock(i).counters);
         }
-        let mut run = self.run();
-        c.add(&run.total.counters);
         run.reset_workers = c;
         run.reset_net = net.values();
     }
@@ -214,7 +222,16 @@ pub fn run_stats_thread(shared: Arc<Shared>, mut out: Option<ResultsWriter>) {
     loop {
         let stopped = sleep_until(boundary, || t.stop.load(Ordering::Relaxed));
         let end = if stopped { unix_ms().max(start) } else { boundary };
-        t.slots.collect(&mut spares, &mut window);
+        {
+            // Into the run's totals at once, under the lock that `stats` reads
+            // under: the window's figures are never out of sight while its
+            // record is built and written. Trace rows go only to trace.csv.
+            let mut run = t.run();
+            t.slots.collect(&mut spares, &mut window);
+            let trace = std::mem::take(&mut window.trace);
+            run.total.merge(&mut window);
+            window.trace = trace;
+        }
         let net_now = shared.net.values();
         let net_before = t.run().net_last.clone();
         // A record (with its encoded histograms) is only needed for the files and `/stats`.
@@ -229,8 +246,6 @@ pub fn run_stats_thread(shared: Arc<Shared>, mut out: Option<ResultsWriter>) {
         }
         {
             let mut run = t.run();
-            run.total.merge(&mut window);
-            run.total.trace.clear();
             run.net_last = net_now;
             run.last = record;
         }

@@ -101,8 +101,13 @@ impl Worker {
         for first in queue.iter() {
             let mut next = Some(first);
             while let Some(job) = next {
+                let conn = self.handle(job, &mut reply);
+                // A record that went to the spill becomes visible before the
+                // connection's next request runs (`stats` counts what the
+                // client was answered).
+                self.writer.settle(&self.shared.telemetry.slots);
                 // The connection's next request, if one waits, comes next.
-                next = self.handle(job, &mut reply).next_job();
+                next = conn.next_job();
             }
         }
     }

@@ -148,6 +148,33 @@ fn garbage_and_vanishing_clients_do_not_hurt_others() {
 }
 
 #[test]
+fn a_client_that_closes_right_after_half_a_line_is_cleaned_up() {
+    // The bytes and the end of the stream often reach the proxy together, in
+    // one readiness edge; the proxy must still notice the end.
+    let servers = common::servers(1);
+    let proxy = common::proxy(&servers, |_| {});
+    let mut good = common::client(&proxy);
+    // Connected and served first, so that the half line and the end of the
+    // stream reach an established connection.
+    let mut clients: Vec<_> = (0..100).map(|_| common::client(&proxy)).collect();
+    for c in &mut clients {
+        assert!(c.call_str("version\r\n").unwrap().starts_with("VERSION "));
+    }
+    for (round, c) in clients.iter_mut().enumerate() {
+        c.send(&b"get half-a-li"[..3 + round % 10]).unwrap();
+        c.shutdown_write().unwrap();
+    }
+    assert!(
+        common::eventually(Duration::from_secs(5), || {
+            good.call_str("stats\r\n").unwrap().contains("STAT curr_connections 1\r\n")
+        }),
+        "every half-line client is cleaned up: {}",
+        good.call_str("stats\r\n").unwrap()
+    );
+    common::stop(proxy);
+}
+
+#[test]
 fn a_killed_server_fails_only_its_keys_and_rejoins_by_itself() {
     let mut servers = common::servers(3);
     let proxy = common::proxy(&servers, |c| c.proxy.workers = 4);

@@ -97,6 +97,17 @@ impl<A: Accumulator> SlotWriter<A> {
             None => f(&mut self.spill),
         }
     }
+
+    /// Moves a spill into the slot, waiting for the slot if needed. Called
+    /// after a reply is out and before the thread takes more work, so that what
+    /// a client was answered is visible to whoever reads the slots next (the
+    /// wait, rare and short, delays no reply).
+    pub fn settle(&mut self, slots: &Slots<A>) {
+        if self.spill.is_dirty() {
+            slots.lock(self.index).absorb(&mut self.spill);
+            self.spill.clear();
+        }
+    }
 }
 
 #[cfg(test)]
@@ -133,5 +144,20 @@ mod tests {
         slots.collect(&mut spares, &mut total);
         assert_eq!(total.0, 111);
         assert_eq!(slots.lock(1).0, 0);
+    }
+
+    #[test]
+    fn a_settled_spill_is_in_the_slot() {
+        let slots = Slots::new(vec![Count(0)]);
+        let mut w = SlotWriter::new(0, Count(0));
+        {
+            let _held = slots.lock(0);
+            w.record(&slots, |c| c.0 += 7); // goes to the spill
+        }
+        assert_eq!(slots.lock(0).0, 0);
+        w.settle(&slots);
+        assert_eq!(slots.lock(0).0, 7);
+        w.settle(&slots); // nothing left to move
+        assert_eq!(slots.lock(0).0, 7);
     }
 }
