@@ -42,13 +42,13 @@ for line in open(sys.argv[1]):
     total, prefill = int(total), int(prefill)
     ops = total / float(secs)
     cpu = float(u) + float(s)
-    rows.setdefault(name, []).append((ops, cpu * 1000 / (total + prefill), (total + prefill) / cpu))
+    rows.setdefault(name, []).append((ops, cpu * 1e6 / (total + prefill), (total + prefill) / cpu))
 print(f"{'generator':<10}{'ops/s':>12}{'CPU ms / 1000 req':>20}{'req per CPU s':>16}")
 med = {}
 for name, vals in rows.items():
     m = [statistics.median(v[i] for v in vals) for i in range(3)]
     med[name] = m
-    print(f"{name:<10}{m[0]:>12.0f}{m[1]:>20.3f}{m[2]:>16.0f}")
+    print(f"{name:<10}{m[0]:>12.0f}{m[1]:>20.1f}{m[2]:>16.0f}")
 print()
 print(f"mwload / memcslap ops/s:           {med['mwload'][0] / med['memcslap'][0]:.2f}")
 print(f"mwload / memcslap req per CPU s:   {med['mwload'][2] / med['memcslap'][2]:.2f}")
