@@ -107,6 +107,10 @@ pub struct Args {
     /// Check that values read back are what this workload writes.
     #[arg(long)]
     pub verify: bool,
+    /// Reconnect a lost connection (after 50 ms, doubling to 1 s between
+    /// attempts; giving up after 10 s of failures) instead of stopping its load.
+    #[arg(long)]
+    pub reconnect: bool,
     /// Master seed of the random streams (one per thread).
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
@@ -191,6 +195,8 @@ pub struct RunConfig {
     pub prefill: bool,
     /// Check values read back.
     pub verify: bool,
+    /// Reconnect lost connections.
+    pub reconnect: bool,
     /// Master seed.
     pub seed: u64,
     /// Results directory.
@@ -385,6 +391,7 @@ impl Args {
             workload,
             prefill: self.prefill,
             verify: self.verify,
+            reconnect: self.reconnect,
             seed: self.seed,
             out: self.out.clone(),
             window_ms: self.window_ms,
@@ -425,6 +432,7 @@ impl RunConfig {
             "workload": format!("{:?}", self.workload),
             "prefill": self.prefill,
             "verify": self.verify,
+            "reconnect": self.reconnect,
             "seed": self.seed,
             "window_ms": self.window_ms,
         })

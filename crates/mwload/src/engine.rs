@@ -15,6 +15,12 @@
 //!   server shows up in the latencies instead of silently slowing the load (no
 //!   coordinated omission); requests sent more than 1 ms after their time are
 //!   counted as late.
+//!
+//! A connection that fails takes its client down: the requests in flight on it
+//! count as errors. Without `--reconnect` that client's load stops; with it the
+//! thread connects again after 50 ms, doubling the wait up to 1 s between
+//! attempts, and gives up after 10 s of failures. A client that is back
+//! resumes every virtual client it carries.
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
@@ -39,6 +45,12 @@ use crate::workload::{Command, Generator};
 /// Requests later than this behind their intended time count as late.
 pub const LATE_NS: u64 = 1_000_000;
 
+/// First wait before reconnecting, and the longest wait between attempts.
+const RETRY_FIRST_NS: u64 = 50_000_000;
+const RETRY_MAX_NS: u64 = 1_000_000_000;
+/// Reconnecting stops after failing for this long.
+const RETRY_GIVE_UP_NS: u64 = 10_000_000_000;
+
 /// State shared by the load threads and the reporter.
 pub struct Shared {
     /// The run's configuration.
@@ -59,6 +71,18 @@ pub struct Shared {
     pub finished: AtomicU64,
     /// Connections lost during the run.
     pub lost: AtomicU64,
+    /// Lost connections re-established (`--reconnect`).
+    pub reconnected: AtomicU64,
+}
+
+impl Shared {
+    /// Connections lost and re-established so far.
+    pub fn connections(&self) -> crate::run::Connections {
+        crate::run::Connections {
+            lost: self.lost.load(Ordering::Relaxed),
+            reconnected: self.reconnected.load(Ordering::Relaxed),
+        }
+    }
 }
 
 struct Sock {
@@ -84,6 +108,8 @@ struct InFlight {
 struct Client {
     socks: Vec<Sock>,
     alive: bool,
+    /// A lost client waiting to reconnect.
+    retry: Option<Retry>,
     /// Requests still to send per virtual client (request-count mode).
     remaining: Vec<u64>,
 }
@@ -105,12 +131,31 @@ struct Thread<'a> {
     active_vcs: usize,
 }
 
-fn connect(addr: SocketAddr) -> Result<TcpStream> {
-    let s = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(3))
-        .with_context(|| format!("cannot connect to {addr}"))?;
+/// When a lost client tries again.
+#[derive(Clone, Copy)]
+struct Retry {
+    due: u64,
+    wait: u64,
+    since: u64,
+}
+
+fn connect(addr: SocketAddr, timeout: Duration) -> Result<TcpStream> {
+    let s =
+        std::net::TcpStream::connect_timeout(&addr, timeout).with_context(|| format!("cannot connect to {addr}"))?;
     s.set_nodelay(true)?;
     s.set_nonblocking(true)?;
     Ok(TcpStream::from_std(s))
+}
+
+/// Connects client `c` to every target and registers its sockets.
+fn open_socks(poll: &Poll, addrs: &[SocketAddr], c: usize, timeout: Duration) -> Result<Vec<Sock>> {
+    let mut socks = Vec::with_capacity(addrs.len());
+    for (s, addr) in addrs.iter().enumerate() {
+        let mut stream = connect(*addr, timeout)?;
+        poll.registry().register(&mut stream, Token(c * addrs.len() + s), Interest::READABLE | Interest::WRITABLE)?;
+        socks.push(Sock { stream, rbuf: ReadBuf::with_capacity(16 * 1024), wbuf: Vec::new(), fifo: VecDeque::new() });
+    }
+    Ok(socks)
 }
 
 /// Runs load thread `index` until the end of the run.
@@ -120,19 +165,9 @@ pub fn run_thread(shared: &Shared, index: usize) -> Result<()> {
     let n_servers = shared.addrs.len();
     let mut clients = Vec::with_capacity(cfg.connections);
     for c in 0..cfg.connections {
-        let mut socks = Vec::with_capacity(n_servers);
-        for (s, addr) in shared.addrs.iter().enumerate() {
-            let mut stream = connect(*addr)?;
-            poll.registry().register(&mut stream, Token(c * n_servers + s), Interest::READABLE | Interest::WRITABLE)?;
-            socks.push(Sock {
-                stream,
-                rbuf: ReadBuf::with_capacity(16 * 1024),
-                wbuf: Vec::new(),
-                fifo: VecDeque::new(),
-            });
-        }
+        let socks = open_socks(&poll, &shared.addrs, c, Duration::from_secs(3))?;
         let remaining = vec![cfg.requests.unwrap_or(u64::MAX); cfg.virtual_clients];
-        clients.push(Client { socks, alive: true, remaining });
+        clients.push(Client { socks, alive: true, retry: None, remaining });
     }
     let threads = cfg.threads as u64;
     let mut t = Thread {
@@ -178,7 +213,9 @@ impl Thread<'_> {
             if now >= self.shared.end_ns || self.shared.stop.load(Ordering::Relaxed) {
                 break;
             }
-            if matches!(cfg.mode, Mode::Closed { .. }) && self.active_vcs == 0 {
+            self.reconnect_due(poll, now);
+            let retry_due = self.clients.iter().filter_map(|c| c.retry.map(|r| r.due)).min();
+            if matches!(cfg.mode, Mode::Closed { .. }) && self.active_vcs == 0 && retry_due.is_none() {
                 break;
             }
             while next_arrival <= now {
@@ -197,7 +234,10 @@ impl Thread<'_> {
                 self.writer.record(&self.shared.slots, |a| a.record_think(sent - replied));
                 self.issue(c, vc, sent);
             }
-            let wake = next_arrival.min(self.timers.peek().map(|r| r.0 .0).unwrap_or(u64::MAX)).min(self.shared.end_ns);
+            let wake = next_arrival
+                .min(self.timers.peek().map(|r| r.0 .0).unwrap_or(u64::MAX))
+                .min(retry_due.unwrap_or(u64::MAX))
+                .min(self.shared.end_ns);
             // epoll waits in whole milliseconds, rounded up: wait the whole
             // milliseconds that fit and poll without blocking for the rest, so
             // arrivals and think times are kept to within microseconds.
@@ -491,12 +531,55 @@ impl Thread<'_> {
         let still_thinking = self.timers.iter().filter(|r| r.0 .1 as usize == c).count();
         self.active_vcs -= still_thinking;
         self.timers.retain(|r| r.0 .1 as usize != c);
-        report_lost(self.index, c);
+        let index = self.index;
+        if self.shared.cfg.reconnect {
+            self.clients[c].retry = Some(Retry { due: now + RETRY_FIRST_NS, wait: RETRY_FIRST_NS, since: now });
+            eprintln!("mwload: thread {index}: connection {c} lost; reconnecting");
+        } else {
+            eprintln!("mwload: thread {index}: connection {c} lost; its load stops");
+        }
     }
-}
 
-fn report_lost(thread: usize, client: usize) {
-    eprintln!("mwload: thread {thread}: connection {client} lost; its load stops");
+    /// Tries again every lost client whose wait is over. A client that is back
+    /// resumes all its virtual clients (closed loop) or takes arrivals again.
+    fn reconnect_due(&mut self, poll: &Poll, now: u64) {
+        for c in 0..self.clients.len() {
+            let Some(retry) = self.clients[c].retry else { continue };
+            if retry.due > now {
+                continue;
+            }
+            // Short: a lost server on this host refuses at once, and the thread's
+            // other connections wait while this one connects.
+            match open_socks(poll, &self.shared.addrs, c, Duration::from_millis(100)) {
+                Ok(socks) => {
+                    let client = &mut self.clients[c];
+                    client.socks = socks;
+                    client.alive = true;
+                    client.retry = None;
+                    self.shared.reconnected.fetch_add(1, Ordering::Relaxed);
+                    eprintln!("mwload: thread {}: connection {c} re-established", self.index);
+                    if matches!(self.shared.cfg.mode, Mode::Closed { .. }) {
+                        let t = now_ns();
+                        for vc in 0..self.shared.cfg.virtual_clients {
+                            self.active_vcs += 1;
+                            self.issue(c as u32, vc as u32, t);
+                        }
+                    }
+                }
+                Err(_) if now - retry.since >= RETRY_GIVE_UP_NS => {
+                    self.clients[c].retry = None;
+                    eprintln!(
+                        "mwload: thread {}: connection {c} could not be re-established; its load stops",
+                        self.index
+                    );
+                }
+                Err(_) => {
+                    let wait = (retry.wait * 2).min(RETRY_MAX_NS);
+                    self.clients[c].retry = Some(Retry { due: now + wait, wait, since: retry.since });
+                }
+            }
+        }
+    }
 }
 
 /// Writes every key of the key space once (noreply sets, pipelined), split

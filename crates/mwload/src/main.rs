@@ -26,9 +26,21 @@ fn main() -> ExitCode {
     };
     print!("{}", table(&outcome));
     let all = outcome.measured.ops.all();
-    if outcome.lost > 0 {
-        eprintln!("mwload: {} connection(s) lost during the run", outcome.lost);
+    let conns = outcome.connections;
+    if conns.down() > 0 {
+        eprintln!(
+            "mwload: {} connection(s) lost during the run{}",
+            conns.down(),
+            if conns.reconnected > 0 {
+                format!(" ({} more lost and re-established)", conns.reconnected)
+            } else {
+                String::new()
+            }
+        );
         return ExitCode::from(1);
+    }
+    if conns.lost > 0 {
+        eprintln!("mwload: {} connection(s) lost and re-established during the run", conns.lost);
     }
     if all.count == 0 {
         eprintln!("mwload: no request completed in the measurement phase");

@@ -29,8 +29,24 @@ pub struct Outcome {
     pub measured: ClientAcc,
     /// Length of the measure phase in seconds.
     pub seconds: f64,
-    /// Connections lost.
+    /// Connections lost and re-established.
+    pub connections: Connections,
+}
+
+/// Connections lost during a run, and how many of them came back.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Connections {
+    /// Losses (a connection lost twice counts twice).
     pub lost: u64,
+    /// Losses repaired by reconnecting (`--reconnect`).
+    pub reconnected: u64,
+}
+
+impl Connections {
+    /// Connections still down at the end (or given up).
+    pub fn down(&self) -> u64 {
+        self.lost.saturating_sub(self.reconnected)
+    }
 }
 
 /// The phase schedule of a run, in wall-clock milliseconds.
@@ -72,7 +88,7 @@ impl Schedule {
     }
 }
 
-fn client_record(cfg: &RunConfig, acc: &ClientAcc, phase: &str, lost: u64) -> ClientRecord {
+fn client_record(cfg: &RunConfig, acc: &ClientAcc, phase: &str, conns: Connections) -> ClientRecord {
     let (mode, rate, think) = match cfg.mode {
         Mode::Open { rate, .. } => ("open", rate, 0.0),
         Mode::Closed { think: Think::None } => ("closed", 0.0, 0.0),
@@ -90,7 +106,8 @@ fn client_record(cfg: &RunConfig, acc: &ClientAcc, phase: &str, lost: u64) -> Cl
         late_sends: acc.late,
         bytes,
         verify_failures: acc.verify_failures,
-        connections_lost: lost,
+        connections_lost: conns.lost,
+        reconnects: conns.reconnected,
     }
 }
 
@@ -101,7 +118,7 @@ fn record(
     ws: u64,
     dur: u64,
     phase: &str,
-    lost: u64,
+    conns: Connections,
 ) -> WindowRecord {
     WindowRecord {
         format: FORMAT.into(),
@@ -112,7 +129,7 @@ fn record(
         duration_ms: dur,
         ops: acc.ops.records(),
         middleware: None,
-        client: Some(client_record(cfg, acc, phase, lost)),
+        client: Some(client_record(cfg, acc, phase, conns)),
         metadata: None,
     }
 }
@@ -145,6 +162,7 @@ pub fn run(cfg: RunConfig) -> Result<Outcome> {
         stop: AtomicBool::new(false),
         finished: AtomicU64::new(0),
         lost: AtomicU64::new(0),
+        reconnected: AtomicU64::new(0),
         cfg,
     };
     if shared.cfg.prefill {
@@ -194,9 +212,9 @@ pub fn run(cfg: RunConfig) -> Result<Outcome> {
             let we = if stopped { unix_ms().clamp(ws, boundary) } else { boundary };
             shared.slots.collect(&mut spares, &mut window);
             let phase = sched.phase(ws, we);
-            let lost = shared.lost.load(Ordering::Relaxed);
+            let conns = shared.connections();
             if let Some(w) = out.as_mut() {
-                w.window(&record(cfg, &window, Some(index), ws, we - ws, phase, lost))?;
+                w.window(&record(cfg, &window, Some(index), ws, we - ws, phase, conns))?;
             }
             if cfg.progress {
                 progress((we - start) as f64 / 1000.0, phase, &window, we - ws);
@@ -221,14 +239,15 @@ pub fn run(cfg: RunConfig) -> Result<Outcome> {
         }
         Ok((measured, measured_ms as f64 / 1000.0))
     })?;
-    let lost = shared.lost.load(Ordering::Relaxed);
+    let connections = shared.connections();
     if let Some(w) = out.as_mut() {
-        let mut r = record(cfg, &measured, None, sched.measure_start, (seconds * 1000.0) as u64, "measure", lost);
+        let mut r =
+            record(cfg, &measured, None, sched.measure_start, (seconds * 1000.0) as u64, "measure", connections);
         let version = concat!("mwload-", env!("CARGO_PKG_VERSION"));
         r.metadata = Some(Metadata::of_run(version, cfg.to_json(), start, unix_ms()));
         w.summary(&r)?;
     }
-    Ok(Outcome { measured, seconds, lost })
+    Ok(Outcome { measured, seconds, connections })
 }
 
 /// The memtier-style table of the measured phase.

@@ -196,3 +196,53 @@ fn failures_give_clear_messages_and_exit_codes() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("above --max-error-rate"));
     assert!(String::from_utf8_lossy(&out.stdout).contains("Totals"));
 }
+
+/// mwload against a server that is killed 0.8 s into a 3 s run and started
+/// again (empty, same port) 0.3 s later.
+fn run_through_a_restart(reconnect: bool) -> (Output, WindowRecord, Vec<WindowRecord>) {
+    let mut server = Memcached::start().unwrap();
+    let port = server.port().to_string();
+    let dir = out_dir(if reconnect { "reconnect" } else { "no-reconnect" });
+    let out = std::thread::scope(|s| {
+        let server = &mut server;
+        s.spawn(move || {
+            std::thread::sleep(Duration::from_millis(800));
+            server.stop();
+            std::thread::sleep(Duration::from_millis(300));
+            server.restart().unwrap();
+        });
+        let mut args = vec!["-p", &port, "-t", "1", "-c", "4", "--test-time", "3", "--ratio", "1:1", "--progress"];
+        args.extend(["never", "--window-ms", "500"]);
+        if reconnect {
+            args.push("--reconnect");
+        }
+        Command::new(env!("CARGO_BIN_EXE_mwload")).args(&args).arg("--out").arg(&dir).output().unwrap()
+    });
+    let (s, w) = (summary(&dir), read_windows(&dir).unwrap());
+    std::fs::remove_dir_all(&dir).ok();
+    (out, s, w)
+}
+
+#[test]
+fn a_lost_server_is_reconnected_with_reconnect_and_stops_the_load_without() {
+    let last_full_window =
+        |w: &[WindowRecord]| w.iter().rev().find(|w| w.duration_ms == 500).expect("a whole window").ops["all"].count;
+
+    let (out, s, windows) = run_through_a_restart(true);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let client = s.client.unwrap();
+    assert_eq!(client.connections_lost, 4, "{stderr}");
+    assert_eq!(client.reconnects, 4, "{stderr}");
+    assert!(stderr.contains("re-established"), "{stderr}");
+    assert!(s.ops["all"].errors <= 4, "only the requests in flight at the kill fail: {}", s.ops["all"].errors);
+    assert!(last_full_window(&windows) > 100, "the load goes on after the restart");
+
+    let (out, s, windows) = run_through_a_restart(false);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("4 connection(s) lost during the run"), "{stderr}");
+    assert_eq!(s.client.unwrap().reconnects, 0);
+    let covered: u64 = windows.iter().map(|w| w.duration_ms).sum();
+    assert!(covered < 1500, "without --reconnect the run ends with its last connection: {covered} ms of 3000");
+}

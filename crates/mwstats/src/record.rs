@@ -112,6 +112,9 @@ pub struct ClientRecord {
     pub verify_failures: u64,
     /// Connections lost so far.
     pub connections_lost: u64,
+    /// Lost connections re-established so far (mwload `--reconnect`).
+    #[serde(default)]
+    pub reconnects: u64,
 }
 
 /// One window, or (with `metadata`) the whole run.
