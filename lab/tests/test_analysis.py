@@ -17,6 +17,7 @@ from mwlab.analysis import (
     trim_client,
     within,
 )
+from mwlab.checks import run_checks
 
 
 def hist(values):
@@ -92,6 +93,22 @@ def test_client_figures_and_the_interactive_law():
     assert m["law_rt_us"] == pytest.approx(4 / 2000 * 1e6 - 1000)
     assert m["law_deviation"] == pytest.approx(0.0, abs=1e-9)
     assert m["client_window_cv"] == pytest.approx(0.0)
+
+
+def test_open_loop_counters_and_the_errors_check():
+    c1 = [window(1000 * i, 10, [100] * 10) for i in range(2)]
+    c1[1]["client"].update(late_sends=3, unsent=7)
+    c2 = [window(1000 * i, 10, [100] * 10) for i in range(2)]
+    c2[0]["client"].update(late_sends=1)
+    m = client_metrics([c1, c2])
+    assert (m["client_late"], m["client_unsent"]) == (4, 7)
+    row = {"point": "p", "rep": 1, "status": "ok", **m}
+    errors = [c for c in run_checks(pd.DataFrame([row]), pd.DataFrame()) if c.name == "errors"]
+    assert len(errors) == 1 and not errors[0].ok
+    assert "7 arrivals not sent" in errors[0].detail
+    row["client_unsent"] = 0
+    errors = [c for c in run_checks(pd.DataFrame([row]), pd.DataFrame()) if c.name == "errors"]
+    assert errors[0].ok and errors[0].detail == "0 of 40 requests"
 
 
 def mw_block(qlen, util, queue_values):

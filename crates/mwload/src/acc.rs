@@ -12,6 +12,8 @@ pub struct ClientAcc {
     pub bytes: [u64; 5],
     /// Requests sent more than 1 ms after their intended time.
     pub late: u64,
+    /// Open-loop arrivals not sent: no connection of the thread was up.
+    pub unsent: u64,
     /// Values read back with the wrong content.
     pub verify_failures: u64,
     /// Think times actually spent (closed loop): their sum in ns and number.
@@ -52,6 +54,12 @@ impl ClientAcc {
         }
     }
 
+    /// Records an arrival that could not be sent.
+    pub fn record_unsent(&mut self) {
+        self.unsent += 1;
+        self.dirty = true;
+    }
+
     /// Records values that failed verification.
     pub fn record_verify_failures(&mut self, n: u64) {
         self.verify_failures += n;
@@ -66,6 +74,7 @@ impl Accumulator for ClientAcc {
             *a += b;
         }
         self.late += o.late;
+        self.unsent += o.unsent;
         self.verify_failures += o.verify_failures;
         self.think_ns += o.think_ns;
         self.thinks += o.thinks;
@@ -76,6 +85,7 @@ impl Accumulator for ClientAcc {
         self.ops.reset();
         self.bytes = [0; 5];
         self.late = 0;
+        self.unsent = 0;
         self.verify_failures = 0;
         self.think_ns = 0;
         self.thinks = 0;

@@ -219,9 +219,9 @@ impl Thread<'_> {
                 break;
             }
             while next_arrival <= now {
-                let c = self.pick_client();
-                if let Some(c) = c {
-                    self.issue(c, u32::MAX, next_arrival);
+                match self.pick_client() {
+                    Some(c) => self.issue(c, u32::MAX, next_arrival),
+                    None => self.writer.record(&self.shared.slots, ClientAcc::record_unsent),
                 }
                 next_arrival += self.interarrival();
             }

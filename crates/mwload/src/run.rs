@@ -108,6 +108,7 @@ fn client_record(cfg: &RunConfig, acc: &ClientAcc, phase: &str, conns: Connectio
         verify_failures: acc.verify_failures,
         connections_lost: conns.lost,
         reconnects: conns.reconnected,
+        unsent: acc.unsent,
     }
 }
 

@@ -199,10 +199,10 @@ fn failures_give_clear_messages_and_exit_codes() {
 
 /// mwload against a server that is killed 0.8 s into a 3 s run and started
 /// again (empty, same port) 0.3 s later.
-fn run_through_a_restart(reconnect: bool) -> (Output, WindowRecord, Vec<WindowRecord>) {
+fn run_through_a_restart(reconnect: bool, extra: &[&str]) -> (Output, WindowRecord, Vec<WindowRecord>) {
     let mut server = Memcached::start().unwrap();
     let port = server.port().to_string();
-    let dir = out_dir(if reconnect { "reconnect" } else { "no-reconnect" });
+    let dir = out_dir(&format!("reconnect-{reconnect}-{}", extra.len()));
     let out = std::thread::scope(|s| {
         let server = &mut server;
         s.spawn(move || {
@@ -216,6 +216,7 @@ fn run_through_a_restart(reconnect: bool) -> (Output, WindowRecord, Vec<WindowRe
         if reconnect {
             args.push("--reconnect");
         }
+        args.extend(extra);
         Command::new(env!("CARGO_BIN_EXE_mwload")).args(&args).arg("--out").arg(&dir).output().unwrap()
     });
     let (s, w) = (summary(&dir), read_windows(&dir).unwrap());
@@ -228,7 +229,7 @@ fn a_lost_server_is_reconnected_with_reconnect_and_stops_the_load_without() {
     let last_full_window =
         |w: &[WindowRecord]| w.iter().rev().find(|w| w.duration_ms == 500).expect("a whole window").ops["all"].count;
 
-    let (out, s, windows) = run_through_a_restart(true);
+    let (out, s, windows) = run_through_a_restart(true, &[]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{stderr}");
     let client = s.client.unwrap();
@@ -238,11 +239,25 @@ fn a_lost_server_is_reconnected_with_reconnect_and_stops_the_load_without() {
     assert!(s.ops["all"].errors <= 4, "only the requests in flight at the kill fail: {}", s.ops["all"].errors);
     assert!(last_full_window(&windows) > 100, "the load goes on after the restart");
 
-    let (out, s, windows) = run_through_a_restart(false);
+    let (out, s, windows) = run_through_a_restart(false, &[]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(stderr.contains("4 connection(s) lost during the run"), "{stderr}");
     assert_eq!(s.client.unwrap().reconnects, 0);
     let covered: u64 = windows.iter().map(|w| w.duration_ms).sum();
     assert!(covered < 1500, "without --reconnect the run ends with its last connection: {covered} ms of 3000");
+}
+
+#[test]
+fn open_loop_arrivals_during_an_outage_are_counted_as_not_sent() {
+    let (out, s, _) = run_through_a_restart(true, &["--rate", "2000"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let client = s.client.unwrap();
+    assert_eq!(client.reconnects, 4, "{stderr}");
+    // The server is away for 0.3 s or more: some 600 arrivals find no connection.
+    assert!(client.unsent > 100, "arrivals during the outage: {} not sent", client.unsent);
+    let due = (s.ops["all"].count + client.unsent) as f64;
+    assert!((5400.0..=6300.0).contains(&due), "every arrival of 3 s at 2000/s is accounted for: {due}");
+    assert_eq!(out.status.code(), Some(3), "{stderr}");
+    assert!(stderr.contains("not sent for want of a connection"), "{stderr}");
 }

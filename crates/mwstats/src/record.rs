@@ -115,6 +115,9 @@ pub struct ClientRecord {
     /// Lost connections re-established so far (mwload `--reconnect`).
     #[serde(default)]
     pub reconnects: u64,
+    /// Open-loop arrivals not sent because no connection was up.
+    #[serde(default)]
+    pub unsent: u64,
 }
 
 /// One window, or (with `metadata`) the whole run.

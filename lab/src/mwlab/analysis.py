@@ -144,6 +144,10 @@ def client_metrics(clients: Sequence[Sequence[Window]]) -> dict[str, float]:
                 client_misses=m.misses,
                 client_keys=m.keys,
             )
+    # Open-loop counters of the load generators: sends behind their time, and
+    # arrivals that could not be sent for want of a live connection.
+    for key, field in (("client_late", "late_sends"), ("client_unsent", "unsent")):
+        out[key] = sum(int((w.get("client") or {}).get(field, 0) or 0) for w in flat)
     n = z_num = z_den = 0.0
     for ws in clients:
         if ws:

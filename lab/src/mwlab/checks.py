@@ -71,9 +71,12 @@ def run_checks(summary: pd.DataFrame, aggregate: pd.DataFrame) -> list[Check]:
                 )
             )
         errors = int(r.get("client_errors", 0) or 0)
-        checks.append(
-            Check("errors", where, errors == 0, f"{errors} of {int(r['client_requests'])} requests")
-        )
+        unsent = r.get("client_unsent", 0)
+        unsent = 0 if _nan(unsent) else int(unsent)
+        detail = f"{errors} of {int(r['client_requests'])} requests"
+        if unsent:
+            detail += f"; {unsent} arrivals not sent for want of a connection"
+        checks.append(Check("errors", where, errors == 0 and unsent == 0, detail))
         misses = int(r.get("client_misses", 0) or 0)
         if r.get("client_keys", 0):
             checks.append(
