@@ -151,3 +151,13 @@ def test_aggregation_over_repetitions():
     b = agg[agg["point"] == "b"].iloc[0]
     assert b["reps"] == 1 and math.isnan(b["client_tput_std"])
     assert list(agg["point"]) == ["a", "b"]
+
+
+def test_a_directory_that_is_not_a_result_is_refused(tmp_path, capsys):
+    from mwlab.cli import main
+
+    assert main(["analyze", str(tmp_path)]) == 2
+    assert "is not a result directory of `mwlab run`" in capsys.readouterr().err
+    (tmp_path / "experiment.json").write_text("{not json")
+    assert main(["compare", str(tmp_path), str(tmp_path)]) == 2
+    assert "experiment.json is damaged" in capsys.readouterr().err

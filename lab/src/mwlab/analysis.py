@@ -18,6 +18,7 @@ from typing import Any
 
 import pandas as pd
 
+from mwlab.procs import LabError
 from mwlab.results import merge_hists, read_windows
 from mwlab.spec import ALIASES
 
@@ -243,9 +244,20 @@ def run_metrics(rdir: Path, trim_start: int = 0, trim_end: int = 0) -> dict[str,
     return row
 
 
+def read_experiment(result: Path) -> dict[str, Any]:
+    """The experiment.json of a result directory written by `mwlab run`."""
+    path = result / "experiment.json"
+    if not path.is_file():
+        raise LabError(f"{result} is not a result directory of `mwlab run` (it has no experiment.json)")
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as e:
+        raise LabError(f"{path} is damaged: {e}") from e
+
+
 def summarize(result: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
     """summary.csv (point x repetition) and aggregate.csv (per point), written into `result`."""
-    meta = json.loads((result / "experiment.json").read_text())
+    meta = read_experiment(result)
     settings = meta["settings"]
     rows = [
         run_metrics(r.parent, settings.get("run.trim_start", 0), settings.get("run.trim_end", 0))

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
 import pandas as pd
 
-from mwlab.analysis import summarize
+from mwlab.analysis import read_experiment, summarize
 
 COLUMNS = ("client_tput", "client_rt_mean_us", "client_rt_p99_us", "mw_tput", "mw_queue_us")
 
@@ -26,7 +25,7 @@ def _aggregate(result: Path) -> pd.DataFrame:
 
 def compare(a: Path, b: Path) -> pd.DataFrame:
     """Per point and figure: A, B, B/A, and whether the difference exceeds the two spreads."""
-    ma, mb = (json.loads((r / "experiment.json").read_text()) for r in (a, b))
+    ma, mb = (read_experiment(r) for r in (a, b))
     if ma["name"] != mb["name"]:
         raise CompareError(f"different experiments: {ma['name']!r} and {mb['name']!r}")
     da, db = _aggregate(a), _aggregate(b)

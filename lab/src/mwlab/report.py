@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from mwlab.analysis import factor_columns
+from mwlab.analysis import factor_columns, read_experiment
 from mwlab.checks import Check, run_checks, to_frame
 from mwlab.plots import make_plots, save_figure
 
@@ -178,7 +178,7 @@ def _models_html(
 
 def write_report(result: Path, summary: pd.DataFrame, aggregate: pd.DataFrame) -> Path:
     """Writes plots, checks.csv and report.html into `result`; returns the report's path."""
-    meta = json.loads((result / "experiment.json").read_text())
+    meta = read_experiment(result)
     factors = list(factor_columns(meta["factors"]))
     checks = run_checks(summary, aggregate)
     to_frame(checks).to_csv(result / "checks.csv", index=False)
