@@ -2,8 +2,9 @@
 //!
 //! The common flags are spelled as memtier_benchmark spells them (`-s -p -t -c
 //! -n --ratio --test-time --key-prefix --key-minimum --key-maximum
-//! --key-pattern -d --data-size-range --data-size-list --multi-key-get`) so a
-//! seed script can swap the binary; the rest is mwload's own.
+//! --key-pattern -d --data-size-range --data-size-list --multi-key-get
+//! --expiry-range --pipeline -P --hide-histogram`) so a seed script can swap the
+//! binary; the rest is mwload's own.
 
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::PathBuf;
@@ -32,8 +33,9 @@ pub struct Args {
     /// Connections (clients) per thread.
     #[arg(short = 'c', long = "clients", default_value_t = 10)]
     pub clients: usize,
-    /// Virtual clients per connection, each with one request outstanding (closed loop).
-    #[arg(long, default_value_t = 1)]
+    /// Virtual clients per connection, each with one request outstanding
+    /// (closed loop); `--pipeline` is memtier's name for the same.
+    #[arg(long, visible_alias = "pipeline", default_value_t = 1)]
     pub virtual_clients: usize,
     /// Seconds of measurement (the default when neither this nor -n is given: 10).
     #[arg(long = "test-time", value_name = "SECS")]
@@ -107,6 +109,15 @@ pub struct Args {
     /// Check that values read back are what this workload writes.
     #[arg(long)]
     pub verify: bool,
+    /// Expiry time of written items in seconds, uniform in MIN-MAX (0: never).
+    #[arg(long = "expiry-range", value_name = "MIN-MAX", default_value = "0")]
+    pub expiry_range: String,
+    /// Protocol: memcache_text, the only one mwload speaks (memtier's -P).
+    #[arg(short = 'P', long, default_value = "memcache_text")]
+    pub protocol: String,
+    /// Accepted for memtier compatibility: mwload prints no histogram.
+    #[arg(long)]
+    pub hide_histogram: bool,
     /// Reconnect a lost connection (after 50 ms, doubling to 1 s between
     /// attempts; giving up after 10 s of failures) instead of stopping its load.
     #[arg(long)]
@@ -220,6 +231,9 @@ fn err<T>(m: impl Into<String>) -> Result<T, ConfigError> {
     Err(ConfigError(m.into()))
 }
 
+/// memcached reads an expiry time above 30 days as a Unix time.
+const MAX_RELATIVE_EXPIRY: u64 = 30 * 24 * 3600;
+
 fn range(s: &str, what: &str) -> Result<(u64, u64), ConfigError> {
     let parse = |x: &str| x.trim().parse::<u64>().map_err(|_| ConfigError(format!("{what}: {s:?} is not N or N-M")));
     match s.split_once('-') {
@@ -300,6 +314,18 @@ impl Args {
         if self.clients == 0 || self.virtual_clients == 0 {
             return err("--clients and --virtual-clients must be at least 1");
         }
+        if self.protocol != "memcache_text" {
+            return err(format!(
+                "--protocol {:?}: mwload speaks the memcached text protocol only (memcache_text)",
+                self.protocol
+            ));
+        }
+        let (elo, ehi) = range(&self.expiry_range, "--expiry-range")?;
+        if ehi > MAX_RELATIVE_EXPIRY {
+            return err(format!(
+                "--expiry-range: at most {MAX_RELATIVE_EXPIRY} s (memcached reads a larger number as a date)"
+            ));
+        }
         let (sets, gets) = self
             .ratio
             .split_once(':')
@@ -377,6 +403,7 @@ impl Args {
             gets,
             delete_share: self.delete_share,
             multiget: (mlo as u32, mhi as u32),
+            expiry: (elo as u32, ehi as u32),
         };
         Ok(RunConfig {
             servers,

@@ -93,6 +93,8 @@ pub struct Workload {
     pub delete_share: f64,
     /// Keys per get: smallest and largest (equal for a fixed size).
     pub multiget: (u32, u32),
+    /// Expiry time of sets in seconds: smallest and largest (0, 0: never).
+    pub expiry: (u32, u32),
 }
 
 /// A request about to be sent.
@@ -208,11 +210,23 @@ impl Generator {
         let len = self.w.values.draw(rng);
         out.extend_from_slice(b"set ");
         out.extend_from_slice(key);
-        out.extend_from_slice(b" 0 0 ");
+        out.extend_from_slice(b" 0 ");
+        push_u64(out, u64::from(self.expiry(rng)));
+        out.push(b' ');
         push_u64(out, len as u64);
         out.extend_from_slice(b"\r\n");
         out.extend_from_slice(expected_value(&self.pattern, key, len).expect("pattern covers every size"));
         out.extend_from_slice(b"\r\n");
+    }
+
+    /// The expiry time of the next set (a random draw only for a real range).
+    fn expiry(&self, rng: &mut Rng) -> u32 {
+        let (lo, hi) = self.w.expiry;
+        if lo == hi {
+            lo
+        } else {
+            lo + rng.below(u64::from(hi - lo) + 1) as u32
+        }
     }
 
     /// Whether `data`, read back for `key`, is what this workload writes.
@@ -237,6 +251,7 @@ mod tests {
             gets: 10,
             delete_share: 0.0,
             multiget: (1, 1),
+            expiry: (0, 0),
         }
     }
 

@@ -261,3 +261,35 @@ fn open_loop_arrivals_during_an_outage_are_counted_as_not_sent() {
     assert_eq!(out.status.code(), Some(3), "{stderr}");
     assert!(stderr.contains("not sent for want of a connection"), "{stderr}");
 }
+
+#[test]
+fn memtier_spellings_work_and_sets_carry_the_expiry_range() {
+    let server = Memcached::start().unwrap();
+    let dir = out_dir("memtier-flags");
+    let args = ["-P", "memcache_text", "--hide-histogram", "--pipeline", "4", "-t", "1", "-c", "2", "-n", "50"];
+    let mut all = args.to_vec();
+    all.extend(["--ratio", "1:0", "--key-maximum", "9", "--expiry-range", "100-200"]);
+    mwload(&server, &dir, &all);
+    let s = summary(&dir);
+    assert_eq!(s.ops["set"].count, 2 * 4 * 50, "--pipeline 4 is 4 requests outstanding per connection");
+    assert_eq!(s.client.unwrap().virtual_clients, 4);
+    std::fs::remove_dir_all(&dir).ok();
+    // memcached's meta get tells each item's remaining time to live.
+    let mut c = Client::connect(server.addr()).unwrap();
+    let ttls: Vec<u64> = (0..10)
+        .map(|k| {
+            let reply = c.call_str(&format!("mg key:{k:012} t\r\n")).unwrap();
+            reply.trim_end().strip_prefix("HD t").unwrap_or_else(|| panic!("{reply}")).parse().unwrap()
+        })
+        .collect();
+    assert!(ttls.iter().all(|t| (95..=200).contains(t)), "expiry times within 100-200 s: {ttls:?}");
+    assert!(ttls.iter().any(|t| *t != ttls[0]), "drawn, not fixed: {ttls:?}");
+    // What mwload cannot do is refused with a reason.
+    let refused = |args: &[&str], what: &str| {
+        let out = Command::new(env!("CARGO_BIN_EXE_mwload")).args(args).output().unwrap();
+        assert_eq!(out.status.code(), Some(2));
+        assert!(String::from_utf8_lossy(&out.stderr).contains(what), "{}", String::from_utf8_lossy(&out.stderr));
+    };
+    refused(&["-P", "redis"], "text protocol only");
+    refused(&["--expiry-range", "0-9999999"], "reads a larger number as a date");
+}
