@@ -16,5 +16,5 @@ pub mod ring;
 
 pub use buffer::ReadBuf;
 pub use parse::{parse_request, Limits, Parsed, Rejection};
-pub use request::{encode_get, encode_store_line, ArithKind, GetKind, Request, StoreKind};
-pub use response::{encode_value, parse_response, response_len, MalformedResponse, Response, ValueRef};
+pub use request::{encode_get, encode_store_line, ArithKind, GetKind, MetaKind, Request, StoreKind};
+pub use response::{encode_value, meta_reply_len, parse_response, response_len, MalformedResponse, Response, ValueRef};

@@ -41,6 +41,42 @@ impl GetKind {
     }
 }
 
+/// The meta commands (`mg ms md ma me mn`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum MetaKind {
+    /// `mg <key> <flags>*`
+    Get,
+    /// `ms <key> <datalen> <flags>*` and a data block.
+    Set,
+    /// `md <key> <flags>*`
+    Delete,
+    /// `ma <key> <flags>*`
+    Arith,
+    /// `me <key>`
+    Debug,
+    /// `mn`
+    Noop,
+}
+
+impl MetaKind {
+    /// The command word.
+    pub fn name(self) -> &'static str {
+        match self {
+            MetaKind::Get => "mg",
+            MetaKind::Set => "ms",
+            MetaKind::Delete => "md",
+            MetaKind::Arith => "ma",
+            MetaKind::Debug => "me",
+            MetaKind::Noop => "mn",
+        }
+    }
+
+    /// Whether the command changes the item (and so goes to every replica).
+    pub fn writes(self) -> bool {
+        matches!(self, MetaKind::Set | MetaKind::Delete | MetaKind::Arith)
+    }
+}
+
 /// The six storage commands, all followed by a data block.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum StoreKind {
@@ -170,6 +206,18 @@ pub enum Request {
     },
     /// `quit`: close the connection after earlier replies.
     Quit,
+    /// A meta command, kept as the client sent it: a proxy places it by its key
+    /// and forwards the bytes, so the server interprets every flag itself.
+    Meta {
+        /// Which meta command.
+        kind: MetaKind,
+        /// The key to place it by: decoded when the `b` flag says it is in
+        /// base64 (and decodes), else as sent. Empty for `mn`.
+        key: Vec<u8>,
+        /// The command line with its line ending, and for `ms` the data block
+        /// with its `\r\n`.
+        raw: Vec<u8>,
+    },
 }
 
 impl Request {
@@ -192,6 +240,10 @@ impl Request {
     pub fn encode(&self, out: &mut Vec<u8>, with_noreply: bool) {
         let noreply = with_noreply && self.noreply();
         match self {
+            Request::Meta { raw, .. } => {
+                out.extend_from_slice(raw);
+                return;
+            }
             Request::Get { kind, exptime, keys } => {
                 encode_get(out, *kind, *exptime, keys.iter().map(|k| k.as_slice()));
                 return;

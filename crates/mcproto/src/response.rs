@@ -55,7 +55,14 @@ pub enum Response<'a> {
     ClientError(&'a [u8]),
     /// `SERVER_ERROR <message>`
     ServerError(&'a [u8]),
-    /// Any other single line (e.g. `RESET`).
+    /// A meta `VA <datalen> <flags>*` line and its data block.
+    MetaValue {
+        /// The line without its `\r\n`.
+        line: &'a [u8],
+        /// The data.
+        data: &'a [u8],
+    },
+    /// Any other single line (e.g. `RESET`, or a meta `HD`, `EN`, `MN`).
     Other(&'a [u8]),
 }
 
@@ -136,6 +143,12 @@ impl Response<'_> {
                 out.extend_from_slice(b"SERVER_ERROR ");
                 m
             }
+            Response::MetaValue { line, data } => {
+                out.extend_from_slice(line);
+                out.extend_from_slice(b"\r\n");
+                out.extend_from_slice(data);
+                b""
+            }
             Response::Other(l) => l,
         };
         out.extend_from_slice(line);
@@ -189,6 +202,24 @@ pub fn response_len(buf: &[u8]) -> Result<Option<usize>, MalformedResponse> {
     Ok(scan(buf, false)?.map(|(_, n)| n))
 }
 
+/// The length of the responses at the front of `buf` up to and including the
+/// first `MN` (`Ok(None)` while incomplete). A proxy that sends a meta command
+/// followed by `mn` reads this much: whatever the server answered (nothing in
+/// quiet mode, or two replies for a refused line and its data) is what lies
+/// before the `MN`.
+pub fn meta_reply_len(buf: &[u8]) -> Result<Option<usize>, MalformedResponse> {
+    let mut at = 0;
+    loop {
+        let Some((r, n)) = scan(&buf[at..], false)? else {
+            return Ok(None);
+        };
+        at += n;
+        if matches!(r, Response::Other(b"MN")) {
+            return Ok(Some(at));
+        }
+    }
+}
+
 /// Delimits (and, with `keep`, collects) the response at the front of `buf`.
 fn scan(buf: &[u8], keep: bool) -> Result<Option<(Response<'_>, usize)>, MalformedResponse> {
     let Some((line, next)) = line_at(buf, 0) else {
@@ -199,6 +230,21 @@ fn scan(buf: &[u8], keep: bool) -> Result<Option<(Response<'_>, usize)>, Malform
     }
     if line.starts_with(b"STAT ") {
         return parse_stats(buf, keep);
+    }
+    if let Some(rest) = line.strip_prefix(b"VA ") {
+        let len =
+            rest.split(|&b| b == b' ').next().and_then(parse_u64).ok_or_else(|| malformed("bad VA line", line))?;
+        let end = usize::try_from(len)
+            .ok()
+            .and_then(|l| next.checked_add(l))
+            .ok_or_else(|| malformed("VA too long", line))?;
+        if buf.len() < end + 2 {
+            return Ok(None);
+        }
+        if &buf[end..end + 2] != b"\r\n" {
+            return Err(malformed("VA data without CRLF", line));
+        }
+        return Ok(Some((Response::MetaValue { line, data: &buf[next..end] }, end + 2)));
     }
     let r = match line {
         b"STORED" => Response::Stored,
@@ -279,5 +325,33 @@ fn parse_stats(buf: &[u8], keep: bool) -> Result<Option<(Response<'_>, usize)>, 
             stats.push((&rest[..split], value));
         }
         at = next;
+    }
+}
+
+#[cfg(test)]
+mod meta_tests {
+    use super::*;
+
+    #[test]
+    fn meta_values_are_framed_by_their_length() {
+        let buf = b"VA 4 f1 t-1\r\na\r\nb\r\nHD\r\n";
+        let (r, n) = parse_response(buf).unwrap().unwrap();
+        assert_eq!(r, Response::MetaValue { line: b"VA 4 f1 t-1", data: b"a\r\nb" });
+        assert_eq!(n, 19);
+        let mut again = Vec::new();
+        r.encode(&mut again);
+        assert_eq!(again, &buf[..19]);
+        assert_eq!(response_len(&buf[..18]), Ok(None));
+        assert!(response_len(b"VA x\r\n").is_err());
+        assert!(response_len(b"VA 1\r\nab\r\n").is_err());
+    }
+
+    #[test]
+    fn a_meta_reply_runs_to_the_first_mn() {
+        assert_eq!(meta_reply_len(b"MN\r\n"), Ok(Some(4)));
+        assert_eq!(meta_reply_len(b"VA 2\r\nMN\r\nMN\r\nxx"), Ok(Some(14)), "MN inside a value is data");
+        assert_eq!(meta_reply_len(b"CLIENT_ERROR bad data chunk\r\nERROR\r\nMN\r\n"), Ok(Some(40)));
+        assert_eq!(meta_reply_len(b"HD\r\nMN"), Ok(None));
+        assert_eq!(meta_reply_len(b"EN\r\n"), Ok(None));
     }
 }

@@ -14,9 +14,13 @@ use std::net::{Shutdown, SocketAddr, TcpStream};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use mcproto::{response_len, ReadBuf};
+use mcproto::{MalformedResponse, ReadBuf};
 
 use crate::config::BackendConfig;
+
+/// How a reply is delimited: [`mcproto::response_len`] for one response,
+/// [`mcproto::meta_reply_len`] for a meta command sent with an `mn` after it.
+pub type Framing = fn(&[u8]) -> Result<Option<usize>, MalformedResponse>;
 
 /// Why a server did not answer.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -147,11 +151,11 @@ impl Backend {
         self.used
     }
 
-    /// Reads until one whole reply is buffered and returns its length; the reply
-    /// stays buffered until [`Backend::consume`].
-    pub fn recv(&mut self, deadline: Instant) -> Result<usize, BackendError> {
+    /// Reads until one whole reply, as `framing` delimits it, is buffered and
+    /// returns its length; the reply stays buffered until [`Backend::consume`].
+    pub fn recv(&mut self, deadline: Instant, framing: Framing) -> Result<usize, BackendError> {
         loop {
-            match response_len(self.buf.filled()) {
+            match framing(self.buf.filled()) {
                 Ok(Some(n)) => return Ok(n),
                 Ok(None) => {}
                 Err(e) => return Err(BackendError::Protocol(e.to_string())),

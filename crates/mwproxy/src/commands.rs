@@ -18,7 +18,7 @@ use std::ops::Range;
 
 use mcproto::request::encode_get;
 use mcproto::response::encode_value;
-use mcproto::{GetKind, Request, Response, StoreKind};
+use mcproto::{GetKind, MetaKind, Request, Response, StoreKind};
 
 use crate::config::{MultigetFailure, MultigetMode, ReadPolicy};
 use crate::worker::{parsed, Target, Worker};
@@ -71,6 +71,74 @@ impl Worker {
             }
             Request::Stats { args } => self.stats_reply(args, out),
             Request::Quit => {}
+            Request::Meta { kind, key, raw } => self.meta(*kind, key, raw, out),
+        }
+    }
+
+    /// Meta commands. `mn` is answered here. The others are forwarded as the
+    /// client sent them with an `mn` behind, and what the server answers before
+    /// its `MN` is the reply: nothing where quiet mode holds an answer back, two
+    /// replies for a refused line and its data. So every flag means what the
+    /// server says it means, and replies never fall out of step. `mg` reads
+    /// one replica (the read policy's, the next one on failure), `me` the
+    /// primary; `ms`, `md` and `ma` go to every replica and are answered by the
+    /// primary, unless a replica failed: a write is acknowledged only when every
+    /// replica has it.
+    fn meta(&mut self, kind: MetaKind, key: &[u8], raw: &[u8], out: &mut Vec<u8>) {
+        if kind == MetaKind::Noop {
+            out.extend_from_slice(b"MN\r\n");
+            return;
+        }
+        let routing = &self.shared.config.routing;
+        let mut replicas = self.shared.ring.replicas(key, routing.replication);
+        if kind == MetaKind::Get && routing.read_policy == ReadPolicy::RoundRobin {
+            let turn = self.rr % replicas.len();
+            replicas.rotate_left(turn);
+            self.rr = self.rr.wrapping_add(1);
+        }
+        self.sendbuf.clear();
+        self.sendbuf.extend_from_slice(raw);
+        self.sendbuf.extend_from_slice(b"mn\r\n");
+        let range = 0..self.sendbuf.len();
+        let start = out.len();
+        // Writes ask every replica at once; reads one after another until one answers.
+        let rounds: Vec<&[usize]> =
+            if kind.writes() { vec![&replicas[..]] } else { replicas.iter().map(std::slice::from_ref).collect() };
+        for (round, servers) in rounds.iter().enumerate() {
+            let mut targets: Vec<Target> = servers.iter().map(|&s| Target::meta(s, range.clone())).collect();
+            self.exchange(&mut targets);
+            let failed = targets.iter().find(|t| t.result.is_err());
+            self.facts.counters.backend_failures += u64::from(failed.is_some());
+            match failed {
+                Some(t) if kind.writes() || round + 1 == rounds.len() => {
+                    self.error_line(t.server, t.result.as_ref().unwrap_err(), out);
+                }
+                Some(_) => {}
+                None => {
+                    let reply = self.reply_of(&targets[0]).expect("answered");
+                    out.extend_from_slice(&reply[..reply.len() - b"MN\r\n".len()]);
+                }
+            }
+            self.finish(&targets);
+            if failed.is_none() {
+                break;
+            }
+        }
+        let reply = &out[start..];
+        let c = &mut self.facts.counters;
+        match kind {
+            MetaKind::Get => {
+                c.cmd_get += 1;
+                // A quiet miss leaves the reply empty.
+                if reply.starts_with(b"VA ") || reply.starts_with(b"HD") {
+                    c.get_hits += 1;
+                } else if reply.is_empty() || reply.starts_with(b"EN") {
+                    c.get_misses += 1;
+                }
+            }
+            MetaKind::Set => c.cmd_set += 1,
+            MetaKind::Delete => count_outcome(reply, b"HD", &mut c.delete_hits, &mut c.delete_misses),
+            _ => {}
         }
     }
 

@@ -12,11 +12,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::Receiver;
-use mcproto::{parse_response, Request, Response};
+use mcproto::{parse_response, MetaKind, Request, Response};
 use mwstats::clock::now_ns;
 use mwstats::OpKind;
 
-use crate::backend::{Backend, BackendError};
+use crate::backend::{Backend, BackendError, Framing};
 use crate::conn::ClientConn;
 use crate::recorder::{record, BackendFact, Finished, JobFacts, WorkerAcc};
 use crate::server::Shared;
@@ -63,12 +63,20 @@ pub(crate) struct Target {
     pub result: Result<usize, BackendError>,
     /// When its reply was complete (or the attempt failed).
     pub done_at: Option<u64>,
+    /// How its reply is delimited.
+    pub framing: Framing,
 }
 
 impl Target {
     /// A target for `server` whose request is `request` in the send buffer.
     pub fn new(server: usize, request: Range<usize>) -> Target {
-        Target { server, request, result: Ok(0), done_at: None }
+        Target { server, request, result: Ok(0), done_at: None, framing: mcproto::response_len }
+    }
+
+    /// A target whose request is a meta command followed by `mn`: its reply
+    /// runs to the `MN`.
+    pub fn meta(server: usize, request: Range<usize>) -> Target {
+        Target { framing: mcproto::meta_reply_len, ..Target::new(server, request) }
     }
 }
 
@@ -186,7 +194,7 @@ impl Worker {
             }
             let b = &mut self.backends[t.server];
             let health = &self.shared.health[t.server];
-            t.result = b.recv(deadline);
+            t.result = b.recv(deadline, t.framing);
             t.done_at = Some(now_ns());
             if matches!(t.result, Err(BackendError::Io(_))) && b.was_used() {
                 // The server closed a connection that sat idle (it restarted):
@@ -194,7 +202,7 @@ impl Worker {
                 b.reset();
                 let req = &self.sendbuf[t.request.clone()];
                 let retry_deadline = Instant::now() + Duration::from_millis(cfg.timeout_ms);
-                t.result = b.send(health, now_ms, cfg, req).and_then(|_| b.recv(retry_deadline));
+                t.result = b.send(health, now_ms, cfg, req).and_then(|_| b.recv(retry_deadline, t.framing));
                 t.done_at = Some(now_ns());
             }
         }
@@ -335,6 +343,13 @@ fn classify(req: &Request) -> (OpKind, u64) {
         Request::Store { .. } => (OpKind::Set, 1),
         Request::Delete { .. } => (OpKind::Delete, 1),
         Request::Arith { .. } | Request::Touch { .. } => (OpKind::Other, 1),
+        Request::Meta { kind, .. } => match kind {
+            MetaKind::Get => (OpKind::Get, 1),
+            MetaKind::Set => (OpKind::Set, 1),
+            MetaKind::Delete => (OpKind::Delete, 1),
+            MetaKind::Arith | MetaKind::Debug => (OpKind::Other, 1),
+            MetaKind::Noop => (OpKind::Other, 0),
+        },
         _ => (OpKind::Other, 0),
     }
 }

@@ -243,3 +243,36 @@ fn gat_under_replication_touches_every_replica() {
     }
     common::stop(proxy);
 }
+
+#[test]
+fn meta_commands_follow_their_keys_and_replicas() {
+    let mut servers = common::servers(3);
+    let proxy = common::proxy(&servers, |c| c.routing.replication = 2);
+    let ring = Ring::new(HashKind::Ketama, &specs(&servers.iter().map(|s| s.port()).collect::<Vec<_>>(), &[1, 1, 1]));
+    let mut c = common::client(&proxy);
+    let keys: Vec<String> = (0..30).map(|i| format!("meta-{i}")).collect();
+    for k in &keys {
+        assert_eq!(c.call_str(&format!("ms {k} 2 T0\r\nok\r\n")).unwrap(), "HD\r\n");
+        let mut expected = ring.replicas(k.as_bytes(), 2);
+        expected.sort();
+        assert_eq!(common::holders(&servers, k), expected, "{k} on exactly its two replicas");
+    }
+    // A base64 key is placed by what it decodes to.
+    assert_eq!(c.call_str("ms Zm9v 3 b\r\nbar\r\n").unwrap(), "HD\r\n");
+    assert_eq!(c.call_str("mg foo v\r\n").unwrap(), "VA 3\r\nbar\r\n");
+    // Quiet mode: a success says nothing, mn closes the batch, a failure speaks.
+    c.send(b"ms foo 1 q\r\nx\r\nmd nokey q\r\nmg nokey v q\r\nmn\r\n").unwrap();
+    assert_eq!(c.read_replies(2).unwrap(), [b"NF\r\n".to_vec(), b"MN\r\n".to_vec()]);
+    // Reads survive a dead replica; writes that cannot reach every replica are refused.
+    servers[1].stop();
+    for k in &keys {
+        assert_eq!(c.call_str(&format!("mg {k} v\r\n")).unwrap(), "VA 2\r\nok\r\n", "read of {k} with server 1 dead");
+    }
+    let k = keys.iter().find(|k| ring.replicas(k.as_bytes(), 2).contains(&1)).unwrap();
+    let reply = c.call_str(&format!("ms {k} 1\r\nz\r\n")).unwrap();
+    assert!(reply.starts_with("SERVER_ERROR backend"), "{reply}");
+    // The connection stays in step: the next command gets its own answer.
+    assert_eq!(c.call_str("mn\r\n").unwrap(), "MN\r\n");
+    servers[1].restart().unwrap();
+    common::stop(proxy);
+}

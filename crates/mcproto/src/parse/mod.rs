@@ -13,7 +13,7 @@
 use memchr::memchr;
 
 use crate::number::{parse_i32, parse_u32, parse_u64};
-use crate::request::{ArithKind, GetKind, Request, StoreKind};
+use crate::request::{ArithKind, GetKind, MetaKind, Request, StoreKind};
 
 /// memcached's key length limit.
 pub const MAX_KEY_LEN: usize = 250;
@@ -147,6 +147,12 @@ pub fn parse_request(buf: &[u8], limits: &Limits) -> Parsed {
         b"version" => done(Request::Version, consumed),
         b"quit" => done(Request::Quit, consumed),
         b"stats" => done(Request::Stats { args: args.iter().map(|a| a.to_vec()).collect() }, consumed),
+        b"mg" => parse_meta(MetaKind::Get, &tokens, buf, consumed, limits),
+        b"md" => parse_meta(MetaKind::Delete, &tokens, buf, consumed, limits),
+        b"ma" => parse_meta(MetaKind::Arith, &tokens, buf, consumed, limits),
+        b"me" => parse_meta(MetaKind::Debug, &tokens, buf, consumed, limits),
+        b"ms" => parse_meta_set(&tokens, buf, consumed, limits),
+        b"mn" => done(Request::Meta { kind: MetaKind::Noop, key: Vec::new(), raw: buf[..consumed].to_vec() }, consumed),
         _ if tokens[tokens.len() - 1].starts_with(b"HTTP/") => Rejection::close(),
         _ => Rejection::reply(ERROR, false, consumed),
     }
@@ -244,6 +250,66 @@ fn parse_store(kind: StoreKind, args: &[&[u8]], noreply: bool, buf: &[u8], line_
         noreply,
     };
     done(request, total)
+}
+
+/// The key a meta command is placed by: with the `b` flag the key is base64
+/// and is placed by what it decodes to (as the server stores it); a key that
+/// does not decode is placed as sent and the server refuses it.
+fn meta_key(key: &[u8], flags: &[&[u8]]) -> Vec<u8> {
+    use base64::Engine as _;
+    if flags.iter().any(|f| *f == b"b") {
+        if let Ok(k) = base64::engine::general_purpose::STANDARD.decode(key) {
+            return k;
+        }
+    }
+    key.to_vec()
+}
+
+/// `mg`, `md`, `ma`, `me`: the key is checked here, the flags by the server.
+fn parse_meta(kind: MetaKind, tokens: &[&[u8]], buf: &[u8], consumed: usize, limits: &Limits) -> Parsed {
+    if tokens.len() < 2 {
+        // memcached answers a bare `me` differently from the others.
+        let reply = if kind == MetaKind::Debug { BAD_FORMAT } else { ERROR };
+        return Rejection::reply(reply, false, consumed);
+    }
+    if key_too_long(tokens[1], limits) {
+        return Rejection::reply(BAD_FORMAT, false, consumed);
+    }
+    let key = meta_key(tokens[1], &tokens[2..]);
+    done(Request::Meta { kind, key, raw: buf[..consumed].to_vec() }, consumed)
+}
+
+/// `ms <key> <datalen> <flags>*` and its data block.
+fn parse_meta_set(tokens: &[&[u8]], buf: &[u8], line_len: usize, limits: &Limits) -> Parsed {
+    if tokens.len() < 2 {
+        return Rejection::reply(ERROR, false, line_len);
+    }
+    let key = tokens[1];
+    if key_too_long(key, limits) || tokens.len() < 3 {
+        return Rejection::reply(BAD_FORMAT, false, line_len);
+    }
+    let Some(vlen) = parse_i32(tokens[2]).filter(|v| (0..=i32::MAX - 2).contains(v)) else {
+        return Rejection::reply(BAD_FORMAT, false, line_len);
+    };
+    let vlen = vlen as usize;
+    let key = meta_key(key, &tokens[3..]);
+    if vlen > limits.max_value_len {
+        return Parsed::Reject(Rejection {
+            reply: Some(TOO_LARGE),
+            consumed: line_len,
+            swallow: vlen + 2,
+            close: false,
+            stale_key: Some(key),
+        });
+    }
+    let total = line_len + vlen + 2;
+    if buf.len() < total {
+        return Parsed::Incomplete;
+    }
+    if &buf[line_len + vlen..total] != b"\r\n" {
+        return Rejection::reply(BAD_CHUNK, false, total);
+    }
+    done(Request::Meta { kind: MetaKind::Set, key, raw: buf[..total].to_vec() }, total)
 }
 
 fn parse_arith(kind: ArithKind, args: &[&[u8]], noreply: bool, consumed: usize, limits: &Limits) -> Parsed {

@@ -271,7 +271,8 @@ proptest! {
             Just("get"), Just("gets"), Just("gat"), Just("set"), Just("cas"), Just("incr"),
             Just("delete"), Just("touch"), Just("flush_all"), Just("noreply"), Just("0"),
             Just("1"), Just("-1"), Just("5"), Just("k"), Just("\r\n"), Just("\n"), Just(" "),
-            Just("abc"), Just("\0"), Just("99999999999"),
+            Just("abc"), Just("\0"), Just("99999999999"), Just("mg"), Just("ms"), Just("md"),
+            Just("ma"), Just("me"), Just("mn"), Just("b"), Just("q"), Just("Zm9v"),
         ], 0..30)) {
         check_consumed(words.concat().as_bytes());
     }
@@ -281,6 +282,23 @@ proptest! {
     fn random_response_bytes(input in proptest::collection::vec(any::<u8>(), 0..300)) {
         if let Ok(Some((_, n))) = parse_response(&input) {
             prop_assert!(n <= input.len());
+        }
+        if let Ok(Some(n)) = crate::response::meta_reply_len(&input) {
+            prop_assert!(n <= input.len());
+        }
+    }
+
+    /// Meta replies built from their words are framed within the input.
+    #[test]
+    fn random_meta_replies(words in proptest::collection::vec(
+        prop_oneof![
+            Just("VA "), Just("2"), Just("99999999999999999999"), Just(" "), Just("\r\n"), Just("hi"),
+            Just("HD"), Just("EN"), Just("MN"), Just("MN\r\n"), Just("VA 2\r\nMN\r\n"),
+        ], 0..20)) {
+        let input = words.concat();
+        if let Ok(Some(n)) = crate::response::meta_reply_len(input.as_bytes()) {
+            prop_assert!(n <= input.len());
+            prop_assert!(input.as_bytes()[..n].ends_with(b"MN\r\n"));
         }
     }
 }
@@ -304,4 +322,60 @@ fn check_consumed(input: &[u8]) {
             }
         }
     }
+}
+
+fn meta(input: &[u8]) -> (MetaKind, Vec<u8>, Vec<u8>, usize) {
+    match req(input) {
+        (Request::Meta { kind, key, raw }, consumed) => (kind, key, raw, consumed),
+        (other, _) => panic!("expected a meta command, got {other:?}"),
+    }
+}
+
+#[test]
+fn meta_commands_keep_their_bytes_and_are_placed_by_key() {
+    let (kind, key, raw, used) = meta(b"mg foo v t O123 q\r\nnext");
+    assert_eq!(
+        (kind, key.as_slice(), raw.as_slice(), used),
+        (MetaKind::Get, &b"foo"[..], &b"mg foo v t O123 q\r\n"[..], 19)
+    );
+    let (kind, key, raw, _) = meta(b"ms foo 5 T90 F1\r\nhe\r\no\r\nmg foo\r\n");
+    assert_eq!(
+        (kind, key.as_slice(), raw.as_slice()),
+        (MetaKind::Set, &b"foo"[..], &b"ms foo 5 T90 F1\r\nhe\r\no\r\n"[..])
+    );
+    assert_eq!(meta(b"md foo q\n").0, MetaKind::Delete);
+    assert_eq!(meta(b"ma foo D5 MD\r\n").0, MetaKind::Arith);
+    assert_eq!(meta(b"me foo\r\n").0, MetaKind::Debug);
+    let (kind, key, raw, _) = meta(b"mn\r\n");
+    assert_eq!((kind, key.len(), raw.as_slice()), (MetaKind::Noop, 0, &b"mn\r\n"[..]));
+    // A base64 key (flag b) is placed by what it decodes to; one that does not
+    // decode is left to the server to refuse.
+    assert_eq!(meta(b"mg Zm9v b v\r\n").1, b"foo");
+    assert_eq!(meta(b"ms Zm9v 1 b\r\nx\r\n").1, b"foo");
+    assert_eq!(meta(b"mg !!!! b v\r\n").1, b"!!!!");
+    let mut encoded = Vec::new();
+    meta(b"ms k 1 I\r\nx\r\n").2.clone_into(&mut encoded);
+    let mut again = Vec::new();
+    req(b"ms k 1 I\r\nx\r\n").0.encode(&mut again, true);
+    assert_eq!(again, encoded, "a meta command is forwarded as it came");
+}
+
+#[test]
+fn meta_errors_as_memcached_gives_them() {
+    let long = format!("mg {} v\r\n", "k".repeat(251));
+    assert_eq!(reply_of(long.as_bytes()), Some(BAD_FORMAT));
+    for bare in [&b"mg\r\n"[..], b"ms\r\n", b"md\r\n", b"ma\r\n"] {
+        assert_eq!(reply_of(bare), Some(ERROR));
+    }
+    assert_eq!(reply_of(b"me\r\n"), Some(BAD_FORMAT));
+    assert_eq!(reply_of(b"ms k\r\n"), Some(BAD_FORMAT));
+    assert_eq!(reply_of(b"ms k abc\r\n"), Some(BAD_FORMAT));
+    assert_eq!(reply_of(b"ms k -1\r\n"), Some(BAD_FORMAT));
+    let r = rej(b"ms k 2 q\r\nhix\r\n");
+    assert_eq!((r.reply, r.consumed), (Some(BAD_CHUNK), 14));
+    let r = rej(b"ms k 2000000 T0\r\n");
+    assert_eq!((r.reply, r.consumed, r.swallow), (Some(TOO_LARGE), 17, 2_000_002));
+    assert_eq!(r.stale_key.as_deref(), Some(&b"k"[..]));
+    assert_eq!(parse_request(b"ms k 5\r\nhel", &lim()), Parsed::Incomplete);
+    assert_eq!(reply_of(b"MG k v\r\n"), Some(ERROR), "commands are case-sensitive");
 }
