@@ -161,3 +161,28 @@ def test_a_directory_that_is_not_a_result_is_refused(tmp_path, capsys):
     (tmp_path / "experiment.json").write_text("{not json")
     assert main(["compare", str(tmp_path), str(tmp_path)]) == 2
     assert "experiment.json is damaged" in capsys.readouterr().err
+
+
+def test_the_timeline_adds_clients_per_window_and_marks_failures(tmp_path):
+    import json
+
+    from mwlab.plots import client_timeline
+
+    for name, counts in (("cl0", [5, 100, 100, 80]), ("cl1", [5, 100, 100, 100])):
+        d = tmp_path / name
+        d.mkdir()
+        lines = []
+        for i, n in enumerate(counts):
+            # A 100 ms partial window, then whole seconds.
+            w = window(900 if i == 0 else 1000 * i, n, [100] * n, dur=100 if i == 0 else 1000)
+            w.update(format="mwlab/1", source="mwload")
+            if name == "cl0" and i == 3:
+                w["ops"]["all"]["errors"] = 2
+                w["client"]["unsent"] = 3
+            lines.append(json.dumps(w) + "\n")
+        (d / "windows.jsonl").write_text("".join(lines))
+    df = client_timeline(tmp_path)
+    # Times count from the first window, which is itself left out as too short.
+    assert list(df["t"]) == pytest.approx([0.1, 1.1, 2.1])
+    assert list(df["tput"]) == [200.0, 200.0, 180.0]
+    assert list(df["failed"]) == [0, 0, 5]

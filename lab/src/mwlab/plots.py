@@ -155,6 +155,51 @@ def resources(path: Path, ax: Axes) -> None:
     ax.set_title(f"CPU use per process ({path.parent.parent.name}, {path.parent.name})")
 
 
+def client_timeline(rdir: Path) -> pd.DataFrame:
+    """Per window of a run, all clients together: seconds since the first window,
+    throughput, failed requests (errors plus open-loop arrivals not sent) and
+    phase. Partial windows shorter than half the usual length are left out."""
+    per: dict[int, dict] = {}
+    for d in sorted(rdir.glob("cl[0-9]*")):
+        for w in read_windows(d):
+            a = per.setdefault(w["start_unix_ms"], {"count": 0, "failed": 0, "ms": w["duration_ms"]})
+            c = w.get("client") or {}
+            a["count"] += w["ops"]["all"]["count"]
+            a["failed"] += w["ops"]["all"]["errors"] + int(c.get("unsent", 0) or 0)
+            a["phase"] = c.get("phase", "measure")
+    if not per:
+        return pd.DataFrame(columns=["t", "tput", "failed", "phase"])
+    usual = sorted(a["ms"] for a in per.values())[len(per) // 2]
+    t0 = min(per)
+    rows = [
+        {
+            "t": (t - t0) / 1000,
+            "tput": a["count"] / (a["ms"] / 1000),
+            "failed": a["failed"],
+            "phase": a["phase"],
+        }
+        for t, a in sorted(per.items())
+        if a["ms"] >= usual / 2
+    ]
+    return pd.DataFrame(rows)
+
+
+def timeline(runs: dict[str, Path], ax: Axes) -> None:
+    """Throughput per window over each run (first repetition of each point);
+    windows with failed requests are marked with an x."""
+    for name, rdir in list(runs.items())[:8]:
+        df = client_timeline(rdir)
+        if df.empty:
+            continue
+        (line,) = ax.plot(df["t"], df["tput"], label=name, linewidth=1.2)
+        bad = df[df["failed"] > 0]
+        if not bad.empty:
+            ax.scatter(bad["t"], bad["tput"], marker="x", s=30, color=line.get_color())
+    ax.set_xlabel("seconds since the first window")
+    ax.set_ylabel("throughput per window (ops/s)")
+    ax.set_title("Throughput over time (first repetition; x: windows with failures)")
+
+
 def save_figure(out: Path, stem: str, draw, xlabel: str = "") -> tuple[Path, Path]:
     """Draws one plot with `draw(ax)` and writes it as `out/stem.png` and `.svg`."""
     out.mkdir(exist_ok=True)
@@ -210,6 +255,7 @@ def make_plots(result: Path, agg: pd.DataFrame, factors: list[str]) -> list[tupl
 
         figure("Response-time histograms", "histograms", draw_hists)
     if first:
+        figure("Throughput over time", "timeline", lambda ax: timeline(first, ax))
         rdir = next(iter(first.values()))
         if (rdir / "resources.csv").exists():
             figure("Resource use", "resources", lambda ax: resources(rdir / "resources.csv", ax))
