@@ -108,8 +108,6 @@ struct InFlight {
 struct Client {
     socks: Vec<Sock>,
     alive: bool,
-    /// A lost client waiting to reconnect.
-    retry: Option<Retry>,
     /// Requests still to send per virtual client (request-count mode).
     remaining: Vec<u64>,
 }
@@ -129,11 +127,14 @@ struct Thread<'a> {
     groups: Vec<Vec<u8>>,
     next_client: usize,
     active_vcs: usize,
+    /// Lost clients waiting to reconnect (`--reconnect`); usually empty.
+    retries: Vec<Retry>,
 }
 
-/// When a lost client tries again.
+/// A lost client waiting to reconnect, and when it tries again.
 #[derive(Clone, Copy)]
 struct Retry {
+    client: usize,
     due: u64,
     wait: u64,
     since: u64,
@@ -167,7 +168,7 @@ pub fn run_thread(shared: &Shared, index: usize) -> Result<()> {
     for c in 0..cfg.connections {
         let socks = open_socks(&poll, &shared.addrs, c, Duration::from_secs(3))?;
         let remaining = vec![cfg.requests.unwrap_or(u64::MAX); cfg.virtual_clients];
-        clients.push(Client { socks, alive: true, retry: None, remaining });
+        clients.push(Client { socks, alive: true, remaining });
     }
     let threads = cfg.threads as u64;
     let mut t = Thread {
@@ -184,6 +185,7 @@ pub fn run_thread(shared: &Shared, index: usize) -> Result<()> {
         groups: vec![Vec::new(); n_servers],
         next_client: 0,
         active_vcs: 0,
+        retries: Vec::new(),
     };
     t.run(&mut poll)
 }
@@ -199,13 +201,8 @@ impl Thread<'_> {
             Mode::Open { .. } => start + self.interarrival(),
             Mode::Closed { .. } => u64::MAX,
         };
-        if let Mode::Closed { .. } = cfg.mode {
-            for c in 0..self.clients.len() {
-                for vc in 0..cfg.virtual_clients {
-                    self.active_vcs += 1;
-                    self.issue(c as u32, vc as u32, now_ns());
-                }
-            }
+        for c in 0..self.clients.len() {
+            self.start_virtual_clients(c);
         }
         let mut events = Events::with_capacity(1024);
         loop {
@@ -213,8 +210,10 @@ impl Thread<'_> {
             if now >= self.shared.end_ns || self.shared.stop.load(Ordering::Relaxed) {
                 break;
             }
-            self.reconnect_due(poll, now);
-            let retry_due = self.clients.iter().filter_map(|c| c.retry.map(|r| r.due)).min();
+            if !self.retries.is_empty() {
+                self.reconnect_due(poll, now);
+            }
+            let retry_due = self.retries.iter().map(|r| r.due).min();
             if matches!(cfg.mode, Mode::Closed { .. }) && self.active_vcs == 0 && retry_due.is_none() {
                 break;
             }
@@ -533,19 +532,30 @@ impl Thread<'_> {
         self.timers.retain(|r| r.0 .1 as usize != c);
         let index = self.index;
         if self.shared.cfg.reconnect {
-            self.clients[c].retry = Some(Retry { due: now + RETRY_FIRST_NS, wait: RETRY_FIRST_NS, since: now });
+            self.retries.push(Retry { client: c, due: now + RETRY_FIRST_NS, wait: RETRY_FIRST_NS, since: now });
             eprintln!("mwload: thread {index}: connection {c} lost; reconnecting");
         } else {
             eprintln!("mwload: thread {index}: connection {c} lost; its load stops");
         }
     }
 
+    /// Closed loop: every virtual client of client `c` sends its first request.
+    fn start_virtual_clients(&mut self, c: usize) {
+        if let Mode::Closed { .. } = self.shared.cfg.mode {
+            for vc in 0..self.shared.cfg.virtual_clients {
+                self.active_vcs += 1;
+                self.issue(c as u32, vc as u32, now_ns());
+            }
+        }
+    }
+
     /// Tries again every lost client whose wait is over. A client that is back
     /// resumes all its virtual clients (closed loop) or takes arrivals again.
     fn reconnect_due(&mut self, poll: &Poll, now: u64) {
-        for c in 0..self.clients.len() {
-            let Some(retry) = self.clients[c].retry else { continue };
+        for retry in std::mem::take(&mut self.retries) {
+            let c = retry.client;
             if retry.due > now {
+                self.retries.push(retry);
                 continue;
             }
             // Short: a lost server on this host refuses at once, and the thread's
@@ -555,19 +565,11 @@ impl Thread<'_> {
                     let client = &mut self.clients[c];
                     client.socks = socks;
                     client.alive = true;
-                    client.retry = None;
                     self.shared.reconnected.fetch_add(1, Ordering::Relaxed);
                     eprintln!("mwload: thread {}: connection {c} re-established", self.index);
-                    if matches!(self.shared.cfg.mode, Mode::Closed { .. }) {
-                        let t = now_ns();
-                        for vc in 0..self.shared.cfg.virtual_clients {
-                            self.active_vcs += 1;
-                            self.issue(c as u32, vc as u32, t);
-                        }
-                    }
+                    self.start_virtual_clients(c);
                 }
                 Err(_) if now - retry.since >= RETRY_GIVE_UP_NS => {
-                    self.clients[c].retry = None;
                     eprintln!(
                         "mwload: thread {}: connection {c} could not be re-established; its load stops",
                         self.index
@@ -575,7 +577,7 @@ impl Thread<'_> {
                 }
                 Err(_) => {
                     let wait = (retry.wait * 2).min(RETRY_MAX_NS);
-                    self.clients[c].retry = Some(Retry { due: now + wait, wait, since: retry.since });
+                    self.retries.push(Retry { due: now + wait, wait, ..retry });
                 }
             }
         }
