@@ -99,29 +99,14 @@ impl Worker {
         self.sendbuf.clear();
         self.sendbuf.extend_from_slice(raw);
         self.sendbuf.extend_from_slice(b"mn\r\n");
-        let range = 0..self.sendbuf.len();
         let start = out.len();
-        // Writes ask every replica at once; reads one after another until one answers.
-        let rounds: Vec<&[usize]> =
-            if kind.writes() { vec![&replicas[..]] } else { replicas.iter().map(std::slice::from_ref).collect() };
-        for (round, servers) in rounds.iter().enumerate() {
-            let mut targets: Vec<Target> = servers.iter().map(|&s| Target::meta(s, range.clone())).collect();
-            self.exchange(&mut targets);
-            let failed = targets.iter().find(|t| t.result.is_err());
-            self.facts.counters.backend_failures += u64::from(failed.is_some());
-            match failed {
-                Some(t) if kind.writes() || round + 1 == rounds.len() => {
-                    self.error_line(t.server, t.result.as_ref().unwrap_err(), out);
+        if kind.writes() {
+            self.meta_exchange(&replicas, true, out);
+        } else {
+            for (i, &s) in replicas.iter().enumerate() {
+                if self.meta_exchange(&[s], i + 1 == replicas.len(), out) {
+                    break;
                 }
-                Some(_) => {}
-                None => {
-                    let reply = self.reply_of(&targets[0]).expect("answered");
-                    out.extend_from_slice(&reply[..reply.len() - b"MN\r\n".len()]);
-                }
-            }
-            self.finish(&targets);
-            if failed.is_none() {
-                break;
             }
         }
         let reply = &out[start..];
@@ -140,6 +125,31 @@ impl Worker {
             MetaKind::Delete => count_outcome(reply, b"HD", &mut c.delete_hits, &mut c.delete_misses),
             _ => {}
         }
+    }
+
+    /// Sends the meta command in the send buffer to `servers` at once. When all
+    /// answer, appends the first one's reply (without the closing `MN`) and
+    /// returns true; otherwise, if `last` (no other server to try), appends the
+    /// `SERVER_ERROR` of the first that failed.
+    fn meta_exchange(&mut self, servers: &[usize], last: bool, out: &mut Vec<u8>) -> bool {
+        let range = 0..self.sendbuf.len();
+        let mut targets: Vec<Target> = servers.iter().map(|&s| Target::meta(s, range.clone())).collect();
+        self.exchange(&mut targets);
+        let failed = targets.iter().find(|t| t.result.is_err());
+        match failed {
+            Some(t) => {
+                self.facts.counters.backend_failures += 1;
+                if last {
+                    self.error_line(t.server, t.result.as_ref().unwrap_err(), out);
+                }
+            }
+            None => {
+                let reply = self.reply_of(&targets[0]).expect("answered");
+                out.extend_from_slice(&reply[..reply.len() - b"MN\r\n".len()]);
+            }
+        }
+        self.finish(&targets);
+        failed.is_none()
     }
 
     fn write_replicas(&mut self, req: &Request, key: &[u8], out: &mut Vec<u8>) {
