@@ -111,10 +111,10 @@ impl Worker {
         }
         let reply = &out[start..];
         let c = &mut self.facts.counters;
+        // Quiet mode leaves the reply empty for an mg miss and an md success.
         match kind {
             MetaKind::Get => {
                 c.cmd_get += 1;
-                // A quiet miss leaves the reply empty.
                 if reply.starts_with(b"VA ") || reply.starts_with(b"HD") {
                     c.get_hits += 1;
                 } else if reply.is_empty() || reply.starts_with(b"EN") {
@@ -122,7 +122,13 @@ impl Worker {
                 }
             }
             MetaKind::Set => c.cmd_set += 1,
-            MetaKind::Delete => count_outcome(reply, b"HD", &mut c.delete_hits, &mut c.delete_misses),
+            MetaKind::Delete => {
+                if reply.is_empty() || reply.starts_with(b"HD") {
+                    c.delete_hits += 1;
+                } else if reply.starts_with(b"NF") {
+                    c.delete_misses += 1;
+                }
+            }
             _ => {}
         }
     }

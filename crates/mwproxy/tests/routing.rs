@@ -276,3 +276,25 @@ fn meta_commands_follow_their_keys_and_replicas() {
     servers[1].restart().unwrap();
     common::stop(proxy);
 }
+
+#[test]
+fn meta_commands_are_counted_in_stats() {
+    let servers = common::servers(1);
+    let proxy = common::proxy(&servers, |_| {});
+    let mut c = common::client(&proxy);
+    c.send(
+        b"ms a 1\r\nx\r\nms b 1 q\r\ny\r\nmg a v\r\nmg nope v\r\nmg nope v q\r\nmd a\r\nmd b q\r\nmd nope\r\nmn\r\n",
+    )
+    .unwrap();
+    let replies = c.read_replies(6).unwrap();
+    assert_eq!(replies.last().unwrap(), b"MN\r\n", "{replies:?}");
+    let stats = c.call_str("stats\r\n").unwrap();
+    let stat = |name: &str| {
+        let prefix = format!("STAT {name} ");
+        stats.lines().find_map(|l| l.strip_prefix(&prefix)).unwrap_or_else(|| panic!("no {name}")).to_string()
+    };
+    assert_eq!(stat("cmd_set"), "2");
+    assert_eq!((stat("cmd_get"), stat("get_hits"), stat("get_misses")), ("3".into(), "1".into(), "2".into()));
+    assert_eq!((stat("delete_hits"), stat("delete_misses")), ("2".into(), "1".into()), "md b q succeeds quietly");
+    common::stop(proxy);
+}
