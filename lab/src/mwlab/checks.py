@@ -29,6 +29,12 @@ def _nan(x: object) -> bool:
     return x is None or (isinstance(x, float) and math.isnan(x))
 
 
+def _count(row: pd.Series, column: str) -> int:
+    """A count of a summary row; 0 where the column is absent or empty."""
+    value = row.get(column, 0)
+    return 0 if _nan(value) else int(value)
+
+
 def run_checks(summary: pd.DataFrame, aggregate: pd.DataFrame) -> list[Check]:
     checks: list[Check] = []
     if summary.empty:
@@ -70,22 +76,15 @@ def run_checks(summary: pd.DataFrame, aggregate: pd.DataFrame) -> list[Check]:
                     f"coefficient of variation of per-window throughput {wcv:.3f}",
                 )
             )
-        errors = int(r.get("client_errors", 0) or 0)
-        unsent = r.get("client_unsent", 0)
-        unsent = 0 if _nan(unsent) else int(unsent)
+        errors, unsent = _count(r, "client_errors"), _count(r, "client_unsent")
         detail = f"{errors} of {int(r['client_requests'])} requests"
         if unsent:
             detail += f"; {unsent} arrivals not sent for want of a connection"
         checks.append(Check("errors", where, errors == 0 and unsent == 0, detail))
-        misses = int(r.get("client_misses", 0) or 0)
-        if r.get("client_keys", 0):
+        misses, keys = _count(r, "client_misses"), _count(r, "client_keys")
+        if keys:
             checks.append(
-                Check(
-                    "misses",
-                    where,
-                    misses == 0,
-                    f"{misses} of {int(r['client_keys'] - 0)} keys requested (gets and sets)",
-                )
+                Check("misses", where, misses == 0, f"{misses} of {keys} keys requested (gets and sets)")
             )
     for _, a in aggregate.iterrows():
         if a.get("reps", 0) >= 2 and not _nan(a.get("client_tput_std")) and a["client_tput"]:
