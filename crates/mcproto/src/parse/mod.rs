@@ -89,6 +89,18 @@ impl Rejection {
         })
     }
 
+    /// A value over the maximum: refuse it after its line, swallow its data
+    /// block as it arrives, and say which key's old value to drop.
+    fn too_large(noreply: bool, line_len: usize, vlen: usize, stale_key: Option<Vec<u8>>) -> Parsed {
+        Parsed::Reject(Rejection {
+            reply: if noreply { None } else { Some(TOO_LARGE) },
+            consumed: line_len,
+            swallow: vlen + 2,
+            close: false,
+            stale_key,
+        })
+    }
+
     fn close() -> Parsed {
         Parsed::Reject(Rejection { reply: None, consumed: 0, swallow: 0, close: true, stale_key: None })
     }
@@ -225,13 +237,7 @@ fn parse_store(kind: StoreKind, args: &[&[u8]], noreply: bool, buf: &[u8], line_
     }
     let vlen = vlen as usize;
     if vlen > limits.max_value_len {
-        return Parsed::Reject(Rejection {
-            reply: if noreply { None } else { Some(TOO_LARGE) },
-            consumed: line_len,
-            swallow: vlen + 2,
-            close: false,
-            stale_key: (kind == StoreKind::Set).then(|| key.to_vec()),
-        });
+        return Rejection::too_large(noreply, line_len, vlen, (kind == StoreKind::Set).then(|| key.to_vec()));
     }
     let total = line_len + vlen + 2;
     if buf.len() < total {
@@ -294,13 +300,7 @@ fn parse_meta_set(tokens: &[&[u8]], buf: &[u8], line_len: usize, limits: &Limits
     let vlen = vlen as usize;
     let key = meta_key(key, &tokens[3..]);
     if vlen > limits.max_value_len {
-        return Parsed::Reject(Rejection {
-            reply: Some(TOO_LARGE),
-            consumed: line_len,
-            swallow: vlen + 2,
-            close: false,
-            stale_key: Some(key),
-        });
+        return Rejection::too_large(false, line_len, vlen, Some(key));
     }
     let total = line_len + vlen + 2;
     if buf.len() < total {
