@@ -345,11 +345,6 @@ fn a_client_that_never_reads_only_stalls_itself() {
     common::stop(proxy);
 }
 
-fn stat(stats: &str, name: &str) -> u64 {
-    let prefix = format!("STAT {name} ");
-    stats.lines().find_map(|l| l.strip_prefix(&prefix)).unwrap_or_else(|| panic!("no {name}")).parse().unwrap()
-}
-
 #[test]
 fn stats_count_what_clients_did() {
     let servers = common::servers(2);
@@ -364,24 +359,24 @@ fn stats_count_what_clients_did() {
     c.call_str("delete s0\r\n").unwrap();
     c.call_str("bogus\r\n").unwrap();
     let s = c.call_str("stats\r\n").unwrap();
-    assert_eq!(stat(&s, "cmd_set"), 10);
-    assert_eq!(stat(&s, "cmd_get"), 5);
-    assert_eq!(stat(&s, "get_hits"), 3);
-    assert_eq!(stat(&s, "get_misses"), 2);
-    assert_eq!(stat(&s, "delete_hits"), 1);
-    assert_eq!(stat(&s, "delete_misses"), 1);
-    assert_eq!(stat(&s, "protocol_errors"), 1);
-    assert_eq!(stat(&s, "curr_connections"), 1);
-    assert_eq!(stat(&s, "replication"), 2);
+    assert_eq!(common::stat(&s, "cmd_set"), 10);
+    assert_eq!(common::stat(&s, "cmd_get"), 5);
+    assert_eq!(common::stat(&s, "get_hits"), 3);
+    assert_eq!(common::stat(&s, "get_misses"), 2);
+    assert_eq!(common::stat(&s, "delete_hits"), 1);
+    assert_eq!(common::stat(&s, "delete_misses"), 1);
+    assert_eq!(common::stat(&s, "protocol_errors"), 1);
+    assert_eq!(common::stat(&s, "curr_connections"), 1);
+    assert_eq!(common::stat(&s, "replication"), 2);
     let b = c.call_str("stats backends\r\n").unwrap();
     // Every set and delete reaches both servers; the gets reach at most both.
-    let sent = stat(&b, "backend:0:requests") + stat(&b, "backend:1:requests");
+    let sent = common::stat(&b, "backend:0:requests") + common::stat(&b, "backend:1:requests");
     assert!((24..=28).contains(&sent), "{b}");
     assert!(b.contains("STAT backend:0:status up\r\n"));
     let settings = c.call_str("stats settings\r\n").unwrap();
     assert!(settings.contains("STAT replication 2\r\n"), "{settings}");
     assert_eq!(c.call_str("stats reset\r\n").unwrap(), "RESET\r\n");
-    assert_eq!(stat(&c.call_str("stats\r\n").unwrap(), "cmd_set"), 0);
+    assert_eq!(common::stat(&c.call_str("stats\r\n").unwrap(), "cmd_set"), 0);
     common::stop(proxy);
 }
 

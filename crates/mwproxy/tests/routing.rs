@@ -167,12 +167,7 @@ fn multiget(servers: &[mctest::Memcached], replication: usize, mode: MultigetMod
 
 fn backend_requests(c: &mut Client, n: usize) -> Vec<u64> {
     let stats = c.call_str("stats backends\r\n").unwrap();
-    (0..n)
-        .map(|i| {
-            let prefix = format!("STAT backend:{i}:requests ");
-            stats.lines().find_map(|l| l.strip_prefix(&prefix)).unwrap().parse().unwrap()
-        })
-        .collect()
+    (0..n).map(|i| common::stat(&stats, &format!("backend:{i}:requests"))).collect()
 }
 
 #[test]
@@ -289,12 +284,9 @@ fn meta_commands_are_counted_in_stats() {
     let replies = c.read_replies(6).unwrap();
     assert_eq!(replies.last().unwrap(), b"MN\r\n", "{replies:?}");
     let stats = c.call_str("stats\r\n").unwrap();
-    let stat = |name: &str| {
-        let prefix = format!("STAT {name} ");
-        stats.lines().find_map(|l| l.strip_prefix(&prefix)).unwrap_or_else(|| panic!("no {name}")).to_string()
-    };
-    assert_eq!(stat("cmd_set"), "2");
-    assert_eq!((stat("cmd_get"), stat("get_hits"), stat("get_misses")), ("3".into(), "1".into(), "2".into()));
-    assert_eq!((stat("delete_hits"), stat("delete_misses")), ("2".into(), "1".into()), "md b q succeeds quietly");
+    let stat = |name: &str| common::stat(&stats, name);
+    assert_eq!(stat("cmd_set"), 2);
+    assert_eq!((stat("cmd_get"), stat("get_hits"), stat("get_misses")), (3, 1, 2));
+    assert_eq!((stat("delete_hits"), stat("delete_misses")), (2, 1), "md b q succeeds quietly");
     common::stop(proxy);
 }

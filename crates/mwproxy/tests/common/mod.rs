@@ -61,3 +61,9 @@ pub fn eventually(within: Duration, mut cond: impl FnMut() -> bool) -> bool {
     }
     cond()
 }
+
+/// The value of `STAT <name>` in a `stats` reply.
+pub fn stat(stats: &str, name: &str) -> u64 {
+    let prefix = format!("STAT {name} ");
+    stats.lines().find_map(|l| l.strip_prefix(&prefix)).unwrap_or_else(|| panic!("no {name}")).parse().unwrap()
+}
