@@ -18,7 +18,7 @@ use mwstats::prom::PromText;
 use mwstats::OpKind;
 
 use crate::recorder::WorkerAcc;
-use crate::server::Shared;
+use crate::shared::Shared;
 use crate::stats::NetCounters;
 use crate::telemetry::build_record;
 
@@ -101,9 +101,7 @@ fn serve(mut stream: TcpStream, shared: &Shared) -> io::Result<()> {
 }
 
 fn healthz(shared: &Shared) -> String {
-    let now_ms = shared.started.elapsed().as_millis() as u64;
-    let down = shared.health.iter().filter(|h| !h.is_up(now_ms) || h.failing()).count();
-    format!("ok\nservers {} down {down}\n", shared.addrs.len())
+    format!("ok\nservers {} down {}\n", shared.addrs.len(), shared.servers_down())
 }
 
 fn stats_json(shared: &Shared) -> String {
@@ -142,7 +140,6 @@ fn metrics(shared: &Shared) -> String {
     p.counter("mwproxy_worker_busy_seconds_total", "Time workers spent on jobs.", &[], acc.busy_ns / 1_000_000_000);
     p.gauge("mwproxy_workers", "Worker threads.", &[], shared.config.proxy.workers as f64);
     p.gauge("mwproxy_queue_length", "Requests waiting for a worker now.", &[], shared.queue_len() as f64);
-    let now_ms = shared.started.elapsed().as_millis() as u64;
     for (i, addr) in shared.addrs.iter().enumerate() {
         let b = &acc.backends[i];
         let a = addr.to_string();
@@ -151,7 +148,7 @@ fn metrics(shared: &Shared) -> String {
         p.counter("mwproxy_backend_errors_total", "Requests without a usable reply.", &l, b.errors);
         p.counter("mwproxy_backend_timeouts_total", "Requests that timed out.", &l, b.timeouts);
         p.histogram_seconds("mwproxy_backend_server_seconds", "Send to reply, per server.", &l, &b.server);
-        let up = shared.health[i].is_up(now_ms) && !shared.health[i].failing();
+        let up = !shared.health.is_down(i);
         p.gauge("mwproxy_backend_up", "1 when the server answers.", &l, if up { 1.0 } else { 0.0 });
     }
     let net = run.net_last();

@@ -69,6 +69,21 @@ pub struct Cli {
     /// Longest reconnection backoff in ms [default: 2000].
     #[arg(long, value_name = "MS")]
     pub retry_max_ms: Option<u64>,
+    /// Replicas that must confirm a write, 0 = all [default: 0].
+    #[arg(long, value_name = "N")]
+    pub write_quorum: Option<usize>,
+    /// On a miss, look the key up on the next replica too.
+    #[arg(long)]
+    pub miss_failover: bool,
+    /// A server silent this long while others answer is stalled, 0 = off [default: 50].
+    #[arg(long, value_name = "MS")]
+    pub stall_ms: Option<u64>,
+    /// Unread replies plus waiting requests of all clients, in bytes [default: 256m].
+    #[arg(long, value_name = "BYTES", value_parser = parse_size)]
+    pub memory_budget: Option<usize>,
+    /// Largest reply to one retrieval, in bytes [default: 32m].
+    #[arg(long, value_name = "BYTES", value_parser = parse_size)]
+    pub max_reply_size: Option<usize>,
     /// Largest value in bytes; k and m suffixes allowed [default: 1m].
     #[arg(long, value_name = "BYTES", value_parser = parse_size)]
     pub max_value_size: Option<usize>,
@@ -164,6 +179,13 @@ impl Cli {
         set(&mut c.backend.retry_min_ms, self.retry_min_ms);
         set(&mut c.backend.retry_max_ms, self.retry_max_ms);
         set(&mut c.limits.max_value_size, self.max_value_size);
+        set(&mut c.routing.write_quorum, self.write_quorum);
+        if self.miss_failover {
+            c.routing.miss_failover = true;
+        }
+        set(&mut c.backend.stall_ms, self.stall_ms);
+        set(&mut c.proxy.memory_budget, self.memory_budget);
+        set(&mut c.limits.max_reply_size, self.max_reply_size);
         if self.out.is_some() {
             c.stats.out = self.out.clone();
         }

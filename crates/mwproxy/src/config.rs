@@ -70,9 +70,16 @@ pub struct ProxyConfig {
     /// Client connections served at once; further ones are told
     /// `SERVER_ERROR Too many open connections` and closed (default 4096).
     pub max_connections: usize,
-    /// Bytes of replies a client may leave unread before mwproxy stops reading
-    /// its requests (default 4 MiB).
+    /// Bytes of replies a client may leave unread before mwproxy stops
+    /// running and reading its requests (default 1 MiB).
     pub max_pending_output: usize,
+    /// Bytes of a client's requests that may wait for a worker before
+    /// mwproxy stops reading it (default 1 MiB).
+    pub max_pending_input: usize,
+    /// Bytes of waiting requests, and of unread replies, of all clients
+    /// together; beyond it only clients that hold none are read and served
+    /// (default 256 MiB).
+    pub memory_budget: usize,
     /// Seconds to let in-flight requests finish after SIGTERM/SIGINT (default 5).
     pub shutdown_grace_secs: u64,
 }
@@ -85,7 +92,9 @@ impl Default for ProxyConfig {
             net_threads: 1,
             queue_capacity: 1024,
             max_connections: 4096,
-            max_pending_output: 4 << 20,
+            max_pending_output: 1 << 20,
+            max_pending_input: 1 << 20,
+            memory_budget: 256 << 20,
             shutdown_grace_secs: 5,
         }
     }
@@ -109,6 +118,23 @@ pub struct RoutingConfig {
     pub multiget: MultigetMode,
     /// What a multi-get returns when some servers fail (default partial).
     pub multiget_failure: MultigetFailure,
+    /// Replicas that must confirm a write before it is acknowledged;
+    /// 0 means all of them (default 0).
+    pub write_quorum: usize,
+    /// Look a key up on the next replica when one does not have it (a
+    /// replica that came back empty), instead of answering a miss (default false).
+    pub miss_failover: bool,
+}
+
+impl RoutingConfig {
+    /// Replicas that must confirm a write.
+    pub fn quorum(&self) -> usize {
+        if self.write_quorum == 0 {
+            self.replication
+        } else {
+            self.write_quorum
+        }
+    }
 }
 
 impl Default for RoutingConfig {
@@ -120,6 +146,8 @@ impl Default for RoutingConfig {
             read_policy: ReadPolicy::RoundRobin,
             multiget: MultigetMode::Sharded,
             multiget_failure: MultigetFailure::Partial,
+            write_quorum: 0,
+            miss_failover: false,
         }
     }
 }
@@ -138,11 +166,16 @@ pub struct BackendConfig {
     pub retry_min_ms: u64,
     /// Longest wait between reconnection attempts (default 2000).
     pub retry_max_ms: u64,
+    /// A server that answers nothing for this long while requests wait for
+    /// it, as other servers answer, is stalled: one request waits for it up
+    /// to the timeout, the others give up at once; 0 = every request waits
+    /// for the timeout (default 50).
+    pub stall_ms: u64,
 }
 
 impl Default for BackendConfig {
     fn default() -> Self {
-        BackendConfig { connect_timeout_ms: 500, timeout_ms: 1000, retry_min_ms: 100, retry_max_ms: 2000 }
+        BackendConfig { connect_timeout_ms: 500, timeout_ms: 1000, retry_min_ms: 100, retry_max_ms: 2000, stall_ms: 50 }
     }
 }
 
@@ -154,11 +187,14 @@ pub struct LimitsConfig {
     pub max_value_size: usize,
     /// Longest multi-get command line, in bytes (default 1 MiB).
     pub max_get_line: usize,
+    /// Largest reply to one retrieval; a larger one is answered
+    /// `SERVER_ERROR out of memory writing get response` (default 32 MiB).
+    pub max_reply_size: usize,
 }
 
 impl Default for LimitsConfig {
     fn default() -> Self {
-        LimitsConfig { max_value_size: 1 << 20, max_get_line: 1 << 20 }
+        LimitsConfig { max_value_size: 1 << 20, max_get_line: 1 << 20, max_reply_size: 32 << 20 }
     }
 }
 
@@ -278,8 +314,14 @@ impl Config {
         if p.max_connections == 0 {
             return err("max_connections must be at least 1".into());
         }
-        if p.max_pending_output < 4096 {
-            return err("max_pending_output must be at least 4096 bytes".into());
+        if p.max_pending_output < 4096 || p.max_pending_input < 4096 {
+            return err("max_pending_output and max_pending_input must be at least 4096 bytes".into());
+        }
+        if p.memory_budget < p.max_pending_output.max(p.max_pending_input) {
+            return err(format!(
+                "memory_budget ({}) must be at least max_pending_output and max_pending_input",
+                p.memory_budget
+            ));
         }
         let r = &self.routing;
         if r.servers.is_empty() {
@@ -290,6 +332,12 @@ impl Config {
                 "replication must be 1..={} (the number of servers), not {}",
                 r.servers.len(),
                 r.replication
+            ));
+        }
+        if r.write_quorum > r.replication {
+            return err(format!(
+                "write_quorum must be 0 (all replicas) or 1..={} (the replication), not {}",
+                r.replication, r.write_quorum
             ));
         }
         let mut seen = std::collections::HashSet::new();
@@ -305,12 +353,24 @@ impl Config {
         if b.retry_min_ms == 0 || b.retry_max_ms < b.retry_min_ms {
             return err("backend retry_min_ms must be >= 1 and retry_max_ms >= retry_min_ms".into());
         }
+        if b.stall_ms >= b.timeout_ms {
+            return err(format!(
+                "backend stall_ms ({}) must be below timeout_ms ({}), or 0 to turn stall detection off",
+                b.stall_ms, b.timeout_ms
+            ));
+        }
         let l = &self.limits;
         if l.max_value_size == 0 || l.max_value_size > (1 << 30) {
             return err(format!("max_value_size must be 1..=1073741824 bytes, not {}", l.max_value_size));
         }
         if l.max_get_line < 2048 {
             return err("max_get_line must be at least 2048 bytes".into());
+        }
+        if l.max_reply_size < l.max_value_size {
+            return err(format!(
+                "max_reply_size ({}) must be at least max_value_size ({})",
+                l.max_reply_size, l.max_value_size
+            ));
         }
         let st = &self.stats;
         if st.window_ms < 10 || st.window_ms > 3_600_000 {

@@ -1,53 +1,74 @@
-//! A client connection as shared by its net thread and the workers, and the
-//! reorder buffer that keeps replies in request order.
+//! A client connection as shared by its net thread and the workers: its line
+//! of waiting requests, and the reorder buffer that keeps replies in request order.
 //!
-//! The net thread numbers every request of a connection (its `seq`). Whoever
-//! finishes a request — a worker, or the net thread itself for a refused input
-//! — calls [`ClientConn::deliver`], which files the reply under its number and
-//! writes every reply that is now next in line straight to the socket. Only
-//! when the socket is full do bytes stay behind; the net thread writes them
-//! when the socket becomes writable again. The lock is per connection and held
-//! only while replies are filed and written, so workers never wait on each
-//! other unless they finish requests of the same connection at the same moment.
+//! A connection's requests take effect in order, as with memcached: the net
+//! thread puts each parsed request in the connection's line
+//! ([`ClientConn::admit`]) and queues the connection when it had nothing
+//! waiting; a worker takes a bounded batch from the line
+//! ([`ClientConn::take_batch`]), carries it out, delivers the replies and
+//! then, if more requests wait, sends the connection to the back of the queue
+//! ([`ClientConn::after_batch`]) — or parks it while its client leaves too
+//! many replies unread; the net thread resumes it when the client reads again.
 //!
-//! A connection's requests also take effect in order, as with memcached: only
-//! one of them is in the request queue or in a worker at a time. The others
-//! wait in the connection's own line ([`ClientConn::admit`]); the worker that
-//! finishes one takes the next ([`ClientConn::next_job`]), so a pipelined `get`
-//! never overtakes the `set` before it.
+//! Replies are numbered by the net thread (`seq`). Whoever finishes a request
+//! — a worker, or the net thread for a refused input — files the reply under
+//! its number, and every reply that is now next in line is written straight to
+//! the socket. Only when the socket is full do bytes stay behind; the net
+//! thread writes them when the socket becomes writable again.
 
 use std::collections::VecDeque;
 use std::io::{self, Write};
 use std::net::Shutdown;
-use std::sync::atomic::Ordering;
-use std::sync::{Mutex, MutexGuard};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use mio::net::TcpStream;
 
+use crate::budget::Budget;
+use crate::route::Work;
 use crate::stats::NetCounters;
-use crate::worker::Job;
+
+/// Most requests of one connection carried out as one batch.
+pub const MAX_BATCH: usize = 64;
+/// Most requests that may wait in one connection's line.
+pub const MAX_PIPELINE: usize = 4096;
+
+/// One request on its way through the proxy.
+#[derive(Debug)]
+pub struct Job {
+    /// The request's number on its connection (replies go out in this order).
+    pub seq: u64,
+    /// What to do.
+    pub work: Work,
+    /// Unique per process (trace sampling uses it).
+    pub request_id: u64,
+    /// When the read that completed the request returned (ns, `mwstats::clock`).
+    pub t_recv: u64,
+    /// When it was parsed.
+    pub t_parsed: u64,
+    /// When it was put in the connection's line.
+    pub t_enqueue: u64,
+    /// Bytes it took on the wire (counted against the input budgets).
+    pub size: usize,
+}
 
 /// The part of a connection that workers touch.
 pub struct ClientConn {
     stream: TcpStream,
     out: Mutex<Output>,
-    sched: Mutex<Sched>,
+    line: Mutex<Line>,
+    budget: Arc<Budget>,
+    /// Mean reply size (bytes), to size batches.
+    reply_avg: AtomicUsize,
 }
 
-/// Requests of the connection that wait for the one in progress.
+/// Requests waiting for a worker.
 #[derive(Default)]
-struct Sched {
-    /// A request of this connection is queued or in a worker.
+struct Line {
+    /// The connection is queued, in a worker, or parked.
     busy: bool,
     waiting: VecDeque<Job>,
-}
-
-/// What [`ClientConn::admit`] decided.
-pub enum Admit {
-    /// Nothing of this connection is in progress: queue this job now.
-    Run(Job),
-    /// The job waits behind the one in progress; this many wait now.
-    Waiting(usize),
+    bytes: usize,
 }
 
 /// Replies waiting for their turn, and bytes waiting for the socket.
@@ -59,12 +80,16 @@ struct Output {
     pending: VecDeque<Option<Reply>>,
     /// Bytes in line but not yet accepted by the socket.
     buf: Vec<u8>,
+    /// `buf.len()` as last counted in the budget.
+    accounted: usize,
     /// The socket is gone or shut; nothing more is written.
     closed: bool,
     /// After this sequence number's reply, close the connection (quit, fatal input).
     close_after: Option<u64>,
     /// The client stopped sending: close once every request up to this number is answered.
     eof_at: Option<u64>,
+    /// Requests wait, but the client must read its replies first.
+    parked: bool,
 }
 
 struct Reply {
@@ -72,41 +97,103 @@ struct Reply {
     close: bool,
 }
 
+/// What happens to a connection after a batch.
+#[derive(Debug, PartialEq, Eq)]
+pub enum After {
+    /// Nothing waits.
+    Idle,
+    /// More requests wait: back to the queue.
+    Again,
+    /// More requests wait, but its client must read first.
+    Parked,
+}
+
 impl ClientConn {
     /// Wraps an accepted socket.
-    pub fn new(stream: TcpStream) -> ClientConn {
-        ClientConn { stream, out: Mutex::new(Output::default()), sched: Mutex::new(Sched::default()) }
-    }
-
-    /// Lets a new request run now or makes it wait behind the one in progress.
-    pub fn admit(&self, job: Job) -> Admit {
-        let mut s = self.sched.lock().unwrap_or_else(|p| p.into_inner());
-        if s.busy {
-            s.waiting.push_back(job);
-            Admit::Waiting(s.waiting.len())
-        } else {
-            s.busy = true;
-            Admit::Run(job)
+    pub fn new(stream: TcpStream, budget: Arc<Budget>) -> ClientConn {
+        ClientConn {
+            stream,
+            out: Mutex::new(Output::default()),
+            line: Mutex::new(Line::default()),
+            budget,
+            reply_avg: AtomicUsize::new(0),
         }
     }
 
-    /// Called by the worker that finished a request: the next one to run, if any.
-    pub fn next_job(&self) -> Option<Job> {
-        let mut s = self.sched.lock().unwrap_or_else(|p| p.into_inner());
-        let next = s.waiting.pop_front();
-        s.busy = next.is_some();
-        next
+    fn line(&self) -> MutexGuard<'_, Line> {
+        self.line.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Requests waiting behind the one in progress.
+    fn lock(&self) -> MutexGuard<'_, Output> {
+        self.out.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Puts a request in line; true when the connection must now be queued
+    /// (nothing of it was waiting or running).
+    pub fn admit(&self, job: Job) -> bool {
+        let mut l = self.line();
+        let before = l.bytes;
+        l.bytes += job.size;
+        l.waiting.push_back(job);
+        self.budget.input_moved(before, l.bytes);
+        self.budget.queued_moved(0, 1);
+        !std::mem::replace(&mut l.busy, true)
+    }
+
+    /// Whether the net thread may read more requests of this connection.
+    pub fn may_read(&self) -> bool {
+        let l = self.line();
+        l.waiting.len() < MAX_PIPELINE && self.budget.may_read(l.bytes)
+    }
+
+    /// Requests waiting in line.
     pub fn waiting(&self) -> usize {
-        self.sched.lock().unwrap_or_else(|p| p.into_inner()).waiting.len()
+        self.line().waiting.len()
+    }
+
+    /// Takes the next batch: at most [`MAX_BATCH`] requests, fewer when
+    /// replies are large, so that a batch's replies stay near the output budget.
+    pub fn take_batch(&self) -> Vec<Job> {
+        if self.is_closed() {
+            self.forget_waiting();
+            return Vec::new();
+        }
+        let avg = self.reply_avg.load(Ordering::Relaxed).max(1);
+        let limit = (self.budget.output_per_conn / avg).clamp(1, MAX_BATCH);
+        let mut l = self.line();
+        let n = l.waiting.len().min(limit);
+        let batch: Vec<Job> = l.waiting.drain(..n).collect();
+        let before = l.bytes;
+        l.bytes -= batch.iter().map(|j| j.size).sum::<usize>();
+        self.budget.input_moved(before, l.bytes);
+        self.budget.queued_moved(n, 0);
+        batch
+    }
+
+    /// After a batch: idle, back to the queue, or parked until the client reads.
+    pub fn after_batch(&self) -> After {
+        let mut l = self.line();
+        if l.waiting.is_empty() || self.is_closed() {
+            l.busy = false;
+            return After::Idle;
+        }
+        let mut out = self.lock();
+        if self.budget.may_run(out.buf.len()) {
+            After::Again
+        } else {
+            out.parked = true;
+            After::Parked
+        }
     }
 
     /// Drops waiting requests (the connection is going away).
     pub fn forget_waiting(&self) {
-        let mut s = self.sched.lock().unwrap_or_else(|p| p.into_inner());
-        s.waiting.clear();
+        let mut l = self.line();
+        let n = l.waiting.len();
+        l.waiting.clear();
+        self.budget.input_moved(l.bytes, 0);
+        self.budget.queued_moved(n, 0);
+        l.bytes = 0;
     }
 
     /// The socket, for the net thread's reads and registration.
@@ -114,20 +201,35 @@ impl ClientConn {
         &self.stream
     }
 
-    fn lock(&self) -> MutexGuard<'_, Output> {
-        self.out.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
     /// Files the reply to request `seq` and writes whatever is now in line.
     /// `close` closes the connection once this reply is written.
     pub fn deliver(&self, seq: u64, bytes: Vec<u8>, close: bool, net: &NetCounters) {
         let mut out = self.lock();
+        self.file(&mut out, seq, bytes, close);
+        self.flush_locked(&mut out, net);
+    }
+
+    /// Files the replies of a batch, in any order, and writes what is in line.
+    pub fn deliver_all(&self, replies: impl IntoIterator<Item = (u64, Vec<u8>)>, net: &NetCounters) {
+        let mut out = self.lock();
+        let (mut n, mut bytes) = (0, 0);
+        for (seq, reply) in replies {
+            n += 1;
+            bytes += reply.len();
+            self.file(&mut out, seq, reply, false);
+        }
+        if let Some(mean) = bytes.checked_div(n) {
+            let avg = self.reply_avg.load(Ordering::Relaxed);
+            self.reply_avg.store(if avg == 0 { mean } else { (avg * 3 + mean) / 4 }, Ordering::Relaxed);
+        }
+        self.flush_locked(&mut out, net);
+    }
+
+    fn file(&self, out: &mut Output, seq: u64, bytes: Vec<u8>, close: bool) {
         if out.closed {
             return;
         }
-        let Some(slot) = seq.checked_sub(out.next_seq) else {
-            return;
-        };
+        let Some(slot) = seq.checked_sub(out.next_seq) else { return };
         let slot = slot as usize;
         if out.pending.len() <= slot {
             out.pending.resize_with(slot + 1, || None);
@@ -139,55 +241,76 @@ impl ClientConn {
             out.next_seq += 1;
             if out.buf.is_empty() {
                 out.buf = reply.bytes;
-            } else {
+            } else if out.buf.try_reserve(reply.bytes.len()).is_ok() {
                 out.buf.extend_from_slice(&reply.bytes);
+            } else {
+                tracing::warn!("out of memory for a client's replies: closing its connection");
+                self.close_locked(out);
+                return;
             }
             if reply.close {
                 out.close_after = Some(seq);
                 break;
             }
         }
-        self.flush_locked(&mut out, net);
     }
 
-    /// Writes buffered bytes (called by the net thread when the socket is writable).
-    pub fn flush(&self, net: &NetCounters) {
+    /// Writes buffered bytes (the socket is writable again); true when the
+    /// connection was parked and may now run its waiting requests.
+    pub fn flush(&self, net: &NetCounters) -> bool {
         let mut out = self.lock();
         self.flush_locked(&mut out, net);
+        if out.parked && (out.closed || self.budget.may_run(out.buf.len())) {
+            out.parked = false;
+            return true;
+        }
+        false
     }
 
     fn flush_locked(&self, out: &mut Output, net: &NetCounters) {
-        if out.closed {
-            return;
-        }
-        let mut written = 0;
-        while written < out.buf.len() {
-            match (&self.stream).write(&out.buf[written..]) {
-                Ok(0) => {
-                    self.close_locked(out);
-                    return;
+        if !out.closed {
+            let mut written = 0;
+            while written < out.buf.len() {
+                match (&self.stream).write(&out.buf[written..]) {
+                    Ok(0) => {
+                        self.close_locked(out);
+                        return;
+                    }
+                    Ok(n) => written += n,
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                    Err(_) => {
+                        self.close_locked(out);
+                        return;
+                    }
                 }
-                Ok(n) => written += n,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                Err(_) => {
+            }
+            if written > 0 {
+                if written == out.buf.len() {
+                    out.buf.clear();
+                    if out.buf.capacity() > 1 << 20 {
+                        out.buf = Vec::new();
+                    }
+                } else {
+                    out.buf.drain(..written);
+                }
+                net.bytes_written.fetch_add(written as u64, Ordering::Relaxed);
+            }
+            if out.buf.is_empty() {
+                let done_through = out.next_seq;
+                let quit = out.close_after.is_some_and(|s| s < done_through);
+                let eof = out.eof_at.is_some_and(|s| s <= done_through) && out.pending.is_empty();
+                if quit || eof {
                     self.close_locked(out);
-                    return;
                 }
             }
         }
-        if written > 0 {
-            out.buf.drain(..written);
-            net.bytes_written.fetch_add(written as u64, Ordering::Relaxed);
-        }
-        if out.buf.is_empty() {
-            let done_through = out.next_seq;
-            let quit = out.close_after.is_some_and(|s| s < done_through);
-            let eof = out.eof_at.is_some_and(|s| s <= done_through) && out.pending.is_empty();
-            if quit || eof {
-                self.close_locked(out);
-            }
-        }
+        self.account(out);
+    }
+
+    fn account(&self, out: &mut Output) {
+        self.budget.output_moved(out.accounted, out.buf.len());
+        out.accounted = out.buf.len();
     }
 
     /// Shuts the socket so the net thread sees the connection end and cleans up.
@@ -195,6 +318,7 @@ impl ClientConn {
         out.closed = true;
         out.buf = Vec::new();
         out.pending.clear();
+        self.account(out);
         let _ = self.stream.shutdown(Shutdown::Both);
     }
 
@@ -209,6 +333,12 @@ impl ClientConn {
     /// Bytes of replies the client has not read yet.
     pub fn pending_output(&self) -> usize {
         self.lock().buf.len()
+    }
+
+    /// Whether the connection may be read: its waiting requests and its
+    /// unread replies are within the budgets.
+    pub fn readable(&self) -> bool {
+        self.budget.may_run(self.pending_output()) && self.may_read()
     }
 
     /// Whether the connection is closed for writing.

@@ -2,21 +2,33 @@
 //! requests over many memcached servers and measures itself.
 //!
 //! The pool engine: net threads accept clients and parse their requests
-//! (`net.rs`), a bounded FIFO queue hands them to a pool of workers
-//! (`worker.rs`, `commands.rs`), each of which owns a connection to every
-//! server (`backend.rs`) and answers the client in request order (`conn.rs`).
-//! Keys are placed with ketama consistent hashing (`mcproto::ring`). The binary in
-//! `main.rs` only parses the command line (`cli.rs`) and starts a [`Proxy`].
+//! (`net.rs`) into each connection's line (`conn.rs`); a bounded, fair queue
+//! (`queue.rs`) hands connections to a pool of workers (`worker.rs`), each of
+//! which owns a connection to every server (`backend.rs`), carries out a batch
+//! of the connection's requests and answers in request order. What a request
+//! does — which servers, which bytes, how the replies combine — is decided by
+//! the routing core (`route/`), which has no I/O. The servers' health
+//! (`health.rs`), the repairs that keep replicas converging (`repair.rs`) and
+//! the memory budgets (`budget.rs`) are shared by all threads (`shared.rs`).
+//! The binary in `main.rs` only parses the command line (`cli.rs`) and starts
+//! a [`Proxy`].
 
 pub mod admin;
 pub mod backend;
+pub mod budget;
 pub mod cli;
-mod commands;
 pub mod config;
 pub mod conn;
+pub mod fdlimit;
+pub mod health;
+pub mod local;
 pub mod net;
+pub mod queue;
 pub mod recorder;
+pub mod repair;
+pub mod route;
 pub mod server;
+pub mod shared;
 pub mod stats;
 pub mod telemetry;
 pub mod worker;

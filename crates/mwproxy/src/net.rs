@@ -2,29 +2,36 @@
 //!
 //! Each net thread runs an edge-triggered mio event loop over the listening
 //! socket (shared by all net threads) and its own client connections. Parsed
-//! requests are numbered per connection and put on the bounded request queue.
-//! When the queue is full the thread keeps the request, stops reading that
-//! connection (TCP backpressure reaches the client) and retries every
-//! millisecond. It also stops reading a client that leaves more than
-//! `max_pending_output` bytes of replies unread. Inputs the parser refuses are
-//! answered right here with memcached's error, in order with the other replies.
+//! requests are numbered per connection and put in the connection's line; a
+//! connection that had nothing waiting is put on the request queue
+//! (`queue.rs`). When the queue is full, or the connection's line or the
+//! proxy's memory budget for waiting requests is used up (`budget.rs`), the
+//! thread stops reading that connection (TCP backpressure reaches the client)
+//! and retries every millisecond. It also stops reading a client that leaves
+//! too many replies unread, and resumes it when the client reads again.
+//! Inputs the parser refuses are answered right here with memcached's error,
+//! in order with the other replies.
+//!
+//! Clients over the connection limit, or arriving when the process is out of
+//! file descriptors, get `SERVER_ERROR Too many open connections` and are
+//! closed: a descriptor is kept spare for exactly that moment (`fdlimit.rs`).
 
 use std::collections::VecDeque;
+use std::fs::File;
 use std::io::{self, Read, Write};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{Sender, TrySendError};
 use mcproto::{parse_request, Limits, Parsed, ReadBuf, Request};
 use mio::net::TcpListener;
 use mio::{Events, Interest, Poll, Token, Waker};
 use mwstats::clock::now_ns;
 
-use crate::conn::{Admit, ClientConn};
-use crate::server::Shared;
+use crate::conn::{ClientConn, Job};
+use crate::route::Work;
+use crate::shared::Shared;
 use crate::stats::{add, bump};
-use crate::worker::{Job, Work};
 
 /// Token of the waker that signals shutdown.
 pub const WAKER: Token = Token(0);
@@ -32,10 +39,9 @@ const LISTENER: Token = Token(1);
 const FIRST_CONN: usize = 2;
 /// Reads per connection before other connections get their turn.
 const READ_BUDGET: usize = 16;
-/// Requests of one connection that may wait behind the one in progress before
-/// mwproxy stops reading that connection.
-const MAX_PIPELINE: usize = 4096;
 const READ_CHUNK: usize = 16 * 1024;
+/// memcached's answer to a client over the connection limit.
+const TOO_MANY: &[u8] = b"SERVER_ERROR Too many open connections\r\n";
 
 /// A client connection as its net thread sees it.
 struct Conn {
@@ -45,8 +51,8 @@ struct Conn {
     swallow: usize,
     /// Requests numbered so far.
     issued: u64,
-    /// A request waiting for room in the queue.
-    stalled: Option<Job>,
+    /// The connection has work but found the queue full.
+    unqueued: bool,
     /// No more reading: the client quit, sent something fatal, or closed its side.
     done: bool,
     /// Reading paused because the client does not read its replies.
@@ -64,7 +70,7 @@ enum Flow {
     Drained,
     /// Budget used up; read again soon.
     More,
-    /// Waiting for room in the queue.
+    /// Waiting for room in the queue or in the input budgets.
     Blocked,
     /// Waiting for the client to read its replies.
     Paused,
@@ -78,8 +84,10 @@ pub struct NetThread {
     listener: Option<TcpListener>,
     conns: Vec<Option<Conn>>,
     free: Vec<usize>,
-    queue: Sender<Job>,
     shared: Arc<Shared>,
+    /// A descriptor given up to accept (and refuse) a client when the
+    /// process has none left.
+    spare: Option<File>,
     limits: Limits,
     blocked: Vec<Token>,
     ready: VecDeque<Token>,
@@ -104,13 +112,7 @@ impl RequestIds {
 
 impl NetThread {
     /// A net thread serving `listener`; `poll` must have the waker registered.
-    pub fn new(
-        index: usize,
-        poll: Poll,
-        mut listener: TcpListener,
-        queue: Sender<Job>,
-        shared: Arc<Shared>,
-    ) -> io::Result<NetThread> {
+    pub fn new(index: usize, poll: Poll, mut listener: TcpListener, shared: Arc<Shared>) -> io::Result<NetThread> {
         poll.registry().register(&mut listener, LISTENER, Interest::READABLE)?;
         let limits = shared.config.parser_limits();
         let ids = RequestIds { next: 0, index: index as u64, stride: shared.config.proxy.net_threads as u64 };
@@ -120,8 +122,8 @@ impl NetThread {
             listener: Some(listener),
             conns: Vec::new(),
             free: Vec::new(),
-            queue,
             shared,
+            spare: File::open("/dev/null").ok(),
             limits,
             blocked: Vec::new(),
             ready: VecDeque::new(),
@@ -213,8 +215,11 @@ impl NetThread {
     fn writable(&mut self, token: Token) {
         let NetThread { conns, shared, ready, .. } = self;
         let Some(conn) = conns.get_mut(token.0 - FIRST_CONN).and_then(Option::as_mut) else { return };
-        conn.shared.flush(&shared.net);
-        if conn.output_paused && conn.shared.pending_output() < shared.config.proxy.max_pending_output {
+        if conn.shared.flush(&shared.net) {
+            // Its waiting requests may run again.
+            shared.queue.push_again(conn.shared.clone());
+        }
+        if conn.output_paused && shared.budget.may_run(conn.shared.pending_output()) {
             conn.output_paused = false;
             ready.push_back(token);
         }
@@ -231,6 +236,12 @@ impl NetThread {
                 Ok(s) => s,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) if is_out_of_descriptors(&e) => {
+                    if !self.refuse_without_descriptors() {
+                        return;
+                    }
+                    continue;
+                }
                 Err(e) => {
                     tracing::warn!("accept failed: {e}");
                     return;
@@ -238,9 +249,9 @@ impl NetThread {
             };
             let net = &self.shared.net;
             let open = net.total_connections.load(Ordering::Relaxed) - net.closed_connections.load(Ordering::Relaxed);
-            if open as usize >= self.shared.config.proxy.max_connections {
+            if open as usize >= self.shared.max_connections {
                 bump(&net.rejected_connections);
-                let _ = stream.write(b"SERVER_ERROR Too many open connections\r\n");
+                let _ = stream.write(TOO_MANY);
                 continue;
             }
             let _ = stream.set_nodelay(true);
@@ -256,11 +267,11 @@ impl NetThread {
             }
             bump(&net.total_connections);
             self.conns[slot] = Some(Conn {
-                shared: Arc::new(ClientConn::new(stream)),
+                shared: Arc::new(ClientConn::new(stream, self.shared.budget.clone())),
                 rbuf: ReadBuf::with_capacity(READ_CHUNK),
                 swallow: 0,
                 issued: 0,
-                stalled: None,
+                unqueued: false,
                 done: false,
                 output_paused: false,
                 peer_closed: false,
@@ -270,10 +281,31 @@ impl NetThread {
         }
     }
 
+    /// The process has no descriptor left for a new client: give up the
+    /// spare one, accept the client, refuse it politely, and take the spare
+    /// back. False when even that failed (the client waits in the backlog
+    /// until a descriptor is free).
+    fn refuse_without_descriptors(&mut self) -> bool {
+        let Some(listener) = self.listener.as_ref() else { return false };
+        if self.spare.take().is_none() {
+            tracing::warn!("out of file descriptors and no spare one: clients wait in the backlog");
+            return false;
+        }
+        let refused = match listener.accept() {
+            Ok((mut stream, _)) => {
+                let _ = stream.write(TOO_MANY);
+                bump(&self.shared.net.rejected_connections);
+                true
+            }
+            Err(_) => false,
+        };
+        self.spare = File::open("/dev/null").ok();
+        refused
+    }
+
     fn remove(&mut self, token: Token) {
         let slot = token.0 - FIRST_CONN;
-        if let Some(mut c) = self.conns[slot].take() {
-            c.stalled = None;
+        if let Some(c) = self.conns[slot].take() {
             c.shared.forget_waiting();
             let _ = self.poll.registry().deregister(&mut ClientConnSource(&c.shared));
             c.shared.close();
@@ -309,34 +341,30 @@ impl NetThread {
     }
 
     fn read_conn(&mut self, token: Token) -> Flow {
-        let NetThread { conns, queue, shared, limits, ids, .. } = self;
+        let NetThread { conns, shared, limits, ids, .. } = self;
         let slot = token.0 - FIRST_CONN;
         let Some(conn) = conns.get_mut(slot).and_then(Option::as_mut) else { return Flow::Finished };
         let mut reads = 0;
         let mut drained = false;
         loop {
-            if let Some(job) = conn.stalled.take() {
-                match queue.try_send(job) {
-                    Ok(()) => {}
-                    Err(TrySendError::Full(job)) => {
-                        conn.stalled = Some(job);
-                        return Flow::Blocked;
-                    }
-                    Err(TrySendError::Disconnected(_)) => return Flow::Finished,
+            if conn.unqueued {
+                match shared.queue.push_fresh(conn.shared.clone()) {
+                    Ok(()) => conn.unqueued = false,
+                    Err(_) => return Flow::Blocked,
                 }
             }
             if conn.done {
                 return Flow::Finished;
             }
-            if conn.shared.waiting() >= MAX_PIPELINE {
-                return Flow::Blocked;
-            }
-            if let Some(flow) = parse_all(conn, queue, shared, limits, ids) {
+            if let Some(flow) = parse_all(conn, shared, limits, ids) {
                 return flow;
             }
-            if conn.shared.pending_output() > shared.config.proxy.max_pending_output {
+            if !shared.budget.may_run(conn.shared.pending_output()) {
                 conn.output_paused = true;
                 return Flow::Paused;
+            }
+            if !conn.shared.may_read() {
+                return Flow::Blocked;
             }
             if shared.stopping.load(Ordering::Relaxed) {
                 return Flow::Drained;
@@ -388,19 +416,13 @@ impl NetThread {
     }
 
     fn all_idle(&self) -> bool {
-        self.conns.iter().flatten().all(|c| c.stalled.is_none() && c.shared.idle(c.issued))
+        self.conns.iter().flatten().all(|c| !c.unqueued && c.shared.idle(c.issued))
     }
 }
 
-/// Parses every whole request in the buffer and queues it. Returns a flow when
-/// reading must stop, `None` when more bytes are needed.
-fn parse_all(
-    conn: &mut Conn,
-    queue: &Sender<Job>,
-    shared: &Shared,
-    limits: &Limits,
-    ids: &mut RequestIds,
-) -> Option<Flow> {
+/// Parses every whole request in the buffer and puts it in the connection's
+/// line. Returns a flow when reading must stop, `None` when more bytes are needed.
+fn parse_all(conn: &mut Conn, shared: &Shared, limits: &Limits, ids: &mut RequestIds) -> Option<Flow> {
     let net = &shared.net;
     loop {
         if conn.swallow > 0 {
@@ -411,7 +433,10 @@ fn parse_all(
                 return None;
             }
         }
-        let work = match parse_request(conn.rbuf.filled(), limits) {
+        if !conn.shared.may_read() {
+            return Some(Flow::Blocked);
+        }
+        let (work, size) = match parse_request(conn.rbuf.filled(), limits) {
             Parsed::Incomplete => return None,
             Parsed::Request { request: Request::Quit, .. } => {
                 conn.shared.deliver(conn.issued, Vec::new(), true, net);
@@ -421,7 +446,7 @@ fn parse_all(
             }
             Parsed::Request { request, consumed } => {
                 conn.rbuf.consume(consumed);
-                Work::Request(request)
+                (Work::Request(request), consumed)
             }
             Parsed::Reject(r) => {
                 bump(&net.protocol_errors);
@@ -434,7 +459,7 @@ fn parse_all(
                 conn.rbuf.consume(r.consumed);
                 conn.swallow = r.swallow;
                 match r.stale_key {
-                    Some(key) => Work::DropStale { key, reply: r.reply },
+                    Some(key) => (Work::DropStale { key, reply: r.reply }, r.consumed),
                     None => {
                         let bytes = r.reply.map(|l| format!("{l}\r\n").into_bytes()).unwrap_or_default();
                         conn.shared.deliver(conn.issued, bytes, false, net);
@@ -446,33 +471,30 @@ fn parse_all(
         };
         let t_parsed = now_ns();
         let job = Job {
-            conn: conn.shared.clone(),
             seq: conn.issued,
             work,
             request_id: ids.take(),
             t_recv: conn.last_read_ns,
             t_parsed,
             t_enqueue: t_parsed,
+            size,
         };
         conn.issued += 1;
-        let job = match conn.shared.admit(job) {
-            Admit::Run(mut job) => {
-                job.t_enqueue = now_ns();
-                job
-            }
-            Admit::Waiting(n) if n >= MAX_PIPELINE => return Some(Flow::Blocked),
-            Admit::Waiting(_) => continue,
-        };
-        match queue.try_send(job) {
-            Ok(()) => {}
-            Err(TrySendError::Full(job)) => {
+        if conn.shared.admit(job) {
+            if let Err(_full) = shared.queue.push_fresh(conn.shared.clone()) {
                 bump(&net.queue_full);
-                conn.stalled = Some(job);
+                conn.unqueued = true;
                 return Some(Flow::Blocked);
             }
-            Err(TrySendError::Disconnected(_)) => return Some(Flow::Finished),
         }
     }
+}
+
+/// Whether accepting failed because the process or the system has no file
+/// descriptor left.
+fn is_out_of_descriptors(e: &io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(code) if code == rustix::io::Errno::MFILE.raw_os_error()
+        || code == rustix::io::Errno::NFILE.raw_os_error())
 }
 
 /// Lets the registry deregister a stream that lives inside an `Arc`.

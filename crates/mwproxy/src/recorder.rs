@@ -62,7 +62,7 @@ pub struct WorkerAcc {
     pub service: Hist,
     /// Per server, in configuration order.
     pub backends: Vec<BackendAcc>,
-    /// Nanoseconds workers spent on jobs.
+    /// Nanoseconds workers spent on jobs (whole batches, added by the worker).
     pub busy_ns: u64,
     /// Sum of queue times in ns (divided by the window length: mean queue length).
     pub queue_ns: u64,
@@ -217,9 +217,7 @@ pub fn record(acc: &mut WorkerAcc, f: &Finished, facts: &JobFacts, worker: usize
     acc.queue_ns += queue_ns;
     let t_send = facts.t_send.unwrap_or(facts.t_dequeue);
     acc.server.record_ns(facts.t_backend_done.saturating_sub(t_send));
-    let service = f.t_reply.saturating_sub(facts.t_dequeue);
-    acc.service.record_ns(service);
-    acc.busy_ns += service;
+    acc.service.record_ns(f.t_reply.saturating_sub(facts.t_dequeue));
     acc.counters.add(&facts.counters);
     for b in &facts.backend {
         let a = &mut acc.backends[b.server];

@@ -107,6 +107,9 @@ plain_block! {
         backend_failures,
         /// Replicated writes whose replicas answered differently.
         replica_disagreements,
+        /// Replicated writes that some replicas did not confirm (failed or
+        /// stalled); acknowledged only when the write quorum confirmed them.
+        replica_write_failures,
         /// Multi-gets answered with the hits of only some servers.
         multiget_partial,
         /// Reads answered by another replica after the chosen one failed.

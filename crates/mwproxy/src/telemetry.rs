@@ -13,7 +13,7 @@ use mwstats::writer::ResultsWriter;
 use mwstats::{Metadata, WindowRecord};
 
 use crate::recorder::{Slots, WorkerAcc};
-use crate::server::Shared;
+use crate::shared::Shared;
 use crate::stats::{NetCounters, WorkerCounters};
 
 /// Measurement state shared by workers, the stats thread, `stats` and the admin endpoint.

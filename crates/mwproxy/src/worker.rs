@@ -1,96 +1,94 @@
-//! Workers: take one job at a time from the request queue and carry it through.
+//! Pool workers: take a connection from the queue, carry out a batch of its
+//! waiting requests, deliver the replies, and send it back to the queue if
+//! more wait.
 //!
-//! A job is processed start to finish by one worker: it decides which servers
-//! are involved (see `route.rs`), writes the request to every one of them,
-//! then reads every reply, merges them into the client's reply and delivers it
-//! to the connection. This file holds the loop and the plumbing shared by all
-//! commands: the exchange with several servers at once and the rules for
-//! combining replicas' answers. The commands themselves are in `commands.rs`.
+//! A batch is one connection's pipelined requests (at most
+//! [`MAX_BATCH`](crate::conn::MAX_BATCH)), so a pipelining client's requests
+//! travel to each server in one write and its replies are read back in one
+//! go, while a client with one request at a time is served exactly as in the
+//! seed reports' architecture. The requests are driven by the routing core
+//! (`route/`) round by round. Under replication, a batch is cut into waves so
+//! that a request never overtakes, nor is overtaken by, a write of the same
+//! key: a wave's rounds — failovers, cas copies — finish before the next wave
+//! is sent. `stats` and `version` are answered alone, after everything before
+//! them is recorded.
+//!
+//! The exchange with the servers honours their shared health (`health.rs`):
+//! a server that is down or stalled gets nothing and its calls fail at once;
+//! its probe waits; repairs waiting for a server are sent before the calls on
+//! the same connection (`repair.rs`).
 
+use std::collections::HashSet;
 use std::ops::Range;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::Receiver;
-use mcproto::{parse_response, MetaKind, Request, Response};
+use mcproto::Request;
 use mwstats::clock::now_ns;
+use mwstats::slots::SlotWriter;
 use mwstats::OpKind;
 
-use crate::backend::{Backend, BackendError, Framing};
-use crate::conn::ClientConn;
+use crate::backend::{Backend, Wait};
+use crate::conn::{After, ClientConn, Job};
 use crate::recorder::{record, BackendFact, Finished, JobFacts, WorkerAcc};
-use crate::server::Shared;
-use mwstats::slots::SlotWriter;
+use crate::repair::Batch;
+use crate::route::{BackendError, Begin, Exec, Work};
+use crate::shared::Shared;
 
-/// What a job asks of a worker.
-#[derive(Debug)]
-pub enum Work {
-    /// A client request.
-    Request(Request),
-    /// A `set` whose value was too large: drop the key's old value on its
-    /// replicas (as memcached does) and answer `reply`.
-    DropStale {
-        /// The key to delete.
-        key: Vec<u8>,
-        /// memcached's error line, or `None` under noreply.
-        reply: Option<&'static str>,
-    },
+/// Longest reply line a repair can get.
+const REPAIR_CAP: usize = 4096;
+
+/// A request of the batch in progress.
+struct Entry {
+    seq: u64,
+    request_id: u64,
+    t_recv: u64,
+    t_parsed: u64,
+    t_enqueue: u64,
+    op: OpKind,
+    keys: u64,
+    noreply: bool,
+    /// Answered from the proxy's own state when its wave comes.
+    local: Option<Request>,
+    exec: Exec,
+    /// Its calls in the current round (indices into the outbox).
+    calls: Range<usize>,
+    facts: JobFacts,
+    finished: bool,
+    /// The reply's trace status.
+    status: &'static str,
 }
 
-/// One request on its way through the proxy.
-pub struct Job {
-    /// The client connection to answer.
-    pub conn: Arc<ClientConn>,
-    /// The request's number on its connection (replies go out in this order).
-    pub seq: u64,
-    /// What to do.
-    pub work: Work,
-    /// Unique per process (trace sampling uses it).
-    pub request_id: u64,
-    /// When the read that completed the request returned (ns, `mwstats::clock`).
-    pub t_recv: u64,
-    /// When it was parsed.
-    pub t_parsed: u64,
-    /// When it was put in line for a worker.
-    pub t_enqueue: u64,
+/// One call's result: where its reply lies in its backend's buffer.
+#[derive(Clone, Debug)]
+struct CallResult {
+    outcome: Result<(usize, usize), BackendError>,
+    done_at: u64,
 }
 
-/// One server's part of a job: the bytes to send (a range of the worker's send
-/// buffer) and, after the exchange, the length of its reply or why there is none.
-pub(crate) struct Target {
-    pub server: usize,
-    pub request: Range<usize>,
-    pub result: Result<usize, BackendError>,
-    /// When its reply was complete (or the attempt failed).
-    pub done_at: Option<u64>,
-    /// How its reply is delimited.
-    pub framing: Framing,
-}
-
-impl Target {
-    /// A target for `server` whose request is `request` in the send buffer.
-    pub fn new(server: usize, request: Range<usize>) -> Target {
-        Target { server, request, result: Ok(0), done_at: None, framing: mcproto::response_len }
-    }
-
-    /// A target whose request is a meta command followed by `mn`: its reply
-    /// runs to the `MN`.
-    pub fn meta(server: usize, request: Range<usize>) -> Target {
-        Target { framing: mcproto::meta_reply_len, ..Target::new(server, request) }
-    }
+/// What an exchange sent to one server besides the round's calls: a repair
+/// batch and the number of replies it gets.
+struct Sent {
+    repair: Option<(Batch, usize)>,
 }
 
 /// A worker thread's state: its connections, buffers and counters.
 pub struct Worker {
-    pub(crate) id: usize,
-    pub(crate) shared: Arc<Shared>,
-    pub(crate) backends: Vec<Backend>,
-    /// Requests to servers are encoded here; targets point into it.
-    pub(crate) sendbuf: Vec<u8>,
+    id: usize,
+    shared: Arc<Shared>,
+    backends: Vec<Backend>,
+    outbox: crate::route::Outbox,
+    results: Vec<CallResult>,
+    /// Bytes of replies to consume per server after a round.
+    consumed: Vec<usize>,
+    /// When the round's requests were written, per server (ns).
+    sent_at: Vec<u64>,
+    /// Whether this worker is a server's probe right now.
+    probing: Vec<bool>,
     /// Round-robin position for reads and multi-get placement.
-    pub(crate) rr: usize,
-    /// What the current job has done so far.
-    pub(crate) facts: JobFacts,
+    rr: usize,
+    /// Which queue line to prefer next.
+    turn: bool,
     /// This worker's way into its accumulator slot.
     writer: SlotWriter<WorkerAcc>,
 }
@@ -98,227 +96,324 @@ pub struct Worker {
 impl Worker {
     /// A worker with (lazily opened) connections to every server.
     pub fn new(id: usize, shared: Arc<Shared>) -> Worker {
+        let n = shared.addrs.len();
         let backends = shared.addrs.iter().map(|a| Backend::new(*a)).collect();
-        let writer = SlotWriter::new(id, WorkerAcc::new(shared.addrs.len()));
-        Worker { id, shared, backends, sendbuf: Vec::with_capacity(4096), rr: id, facts: JobFacts::default(), writer }
+        let writer = SlotWriter::new(id, WorkerAcc::new(n));
+        Worker {
+            id,
+            backends,
+            outbox: crate::route::Outbox::new(n),
+            results: Vec::new(),
+            consumed: vec![0; n],
+            sent_at: vec![0; n],
+            probing: vec![false; n],
+            rr: id,
+            turn: false,
+            writer,
+            shared,
+        }
     }
 
-    /// Serves jobs until every net thread has gone and the queue is empty.
-    pub fn run(mut self, queue: Receiver<Job>) {
-        let mut reply = Vec::with_capacity(4096);
-        for first in queue.iter() {
-            let mut next = Some(first);
-            while let Some(job) = next {
-                let conn = self.handle(job, &mut reply);
-                // A record that went to the spill becomes visible before the
-                // connection's next request runs (`stats` counts what the
-                // client was answered).
-                self.writer.settle(&self.shared.telemetry.slots);
-                // The connection's next request, if one waits, comes next.
-                next = conn.next_job();
+    /// Serves connections until the queue is closed and empty.
+    pub fn run(mut self) {
+        while let Some(conn) = self.shared.queue.pop(&mut self.turn) {
+            let jobs = conn.take_batch();
+            if !jobs.is_empty() {
+                self.serve(&conn, jobs);
+            }
+            // A record that went to the spill becomes visible before the
+            // connection's next request runs (`stats` counts what the client
+            // was answered).
+            self.writer.settle(&self.shared.telemetry.slots);
+            if conn.after_batch() == After::Again {
+                self.shared.queue.push_again(conn);
             }
         }
     }
 
-    /// Carries out one job, delivers its reply and records it; returns the job's connection.
-    fn handle(&mut self, job: Job, reply: &mut Vec<u8>) -> Arc<ClientConn> {
-        self.facts.begin(now_ns());
-        reply.clear();
-        let (noreply, op, keys) = match &job.work {
-            Work::Request(req) => {
-                self.execute(req, reply);
-                let (op, keys) = classify(req);
-                (req.noreply(), op, keys)
+    /// Carries out one batch of a connection's requests and delivers the replies.
+    fn serve(&mut self, conn: &ClientConn, jobs: Vec<Job>) {
+        let t_dequeue = now_ns();
+        let waves = waves(&jobs, self.shared.router.replication);
+        let mut entries: Vec<Entry> = jobs.into_iter().map(|job| self.begin(job, t_dequeue)).collect();
+        for wave in waves {
+            let entries = &mut entries[wave];
+            self.run_wave(entries);
+            for e in entries.iter_mut() {
+                e.status = reply_status(&e.exec.reply);
             }
-            Work::DropStale { key, reply: line } => {
-                self.drop_stale(key);
-                reply.extend_from_slice(line.unwrap_or(mcproto::parse::TOO_LARGE).as_bytes());
-                reply.extend_from_slice(b"\r\n");
-                (line.is_none(), OpKind::Set, 1)
-            }
+            let replies = entries.iter_mut().map(|e| {
+                let reply = std::mem::take(&mut e.exec.reply);
+                (e.seq, if e.noreply { Vec::new() } else { reply })
+            });
+            conn.deliver_all(replies, &self.shared.net);
+            let t_reply = now_ns();
+            self.record(entries, t_reply);
+        }
+        let busy = now_ns().saturating_sub(t_dequeue);
+        self.writer.record(&self.shared.telemetry.slots, |acc| {
+            acc.busy_ns += busy;
+            acc.dirty = true;
+        });
+    }
+
+    fn begin(&mut self, job: Job, t_dequeue: u64) -> Entry {
+        let (op, keys) = job.work.class();
+        let noreply = job.work.noreply();
+        let (exec, local) = match Exec::begin(job.work, &self.shared.router, &mut self.rr) {
+            Begin::Exec(e) => (e, None),
+            Begin::Local(req) => (Exec::answered(Vec::new()), Some(req)),
         };
-        let status = reply_status(reply);
-        if status != "ok" {
-            self.facts.counters.error_replies += 1;
-        }
-        let bytes = if noreply { Vec::new() } else { std::mem::replace(reply, Vec::with_capacity(4096)) };
-        job.conn.deliver(job.seq, bytes, false, &self.shared.net);
-        let finished = Finished {
+        let mut facts = JobFacts::default();
+        facts.begin(t_dequeue);
+        Entry {
+            seq: job.seq,
             request_id: job.request_id,
-            op,
-            keys,
-            status,
             t_recv: job.t_recv,
             t_parsed: job.t_parsed,
             t_enqueue: job.t_enqueue,
-            t_reply: now_ns(),
-        };
-        self.record(&finished);
-        job.conn
+            op,
+            keys,
+            noreply,
+            local,
+            exec,
+            calls: 0..0,
+            facts,
+            finished: false,
+            status: "ok",
+        }
     }
 
-    /// Adds the finished job to this worker's accumulator, or to the spill if
-    /// the stats thread holds it right now.
-    fn record(&mut self, f: &Finished) {
-        let trace_every = if self.shared.config.stats.out.is_some() { self.shared.config.stats.trace_every } else { 0 };
-        let (facts, id) = (&self.facts, self.id);
-        self.writer.record(&self.shared.telemetry.slots, |acc| record(acc, f, facts, id, trace_every));
-    }
-
-    fn now_ms(&self) -> u64 {
-        self.shared.started.elapsed().as_millis() as u64
-    }
-
-    /// Writes every target's request, then reads every reply. Each target's
-    /// `result` ends up as the reply length (reply still buffered in its
-    /// backend until [`Worker::finish`]) or the failure.
-    pub(crate) fn exchange(&mut self, targets: &mut [Target]) {
-        let cfg = &self.shared.config.backend;
-        let now_ms = self.now_ms();
-        let t_send = now_ns();
-        self.facts.t_send.get_or_insert(t_send);
-        for t in targets.iter_mut() {
-            let b = &mut self.backends[t.server];
-            let health = &self.shared.health[t.server];
-            let req = &self.sendbuf[t.request.clone()];
-            t.result = b.send(health, now_ms, cfg, req).map(|_| 0);
-            if t.result.is_err() && b.was_used() {
-                b.reset();
-                t.result = b.send(health, now_ms, cfg, req).map(|_| 0);
+    /// Runs the rounds of a wave until every request in it is finished.
+    fn run_wave(&mut self, entries: &mut [Entry]) {
+        for e in entries.iter_mut() {
+            if let Some(req) = e.local.take() {
+                self.writer.settle(&self.shared.telemetry.slots);
+                e.exec.reply = crate::local::reply(&req, &self.shared);
             }
         }
+        loop {
+            self.outbox.clear();
+            let mut any = false;
+            for e in entries.iter_mut().filter(|e| !e.finished) {
+                let first = self.outbox.calls().len();
+                let n = e.exec.round(&self.shared.router, &mut self.outbox);
+                e.calls = first..first + n;
+                e.finished = n == 0;
+                any |= n > 0;
+            }
+            if !any {
+                return;
+            }
+            self.exchange();
+            let router = &self.shared.router;
+            for e in entries.iter_mut().filter(|e| !e.finished) {
+                for (j, ci) in e.calls.clone().enumerate() {
+                    let call = self.outbox.calls()[ci];
+                    if !call.reply {
+                        continue;
+                    }
+                    let r = &self.results[ci];
+                    let outcome = match &r.outcome {
+                        Ok((at, len)) => Ok(self.backends[call.server].reply(*at, *len)),
+                        Err(e) => Err(e),
+                    };
+                    e.exec.absorb(router, j, outcome);
+                    e.facts.t_backend_done = e.facts.t_backend_done.max(r.done_at);
+                }
+            }
+            self.note_facts(entries);
+            for (s, b) in self.backends.iter_mut().enumerate() {
+                b.consume(std::mem::take(&mut self.consumed[s]));
+            }
+        }
+    }
+
+    /// Per-server timings of the round just done, for each request.
+    fn note_facts(&mut self, entries: &mut [Entry]) {
+        let calls = self.outbox.calls();
+        for e in entries.iter_mut().filter(|e| !e.finished) {
+            for ci in e.calls.clone() {
+                let call = calls[ci];
+                if !call.reply {
+                    continue;
+                }
+                let r = &self.results[ci];
+                let sent = self.sent_at[call.server];
+                e.facts.t_send = Some(e.facts.t_send.map_or(sent, |t| t.min(sent)));
+                e.facts.backend.push(BackendFact {
+                    server: call.server,
+                    ns: r.done_at.saturating_sub(sent),
+                    failed: r.outcome.is_err(),
+                    timeout: matches!(r.outcome, Err(BackendError::Timeout)),
+                    reconnects: self.backends[call.server].take_reconnects(),
+                });
+            }
+        }
+    }
+
+    /// Sends the outbox to its servers and reads every reply.
+    fn exchange(&mut self) {
+        let Worker { shared, backends, outbox, results, consumed, probing, sent_at, .. } = self;
+        let cfg = &shared.config.backend;
+        let health = &shared.health;
         let deadline = Instant::now() + Duration::from_millis(cfg.timeout_ms);
-        for t in targets.iter_mut() {
-            if t.result.is_err() {
+        let slice = if cfg.stall_ms > 0 {
+            Duration::from_millis((cfg.stall_ms / 2).max(5))
+        } else {
+            Duration::from_millis(cfg.timeout_ms)
+        };
+        let calls = outbox.calls();
+        let pending = CallResult { outcome: Ok((0, 0)), done_at: 0 };
+        results.clear();
+        results.resize(calls.len(), pending);
+        let fail = |results: &mut Vec<CallResult>, s: usize, e: &BackendError| {
+            let now = now_ns();
+            for (r, c) in results.iter_mut().zip(calls) {
+                if c.server == s && r.outcome.is_ok() {
+                    *r = CallResult { outcome: Err(e.clone()), done_at: now };
+                }
+            }
+        };
+        let mut sent: Vec<Option<Sent>> = (0..outbox.servers()).map(|_| None).collect();
+        for s in 0..outbox.servers() {
+            if outbox.bytes(s).is_empty() {
                 continue;
             }
-            let b = &mut self.backends[t.server];
-            let health = &self.shared.health[t.server];
-            t.result = b.recv(deadline, t.framing);
-            t.done_at = Some(now_ns());
-            if matches!(t.result, Err(BackendError::Io(_))) && b.was_used() {
-                // The server closed a connection that sat idle (it restarted):
-                // the request was never read, so sending it again is safe.
-                b.reset();
-                let req = &self.sendbuf[t.request.clone()];
-                let retry_deadline = Instant::now() + Duration::from_millis(cfg.timeout_ms);
-                t.result = b.send(health, now_ms, cfg, req).and_then(|_| b.recv(retry_deadline, t.framing));
-                t.done_at = Some(now_ns());
+            let probe = match health.admit(s) {
+                Ok(p) => p,
+                Err(e) => {
+                    health.gave_up(s, &e);
+                    fail(results, s, &e);
+                    continue;
+                }
+            };
+            probing[s] = probe;
+            let b = &mut backends[s];
+            let repair = shared.repairs.take(s);
+            let mut wait = Wait { health, server: s, deadline, slice, probe: &mut probing[s] };
+            let mut done = b.ensure(cfg, probe);
+            let mut repair_replies = 0;
+            if let (Ok(()), Some(batch)) = (&done, &repair) {
+                let mut bytes = Vec::new();
+                repair_replies = batch.encode(&mut bytes);
+                done = b.send(&bytes, &mut wait);
             }
-        }
-        let done = now_ns();
-        self.facts.t_backend_done = done;
-        for t in targets.iter_mut() {
-            let health = &self.shared.health[t.server];
-            if let Err(e) = &t.result {
-                let now_ms = self.now_ms();
-                self.backends[t.server].fail(health, now_ms, cfg, e);
-            } else {
-                Backend::succeeded(health);
+            if done.is_ok() {
+                done = b.send(outbox.bytes(s), &mut wait);
             }
-            self.facts.backend.push(BackendFact {
-                server: t.server,
-                ns: t.done_at.unwrap_or(done).saturating_sub(t_send),
-                failed: t.result.is_err(),
-                timeout: matches!(t.result, Err(BackendError::Timeout)),
-                reconnects: self.backends[t.server].take_reconnects(),
-            });
-        }
-    }
-
-    /// Writes commands that produce no reply (noreply) to one server; a failure
-    /// only closes that connection, as for any other request.
-    pub(crate) fn send_without_reply(&mut self, server: usize, bytes: &[u8]) {
-        let cfg = &self.shared.config.backend;
-        let now_ms = self.now_ms();
-        let health = &self.shared.health[server];
-        let b = &mut self.backends[server];
-        if let Err(e) = b.send(health, now_ms, cfg, bytes) {
-            b.fail(health, now_ms, cfg, &e);
-        }
-    }
-
-    /// Releases the replies of an exchange.
-    pub(crate) fn finish(&mut self, targets: &[Target]) {
-        for t in targets {
-            if let Ok(n) = t.result {
-                self.backends[t.server].consume(n);
+            if let Err(e) = done {
+                b.fail();
+                if let Some(batch) = repair {
+                    shared.repairs.give_back(s, batch);
+                }
+                health.failed(s, &e);
+                fail(results, s, &e);
+                end_probe(health, probing, s);
+                continue;
             }
+            health.begin_wait(s);
+            sent_at[s] = now_ns();
+            sent[s] = Some(Sent { repair: repair.map(|b| (b, repair_replies)) });
         }
-    }
-
-    /// The reply bytes of a successful target.
-    pub(crate) fn reply_of(&self, t: &Target) -> Option<&[u8]> {
-        t.result.as_ref().ok().map(|&n| self.backends[t.server].reply(n))
-    }
-
-    /// The `SERVER_ERROR` line for a failed target.
-    pub(crate) fn error_line(&self, server: usize, e: &BackendError, out: &mut Vec<u8>) {
-        out.extend_from_slice(format!("SERVER_ERROR backend {} {}\r\n", self.shared.addrs[server], e).as_bytes());
-    }
-
-    /// Sends one encoded request to several servers and combines their answers
-    /// the way replicated writes are answered: the common answer when all agree,
-    /// otherwise the first answer that is not a success (disagreement counted).
-    pub(crate) fn fan_out(&mut self, servers: &[usize], out: &mut Vec<u8>) {
-        let range = 0..self.sendbuf.len();
-        let mut targets: Vec<Target> = servers.iter().map(|&s| Target::new(s, range.clone())).collect();
-        self.exchange(&mut targets);
-        let (failed, disagreed) = self.combine(&targets, out);
-        self.facts.counters.backend_failures += u64::from(failed);
-        self.facts.counters.replica_disagreements += u64::from(disagreed);
-        self.finish(&targets);
-    }
-
-    /// Appends the combined answer; says whether a server failed and whether
-    /// the replicas that answered disagreed.
-    pub(crate) fn combine(&self, targets: &[Target], out: &mut Vec<u8>) -> (bool, bool) {
-        let mut first: Option<&[u8]> = None;
-        let mut all_same = true;
-        let mut failure: Option<Vec<u8>> = None;
-        for t in targets {
-            match self.reply_of(t) {
-                Some(raw) => {
-                    match first {
-                        None => first = Some(raw),
-                        Some(f) if f != raw => all_same = false,
-                        _ => {}
-                    }
-                    let ok = matches!(parse_response(raw), Ok(Some((r, _))) if r.is_success());
-                    if !ok && failure.is_none() {
-                        failure = Some(raw.to_vec());
+        for s in 0..outbox.servers() {
+            let Some(Sent { repair, .. }) = sent[s].take() else { continue };
+            let b = &mut backends[s];
+            let mut wait = Wait { health, server: s, deadline, slice, probe: &mut probing[s] };
+            let mut at = 0;
+            let mut failure: Option<BackendError> = None;
+            let mut answered = false;
+            if let Some((batch, replies)) = repair {
+                for _ in 0..replies {
+                    match b.recv(at, mcproto::response_len, REPAIR_CAP, &mut wait) {
+                        Ok(len) => at += len,
+                        Err(e) => {
+                            failure = Some(e);
+                            break;
+                        }
                     }
                 }
-                None => {
-                    all_same = false;
-                    if failure.is_none() {
-                        let mut line = Vec::new();
-                        self.error_line(t.server, t.result.as_ref().unwrap_err(), &mut line);
-                        failure = Some(line);
+                if failure.is_none() {
+                    answered = true;
+                    shared.repairs.completed(&batch);
+                } else {
+                    shared.repairs.give_back(s, batch);
+                }
+            }
+            for (r, c) in results.iter_mut().zip(calls) {
+                if c.server != s || !c.reply {
+                    continue;
+                }
+                if let Some(e) = &failure {
+                    *r = CallResult { outcome: Err(e.clone()), done_at: now_ns() };
+                    continue;
+                }
+                match b.recv(at, c.framing, c.cap, &mut wait) {
+                    Ok(len) => {
+                        *r = CallResult { outcome: Ok((at, len)), done_at: now_ns() };
+                        at += len;
+                        answered = true;
+                    }
+                    Err(e) => {
+                        *r = CallResult { outcome: Err(e.clone()), done_at: now_ns() };
+                        failure = Some(e);
                     }
                 }
             }
+            health.end_wait(s);
+            match &failure {
+                None if answered => health.succeeded(s),
+                None => {}
+                Some(e @ BackendError::Stalled) => {
+                    b.fail();
+                    health.gave_up(s, e);
+                }
+                Some(e) => {
+                    b.fail();
+                    health.failed(s, e);
+                }
+            }
+            consumed[s] = at;
+            end_probe(health, probing, s);
         }
-        let failed = targets.iter().any(|t| t.result.is_err());
-        if all_same {
-            out.extend_from_slice(first.unwrap_or_default());
-            return (failed, false);
-        }
-        match (failure, first) {
-            (Some(f), _) => out.extend_from_slice(&f),
-            (None, Some(f)) => out.extend_from_slice(f),
-            (None, None) => unreachable!("targets are never empty"),
-        }
-        (failed, !failed)
     }
 
-    /// Deletes a key on all its replicas, ignoring the answers.
-    fn drop_stale(&mut self, key: &[u8]) {
-        self.sendbuf.clear();
-        Request::Delete { key: key.to_vec(), noreply: false }.encode(&mut self.sendbuf, false);
-        let servers = self.shared.ring.replicas(key, self.shared.config.routing.replication);
-        let mut ignored = Vec::new();
-        self.fan_out(&servers, &mut ignored);
+    /// Adds the finished requests of a wave to this worker's accumulator and
+    /// notes the repairs they leave behind.
+    fn record(&mut self, entries: &mut [Entry], t_reply: u64) {
+        let trace_every = if self.shared.config.stats.out.is_some() { self.shared.config.stats.trace_every } else { 0 };
+        for e in entries.iter_mut() {
+            for (server, key) in e.exec.effects.repairs.drain(..) {
+                self.shared.repairs.note(server, key);
+            }
+            e.facts.counters = std::mem::take(&mut e.exec.effects.counters);
+            e.facts.hits = e.exec.effects.hits;
+            if e.status != "ok" {
+                e.facts.counters.error_replies += 1;
+            }
+        }
+        let id = self.id;
+        self.writer.record(&self.shared.telemetry.slots, |acc| {
+            for e in entries.iter() {
+                let f = Finished {
+                    request_id: e.request_id,
+                    op: e.op,
+                    keys: e.keys,
+                    status: e.status,
+                    t_recv: e.t_recv,
+                    t_parsed: e.t_parsed,
+                    t_enqueue: e.t_enqueue,
+                    t_reply,
+                };
+                record(acc, &f, &e.facts, id, trace_every);
+            }
+        });
+    }
+}
+
+fn end_probe(health: &crate::health::Health, probing: &mut [bool], s: usize) {
+    if std::mem::take(&mut probing[s]) {
+        health.end_probe(s);
     }
 }
 
@@ -335,29 +430,53 @@ fn reply_status(reply: &[u8]) -> &'static str {
     }
 }
 
-/// The results-format class of a request and the keys it names.
-fn classify(req: &Request) -> (OpKind, u64) {
-    match req {
-        Request::Get { keys, .. } if keys.len() == 1 => (OpKind::Get, 1),
-        Request::Get { keys, .. } if keys.len() > 1 => (OpKind::Multiget, keys.len() as u64),
-        Request::Store { .. } => (OpKind::Set, 1),
-        Request::Delete { .. } => (OpKind::Delete, 1),
-        Request::Arith { .. } | Request::Touch { .. } => (OpKind::Other, 1),
-        Request::Meta { kind, .. } => match kind {
-            MetaKind::Get => (OpKind::Get, 1),
-            MetaKind::Set => (OpKind::Set, 1),
-            MetaKind::Delete => (OpKind::Delete, 1),
-            MetaKind::Arith | MetaKind::Debug => (OpKind::Other, 1),
-            MetaKind::Noop => (OpKind::Other, 0),
-        },
-        _ => (OpKind::Other, 0),
+/// Cuts a batch into waves. With one replica per key a batch is one wave
+/// (each server executes its requests in order, and no request needs a second
+/// round). Under replication a request starts a new wave when it names a key
+/// that an earlier request of the wave writes, or writes a key that an
+/// earlier one names, so that failovers, cas copies and repairs happen before
+/// anything that follows. `stats` and `version` are always a wave of their own.
+pub(crate) fn waves(jobs: &[Job], replication: usize) -> Vec<Range<usize>> {
+    let mut waves = Vec::new();
+    let mut start = 0;
+    let mut read: HashSet<&[u8]> = HashSet::new();
+    let mut written: HashSet<&[u8]> = HashSet::new();
+    let mut everything = false;
+    for (i, job) in jobs.iter().enumerate() {
+        let local = matches!(job.work, Work::Request(Request::Version | Request::Stats { .. }));
+        let keys = job.work.keys();
+        let writes = job.work.writes();
+        let conflict = local
+            || (replication > 1
+                && (everything
+                    || match &keys {
+                        None => i > start,
+                        Some(ks) => ks.iter().any(|k| written.contains(k) || (writes && read.contains(k))),
+                    }));
+        if conflict && i > start {
+            waves.push(start..i);
+            start = i;
+            read.clear();
+            written.clear();
+            everything = false;
+        }
+        match keys {
+            None => everything = true,
+            Some(ks) => {
+                let set = if writes { &mut written } else { &mut read };
+                set.extend(ks);
+            }
+        }
+        if local {
+            waves.push(start..i + 1);
+            start = i + 1;
+            read.clear();
+            written.clear();
+            everything = false;
+        }
     }
-}
-
-/// Parses a buffered reply that [`Backend::recv`] has already delimited.
-pub(crate) fn parsed(raw: &[u8]) -> Response<'_> {
-    match parse_response(raw) {
-        Ok(Some((r, _))) => r,
-        _ => unreachable!("recv returns whole, well-formed replies"),
+    if start < jobs.len() {
+        waves.push(start..jobs.len());
     }
+    waves
 }

@@ -1,0 +1,242 @@
+//! The servers' health as every worker sees it: failures and backoff, the one
+//! probe allowed at a time, and stall detection.
+//!
+//! - A request that fails marks its server **down** for a backoff (doubling
+//!   from `retry_min_ms` to `retry_max_ms`). Until it ends, requests for that
+//!   server fail at once (`unavailable`). When it ends, exactly one request
+//!   (the **probe**) may try the server; the others keep failing at once
+//!   instead of all retrying together. The probe's success brings the server
+//!   back for everybody, its failure doubles the backoff.
+//! - A server that is up but stops answering is **stalled**: requests are
+//!   waiting for it and it has answered nothing for `stall_ms`, while other
+//!   servers kept answering (so a machine that is merely overloaded, where
+//!   every server slows down together, is not mistaken for a stall). Then new
+//!   requests are not sent to it, and of the requests already waiting one
+//!   becomes the probe and waits up to the timeout, while the others give up
+//!   at once. So a stalled server holds at most one worker, and requests for
+//!   other servers' keys keep their usual speed.
+//! - Transitions (down, up again) are logged at warn; failures of a server
+//!   that is already down are summed up at most once every 10 seconds.
+
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::time::Instant;
+
+use crate::config::BackendConfig;
+use crate::route::BackendError;
+
+/// How often repeated failures of a down server are logged.
+const LOG_EVERY_MS: u64 = 10_000;
+
+/// One server's state.
+#[derive(Debug, Default)]
+struct Server {
+    /// Milliseconds since start before which nobody may try it.
+    down_until_ms: AtomicU64,
+    /// Consecutive failures; non-zero means down.
+    failures: AtomicU32,
+    /// A request is probing it (down, or stalled).
+    probing: AtomicBool,
+    /// Requests waiting for its replies right now.
+    waiting: AtomicU32,
+    /// When it last answered (or when requests started waiting for it).
+    progress_ms: AtomicU64,
+    /// When it went down.
+    down_since_ms: AtomicU64,
+    /// Failures not logged yet, and when the last log line was written.
+    unlogged: AtomicU64,
+    logged_ms: AtomicU64,
+}
+
+/// The health of every server, shared by all workers.
+#[derive(Debug)]
+pub struct Health {
+    servers: Vec<Server>,
+    addrs: Vec<String>,
+    started: Instant,
+    /// When any server last answered.
+    any_progress_ms: AtomicU64,
+    stall_ms: u64,
+    retry_min_ms: u64,
+    retry_max_ms: u64,
+}
+
+impl Health {
+    /// Every server up, for servers at `addrs`.
+    pub fn new(addrs: Vec<String>, cfg: &BackendConfig) -> Health {
+        Health {
+            servers: addrs.iter().map(|_| Server::default()).collect(),
+            addrs,
+            started: Instant::now(),
+            any_progress_ms: AtomicU64::new(0),
+            stall_ms: cfg.stall_ms,
+            retry_min_ms: cfg.retry_min_ms,
+            retry_max_ms: cfg.retry_max_ms,
+        }
+    }
+
+    /// Milliseconds since the proxy started.
+    pub fn now_ms(&self) -> u64 {
+        self.started.elapsed().as_millis() as u64
+    }
+
+    /// May a request be sent to `s` now? `Ok(true)` means it is the probe and
+    /// must call [`Health::end_probe`] when its exchange is over.
+    pub fn admit(&self, s: usize) -> Result<bool, BackendError> {
+        let h = &self.servers[s];
+        let now = self.now_ms();
+        if h.failures.load(Ordering::Relaxed) > 0 {
+            if now < h.down_until_ms.load(Ordering::Relaxed) || !self.claim_probe(s) {
+                return Err(BackendError::Down);
+            }
+            return Ok(true);
+        }
+        if self.stalled(s, now) {
+            return Err(BackendError::Stalled);
+        }
+        Ok(false)
+    }
+
+    /// Becomes the probe of `s` if nobody is.
+    pub fn claim_probe(&self, s: usize) -> bool {
+        self.servers[s].probing.compare_exchange(false, true, Ordering::AcqRel, Ordering::Relaxed).is_ok()
+    }
+
+    /// The probe of `s` is over.
+    pub fn end_probe(&self, s: usize) {
+        self.servers[s].probing.store(false, Ordering::Release);
+    }
+
+    /// A request starts waiting for replies from `s`.
+    pub fn begin_wait(&self, s: usize) {
+        let h = &self.servers[s];
+        if h.waiting.fetch_add(1, Ordering::AcqRel) == 0 {
+            h.progress_ms.store(self.now_ms(), Ordering::Relaxed);
+        }
+    }
+
+    /// A request stops waiting for `s`.
+    pub fn end_wait(&self, s: usize) {
+        self.servers[s].waiting.fetch_sub(1, Ordering::AcqRel);
+    }
+
+    /// `s` sent bytes.
+    pub fn progress(&self, s: usize) {
+        let now = self.now_ms();
+        self.servers[s].progress_ms.store(now, Ordering::Relaxed);
+        self.any_progress_ms.fetch_max(now, Ordering::Relaxed);
+    }
+
+    /// Whether `s` counts as stalled at `now_ms` (see the module notes).
+    pub fn stalled(&self, s: usize, now_ms: u64) -> bool {
+        if self.stall_ms == 0 {
+            return false;
+        }
+        let h = &self.servers[s];
+        if h.waiting.load(Ordering::Acquire) == 0 {
+            return false;
+        }
+        let last = h.progress_ms.load(Ordering::Relaxed);
+        let others = self.any_progress_ms.load(Ordering::Relaxed);
+        now_ms.saturating_sub(last) > self.stall_ms && others.saturating_sub(last) > self.stall_ms / 2
+    }
+
+    /// An exchange with `s` failed: it is down for a backoff.
+    pub fn failed(&self, s: usize, e: &BackendError) {
+        let h = &self.servers[s];
+        let now = self.now_ms();
+        let n = h.failures.fetch_add(1, Ordering::AcqRel);
+        let backoff = (self.retry_min_ms << n.min(16)).min(self.retry_max_ms);
+        h.down_until_ms.store(now + backoff, Ordering::Relaxed);
+        if n == 0 {
+            h.down_since_ms.store(now, Ordering::Relaxed);
+            h.logged_ms.store(now, Ordering::Relaxed);
+            tracing::warn!(server = %self.addrs[s], "server down: {e}; retrying in {backoff} ms");
+        } else {
+            self.note_error(s, e, now);
+        }
+    }
+
+    /// A request to `s` was given up (stalled) without blaming the server.
+    pub fn gave_up(&self, s: usize, e: &BackendError) {
+        self.note_error(s, e, self.now_ms());
+    }
+
+    fn note_error(&self, s: usize, e: &BackendError, now: u64) {
+        let h = &self.servers[s];
+        let n = h.unlogged.fetch_add(1, Ordering::Relaxed) + 1;
+        let last = h.logged_ms.load(Ordering::Relaxed);
+        if now.saturating_sub(last) >= LOG_EVERY_MS
+            && h.logged_ms.compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed).is_ok()
+        {
+            h.unlogged.fetch_sub(n, Ordering::Relaxed);
+            tracing::warn!(server = %self.addrs[s], "{n} failed requests in the last {} s; last: {e}", (now - last) / 1000);
+        }
+    }
+
+    /// An exchange with `s` succeeded: it is up.
+    pub fn succeeded(&self, s: usize) {
+        let h = &self.servers[s];
+        if h.failures.load(Ordering::Relaxed) != 0 {
+            h.failures.store(0, Ordering::Release);
+            h.down_until_ms.store(0, Ordering::Relaxed);
+            let down_ms = self.now_ms().saturating_sub(h.down_since_ms.load(Ordering::Relaxed));
+            tracing::warn!(server = %self.addrs[s], "server up again after {down_ms} ms");
+        }
+    }
+
+    /// Whether `s` is currently down (or stalled).
+    pub fn is_down(&self, s: usize) -> bool {
+        self.servers[s].failures.load(Ordering::Relaxed) > 0 || self.stalled(s, self.now_ms())
+    }
+
+    /// Number of servers.
+    pub fn len(&self) -> usize {
+        self.servers.len()
+    }
+
+    /// Whether there are no servers.
+    pub fn is_empty(&self) -> bool {
+        self.servers.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn health(n: usize) -> Health {
+        let cfg = BackendConfig { stall_ms: 50, retry_min_ms: 10_000, ..BackendConfig::default() };
+        Health::new((0..n).map(|i| format!("s{i}")).collect(), &cfg)
+    }
+
+    #[test]
+    fn a_down_server_admits_one_probe_at_a_time() {
+        let h = health(2);
+        assert_eq!(h.admit(0), Ok(false));
+        h.failed(0, &BackendError::Timeout);
+        assert_eq!(h.admit(0), Err(BackendError::Down), "within the backoff nobody tries");
+        h.servers[0].down_until_ms.store(0, Ordering::Relaxed);
+        assert_eq!(h.admit(0), Ok(true), "after the backoff one request probes");
+        assert_eq!(h.admit(0), Err(BackendError::Down), "the others still fail at once");
+        h.end_probe(0);
+        h.succeeded(0);
+        assert_eq!(h.admit(0), Ok(false));
+        assert!(!h.is_down(0));
+    }
+
+    #[test]
+    fn a_server_is_stalled_only_when_others_answer_meanwhile() {
+        let h = health(2);
+        h.begin_wait(0);
+        let t0 = h.servers[0].progress_ms.load(Ordering::Relaxed);
+        assert!(!h.stalled(0, t0 + 40));
+        assert!(!h.stalled(0, t0 + 100), "nobody else answered: the whole machine may be slow");
+        h.any_progress_ms.store(t0 + 90, Ordering::Relaxed);
+        assert!(h.stalled(0, t0 + 100));
+        h.servers[0].progress_ms.store(t0 + 95, Ordering::Relaxed);
+        assert!(!h.stalled(0, t0 + 100), "an answer ends the stall");
+        h.end_wait(0);
+        h.servers[0].progress_ms.store(0, Ordering::Relaxed);
+        assert!(!h.stalled(0, t0 + 1000), "nothing waiting, nothing stalled");
+    }
+}

@@ -1,0 +1,77 @@
+//! The state every thread of a proxy shares: configuration and routing rules,
+//! the servers' health and repair logs, the request queue, the memory budgets,
+//! the counters and the measurements.
+
+use std::net::SocketAddr;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use std::time::Instant;
+
+use crate::budget::Budget;
+use crate::config::Config;
+use crate::health::Health;
+use crate::queue::WorkQueue;
+use crate::repair::Repairs;
+use crate::route::Router;
+use crate::stats::NetCounters;
+use crate::telemetry::Telemetry;
+
+/// State shared by the net threads, the workers, the stats thread and the admin endpoint.
+pub struct Shared {
+    /// The validated configuration.
+    pub config: Config,
+    /// Routing rules (placement, replication, multi-gets).
+    pub router: Router,
+    /// Resolved server addresses, in configuration order.
+    pub addrs: Vec<SocketAddr>,
+    /// Liveness of each server.
+    pub health: Health,
+    /// Keys to delete on servers before they serve again.
+    pub repairs: Repairs,
+    /// Connections waiting for a worker.
+    pub queue: WorkQueue,
+    /// Memory budgets of the connections.
+    pub budget: Arc<Budget>,
+    /// Connection counters of the net threads.
+    pub net: NetCounters,
+    /// Per-request measurements and their windows.
+    pub telemetry: Telemetry,
+    /// When the proxy started (monotonic).
+    pub started: Instant,
+    /// Set once to ask every thread to finish.
+    pub stopping: AtomicBool,
+    /// Client connections served at once (`max_connections`, lowered to fit
+    /// the file descriptor limit).
+    pub max_connections: usize,
+}
+
+impl Shared {
+    /// The state for `config` with servers at `addrs`.
+    pub fn new(config: Config, addrs: Vec<SocketAddr>, max_connections: usize) -> Shared {
+        let names: Vec<String> = addrs.iter().map(|a| a.to_string()).collect();
+        Shared {
+            router: Router::new(&config, &addrs),
+            health: Health::new(names, &config.backend),
+            repairs: Repairs::new(addrs.len()),
+            queue: WorkQueue::new(config.proxy.queue_capacity),
+            budget: Arc::new(Budget::new(&config.proxy)),
+            net: NetCounters::default(),
+            telemetry: Telemetry::new(config.proxy.workers, addrs.len()),
+            started: Instant::now(),
+            stopping: AtomicBool::new(false),
+            max_connections,
+            addrs,
+            config,
+        }
+    }
+
+    /// Requests waiting for a worker now.
+    pub fn queue_len(&self) -> usize {
+        self.budget.queued()
+    }
+
+    /// Servers currently down or stalled.
+    pub fn servers_down(&self) -> usize {
+        (0..self.addrs.len()).filter(|&s| self.health.is_down(s)).count()
+    }
+}
