@@ -17,4 +17,7 @@ pub mod ring;
 pub use buffer::ReadBuf;
 pub use parse::{parse_request, Limits, Parsed, Rejection};
 pub use request::{encode_get, encode_store_line, ArithKind, GetKind, MetaKind, Request, StoreKind};
-pub use response::{encode_value, meta_reply_len, parse_response, response_len, MalformedResponse, Response, ValueRef};
+pub use response::{
+    encode_value, meta_reply_len, parse_response, response_len, retrieval_reply_len, status_reply_len,
+    MalformedResponse, Response, ValueRef,
+};

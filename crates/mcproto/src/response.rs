@@ -202,6 +202,42 @@ pub fn response_len(buf: &[u8]) -> Result<Option<usize>, MalformedResponse> {
     Ok(scan(buf, false)?.map(|(_, n)| n))
 }
 
+/// The length of a reply to a retrieval (`get`, `gets`, `gat`, `gats`) at the
+/// front of `buf` (`Ok(None)` while incomplete): values and `END`, or an error
+/// line. Anything else is malformed, so a proxy notices a server that answers
+/// something that cannot be the reply to what it asked.
+pub fn retrieval_reply_len(buf: &[u8]) -> Result<Option<usize>, MalformedResponse> {
+    expect(buf, |r| matches!(r, Response::Values(_)))
+}
+
+/// The length of a reply to a storage, `delete`, `touch`, `incr`/`decr`,
+/// `flush_all` or `verbosity` command at the front of `buf` (`Ok(None)` while
+/// incomplete): one status line, a number, or an error line; anything else is malformed.
+pub fn status_reply_len(buf: &[u8]) -> Result<Option<usize>, MalformedResponse> {
+    expect(buf, |r| {
+        matches!(
+            r,
+            Response::Stored
+                | Response::NotStored
+                | Response::Exists
+                | Response::NotFound
+                | Response::Deleted
+                | Response::Touched
+                | Response::Ok
+                | Response::Number(_)
+        )
+    })
+}
+
+/// Delimits one response and checks that it is an error line or passes `fits`.
+fn expect(buf: &[u8], fits: impl Fn(&Response<'_>) -> bool) -> Result<Option<usize>, MalformedResponse> {
+    match scan(buf, false)? {
+        None => Ok(None),
+        Some((r, n)) if r.is_error() || fits(&r) => Ok(Some(n)),
+        Some((_, n)) => Err(malformed("unexpected reply", &buf[..n.min(buf.len())])),
+    }
+}
+
 /// The length of the responses at the front of `buf` up to and including the
 /// first `MN` (`Ok(None)` while incomplete). A proxy that sends a meta command
 /// followed by `mn` reads this much: whatever the server answered (nothing in
@@ -344,6 +380,21 @@ mod meta_tests {
         assert_eq!(response_len(&buf[..18]), Ok(None));
         assert!(response_len(b"VA x\r\n").is_err());
         assert!(response_len(b"VA 1\r\nab\r\n").is_err());
+    }
+
+    #[test]
+    fn replies_are_checked_against_what_was_asked() {
+        assert_eq!(retrieval_reply_len(b"VALUE k 0 1\r\nx\r\nEND\r\n"), Ok(Some(21)));
+        assert_eq!(retrieval_reply_len(b"END\r\n"), Ok(Some(5)));
+        assert_eq!(retrieval_reply_len(b"SERVER_ERROR busy\r\n"), Ok(Some(19)));
+        assert_eq!(retrieval_reply_len(b"VALUE k 0 10\r\nx"), Ok(None));
+        assert!(retrieval_reply_len(b"STORED\r\n").is_err());
+        assert!(retrieval_reply_len(b"\x17garbage\r\n").is_err());
+        assert_eq!(status_reply_len(b"STORED\r\n"), Ok(Some(8)));
+        assert_eq!(status_reply_len(b"42\r\n"), Ok(Some(4)));
+        assert_eq!(status_reply_len(b"CLIENT_ERROR bad\r\n"), Ok(Some(18)));
+        assert!(status_reply_len(b"END\r\n").is_err());
+        assert!(status_reply_len(b"garbage\r\n").is_err());
     }
 
     #[test]

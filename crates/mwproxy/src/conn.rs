@@ -58,7 +58,10 @@ pub struct ClientConn {
     out: Mutex<Output>,
     line: Mutex<Line>,
     budget: Arc<Budget>,
-    /// Mean reply size (bytes), to size batches.
+    /// Mean reply size (bytes), to size batches. It starts at the output
+    /// budget, so a new connection's first batches are single requests, and
+    /// halves its distance to each batch's mean: a client whose replies are
+    /// small gets full batches after a few.
     reply_avg: AtomicUsize,
 }
 
@@ -115,8 +118,8 @@ impl ClientConn {
             stream,
             out: Mutex::new(Output::default()),
             line: Mutex::new(Line::default()),
+            reply_avg: AtomicUsize::new(budget.output_per_conn),
             budget,
-            reply_avg: AtomicUsize::new(0),
         }
     }
 
@@ -220,7 +223,7 @@ impl ClientConn {
         }
         if let Some(mean) = bytes.checked_div(n) {
             let avg = self.reply_avg.load(Ordering::Relaxed);
-            self.reply_avg.store(if avg == 0 { mean } else { (avg * 3 + mean) / 4 }, Ordering::Relaxed);
+            self.reply_avg.store((avg + mean) / 2, Ordering::Relaxed);
         }
         self.flush_locked(&mut out, net);
     }

@@ -325,7 +325,7 @@ impl Worker {
             let mut answered = false;
             if let Some((batch, replies)) = repair {
                 for _ in 0..replies {
-                    match b.recv(at, mcproto::response_len, REPAIR_CAP, &mut wait) {
+                    match b.recv(at, mcproto::status_reply_len, REPAIR_CAP, &mut wait) {
                         Ok(len) => at += len,
                         Err(e) => {
                             failure = Some(e);

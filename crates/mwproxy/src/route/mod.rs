@@ -28,8 +28,10 @@ use mwstats::OpKind;
 use crate::config::{Config, MultigetFailure, MultigetMode, ReadPolicy};
 use crate::stats::WorkerCounters;
 
-/// How a reply is delimited: [`mcproto::response_len`] for one response,
-/// [`mcproto::meta_reply_len`] for a meta command sent with an `mn` after it.
+/// How a reply is delimited and checked: [`mcproto::retrieval_reply_len`] and
+/// [`mcproto::status_reply_len`] for the text commands (a reply of another
+/// kind is a protocol error), [`mcproto::meta_reply_len`] for a meta command
+/// sent with an `mn` after it.
 pub type Framing = fn(&[u8]) -> Result<Option<usize>, MalformedResponse>;
 
 /// memcached's answer when a retrieval reply would not fit in memory.

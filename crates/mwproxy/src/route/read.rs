@@ -105,7 +105,7 @@ impl ReadPlan {
                 self.groups = group_by_server(&todo, |i| self.cands[i * r + round]);
                 for (server, idx) in &self.groups {
                     let cap = router.retrieval_cap(idx.len());
-                    let buf = out.call(*server, mcproto::response_len, cap);
+                    let buf = out.call(*server, mcproto::retrieval_reply_len, cap);
                     encode_get(buf, self.kind, self.exptime, idx.iter().map(|&i| self.keys[i].as_slice()));
                 }
                 self.round += 1;

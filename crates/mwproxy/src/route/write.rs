@@ -80,7 +80,7 @@ impl WritePlan {
         match self.stage {
             Stage::Send => {
                 for &s in &self.servers {
-                    let buf = out.call(s, mcproto::response_len, LINE_CAP);
+                    let buf = out.call(s, mcproto::status_reply_len, LINE_CAP);
                     match &self.what {
                         What::Replicated(req) | What::Broadcast(req) => req.encode(buf, false),
                         What::DropStale(_) => {
@@ -273,7 +273,7 @@ impl CasPlan {
         let Request::Store { key, flags, exptime, data, .. } = &self.req else { unreachable!() };
         match self.stage {
             CasStage::Primary => {
-                self.req.encode(out.call(self.replicas[0], mcproto::response_len, LINE_CAP), false);
+                self.req.encode(out.call(self.replicas[0], mcproto::status_reply_len, LINE_CAP), false);
                 self.stage = CasStage::Decide;
             }
             CasStage::Decide => {
@@ -306,7 +306,7 @@ impl CasPlan {
                 if stored && self.replicas.len() > 1 {
                     self.answers = vec![None; self.replicas.len() - 1];
                     for &s in &self.replicas[1..] {
-                        let buf = out.call(s, mcproto::response_len, LINE_CAP);
+                        let buf = out.call(s, mcproto::status_reply_len, LINE_CAP);
                         encode_store_line(buf, StoreKind::Set, key, *flags, *exptime, data.len(), 0, false);
                         buf.extend_from_slice(data);
                         buf.extend_from_slice(b"\r\n");

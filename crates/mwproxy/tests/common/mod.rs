@@ -67,3 +67,81 @@ pub fn stat(stats: &str, name: &str) -> u64 {
     let prefix = format!("STAT {name} ");
     stats.lines().find_map(|l| l.strip_prefix(&prefix)).unwrap_or_else(|| panic!("no {name}")).parse().unwrap()
 }
+
+/// A fake memcached for misbehaviour a real one cannot show on demand: it
+/// accepts connections on a free port and hands each to `serve` on its own thread.
+pub struct FakeServer {
+    addr: std::net::SocketAddr,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl FakeServer {
+    /// Starts it; `serve` gets every accepted connection.
+    pub fn start(serve: impl Fn(std::net::TcpStream) + Send + Sync + 'static) -> FakeServer {
+        use std::sync::atomic::Ordering;
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let addr = listener.local_addr().unwrap();
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let serve = std::sync::Arc::new(serve);
+        let flag = stop.clone();
+        let thread = std::thread::spawn(move || {
+            while !flag.load(Ordering::Relaxed) {
+                match listener.accept() {
+                    Ok((s, _)) => {
+                        s.set_nonblocking(false).unwrap();
+                        let serve = serve.clone();
+                        std::thread::spawn(move || serve(s));
+                    }
+                    Err(_) => std::thread::sleep(Duration::from_millis(5)),
+                }
+            }
+        });
+        FakeServer { addr, stop, thread: Some(thread) }
+    }
+
+    /// `127.0.0.1:port`.
+    pub fn endpoint(&self) -> String {
+        self.addr.to_string()
+    }
+}
+
+impl Drop for FakeServer {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// A proxy on a free port in front of servers given by address.
+pub fn proxy_for(endpoints: &[String], tweak: impl FnOnce(&mut Config)) -> Proxy {
+    let mut c = Config::default();
+    c.proxy.listen = "127.0.0.1:0".into();
+    c.proxy.workers = 4;
+    c.routing.servers = endpoints.iter().map(|s| s.parse().unwrap()).collect();
+    c.backend.timeout_ms = 500;
+    c.backend.retry_min_ms = 20;
+    c.backend.retry_max_ms = 200;
+    tweak(&mut c);
+    Proxy::start(c).expect("start mwproxy")
+}
+
+/// Reads one request line (and the data block of a storage command) from a
+/// fake server's client; `None` at the end of the stream.
+pub fn read_request(r: &mut impl std::io::BufRead) -> Option<String> {
+    let mut line = String::new();
+    if r.read_line(&mut line).ok()? == 0 {
+        return None;
+    }
+    let words: Vec<&str> = line.split_whitespace().collect();
+    let storage = ["set", "add", "replace", "append", "prepend", "cas"];
+    if words.first().is_some_and(|w| storage.contains(w)) {
+        let len: usize = words.get(4).and_then(|w| w.parse().ok()).unwrap_or(0);
+        let mut data = vec![0; len + 2];
+        r.read_exact(&mut data).ok()?;
+    }
+    Some(line)
+}
