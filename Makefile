@@ -63,11 +63,12 @@ run: build python-deps
 run-proxy: build
 	scripts/run-local.sh
 
-bench: build
+bench: build python-deps
 	@command -v valgrind >/dev/null 2>&1 || { $(SUDO) apt-get update -q && \
 	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q --no-install-recommends valgrind; }
 	bench/proxy.sh
 	bench/load.sh
+	bench/fairness.sh
 	bench/instrumentation.sh
 
 lint: rust-deps python-deps
