@@ -480,3 +480,33 @@ pub(crate) fn waves(jobs: &[Job], replication: usize) -> Vec<Range<usize>> {
     }
     waves
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use mcproto::{parse_request, Limits, Parsed};
+
+    fn jobs(text: &str) -> Vec<Job> {
+        let mut buf = text.as_bytes();
+        let mut out = Vec::new();
+        while !buf.is_empty() {
+            let Parsed::Request { request, consumed } = parse_request(buf, &Limits::default()) else { panic!() };
+            buf = &buf[consumed..];
+            let seq = out.len() as u64;
+            let work = Work::Request(request);
+            out.push(Job { seq, work, request_id: seq, t_recv: 0, t_parsed: 0, t_enqueue: 0, size: consumed });
+        }
+        out
+    }
+
+    #[test]
+    fn a_batch_is_one_wave_without_replication_and_is_cut_at_conflicts_with_it() {
+        let batch = jobs("get a\r\nset a 0 0 1\r\nx\r\nget a b\r\nset c 0 0 1\r\ny\r\nget d\r\n");
+        assert_eq!(waves(&batch, 1), vec![0..5]);
+        // `set a` writes what `get a` read; `get a b` reads what `set a` wrote.
+        assert_eq!(waves(&batch, 2), vec![0..1, 1..2, 2..5]);
+        let batch = jobs("get a\r\nflush_all\r\nget b\r\nstats\r\nget c\r\n");
+        assert_eq!(waves(&batch, 1), vec![0..3, 3..4, 4..5], "stats is answered alone");
+        assert_eq!(waves(&batch, 2), vec![0..1, 1..2, 2..3, 3..4, 4..5], "flush_all concerns every key");
+    }
+}

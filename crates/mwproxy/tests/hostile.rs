@@ -188,7 +188,9 @@ fn flood(addr: std::net::SocketAddr, bytes: Vec<u8>) -> std::thread::JoinHandle<
 #[test]
 fn clients_that_never_read_keep_memory_bounded_and_neighbours_served() {
     let server = Memcached::start_with(&["-m", "256"]).unwrap();
-    let proxy = ProxyProcess::start("", &["-m", &server.endpoint(), "--memory-budget", "32m"]);
+    // Under a 2 GiB address-space limit, as in production containers: running
+    // out of memory would abort the process and drop every client.
+    let mut proxy = ProxyProcess::start("ulimit -v 2097152;", &["-m", &server.endpoint(), "--memory-budget", "32m"]);
     let mut c = Client::connect(proxy.addr()).unwrap();
     let big = "b".repeat(512 * 1024);
     assert_eq!(c.call_str(&format!("set big 0 0 {}\r\n{big}\r\n", big.len())).unwrap(), "STORED\r\n");
@@ -233,6 +235,7 @@ fn clients_that_never_read_keep_memory_bounded_and_neighbours_served() {
     let stats = c.call_str("stats\r\n").unwrap();
     assert_eq!(common::stat(&stats, "pending_output_bytes"), 0);
     assert_eq!(common::stat(&stats, "pending_input_bytes"), 0);
+    assert!(proxy.child.try_wait().unwrap().is_none(), "still running: {}", proxy.log());
 }
 
 /// Operations per second of a client with one request at a time, over `run`.

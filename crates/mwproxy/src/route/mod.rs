@@ -402,3 +402,6 @@ pub(crate) fn is_success(raw: &[u8]) -> bool {
 pub(crate) fn uses_read_policy(kind: GetKind, router: &Router) -> bool {
     kind == GetKind::Get && router.read_policy == ReadPolicy::RoundRobin
 }
+
+#[cfg(test)]
+mod tests;
