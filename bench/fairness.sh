@@ -21,16 +21,7 @@ work=$(mktemp -d)
 MC=$(free_port); start_memcached "$MC" -t 1 -m 256; wait_port "$MC"
 MW=$(free_port); TW=$(free_port)
 "$BIN/mwproxy" -p "$MW" -t "$WORKERS" -m "127.0.0.1:$MC" --log warn & pids+=($!)
-cat > "$work/nutcracker.yml" <<YML
-pool:
-  listen: 127.0.0.1:$TW
-  hash: md5
-  distribution: ketama
-  timeout: 1000
-  servers:
-   - 127.0.0.1:$MC:1
-YML
-nutcracker -c "$work/nutcracker.yml" -s "$(free_port)" -a 127.0.0.1 >/dev/null 2>&1 & pids+=($!)
+start_twemproxy "$TW" "$MC"
 wait_port "$MW"; wait_port "$TW"
 "$BIN/mwload" -p "$MC" --key-maximum 999 --prefill -n 1 -t 1 -c 1 --progress never >/dev/null 2>&1
 

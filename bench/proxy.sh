@@ -33,18 +33,7 @@ MW1=$(free_port); MW3=$(free_port); MWO=$(free_port); TW=$(free_port)
 "$BIN/mwproxy" -p "$MW3" -t "$WORKERS" -m "127.0.0.1:${MC[1]}" "127.0.0.1:${MC[2]}" "127.0.0.1:${MC[3]}" --log warn & pids+=($!)
 "$BIN/mwproxy" -p "$MWO" -t "$WORKERS" -m "127.0.0.1:${MC[1]}" "127.0.0.1:${MC[2]}" "127.0.0.1:${MC[3]}" --log warn \
   --out "$work/mwproxy-out" --trace-every 100 & pids+=($!)
-cat > "$work/nutcracker.yml" <<YML
-pool:
-  listen: 127.0.0.1:$TW
-  hash: md5
-  distribution: ketama
-  timeout: 1000
-  servers:
-   - 127.0.0.1:${MC[1]}:1
-   - 127.0.0.1:${MC[2]}:1
-   - 127.0.0.1:${MC[3]}:1
-YML
-nutcracker -c "$work/nutcracker.yml" -s "$(free_port)" -a 127.0.0.1 >/dev/null 2>&1 & pids+=($!)
+start_twemproxy "$TW" "${MC[1]}" "${MC[2]}" "${MC[3]}"
 for p in "$MW1" "$MW3" "$MWO" "$TW"; do wait_port "$p"; done
 
 for p in "${MC[0]}" "$MW3"; do

@@ -33,3 +33,21 @@ start_memcached() {
   shift
   memcached -l 127.0.0.1 -p "$port" -U 0 "${user_flag[@]}" "$@" & pids+=($!)
 }
+
+# Starts twemproxy (nutcracker, ketama/md5) on 127.0.0.1:$1 in front of the
+# memcached ports that follow; its config goes into $work.
+start_twemproxy() {
+  local port=$1 conf
+  shift
+  conf="$work/nutcracker-$port.yml"
+  {
+    echo "pool:"
+    echo "  listen: 127.0.0.1:$port"
+    echo "  hash: md5"
+    echo "  distribution: ketama"
+    echo "  timeout: 1000"
+    echo "  servers:"
+    for p in "$@"; do echo "   - 127.0.0.1:$p:1"; done
+  } > "$conf"
+  nutcracker -c "$conf" -s "$(free_port)" -a 127.0.0.1 >/dev/null 2>&1 & pids+=($!)
+}
