@@ -197,6 +197,13 @@ pub enum Request {
         /// The client asked for no reply.
         noreply: bool,
     },
+    /// `cache_memlimit <megabytes> [noreply]`
+    CacheMemlimit {
+        /// The new memory limit.
+        megabytes: u32,
+        /// The client asked for no reply.
+        noreply: bool,
+    },
     /// `version`
     Version,
     /// `stats [args...]`
@@ -229,7 +236,8 @@ impl Request {
             | Request::Arith { noreply, .. }
             | Request::Touch { noreply, .. }
             | Request::FlushAll { noreply, .. }
-            | Request::Verbosity { noreply, .. } => *noreply,
+            | Request::Verbosity { noreply, .. }
+            | Request::CacheMemlimit { noreply, .. } => *noreply,
             _ => false,
         }
     }
@@ -281,6 +289,10 @@ impl Request {
             Request::Verbosity { level, .. } => {
                 out.extend_from_slice(b"verbosity ");
                 push_u64(out, u64::from(*level));
+            }
+            Request::CacheMemlimit { megabytes, .. } => {
+                out.extend_from_slice(b"cache_memlimit ");
+                push_u64(out, u64::from(*megabytes));
             }
             Request::Version => out.extend_from_slice(b"version"),
             Request::Stats { args } => {

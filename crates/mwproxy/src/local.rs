@@ -1,35 +1,129 @@
-//! Requests the proxy answers from its own state: `version` and `stats`
-//! (`stats`, `stats backends`, `stats settings`, `stats reset`).
+//! Requests the proxy answers itself: `version`, `stats` and its variants.
+//!
+//! `version` and plain `stats` are first asked of every server (the routing
+//! core's gather plan): `version` answers the lowest version the servers
+//! report, in memcached's form, so that clients which parse it (libmemcached's
+//! `memcached_version`, Perl's `version->parse`, PHP's `getVersion`) keep
+//! working; mwproxy's own version is `STAT mwproxy_version` and
+//! `mwproxy --version`. `stats` adds the servers' item, byte and memory
+//! figures up next to the proxy's own counters. `stats backends`,
+//! `stats settings` and `stats reset` are the proxy's alone; `stats cachedump`
+//! answers `END`, as memcached does when it has nothing to dump.
 
 use std::sync::atomic::Ordering;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use mcproto::Request;
+use mcproto::{Request, Response};
 
+use crate::route::Answer;
 use crate::shared::Shared;
 use crate::stats::NetCounters;
 
-/// The reply to a request answered locally.
+/// Server figures that `stats` adds up over the servers.
+const SUMMED: [&str; 5] = ["curr_items", "total_items", "bytes", "limit_maxbytes", "evictions"];
+
+/// The reply to a request answered from the proxy's state alone.
 pub fn reply(req: &Request, shared: &Shared) -> Vec<u8> {
     let mut out = Vec::new();
     match req {
-        Request::Version => out.extend_from_slice(format!("VERSION {}\r\n", crate::VERSION).as_bytes()),
-        Request::Stats { args } => stats(args, shared, &mut out),
+        Request::Stats { args } => stats_variant(args, shared, &mut out),
         _ => out.extend_from_slice(b"ERROR\r\n"),
     }
     out
 }
 
-fn stats(args: &[Vec<u8>], shared: &Shared, out: &mut Vec<u8>) {
+/// The reply to `version` or `stats`, given every server's answer to it.
+pub fn gathered(req: &Request, answers: &[Answer], shared: &Shared) -> Vec<u8> {
+    let backends = BackendFigures::of(answers);
+    match req {
+        Request::Version => match &backends.version {
+            Some(v) => format!("VERSION {v}\r\n").into_bytes(),
+            None => {
+                let mut out = Vec::new();
+                let failed = answers.iter().position(Result::is_err).unwrap_or(0);
+                match &answers.get(failed) {
+                    Some(Err(e)) => shared.router.error_line(failed, e, &mut out),
+                    _ => out.extend_from_slice(b"SERVER_ERROR no server reported its version\r\n"),
+                }
+                out
+            }
+        },
+        _ => {
+            let mut out = Vec::new();
+            for (name, value) in general_stats(shared, &backends) {
+                out.extend_from_slice(format!("STAT {name} {value}\r\n").as_bytes());
+            }
+            out.extend_from_slice(b"END\r\n");
+            out
+        }
+    }
+}
+
+/// What the servers said about themselves.
+#[derive(Debug, Default)]
+pub struct BackendFigures {
+    /// The lowest version reported.
+    pub version: Option<String>,
+    /// Sums of [`SUMMED`], in its order.
+    pub sums: [u64; SUMMED.len()],
+    /// Servers that answered.
+    pub answered: usize,
+}
+
+impl BackendFigures {
+    /// Reads `VERSION` lines or `STAT` replies.
+    pub fn of(answers: &[Answer]) -> BackendFigures {
+        let mut f = BackendFigures::default();
+        for raw in answers.iter().filter_map(|a| a.as_ref().ok()) {
+            match mcproto::parse_response(raw) {
+                Ok(Some((Response::Version(v), _))) => f.note_version(&String::from_utf8_lossy(v)),
+                Ok(Some((Response::Stats(stats), _))) => {
+                    f.answered += 1;
+                    for (name, value) in stats {
+                        let value = String::from_utf8_lossy(value);
+                        if name == b"version" {
+                            f.note_version(&value);
+                        } else if let Some(i) = SUMMED.iter().position(|s| s.as_bytes() == name) {
+                            f.sums[i] += value.parse::<u64>().unwrap_or(0);
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        f
+    }
+
+    fn note_version(&mut self, v: &str) {
+        self.answered += usize::from(!v.is_empty() && self.version.is_none());
+        let lower = match &self.version {
+            None => true,
+            Some(old) => version_key(v) < version_key(old),
+        };
+        if lower && version_key(v).is_some() {
+            self.version = Some(v.trim().to_string());
+        }
+    }
+}
+
+/// `1.6.18` as numbers, for comparing versions; `None` when it does not start with one.
+fn version_key(v: &str) -> Option<Vec<u64>> {
+    let nums: Vec<u64> = v
+        .trim()
+        .split('.')
+        .map_while(|part| {
+            let digits: String = part.chars().take_while(char::is_ascii_digit).collect();
+            digits.parse().ok()
+        })
+        .collect();
+    (!nums.is_empty()).then_some(nums)
+}
+
+fn stats_variant(args: &[Vec<u8>], shared: &Shared, out: &mut Vec<u8>) {
     let mut stat = |name: &str, value: &dyn std::fmt::Display| {
         out.extend_from_slice(format!("STAT {name} {value}\r\n").as_bytes());
     };
     match args.first().map(Vec::as_slice) {
-        None => {
-            for (name, value) in general_stats(shared) {
-                stat(&name, &value);
-            }
-        }
         Some(b"backends") if args.len() == 1 => {
             let acc = shared.telemetry.everything();
             for (i, spec) in shared.config.routing.servers.iter().enumerate() {
@@ -59,6 +153,24 @@ fn stats(args: &[Vec<u8>], shared: &Shared, out: &mut Vec<u8>) {
             out.extend_from_slice(b"RESET\r\n");
             return;
         }
+        Some(b"cachedump") => {
+            // What memcached answers when it has nothing to dump (the proxy
+            // has no items of its own), with memcached's argument checks.
+            let number = |i: usize| args.get(i).and_then(|a| mcproto::number::parse_u32(a));
+            let refusal: Option<&[u8]> = if args.len() < 3 {
+                Some(b"CLIENT_ERROR bad command line\r\n")
+            } else {
+                match (number(1), number(2)) {
+                    (Some(id), Some(_)) if id >= 64 => Some(b"CLIENT_ERROR Illegal slab id\r\n"),
+                    (Some(_), Some(_)) => None,
+                    _ => Some(b"CLIENT_ERROR bad command line format\r\n"),
+                }
+            };
+            if let Some(line) = refusal {
+                out.extend_from_slice(line);
+                return;
+            }
+        }
         _ => {
             out.extend_from_slice(b"ERROR\r\n");
             return;
@@ -68,44 +180,98 @@ fn stats(args: &[Vec<u8>], shared: &Shared, out: &mut Vec<u8>) {
 }
 
 /// The figures of the plain `stats` command, in memcached's order where it has them.
-pub fn general_stats(shared: &Shared) -> Vec<(String, String)> {
+pub fn general_stats(shared: &Shared, backends: &BackendFigures) -> Vec<(String, String)> {
     let uptime = shared.started.elapsed();
     let now = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
     let live = shared.telemetry.live(&shared.net);
+    let net = |name: &str| NetCounters::value_of(&live.net, name);
     let total = shared.net.values();
     let open = NetCounters::value_of(&total, "total_connections") - NetCounters::value_of(&total, "closed_connections");
     let cfg = &shared.config;
-    let mut v: Vec<(String, String)> = vec![
-        ("pid".into(), std::process::id().to_string()),
-        ("uptime".into(), uptime.as_secs().to_string()),
-        ("time".into(), now.to_string()),
-        ("version".into(), crate::VERSION.to_string()),
-        ("pointer_size".into(), (8 * std::mem::size_of::<usize>()).to_string()),
-        ("curr_connections".into(), open.to_string()),
-        ("max_connections".into(), shared.max_connections.to_string()),
-        ("threads".into(), cfg.proxy.workers.to_string()),
-        ("net_threads".into(), cfg.proxy.net_threads.to_string()),
-        ("queue_capacity".into(), cfg.proxy.queue_capacity.to_string()),
-        ("queue_length".into(), shared.queue_len().to_string()),
-        ("pending_input_bytes".into(), shared.budget.input_bytes().to_string()),
-        ("pending_output_bytes".into(), shared.budget.output_bytes().to_string()),
-    ];
-    for name in NetCounters::NAMES {
-        v.push((name.to_string(), NetCounters::value_of(&live.net, name).to_string()));
+    let (user, system) = cpu_seconds();
+    let sum = |name: &str| backends.sums[SUMMED.iter().position(|s| *s == name).expect("a summed figure")];
+    let c = &live.counters;
+    let mut v: Vec<(String, String)> = Vec::new();
+    let mut put = |name: &str, value: String| v.push((name.to_string(), value));
+    put("pid", std::process::id().to_string());
+    put("uptime", uptime.as_secs().to_string());
+    put("time", now.to_string());
+    put("version", backends.version.clone().unwrap_or_else(|| "unknown".into()));
+    put("mwproxy_version", env!("CARGO_PKG_VERSION").to_string());
+    put("pointer_size", (8 * std::mem::size_of::<usize>()).to_string());
+    put("rusage_user", format!("{user:.6}"));
+    put("rusage_system", format!("{system:.6}"));
+    put("max_connections", shared.max_connections.to_string());
+    put("curr_connections", open.to_string());
+    put("total_connections", net("total_connections").to_string());
+    put("rejected_connections", net("rejected_connections").to_string());
+    let backend_conns = cfg.proxy.workers * shared.addrs.len();
+    put("connection_structures", (open as usize + backend_conns).to_string());
+    for (name, value) in crate::stats::WorkerCounters::NAMES.iter().zip(c.values()) {
+        put(name, value.to_string());
     }
-    v.push(("requests".into(), live.requests.to_string()));
-    for (name, value) in crate::stats::WorkerCounters::NAMES.iter().zip(live.counters.values()) {
-        v.push((name.to_string(), value.to_string()));
-    }
+    put("bytes_read", net("bytes_read").to_string());
+    put("bytes_written", net("bytes_written").to_string());
+    put("limit_maxbytes", sum("limit_maxbytes").to_string());
+    put("threads", cfg.proxy.workers.to_string());
+    put("bytes", sum("bytes").to_string());
+    put("curr_items", sum("curr_items").to_string());
+    put("total_items", sum("total_items").to_string());
+    put("evictions", sum("evictions").to_string());
+    put("servers", shared.addrs.len().to_string());
+    put("servers_answering", backends.answered.to_string());
+    put("servers_down", shared.servers_down().to_string());
+    put("replication", cfg.routing.replication.to_string());
+    put("net_threads", cfg.proxy.net_threads.to_string());
+    put("closed_connections", net("closed_connections").to_string());
+    put("protocol_errors", net("protocol_errors").to_string());
+    put("binary_protocol_refused", net("binary_protocol_refused").to_string());
+    put("queue_capacity", cfg.proxy.queue_capacity.to_string());
+    put("queue_length", shared.queue_len().to_string());
+    put("queue_full", net("queue_full").to_string());
+    put("pending_input_bytes", shared.budget.input_bytes().to_string());
+    put("pending_output_bytes", shared.budget.output_bytes().to_string());
+    put("requests", live.requests.to_string());
     let r = &shared.repairs;
-    v.push(("repairs_queued".into(), r.queued.load(Ordering::Relaxed).to_string()));
-    v.push(("repairs_done".into(), r.done.load(Ordering::Relaxed).to_string()));
-    v.push(("repair_flushes".into(), r.flushes.load(Ordering::Relaxed).to_string()));
+    put("repairs_queued", r.queued.load(Ordering::Relaxed).to_string());
+    put("repairs_done", r.done.load(Ordering::Relaxed).to_string());
+    put("repair_flushes", r.flushes.load(Ordering::Relaxed).to_string());
     let capacity = cfg.proxy.workers as f64 * uptime.as_nanos() as f64;
     let util = if capacity > 0.0 { live.busy_ns as f64 / capacity } else { 0.0 };
-    v.push(("worker_utilization".into(), format!("{util:.4}")));
-    v.push(("servers".into(), shared.addrs.len().to_string()));
-    v.push(("servers_down".into(), shared.servers_down().to_string()));
-    v.push(("replication".into(), cfg.routing.replication.to_string()));
+    put("worker_utilization", format!("{util:.4}"));
     v
+}
+
+/// CPU seconds this process spent in user and system mode.
+fn cpu_seconds() -> (f64, f64) {
+    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else { return (0.0, 0.0) };
+    // The fields after the command name (which may contain spaces) in parentheses.
+    let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = rustix::param::clock_ticks_per_second() as f64;
+    let field = |i: usize| fields.get(i).and_then(|f| f.parse::<f64>().ok()).unwrap_or(0.0) / ticks.max(1.0);
+    // utime and stime are fields 14 and 15 of the line, 12 and 13 after the name.
+    (field(11), field(12))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_lowest_version_and_the_sums_come_from_the_servers() {
+        let answers: Vec<Answer> = vec![
+            Ok(b"STAT version 1.6.18\r\nSTAT curr_items 3\r\nSTAT bytes 100\r\nEND\r\n".to_vec()),
+            Err(crate::route::BackendError::Down),
+            Ok(b"STAT version 1.6.9\r\nSTAT curr_items 4\r\nSTAT bytes 50\r\nEND\r\n".to_vec()),
+        ];
+        let f = BackendFigures::of(&answers);
+        assert_eq!(f.version.as_deref(), Some("1.6.9"));
+        assert_eq!(f.sums[0], 7);
+        assert_eq!(f.sums[2], 150);
+        let f = BackendFigures::of(&[Ok(b"VERSION 1.6.21\r\n".to_vec()), Ok(b"VERSION 1.10.0\r\n".to_vec())]);
+        assert_eq!(f.version.as_deref(), Some("1.6.21"));
+        assert!(version_key("1.6.18-foo") > version_key("1.6.9"));
+        assert_eq!(version_key("x"), None);
+    }
 }

@@ -15,6 +15,9 @@
 //! Clients over the connection limit, or arriving when the process is out of
 //! file descriptors, get `SERVER_ERROR Too many open connections` and are
 //! closed: a descriptor is kept spare for exactly that moment (`fdlimit.rs`).
+//! A connection that starts with the binary protocol's magic byte is closed
+//! at once (mwproxy speaks the text protocol), so its client fails fast
+//! instead of waiting for its timeout.
 
 use std::collections::VecDeque;
 use std::fs::File;
@@ -40,6 +43,8 @@ const FIRST_CONN: usize = 2;
 /// Reads per connection before other connections get their turn.
 const READ_BUDGET: usize = 16;
 const READ_CHUNK: usize = 16 * 1024;
+/// The first byte of every request of memcached's binary protocol.
+const BINARY_MAGIC: u8 = 0x80;
 /// memcached's answer to a client over the connection limit.
 const TOO_MANY: &[u8] = b"SERVER_ERROR Too many open connections\r\n";
 
@@ -435,6 +440,15 @@ fn parse_all(conn: &mut Conn, shared: &Shared, limits: &Limits, ids: &mut Reques
         }
         if !conn.shared.may_read() {
             return Some(Flow::Blocked);
+        }
+        if conn.issued == 0 && conn.rbuf.filled().first() == Some(&BINARY_MAGIC) {
+            // A client of the binary protocol would wait for an answer mwproxy
+            // cannot give until its own timeout: close at once, so it fails fast.
+            bump(&net.binary_protocol_refused);
+            tracing::debug!("closing a connection that speaks the binary protocol");
+            conn.shared.close();
+            conn.done = true;
+            return Some(Flow::Finished);
         }
         let (work, size) = match parse_request(conn.rbuf.filled(), limits) {
             Parsed::Incomplete => return None,

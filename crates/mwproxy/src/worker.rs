@@ -203,7 +203,7 @@ impl Worker {
                 any |= n > 0;
             }
             if !any {
-                return;
+                break;
             }
             self.exchange();
             let router = &self.shared.router;
@@ -225,6 +225,12 @@ impl Worker {
             self.note_facts(entries);
             for (s, b) in self.backends.iter_mut().enumerate() {
                 b.consume(std::mem::take(&mut self.consumed[s]));
+            }
+        }
+        for e in entries.iter_mut() {
+            if let Some((req, answers)) = e.exec.take_gathered() {
+                self.writer.settle(&self.shared.telemetry.slots);
+                e.exec.reply = crate::local::gathered(&req, &answers, &self.shared);
             }
         }
     }
@@ -444,6 +450,8 @@ pub(crate) fn waves(jobs: &[Job], replication: usize) -> Vec<Range<usize>> {
     let mut everything = false;
     for (i, job) in jobs.iter().enumerate() {
         let local = matches!(job.work, Work::Request(Request::Version | Request::Stats { .. }));
+        // (`version` and `stats` are answered from the proxy's counters: alone,
+        // after everything before them is recorded.)
         let keys = job.work.keys();
         let writes = job.work.writes();
         let conflict = local

@@ -106,6 +106,10 @@ fn steps() -> Vec<Step> {
         s("verbosity 1\r\n"),
         s("verbosity 0 noreply\r\n"),
         s("stats nosuchgroup\r\n"),
+        s("stats cachedump 62 0\r\nstats cachedump\r\nstats cachedump 1\r\nstats cachedump 300 1\r\n"),
+        s("stats cachedump x 1\r\nstats cachedump 1 -1\r\nstats cachedump 63 5 extra\r\n"),
+        s("cache_memlimit 64\r\ncache_memlimit 4\r\ncache_memlimit x\r\ncache_memlimit 64 noreply\r\n"),
+        s("cache_memlimit\r\ncache_memlimit 2000000000\r\ncache_memlimit 1 2 3\r\ncache_memlimit x noreply\r\n"),
         // meta protocol (flags whose values differ between servers, like cas, left out)
         s("ms m1 3 T0 F5\r\nabc\r\n"),
         s("mg m1 v f t s k\r\n"),

@@ -156,6 +156,7 @@ pub fn parse_request(buf: &[u8], limits: &Limits) -> Parsed {
         b"touch" => parse_touch(args, noreply, consumed, limits),
         b"flush_all" => parse_flush_all(args, noreply, consumed),
         b"verbosity" => parse_verbosity(args, noreply, consumed),
+        b"cache_memlimit" => parse_memlimit(args, noreply, consumed),
         b"version" => done(Request::Version, consumed),
         b"quit" => done(Request::Quit, consumed),
         b"stats" => done(Request::Stats { args: args.iter().map(|a| a.to_vec()).collect() }, consumed),
@@ -377,6 +378,17 @@ fn parse_verbosity(args: &[&[u8]], noreply: bool, consumed: usize) -> Parsed {
     match parse_u32(args[0]) {
         Some(level) => done(Request::Verbosity { level, noreply }, consumed),
         None => Rejection::reply(BAD_FORMAT, noreply, consumed),
+    }
+}
+
+/// `cache_memlimit <megabytes> [noreply]`: a number memcached cannot read is `ERROR`.
+fn parse_memlimit(args: &[&[u8]], noreply: bool, consumed: usize) -> Parsed {
+    if args.is_empty() || args.len() > 2 {
+        return Rejection::reply(ERROR, false, consumed);
+    }
+    match parse_u32(args[0]) {
+        Some(megabytes) => done(Request::CacheMemlimit { megabytes, noreply }, consumed),
+        None => Rejection::reply(ERROR, noreply, consumed),
     }
 }
 

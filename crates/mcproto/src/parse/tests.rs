@@ -140,6 +140,8 @@ fn other_commands() {
     assert_eq!(req(b"flush_all 5\r\n").0, Request::FlushAll { delay: Some(5), noreply: false });
     assert_eq!(req(b"flush_all 5 noreply\r\n").0, Request::FlushAll { delay: Some(5), noreply: true });
     assert_eq!(req(b"verbosity 1\r\n").0, Request::Verbosity { level: 1, noreply: false });
+    assert_eq!(req(b"cache_memlimit 64\r\n").0, Request::CacheMemlimit { megabytes: 64, noreply: false });
+    assert_eq!(req(b"cache_memlimit 64 noreply\r\n").0, Request::CacheMemlimit { megabytes: 64, noreply: true });
     assert_eq!(req(b"version\r\n").0, Request::Version);
     assert_eq!(req(b"quit\r\n").0, Request::Quit);
     assert_eq!(req(b"stats\r\n").0, Request::Stats { args: vec![] });
@@ -160,6 +162,9 @@ fn other_command_errors() {
     assert_eq!(reply_of(b"flush_all 1 2 3\r\n"), Some(ERROR));
     assert_eq!(reply_of(b"verbosity\r\n"), Some(ERROR));
     assert_eq!(reply_of(b"verbosity x\r\n"), Some(BAD_FORMAT));
+    assert_eq!(reply_of(b"cache_memlimit\r\n"), Some(ERROR));
+    assert_eq!(reply_of(b"cache_memlimit x\r\n"), Some(ERROR));
+    assert_eq!(reply_of(b"cache_memlimit x noreply\r\n"), None);
     assert_eq!(reply_of(b"bogus\r\n"), Some(ERROR));
     assert_eq!(reply_of(b"\r\n"), Some(ERROR));
     assert_eq!(reply_of(b"x\r\n"), Some(ERROR));
@@ -193,6 +198,7 @@ fn every_split_point() {
         b"touch key 5\r\n",
         b"flush_all 10\r\n",
         b"verbosity 1\r\n",
+        b"cache_memlimit 100 noreply\r\n",
         b"stats backends\r\n",
         b"version\r\n",
     ];

@@ -15,6 +15,7 @@
 //! Nothing here knows about health, timeouts or connections; a server that
 //! could not be used is simply a [`BackendError`] outcome.
 
+mod gather;
 mod meta;
 mod read;
 mod write;
@@ -266,7 +267,7 @@ impl Work {
                 | Request::Arith { key, .. }
                 | Request::Touch { key, .. }
                 | Request::Meta { key, .. } => Some(vec![key]),
-                Request::FlushAll { .. } | Request::Verbosity { .. } => None,
+                Request::FlushAll { .. } | Request::Verbosity { .. } | Request::CacheMemlimit { .. } => None,
                 Request::Version | Request::Stats { .. } | Request::Quit => Some(Vec::new()),
             },
         }
@@ -298,7 +299,7 @@ pub fn classify(req: &Request) -> (OpKind, u64) {
 pub enum Begin {
     /// It goes to servers.
     Exec(Exec),
-    /// The proxy answers it from its own state (`version`, `stats`).
+    /// The proxy answers it from its own state (`stats settings`, `stats backends`, ...).
     Local(Request),
 }
 
@@ -308,6 +309,7 @@ enum Plan {
     Write(write::WritePlan),
     Cas(write::CasPlan),
     Meta(meta::MetaPlan),
+    Gather(gather::GatherPlan),
     Answered,
 }
 
@@ -337,16 +339,28 @@ impl Exec {
                 | Request::Arith { .. }
                 | Request::Touch { .. }
                 | Request::FlushAll { .. }
-                | Request::Verbosity { .. } => Plan::Write(write::WritePlan::new(req, router)),
+                | Request::Verbosity { .. }
+                | Request::CacheMemlimit { .. } => Plan::Write(write::WritePlan::new(req, router)),
                 Request::Meta { kind: MetaKind::Noop, .. } => {
                     return Begin::Exec(Exec::answered(b"MN\r\n".to_vec()));
                 }
                 Request::Meta { kind, key, raw } => Plan::Meta(meta::MetaPlan::new(kind, key, raw, router, rr)),
                 Request::Quit => return Begin::Exec(Exec::answered(Vec::new())),
-                Request::Version | Request::Stats { .. } => return Begin::Local(req),
+                Request::Version => Plan::Gather(gather::GatherPlan::new(req, router)),
+                Request::Stats { ref args } if args.is_empty() => Plan::Gather(gather::GatherPlan::new(req, router)),
+                Request::Stats { .. } => return Begin::Local(req),
             },
         };
         Begin::Exec(Exec { plan, reply: Vec::new(), effects: Effects::default() })
+    }
+
+    /// A finished request that the proxy answers from its own state and what
+    /// every server said to it (`version`, `stats`); taken once.
+    pub fn take_gathered(&mut self) -> Option<(Request, Vec<Answer>)> {
+        match &mut self.plan {
+            Plan::Gather(p) => p.take(),
+            _ => None,
+        }
     }
 
     /// A request already answered.
@@ -365,6 +379,7 @@ impl Exec {
             Plan::Write(p) => p.round(router, out, reply, fx),
             Plan::Cas(p) => p.round(router, out, reply, fx),
             Plan::Meta(p) => p.round(router, out, reply, fx),
+            Plan::Gather(p) => p.round(out),
             Plan::Answered => {}
         }
         out.calls().len() - before
@@ -378,13 +393,14 @@ impl Exec {
             Plan::Write(p) => p.absorb(i, outcome),
             Plan::Cas(p) => p.absorb(i, outcome),
             Plan::Meta(p) => p.absorb(i, outcome),
+            Plan::Gather(p) => p.absorb(i, outcome),
             Plan::Answered => {}
         }
     }
 }
 
-/// An answer as a replica gave it, or why it gave none.
-pub(crate) type Answer = Result<Vec<u8>, BackendError>;
+/// An answer as a server gave it, or why it gave none.
+pub type Answer = Result<Vec<u8>, BackendError>;
 
 /// Keeps a copy of an outcome.
 pub(crate) fn own(outcome: Result<&[u8], &BackendError>) -> Answer {

@@ -278,6 +278,40 @@ fn meta_reads_fail_over_and_meta_writes_go_to_every_replica() {
     let (reply, _, log) = drive(&r, request("ms m 1 T0\r\nv\r\n"), |_, _| Ok("HD\r\nMN\r\n".into()));
     assert_eq!(reply, "HD\r\n");
     assert_eq!(log[0].len(), 2);
-    let local = Exec::begin(Work::Request(Request::Version), &r, &mut 0);
-    assert!(matches!(local, Begin::Local(Request::Version)));
+    let local = Exec::begin(request("stats settings\r\n"), &r, &mut 0);
+    assert!(matches!(local, Begin::Local(Request::Stats { .. })));
+}
+
+#[test]
+fn meta_commands_with_cas_lease_touch_or_invalidation_are_decided_by_the_primary() {
+    let r = router(3, 3, |_| {});
+    let reps = r.replicas(b"p");
+    // A cas compare: the primary decides, the others get the value without the condition.
+    let (reply, fx, log) = drive(&r, request("ms p 2 C77 T60\r\nhi\r\n"), |_, _| Ok("HD\r\nMN\r\n".into()));
+    assert_eq!(reply, "HD\r\n");
+    assert_eq!(log[0], vec![(reps[0], "ms p 2 C77 T60\r\nhi\r\nmn\r\n".to_string())]);
+    assert_eq!(log[1].iter().map(|c| c.1.as_str()).collect::<Vec<_>>(), vec!["ms p 2 T60\r\nhi\r\nmn\r\n"; 2]);
+    assert!(fx.repairs.is_empty());
+    // A mismatch changes nothing anywhere.
+    let (reply, _, log) = drive(&r, request("ms p 2 C78\r\nhi\r\n"), |_, _| Ok("EX\r\nMN\r\n".into()));
+    assert_eq!((reply.as_str(), log.len()), ("EX\r\n", 1));
+    // Invalidation marks the primary's item stale and deletes the others'.
+    let (_, _, log) = drive(&r, request("md p I T30\r\n"), |_, _| Ok("HD\r\nMN\r\n".into()));
+    assert_eq!(log[1].iter().map(|c| c.1.as_str()).collect::<Vec<_>>(), vec!["md p\r\nmn\r\n"; 2]);
+    // A cas token, a lease or a touch is read from the primary only; a touch is copied.
+    for (cmd, rounds) in [("mg p v c\r\n", 1), ("mg p v N30\r\n", 1), ("mg p v T90\r\n", 2)] {
+        let (_, _, log) = drive(&r, request(cmd), |_, _| Ok("VA 2 W\r\nhi\r\nMN\r\n".into()));
+        assert_eq!(log[0], vec![(reps[0], format!("{cmd}mn\r\n"))], "{cmd}");
+        assert_eq!(log.len(), rounds, "{cmd}");
+    }
+    // A plain read still uses the read policy.
+    let mut seen = std::collections::HashSet::new();
+    let mut rr = 0;
+    for _ in 0..6 {
+        let Begin::Exec(mut e) = Exec::begin(request("mg p v\r\n"), &r, &mut rr) else { panic!() };
+        let mut out = Outbox::new(3);
+        e.round(&r, &mut out);
+        seen.insert(out.calls()[0].server);
+    }
+    assert_eq!(seen.len(), 3);
 }

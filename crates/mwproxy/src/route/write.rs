@@ -28,7 +28,7 @@ enum Stage {
 enum What {
     /// A request for one key, to all its replicas.
     Replicated(Request),
-    /// A request for every server (`flush_all`, `verbosity`).
+    /// A request for every server (`flush_all`, `verbosity`, `cache_memlimit`).
     Broadcast(Request),
     /// Delete an oversized `set`'s old value; the client gets this line (or nothing).
     DropStale(Option<&'static str>),
@@ -79,8 +79,14 @@ impl WritePlan {
     pub(super) fn round(&mut self, router: &Router, out: &mut Outbox, reply: &mut Vec<u8>, fx: &mut Effects) {
         match self.stage {
             Stage::Send => {
+                // memcached answers cache_memlimit with lines of its own
+                // (MEMLIMIT_TOO_SMALL ...): any single line is a reply.
+                let framing: super::Framing = match &self.what {
+                    What::Broadcast(Request::CacheMemlimit { .. }) => mcproto::response_len,
+                    _ => mcproto::status_reply_len,
+                };
                 for &s in &self.servers {
-                    let buf = out.call(s, mcproto::status_reply_len, LINE_CAP);
+                    let buf = out.call(s, framing, LINE_CAP);
                     match &self.what {
                         What::Replicated(req) | What::Broadcast(req) => req.encode(buf, false),
                         What::DropStale(_) => {

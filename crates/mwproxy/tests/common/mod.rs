@@ -145,3 +145,8 @@ pub fn read_request(r: &mut impl std::io::BufRead) -> Option<String> {
     }
     Some(line)
 }
+
+/// A client connected to a memcached server directly.
+pub fn client_of(server: &Memcached) -> Client {
+    Client::connect(server.addr()).expect("connect to memcached")
+}
