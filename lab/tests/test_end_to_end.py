@@ -17,7 +17,7 @@ from mwlab.analysis import summarize
 from mwlab.checks import run_checks
 from mwlab.cli import main
 from mwlab.report import write_report
-from mwlab.runner import run_experiment
+from mwlab.runner import prepare, run_experiment
 from mwlab.spec import parse
 
 TINY = {
@@ -34,7 +34,9 @@ def result(tmp_path_factory) -> Path:
     exp = parse(TINY)
     exp.source = TINY
     seen = []
-    out = run_experiment(exp, tmp_path_factory.mktemp("results"), progress=lambda *a: seen.append(a))
+    out = run_experiment(
+        exp, prepare(exp, tmp_path_factory.mktemp("results")), progress=lambda *a: seen.append(a)
+    )
     assert seen[-1][0] == seen[-1][1] == 2, "progress reached the end"
     return out
 
@@ -55,6 +57,11 @@ def test_files_of_every_run(result: Path):
             assert (r / f).exists(), f
         resources = pd.read_csv(r / "resources.csv")
         assert {"mc0", "mc1", "mw0", "cl0", "host"} <= set(resources["name"])
+        cpu = pd.read_csv(r / "cpu.csv")
+        threads = set(cpu.loc[cpu["process"] == "mw0", "thread"])
+        assert {"*", "net", "worker", "stats"} <= threads, threads
+        assert "load" in set(cpu.loc[cpu["process"] == "cl0", "thread"])
+        assert {"host", "lab"} <= set(cpu["process"])
 
 
 def test_client_and_middleware_agree_and_the_law_holds(result: Path):
@@ -69,6 +76,34 @@ def test_client_and_middleware_agree_and_the_law_holds(result: Path):
     checks = run_checks(summary, aggregate)
     law = [c for c in checks if c.name == "interactive law"]
     assert len(law) == 2 and all(c.ok for c in law)
+    for name in ("no interference", "host CPU not saturated", "load generator not saturated"):
+        assert len([c for c in checks if c.name == name]) == 2, name
+    for _, r in summary.iterrows():
+        # Every request's CPU: the processes' demands add up to the lab's.
+        parts = r["cpu_mw0_us"] + r["cpu_mc_us"] + r["cpu_cl_us"]
+        assert 0 < parts <= r["cpu_lab_us"] * 1.001
+        assert r["cpu_mw_worker_us"] + r["cpu_mw_net_us"] <= r["cpu_mw0_us"] * 1.05
+
+
+def test_the_model_files_and_a_bottleneck_that_agrees_with_the_measurements(result: Path):
+    from mwlab.analysis import factor_columns, read_experiment
+    from mwlab.fit import bottleneck_agrees, fit_experiment
+
+    summary, aggregate = summarize(result)
+    write_report(result, summary, aggregate)
+    model = pd.read_csv(result / "model.csv")
+    util = pd.read_csv(result / "utilization.csv")
+    assert list(model.columns[:3]) == ["sweep", "point", "N"]
+    assert {"x_measured", "x_model", "r_measured_us", "r_model_us", "bottleneck"} <= set(model.columns)
+    assert {"point", "device", "demand_us", "u_predicted", "u_measured"} <= set(util.columns)
+    assert {"host CPU", "workers", "net thread", "server 0", "server 1", "load generator"} <= set(
+        util["device"]
+    )
+    assert (util["demand_us"] > 0).all()
+    meta = read_experiment(result)
+    fit = fit_experiment(aggregate, list(factor_columns(meta["factors"])), meta["settings"])
+    for p in fit.points:
+        assert bottleneck_agrees(p), (p.point, p.bottleneck, [(d.name, d.u_measured) for d in p.devices])
 
 
 def chromium() -> str:
@@ -85,7 +120,8 @@ def test_report_renders_with_every_image(result: Path, tmp_path: Path):
     text = report.read_text()
     assert "Interactive law" in text or "interactive law" in text
     assert text.count("<img") >= 6
-    assert "Closed network for the client sweep" in text and "Bottleneck:" in text
+    assert "Closed network of every point" in text and "Operational laws per point" in text
+    assert "Noise and saturation" in text
     profile = tmp_path / "profile"
     dom = subprocess.run(
         [
@@ -131,7 +167,7 @@ def test_resume_reruns_only_unfinished_runs(result: Path):
     redo = result / "vcli=4" / "rep-1" / "run.json"
     before = keep.stat().st_mtime_ns
     redo.unlink()
-    assert run_experiment(exp, result.parent, resume=result) == result
+    assert run_experiment(exp, prepare(exp, result.parent, resume=result)) == result
     assert keep.stat().st_mtime_ns == before, "a finished run is kept"
     assert json.loads(redo.read_text())["status"] == "ok", "the unfinished run ran again"
 
@@ -140,7 +176,7 @@ def test_a_failed_run_is_recorded_and_the_experiment_goes_on(tmp_path: Path, mon
     monkeypatch.setenv("MWPROXY_BIN", str(tmp_path / "no-such-binary"))
     exp = parse(TINY)
     exp.source = TINY
-    out = run_experiment(exp, tmp_path)
+    out = run_experiment(exp, prepare(exp, tmp_path))
     records = [json.loads(p.read_text()) for p in sorted(out.glob("*/rep-*/run.json"))]
     assert len(records) == 2
     assert all(r["status"] == "failed" and "no-such-binary" in r["error"] for r in records)

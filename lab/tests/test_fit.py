@@ -7,75 +7,129 @@ import math
 import pandas as pd
 import pytest
 
-from mwlab.fit import factorial_fit, fit_sweep, queue_views, sweeps
+from mwlab.fit import (
+    bottleneck_agrees,
+    factorial_fit,
+    fit_delay,
+    fit_experiment,
+    model_table,
+    queue_views,
+    utilization_table,
+)
 from mwlab.models.laws import Center
 from mwlab.models.mva import mva
 
+CPU_US, WORKER_US, DELAY_US, CORES = 40.0, 150.0, 25.0, 2
 
-def synthetic_sweep():
-    """A sweep whose 'measurements' are what the model itself predicts."""
-    net, worker, server, lan, z = 2e-6, 20e-6, 50e-6, 30e-6, 0.0
+
+def measured(n: int, workers: int, cpu_us: float = CPU_US, server_us: tuple[float, ...] = (5.0, 5.0)) -> dict:
+    """A point's 'measurements', made by the network the model assumes."""
     centers = [
-        Center("lan", lan, "delay"),
-        Center("net", net, "multi", 1),
-        Center("w", worker, "multi", 4),
-        Center("s", server, "multi", 2),
+        Center("delay", DELAY_US * 1e-6, "delay"),
+        Center("cpu", cpu_us * 1e-6, "multi", CORES),
+        Center("w", WORKER_US * 1e-6, "multi", workers),
     ]
-    res = mva(centers, z, 24)
-    rows = []
-    for n in (1, 4, 8, 16, 24):
-        x, r = res.throughput[n - 1], res.response_time[n - 1]
-        rows.append(
-            {
-                "point": f"vcli={n}",
-                "vcli": n,
-                "tmw": 4,
-                "nsvr": 2,
-                "nmw": 1,
-                "N": float(n),
-                "Z_us": 0.0,
-                "client_tput": x,
-                "client_rt_mean_us": r * 1e6,
-                "mw_tput": x,
-                "mw_rt_mean_us": (r - lan) * 1e6,
-                "mw_net_us": net * 1e6,
-                "mw_server_us": server * 1e6,
-                "mw_service_us": (worker + server) * 1e6,
-                "mw_queue_len": 0.0,
-                "mw_queue_us": 0.0,
-            }
-        )
-    return pd.DataFrame(rows)
+    res = mva(centers, 0.0, n)
+    x, r = res.throughput[-1], res.response_time[-1]
+    row = {
+        "point": f"vcli={n},tmw={workers}",
+        "vcli": n,
+        "tmw": workers,
+        "nsvr": len(server_us),
+        "N": float(n),
+        "Z_us": 0.0,
+        "client_tput": x,
+        "client_rt_mean_us": r * 1e6,
+        "mw_tput": x,
+        "mw_service_us": WORKER_US,
+        "mw_util": x * WORKER_US * 1e-6 / workers,
+        "cores": float(CORES),
+        "cpu_other_cores": 0.0,
+        "cpu_lab_us": cpu_us,
+        "cpu_host_us": cpu_us,
+        "cpu_lab_cores": x * cpu_us * 1e-6,
+        "cpu_host_cores": x * cpu_us * 1e-6,
+        "host_util": x * cpu_us * 1e-6 / CORES,
+        "cpu_mw_net_us": 2.0,
+        "cpu_mw_net_cores": x * 2e-6,
+        "cl_load_threads": 2,
+        "cpu_cl_load_us": 8.0,
+        "cpu_cl_load_cores": x * 8e-6,
+        "cl_load_thread_util": x * 8e-6 / 2,
+    }
+    for i, s in enumerate(server_us):
+        row[f"cpu_mc{i}_us"] = s
+        row[f"cpu_mc{i}_cores"] = x * s * 1e-6
+    return row
 
 
-def test_a_sweep_that_follows_the_model_is_fitted_exactly():
-    agg = synthetic_sweep()
-    groups = sweeps(agg, ["vcli", "tmw"])
-    assert len(groups) == 1
-    fit = fit_sweep(*groups[0], settings={})
+def sweep(workers: int, **kw) -> pd.DataFrame:
+    return pd.DataFrame([measured(n, workers, **kw) for n in (1, 2, 4, 8, 16, 32)])
+
+
+def test_the_delay_is_recovered_and_every_point_is_predicted():
+    agg = sweep(16)
+    fit = fit_experiment(agg, ["vcli", "tmw"], {})
     assert fit is not None
-    assert fit.table["X error"].abs().max() < 1e-9
-    assert fit.holds_up_to == 24
-    assert fit.bottleneck == "servers"
-    assert fit.knee == pytest.approx((2e-6 + 20e-6 + 50e-6 + 30e-6) / 25e-6)
+    assert fit.delay_us == pytest.approx(DELAY_US, rel=0.02)
+    table = model_table(fit)
+    assert table["x_error"].abs().max() < 0.005 and table["r_error"].abs().max() < 0.005
+    assert set(table.columns) >= {
+        "sweep",
+        "N",
+        "x_measured",
+        "x_model",
+        "r_measured_us",
+        "r_model_us",
+        "bottleneck",
+    }
+    assert fit.fitted_on, "fitted on the points below the knee"
 
 
-def test_a_sweep_that_saturates_early_shows_where_the_model_stops_holding():
-    agg = synthetic_sweep()
-    agg.loc[agg["N"] >= 16, "client_tput"] *= 0.5
-    agg.loc[agg["N"] >= 16, "client_rt_mean_us"] *= 2
-    fit = fit_sweep(*sweeps(agg, ["vcli", "tmw"])[0], settings={})
-    assert fit.holds_up_to == 8
+def test_a_cpu_bound_sweep_names_the_cpu_and_agrees_with_the_measured_utilisation():
+    fit = fit_experiment(sweep(16), ["vcli", "tmw"], {})
+    last = fit.points[-1]
+    assert last.bottleneck == "host CPU"
+    assert bottleneck_agrees(last)
+    util = utilization_table(fit)
+    cpu = util[(util["point"] == last.point) & (util["device"] == "host CPU")].iloc[0]
+    assert cpu["u_predicted"] == pytest.approx(cpu["u_measured"], rel=0.01)
+    assert cpu["u_measured"] > 0.9, "saturated at N = 32"
+    assert last.x_model <= last.x_bound * (1 + 1e-9)
 
 
-def test_single_queue_views_flag_the_saturated_point():
-    agg = synthetic_sweep()
-    agg["mw_queue_us"] = [1.0, 5.0, 20.0, 60.0, 100.0]
-    qv = queue_views(agg, settings={})
-    assert len(qv) == 5
-    assert math.isinf(qv.iloc[-1]["M/M/1 queue length"]), "at the largest throughput ρ = 1"
-    assert qv.iloc[0]["M/M/m utilization"] < 0.5
-    assert (qv["M/M/m waiting (us)"].iloc[:-1] <= qv["M/M/1 waiting (us)"].iloc[:-1]).all()
+def test_a_small_worker_pool_is_named_instead():
+    fit = fit_experiment(sweep(2), ["vcli", "tmw"], {})
+    assert fit.points[-1].bottleneck == "workers"
+    assert bottleneck_agrees(fit.points[-1])
+
+
+def test_two_identical_servers_are_never_the_bottleneck_alone():
+    # CPU and workers plentiful, two single-threaded servers at 60 us each.
+    agg = pd.DataFrame([measured(8, 64, cpu_us=10.0, server_us=(60.0, 60.0))])
+    fit = fit_experiment(agg, ["vcli", "tmw"], {})
+    assert fit.points[0].bottleneck == "server 0 = server 1"
+
+
+def test_fitting_the_delay_on_noisy_points_stays_near_the_truth():
+    rows = [pd.Series(measured(n, 16)) for n in (1, 2, 4)]
+    for i, r in enumerate(rows):
+        r["client_rt_mean_us"] *= 1 + (0.03 if i % 2 else -0.03)
+    assert fit_delay(rows, {}) == pytest.approx(DELAY_US, abs=12)
+
+
+def test_single_queue_views_use_the_service_time_and_say_unstable():
+    agg = sweep(4)
+    agg["mw_queue_len"] = 1.0
+    agg["mw_queue_us"] = 50.0
+    qv = queue_views(agg, {})
+    assert len(qv) == 6
+    first = qv.iloc[0]
+    assert first["ρ"] == pytest.approx(first["arrival rate (/s)"] * WORKER_US * 1e-6 / 4)
+    assert isinstance(first["M/M/m waiting error"], float)
+    overload = agg.iloc[[-1]].copy()
+    overload["mw_tput"] = 4 / (WORKER_US * 1e-6) * 1.01
+    assert queue_views(overload, {}).iloc[0]["M/M/m waiting (us)"] == "unstable"
 
 
 def test_factorial_fit_needs_two_levels_and_repetitions():
@@ -87,3 +141,4 @@ def test_factorial_fit_needs_two_levels_and_repetitions():
     assert f is not None and f.effects["q0"] == pytest.approx(24.0)
     assert f.effects["A"] == pytest.approx(12.5) and f.factors == {"A": "nsvr", "B": "tmw"}
     assert factorial_fit(s.iloc[::2], ["nsvr", "tmw"], "client_tput") is None, "no repetitions"
+    assert math.isfinite(f.effects["AB"])

@@ -190,14 +190,18 @@ pub fn run(cfg: RunConfig) -> Result<Outcome> {
     let (measured, seconds) = std::thread::scope(|s| -> Result<(ClientAcc, f64)> {
         let handles: Vec<_> = (0..threads)
             .map(|i| {
-                s.spawn(move || {
-                    let r = run_thread(shared, i);
-                    if r.is_err() {
-                        shared.stop.store(true, Ordering::Relaxed);
-                    }
-                    shared.finished.fetch_add(1, Ordering::Relaxed);
-                    r
-                })
+                // Named, so that the lab can tell the load threads' CPU from the rest.
+                std::thread::Builder::new()
+                    .name(format!("load-{i}"))
+                    .spawn_scoped(s, move || {
+                        let r = run_thread(shared, i);
+                        if r.is_err() {
+                            shared.stop.store(true, Ordering::Relaxed);
+                        }
+                        shared.finished.fetch_add(1, Ordering::Relaxed);
+                        r
+                    })
+                    .expect("start a load thread")
             })
             .collect();
         let mut spares: Vec<ClientAcc> = (0..threads).map(|_| ClientAcc::default()).collect();

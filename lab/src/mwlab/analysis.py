@@ -9,6 +9,7 @@ functions that read a result directory are at the end.
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 from collections.abc import Iterable, Sequence
@@ -62,6 +63,8 @@ class Merged:
     misses: int = 0
     keys: int = 0
     mean_us: float = float("nan")
+    std_us: float = float("nan")
+    p25_us: float = float("nan")
     p50_us: float = float("nan")
     p90_us: float = float("nan")
     p99_us: float = float("nan")
@@ -82,6 +85,8 @@ def _with_percentiles(m: Merged, hists: list[dict[str, Any]]) -> Merged:
     if hists:
         h = merge_hists(x["hdr"] for x in hists)
         m.mean_us = weighted_mean(hists)
+        m.std_us = h.get_stddev()
+        m.p25_us = h.get_value_at_percentile(25)
         m.p50_us = h.get_value_at_percentile(50)
         m.p90_us = h.get_value_at_percentile(90)
         m.p99_us = h.get_value_at_percentile(99)
@@ -112,6 +117,15 @@ def seconds(windows: Sequence[Window]) -> float:
     return sum(w["duration_ms"] for w in windows) / 1000.0
 
 
+def _std(values: Sequence[float]) -> float:
+    """Sample standard deviation (NaN with fewer than two values)."""
+    vals = [v for v in values if not math.isnan(v)]
+    if len(vals) < 2:
+        return float("nan")
+    mean = sum(vals) / len(vals)
+    return math.sqrt(sum((v - mean) ** 2 for v in vals) / (len(vals) - 1))
+
+
 def cv(values: Sequence[float]) -> float:
     """Coefficient of variation (sample standard deviation / mean)."""
     vals = [v for v in values if not math.isnan(v)]
@@ -136,6 +150,8 @@ def client_metrics(clients: Sequence[Sequence[Window]]) -> dict[str, float]:
         out[f"{prefix}_rt_mean_us"] = m.mean_us
         if op == "all":
             out.update(
+                client_rt_sd_us=m.std_us,
+                client_rt_p25_us=m.p25_us,
                 client_rt_p50_us=m.p50_us,
                 client_rt_p90_us=m.p90_us,
                 client_rt_p99_us=m.p99_us,
@@ -159,13 +175,23 @@ def client_metrics(clients: Sequence[Sequence[Window]]) -> dict[str, float]:
             z_den += count
     out["N"] = n
     out["Z_us"] = z_num / z_den if z_den else 0.0
-    # Throughput of each window (all clients together), for stability.
+    # Throughput and mean response time of each window (all clients
+    # together): stability, and the error bars of a single repetition.
     per_window: dict[int, float] = {}
+    rt_sum: dict[int, float] = {}
+    rt_n: dict[int, float] = {}
     for w in flat:
-        per_window[w["start_unix_ms"]] = per_window.get(w["start_unix_ms"], 0.0) + w["ops"]["all"][
-            "count"
-        ] / (w["duration_ms"] / 1000.0)
-    out["client_window_cv"] = cv(list(per_window.values()))
+        start, a = w["start_unix_ms"], w["ops"]["all"]
+        per_window[start] = per_window.get(start, 0.0) + a["count"] / (w["duration_ms"] / 1000.0)
+        if a["count"]:
+            rt_sum[start] = rt_sum.get(start, 0.0) + a["response_us"]["mean"] * a["count"]
+            rt_n[start] = rt_n.get(start, 0.0) + a["count"]
+    tputs = list(per_window.values())
+    rts = [rt_sum[k] / rt_n[k] for k in rt_sum]
+    out["client_window_cv"] = cv(tputs)
+    out["client_tput_window_std"] = _std(tputs)
+    out["client_rt_window_std_us"] = _std(rts)
+    out["windows"] = len(tputs)
     x = out["client_tput"]
     r = out["client_rt_mean_us"]
     if x and not math.isnan(x) and n:
@@ -189,7 +215,14 @@ def middleware_metrics(mws: Sequence[Sequence[Window]]) -> dict[str, float]:
         "mw_errors": m.errors,
     }
     for part in ("net", "queue", "server", "service"):
-        out[f"mw_{part}_us"] = merge_stage(flat, f"{part}_us").mean_us
+        st = merge_stage(flat, f"{part}_us")
+        out[f"mw_{part}_us"] = st.mean_us
+        out[f"mw_{part}_sd_us"] = st.std_us
+        out[f"mw_{part}_p25_us"] = st.p25_us
+        out[f"mw_{part}_p90_us"] = st.p90_us
+    out["mw_rt_sd_us"] = m.std_us
+    out["mw_rt_p25_us"] = m.p25_us
+    out["mw_rt_p90_us"] = m.p90_us
     qlen = util = 0.0
     for ws in mws:
         dur = sum(w["duration_ms"] for w in ws) or 1
@@ -206,6 +239,94 @@ def middleware_metrics(mws: Sequence[Sequence[Window]]) -> dict[str, float]:
     for i, addr in enumerate(sorted(busy)):
         out[f"mw_backend{i}_demand_us"] = busy[addr] / m.count if m.count else float("nan")
     return out
+
+
+def cumulative_at(samples: Sequence[tuple[int, float]], t: float) -> float:
+    """A cumulative counter at time `t`, interpolated between samples (and
+    extrapolated at the last rate for a moment past the last one)."""
+    if not samples:
+        return float("nan")
+    if t <= samples[0][0]:
+        return samples[0][1]
+    for (t0, v0), (t1, v1) in itertools.pairwise(samples):
+        if t0 <= t <= t1:
+            return v0 + (v1 - v0) * (t - t0) / (t1 - t0) if t1 > t0 else v1
+    if len(samples) >= 2:
+        (t0, v0), (t1, v1) = samples[-2], samples[-1]
+        if t1 > t0 and t - t1 <= 2 * (t1 - t0):
+            return v1 + (v1 - v0) * (t - t1) / (t1 - t0)
+    return samples[-1][1]
+
+
+def _role(process: str) -> str:
+    """`mw0` -> `mw`, `mc1` -> `mc`, `cl2` -> `cl`."""
+    return process.rstrip("0123456789")
+
+
+def cpu_metrics(
+    samples: dict[tuple[str, str], list[tuple[int, float]]],
+    span: tuple[int, int],
+    requests: int,
+    cores: float,
+) -> dict[str, float]:
+    """CPU used during `span` by every process and thread class the lab started,
+    by the host, and by everything else; as cores and as µs per request.
+
+    Columns: `cpu_<x>_cores` and `cpu_<x>_us` (per request) for each process
+    (`mw0`, `mc1`, `cl0`...), each role (`mw`, `mc`, `cl`), each middleware
+    thread class (`mw_net`, `mw_worker`, `mw_stats`), the load threads
+    (`cl_load`), everything the lab started (`lab`, including its own
+    process), the host (`host`) and the rest (`other` = host - lab); `cores`
+    usable, `host_util` (host busy / usable cores), `cl_load_thread_util`
+    (the busiest load generator thread class's cores per thread).
+    """
+    lo, hi = span
+    secs = (hi - lo) / 1000.0
+    if secs <= 0:
+        return {}
+    used: dict[str, float] = {}
+
+    def add(name: str, value: float) -> None:
+        if not math.isnan(value):
+            used[name] = used.get(name, 0.0) + max(0.0, value)
+
+    for (process, thread), series in samples.items():
+        delta = cumulative_at(series, hi) - cumulative_at(series, lo)
+        if process == "host":
+            add("host", delta)
+        elif thread == "*":
+            add(process, delta)
+            add("lab", delta)
+            if process != "lab":
+                add(_role(process), delta)
+        elif process.startswith(("mw", "cl")):
+            add(f"{_role(process)}_{thread}", delta)
+    if "host" in used:
+        used["other"] = max(0.0, used["host"] - used.get("lab", 0.0))
+    out: dict[str, float] = {"cores": cores}
+    for name, value in used.items():
+        out[f"cpu_{name}_cores"] = value / secs
+        out[f"cpu_{name}_us"] = value / requests * 1e6 if requests else float("nan")
+    if "host" in used and cores:
+        out["host_util"] = used["host"] / secs / cores
+    return out
+
+
+def read_cpu(rdir: Path) -> dict[tuple[str, str], list[tuple[int, float]]]:
+    """cpu.csv of a run as series of (unix ms, cumulative CPU seconds) per (process, thread class)."""
+    path = rdir / "cpu.csv"
+    if not path.exists():
+        return {}
+    series: dict[tuple[str, str], list[tuple[int, float]]] = {}
+    with path.open() as f:
+        next(f, None)
+        for line in f:
+            parts = line.rstrip("\n").split(",")
+            if len(parts) != 4:
+                continue
+            stamp, process, thread, secs = parts
+            series.setdefault((process, thread), []).append((int(stamp), float(secs)))
+    return series
 
 
 def factor_columns(factors: dict[str, Any]) -> dict[str, Any]:
@@ -241,6 +362,15 @@ def run_metrics(rdir: Path, trim_start: int = 0, trim_end: int = 0) -> dict[str,
     row.update(client_metrics(clients))
     mws = [within(ws, span) for ws in _read_all(rdir, "mw")]
     row.update(middleware_metrics(mws))
+    row.update(
+        cpu_metrics(read_cpu(rdir), span, int(row.get("client_requests", 0)), record.get("cores", 0.0))
+    )
+    threads = record.get("settings", {}).get("topology.threads", 1) * max(
+        1, sum(1 for d in rdir.glob("cl[0-9]*") if d.is_dir())
+    )
+    if "cpu_cl_load_cores" in row:
+        row["cl_load_threads"] = threads
+        row["cl_load_thread_util"] = row["cpu_cl_load_cores"] / threads
     return row
 
 
@@ -283,10 +413,10 @@ def aggregate_runs(summary: pd.DataFrame, factors: list[str]) -> pd.DataFrame:
         if c not in ("point", "rep", "status", "error", *factors) and pd.api.types.is_numeric_dtype(ok[c])
     ]
     groups = ok.groupby("point", sort=False)
-    agg = groups[numeric].agg(["mean", "std"])
-    agg.columns = [f"{c}_{s}" if s == "std" else c for c, s in agg.columns]
-    agg.insert(0, "reps", groups.size())
-    for f in reversed(factors):
-        agg.insert(0, f, groups[f].first())
-    agg = agg.reset_index()
+    stats = groups[numeric].agg(["mean", "std"])
+    stats.columns = [f"{c}_{s}" if s == "std" else c for c, s in stats.columns]
+    front = pd.concat([groups[f].first() for f in factors] + [groups.size().rename("reps")], axis=1)
+    agg = pd.concat([front, stats], axis=1).copy()
+    agg.insert(0, "point", agg.index)
+    agg = agg.reset_index(drop=True)
     return agg.sort_values([*factors, "N"] if "N" in agg else factors, kind="stable").reset_index(drop=True)

@@ -1,6 +1,8 @@
 """Checks written into every report, with their numbers: the interactive
 response time law, client against middleware throughput, stability across
-repetitions and across windows, errors and misses."""
+repetitions and across windows, errors and misses; and what makes a result
+noisy or not about the system under test: other processes taking CPU
+(interference), a saturated host, a saturated load generator."""
 
 from __future__ import annotations
 
@@ -13,6 +15,8 @@ LAW_TOLERANCE = 0.05
 THROUGHPUT_TOLERANCE = 0.05
 REPS_CV_LIMIT = 0.10
 WINDOWS_CV_LIMIT = 0.15
+INTERFERENCE_LIMIT = 0.10  # share of the usable cores other processes may take
+SATURATION_LIMIT = 0.90  # host CPU or load-generator thread utilisation
 
 
 @dataclass(frozen=True)
@@ -76,6 +80,7 @@ def run_checks(summary: pd.DataFrame, aggregate: pd.DataFrame) -> list[Check]:
                     f"coefficient of variation of per-window throughput {wcv:.3f}",
                 )
             )
+        checks += noise_checks(r, where)
         errors, unsent = _count(r, "client_errors"), _count(r, "client_unsent")
         detail = f"{errors} of {int(r['client_requests'])} requests"
         if unsent:
@@ -98,6 +103,40 @@ def run_checks(summary: pd.DataFrame, aggregate: pd.DataFrame) -> list[Check]:
                 )
             )
     return checks
+
+
+def noise_checks(r: pd.Series, where: str) -> list[Check]:
+    """Interference and saturation of one run, with the numbers."""
+    out = []
+    cores = r.get("cores")
+    other = r.get("cpu_other_cores")
+    if not _nan(other) and not _nan(cores) and cores:
+        out.append(
+            Check(
+                "no interference",
+                where,
+                other <= INTERFERENCE_LIMIT * cores,
+                f"other processes used {other:.2f} of {cores:g} cores ({other / cores:.0%})",
+            )
+        )
+    host = r.get("host_util")
+    if not _nan(host):
+        out.append(
+            Check(
+                "host CPU not saturated",
+                where,
+                host < SATURATION_LIMIT,
+                f"host CPU {host:.0%} busy" + (f" ({host * cores:.2f} of {cores:g} cores)" if cores else ""),
+            )
+        )
+    gen = r.get("cl_load_thread_util")
+    if not _nan(gen):
+        gap = r.get("law_rt_us", float("nan")) - r.get("client_rt_mean_us", float("nan"))
+        detail = f"load-generator threads {gen:.0%} busy each"
+        if not _nan(gap):
+            detail += f"; clients' own time between a reply and the next request {gap:.1f} µs"
+        out.append(Check("load generator not saturated", where, gen < SATURATION_LIMIT, detail))
+    return out
 
 
 def to_frame(checks: list[Check]) -> pd.DataFrame:

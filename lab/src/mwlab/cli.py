@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
+import shlex
+import signal
 import sys
 from pathlib import Path
 
@@ -31,17 +34,29 @@ def _names() -> list[str]:
     return sorted(p.stem for p in EXPERIMENTS.glob("*.yaml"))
 
 
-def analyze(result: Path) -> Path:
+def analyze(result: Path):
+    """Tables, checks, plots and report of a result directory; returns (report path, aggregate)."""
     summary, aggregate = summarize(result)
-    return write_report(result, summary, aggregate)
+    return write_report(result, summary, aggregate), aggregate
 
 
-def _key_numbers(result: Path) -> str:
-    import pandas as pd
+@contextlib.contextmanager
+def _signals_interrupt():
+    """SIGTERM and SIGHUP (what `timeout`, a closed terminal or a cancelled CI
+    job send) stop a run as Ctrl-C does: every process of the run is stopped."""
 
-    agg = pd.read_csv(result / "aggregate.csv")
-    if agg.empty:
-        return "no run finished; see the report"
+    def interrupt(signum, _frame):
+        raise KeyboardInterrupt(signal.Signals(signum).name)
+
+    previous = {s: signal.signal(s, interrupt) for s in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+
+
+def _key_numbers(agg) -> str:
     lines = []
     for _, r in agg.iterrows():
         parts = [f"{r['point']}: {r['client_tput']:,.0f} ops/s", f"R {r['client_rt_mean_us'] / 1000:.2f} ms"]
@@ -104,17 +119,28 @@ def main(argv: list[str] | None = None) -> int:
             for pt in exp.points():
                 print(f"  {pt.name}  N={pt.total_clients}")
         elif args.command == "run":
-            from mwlab.runner import run_experiment
+            from mwlab.runner import prepare, run_experiment
 
             exp = load(_spec_path(args.spec), args.scale)
-            result = run_experiment(
-                exp, Path(args.results), Path(args.resume) if args.resume else None, _progress_printer()
-            )
-            report = analyze(result)
-            print(_key_numbers(result))
+            out = prepare(exp, Path(args.results), Path(args.resume) if args.resume else None)
+            try:
+                with _signals_interrupt():
+                    run_experiment(exp, out, _progress_printer())
+            except KeyboardInterrupt:
+                again = ["mwlab", "run", args.spec, "--scale", args.scale, "--resume", str(out)]
+                print(
+                    "mwlab: interrupted; every process was stopped. Continue with:\n  " + shlex.join(again),
+                    file=sys.stderr,
+                )
+                return 130
+            report, aggregate = analyze(out)
+            if aggregate.empty:
+                print(f"mwlab: every run failed; the report says why: {report}", file=sys.stderr)
+                return 1
+            print(_key_numbers(aggregate))
             print(f"report: {report}")
         elif args.command == "analyze":
-            print(f"report: {analyze(Path(args.result))}")
+            print(f"report: {analyze(Path(args.result))[0]}")
         elif args.command == "compare":
             df = compare(Path(args.a), Path(args.b))
             print(df.to_string(index=False, float_format=lambda v: f"{v:,.2f}"))
@@ -122,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"mwlab: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print("mwlab: interrupted; every process was stopped. Continue with --resume.", file=sys.stderr)
+        print("mwlab: interrupted", file=sys.stderr)
         return 130
     return 0
 

@@ -1,20 +1,34 @@
-"""Models fitted to measured experiments (the report's Models section).
+"""Models fitted to measured experiments (the report's Models section, and
+`model.csv` / `utilization.csv`).
 
-- A client sweep (points that differ only in the number of clients) with a
-  middleware becomes a closed network: the clients' think time, a delay for
-  the network and the clients themselves, the net thread (queue), the worker
-  pool (multi-server center with one server per worker) and the memcached
-  servers (multi-server center with one server per memcached). Demands come
-  from the middleware's own timings at the lightest load of the sweep. MVA
-  then predicts throughput and response time at every measured population.
-  Limitation: a worker is held while its request is at a server (simultaneous
-  resource possession), which product-form networks cannot express, so the
-  worker pool is given only its own processing time.
-- Each point also gets the seeds' single-queue views: M/M/1 and M/M/m (m =
-  workers) with the measured throughput as arrival rate and the sweep's
-  saturated (largest) throughput as service capacity.
-- A 2^k r experiment (every factor at two levels, at least two repetitions)
-  gets its effects, allocation of variation and confidence intervals.
+Every resource a request uses is a **device** with a demand per request
+(µs) and a capacity (servers), measured at each point:
+
+- the host CPU: CPU time per request of every process the lab started
+  (sampled per process and thread, `cpu.csv`), capacity = usable cores minus
+  the cores other processes took meanwhile;
+- the worker pool of the middlewares: the workers' holding time per request
+  (the middleware's service time, t_reply - t_dequeue), capacity = workers;
+- each middleware's net thread, each memcached server (one worker thread)
+  and the load generator's threads: their CPU time per request, capacity =
+  their threads.
+
+The closed network that predicts throughput and response time at a point is
+the think time, a delay for what no device accounts for (network stack,
+wake-ups, the client's own handling), the host CPU as a multi-server center
+and the worker pool as a multi-server center, solved with MVA at the point's
+population. The demands are measured at each point; the delay is the one
+fitted parameter, fitted for the whole experiment by least squares over the
+points below their knee (all points when none is). The single-threaded
+devices are not in the network (their CPU time is already in the host
+CPU's), but they are checked as bottlenecks: the **bottleneck** is the device
+with the largest demand per server, named together with every device within
+3% of it, so two identical servers are named together, never one alone.
+
+Also: the operational-law table of each point (demands, predicted against
+measured utilisation, N*, bounds); the single-queue views of the worker pool
+(M/M/1 and M/M/m with capacity from the measured service time, error
+columns, "unstable" at or beyond ρ = 1); the 2^k r analysis.
 """
 
 from __future__ import annotations
@@ -27,143 +41,335 @@ import pandas as pd
 
 from mwlab.models import ModelError
 from mwlab.models.factorial import FactorialResult, analyze
-from mwlab.models.laws import Center, bounds
+from mwlab.models.laws import Center
 from mwlab.models.mva import mva
 from mwlab.models.queues import mm1, mmm
 
 CLIENT_FACTORS = {"vcli", "tcli", "icli", "ncli"}
-HOLDS = 0.15  # the model "holds" while throughput and response time are within 15%
+HOLDS = 0.10  # the model "holds" at a point while throughput and response time are within 10%
+TIE = 0.03  # devices within 3% of the largest demand per server share the bottleneck
+US = 1e-6
 
 
 @dataclass
-class SweepFit:
-    """One client sweep and its network model."""
+class Device:
+    """A resource of a point: demand per request, capacity, utilisations."""
 
-    label: str
-    centers: list[Center]
-    think_s: float
-    table: pd.DataFrame
+    name: str
+    demand_us: float
+    servers: float
+    u_measured: float = float("nan")
+    u_predicted: float = float("nan")
+    in_network: bool = False
+
+    @property
+    def per_server_us(self) -> float:
+        return self.demand_us / self.servers if self.servers > 0 else float("inf")
+
+
+@dataclass
+class PointFit:
+    """The model at one point."""
+
+    point: str
+    sweep: str
+    n: int
+    think_us: float
+    x_measured: float
+    r_measured_us: float
+    x_model: float
+    r_model_us: float
+    devices: list[Device]
     bottleneck: str
-    knee: float
-    holds_up_to: float | None
-    curve: pd.DataFrame = field(default_factory=pd.DataFrame)
+    total_demand_us: float
+    max_demand_us: float
+
+    @property
+    def x_error(self) -> float:
+        return (self.x_model - self.x_measured) / self.x_measured
+
+    @property
+    def r_error(self) -> float:
+        return (self.r_model_us - self.r_measured_us) / self.r_measured_us
+
+    @property
+    def holds(self) -> bool:
+        return abs(self.x_error) <= HOLDS and abs(self.r_error) <= HOLDS
+
+    @property
+    def knee(self) -> float:
+        return (self.total_demand_us + self.think_us) / self.max_demand_us
+
+    @property
+    def x_bound(self) -> float:
+        return min(self.n / ((self.total_demand_us + self.think_us) * US), 1 / (self.max_demand_us * US))
+
+    @property
+    def r_bound_us(self) -> float:
+        return max(self.total_demand_us, self.n * self.max_demand_us - self.think_us)
 
 
-def _num(row: pd.Series, col: str, default: float = 0.0) -> float:
+@dataclass
+class ExperimentFit:
+    """Every point's model, with the delay fitted for the experiment."""
+
+    delay_us: float
+    fitted_on: list[str]
+    points: list[PointFit] = field(default_factory=list)
+
+
+def _num(row: pd.Series, col: str, default: float = float("nan")) -> float:
     v = row.get(col, default)
-    return default if v is None or (isinstance(v, float) and math.isnan(v)) else float(v)
+    try:
+        v = float(v)
+    except (TypeError, ValueError):
+        return default
+    return default if math.isnan(v) else v
 
 
-def sweeps(agg: pd.DataFrame, factors: list[str]) -> list[tuple[str, pd.DataFrame]]:
-    """Groups of points that differ only in client counts, with at least two populations."""
+def devices(row: pd.Series, settings: dict[str, Any]) -> list[Device]:
+    """The devices of a point, with their demands and measured utilisations."""
+    out: list[Device] = []
+    cores = _num(row, "cores", 0.0)
+    free = max(cores - _num(row, "cpu_other_cores", 0.0), 0.05)
+    # The host's busy time and the sum of the processes' CPU times are two
+    # accountings of the same work that differ by up to a fifth at light
+    # load (tick-based idle accounting); the smaller is the CPU the lab's
+    # processes used for certain.
+    cpu = min(_num(row, "cpu_lab_us", math.inf), _num(row, "cpu_host_us", math.inf))
+    if cores > 0 and not math.isinf(cpu):
+        used = min(_num(row, "cpu_lab_cores", math.inf), _num(row, "cpu_host_cores", math.inf))
+        out.append(Device("host CPU", cpu, free, used / free))
+    middlewares = int(_num(row, "nmw", settings.get("topology.middlewares", 1)))
+    service = _num(row, "mw_service_us")
+    if middlewares > 0 and not math.isnan(service):
+        workers = int(_num(row, "tmw", settings.get("middleware.workers", 8))) * middlewares
+        out.append(Device("workers", service, workers, _num(row, "mw_util")))
+        nets = middlewares * int(settings.get("middleware.net_threads", 1))
+        net = _num(row, "cpu_mw_net_us")
+        if not math.isnan(net):
+            out.append(Device("net thread", net, nets, _num(row, "cpu_mw_net_cores") / nets))
+    servers = int(_num(row, "nsvr", settings.get("topology.servers", 1)))
+    for i in range(servers):
+        d = _num(row, f"cpu_mc{i}_us")
+        if not math.isnan(d):
+            out.append(Device(f"server {i}", d, 1, _num(row, f"cpu_mc{i}_cores")))
+    load, threads = _num(row, "cpu_cl_load_us"), _num(row, "cl_load_threads", 0.0)
+    if not math.isnan(load) and threads > 0:
+        out.append(Device("load generator", load, threads, _num(row, "cl_load_thread_util")))
+    return out
+
+
+def _network(devs: list[Device], delay_us: float) -> list[Center]:
+    centers = [Center("delay", max(delay_us, 0.0) * US, "delay")]
+    for d in devs:
+        if d.name in ("host CPU", "workers") and d.demand_us > 0:
+            d.in_network = True
+            if d.servers >= 1:
+                centers.append(Center(d.name, d.demand_us * US, "multi", d.servers))
+            else:
+                # Less than one core left: one server that much slower.
+                centers.append(Center(d.name, d.demand_us / d.servers * US, "queue"))
+    return centers
+
+
+def solve_point(
+    row: pd.Series, settings: dict[str, Any], delay_us: float, sweep: str = ""
+) -> PointFit | None:
+    """MVA of one point's network at its population."""
+    n = int(_num(row, "N", 0))
+    x, r = _num(row, "client_tput"), _num(row, "client_rt_mean_us")
+    devs = devices(row, settings)
+    if n < 1 or math.isnan(x) or math.isnan(r) or not x or not devs:
+        return None
+    think = _num(row, "Z_us", 0.0)
+    centers = _network(devs, delay_us)
+    try:
+        res = mva(centers, think * US, n)
+    except ModelError:
+        return None
+    x_model, r_model = res.throughput[-1], res.response_time[-1] / US
+    for d in devs:
+        d.u_predicted = x_model * d.demand_us * US / d.servers
+    top = max(d.per_server_us for d in devs)
+    named = [d.name for d in devs if d.per_server_us >= (1 - TIE) * top]
+    total = sum(c.demand for c in centers) / US
+    return PointFit(
+        str(row.get("point", "")),
+        sweep,
+        n,
+        think,
+        x,
+        r,
+        x_model,
+        r_model,
+        devs,
+        " = ".join(named),
+        total,
+        top,
+    )
+
+
+def _delay_error(rows: list[pd.Series], settings: dict[str, Any], delay_us: float) -> float:
+    err = 0.0
+    for row in rows:
+        p = solve_point(row, settings, delay_us)
+        if p is not None:
+            err += p.r_error**2 + p.x_error**2
+    return err
+
+
+def fit_delay(rows: list[pd.Series], settings: dict[str, Any]) -> float:
+    """The delay (µs) minimising the squared relative errors over `rows` (golden-section search)."""
+    hi = max((_num(r, "client_rt_mean_us", 0.0) for r in rows), default=0.0)
+    lo = 0.0
+    g = (math.sqrt(5) - 1) / 2
+    a, b = lo + (1 - g) * (hi - lo), lo + g * (hi - lo)
+    fa, fb = _delay_error(rows, settings, a), _delay_error(rows, settings, b)
+    for _ in range(40):
+        if fa <= fb:
+            hi, b, fb = b, a, fa
+            a = lo + (1 - g) * (hi - lo)
+            fa = _delay_error(rows, settings, a)
+        else:
+            lo, a, fa = a, b, fb
+            b = lo + g * (hi - lo)
+            fb = _delay_error(rows, settings, b)
+    best = (lo + hi) / 2
+    return 0.0 if _delay_error(rows, settings, 0.0) <= _delay_error(rows, settings, best) else best
+
+
+def sweep_label(row: pd.Series, factors: list[str]) -> str:
+    """The non-client factor levels of a point (its sweep)."""
+    others = [f for f in factors if f not in CLIENT_FACTORS and f in row]
+    return ", ".join(f"{f}={row[f]}" for f in others)
+
+
+def fit_experiment(agg: pd.DataFrame, factors: list[str], settings: dict[str, Any]) -> ExperimentFit | None:
+    """Every point's model; the delay fitted over the points below their knee."""
     if agg.empty or "N" not in agg:
-        return []
-    others = [f for f in factors if f not in CLIENT_FACTORS and f in agg]
-    groups = (
-        [("", agg)]
-        if not others
-        else [
-            (
-                ", ".join(
-                    f"{n}={v}" for n, v in zip(others, key if isinstance(key, tuple) else (key,), strict=True)
-                ),
-                g,
-            )
-            for key, g in agg.groupby(others, sort=True)
+        return None
+    rows = [r for _, r in agg.iterrows()]
+    first = [solve_point(r, settings, 0.0) for r in rows]
+    below = [r for r, p in zip(rows, first, strict=True) if p is not None and p.n <= p.knee]
+    basis = below or [r for r, p in zip(rows, first, strict=True) if p is not None]
+    if not basis:
+        return None
+    delay = fit_delay(basis, settings)
+    fit = ExperimentFit(delay, [str(r.get("point", "")) for r in basis])
+    for r in rows:
+        p = solve_point(r, settings, delay, sweep_label(r, factors))
+        if p is not None:
+            fit.points.append(p)
+    return fit
+
+
+def model_table(fit: ExperimentFit) -> pd.DataFrame:
+    """model.csv: predicted against measured throughput and response time per point."""
+    return pd.DataFrame(
+        [
+            {
+                "sweep": p.sweep,
+                "point": p.point,
+                "N": p.n,
+                "x_measured": p.x_measured,
+                "x_model": p.x_model,
+                "x_error": p.x_error,
+                "r_measured_us": p.r_measured_us,
+                "r_model_us": p.r_model_us,
+                "r_error": p.r_error,
+                "bottleneck": p.bottleneck,
+            }
+            for p in fit.points
         ]
     )
-    return [(label, g.sort_values("N")) for label, g in groups if g["N"].nunique() >= 2]
 
 
-def fit_sweep(label: str, g: pd.DataFrame, settings: dict[str, Any]) -> SweepFit | None:
-    """The closed network of a sweep, solved with MVA and compared point by point."""
-    if "mw_service_us" not in g or g["mw_service_us"].isna().all():
-        return None
-    light = g.iloc[0]
-    workers = int(_num(light, "tmw", settings.get("middleware.workers", 8)))
-    servers = int(_num(light, "nsvr", settings.get("topology.servers", 1)))
-    middlewares = int(_num(light, "nmw", settings.get("topology.middlewares", 1)))
-    us = 1e-6
-    server = _num(light, "mw_server_us") * us
-    centers = [
-        Center(
-            "network+client",
-            max(0.0, _num(light, "client_rt_mean_us") - _num(light, "mw_rt_mean_us")) * us,
-            "delay",
-        ),
-        Center(
-            "net thread", _num(light, "mw_net_us") * us / max(middlewares, 1), "multi", max(middlewares, 1)
-        ),
-        Center(
-            "workers",
-            max(0.0, _num(light, "mw_service_us") * us - server),
-            "multi",
-            workers * max(middlewares, 1),
-        ),
-    ]
-    per_server = sorted(c for c in g.columns if c.startswith("mw_backend") and c.endswith("_demand_us"))
-    if per_server:
-        # Each memcached server is a queue; its demand is its server time per client request.
-        centers += [Center(f"server {i}", _num(light, c) * us) for i, c in enumerate(per_server)]
-    else:
-        centers.append(Center("servers", server, "multi", servers))
-    think = _num(light, "Z_us") * us
-    n_max = int(g["N"].max())
-    res = mva(centers, think, n_max)
-    rows = []
-    for _, r in g.iterrows():
-        n = int(r["N"])
-        x_m, r_m = res.throughput[n - 1], res.response_time[n - 1]
-        x, rt = r["client_tput"], r["client_rt_mean_us"] * us
-        ex, er = (x_m - x) / x, (r_m - rt) / rt
-        rows.append(
+def utilization_table(fit: ExperimentFit) -> pd.DataFrame:
+    """utilization.csv: per point and device, demand, predicted and measured utilisation."""
+    return pd.DataFrame(
+        [
             {
-                "N": n,
-                "X measured": x,
-                "X model": x_m,
-                "X error": ex,
-                "R measured (us)": rt / us,
-                "R model (us)": r_m / us,
-                "R error": er,
+                "point": p.point,
+                "device": d.name,
+                "demand_us": d.demand_us,
+                "servers": d.servers,
+                "u_predicted": d.u_predicted,
+                "u_measured": d.u_measured,
+                "in_network": d.in_network,
             }
-        )
-    holds_up_to = None
-    for row in rows:
-        if abs(row["X error"]) > HOLDS or abs(row["R error"]) > HOLDS:
-            break
-        holds_up_to = row["N"]
-    b = bounds(centers, think, n_max)
-    curve = pd.DataFrame({"N": res.users, "X": res.throughput, "R_us": [r / us for r in res.response_time]})
-    return SweepFit(label, centers, think, pd.DataFrame(rows), b.bottleneck, b.knee, holds_up_to, curve)
+            for p in fit.points
+            for d in p.devices
+        ]
+    )
 
 
-def queue_views(g: pd.DataFrame, settings: dict[str, Any]) -> pd.DataFrame:
-    """M/M/1 and M/M/m predictions of queue length and waiting time per point of a sweep."""
-    if "mw_queue_us" not in g or g["mw_tput"].isna().all():
+def law_table(p: PointFit) -> pd.DataFrame:
+    """The operational-law table of a point (seed 003): D_i, U_i = X D_i / m_i
+    predicted and measured, and the bounds."""
+    rows = [
+        {
+            "device": d.name,
+            "servers": d.servers,
+            "D (us)": d.demand_us,
+            "D per server (us)": d.per_server_us,
+            "U predicted": d.u_predicted,
+            "U measured": d.u_measured,
+        }
+        for d in p.devices
+    ]
+    return pd.DataFrame(rows)
+
+
+def bottleneck_agrees(p: PointFit) -> bool | None:
+    """Whether the named bottleneck is the most utilised device by measurement
+    (None when its utilisation was not measured)."""
+    named = [d for d in p.devices if d.name in p.bottleneck.split(" = ")]
+    measured = [d for d in p.devices if not math.isnan(d.u_measured)]
+    if not named or not measured or all(math.isnan(d.u_measured) for d in named):
+        return None
+    top = max(d.u_measured for d in measured)
+    return max(d.u_measured for d in named if not math.isnan(d.u_measured)) >= top - 0.1
+
+
+def queue_views(agg: pd.DataFrame, settings: dict[str, Any]) -> pd.DataFrame:
+    """The worker pool as M/M/1 (one server m times as fast) and M/M/m, with
+    the arrival rate the middleware's throughput and the capacity from the
+    measured service time (μ = 1 / S per worker); predicted against measured
+    queue length and waiting time, with errors; "unstable" at or beyond ρ = 1."""
+    if "mw_service_us" not in agg or agg["mw_service_us"].isna().all():
         return pd.DataFrame()
-    x_max = g["client_tput"].max()
     rows = []
-    for _, r in g.iterrows():
+    for _, r in agg.iterrows():
+        s = _num(r, "mw_service_us") * US
+        lam = _num(r, "mw_tput")
+        if math.isnan(s) or math.isnan(lam) or s <= 0:
+            continue
         m = int(_num(r, "tmw", settings.get("middleware.workers", 8))) * int(
             max(1, _num(r, "nmw", settings.get("topology.middlewares", 1)))
         )
-        lam = _num(r, "mw_tput")
-        row = {
-            "N": r["N"],
-            "arrival rate": lam,
-            "measured queue length": _num(r, "mw_queue_len"),
-            "measured waiting (us)": _num(r, "mw_queue_us"),
+        measured_q, measured_w = _num(r, "mw_queue_len"), _num(r, "mw_queue_us")
+        row: dict[str, Any] = {
+            "point": r.get("point", ""),
+            "N": r.get("N"),
+            "arrival rate (/s)": lam,
+            "service time (us)": s / US,
+            "workers": m,
+            "ρ": lam * s / m,
+            "measured queue length": measured_q,
+            "measured waiting (us)": measured_w,
         }
         for key in ("M/M/1", "M/M/m"):
             try:
-                q = mm1(lam, x_max) if key == "M/M/1" else mmm(lam, x_max / m, m)
-                row[f"{key} utilization"] = q.utilization
+                q = mm1(lam, m / s) if key == "M/M/1" else mmm(lam, 1 / s, m)
+                w = q.mean_waiting_time / US
                 row[f"{key} queue length"] = q.mean_queue_length
-                row[f"{key} waiting (us)"] = q.mean_waiting_time * 1e6
+                row[f"{key} waiting (us)"] = w
+                row[f"{key} waiting error"] = (w - measured_w) / measured_w if measured_w else float("nan")
             except ModelError:
-                row[f"{key} utilization"] = lam / x_max if x_max else float("nan")
-                row[f"{key} queue length"] = float("inf")
-                row[f"{key} waiting (us)"] = float("inf")
+                row[f"{key} queue length"] = "unstable"
+                row[f"{key} waiting (us)"] = "unstable"
+                row[f"{key} waiting error"] = "unstable"
         rows.append(row)
     return pd.DataFrame(rows)
 

@@ -6,6 +6,7 @@ PNG and SVG files."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import matplotlib
@@ -39,6 +40,31 @@ def _groups(agg: pd.DataFrame, lines: list[str]):
         yield ", ".join(f"{n}={v}" for n, v in zip(lines, key, strict=True)), g
 
 
+# Per-window spread of a single run, for the figures that have one.
+WINDOW_SPREAD = {"client_tput": "client_tput_window_std", "client_rt_mean_us": "client_rt_window_std_us"}
+
+
+def _errors(g: pd.DataFrame, y: str) -> pd.Series | None:
+    """Error bars of `y`: the standard deviation over repetitions where a point
+    has several, over the windows of its one run where it has one."""
+    reps = g["reps"] if "reps" in g else pd.Series(1, index=g.index)
+    over_reps = g[f"{y}_std"] if f"{y}_std" in g else pd.Series(float("nan"), index=g.index)
+    over_windows = g[WINDOW_SPREAD[y]] if y in WINDOW_SPREAD and WINDOW_SPREAD[y] in g else None
+    if over_windows is None:
+        return over_reps if over_reps.notna().any() else None
+    return over_reps.where(reps >= 2, over_windows)
+
+
+def error_label(agg: pd.DataFrame) -> str:
+    """What the error bars are, for plot titles."""
+    reps = agg["reps"] if "reps" in agg else pd.Series([1])
+    if (reps >= 2).all():
+        return "mean ± std over repetitions"
+    if (reps < 2).all():
+        return "mean ± std over windows, one repetition"
+    return "mean ± std over repetitions, or windows where one"
+
+
 def _line(
     ax: Axes,
     agg: pd.DataFrame,
@@ -51,11 +77,11 @@ def _line(
 ) -> None:
     for name, g in _groups(agg, lines):
         g = g.sort_values(x) if x != "point" else g
-        err = g[f"{y}_std"] * scale if f"{y}_std" in g else None
+        err = _errors(g, y)
         ax.errorbar(
-            g[x].astype(str) if x == "point" else g[x],
+            g[x].astype(str) if x == "point" or g[x].dtype == object else g[x],
             g[y] * scale,
-            yerr=err,
+            yerr=err * scale if err is not None else None,
             fmt=style,
             capsize=3,
             label=f"{label} {name}".strip(),
@@ -67,7 +93,7 @@ def throughput(agg: pd.DataFrame, ax: Axes, x: str, lines: list[str]) -> None:
     if "mw_tput" in agg:
         _line(ax, agg, x, lines, "mw_tput", "middleware", style="--s")
     ax.set_ylabel("throughput (ops/s)")
-    ax.set_title("Throughput (mean ± std over repetitions)")
+    ax.set_title(f"Throughput ({error_label(agg)})")
 
 
 def response_time(agg: pd.DataFrame, ax: Axes, x: str, lines: list[str]) -> None:
@@ -77,7 +103,7 @@ def response_time(agg: pd.DataFrame, ax: Axes, x: str, lines: list[str]) -> None
     if "law_rt_us" in agg:
         _line(ax, agg, x, lines, "law_rt_us", "N/X - Z", scale=1e-3, style=":^")
     ax.set_ylabel("response time (ms)")
-    ax.set_title("Response time (mean ± std over repetitions)")
+    ax.set_title(f"Response time ({error_label(agg)})")
 
 
 def queue(agg: pd.DataFrame, ax: Axes, x: str, lines: list[str]) -> None:
@@ -123,23 +149,31 @@ def percentiles(agg: pd.DataFrame, ax: Axes, x: str, lines: list[str]) -> None:
     ax.set_title("Response-time percentiles (clients)")
 
 
-def histogram(windows: list[dict], ax: Axes, label: str) -> None:
-    """Response-time histogram of merged windows (clients), in ms: of the
+def _merged(windows: list[dict]):
+    """The response-time histogram of merged windows (clients): of the
     multi-gets when there are any, else of the gets, else of everything."""
     op = next((o for o in ("multiget", "get", "all") if sum(w["ops"][o]["count"] for w in windows)), "all")
-    h = merge_hists(w["ops"][op]["response_us"]["hdr"] for w in windows if w["ops"][op]["count"])
-    if h.get_total_count() == 0:
+    return merge_hists(w["ops"][op]["response_us"]["hdr"] for w in windows if w["ops"][op]["count"])
+
+
+def histograms(runs: dict[str, list[dict]], ax: Axes) -> None:
+    """Response-time histograms of several runs with common bins (so their
+    heights compare), up to the largest 99.5th percentile, in ms."""
+    hists = {name: _merged(ws) for name, ws in runs.items() if ws}
+    hists = {n: h for n, h in hists.items() if h.get_total_count()}
+    if not hists:
         return
-    top = h.get_value_at_percentile(99.5)
+    top = max(h.get_value_at_percentile(99.5) for h in hists.values())
     step = max(1, top // 60)
-    xs, ys = [], []
-    for item in h.get_linear_iterator(step):
-        if item.value_iterated_to > top:
-            break
-        xs.append(item.value_iterated_to / 1e3)
-        ys.append(item.count_added_in_this_iter_step)
-    ax.step(xs, ys, where="post", label=label)
-    ax.set_xlabel("response time (ms)")
+    for name, h in hists.items():
+        xs, ys = [], []
+        for item in h.get_linear_iterator(step):
+            if item.value_iterated_to > top:
+                break
+            xs.append(item.value_iterated_to / 1e3)
+            ys.append(item.count_added_in_this_iter_step)
+        ax.step(xs, ys, where="post", label=name)
+    ax.set_xlabel(f"response time (ms; bins of {step / 1e3:g} ms)")
     ax.set_ylabel("requests")
 
 
@@ -186,7 +220,9 @@ def client_timeline(rdir: Path) -> pd.DataFrame:
 
 def timeline(runs: dict[str, Path], ax: Axes) -> None:
     """Throughput per window over each run (first repetition of each point);
-    windows with failed requests are marked with an x."""
+    windows with failed requests are marked with an x, warm-up and cool-down
+    windows are shaded."""
+    shaded = set()
     for name, rdir in list(runs.items())[:8]:
         df = client_timeline(rdir)
         if df.empty:
@@ -195,27 +231,74 @@ def timeline(runs: dict[str, Path], ax: Axes) -> None:
         bad = df[df["failed"] > 0]
         if not bad.empty:
             ax.scatter(bad["t"], bad["tput"], marker="x", s=30, color=line.get_color())
+        width = df["t"].diff().median() if len(df) > 1 else 1.0
+        for phase, color in (("warmup", "tab:orange"), ("cooldown", "tab:purple")):
+            for t in df.loc[df["phase"] == phase, "t"]:
+                ax.axvspan(
+                    t, t + width, color=color, alpha=0.08, label=phase if phase not in shaded else None
+                )
+                shaded.add(phase)
     ax.set_xlabel("seconds since the first window")
     ax.set_ylabel("throughput per window (ops/s)")
-    ax.set_title("Throughput over time (first repetition; x: windows with failures)")
+    ax.set_title(
+        "Throughput over time (first repetition; x: windows with failures; shaded: warm-up, cool-down)"
+    )
 
 
 def save_figure(out: Path, stem: str, draw, xlabel: str = "") -> tuple[Path, Path]:
     """Draws one plot with `draw(ax)` and writes it as `out/stem.png` and `.svg`."""
+    return save_panels(out, stem, [("", draw)], xlabel)
+
+
+def save_panels(
+    out: Path, stem: str, panels: list[tuple[str, Callable]], xlabel: str = ""
+) -> tuple[Path, Path]:
+    """Draws one panel per `(title, draw)` side by side and writes `out/stem.png` and `.svg`."""
     out.mkdir(exist_ok=True)
-    fig, ax = plt.subplots(figsize=(7.5, 4.5))
-    draw(ax)
-    if ax.get_xlabel() == "":
-        ax.set_xlabel(xlabel)
-    if not ax.get_legend() and ax.get_legend_handles_labels()[0]:
-        ax.legend(fontsize="small")
-    ax.grid(alpha=0.3)
+    n = len(panels)
+    fig, axes = plt.subplots(1, n, figsize=(7.5 if n == 1 else 5.2 * n, 4.5), squeeze=False)
+    for ax, (title, draw) in zip(axes[0], panels, strict=True):
+        draw(ax)
+        if title:
+            ax.set_title(f"{title}\n{ax.get_title()}" if ax.get_title() else title)
+        if ax.get_xlabel() == "":
+            ax.set_xlabel(xlabel)
+        if not ax.get_legend() and ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize="small")
+        ax.grid(alpha=0.3)
     png, svg = out / f"{stem}.png", out / f"{stem}.svg"
     fig.tight_layout()
     fig.savefig(png, dpi=110)
     fig.savefig(svg)
     plt.close(fig)
     return png, svg
+
+
+WORKLOADS = {"0:1": "read-only", "1:0": "write-only"}
+
+
+def workload_name(ratio: object) -> str:
+    """`0:1` -> read-only, `1:0` -> write-only, anything else -> mixed S:G."""
+    return WORKLOADS.get(str(ratio), f"mixed {ratio}")
+
+
+def by_op(agg: pd.DataFrame, ax: Axes, x: str, lines: list[str], what: str) -> None:
+    """Throughput or mean response time of each operation class (gets and sets apart)."""
+    for op in ("get", "multiget", "set", "delete"):
+        col = f"client_{op}_tput" if what == "tput" else f"client_{op}_rt_mean_us"
+        if col in agg and agg.get(f"client_{op}_tput", pd.Series([0])).fillna(0).gt(0).any():
+            _line(ax, agg, x, lines, col, op, scale=1.0 if what == "tput" else 1e-3)
+    ax.set_ylabel("throughput (ops/s)" if what == "tput" else "response time (ms)")
+    ax.set_title("Throughput by operation" if what == "tput" else "Response time by operation (means)")
+
+
+def multiget_sizes(agg: pd.DataFrame, ax: Axes, lines: list[str]) -> None:
+    """Response time against the number of keys per multi-get (seed 001, section 5)."""
+    for col, name, style in (("client_rt_mean_us", "mean", "-o"), ("client_rt_p99_us", "p99", ":^")):
+        _line(ax, agg, "mgsize", lines, col, name, scale=1e-3, style=style)
+    ax.set_xlabel("keys per multi-get")
+    ax.set_ylabel("response time (ms)")
+    ax.set_title("Multi-get response time by size")
 
 
 def make_plots(result: Path, agg: pd.DataFrame, factors: list[str]) -> list[tuple[str, Path, Path]]:
@@ -226,16 +309,49 @@ def make_plots(result: Path, agg: pd.DataFrame, factors: list[str]) -> list[tupl
         return plots
     x, lines = axis_and_lines(agg, factors)
     xlabel = "clients (N)" if x == "N" else x
+    # One panel per workload when the workload varies (seed 001's read-only and write-only).
+    if "wrkld" in agg and agg["wrkld"].nunique() > 1 and x != "wrkld":
+        panels = [(workload_name(v), g) for v, g in agg.groupby("wrkld", sort=True)]
+        lines = [f for f in lines if f != "wrkld"]
+    else:
+        panels = [("", agg)]
 
     def figure(title: str, stem: str, draw) -> None:
-        plots.append((title, *save_figure(out, stem, draw, xlabel)))
+        plots.append(
+            (
+                title,
+                *save_panels(out, stem, [(name, lambda ax, g=g: draw(g, ax)) for name, g in panels], xlabel),
+            )
+        )
 
-    figure("Throughput", "throughput", lambda ax: throughput(agg, ax, x, lines))
-    figure("Response time", "response_time", lambda ax: response_time(agg, ax, x, lines))
-    figure("Percentiles", "percentiles", lambda ax: percentiles(agg, ax, x, lines))
+    figure("Throughput", "throughput", lambda g, ax: throughput(g, ax, x, lines))
+    figure("Response time", "response_time", lambda g, ax: response_time(g, ax, x, lines))
+    figure("Percentiles", "percentiles", lambda g, ax: percentiles(g, ax, x, lines))
+    ops = [
+        o
+        for o in ("get", "set")
+        if f"client_{o}_tput" in agg and agg[f"client_{o}_tput"].fillna(0).gt(0).any()
+    ]
+    if len(ops) == 2:
+        figure("Throughput by operation", "ops_throughput", lambda g, ax: by_op(g, ax, x, lines, "tput"))
+        figure("Response time by operation", "ops_response_time", lambda g, ax: by_op(g, ax, x, lines, "rt"))
     if "mw_queue_len" in agg and agg["mw_queue_len"].notna().any():
-        figure("Queue", "queue", lambda ax: queue(agg, ax, x, lines))
-        figure("Time breakdown", "breakdown", lambda ax: breakdown(agg, ax))
+        figure("Queue", "queue", lambda g, ax: queue(g, ax, x, lines))
+        plots.append(
+            ("Time breakdown", *save_figure(out, "breakdown", lambda ax: breakdown(agg, ax), xlabel))
+        )
+    if "mgsize" in agg and agg["mgsize"].nunique() > 1:
+        others = [f for f in lines if f != "mgsize"] or [
+            f
+            for f in factors
+            if f in agg and f != "mgsize" and agg[f].nunique() > 1 and f not in CLIENT_FACTORS
+        ]
+        plots.append(
+            (
+                "Multi-get sizes",
+                *save_figure(out, "multiget_sizes", lambda ax: multiget_sizes(agg, ax, others)),
+            )
+        )
     first = {}
     for run in sorted(result.glob("*/rep-1/run.json")):
         if json.loads(run.read_text()).get("status") == "ok":
@@ -243,36 +359,47 @@ def make_plots(result: Path, agg: pd.DataFrame, factors: list[str]) -> list[tupl
     if first and any("mgsize" in f for f in factors):
 
         def draw_hists(ax):
-            for name, rdir in list(first.items())[:9]:
-                ws = [
+            runs = {
+                name: [
                     w
                     for d in sorted(rdir.glob("cl[0-9]*"))
                     for w in read_windows(d)
                     if (w.get("client") or {}).get("phase") == "measure"
                 ]
-                histogram(ws, ax, name)
-            ax.set_title("Response-time histograms (first repetition)")
+                for name, rdir in list(first.items())[:9]
+            }
+            histograms(runs, ax)
+            ax.set_title("Response-time histograms, common bins (first repetition)")
 
-        figure("Response-time histograms", "histograms", draw_hists)
+        plots.append(("Response-time histograms", *save_figure(out, "histograms", draw_hists)))
     if first:
-        figure("Throughput over time", "timeline", lambda ax: timeline(first, ax))
+        plots.append(("Throughput over time", *save_figure(out, "timeline", lambda ax: timeline(first, ax))))
         rdir = next(iter(first.values()))
         if (rdir / "resources.csv").exists():
-            figure("Resource use", "resources", lambda ax: resources(rdir / "resources.csv", ax))
+            plots.append(
+                (
+                    "Resource use",
+                    *save_figure(out, "resources", lambda ax: resources(rdir / "resources.csv", ax)),
+                )
+            )
     return plots
 
 
-def model_vs_measured(table: pd.DataFrame, curve: pd.DataFrame, ax: Axes, label: str) -> None:
-    """Measured throughput and response time against the MVA prediction."""
-    ax.plot(curve["N"], curve["X"], "-", label="MVA throughput")
-    ax.plot(table["N"], table["X measured"], "o", label="measured throughput")
+def model_vs_measured(points: list, ax: Axes, label: str) -> None:
+    """Measured throughput and response time against the model at each point
+    of a sweep, with the asymptotic throughput bound."""
+    points = sorted(points, key=lambda p: p.n)
+    n = [p.n for p in points]
+    ax.plot(n, [p.x_measured for p in points], "o-", label="measured throughput")
+    ax.plot(n, [p.x_model for p in points], "x--", label="model throughput")
+    ax.plot(n, [p.x_bound for p in points], ":", color="gray", label="throughput bound")
     ax.set_xlabel("clients (N)")
     ax.set_ylabel("throughput (ops/s)")
     twin = ax.twinx()
-    twin.plot(curve["N"], curve["R_us"] / 1e3, "--", color="tab:red", label="MVA response time")
     twin.plot(
-        table["N"], table["R measured (us)"] / 1e3, "s", color="tab:red", label="measured response time"
+        n, [p.r_measured_us / 1e3 for p in points], "s-", color="tab:red", label="measured response time"
     )
+    twin.plot(n, [p.r_model_us / 1e3 for p in points], "+--", color="tab:red", label="model response time")
     twin.set_ylabel("response time (ms)")
     h1, l1 = ax.get_legend_handles_labels()
     h2, l2 = twin.get_legend_handles_labels()

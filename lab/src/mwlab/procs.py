@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import signal
 import socket
@@ -138,6 +139,42 @@ def _proc_times(pid: int) -> tuple[float, float] | None:
     return cpu, rss
 
 
+def thread_class(name: str) -> str:
+    """A thread's role from its name: `worker-3` -> `worker`, `mc-worker` stays."""
+    return re.sub(r"[-_]?\d+$", "", name.strip()) or "main"
+
+
+def _thread_times(pid: int) -> dict[str, float]:
+    """CPU seconds of a process's live threads, summed per thread class."""
+    out: dict[str, float] = {}
+    ticks = os.sysconf("SC_CLK_TCK")
+    try:
+        tasks = list(Path(f"/proc/{pid}/task").iterdir())
+    except (FileNotFoundError, ProcessLookupError):
+        return out
+    for t in tasks:
+        try:
+            name = (t / "comm").read_text()
+            fields = (t / "stat").read_text().rsplit(")", 1)[1].split()
+        except (FileNotFoundError, ProcessLookupError, IndexError):
+            continue
+        cls = thread_class(name)
+        out[cls] = out.get(cls, 0.0) + (int(fields[11]) + int(fields[12])) / ticks
+    return out
+
+
+def usable_cores() -> float:
+    """CPUs this process may use: its affinity, lowered by a cgroup CPU quota if there is one."""
+    cores = float(len(os.sched_getaffinity(0)))
+    try:
+        quota, period = Path("/sys/fs/cgroup/cpu.max").read_text().split()
+        if quota != "max":
+            cores = min(cores, int(quota) / int(period))
+    except (FileNotFoundError, ValueError, PermissionError):
+        pass
+    return cores
+
+
 def _host_cpu() -> tuple[float, float]:
     """(busy jiffies, total jiffies) of the host."""
     parts = [int(x) for x in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
@@ -157,33 +194,57 @@ def _net_bytes() -> tuple[int, int]:
 
 
 class ResourceSampler(threading.Thread):
-    """Samples every process of a group and the host once a second into a CSV file."""
+    """Samples every process of a group, its threads and the host once per
+    interval: rates into `resources.csv` (CPU %, RSS, network), cumulative CPU
+    seconds per process and per thread class into `cpu.csv` (the lab's own
+    process as `lab`, the host's busy time as `host`), from which the analysis
+    derives each component's CPU demand per request and the CPU that others used."""
 
     def __init__(self, group: ProcessGroup, path: Path, interval: float = 1.0):
         super().__init__(daemon=True, name="resources")
         self.group, self.path, self.interval = group, path, interval
+        self.cpu_path = path.with_name("cpu.csv")
         self.stopping = threading.Event()
+
+    def _cumulative(self, f, stamp: int) -> None:
+        ticks = os.sysconf("SC_CLK_TCK")
+        own = _proc_times(os.getpid())
+        if own is not None:
+            f.write(f"{stamp},lab,*,{own[0]:.3f}\n")
+        for p in list(self.group.procs):
+            sample = _proc_times(p.popen.pid)
+            if sample is None:
+                continue
+            f.write(f"{stamp},{p.name},*,{sample[0]:.3f}\n")
+            for cls, secs in sorted(_thread_times(p.popen.pid).items()):
+                f.write(f"{stamp},{p.name},{cls},{secs:.3f}\n")
+        busy, _total = _host_cpu()
+        f.write(f"{stamp},host,busy,{busy / ticks:.3f}\n")
+        f.flush()
 
     def run(self) -> None:
         last: dict[int, float] = {}
         host_last = _host_cpu()
         net_last = _net_bytes()
         t_last = time.monotonic()
-        with self.path.open("w") as f:
+        with self.path.open("w") as f, self.cpu_path.open("w") as cpu:
             f.write("unix_ms,name,cpu_percent,rss_mb,net_rx_mb_s,net_tx_mb_s\n")
+            cpu.write("unix_ms,process,thread,cpu_s\n")
+            self._cumulative(cpu, int(time.time() * 1000))
             while not self.stopping.wait(self.interval):
                 now = time.monotonic()
                 dt = max(now - t_last, 1e-6)
                 t_last = now
                 stamp = int(time.time() * 1000)
+                self._cumulative(cpu, stamp)
                 for p in list(self.group.procs):
                     sample = _proc_times(p.popen.pid)
                     if sample is None:
                         continue
-                    cpu, rss = sample
-                    prev = last.get(p.popen.pid, cpu)
-                    last[p.popen.pid] = cpu
-                    f.write(f"{stamp},{p.name},{100 * (cpu - prev) / dt:.1f},{rss:.1f},,\n")
+                    cpu_s, rss = sample
+                    prev = last.get(p.popen.pid, cpu_s)
+                    last[p.popen.pid] = cpu_s
+                    f.write(f"{stamp},{p.name},{100 * (cpu_s - prev) / dt:.1f},{rss:.1f},,\n")
                 busy, total = _host_cpu()
                 share = (busy - host_last[0]) / max(total - host_last[1], 1)
                 host_last = (busy, total)
@@ -194,6 +255,7 @@ class ResourceSampler(threading.Thread):
                 )
                 net_last = (rx, tx)
                 f.flush()
+            self._cumulative(cpu, int(time.time() * 1000))
 
     def stop(self) -> None:
         self.stopping.set()

@@ -22,7 +22,7 @@ from typing import Any
 
 import yaml
 
-from mwlab.procs import LabError, ProcessGroup, ResourceSampler, binary, free_port
+from mwlab.procs import LabError, ProcessGroup, ResourceSampler, binary, free_port, usable_cores
 from mwlab.spec import Experiment, Run
 
 Progress = Callable[[int, int, str, float], None]
@@ -161,7 +161,7 @@ def run_once(run: Run, out: Path) -> dict[str, Any]:
                 _prefill(g, s, [_target_args(servers, True, 0)])
             else:
                 _prefill(g, s, [["-p", str(p)] for p in servers[: min(len(servers), instances)]])
-        sampler = ResourceSampler(g, out / "resources.csv")
+        sampler = ResourceSampler(g, out / "resources.csv", interval=min(0.5, s["run.window_ms"] / 2000))
         sampler.start()
         clients = [
             g.start(f"cl{j}", _mwload_cmd(s, j, instances, _target_args(ports, all_targets, j), out))
@@ -187,6 +187,7 @@ def run_once(run: Run, out: Path) -> dict[str, Any]:
         "started_unix": started,
         "ended_unix": time.time(),
         "exit_codes": codes,
+        "cores": usable_cores(),
         "status": "failed" if failed else "ok",
     }
     if failed:
@@ -194,34 +195,33 @@ def run_once(run: Run, out: Path) -> dict[str, Any]:
     return record
 
 
-def run_experiment(
-    exp: Experiment,
-    results: Path,
-    resume: Path | None = None,
-    progress: Progress | None = None,
-) -> Path:
-    """Runs every run of `exp` (skipping finished ones when resuming); returns the result directory."""
+def prepare(exp: Experiment, results: Path, resume: Path | None = None) -> Path:
+    """The result directory of a run: a new one under `results`, or `resume`'s."""
     if resume is not None:
-        out = resume
-        if not (out / "experiment.json").exists():
-            raise LabError(f"{out} is not an experiment result directory (no experiment.json)")
-    else:
-        stamp = time.strftime("%Y%m%d-%H%M%S")
-        out = results / exp.name / stamp
-        n = 1
-        while out.exists():
-            n += 1
-            out = results / exp.name / f"{stamp}-{n}"
-        out.mkdir(parents=True)
-        (out / "spec.yaml").write_text(yaml.safe_dump(exp.source, sort_keys=False))
-        meta = {
-            "name": exp.name,
-            "description": exp.description,
-            "scale": exp.scale,
-            "settings": exp.settings,
-            "factors": exp.factors,
-        }
-        (out / "experiment.json").write_text(json.dumps(meta, indent=1, default=str))
+        if not (resume / "experiment.json").exists():
+            raise LabError(f"{resume} is not an experiment result directory (no experiment.json)")
+        return resume
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    out = results / exp.name / stamp
+    n = 1
+    while out.exists():
+        n += 1
+        out = results / exp.name / f"{stamp}-{n}"
+    out.mkdir(parents=True)
+    (out / "spec.yaml").write_text(yaml.safe_dump(exp.source, sort_keys=False))
+    meta = {
+        "name": exp.name,
+        "description": exp.description,
+        "scale": exp.scale,
+        "settings": exp.settings,
+        "factors": exp.factors,
+    }
+    (out / "experiment.json").write_text(json.dumps(meta, indent=1, default=str))
+    return out
+
+
+def run_experiment(exp: Experiment, out: Path, progress: Progress | None = None) -> Path:
+    """Runs every run of `exp` into `out` (from [`prepare`]), skipping runs that finished."""
     runs = exp.runs()
     t0 = time.monotonic()
     done_now = 0

@@ -254,9 +254,17 @@ def _validate_point(s: dict[str, Any], where: str) -> None:
         s["workload.key_pattern"] in ("uniform", "sequential", "gaussian", "zipf"),
         "key_pattern must be uniform, sequential, gaussian or zipf",
     )
-    for k in ("run.duration", "run.warmup", "run.cooldown"):
+    for k in ("run.warmup", "run.cooldown"):
         need(isinstance(s[k], int | float) and s[k] >= 0, f"{k.split('.', 1)[1]} must be a number >= 0")
-    need(s["run.duration"] > 0, "duration (ttime) must be positive")
+    need(
+        isinstance(s["run.duration"], int | float) and s["run.duration"] > 0,
+        f"duration (ttime) must be a number of seconds > 0, not {s['run.duration']!r}",
+    )
+    for k in ("run.trim_start", "run.trim_end"):
+        need(
+            isinstance(s[k], int) and not isinstance(s[k], bool) and s[k] >= 0,
+            f"{k.split('.', 1)[1]} must be a whole number of windows >= 0, not {s[k]!r}",
+        )
     need(s["run.client"] in ("mwload", "memtier"), "client must be mwload or memtier")
     rate = s["workload.rate"]
     need(
@@ -267,6 +275,13 @@ def _validate_point(s: dict[str, Any], where: str) -> None:
         "think_time_us must be an integer >= 0",
     )
     need(s["run.window_ms"] >= 100, "window_ms must be at least 100")
+    windows = int(s["run.duration"] * 1000 // s["run.window_ms"])
+    kept = windows - s["run.trim_start"] - s["run.trim_end"]
+    need(
+        kept >= 1,
+        f"trim_start ({s['run.trim_start']}) + trim_end ({s['run.trim_end']}) windows leave nothing of the "
+        f"{windows} measured windows of {s['run.window_ms']} ms in a duration of {s['run.duration']} s",
+    )
     total = (
         s["topology.client_machines"]
         * s["topology.instances"]

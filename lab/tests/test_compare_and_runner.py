@@ -1,0 +1,168 @@
+"""`mwlab compare` on synthetic results with a known difference, and the
+runner's behaviour when it is stopped (SIGTERM), when every run fails and
+when a spec asks for the impossible."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+from test_analysis import window
+
+from mwlab.analysis import aggregate_runs
+from mwlab.compare import compare
+from mwlab.spec import SpecError, parse
+
+
+def result_set(
+    path: Path, values: dict[str, list[float]], window_tputs: dict[str, list[int]] | None = None
+) -> Path:
+    """A result directory whose points have these per-repetition throughputs
+    (and, optionally, these per-window request counts in one run)."""
+    path.mkdir(parents=True)
+    (path / "experiment.json").write_text(json.dumps({"name": "synthetic", "factors": {}, "settings": {}}))
+    rows = []
+    for point, reps in values.items():
+        for i, x in enumerate(reps):
+            rows.append({"point": point, "rep": i + 1, "status": "ok", "client_tput": x, "N": 4.0})
+            counts = (window_tputs or {}).get(point)
+            if counts:
+                d = path / point / f"rep-{i + 1}" / "cl0"
+                d.mkdir(parents=True)
+                lines = [
+                    json.dumps({**window(1000 * j, n, [100] * n), "format": "mwlab/1", "source": "mwload"})
+                    + "\n"
+                    for j, n in enumerate(counts)
+                ]
+                (d / "windows.jsonl").write_text("".join(lines))
+    summary = pd.DataFrame(rows)
+    summary.to_csv(path / "summary.csv", index=False)
+    aggregate_runs(summary, []).to_csv(path / "aggregate.csv", index=False)
+    return path
+
+
+def test_a_known_difference_over_repetitions_is_found_and_noise_is_not(tmp_path: Path):
+    a = result_set(tmp_path / "a", {"p": [1000, 1010, 990, 1005], "q": [500, 520, 480, 510]})
+    b = result_set(tmp_path / "b", {"p": [1500, 1490, 1510, 1495], "q": [505, 490, 515, 500]})
+    df = compare(a, b).set_index(["point", "figure"])
+    p = df.loc[("p", "client_tput")]
+    assert p["verdict"] == "different" and p["p"] < 0.001 and p["test"] == "repetitions"
+    assert p["B/A"] == pytest.approx(1.4925, rel=0.01)
+    assert df.loc[("q", "client_tput")]["verdict"] == "no significant difference"
+
+
+def test_one_repetition_is_tested_over_its_windows_or_says_not_enough_data(tmp_path: Path):
+    a = result_set(tmp_path / "a", {"p": [1000]}, {"p": [1000, 1020, 980, 1010, 990, 1000]})
+    b = result_set(tmp_path / "b", {"p": [1470]}, {"p": [1460, 1480, 1470, 1490, 1450, 1470]})
+    row = compare(a, b).set_index("figure").loc["client_tput"]
+    assert row["test"] == "windows" and row["verdict"] == "different"
+    c = result_set(tmp_path / "c", {"p": [1000]})
+    d = result_set(tmp_path / "d", {"p": [1470]})
+    row = compare(c, d).set_index("figure").loc["client_tput"]
+    assert row["verdict"] == "not enough data", "never a silent 'not significant'"
+
+
+def test_impossible_trimming_and_durations_are_refused_before_anything_starts():
+    base = {"name": "t", "topology": {"servers": 1}}
+    with pytest.raises(SpecError, match="leave nothing of the 3 measured windows"):
+        parse({**base, "run": {"duration": 3, "trim_start": 2, "trim_end": 1}})
+    with pytest.raises(SpecError, match=r"duration \(ttime\) must be a number of seconds > 0, not -1"):
+        parse({**base, "run": {"duration": -1}})
+    with pytest.raises(SpecError, match=r"> 0, not 0"):
+        parse({**base, "run": {"duration": 0}})
+    with pytest.raises(SpecError, match="whole number of windows"):
+        parse({**base, "run": {"trim_start": -1}})
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (FileNotFoundError, ProcessLookupError, IndexError):
+            continue
+        if int(fields[1]) == pid:
+            out.append(int(stat.parent.name))
+    return out
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return state != "Z"
+
+
+def _mwlab(args: list[str], cwd: Path) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "mwlab.cli", *args],
+        cwd=cwd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+
+
+def test_sigterm_stops_every_process_and_prints_the_resume_command(tmp_path: Path):
+    spec = tmp_path / "long.yaml"
+    spec.write_text(
+        yaml.safe_dump(
+            {
+                "name": "long",
+                "topology": {"servers": 2, "middlewares": 1, "threads": 1},
+                "factors": {"vcli": [1, 2]},
+                "run": {"duration": 30, "warmup": 0, "repetitions": 1},
+            }
+        )
+    )
+    runner = _mwlab(["run", str(spec), "--results", str(tmp_path / "results")], tmp_path)
+    deadline = time.monotonic() + 30
+    started: list[int] = []
+    while time.monotonic() < deadline and len(started) < 4:
+        started = _children(runner.pid)
+        time.sleep(0.1)
+    assert len(started) >= 4, "memcached x 2, mwproxy and mwload started"
+    time.sleep(0.5)
+    runner.send_signal(signal.SIGTERM)
+    _out, err = runner.communicate(timeout=30)
+    assert runner.returncode == 130, err
+    assert "Continue with:" in err and "--resume" in err and str(tmp_path / "results" / "long") in err
+    time.sleep(0.2)
+    left = [pid for pid in started if _alive(pid)]
+    for pid in left:
+        os.kill(pid, signal.SIGKILL)
+    assert left == [], f"processes left behind: {left}"
+
+
+def test_a_run_whose_points_all_fail_ends_with_a_message_not_a_traceback(tmp_path: Path):
+    spec = tmp_path / "broken.yaml"
+    spec.write_text(
+        yaml.safe_dump(
+            {
+                "name": "broken",
+                "topology": {"servers": 1, "middlewares": 1, "threads": 1},
+                "run": {"duration": 1, "warmup": 0, "repetitions": 1},
+            }
+        )
+    )
+    env = {**os.environ, "MWPROXY_BIN": str(tmp_path / "no-such-binary")}
+    done = subprocess.run(
+        [sys.executable, "-m", "mwlab.cli", "run", str(spec), "--results", str(tmp_path / "r")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 1
+    assert "every run failed" in done.stderr and "Traceback" not in done.stderr
