@@ -143,7 +143,11 @@ def main(argv: list[str] | None = None) -> int:
             print(f"report: {analyze(Path(args.result))[0]}")
         elif args.command == "compare":
             df = compare(Path(args.a), Path(args.b))
-            print(df.to_string(index=False, float_format=lambda v: f"{v:,.2f}"))
+            print(
+                df.to_string(
+                    index=False, float_format=lambda v: f"{v:,.2f}", formatters={"p": lambda v: f"{v:.3g}"}
+                )
+            )
     except (SpecError, LabError, CompareError, FileNotFoundError) as e:
         print(f"mwlab: {e}", file=sys.stderr)
         return 2
