@@ -148,6 +148,48 @@ fn connect(addr: SocketAddr, timeout: Duration) -> Result<TcpStream> {
     Ok(TcpStream::from_std(s))
 }
 
+/// Token of a thread's timer.
+const TIMER: Token = Token(usize::MAX);
+
+/// A timerfd in the thread's poll: epoll's own timeout has a resolution of a
+/// millisecond, the timer wakes it at the nanosecond asked for.
+struct Timer {
+    fd: std::os::fd::OwnedFd,
+    /// The moment it is armed for (`now_ns` clock), to skip re-arming it.
+    armed: std::cell::Cell<u64>,
+}
+
+impl Timer {
+    fn new(poll: &Poll) -> Result<Timer> {
+        use rustix::time::{timerfd_create, TimerfdClockId, TimerfdFlags};
+        use std::os::fd::AsRawFd;
+        let fd = timerfd_create(TimerfdClockId::Monotonic, TimerfdFlags::NONBLOCK | TimerfdFlags::CLOEXEC)?;
+        poll.registry().register(&mut mio::unix::SourceFd(&fd.as_raw_fd()), TIMER, Interest::READABLE)?;
+        Ok(Timer { fd, armed: std::cell::Cell::new(0) })
+    }
+
+    /// Fires once at `at`, which is `ns` from now (at least 1 ns: 0 would disarm it).
+    fn arm_at(&self, at: u64, ns: u64) -> Result<()> {
+        if self.armed.get() == at {
+            return Ok(());
+        }
+        self.armed.set(at);
+        use rustix::time::{timerfd_settime, Itimerspec, TimerfdTimerFlags, Timespec};
+        let ns = ns.max(1);
+        let value = Timespec { tv_sec: (ns / 1_000_000_000) as i64, tv_nsec: (ns % 1_000_000_000) as i64 };
+        let spec = Itimerspec { it_interval: Timespec { tv_sec: 0, tv_nsec: 0 }, it_value: value };
+        timerfd_settime(&self.fd, TimerfdTimerFlags::empty(), &spec)?;
+        Ok(())
+    }
+
+    /// Reads the expiration count so the timer can fire again.
+    fn clear(&self) {
+        self.armed.set(0);
+        let mut buf = [0u8; 8];
+        let _ = rustix::io::read(&self.fd, &mut buf);
+    }
+}
+
 /// Connects client `c` to every target and registers its sockets.
 fn open_socks(poll: &Poll, addrs: &[SocketAddr], c: usize, timeout: Duration) -> Result<Vec<Sock>> {
     let mut socks = Vec::with_capacity(addrs.len());
@@ -205,6 +247,7 @@ impl Thread<'_> {
             self.start_virtual_clients(c);
         }
         let mut events = Events::with_capacity(1024);
+        let timer = Timer::new(poll)?;
         loop {
             let now = now_ns();
             if now >= self.shared.end_ns || self.shared.stop.load(Ordering::Relaxed) {
@@ -237,16 +280,23 @@ impl Thread<'_> {
                 .min(self.timers.peek().map(|r| r.0 .0).unwrap_or(u64::MAX))
                 .min(retry_due.unwrap_or(u64::MAX))
                 .min(self.shared.end_ns);
-            // epoll waits in whole milliseconds, rounded up: wait the whole
-            // milliseconds that fit and poll without blocking for the rest, so
-            // arrivals and think times are kept to within microseconds.
-            let wait_ms = (wake.saturating_sub(now_ns()) / 1_000_000).min(50);
-            let timeout = Duration::from_millis(wait_ms);
+            // epoll waits in whole milliseconds, rounded up: a timer armed for
+            // the exact moment wakes it in time, so arrivals and think times
+            // are kept to within microseconds without spinning.
+            let left = wake.saturating_sub(now_ns());
+            if left < 50_000_000 {
+                timer.arm_at(wake, left)?;
+            }
+            let timeout = Duration::from_millis(50);
             // About to wait anyway: a record spilled while the stats thread held
             // the slot joins it now, in the window it belongs to.
             self.writer.settle(&self.shared.slots);
             poll.poll(&mut events, Some(timeout))?;
             for ev in events.iter() {
+                if ev.token() == TIMER {
+                    timer.clear();
+                    continue;
+                }
                 let n = self.shared.addrs.len();
                 let (c, s) = (ev.token().0 / n, ev.token().0 % n);
                 if ev.is_writable() {

@@ -329,6 +329,56 @@ def read_cpu(rdir: Path) -> dict[tuple[str, str], list[tuple[int, float]]]:
     return series
 
 
+def link_metrics(
+    rdir: Path, span: tuple[int, int], requests: int, placement: dict[str, Any]
+) -> dict[str, float]:
+    """Emulated hosts: per host and link direction (`up`: what the host sent,
+    `down`: what it received) the achieved rate (Mbit/s, on the wire), bytes
+    per request and utilisation of the link's rate over `span`; drops and
+    overlimits of the shaping over the run; per host with a CPU quota, the
+    share of scheduling periods in which it was throttled."""
+    path = rdir / "links.csv"
+    if not path.exists():
+        return {}
+    lo, hi = span
+    secs = (hi - lo) / 1000.0
+    series: dict[tuple[str, str], list[tuple[int, float]]] = {}
+    throttle: dict[str, list[tuple[int, int, int]]] = {}
+    with path.open() as f:
+        next(f, None)
+        for line in f:
+            stamp, host, direction, a, b = line.rstrip("\n").split(",")
+            if direction == "throttle":
+                n, periods = b.split("/")
+                throttle.setdefault(host, []).append((int(stamp), int(n), int(periods)))
+            else:
+                series.setdefault((host, direction), []).append((int(stamp), float(a)))
+    hosts = placement.get("hosts", {})
+    out: dict[str, float] = {}
+    for (host, direction), samples in series.items():
+        moved = cumulative_at(samples, hi) - cumulative_at(samples, lo)
+        key = f"link_{host}_{direction}"
+        out[f"{key}_mbit"] = moved * 8 / secs / 1e6 if secs > 0 else float("nan")
+        out[f"{key}_bytes_per_req"] = moved / requests if requests else float("nan")
+        rate = (hosts.get(host) or {}).get("rate_bps")
+        if rate:
+            out[f"{key}_rate_mbit"] = rate / 1e6
+            out[f"{key}_util"] = moved * 8 / secs / rate if secs > 0 else float("nan")
+    qdisc = rdir / "qdisc.json"
+    if qdisc.exists():
+        q = json.loads(qdisc.read_text())
+        for link, end in q.get("end", {}).items():
+            start = q.get("start", {}).get(link, {})
+            host, direction = link.split("/")
+            out[f"link_{host}_{direction}_drops"] = end.get("drops", 0) - start.get("drops", 0)
+    for host, samples in throttle.items():
+        inside = [x for x in samples if lo <= x[0] <= hi] or samples
+        if len(inside) >= 2:
+            periods = inside[-1][2] - inside[0][2]
+            out[f"host_{host}_throttled"] = (inside[-1][1] - inside[0][1]) / periods if periods else 0.0
+    return out
+
+
 def factor_columns(factors: dict[str, Any]) -> dict[str, Any]:
     """Factor levels under their short (seed) names."""
     short = {v: k for k, v in ALIASES.items()}
@@ -371,6 +421,21 @@ def run_metrics(rdir: Path, trim_start: int = 0, trim_end: int = 0) -> dict[str,
     if "cpu_cl_load_cores" in row:
         row["cl_load_threads"] = threads
         row["cl_load_thread_util"] = row["cpu_cl_load_cores"] / threads
+    placement = record.get("placement") or {}
+    row.update(link_metrics(rdir, span, int(row.get("client_requests", 0)), placement))
+    cpu = read_cpu(rdir)
+    for host, spec in (placement.get("hosts") or {}).items():
+        if spec.get("cpus") is None:
+            continue
+        procs = [p for p, h in placement.get("processes", {}).items() if h == host]
+        used = sum(
+            cumulative_at(cpu[(p, "*")], span[1]) - cumulative_at(cpu[(p, "*")], span[0])
+            for p in procs
+            if (p, "*") in cpu
+        )
+        requests = row.get("client_requests", 0)
+        row[f"cpu_host_{host}_us"] = used / requests * 1e6 if requests else float("nan")
+        row[f"cpu_host_{host}_quota"] = spec["cpus"]
     return row
 
 

@@ -136,6 +136,41 @@ def noise_checks(r: pd.Series, where: str) -> list[Check]:
         if not _nan(gap):
             detail += f"; clients' own time between a reply and the next request {gap:.1f} µs"
         out.append(Check("load generator not saturated", where, gen < SATURATION_LIMIT, detail))
+    return out + emulation_checks(r, where)
+
+
+def emulation_checks(r: pd.Series, where: str) -> list[Check]:
+    """Emulated hosts: whether a shaped link or a CPU quota, rather than the
+    system under test, limited the run, and whether shaping dropped packets."""
+    out = []
+    for col in [c for c in r.index if c.startswith("link_") and c.endswith("_util")]:
+        util = r[col]
+        if _nan(util):
+            continue
+        key = col[: -len("_util")]
+        _, host, direction = key.split("_", 2)
+        verb = "sends" if direction == "up" else "receives"
+        rate = r.get(f"{key}_rate_mbit", float("nan"))
+        drops = r.get(f"{key}_drops", 0)
+        detail = f"{host} {verb} at {util:.0%} of {rate:g} Mbit/s ({r.get(f'{key}_mbit', float('nan')):.1f} Mbit/s)"
+        if not _nan(drops) and drops:
+            detail += f", {int(drops)} packets dropped by the shaping"
+        if util >= SATURATION_LIMIT:
+            detail += ": the emulated network, not the system under test, sets the throughput"
+        out.append(Check("emulated link not saturated", where, util < SATURATION_LIMIT, detail))
+    for col in [c for c in r.index if c.startswith("host_") and c.endswith("_throttled")]:
+        share = r[col]
+        if _nan(share):
+            continue
+        host = col[len("host_") : -len("_throttled")]
+        out.append(
+            Check(
+                "CPU quota not throttling",
+                where,
+                share < INTERFERENCE_LIMIT,
+                f"{host} was throttled in {share:.0%} of its scheduling periods",
+            )
+        )
     return out
 
 

@@ -15,9 +15,9 @@ Every resource a request uses is a **device** with a demand per request
 
 The closed network that predicts throughput and response time at a point is
 the think time, a delay for what no device accounts for (network stack,
-wake-ups, the client's own handling), the host CPU as a multi-server center
-and the worker pool as a multi-server center, solved with MVA at the point's
-population. The demands are measured at each point; the delay is the one
+wake-ups, the client's own handling), the host CPU and the worker pool as
+multi-server centers, and the links and quota'd host CPUs of emulated hosts,
+solved with MVA at the point's population. The demands are measured at each point; the delay is the one
 fitted parameter, fitted for the whole experiment by least squares over the
 points below their knee (all points when none is). The single-threaded
 devices are not in the network (their CPU time is already in the host
@@ -139,12 +139,12 @@ def devices(row: pd.Series, settings: dict[str, Any]) -> list[Device]:
     cpu = min(_num(row, "cpu_lab_us", math.inf), _num(row, "cpu_host_us", math.inf))
     if cores > 0 and not math.isinf(cpu):
         used = min(_num(row, "cpu_lab_cores", math.inf), _num(row, "cpu_host_cores", math.inf))
-        out.append(Device("host CPU", cpu, free, used / free))
+        out.append(Device("host CPU", cpu, free, used / free, in_network=True))
     middlewares = int(_num(row, "nmw", settings.get("topology.middlewares", 1)))
     service = _num(row, "mw_service_us")
     if middlewares > 0 and not math.isnan(service):
         workers = int(_num(row, "tmw", settings.get("middleware.workers", 8))) * middlewares
-        out.append(Device("workers", service, workers, _num(row, "mw_util")))
+        out.append(Device("workers", service, workers, _num(row, "mw_util"), in_network=True))
         nets = middlewares * int(settings.get("middleware.net_threads", 1))
         net = _num(row, "cpu_mw_net_us")
         if not math.isnan(net):
@@ -157,15 +157,38 @@ def devices(row: pd.Series, settings: dict[str, Any]) -> list[Device]:
     load, threads = _num(row, "cpu_cl_load_us"), _num(row, "cl_load_threads", 0.0)
     if not math.isnan(load) and threads > 0:
         out.append(Device("load generator", load, threads, _num(row, "cl_load_thread_util")))
+    # Emulated hosts: every shaped link direction is a center whose demand is
+    # the bytes it carries per request over its rate; a host with a CPU quota
+    # is a center of its own.
+    for col in row.index:
+        if col.startswith("link_") and col.endswith("_rate_mbit"):
+            key = col[: -len("_rate_mbit")]
+            per_req, rate = _num(row, f"{key}_bytes_per_req"), _num(row, col) * 1e6
+            if not math.isnan(per_req) and rate > 0:
+                _, host, direction = key.split("_", 2)
+                name = f"link {host} {'sends' if direction == 'up' else 'receives'}"
+                out.append(Device(name, per_req * 8 / rate / US, 1, _num(row, f"{key}_util")))
+        elif col.startswith("cpu_host_") and col.endswith("_quota"):
+            host = col[len("cpu_host_") : -len("_quota")]
+            quota, demand = _num(row, col), _num(row, f"cpu_host_{host}_us")
+            if quota > 0 and not math.isnan(demand):
+                out.append(Device(f"CPU of {host}", demand, quota, float("nan"), in_network=True))
+    # A request's bytes cross the sender's link and the receiver's at the same
+    # time, packet after packet: only the slowest link adds its time to the
+    # response; the others are checked as bottlenecks.
+    links = [d for d in out if d.name.startswith("link ")]
+    if links:
+        max(links, key=lambda d: d.demand_us).in_network = True
     return out
 
 
 def _network(devs: list[Device], delay_us: float) -> list[Center]:
     centers = [Center("delay", max(delay_us, 0.0) * US, "delay")]
     for d in devs:
-        if d.name in ("host CPU", "workers") and d.demand_us > 0:
-            d.in_network = True
-            if d.servers >= 1:
+        if d.in_network and d.demand_us > 0:
+            if d.servers == 1:
+                centers.append(Center(d.name, d.demand_us * US, "queue"))
+            elif d.servers > 1:
                 centers.append(Center(d.name, d.demand_us * US, "multi", d.servers))
             else:
                 # Less than one core left: one server that much slower.

@@ -7,6 +7,7 @@ second, like dstat.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import shutil
@@ -31,13 +32,15 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def wait_port(port: int, timeout: float = 10.0, proc: subprocess.Popen | None = None) -> None:
+def wait_port(
+    port: int, timeout: float = 10.0, proc: subprocess.Popen | None = None, host: str = "127.0.0.1"
+) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc is not None and proc.poll() is not None:
             raise LabError(f"process exited with status {proc.returncode} before listening on {port}")
         try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            socket.create_connection((host, port), timeout=0.2).close()
             return
         except OSError:
             time.sleep(0.02)
@@ -76,7 +79,7 @@ class ProcessGroup:
     logs: Path
     procs: list[Proc] = field(default_factory=list)
 
-    def start(self, name: str, cmd: list[str], port: int | None = None) -> Proc:
+    def start(self, name: str, cmd: list[str], port: int | None = None, host: str = "127.0.0.1") -> Proc:
         self.logs.mkdir(parents=True, exist_ok=True)
         log = self.logs / f"{name}.log"
         with log.open("wb") as f:
@@ -87,20 +90,14 @@ class ProcessGroup:
         self.procs.append(p)
         if port is not None:
             try:
-                wait_port(port, proc=popen)
+                wait_port(port, proc=popen, host=host)
             except LabError as e:
                 raise LabError(f"{name}: {e}; see {log}") from e
         return p
 
     def memcached(self, name: str) -> Proc:
-        exe = shutil.which("memcached")
-        if exe is None:
-            raise LabError("memcached is not installed (make run installs it)")
         port = free_port()
-        cmd = [exe, "-l", "127.0.0.1", "-p", str(port), "-U", "0", "-t", "1", "-m", "256"]
-        if os.geteuid() == 0:
-            cmd += ["-u", "root"]
-        return self.start(name, cmd, port)
+        return self.start(name, memcached_cmd("127.0.0.1", port), port)
 
     def terminate(self, p: Proc, timeout: float = 15.0) -> int | None:
         """SIGTERM, wait, then SIGKILL; returns the exit status."""
@@ -125,6 +122,17 @@ class ProcessGroup:
 
     def __exit__(self, *exc: object) -> None:
         self.stop_all()
+
+
+def memcached_cmd(addr: str, port: int) -> list[str]:
+    """The command of a memcached server on `addr:port` (one worker thread, 256 MB)."""
+    exe = shutil.which("memcached")
+    if exe is None:
+        raise LabError("memcached is not installed (make run installs it)")
+    cmd = [exe, "-l", addr, "-p", str(port), "-U", "0", "-t", "1", "-m", "256"]
+    if os.geteuid() == 0:
+        cmd += ["-u", "root"]
+    return cmd
 
 
 def _proc_times(pid: int) -> tuple[float, float] | None:
@@ -200,11 +208,22 @@ class ResourceSampler(threading.Thread):
     process as `lab`, the host's busy time as `host`), from which the analysis
     derives each component's CPU demand per request and the CPU that others used."""
 
-    def __init__(self, group: ProcessGroup, path: Path, interval: float = 1.0):
+    def __init__(self, group: ProcessGroup, path: Path, interval: float = 1.0, emulation=None):
         super().__init__(daemon=True, name="resources")
         self.group, self.path, self.interval = group, path, interval
         self.cpu_path = path.with_name("cpu.csv")
+        self.emulation = emulation
         self.stopping = threading.Event()
+
+    def _links(self, f, stamp: int) -> None:
+        """Emulated hosts: bytes and packets per link direction, and CPU throttling per host."""
+        if self.emulation is None:
+            return
+        for (host, direction), (nbytes, packets) in sorted(self.emulation.link_counters().items()):
+            f.write(f"{stamp},{host},{direction},{nbytes},{packets}\n")
+        for host, (throttled, nr_throttled, periods) in sorted(self.emulation.cpu_counters().items()):
+            f.write(f"{stamp},{host},throttle,{throttled:.6f},{nr_throttled}/{periods}\n")
+        f.flush()
 
     def _cumulative(self, f, stamp: int) -> None:
         ticks = os.sysconf("SC_CLK_TCK")
@@ -227,16 +246,26 @@ class ResourceSampler(threading.Thread):
         host_last = _host_cpu()
         net_last = _net_bytes()
         t_last = time.monotonic()
-        with self.path.open("w") as f, self.cpu_path.open("w") as cpu:
+        links_path = self.path.with_name("links.csv")
+        with (
+            self.path.open("w") as f,
+            self.cpu_path.open("w") as cpu,
+            links_path.open("w") if self.emulation else contextlib.nullcontext() as links,
+        ):
             f.write("unix_ms,name,cpu_percent,rss_mb,net_rx_mb_s,net_tx_mb_s\n")
             cpu.write("unix_ms,process,thread,cpu_s\n")
+            if links is not None:
+                links.write("unix_ms,host,direction,bytes,packets\n")
+                self._qdisc("start")
             self._cumulative(cpu, int(time.time() * 1000))
+            self._links(links, int(time.time() * 1000))
             while not self.stopping.wait(self.interval):
                 now = time.monotonic()
                 dt = max(now - t_last, 1e-6)
                 t_last = now
                 stamp = int(time.time() * 1000)
                 self._cumulative(cpu, stamp)
+                self._links(links, stamp)
                 for p in list(self.group.procs):
                     sample = _proc_times(p.popen.pid)
                     if sample is None:
@@ -256,6 +285,16 @@ class ResourceSampler(threading.Thread):
                 net_last = (rx, tx)
                 f.flush()
             self._cumulative(cpu, int(time.time() * 1000))
+            if links is not None:
+                self._links(links, int(time.time() * 1000))
+                self._qdisc("end")
+
+    def _qdisc(self, when: str) -> None:
+        """The shaping qdiscs' counters (sent, drops, overlimits) into qdisc.json."""
+        path = self.path.with_name("qdisc.json")
+        data = json.loads(path.read_text()) if path.exists() else {}
+        data[when] = {f"{h}/{d}": v for (h, d), v in self.emulation.qdisc_stats().items()}
+        path.write_text(json.dumps(data, indent=1))
 
     def stop(self) -> None:
         self.stopping.set()

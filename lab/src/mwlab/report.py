@@ -268,6 +268,13 @@ def _why_not(p, row: pd.Series) -> str:
         reasons.append(f"other processes took {other:.2f} cores")
     if row.get("cl_load_thread_util", 0.0) >= 0.9:
         reasons.append("the load generator's threads were saturated")
+    link = any(d.in_network and d.name.startswith("link ") for d in p.devices)
+    if link and p.n <= p.knee and p.r_error > 0:
+        reasons.append(
+            "below the knee a reply's packets cross the emulated link while the hosts' CPUs handle the ones "
+            "before: processing and transmission overlap, which a network visited one center after the "
+            "other counts twice"
+        )
     util = row.get("host_util", 0.0)
     if util >= 0.9:
         reasons.append(

@@ -1,10 +1,12 @@
-"""The local runner: for each run of an experiment, start memcached servers,
-mwproxy middlewares and mwload clients on loopback, let the clients run,
-stop everything, and keep every result file under
+"""The runner: for each run of an experiment, start memcached servers,
+mwproxy middlewares and mwload clients — on loopback, on emulated hosts
+(one network namespace per host, shaped links, CPU quotas; `netns.py`), or on
+real hosts over SSH (`ssh.py`) — let the clients run, stop everything, and
+keep every result file under
 
     results/<experiment>/<timestamp>/<point>/rep-<r>/
         mw0/ (windows.jsonl, summary.json, trace.csv)   cl0/ cl1/ ...
-        resources.csv   logs/   run.json
+        resources.csv   cpu.csv   links.csv   logs/   run.json
 
 A failed run is recorded (run.json says why) and the experiment goes on;
 `--resume` skips the runs that already finished.
@@ -12,6 +14,7 @@ A failed run is recorded (run.json says why) and the experiment goes on;
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import subprocess
@@ -22,8 +25,16 @@ from typing import Any
 
 import yaml
 
-from mwlab.procs import LabError, ProcessGroup, ResourceSampler, binary, free_port, usable_cores
-from mwlab.spec import Experiment, Run
+from mwlab.procs import (
+    LabError,
+    ProcessGroup,
+    ResourceSampler,
+    binary,
+    free_port,
+    memcached_cmd,
+    usable_cores,
+)
+from mwlab.spec import Experiment, Run, host_names
 
 Progress = Callable[[int, int, str, float], None]
 
@@ -32,13 +43,64 @@ def run_dir(out: Path, run: Run) -> Path:
     return out / run.point.name / f"rep-{run.rep}"
 
 
-def _mwproxy_cmd(s: dict[str, Any], index: int, port: int, servers: list[int], out: Path) -> list[str]:
+class Local:
+    """Every host is this machine, on loopback."""
+
+    def addr(self, host: str) -> str:
+        return "127.0.0.1"
+
+    def start(self, g: ProcessGroup, name: str, host: str, cmd: list[str], port: int | None = None):
+        return g.start(name, cmd, port)
+
+    def describe(self) -> dict[str, Any]:
+        return {}
+
+
+class Emulated:
+    """Every host in its own network namespace (`netns.Emulation`)."""
+
+    def __init__(self, emulation):
+        self.emu = emulation
+
+    def addr(self, host: str) -> str:
+        return self.emu.addr(host)
+
+    def start(self, g: ProcessGroup, name: str, host: str, cmd: list[str], port: int | None = None):
+        return g.start(name, self.emu.wrap(host, cmd), port, host=self.emu.addr(host))
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            name: {
+                "addr": h.addr,
+                "netns": h.netns,
+                "rate_bps": h.spec.rate_bps,
+                "cpus": h.spec.cpus,
+                "delay_s": h.spec.delay_s,
+            }
+            for name, h in self.emu.hosts.items()
+        }
+
+
+def host_specs(s: dict[str, Any]):
+    """The emulated hosts of a point with their links and CPUs."""
+    from mwlab.netns import HostSpec, parse_delay, parse_rate
+
+    specs = []
+    delay = parse_delay(s["hosts.delay"]) if s["hosts.delay"] else None
+    for role, names in host_names(s).items():
+        rate = s[f"hosts.{role}_link"]
+        for name in names:
+            specs.append(HostSpec(name, parse_rate(rate) if rate else None, s[f"hosts.{role}_cpus"], delay))
+    return specs
+
+
+def _mwproxy_cmd(s: dict[str, Any], index: int, listen: str, servers: list[str], out: Path) -> list[str]:
     return [
         str(binary("mwproxy")),
-        "-p",
-        str(port),
+        "--listen",
+        listen,
         "-m",
-        *[f"127.0.0.1:{p}" for p in servers],
+        *servers,
         "-t",
         str(s["middleware.workers"]),
         "--net-threads",
@@ -62,10 +124,11 @@ def _mwproxy_cmd(s: dict[str, Any], index: int, port: int, servers: list[int], o
     ]
 
 
-def _target_args(ports: list[int], all_targets: bool, index: int) -> list[str]:
-    if all_targets and len(ports) > 1:
-        return ["--servers", ",".join(f"127.0.0.1:{p}" for p in ports)]
-    return ["-p", str(ports[index % len(ports)])]
+def _target_args(endpoints: list[str], all_targets: bool, index: int) -> list[str]:
+    if all_targets and len(endpoints) > 1:
+        return ["--servers", ",".join(endpoints)]
+    host, port = endpoints[index % len(endpoints)].rsplit(":", 1)
+    return ["-s", host, "-p", port]
 
 
 def _mwload_cmd(s: dict[str, Any], index: int, instances: int, target: list[str], out: Path) -> list[str]:
@@ -112,7 +175,7 @@ def _mwload_cmd(s: dict[str, Any], index: int, instances: int, target: list[str]
     return cmd
 
 
-def _prefill(g: ProcessGroup, s: dict[str, Any], targets: list[list[str]]) -> None:
+def _prefill(place, g: ProcessGroup, s: dict[str, Any], host: str, targets: list[list[str]]) -> None:
     for i, target in enumerate(targets):
         cmd = [
             str(binary("mwload")),
@@ -133,9 +196,22 @@ def _prefill(g: ProcessGroup, s: dict[str, Any], targets: list[list[str]]) -> No
             "--progress",
             "never",
         ]
-        p = g.start(f"prefill{i}", cmd)
+        p = place.start(g, f"prefill{i}", host, cmd)
         if p.popen.wait(timeout=120) != 0:
             raise LabError(f"prefill through {' '.join(target)} failed; see {p.log}")
+
+
+def _placement(s: dict[str, Any], stack: contextlib.ExitStack):
+    emulation = s["hosts.emulation"]
+    if emulation == "netns":
+        from mwlab.netns import Emulation
+
+        return Emulated(stack.enter_context(Emulation(host_specs(s))))
+    if emulation == "ssh":
+        from mwlab.ssh import Remote
+
+        return stack.enter_context(Remote(s["hosts.ssh"]))
+    return Local()
 
 
 def run_once(run: Run, out: Path) -> dict[str, Any]:
@@ -145,26 +221,49 @@ def run_once(run: Run, out: Path) -> dict[str, Any]:
         raise LabError("client: memtier is not supported by this runner yet; use mwload")
     out.mkdir(parents=True, exist_ok=True)
     started = time.time()
-    with ProcessGroup(out / "logs") as g:
-        servers = [g.memcached(f"mc{i}").port for i in range(s["topology.servers"])]
-        mws = []
-        for m in range(s["topology.middlewares"]):
+    hosts = host_names(s)
+    with contextlib.ExitStack() as stack:
+        place = _placement(s, stack)
+        g = stack.enter_context(ProcessGroup(out / "logs"))
+        servers = []
+        for i, host in enumerate(hosts["server"]):
             port = free_port()
-            mws.append(g.start(f"mw{m}", _mwproxy_cmd(s, m, port, servers, out), port))
+            addr = place.addr(host)
+            place.start(g, f"mc{i}", host, memcached_cmd(addr, port), port)
+            servers.append(f"{addr}:{port}")
+        mws = []
+        for m, host in enumerate(hosts["middleware"]):
+            port = free_port()
+            listen = f"{place.addr(host)}:{port}"
+            place.start(g, f"mw{m}", host, _mwproxy_cmd(s, m, listen, servers, out), port)
+            mws.append(listen)
         instances = s["topology.client_machines"] * s["topology.instances"]
         all_targets = s["topology.client_targets"] == "all"
-        ports = [m.port for m in mws] if mws else servers
+        endpoints = mws or servers
+        client_host = [hosts["client"][j // s["topology.instances"]] for j in range(instances)]
         if s["workload.prefill"]:
+            first = client_host[0]
             if mws:
-                _prefill(g, s, [["-p", str(ports[0])]])
+                _prefill(place, g, s, first, [_target_args(endpoints[:1], False, 0)])
             elif all_targets:
-                _prefill(g, s, [_target_args(servers, True, 0)])
+                _prefill(place, g, s, first, [_target_args(servers, True, 0)])
             else:
-                _prefill(g, s, [["-p", str(p)] for p in servers[: min(len(servers), instances)]])
-        sampler = ResourceSampler(g, out / "resources.csv", interval=min(0.5, s["run.window_ms"] / 2000))
+                targets = [_target_args(servers, False, i) for i in range(min(len(servers), instances))]
+                _prefill(place, g, s, first, targets)
+        sampler = ResourceSampler(
+            g,
+            out / "resources.csv",
+            interval=min(0.5, s["run.window_ms"] / 2000),
+            emulation=getattr(place, "emu", None),
+        )
         sampler.start()
         clients = [
-            g.start(f"cl{j}", _mwload_cmd(s, j, instances, _target_args(ports, all_targets, j), out))
+            place.start(
+                g,
+                f"cl{j}",
+                client_host[j],
+                _mwload_cmd(s, j, instances, _target_args(endpoints, all_targets, j), out),
+            )
             for j in range(instances)
         ]
         limit = s["run.warmup"] + s["run.duration"] + s["run.cooldown"] + 60
@@ -175,9 +274,20 @@ def run_once(run: Run, out: Path) -> dict[str, Any]:
             except subprocess.TimeoutExpired:
                 c.popen.kill()
                 codes[c.name] = "timeout"
-        for m in mws:
-            codes[m.name] = g.terminate(m)
+        for name, proc in [(p.name, p) for p in g.procs if p.name.startswith("mw")]:
+            codes[name] = g.terminate(proc)
         sampler.stop()
+        placement = {
+            "emulation": s["hosts.emulation"],
+            "hosts": place.describe(),
+            "processes": {
+                **{f"mc{i}": h for i, h in enumerate(hosts["server"])},
+                **{f"mw{m}": h for m, h in enumerate(hosts["middleware"])},
+                **{f"cl{j}": h for j, h in enumerate(client_host)},
+            },
+        }
+        if hasattr(place, "fetch"):
+            place.fetch(out)
     failed = {k: v for k, v in codes.items() if v != 0}
     record = {
         "point": run.point.name,
@@ -188,6 +298,7 @@ def run_once(run: Run, out: Path) -> dict[str, Any]:
         "ended_unix": time.time(),
         "exit_codes": codes,
         "cores": usable_cores(),
+        "placement": placement,
         "status": "failed" if failed else "ok",
     }
     if failed:

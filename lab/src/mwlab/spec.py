@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 import itertools
 import random
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -55,6 +56,15 @@ DEFAULTS: dict[str, Any] = {
     "run.seed": 1,
     "run.window_ms": 1000,
     "run.client": "mwload",
+    "hosts.emulation": "local",
+    "hosts.server_link": None,
+    "hosts.middleware_link": None,
+    "hosts.client_link": None,
+    "hosts.server_cpus": None,
+    "hosts.middleware_cpus": None,
+    "hosts.client_cpus": None,
+    "hosts.delay": None,
+    "hosts.ssh": None,
 }
 
 ALIASES = {
@@ -74,7 +84,7 @@ ALIASES = {
 
 WORKLOADS = {"write-only": "1:0", "read-only": "0:1", "writes": "1:0", "reads": "0:1"}
 
-SECTIONS = ("topology", "middleware", "workload", "run")
+SECTIONS = ("topology", "middleware", "workload", "run", "hosts")
 
 
 def _canonical(key: str) -> str:
@@ -289,6 +299,77 @@ def _validate_point(s: dict[str, Any], where: str) -> None:
         * s["topology.virtual_clients"]
     )
     need(total <= 4096, f"{total} virtual clients is more than this runner will start (4096)")
+    _validate_hosts(s, need)
+
+
+ROLES = ("server", "middleware", "client")
+
+
+def host_names(s: dict[str, Any]) -> dict[str, list[str]]:
+    """The hosts of a point by role: one per server, middleware and client machine."""
+    return {
+        "server": [f"server{i}" for i in range(s["topology.servers"])],
+        "middleware": [f"mw{j}" for j in range(s["topology.middlewares"])],
+        "client": [f"client{k}" for k in range(s["topology.client_machines"])],
+    }
+
+
+def _validate_hosts(s: dict[str, Any], need) -> None:
+    from mwlab.netns import parse_delay, parse_rate
+
+    emulation = s["hosts.emulation"]
+    need(
+        emulation in ("local", "netns", "ssh"),
+        f"hosts emulation must be local, netns or ssh, not {emulation!r}",
+    )
+    shaped = [k for k in s if k.startswith("hosts.") and k.endswith(("_link", "_cpus")) and s[k] is not None]
+    if s["hosts.delay"] is not None:
+        shaped.append("hosts.delay")
+    need(
+        emulation == "netns" or not shaped,
+        f"{', '.join(k.split('.', 1)[1] for k in shaped)} need emulated hosts (hosts: emulation: netns)",
+    )
+    for role in ROLES:
+        link = s[f"hosts.{role}_link"]
+        if link is not None:
+            try:
+                need(parse_rate(link) > 0, f"{role}_link must be a positive rate")
+            except ValueError as e:
+                need(False, f"{role}_link: {e}")
+        cpus = s[f"hosts.{role}_cpus"]
+        if cpus is not None:
+            ok = (isinstance(cpus, int | float) and not isinstance(cpus, bool) and cpus > 0) or (
+                isinstance(cpus, str) and re.fullmatch(r"[0-9]+([-,][0-9]+)*", cpus) is not None
+            )
+            need(
+                ok,
+                f"{role}_cpus must be a number of CPUs (a quota, e.g. 1.5) or a cpuset "
+                f'(e.g. "0" or "0-1"), not {cpus!r}',
+            )
+    if s["hosts.delay"] is not None:
+        try:
+            parse_delay(s["hosts.delay"])
+        except ValueError as e:
+            need(False, f"delay: {e}")
+    ssh = s["hosts.ssh"]
+    if emulation == "ssh":
+        need(
+            isinstance(ssh, dict) and ssh,
+            "emulation: ssh needs hosts.ssh, a mapping of host name to destination",
+        )
+        names = {n for ns in host_names(s).values() for n in ns}
+        for host, dest in ssh.items():
+            need(host in names, f"ssh: no host {host!r} in this topology (hosts: {', '.join(sorted(names))})")
+            d = (
+                dest
+                if isinstance(dest, str)
+                else (dest or {}).get("destination")
+                if isinstance(dest, dict)
+                else None
+            )
+            need(isinstance(d, str) and d, f"ssh: {host} needs a destination such as user@host[:port]")
+    else:
+        need(ssh is None, "hosts.ssh is only read with emulation: ssh")
 
 
 def parse(doc: dict[str, Any], scale: str = "quick", where: str = "spec") -> Experiment:
