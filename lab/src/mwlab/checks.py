@@ -152,7 +152,8 @@ def emulation_checks(r: pd.Series, where: str) -> list[Check]:
         verb = "sends" if direction == "up" else "receives"
         rate = r.get(f"{key}_rate_mbit", float("nan"))
         drops = r.get(f"{key}_drops", 0)
-        detail = f"{host} {verb} at {util:.0%} of {rate:g} Mbit/s ({r.get(f'{key}_mbit', float('nan')):.1f} Mbit/s)"
+        achieved = r.get(f"{key}_mbit", float("nan"))
+        detail = f"{host} {verb} at {util:.0%} of {rate:g} Mbit/s ({achieved:.1f} Mbit/s)"
         if not _nan(drops) and drops:
             detail += f", {int(drops)} packets dropped by the shaping"
         if util >= SATURATION_LIMIT:
