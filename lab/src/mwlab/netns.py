@@ -319,8 +319,13 @@ class Emulation:
     def wrap(self, host: str, cmd: list[str]) -> list[str]:
         """`cmd` run inside `host`: its namespace and its cgroups."""
         h = self.hosts[host]
+        netns = ["ip", "netns", "exec", h.netns, *cmd]
+        if not h.cgroups:
+            return netns
+        # The cgroup first: inside the namespace `ip netns exec` mounts a sysfs
+        # of its own, without the cgroup hierarchies.
         join = "".join(f"echo $$ > {d / 'cgroup.procs'} && " for d in h.cgroups)
-        return ["ip", "netns", "exec", h.netns, "sh", "-c", f'{join}exec "$@"', "sh", *cmd]
+        return ["sh", "-c", f'{join}exec "$@"', "sh", *netns]
 
     def link_counters(self) -> dict[tuple[str, str], tuple[int, int]]:
         """Per host and direction (`up`: what it sent, `down`: what it received), (bytes, packets)

@@ -1,0 +1,159 @@
+"""Emulated hosts: namespaces, shaped links and CPU quotas are set up and
+removed (also after the runner is killed), a shaped link carries its rate,
+and the network-limit experiment saturates at the server's link."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from mwlab.netns import Emulation, HostSpec, clean_stale, netem_available
+from mwlab.procs import LabError
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="emulated hosts need root (network namespaces, tc)")
+
+
+def leftovers(tag: str) -> list[str]:
+    """Namespaces, links and cgroups whose name contains `tag`."""
+    found = [
+        n
+        for n in subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.split()
+        if tag in n
+    ]
+    found += [
+        line
+        for line in subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout.splitlines()
+        if tag in line
+    ]
+    for base in (Path("/sys/fs/cgroup"), Path("/sys/fs/cgroup/cpu"), Path("/sys/fs/cgroup/cpuset")):
+        if base.is_dir():
+            found += [str(d) for d in base.glob(f"*{tag}*")]
+    return found
+
+
+def test_hosts_are_created_and_nothing_is_left_behind():
+    hosts = [HostSpec("a", rate_bps=50e6, cpus=0.5), HostSpec("b", rate_bps=None, cpus="0")]
+    with Emulation(hosts) as emu:
+        tag = f"mwlab-{emu.id}-"
+        assert len([n for n in leftovers(tag) if n.startswith("mwlab")]) == 2
+        assert emu.addr("a") != emu.addr("b")
+        out = subprocess.run(
+            emu.wrap("a", ["ip", "-o", "addr", "show", "dev", "eth0"]), capture_output=True, text=True
+        )
+        assert emu.addr("a") in out.stdout
+        assert any(emu.hosts["a"].cgroups) and any(emu.hosts["b"].cgroups)
+        qdisc = subprocess.run(
+            emu.wrap("a", ["tc", "qdisc", "show", "dev", "eth0"]), capture_output=True, text=True
+        )
+        assert "tbf" in qdisc.stdout and "50Mbit" in qdisc.stdout
+        bridge = emu.bridge
+    assert leftovers(tag) == []
+    assert bridge not in subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
+
+
+def test_a_killed_runners_hosts_are_removed_by_the_next_run():
+    script = (
+        "import time\n"
+        "from mwlab.netns import Emulation, HostSpec\n"
+        "e = Emulation([HostSpec('x', 10e6, 0.5), HostSpec('y')]).__enter__()\n"
+        "print(e.id, e.bridge, flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    child = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    pid, bridge = child.stdout.readline().split()
+    tag = f"mwlab-{pid}-"
+    assert len([n for n in leftovers(tag) if n.startswith("mwlab")]) == 2
+    child.send_signal(signal.SIGKILL)
+    child.wait()
+    child.stdout.close()
+    assert leftovers(tag), "a killed runner cannot clean up"
+    removed = clean_stale()
+    assert any(tag in r for r in removed)
+    assert leftovers(tag) == []
+    assert bridge not in subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
+
+
+def test_a_shaped_link_carries_its_rate():
+    rate = 50e6
+    with Emulation([HostSpec("sender", rate_bps=rate), HostSpec("receiver")]) as emu:
+        receiver = subprocess.Popen(
+            emu.wrap(
+                "receiver",
+                [
+                    sys.executable,
+                    "-c",
+                    "import socket\n"
+                    f"s = socket.socket(); s.bind(('{emu.addr('receiver')}', 5001)); s.listen(1)\n"
+                    "c, _ = s.accept()\n"
+                    "while c.recv(1 << 16): pass\n",
+                ],
+            )
+        )
+        time.sleep(0.5)
+        sender = subprocess.Popen(
+            emu.wrap(
+                "sender",
+                [
+                    sys.executable,
+                    "-c",
+                    "import socket, time\n"
+                    f"c = socket.create_connection(('{emu.addr('receiver')}', 5001))\n"
+                    "end = time.time() + 4\n"
+                    "while time.time() < end: c.sendall(b'x' * 65536)\n",
+                ],
+            )
+        )
+        time.sleep(1.0)
+        before, t0 = emu.link_counters()[("sender", "up")][0], time.monotonic()
+        time.sleep(2.0)
+        after, t1 = emu.link_counters()[("sender", "up")][0], time.monotonic()
+        sender.wait(timeout=10)
+        receiver.kill()
+        receiver.wait()
+    achieved = (after - before) * 8 / (t1 - t0)
+    assert achieved == pytest.approx(rate, rel=0.05), f"{achieved / 1e6:.1f} Mbit/s on a 50 Mbit/s link"
+
+
+def test_delay_needs_netem_and_says_so():
+    if netem_available():
+        with Emulation([HostSpec("d", delay_s=0.001)]) as emu:
+            out = subprocess.run(
+                emu.wrap("d", ["tc", "qdisc", "show", "dev", "eth0"]), capture_output=True, text=True
+            )
+            assert "netem" in out.stdout
+    else:
+        with pytest.raises(LabError, match="netem"):
+            Emulation([HostSpec("d", delay_s=0.001)])
+
+
+def test_the_network_limit_experiment_saturates_at_the_servers_link(tmp_path: Path):
+    from mwlab.analysis import summarize
+    from mwlab.cli import EXPERIMENTS
+    from mwlab.report import write_report
+    from mwlab.runner import prepare, run_experiment
+    from mwlab.spec import load
+
+    exp = load(EXPERIMENTS / "network-limit.yaml")
+    out = run_experiment(exp, prepare(exp, tmp_path))
+    summary, aggregate = summarize(out)
+    write_report(out, summary, aggregate)
+    assert (summary["status"] == "ok").all(), summary.get("error")
+    model = pd.read_csv(out / "model.csv")
+    top = aggregate.sort_values("N").iloc[-1]
+    # The link's limit: its rate over the bytes of a reply on the wire.
+    limit = top["link_server0_up_rate_mbit"] * 1e6 / 8 / top["link_server0_up_bytes_per_req"]
+    assert top["client_tput"] == pytest.approx(limit, rel=0.10), (top["client_tput"], limit)
+    assert top["link_server0_up_util"] > 0.9
+    saturated = model[model["N"] == model["N"].max()].iloc[0]
+    assert saturated["bottleneck"] == "link server0 sends"
+    assert abs(saturated["x_error"]) < 0.10
+    checks = pd.read_csv(out / "checks.csv")
+    assert (checks["name"] == "emulated link not saturated").any()
+    assert leftovers(f"mwlab-{os.getpid()}-") == []
