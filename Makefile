@@ -3,7 +3,7 @@
 
 SHELL := /bin/bash
 CARGO ?= cargo
-DEB_PACKAGES := memcached nutcracker libmemcached-tools
+DEB_PACKAGES := memcached nutcracker libmemcached-tools iproute2 ethtool
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 VENV := .venv
@@ -14,10 +14,11 @@ PYTHON ?= python3
 all: build
 
 ## System packages (Debian): memcached for tests and runs, nutcracker (twemproxy)
-## for the ketama cross-check and the benchmark, libmemcached-tools for memcslap.
+## for the ketama cross-check and the benchmark, libmemcached-tools for memcslap,
+## iproute2 (ip, tc) and ethtool for emulated hosts (network namespaces).
 deps:
 	@missing=""; \
-	for b in memcached:memcached nutcracker:nutcracker memcslap:libmemcached-tools; do \
+	for b in memcached:memcached nutcracker:nutcracker memcslap:libmemcached-tools ip:iproute2 tc:iproute2 ethtool:ethtool; do \
 	  cmd=$${b%%:*}; pkg=$${b##*:}; \
 	  command -v $$cmd >/dev/null 2>&1 || [ -x /usr/sbin/$$cmd ] || missing="$$missing $$pkg"; \
 	done; \

@@ -39,7 +39,7 @@ def leftovers(tag: str) -> list[str]:
 
 
 def test_hosts_are_created_and_nothing_is_left_behind():
-    hosts = [HostSpec("a", rate_bps=50e6, cpus=0.5), HostSpec("b", rate_bps=None, cpus="0")]
+    hosts = [HostSpec("a", up_bps=50e6, down_bps=50e6, cpus=0.5), HostSpec("b", cpus="0")]
     with Emulation(hosts) as emu:
         tag = f"mwlab-{emu.id}-"
         assert len([n for n in leftovers(tag) if n.startswith("mwlab")]) == 2
@@ -62,7 +62,7 @@ def test_a_killed_runners_hosts_are_removed_by_the_next_run():
     script = (
         "import time\n"
         "from mwlab.netns import Emulation, HostSpec\n"
-        "e = Emulation([HostSpec('x', 10e6, 0.5), HostSpec('y')]).__enter__()\n"
+        "e = Emulation([HostSpec('x', 10e6, 10e6, 0.5), HostSpec('y')]).__enter__()\n"
         "print(e.id, e.bridge, flush=True)\n"
         "time.sleep(60)\n"
     )
@@ -80,45 +80,55 @@ def test_a_killed_runners_hosts_are_removed_by_the_next_run():
     assert bridge not in subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
 
 
-def test_a_shaped_link_carries_its_rate():
-    rate = 50e6
-    with Emulation([HostSpec("sender", rate_bps=rate), HostSpec("receiver")]) as emu:
-        receiver = subprocess.Popen(
-            emu.wrap(
-                "receiver",
-                [
-                    sys.executable,
-                    "-c",
-                    "import socket\n"
-                    f"s = socket.socket(); s.bind(('{emu.addr('receiver')}', 5001)); s.listen(1)\n"
-                    "c, _ = s.accept()\n"
-                    "while c.recv(1 << 16): pass\n",
-                ],
-            )
+def _stream(emu: Emulation, src: str, dst: str, port: int, link: tuple[str, str]) -> float:
+    """Bits per second `src` achieves sending to `dst` for 2 s, as `link`'s counters saw it."""
+    receiver = subprocess.Popen(
+        emu.wrap(
+            dst,
+            [
+                sys.executable,
+                "-c",
+                "import socket\n"
+                f"s = socket.socket(); s.bind(('{emu.addr(dst)}', {port})); s.listen(1)\n"
+                "c, _ = s.accept()\n"
+                "while c.recv(1 << 16): pass\n",
+            ],
         )
-        time.sleep(0.5)
-        sender = subprocess.Popen(
-            emu.wrap(
-                "sender",
-                [
-                    sys.executable,
-                    "-c",
-                    "import socket, time\n"
-                    f"c = socket.create_connection(('{emu.addr('receiver')}', 5001))\n"
-                    "end = time.time() + 4\n"
-                    "while time.time() < end: c.sendall(b'x' * 65536)\n",
-                ],
-            )
+    )
+    time.sleep(0.5)
+    sender = subprocess.Popen(
+        emu.wrap(
+            src,
+            [
+                sys.executable,
+                "-c",
+                "import socket, time\n"
+                f"c = socket.create_connection(('{emu.addr(dst)}', {port}))\n"
+                "end = time.time() + 3.5\n"
+                "while time.time() < end: c.sendall(b'x' * 65536)\n",
+            ],
         )
+    )
+    try:
         time.sleep(1.0)
-        before, t0 = emu.link_counters()[("sender", "up")][0], time.monotonic()
+        before, t0 = emu.link_counters()[link][0], time.monotonic()
         time.sleep(2.0)
-        after, t1 = emu.link_counters()[("sender", "up")][0], time.monotonic()
+        after, t1 = emu.link_counters()[link][0], time.monotonic()
         sender.wait(timeout=10)
-        receiver.kill()
-        receiver.wait()
-    achieved = (after - before) * 8 / (t1 - t0)
-    assert achieved == pytest.approx(rate, rel=0.05), f"{achieved / 1e6:.1f} Mbit/s on a 50 Mbit/s link"
+    finally:
+        for p in (sender, receiver):
+            p.kill()
+            p.wait()
+    return (after - before) * 8 / (t1 - t0)
+
+
+def test_a_shaped_link_carries_its_rate_in_each_direction():
+    up, down = 50e6, 20e6
+    with Emulation([HostSpec("vm", up_bps=up, down_bps=down), HostSpec("peer")]) as emu:
+        sent = _stream(emu, "vm", "peer", 5001, ("vm", "up"))
+        received = _stream(emu, "peer", "vm", 5002, ("vm", "down"))
+    assert sent == pytest.approx(up, rel=0.05), f"{sent / 1e6:.1f} Mbit/s sent on a 50 Mbit/s uplink"
+    assert received == pytest.approx(down, rel=0.05), f"{received / 1e6:.1f} Mbit/s on a 20 Mbit/s downlink"
 
 
 def test_delay_needs_netem_and_says_so():

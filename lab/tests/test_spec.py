@@ -62,6 +62,19 @@ def test_scales_override_the_defaults():
         (spec(mgshrd="sometimes"), "multiget must be sharded or non-sharded"),
         (spec(ttime=0), "duration"),
         ({"topology": {}}, "needs a name"),
+        (spec(hosts={"emulation": "docker"}), "must be local, netns or ssh"),
+        (spec(hosts={"server_link": "100mbit"}), "server_link need emulated hosts"),
+        (spec(hosts={"emulation": "netns", "client_link": "fast"}), "client_link"),
+        (spec(hosts={"emulation": "netns", "server_cpus": "half"}), "server_cpus must be a number"),
+        (spec(hosts={"emulation": "netns", "server_link": {"sideways": "1mbit"}}), "unknown sideways"),
+        (spec(hosts={"emulation": "netns", "server_link": {"up": "0mbit"}}), "must be positive"),
+        (spec(hosts={"emulation": "ssh"}), "needs hosts.ssh"),
+        (spec(hosts={"emulation": "ssh", "ssh": {"db0": "me@there"}}), "no host 'db0'"),
+        (
+            spec(hosts={"emulation": "ssh", "ssh": {"client0": {"destination": "a@b", "pass": "x"}}}),
+            "unknown keys pass",
+        ),
+        (spec(hosts={"emulation": "netns", "ssh": {"client0": "a@b"}}), "only read with emulation: ssh"),
     ],
 )
 def test_bad_specs_are_refused_with_a_reason(doc, message):
@@ -78,3 +91,27 @@ def test_every_shipped_experiment_is_valid_at_both_scales():
         for scale in ("quick", "full"):
             exp = load(path, scale)
             assert exp.points(), path
+
+
+def test_ssh_hosts_may_name_this_machines_address():
+    exp = parse(
+        spec(
+            hosts={
+                "emulation": "ssh",
+                "ssh": {
+                    "local_addr": "10.0.0.1",
+                    "client0": {"destination": "me@10.0.0.5:2200", "key": "~/k"},
+                },
+            }
+        )
+    )
+    assert exp.points()
+
+
+def test_a_link_is_one_rate_or_one_per_direction():
+    from mwlab.spec import link_rates
+
+    assert link_rates("100mbit") == (100e6, 100e6)
+    assert link_rates({"up": "100mbit"}) == (100e6, None)
+    assert link_rates({"up": "1gbit", "down": "12mbps"}) == (1e9, 96e6)
+    assert link_rates(None) == (None, None)

@@ -360,7 +360,7 @@ def link_metrics(
         key = f"link_{host}_{direction}"
         out[f"{key}_mbit"] = moved * 8 / secs / 1e6 if secs > 0 else float("nan")
         out[f"{key}_bytes_per_req"] = moved / requests if requests else float("nan")
-        rate = (hosts.get(host) or {}).get("rate_bps")
+        rate = (hosts.get(host) or {}).get(f"{direction}_bps")
         if rate:
             out[f"{key}_rate_mbit"] = rate / 1e6
             out[f"{key}_util"] = moved * 8 / secs / rate if secs > 0 else float("nan")
@@ -388,11 +388,31 @@ def factor_columns(factors: dict[str, Any]) -> dict[str, Any]:
 # ---- reading result directories ----
 
 
-def _read_all(rdir: Path, prefix: str) -> list[list[Window]]:
+def _read_all(rdir: Path, prefix: str, offsets: dict[str, float] | None = None) -> list[list[Window]]:
+    """The windows of every process `prefix`N of a run; a process on another
+    host has its window times moved by that host's clock offset (ms), so that
+    windows of different hosts are compared on this machine's clock."""
     dirs = sorted(
         (d for d in rdir.glob(f"{prefix}[0-9]*") if d.is_dir()), key=lambda d: int(d.name[len(prefix) :])
     )
-    return [read_windows(d) for d in dirs]
+    out = []
+    for d in dirs:
+        ws = read_windows(d)
+        shift = (offsets or {}).get(d.name, 0.0)
+        if shift:
+            ws = [{**w, "start_unix_ms": w["start_unix_ms"] - round(shift)} for w in ws]
+        out.append(ws)
+    return out
+
+
+def clock_offsets(record: dict[str, Any]) -> dict[str, float]:
+    """Per process, the clock offset (ms) of the host it ran on, from run.json."""
+    placement = record.get("placement") or {}
+    hosts = placement.get("hosts") or {}
+    return {
+        proc: float((hosts.get(host) or {}).get("clock_offset_ms", 0.0))
+        for proc, host in (placement.get("processes") or {}).items()
+    }
 
 
 def run_metrics(rdir: Path, trim_start: int = 0, trim_end: int = 0) -> dict[str, Any]:
@@ -403,14 +423,15 @@ def run_metrics(rdir: Path, trim_start: int = 0, trim_end: int = 0) -> dict[str,
     if record["status"] != "ok":
         row["error"] = record.get("error", "")
         return row
-    clients = [trim_client(ws, trim_start, trim_end) for ws in _read_all(rdir, "cl")]
+    offsets = clock_offsets(record)
+    clients = [trim_client(ws, trim_start, trim_end) for ws in _read_all(rdir, "cl", offsets)]
     span = common_span(clients)
     if span is None:
         row.update(status="failed", error="no measurement window common to all clients")
         return row
     clients = [within(ws, span) for ws in clients]
     row.update(client_metrics(clients))
-    mws = [within(ws, span) for ws in _read_all(rdir, "mw")]
+    mws = [within(ws, span) for ws in _read_all(rdir, "mw", offsets)]
     row.update(middleware_metrics(mws))
     row.update(
         cpu_metrics(read_cpu(rdir), span, int(row.get("client_requests", 0)), record.get("cores", 0.0))

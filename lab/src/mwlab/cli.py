@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import math
+import os
 import shlex
 import signal
 import sys
@@ -66,6 +67,47 @@ def _key_numbers(agg) -> str:
     return "\n".join(lines)
 
 
+# Seconds each run spends besides its measured time: starting and stopping
+# processes, creating emulated hosts, sampling (measured on this machine).
+RUN_OVERHEAD_S = 3
+
+
+def _run_seconds(s: dict) -> float:
+    return s["run.warmup"] + s["run.duration"] + s["run.cooldown"] + RUN_OVERHEAD_S
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 2 * 3600:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def _hosts_line(s: dict) -> str:
+    emulation = s["hosts.emulation"]
+    if emulation == "local":
+        return "every process on this machine"
+    if emulation == "ssh":
+        remote = sorted(k for k in s["hosts.ssh"] if k != "local_addr")
+        return f"over SSH: {', '.join(remote)}; the rest on this machine"
+    parts = []
+    for role in ("server", "middleware", "client"):
+        link = s[f"hosts.{role}_link"]
+        if isinstance(link, dict):
+            parts.append(f"{role} " + ", ".join(f"{k} {link[k]}" for k in ("up", "down") if link.get(k)))
+        elif link is not None:
+            parts.append(f"{role} {link}")
+    parts += [
+        f"{role} CPUs {s[f'hosts.{role}_cpus']}"
+        for role in ("server", "middleware", "client")
+        if s[f"hosts.{role}_cpus"] is not None
+    ]
+    if s["hosts.delay"] is not None:
+        parts.append(f"delay {s['hosts.delay']}")
+    return "network namespaces" + (f" ({', '.join(parts)})" if parts else "")
+
+
 def _progress_printer():
     try:
         from rich.console import Console
@@ -116,6 +158,8 @@ def main(argv: list[str] | None = None) -> int:
             exp = load(_spec_path(args.spec), args.scale)
             runs = exp.runs()
             print(f"{exp.name} ({exp.scale}): {len(exp.points())} points, {len(runs)} runs")
+            print(f"  hosts: {_hosts_line(exp.points()[0].settings)}")
+            print(f"  time: at least {_duration(sum(_run_seconds(r.point.settings) for r in runs))}")
             for pt in exp.points():
                 print(f"  {pt.name}  N={pt.total_clients}")
         elif args.command == "run":
@@ -154,6 +198,11 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("mwlab: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # The reader went away (`mwlab validate x | head`): quietly, as other tools do.
+        with contextlib.suppress(OSError):
+            sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - replaces stdout until exit
+        return 141
     return 0
 
 

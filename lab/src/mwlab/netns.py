@@ -7,7 +7,8 @@ host's processes in a cgroup of their own.
 
 A host's **uplink** (what it sends) is shaped on the egress of its eth0, its
 **downlink** (what it receives) on the egress of the bridge's end of the veth,
-both with tbf at the host's rate, segmentation offloads off (a tbf meters
+each with tbf at its own rate (a cloud VM's egress and ingress limits
+differ), segmentation offloads off (a tbf meters
 what it is given: 64 KiB segments would pass as one packet). Link delay needs
 netem, which not every kernel has; this module says so instead of silently
 not delaying. CPUs: a CPU quota (`cpus: 1.5`) or a cpuset (`cpus: "0"`), in
@@ -93,9 +94,14 @@ class HostSpec:
     """One emulated host."""
 
     name: str
-    rate_bps: float | None = None
+    up_bps: float | None = None  # what the host sends
+    down_bps: float | None = None  # what it receives
     cpus: float | str | None = None
     delay_s: float | None = None
+
+    @property
+    def shaped(self) -> bool:
+        return bool(self.up_bps or self.down_bps or self.delay_s)
 
 
 @dataclass
@@ -225,16 +231,17 @@ class Emulation:
                     ],
                     check=False,
                 )
-            if spec.rate_bps or spec.delay_s:
-                self._shape(["tc"], veth, spec)
-                self._shape(["ip", "netns", "exec", ns, "tc"], "eth0", spec)
+            if spec.down_bps or spec.delay_s:
+                self._shape(["tc"], veth, spec.down_bps, spec.delay_s)
+            if spec.up_bps or spec.delay_s:
+                self._shape(["ip", "netns", "exec", ns, "tc"], "eth0", spec.up_bps, spec.delay_s)
             if spec.cpus is not None:
                 host.cgroups = self._cgroup(ns, spec.cpus)
 
     @staticmethod
-    def _shape(tc: list[str], dev: str, spec: HostSpec) -> None:
+    def _shape(tc: list[str], dev: str, rate_bps: float | None, delay_s: float | None) -> None:
         parent = ["root"]
-        if spec.delay_s:
+        if delay_s:
             _run(
                 [
                     *tc,
@@ -247,16 +254,16 @@ class Emulation:
                     "1:",
                     "netem",
                     "delay",
-                    f"{spec.delay_s * 1e6:.0f}us",
+                    f"{delay_s * 1e6:.0f}us",
                 ]
             )
             parent = ["parent", "1:1"]
-        if spec.rate_bps:
+        if rate_bps:
             # A small bucket (two full frames, or 100 µs at the rate) makes the
             # link serialise packets nearly as a real one does; a large one
             # would let a light load through at the veth's speed, and one of a
             # single frame loses a sixth of the rate to timer granularity.
-            rate = spec.rate_bps
+            rate = rate_bps
             burst = max(int(rate / 8 * 100e-6), 2 * 1514)
             _run(
                 [
@@ -348,12 +355,12 @@ class Emulation:
         """Per host and direction: the shaping qdiscs' sent bytes, drops and overlimits (from `tc -s`)."""
         out = {}
         for name, h in self.hosts.items():
-            if not (h.spec.rate_bps or h.spec.delay_s):
-                continue
-            for direction, tc, dev in (
-                ("down", ["tc"], h.veth),
-                ("up", ["ip", "netns", "exec", h.netns, "tc"], "eth0"),
+            for direction, tc, dev, shaped in (
+                ("down", ["tc"], h.veth, h.spec.down_bps or h.spec.delay_s),
+                ("up", ["ip", "netns", "exec", h.netns, "tc"], "eth0", h.spec.up_bps or h.spec.delay_s),
             ):
+                if not shaped:
+                    continue
                 text = _run([*tc, "-s", "qdisc", "show", "dev", dev], check=False).stdout
                 stats = {"bytes": 0, "drops": 0, "overlimits": 0}
                 for m in re.finditer(r"Sent (\d+) bytes \d+ pkt \(dropped (\d+), overlimits (\d+)", text):

@@ -112,6 +112,11 @@ class ProcessGroup:
 
     def stop_all(self) -> None:
         for p in reversed(self.procs):
+            if getattr(p.popen, "remote", False):
+                with contextlib.suppress(Exception):
+                    if p.popen.poll() is None:
+                        p.popen.kill()
+                continue
             if p.popen.poll() is None:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(p.popen.pid, signal.SIGKILL)
@@ -231,6 +236,8 @@ class ResourceSampler(threading.Thread):
         if own is not None:
             f.write(f"{stamp},lab,*,{own[0]:.3f}\n")
         for p in list(self.group.procs):
+            if p.popen.pid is None:
+                continue
             sample = _proc_times(p.popen.pid)
             if sample is None:
                 continue
@@ -267,6 +274,8 @@ class ResourceSampler(threading.Thread):
                 self._cumulative(cpu, stamp)
                 self._links(links, stamp)
                 for p in list(self.group.procs):
+                    if p.popen.pid is None:
+                        continue
                     sample = _proc_times(p.popen.pid)
                     if sample is None:
                         continue

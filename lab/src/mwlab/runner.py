@@ -73,7 +73,8 @@ class Emulated:
             name: {
                 "addr": h.addr,
                 "netns": h.netns,
-                "rate_bps": h.spec.rate_bps,
+                "up_bps": h.spec.up_bps,
+                "down_bps": h.spec.down_bps,
                 "cpus": h.spec.cpus,
                 "delay_s": h.spec.delay_s,
             }
@@ -83,14 +84,15 @@ class Emulated:
 
 def host_specs(s: dict[str, Any]):
     """The emulated hosts of a point with their links and CPUs."""
-    from mwlab.netns import HostSpec, parse_delay, parse_rate
+    from mwlab.netns import HostSpec, parse_delay
+    from mwlab.spec import link_rates
 
     specs = []
     delay = parse_delay(s["hosts.delay"]) if s["hosts.delay"] else None
     for role, names in host_names(s).items():
-        rate = s[f"hosts.{role}_link"]
+        up, down = link_rates(s[f"hosts.{role}_link"])
         for name in names:
-            specs.append(HostSpec(name, parse_rate(rate) if rate else None, s[f"hosts.{role}_cpus"], delay))
+            specs.append(HostSpec(name, up, down, s[f"hosts.{role}_cpus"], delay))
     return specs
 
 
@@ -201,7 +203,7 @@ def _prefill(place, g: ProcessGroup, s: dict[str, Any], host: str, targets: list
             raise LabError(f"prefill through {' '.join(target)} failed; see {p.log}")
 
 
-def _placement(s: dict[str, Any], stack: contextlib.ExitStack):
+def _placement(s: dict[str, Any], stack: contextlib.ExitStack, out: Path):
     emulation = s["hosts.emulation"]
     if emulation == "netns":
         from mwlab.netns import Emulation
@@ -210,7 +212,8 @@ def _placement(s: dict[str, Any], stack: contextlib.ExitStack):
     if emulation == "ssh":
         from mwlab.ssh import Remote
 
-        return stack.enter_context(Remote(s["hosts.ssh"]))
+        limit = s["run.warmup"] + s["run.duration"] + s["run.cooldown"] + 60
+        return stack.enter_context(Remote(s["hosts.ssh"], out, limit))
     return Local()
 
 
@@ -223,7 +226,7 @@ def run_once(run: Run, out: Path) -> dict[str, Any]:
     started = time.time()
     hosts = host_names(s)
     with contextlib.ExitStack() as stack:
-        place = _placement(s, stack)
+        place = _placement(s, stack, out)
         g = stack.enter_context(ProcessGroup(out / "logs"))
         servers = []
         for i, host in enumerate(hosts["server"]):

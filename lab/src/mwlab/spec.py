@@ -314,8 +314,30 @@ def host_names(s: dict[str, Any]) -> dict[str, list[str]]:
     }
 
 
+def link_rates(link: Any) -> tuple[float | None, float | None]:
+    """A host's link as (up, down) bits per second, None where unshaped: a rate
+    (`100mbit`, both directions) or a mapping `{up: 100mbit, down: 1gbit}`
+    (what the host sends, what it receives; either may be left out)."""
+    from mwlab.netns import parse_rate
+
+    if link is None:
+        return None, None
+    if isinstance(link, dict):
+        extra = set(link) - {"up", "down"}
+        if extra:
+            raise ValueError(
+                f"a link is a rate or {{up: RATE, down: RATE}}; unknown {', '.join(sorted(extra))}"
+            )
+        rates = tuple(None if link.get(k) is None else parse_rate(link[k]) for k in ("up", "down"))
+    else:
+        rates = (parse_rate(link),) * 2
+    if any(r is not None and r <= 0 for r in rates):
+        raise ValueError("a link rate must be positive")
+    return rates  # type: ignore[return-value]
+
+
 def _validate_hosts(s: dict[str, Any], need) -> None:
-    from mwlab.netns import parse_delay, parse_rate
+    from mwlab.netns import parse_delay
 
     emulation = s["hosts.emulation"]
     need(
@@ -330,12 +352,10 @@ def _validate_hosts(s: dict[str, Any], need) -> None:
         f"{', '.join(k.split('.', 1)[1] for k in shaped)} need emulated hosts (hosts: emulation: netns)",
     )
     for role in ROLES:
-        link = s[f"hosts.{role}_link"]
-        if link is not None:
-            try:
-                need(parse_rate(link) > 0, f"{role}_link must be a positive rate")
-            except ValueError as e:
-                need(False, f"{role}_link: {e}")
+        try:
+            link_rates(s[f"hosts.{role}_link"])
+        except ValueError as e:
+            need(False, f"{role}_link: {e}")
         cpus = s[f"hosts.{role}_cpus"]
         if cpus is not None:
             ok = (isinstance(cpus, int | float) and not isinstance(cpus, bool) and cpus > 0) or (
@@ -358,8 +378,22 @@ def _validate_hosts(s: dict[str, Any], need) -> None:
             "emulation: ssh needs hosts.ssh, a mapping of host name to destination",
         )
         names = {n for ns in host_names(s).values() for n in ns}
-        for host, dest in ssh.items():
+        local = ssh.get("local_addr") if isinstance(ssh, dict) else None
+        need(
+            local is None or isinstance(local, str),
+            "ssh: local_addr is this machine's address as the remote hosts see it (a string)",
+        )
+        for host, dest in (ssh or {}).items():
+            if host == "local_addr":
+                continue
             need(host in names, f"ssh: no host {host!r} in this topology (hosts: {', '.join(sorted(names))})")
+            if isinstance(dest, dict):
+                extra = set(dest) - {"destination", "port", "key", "known_hosts"}
+                need(
+                    not extra,
+                    f"ssh: {host}: unknown keys {', '.join(sorted(extra))} "
+                    "(known: destination, port, key, known_hosts)",
+                )
             d = (
                 dest
                 if isinstance(dest, str)

@@ -1,0 +1,307 @@
+"""Real hosts over SSH: the same spec, some of its hosts on other machines.
+
+`hosts: {emulation: ssh, ssh: {client0: user@10.0.0.5, ...}}` runs the
+processes of the named hosts there and every other one here. For each remote
+host the runner (with asyncssh, which drives many connections from one event
+loop and needs no ssh binary):
+
+- connects (key authentication; `known_hosts` as given, or the user's);
+- checks that memcached is installed there and that mwproxy and mwload are
+  the same build as here (`--version`), and copies this machine's binaries
+  into the run's remote directory when they are not;
+- measures the clock offset (the remote clock against the middle of a round
+  trip), so windows from different hosts are compared on one clock;
+- starts every process in a session of its own (`setsid`), with a pidfile and
+  a time limit (`timeout`), so nothing outlives the run even if this runner
+  dies, and its exit status in a file;
+- after the run fetches the result files (and logs) into the run directory,
+  and removes the remote directory.
+
+Processes started here listen on this machine's address as the remote hosts
+see it (`local_addr`, by default the address that routes to the first remote
+host), so both sides can reach each other. Per-process CPU sampling covers
+the processes started here; remote ones are not sampled.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import shlex
+import socket
+import subprocess
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from mwlab.procs import LabError, Proc, ProcessGroup, binary, wait_port
+
+# Seconds a remote process may outlive its planned end before `timeout` stops it.
+GRACE = 120
+
+
+@dataclass
+class Destination:
+    """How to reach one remote host."""
+
+    host: str
+    user: str | None
+    port: int
+    key: str | None
+    known_hosts: str | None
+
+    @staticmethod
+    def parse(value: Any) -> Destination:
+        if isinstance(value, str):
+            value = {"destination": value}
+        dest = str(value["destination"])
+        user, _, rest = dest.rpartition("@")
+        host, port = rest, 22
+        if rest.count(":") == 1:
+            host, p = rest.split(":")
+            port = int(p)
+        known = value.get("known_hosts", "default")
+        return Destination(
+            host,
+            user or None,
+            int(value.get("port", port)),
+            value.get("key"),
+            None if known is None else known,
+        )
+
+
+class RemotePopen:
+    """A remote process, with the part of `subprocess.Popen`'s interface the runner uses."""
+
+    remote = True
+    pid = None
+
+    def __init__(self, remote: Remote, host: str, workdir: str, name: str):
+        self.remote, self.host, self.dir, self.name = remote, host, workdir, name
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            out = self.remote.run(self.host, f"cat {self.dir}/{self.name}.rc 2>/dev/null", check=False)
+            if out.strip():
+                self.returncode = int(out.strip())
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            if deadline is not None and time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired(self.name, timeout)
+            time.sleep(0.2)
+        return self.returncode
+
+    def send_signal(self, sig: int) -> None:
+        # The session's process group: the shell, `timeout` and the process.
+        self.remote.run(
+            self.host, f"kill -{int(sig)} -- -$(cat {self.dir}/{self.name}.pid) 2>/dev/null", check=False
+        )
+
+    def terminate(self) -> None:
+        self.send_signal(15)
+
+    def kill(self) -> None:
+        self.send_signal(9)
+        self.returncode = self.returncode if self.returncode is not None else -9
+
+
+class Remote:
+    """Hosts reached over SSH, and this machine for every other host."""
+
+    def __init__(self, config: dict[str, Any], out: Path | None = None, limit_s: float = 3600):
+        cfg = dict(config)
+        self.local = cfg.pop("local_addr", None)
+        self.dests = {host: Destination.parse(v) for host, v in cfg.items()}
+        self.out = out
+        self.limit = int(limit_s + GRACE)
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True, name="ssh")
+        self.conns: dict[str, Any] = {}
+        self.dirs: dict[str, str] = {}
+        self.bins: dict[tuple[str, str], str] = {}
+        self.offsets: dict[str, float] = {}
+        self.started: list[tuple[str, str, str]] = []
+
+    def _call(self, coro, timeout: float = 60):
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+    def __enter__(self) -> Remote:
+        import asyncssh
+
+        self.thread.start()
+        try:
+            for host, d in self.dests.items():
+                opts: dict[str, Any] = {"port": d.port}
+                if d.user:
+                    opts["username"] = d.user
+                if d.key:
+                    opts["client_keys"] = [str(Path(d.key).expanduser())]
+                if d.known_hosts != "default":
+                    opts["known_hosts"] = (
+                        None if d.known_hosts is None else str(Path(d.known_hosts).expanduser())
+                    )
+                try:
+                    self.conns[host] = self._call(_connect(d.host, opts), timeout=30)
+                except (OSError, asyncssh.Error) as e:
+                    raise LabError(f"cannot reach {host} at {d.host}:{d.port} over SSH: {e}") from e
+                stamp = f"mwlab-{socket.gethostname()}-{time.time_ns()}"
+                self.dirs[host] = f"/tmp/{stamp}"
+                self.run(host, f"mkdir -p {self.dirs[host]}/bin")
+                self._clock(host)
+                self._check_memcached(host)
+            if self.local is None:
+                first = next(iter(self.dests.values()))
+                with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+                    s.connect((first.host, first.port))
+                    self.local = s.getsockname()[0]
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def run(self, host: str, command: str, check: bool = True) -> str:
+        """Runs a shell command on `host`; its output."""
+        result = self._call(self.conns[host].run(command, check=False))
+        if check and result.exit_status != 0:
+            raise LabError(f"{host}: `{command}` failed: {(result.stderr or result.stdout or '').strip()}")
+        return result.stdout or ""
+
+    def _clock(self, host: str) -> None:
+        t0 = time.time()
+        remote = int(self.run(host, "date +%s%N").strip()) / 1e9
+        t1 = time.time()
+        self.offsets[host] = remote - (t0 + t1) / 2
+
+    def _check_memcached(self, host: str) -> None:
+        if not self.run(host, "command -v memcached || true").strip():
+            raise LabError(f"{host}: memcached is not installed there (Debian package memcached)")
+
+    def _binary(self, host: str, local: str) -> str:
+        """The path of `local`'s build on `host`: the same path when it is the
+        same version there, else a copy in the run's remote directory."""
+        key = (host, local)
+        if key in self.bins:
+            return self.bins[key]
+        if not Path(local).is_file():
+            self.bins[key] = local
+            return local
+        mine = subprocess.run([local, "--version"], capture_output=True, text=True).stdout.strip()
+        theirs = self.run(host, f"{shlex.quote(local)} --version 2>/dev/null || true").strip()
+        if theirs and theirs == mine:
+            self.bins[key] = local
+        else:
+            target = f"{self.dirs[host]}/bin/{Path(local).name}"
+            self._call(self._put(host, local, target), timeout=300)
+            self.run(host, f"chmod +x {target}")
+            self.bins[key] = target
+        return self.bins[key]
+
+    async def _put(self, host: str, local: str, remote: str) -> None:
+        async with self.conns[host].start_sftp_client() as sftp:
+            await sftp.put(local, remote)
+
+    async def _get(self, host: str, remote: str, local: Path) -> None:
+        async with self.conns[host].start_sftp_client() as sftp:
+            if await sftp.exists(remote):
+                local.parent.mkdir(parents=True, exist_ok=True)
+                await sftp.get(remote, str(local), recurse=True)
+
+    # The runner's placement interface.
+
+    def addr(self, host: str) -> str:
+        return self.dests[host].host if host in self.dests else self.local
+
+    def start(self, g: ProcessGroup, name: str, host: str, cmd: list[str], port: int | None = None) -> Proc:
+        if host not in self.dests:
+            return g.start(name, cmd, port, host=self.local)
+        work = self.dirs[host]
+        args = list(cmd)
+        local_bins = {str(binary(b)) for b in ("mwproxy", "mwload") if _built(b)}
+        if args[0] in local_bins:
+            args[0] = self._binary(host, args[0])
+        elif Path(args[0]).name == "memcached":
+            args[0] = "memcached"
+        out = str(self.out) if self.out else None
+        for i, a in enumerate(args):
+            if out and a.startswith(out):
+                args[i] = work + "/out" + a[len(out) :]
+        line = (
+            f"cd {work} && setsid sh -c 'echo $$ > {name}.pid; "
+            f"timeout --signal=TERM {self.limit} {shlex.join(args)} > {name}.log 2>&1 < /dev/null; "
+            f"echo $? > {name}.rc' > /dev/null 2>&1 < /dev/null &"
+        )
+        self.run(host, line)
+        self.started.append((host, work, name))
+        popen = RemotePopen(self, host, work, name)
+        p = Proc(name, popen, port, g.logs / f"{name}.log")
+        g.procs.append(p)
+        if port is not None:
+            try:
+                wait_port(port, host=self.dests[host].host, timeout=15)
+            except LabError as e:
+                raise LabError(f"{name} on {host}: {e}") from e
+        return p
+
+    def fetch(self, out: Path) -> None:
+        """The remote processes' result files and logs, into the run directory."""
+        for host, work, name in self.started:
+            self._call(self._get(host, f"{work}/out/{name}", out / name), timeout=300)
+            self._call(self._get(host, f"{work}/{name}.log", out / "logs" / f"{name}.log"), timeout=60)
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            host: {
+                "addr": d.host,
+                "ssh_port": d.port,
+                "clock_offset_ms": round(self.offsets.get(host, 0.0) * 1000, 3),
+            }
+            for host, d in self.dests.items()
+        }
+
+    def close(self) -> None:
+        """Stops what still runs remotely, removes the remote directories, disconnects."""
+        for host, work, name in self.started:
+            with contextlib.suppress(Exception):
+                self.run(host, f"kill -9 -- -$(cat {work}/{name}.pid) 2>/dev/null", check=False)
+        self.started.clear()
+        for host, work in list(self.dirs.items()):
+            with contextlib.suppress(Exception):
+                self.run(host, f"rm -rf {work}", check=False)
+        self.dirs.clear()
+        for conn in self.conns.values():
+            with contextlib.suppress(Exception):
+                self._call(_disconnect(conn), timeout=5)
+        self.conns.clear()
+        if self.thread.is_alive():
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self.thread.join(timeout=5)
+        if not self.thread.is_alive() and not self.loop.is_closed():
+            self.loop.close()
+
+
+async def _connect(host: str, opts: dict[str, Any]):
+    import asyncssh
+
+    return await asyncssh.connect(host, **opts)
+
+
+async def _disconnect(conn) -> None:
+    conn.close()
+    await conn.wait_closed()
+
+
+def _built(name: str) -> bool:
+    try:
+        binary(name)
+    except LabError:
+        return False
+    return True

@@ -1,0 +1,44 @@
+"""A small SSH server for the tests of the SSH runner: runs every command with
+/bin/sh and serves SFTP, accepting one client key. Started inside a network
+namespace, it stands for a remote machine."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+
+import asyncssh
+
+
+async def handle(process: asyncssh.SSHServerProcess) -> None:
+    local = await asyncio.create_subprocess_shell(
+        process.command or "true",
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    await process.redirect(stdin=local.stdin, stdout=local.stdout, stderr=local.stderr)
+    process.exit(await local.wait())
+    await process.wait_closed()
+
+
+async def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("addr")
+    p.add_argument("port", type=int)
+    p.add_argument("host_key")
+    p.add_argument("authorized_keys")
+    a = p.parse_args()
+    await asyncssh.listen(
+        host=a.addr,
+        port=a.port,
+        server_host_keys=[a.host_key],
+        authorized_client_keys=a.authorized_keys,
+        process_factory=handle,
+        sftp_factory=True,
+    )
+    await asyncio.Event().wait()
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
