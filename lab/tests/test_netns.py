@@ -166,4 +166,9 @@ def test_the_network_limit_experiment_saturates_at_the_servers_link(tmp_path: Pa
     assert abs(saturated["x_error"]) < 0.10
     checks = pd.read_csv(out / "checks.csv")
     assert (checks["name"] == "emulated link not saturated").any()
+    # The uplinks are shaped, the downlinks not (the seed's egress limits).
+    down = "link_server0_down_rate_mbit"
+    assert down not in aggregate or aggregate[down].isna().all()
+    assert top["link_server0_up_overlimits"] > 0, "a saturated tbf holds packets back"
+    assert "Emulated links" in (out / "report.html").read_text()
     assert leftovers(f"mwlab-{os.getpid()}-") == []

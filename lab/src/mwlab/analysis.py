@@ -371,6 +371,7 @@ def link_metrics(
             start = q.get("start", {}).get(link, {})
             host, direction = link.split("/")
             out[f"link_{host}_{direction}_drops"] = end.get("drops", 0) - start.get("drops", 0)
+            out[f"link_{host}_{direction}_overlimits"] = end.get("overlimits", 0) - start.get("overlimits", 0)
     for host, samples in throttle.items():
         inside = [x for x in samples if lo <= x[0] <= hi] or samples
         if len(inside) >= 2:

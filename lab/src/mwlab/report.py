@@ -220,6 +220,37 @@ def stage_table(aggregate: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def _count(v) -> str:
+    return "" if v is None or pd.isna(v) else f"{round(v):,}"
+
+
+def link_table(aggregate: pd.DataFrame) -> pd.DataFrame:
+    """Emulated hosts: per point and shaped link direction, the rate achieved
+    against the configured one, bytes per request, and the shaping's drops and
+    overlimits (from `tc -s`: packets that waited for tokens)."""
+    rows = []
+    cols = [c for c in aggregate.columns if c.startswith("link_") and c.endswith("_rate_mbit")]
+    for _, r in aggregate.iterrows():
+        for col in cols:
+            key = col[: -len("_rate_mbit")]
+            if pd.isna(r.get(col)):
+                continue
+            _, host, direction = key.split("_", 2)
+            rows.append(
+                {
+                    "point": r["point"],
+                    "link": f"{host} {'sends' if direction == 'up' else 'receives'}",
+                    "rate (Mbit/s)": r[col],
+                    "achieved (Mbit/s)": r.get(f"{key}_mbit"),
+                    "utilisation": _pct_plain(r.get(f"{key}_util")),
+                    "bytes/request": r.get(f"{key}_bytes_per_req"),
+                    "drops": _count(r.get(f"{key}_drops")),
+                    "overlimits": _count(r.get(f"{key}_overlimits")),
+                }
+            )
+    return pd.DataFrame(rows)
+
+
 def max_throughput_table(aggregate: pd.DataFrame, factors: list[str]) -> pd.DataFrame:
     """Per configuration (the factors other than the client counts), the point
     of largest throughput, measured on the clients and on the middleware (seed 001)."""
@@ -448,6 +479,7 @@ def write_report(result: Path, summary: pd.DataFrame, aggregate: pd.DataFrame) -
     spec = (result / "spec.yaml").read_text() if (result / "spec.yaml").exists() else ""
     key = readable_points(aggregate, factors)
     failed = summary[summary.get("status", "ok") != "ok"] if "status" in summary else summary.iloc[0:0]
+    links = link_table(aggregate) if not aggregate.empty else pd.DataFrame()
     body = [
         f"<h1>{html.escape(meta['name'])}</h1>",
         f"<p class='muted'>{html.escape(meta.get('description', ''))} — scale <b>{meta['scale']}</b>, "
@@ -467,6 +499,17 @@ def write_report(result: Path, summary: pd.DataFrame, aggregate: pd.DataFrame) -
         "percentile of each stage of a request, per point</summary>",
         _table(stage_table(aggregate) if not aggregate.empty else aggregate, 1),
         "</details>",
+        *(
+            [
+                "<h3>Emulated links</h3>",
+                "<p>Each shaped link per point: its configured rate, the rate it carried over the "
+                "measurement, and the packets the shaping held back for tokens (overlimits) or "
+                "dropped over the whole run.</p>",
+                _table(links, 1),
+            ]
+            if not links.empty
+            else []
+        ),
         "<h2>Plots</h2>",
         *[
             f"<figure>{_img(png)}<figcaption>{html.escape(t)} (<a href='plots/{svg.name}'>SVG</a>)"
