@@ -182,8 +182,11 @@ class Remote:
         self.offsets[host] = remote - (t0 + t1) / 2
 
     def _check_memcached(self, host: str) -> None:
-        if not self.run(host, "command -v memcached || true").strip():
+        answer = self.run(host, "command -v memcached >/dev/null 2>&1 && echo present || echo absent").strip()
+        if answer == "absent":
             raise LabError(f"{host}: memcached is not installed there (Debian package memcached)")
+        if answer != "present":
+            raise LabError(f"{host}: could not check for memcached (the shell answered {answer!r})")
 
     def _binary(self, host: str, local: str) -> str:
         """The path of `local`'s build on `host`: the same path when it is the

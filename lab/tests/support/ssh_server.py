@@ -11,15 +11,18 @@ import asyncssh
 
 
 async def handle(process: asyncssh.SSHServerProcess) -> None:
+    # The whole output is collected before the exit status is sent: a
+    # redirection still copying when the channel closes would lose its tail.
     local = await asyncio.create_subprocess_shell(
         process.command or "true",
-        stdin=asyncio.subprocess.PIPE,
+        stdin=asyncio.subprocess.DEVNULL,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
     )
-    await process.redirect(stdin=local.stdin, stdout=local.stdout, stderr=local.stderr)
-    process.exit(await local.wait())
-    await process.wait_closed()
+    out, err = await local.communicate()
+    process.stdout.write(out)
+    process.stderr.write(err)
+    process.exit(local.returncode or 0)
 
 
 async def main() -> None:
@@ -36,6 +39,7 @@ async def main() -> None:
         authorized_client_keys=a.authorized_keys,
         process_factory=handle,
         sftp_factory=True,
+        encoding=None,
     )
     await asyncio.Event().wait()
 
