@@ -1,18 +1,15 @@
-//! The HTTP admin endpoint (`--admin ADDR`): `/metrics` in Prometheus text
-//! format, `/stats` as JSON (the window in progress and the last closed one),
-//! `/healthz`. A small blocking server on its own thread: one request per
-//! connection, answered and closed; it never touches the request path.
+//! The HTTP admin endpoint (`--admin ADDR`, served by `mwserve::http`):
+//! `/metrics` in Prometheus text format, `/stats` as JSON (the window in
+//! progress and the last closed one), `/healthz`.
 //!
 //! `/metrics` shows the closed windows (so its counters equal the sums of
 //! windows.jsonl and, after the run, summary.json); it lags by at most one window.
 
-use std::io::{self, Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::io;
+use std::net::SocketAddr;
 use std::sync::Arc;
-use std::thread::JoinHandle;
-use std::time::Duration;
 
+use mwserve::http::{Handler, HttpEndpoint, PROMETHEUS};
 use mwstats::clock::unix_ms;
 use mwstats::prom::PromText;
 use mwstats::OpKind;
@@ -23,81 +20,29 @@ use crate::stats::NetCounters;
 use crate::telemetry::build_record;
 
 /// A running admin endpoint.
-pub struct Admin {
-    addr: SocketAddr,
-    stop: Arc<AtomicBool>,
-    thread: JoinHandle<()>,
-}
+pub struct Admin(HttpEndpoint);
 
 impl Admin {
     /// Binds `addr` and serves on a new thread.
     pub fn start(addr: &str, shared: Arc<Shared>) -> io::Result<Admin> {
-        let listener = TcpListener::bind(addr)?;
-        listener.set_nonblocking(true)?;
-        let addr = listener.local_addr()?;
-        let stop = Arc::new(AtomicBool::new(false));
-        let flag = stop.clone();
-        let thread = std::thread::Builder::new().name("admin".into()).spawn(move || {
-            while !flag.load(Ordering::Relaxed) {
-                match listener.accept() {
-                    Ok((stream, _)) => {
-                        if let Err(e) = serve(stream, &shared) {
-                            tracing::debug!("admin request failed: {e}");
-                        }
-                    }
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => std::thread::sleep(Duration::from_millis(20)),
-                    Err(e) => {
-                        tracing::warn!("admin accept failed: {e}");
-                        std::thread::sleep(Duration::from_millis(100));
-                    }
-                }
-            }
-        })?;
-        tracing::info!(%addr, "admin endpoint listening");
-        Ok(Admin { addr, stop, thread })
+        let handler: Handler = Arc::new(move |path| match path {
+            "/metrics" => Some((PROMETHEUS, metrics(&shared))),
+            "/stats" => Some(("application/json", stats_json(&shared))),
+            "/healthz" => Some(("text/plain", healthz(&shared))),
+            _ => None,
+        });
+        HttpEndpoint::start(addr, &["/metrics", "/stats", "/healthz"], handler).map(Admin)
     }
 
     /// Where it listens.
     pub fn local_addr(&self) -> SocketAddr {
-        self.addr
+        self.0.local_addr()
     }
 
     /// Stops serving.
     pub fn stop(self) {
-        self.stop.store(true, Ordering::Relaxed);
-        let _ = self.thread.join();
+        self.0.stop();
     }
-}
-
-fn serve(mut stream: TcpStream, shared: &Shared) -> io::Result<()> {
-    stream.set_nonblocking(false)?;
-    stream.set_read_timeout(Some(Duration::from_secs(2)))?;
-    let mut req = Vec::new();
-    let mut chunk = [0u8; 1024];
-    while !req.windows(4).any(|w| w == b"\r\n\r\n") && !req.windows(2).any(|w| w == b"\n\n") {
-        let n = stream.read(&mut chunk)?;
-        if n == 0 || req.len() > 16 * 1024 {
-            break;
-        }
-        req.extend_from_slice(&chunk[..n]);
-    }
-    let line = String::from_utf8_lossy(req.split(|&b| b == b'\n').next().unwrap_or_default()).into_owned();
-    let mut parts = line.split_whitespace();
-    let (method, path) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
-    let path = path.split('?').next().unwrap_or("");
-    let (status, ctype, body) = match (method, path) {
-        ("GET", "/metrics") => ("200 OK", "text/plain; version=0.0.4; charset=utf-8", metrics(shared)),
-        ("GET", "/stats") => ("200 OK", "application/json", stats_json(shared)),
-        ("GET", "/healthz") => ("200 OK", "text/plain", healthz(shared)),
-        ("GET", _) => ("404 Not Found", "text/plain", "not found: try /metrics, /stats or /healthz\n".into()),
-        _ => ("405 Method Not Allowed", "text/plain", "only GET\n".into()),
-    };
-    let head = format!(
-        "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-        body.len()
-    );
-    stream.write_all(head.as_bytes())?;
-    stream.write_all(body.as_bytes())
 }
 
 fn healthz(shared: &Shared) -> String {

@@ -110,30 +110,7 @@ pub struct Cli {
     pub log: Option<String>,
 }
 
-fn parse_bool(s: &str) -> Result<bool, String> {
-    match s.to_ascii_lowercase().as_str() {
-        "true" | "1" | "yes" | "on" => Ok(true),
-        "false" | "0" | "no" | "off" => Ok(false),
-        _ => Err(format!("expected true or false, not {s:?}")),
-    }
-}
-
-/// Parses `1048576`, `512k` or `1m`.
-pub fn parse_size(s: &str) -> Result<usize, String> {
-    let lower = s.to_ascii_lowercase();
-    let (digits, mult) = match lower.strip_suffix('k') {
-        Some(d) => (d, 1024),
-        None => match lower.strip_suffix('m') {
-            Some(d) => (d, 1024 * 1024),
-            None => (lower.as_str(), 1),
-        },
-    };
-    digits
-        .parse::<usize>()
-        .ok()
-        .and_then(|n| n.checked_mul(mult))
-        .ok_or_else(|| format!("expected a size like 1048576, 512k or 1m, not {s:?}"))
-}
+pub use mwserve::process::{parse_bool, parse_size};
 
 impl Cli {
     /// The configuration: the file (if any), then every flag given.

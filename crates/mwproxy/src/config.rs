@@ -50,7 +50,7 @@ impl Default for StatsConfig {
 impl StatsConfig {
     /// The admin address with a bare port expanded to loopback.
     pub fn admin_addr(&self) -> Option<String> {
-        self.admin.as_ref().map(|a| if a.parse::<u16>().is_ok() { format!("127.0.0.1:{a}") } else { a.clone() })
+        self.admin.as_deref().map(mwserve::process::admin_addr)
     }
 }
 

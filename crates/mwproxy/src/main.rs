@@ -6,16 +6,10 @@ use std::process::ExitCode;
 use clap::Parser;
 use mwproxy::cli::Cli;
 use mwproxy::Proxy;
-use signal_hook::consts::{SIGINT, SIGTERM};
-use signal_hook::iterator::Signals;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let filter = cli.log.clone().or_else(|| std::env::var("RUST_LOG").ok()).unwrap_or_else(|| "info".into());
-    tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_new(&filter).unwrap_or_else(|_| "info".into()))
-        .with_writer(std::io::stderr)
-        .init();
+    mwserve::process::init_logging(cli.log.as_deref());
     let config = match cli.to_config().and_then(|c| c.validate().map(|_| c)) {
         Ok(c) => c,
         Err(e) => {
@@ -34,23 +28,11 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    let mut signals = match Signals::new([SIGTERM, SIGINT]) {
-        Ok(s) => s,
-        Err(e) => {
-            eprintln!("mwproxy: cannot install signal handlers: {e}");
-            return ExitCode::from(1);
-        }
-    };
     let stopper = proxy.stopper();
-    std::thread::Builder::new()
-        .name("signals".into())
-        .spawn(move || {
-            if let Some(sig) = signals.forever().next() {
-                tracing::info!(signal = sig, "stopping: finishing in-flight requests");
-                stopper.stop();
-            }
-        })
-        .expect("spawn the signal thread");
+    if let Err(e) = mwserve::process::stop_on_signals(move || stopper.stop()) {
+        eprintln!("mwproxy: cannot install signal handlers: {e}");
+        return ExitCode::from(1);
+    }
     proxy.join();
     tracing::info!("stopped");
     ExitCode::SUCCESS

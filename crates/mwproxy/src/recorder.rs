@@ -2,7 +2,8 @@
 //!
 //! While a worker carries a job it notes plain facts (timestamps, hits, which
 //! servers answered how fast) in a [`JobFacts`]. When the job is done it adds
-//! them to its own [`WorkerAcc`]: a handful of histogram records and counter
+//! them to its own [`WorkerAcc`] (the stages every middleware measures, from
+//! `mwstats::stages`, plus mwproxy's own per-server figures): a handful of histogram records and counter
 //! additions under the worker's own mutex, which nobody else takes except the
 //! stats thread once per window (and `stats`/`/metrics` when asked). If that
 //! lock is ever busy the worker records into a private spill accumulator
@@ -13,14 +14,13 @@
 //! empty one at each wall-clock-aligned window boundary, merges them, and
 //! writes the window.
 
+use std::ops::{Deref, DerefMut};
+
 use mwstats::slots::Accumulator;
-use mwstats::writer::TraceRow;
-use mwstats::{Hist, OpKind, Ops};
+use mwstats::stages::{Stages, Timeline};
+use mwstats::{Hist, OpKind};
 
 use crate::stats::WorkerCounters;
-
-/// Most trace rows a worker keeps per window (bounds memory if the stats thread lags).
-const MAX_TRACE_ROWS: usize = 200_000;
 
 /// One server as seen by a worker during a window.
 #[derive(Clone, Debug, Default)]
@@ -47,48 +47,39 @@ impl BackendAcc {
     }
 }
 
-/// Everything measured during a window, for one worker or merged.
+/// Everything measured during a window, for one worker or merged: the
+/// request stages every middleware measures (`mwstats::stages`, reached
+/// through `Deref`), plus each server and memcached's counters.
 #[derive(Clone, Debug)]
 pub struct WorkerAcc {
-    /// Per operation class: counts, hits, response time (t_reply - t_recv).
-    pub ops: Ops,
-    /// t_enqueue - t_recv.
-    pub net: Hist,
-    /// t_dequeue - t_enqueue.
-    pub queue: Hist,
-    /// t_backend_done - t_send.
-    pub server: Hist,
-    /// t_reply - t_dequeue.
-    pub service: Hist,
+    /// Counts, response time, per-stage times, busy and queued time, trace rows.
+    pub stages: Stages<OpKind>,
     /// Per server, in configuration order.
     pub backends: Vec<BackendAcc>,
-    /// Nanoseconds workers spent on jobs (whole batches, added by the worker).
-    pub busy_ns: u64,
-    /// Sum of queue times in ns (divided by the window length: mean queue length).
-    pub queue_ns: u64,
     /// memcached-style counters.
     pub counters: WorkerCounters,
-    /// Sampled requests.
-    pub trace: Vec<TraceRow>,
-    /// Whether anything was recorded since the last reset.
-    pub dirty: bool,
+}
+
+impl Deref for WorkerAcc {
+    type Target = Stages<OpKind>;
+    fn deref(&self) -> &Stages<OpKind> {
+        &self.stages
+    }
+}
+
+impl DerefMut for WorkerAcc {
+    fn deref_mut(&mut self) -> &mut Stages<OpKind> {
+        &mut self.stages
+    }
 }
 
 impl WorkerAcc {
     /// An empty accumulator for `servers` servers.
     pub fn new(servers: usize) -> WorkerAcc {
         WorkerAcc {
-            ops: Ops::default(),
-            net: Hist::new(),
-            queue: Hist::new(),
-            server: Hist::new(),
-            service: Hist::new(),
+            stages: Stages::default(),
             backends: vec![BackendAcc::default(); servers],
-            busy_ns: 0,
-            queue_ns: 0,
             counters: WorkerCounters::default(),
-            trace: Vec::new(),
-            dirty: false,
         }
     }
 
@@ -97,19 +88,11 @@ impl WorkerAcc {
         if !o.dirty {
             return;
         }
-        self.ops.merge(&o.ops);
-        self.net.merge(&o.net);
-        self.queue.merge(&o.queue);
-        self.server.merge(&o.server);
-        self.service.merge(&o.service);
+        self.stages.merge(&mut o.stages);
         for (a, b) in self.backends.iter_mut().zip(&o.backends) {
             a.merge(b);
         }
-        self.busy_ns += o.busy_ns;
-        self.queue_ns += o.queue_ns;
         self.counters.add(&o.counters);
-        self.trace.append(&mut o.trace);
-        self.dirty = true;
     }
 
     /// Adds another accumulator without touching its trace rows.
@@ -124,20 +107,13 @@ impl WorkerAcc {
         if !self.dirty {
             return;
         }
-        self.ops.reset();
-        for h in [&mut self.net, &mut self.queue, &mut self.server, &mut self.service] {
-            h.reset();
-        }
+        self.stages.reset();
         for b in &mut self.backends {
             let mut server = std::mem::take(&mut b.server);
             server.reset();
             *b = BackendAcc { server, ..BackendAcc::default() };
         }
-        self.busy_ns = 0;
-        self.queue_ns = 0;
         self.counters = WorkerCounters::default();
-        self.trace.clear();
-        self.dirty = false;
     }
 }
 
@@ -208,16 +184,28 @@ pub struct Finished {
 
 /// Adds a finished job to an accumulator.
 pub fn record(acc: &mut WorkerAcc, f: &Finished, facts: &JobFacts, worker: usize, trace_every: u64) {
-    acc.dirty = true;
-    let error = f.status != "ok";
-    acc.ops.record(f.op, f.t_reply.saturating_sub(f.t_recv), error, f.keys, facts.hits);
-    acc.net.record_ns(f.t_enqueue.saturating_sub(f.t_recv));
-    let queue_ns = facts.t_dequeue.saturating_sub(f.t_enqueue);
-    acc.queue.record_ns(queue_ns);
-    acc.queue_ns += queue_ns;
+    let mut servers: Vec<usize> = facts.backend.iter().map(|b| b.server).collect();
+    servers.sort_unstable();
+    servers.dedup();
     let t_send = facts.t_send.unwrap_or(facts.t_dequeue);
-    acc.server.record_ns(facts.t_backend_done.saturating_sub(t_send));
-    acc.service.record_ns(f.t_reply.saturating_sub(facts.t_dequeue));
+    let timeline = Timeline {
+        request_id: f.request_id,
+        op: f.op,
+        keys: f.keys,
+        hits: facts.hits,
+        status: f.status,
+        worker: worker as u32,
+        servers: servers.len() as u32,
+        t_recv: f.t_recv,
+        t_parsed: f.t_parsed,
+        t_enqueue: f.t_enqueue,
+        t_dequeue: facts.t_dequeue,
+        t_pool: None,
+        t_send,
+        t_backend_done: facts.t_backend_done,
+        t_reply: f.t_reply,
+    };
+    acc.stages.record(&timeline, trace_every);
     acc.counters.add(&facts.counters);
     for b in &facts.backend {
         let a = &mut acc.backends[b.server];
@@ -226,26 +214,6 @@ pub fn record(acc: &mut WorkerAcc, f: &Finished, facts: &JobFacts, worker: usize
         a.timeouts += u64::from(b.timeout);
         a.reconnects += b.reconnects;
         a.server.record_ns(b.ns);
-    }
-    if trace_every > 0 && f.request_id.is_multiple_of(trace_every) && acc.trace.len() < MAX_TRACE_ROWS {
-        let mut servers: Vec<usize> = facts.backend.iter().map(|b| b.server).collect();
-        servers.sort_unstable();
-        servers.dedup();
-        acc.trace.push(TraceRow {
-            request_id: f.request_id,
-            op: f.op.name(),
-            keys: f.keys as u32,
-            worker: worker as u32,
-            t_recv: f.t_recv,
-            t_parsed: f.t_parsed,
-            t_enqueue: f.t_enqueue,
-            t_dequeue: facts.t_dequeue,
-            t_send,
-            t_backend_done: facts.t_backend_done,
-            t_reply: f.t_reply,
-            servers: servers.len() as u32,
-            status: f.status,
-        });
     }
 }
 

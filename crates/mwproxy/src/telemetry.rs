@@ -104,12 +104,12 @@ impl Telemetry {
     pub fn live(&self, net: &NetCounters) -> LiveCounters {
         let run = self.run();
         let mut counters = run.total.counters.clone();
-        let mut requests = run.total.ops.by_kind.iter().map(|o| o.count).sum::<u64>();
+        let mut requests = run.total.requests();
         let mut busy_ns = run.total.busy_ns;
         for i in 0..self.slots.len() {
             let g = self.slots.lock(i);
             counters.add(&g.counters);
-            requests += g.ops.by_kind.iter().map(|o| o.count).sum::<u64>();
+            requests += g.requests();
             busy_ns += g.busy_ns;
         }
         let net_now: Vec<u64> = net.values().iter().zip(&run.reset_net).map(|(v, b)| v.saturating_sub(*b)).collect();
@@ -152,7 +152,6 @@ pub fn build_record(
     let cfg = &shared.config;
     let delta =
         |name: &str| NetCounters::value_of(net_now, name).saturating_sub(NetCounters::value_of(net_before, name));
-    let dur_ns = (duration_ms.max(1) * 1_000_000) as f64;
     let workers = cfg.proxy.workers as u64;
     let backends = shared
         .addrs
@@ -181,9 +180,9 @@ pub fn build_record(
         duration_ms,
         ops: acc.ops.records(),
         middleware: Some(MiddlewareRecord {
-            queue_length_mean: round4(acc.queue_ns as f64 / dur_ns),
+            queue_length_mean: acc.queue_length_mean(duration_ms),
             workers,
-            worker_utilisation: round4(acc.busy_ns as f64 / (workers as f64 * dur_ns)),
+            worker_utilisation: acc.utilisation(workers, duration_ms),
             net_us: acc.net.summary(),
             queue_us: acc.queue.summary(),
             server_us: acc.server.summary(),
@@ -203,10 +202,6 @@ pub fn build_record(
         client: None,
         metadata: None,
     }
-}
-
-fn round4(x: f64) -> f64 {
-    (x * 10_000.0).round() / 10_000.0
 }
 
 /// Runs until [`Telemetry::stop`]: one window per boundary, then the summary.

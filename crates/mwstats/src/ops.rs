@@ -1,7 +1,12 @@
 //! Per-operation counts and response times, the part of a window that
 //! clients and middlewares share.
+//!
+//! Each protocol has its own operation classes (memcached's [`OpKind`],
+//! mwmq's queue operations): a type implementing [`OpClass`]. The results
+//! format only sees their names.
 
 use std::collections::BTreeMap;
+use std::marker::PhantomData;
 
 use crate::hist::{Hist, HistSummary};
 use crate::record::OpRecord;
@@ -21,6 +26,20 @@ pub enum OpKind {
     Other,
 }
 
+/// The operation classes of one protocol.
+pub trait OpClass: Copy + std::fmt::Debug + 'static {
+    /// Every class, in output order; `index` is the position in this list.
+    const ALL: &'static [Self];
+    /// Position in [`OpClass::ALL`].
+    fn index(self) -> usize;
+    /// The key used in the results format.
+    fn name(self) -> &'static str;
+    /// Whether requests of this class look keys up (hits and misses are counted).
+    fn is_retrieval(self) -> bool {
+        false
+    }
+}
+
 impl OpKind {
     /// All classes, in output order.
     pub const ALL: [OpKind; 5] = [OpKind::Get, OpKind::Multiget, OpKind::Set, OpKind::Delete, OpKind::Other];
@@ -34,6 +53,22 @@ impl OpKind {
             OpKind::Delete => "delete",
             OpKind::Other => "other",
         }
+    }
+}
+
+impl OpClass for OpKind {
+    const ALL: &'static [OpKind] = &OpKind::ALL;
+
+    fn index(self) -> usize {
+        self as usize
+    }
+
+    fn name(self) -> &'static str {
+        OpKind::name(self)
+    }
+
+    fn is_retrieval(self) -> bool {
+        matches!(self, OpKind::Get | OpKind::Multiget)
     }
 }
 
@@ -84,33 +119,40 @@ impl OpAcc {
     }
 }
 
-/// All operation classes.
-#[derive(Clone, Debug, Default)]
-pub struct Ops {
-    /// One accumulator per class, indexed like [`OpKind::ALL`].
-    pub by_kind: [OpAcc; 5],
+/// All operation classes of a protocol (memcached's by default).
+#[derive(Clone, Debug)]
+pub struct Ops<K: OpClass = OpKind> {
+    /// One accumulator per class, indexed like [`OpClass::ALL`].
+    pub by_kind: Vec<OpAcc>,
+    kinds: PhantomData<K>,
 }
 
-impl Ops {
+impl<K: OpClass> Default for Ops<K> {
+    fn default() -> Self {
+        Ops { by_kind: vec![OpAcc::default(); K::ALL.len()], kinds: PhantomData }
+    }
+}
+
+impl<K: OpClass> Ops<K> {
     /// The accumulator of `kind`.
     #[inline]
-    pub fn get_mut(&mut self, kind: OpKind) -> &mut OpAcc {
-        &mut self.by_kind[kind as usize]
+    pub fn get_mut(&mut self, kind: K) -> &mut OpAcc {
+        &mut self.by_kind[kind.index()]
     }
 
     /// The accumulator of `kind`.
-    pub fn get(&self, kind: OpKind) -> &OpAcc {
-        &self.by_kind[kind as usize]
+    pub fn get(&self, kind: K) -> &OpAcc {
+        &self.by_kind[kind.index()]
     }
 
     /// Records one completed request.
     #[inline]
-    pub fn record(&mut self, kind: OpKind, response_ns: u64, error: bool, keys: u64, hits: u64) {
+    pub fn record(&mut self, kind: K, response_ns: u64, error: bool, keys: u64, hits: u64) {
         let a = self.get_mut(kind);
         a.count += 1;
         a.errors += u64::from(error);
         a.keys += keys;
-        if matches!(kind, OpKind::Get | OpKind::Multiget) && !error {
+        if kind.is_retrieval() && !error {
             a.hits += hits;
             a.misses += keys.saturating_sub(hits);
         }
@@ -118,7 +160,7 @@ impl Ops {
     }
 
     /// Adds another table.
-    pub fn merge(&mut self, o: &Ops) {
+    pub fn merge(&mut self, o: &Ops<K>) {
         for (a, b) in self.by_kind.iter_mut().zip(&o.by_kind) {
             a.merge(b);
         }
@@ -143,7 +185,7 @@ impl Ops {
     /// The `ops` object of a record: every class plus `all`.
     pub fn records(&self) -> BTreeMap<String, OpRecord> {
         let mut m: BTreeMap<String, OpRecord> =
-            OpKind::ALL.iter().map(|k| (k.name().to_string(), self.get(*k).record())).collect();
+            K::ALL.iter().map(|k| (k.name().to_string(), self.get(*k).record())).collect();
         m.insert("all".into(), self.all().record());
         m
     }
@@ -158,9 +200,37 @@ pub fn empty_summary() -> HistSummary {
 mod tests {
     use super::*;
 
+    #[derive(Clone, Copy, Debug)]
+    enum Queue {
+        Send,
+        Recv,
+    }
+
+    impl OpClass for Queue {
+        const ALL: &'static [Queue] = &[Queue::Send, Queue::Recv];
+        fn index(self) -> usize {
+            self as usize
+        }
+        fn name(self) -> &'static str {
+            match self {
+                Queue::Send => "send",
+                Queue::Recv => "recv",
+            }
+        }
+    }
+
+    #[test]
+    fn another_protocols_classes() {
+        let mut o = Ops::<Queue>::default();
+        o.record(Queue::Recv, 50_000, false, 1, 1);
+        let r = o.records();
+        assert_eq!(r.keys().map(String::as_str).collect::<Vec<_>>(), ["all", "recv", "send"]);
+        assert_eq!((r["recv"].count, r["recv"].hits, r["send"].count), (1, 0, 0));
+    }
+
     #[test]
     fn records_and_totals() {
-        let mut o = Ops::default();
+        let mut o: Ops = Ops::default();
         o.record(OpKind::Get, 100_000, false, 1, 1);
         o.record(OpKind::Multiget, 300_000, false, 5, 3);
         o.record(OpKind::Set, 200_000, true, 1, 0);
