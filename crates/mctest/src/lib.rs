@@ -4,7 +4,8 @@
 //! stops it when dropped; it can also be stopped, restarted on the same port,
 //! paused and resumed, for failure tests. [`Client`] is a small blocking
 //! text-protocol client that returns raw reply bytes, so tests can compare what
-//! a proxy answers with what memcached answers, byte for byte.
+//! a proxy answers with what memcached answers, byte for byte. [`Postgres`]
+//! starts a throwaway PostgreSQL server (`scripts/postgres.sh`) for mwmq.
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -284,4 +285,89 @@ pub fn exchange(addr: SocketAddr, request: &[u8], quiet: Duration) -> Result<(Ve
     let mut c = Client::connect(addr)?;
     c.send(request)?;
     c.read_until_quiet(quiet)
+}
+
+/// A throwaway PostgreSQL server (`scripts/postgres.sh`): `initdb` in a
+/// directory of its own under the system's temporary directory, a unix
+/// socket only, the database `mwmq`; stopped and removed when dropped.
+///
+/// Tests run it with `fsync=off`: the processes they kill are mwmq and
+/// PostgreSQL, not the machine, so what PostgreSQL committed survives in the
+/// page cache either way, and the tests run several times faster.
+pub struct Postgres {
+    dir: PathBuf,
+    conninfo: String,
+}
+
+fn postgres_script() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../scripts/postgres.sh")
+}
+
+impl Postgres {
+    /// Starts a server for tests (`fsync=off`).
+    pub fn start() -> Result<Postgres> {
+        Self::start_with(&["fsync=off"])
+    }
+
+    /// Starts a server with these settings (`name=value`).
+    pub fn start_with(settings: &[&str]) -> Result<Postgres> {
+        use std::sync::atomic::{AtomicU64, Ordering};
+        static N: AtomicU64 = AtomicU64::new(0);
+        let dir =
+            std::env::temp_dir().join(format!("mwlab-pg-{}-{}", std::process::id(), N.fetch_add(1, Ordering::Relaxed)));
+        let _ = std::fs::remove_dir_all(&dir);
+        let out = Command::new(postgres_script())
+            .arg("start")
+            .arg(&dir)
+            .args(settings)
+            .stderr(Stdio::piped())
+            .output()
+            .context("run scripts/postgres.sh")?;
+        if !out.status.success() {
+            let _ = std::fs::remove_dir_all(&dir);
+            bail!("PostgreSQL did not start: {}", String::from_utf8_lossy(&out.stderr).trim());
+        }
+        let conninfo = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        Ok(Postgres { dir, conninfo })
+    }
+
+    /// The libpq connection string (`host=DIR port=5432 user=postgres dbname=mwmq`).
+    pub fn conninfo(&self) -> &str {
+        &self.conninfo
+    }
+
+    /// The server's directory (its log is `server.log`).
+    pub fn dir(&self) -> &std::path::Path {
+        &self.dir
+    }
+
+    /// Stops (`fast`: after disconnecting clients; `immediate`: as in a crash) and starts again.
+    pub fn restart(&self, mode: &str) -> Result<()> {
+        let st = Command::new(postgres_script()).arg("restart").arg(&self.dir).arg(mode).status()?;
+        if !st.success() {
+            bail!("PostgreSQL did not restart ({mode})");
+        }
+        Ok(())
+    }
+
+    /// Stops the server (it stays stopped until [`Postgres::restart`]).
+    pub fn stop(&self) -> Result<()> {
+        let st = Command::new(postgres_script()).arg("stop").arg(&self.dir).status()?;
+        if !st.success() {
+            bail!("PostgreSQL did not stop");
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Postgres {
+    fn drop(&mut self) {
+        let _ = Command::new(postgres_script())
+            .arg("stop")
+            .arg(&self.dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
 }

@@ -198,6 +198,8 @@ pub fn build_record(
             bytes_out: delta("bytes_written"),
             protocol_errors: delta("protocol_errors"),
             queue_full: delta("queue_full"),
+            pool_us: None,
+            database: None,
         }),
         client: None,
         metadata: None,

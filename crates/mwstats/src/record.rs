@@ -84,6 +84,37 @@ pub struct MiddlewareRecord {
     pub protocol_errors: u64,
     /// Times the request queue was found full.
     pub queue_full: u64,
+    /// t_pool - t_dequeue: waiting for a pooled database connection (mwmq).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pool_us: Option<HistSummary>,
+    /// The database behind the middleware (mwmq).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub database: Option<DatabaseRecord>,
+}
+
+/// A middleware's database and its connection pool (mwmq).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct DatabaseRecord {
+    /// Connections the pool may hold.
+    pub pool_size: u64,
+    /// Connections open at the end of the window.
+    pub pool_open: u64,
+    /// Borrowings that had to wait for a free connection.
+    pub pool_waits: u64,
+    /// Borrowings that gave up (answered `-TRYAGAIN`).
+    pub pool_timeouts: u64,
+    /// Connections opened.
+    pub connects: u64,
+    /// Failed attempts to open one.
+    pub connect_failures: u64,
+    /// Connections dropped after a failure.
+    pub connections_lost: u64,
+    /// Requests that parked to wait for messages (RECV ... WAIT).
+    pub long_polls: u64,
+    /// Time parked requests waited.
+    pub long_poll_us: HistSummary,
+    /// Leases given back because their reply never reached the client.
+    pub leases_released: u64,
 }
 
 /// What only a load generator measures.

@@ -1,0 +1,105 @@
+//! The HTTP admin endpoint (`--admin ADDR`, served by `mwserve::http`):
+//! `/metrics` in Prometheus text format, `/stats` as JSON (the window in
+//! progress and the last closed one), `/healthz` (503 while the database is
+//! unreachable).
+
+use std::io;
+use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use mwserve::http::{Handler, HttpEndpoint, PROMETHEUS};
+use mwstats::prom::PromText;
+use mwstats::OpClass;
+
+use crate::command::MqOp;
+use crate::shared::Shared;
+use crate::telemetry::current_record;
+
+/// A running admin endpoint.
+pub struct Admin(HttpEndpoint);
+
+impl Admin {
+    /// Binds `addr` and serves on a new thread.
+    pub fn start(addr: &str, shared: Arc<Shared>) -> io::Result<Admin> {
+        let handler: Handler = Arc::new(move |path| match path {
+            "/metrics" => Some((PROMETHEUS, metrics(&shared))),
+            "/stats" => {
+                let (current, last) = current_record(&shared);
+                Some(("application/json", serde_json::json!({ "current": current, "last": last }).to_string()))
+            }
+            "/healthz" => Some(("text/plain", healthz(&shared))),
+            _ => None,
+        });
+        HttpEndpoint::start(addr, &["/metrics", "/stats", "/healthz"], handler).map(Admin)
+    }
+
+    /// Where it listens.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.0.local_addr()
+    }
+
+    /// Stops serving.
+    pub fn stop(self) {
+        self.0.stop();
+    }
+}
+
+fn healthz(shared: &Shared) -> String {
+    let (open, idle) = shared.pool.occupancy();
+    format!("ok\npool {} open {open} idle {idle}\n", shared.pool.size())
+}
+
+fn metrics(shared: &Shared) -> String {
+    let run = shared.telemetry.run();
+    let acc = &run.total;
+    let s = &acc.stages;
+    let mut p = PromText::default();
+    for kind in MqOp::ALL {
+        let op = s.ops.get(*kind);
+        let l = [("op", kind.name())];
+        p.counter("mwmq_requests_total", "Requests answered.", &l, op.count);
+        p.counter("mwmq_request_errors_total", "Requests answered with an error.", &l, op.errors);
+        p.histogram_seconds("mwmq_response_seconds", "Arrival to reply (t_reply - t_recv).", &l, &op.response);
+    }
+    p.counter("mwmq_messages_received_total", "Messages handed out by RECV, POP and PEEK.", &[], {
+        [MqOp::Recv, MqOp::Pop, MqOp::Peek].iter().map(|k| s.ops.get(*k).hits).sum()
+    });
+    p.histogram_seconds("mwmq_net_seconds", "Arrival to queue (t_enqueue - t_recv).", &[], &s.net);
+    p.histogram_seconds("mwmq_queue_seconds", "Time waiting for a worker.", &[], &s.queue);
+    p.histogram_seconds("mwmq_pool_wait_seconds", "Time waiting for a database connection.", &[], &s.pool);
+    p.histogram_seconds("mwmq_database_seconds", "Statement sent to answer.", &[], &s.server);
+    p.histogram_seconds("mwmq_service_seconds", "Worker start to reply.", &[], &s.service);
+    p.counter("mwmq_worker_busy_seconds_total", "Time workers spent on requests.", &[], s.busy_ns / 1_000_000_000);
+    p.gauge("mwmq_workers", "Worker threads.", &[], shared.config.server.workers as f64);
+    p.gauge("mwmq_queue_length", "Requests waiting for a worker now.", &[], shared.queue.len() as f64);
+    p.gauge("mwmq_long_polls_waiting", "RECVs waiting for messages now.", &[], shared.waiters.parked() as f64);
+    let (open, idle) = shared.pool.occupancy();
+    p.gauge("mwmq_pool_size", "Database connections the pool may hold.", &[], shared.pool.size() as f64);
+    p.gauge("mwmq_pool_open", "Database connections open.", &[], open as f64);
+    p.gauge("mwmq_pool_idle", "Database connections idle.", &[], idle as f64);
+    let c = &shared.pool.counters;
+    let v = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
+    p.counter("mwmq_pool_waits_total", "Borrowings that waited for a connection.", &[], v(&c.waits));
+    p.counter("mwmq_pool_timeouts_total", "Borrowings that gave up.", &[], v(&c.timeouts));
+    p.counter("mwmq_db_connects_total", "Database connections opened.", &[], v(&c.connects));
+    p.counter("mwmq_db_connect_failures_total", "Failed attempts to connect.", &[], v(&c.connect_failures));
+    p.counter("mwmq_db_connections_lost_total", "Connections dropped after a failure.", &[], v(&c.lost));
+    p.counter("mwmq_db_statements_total", "Statements run.", &[], acc.db_requests);
+    p.counter("mwmq_db_errors_total", "Statements that failed.", &[], acc.db_errors);
+    let net = shared.net.snapshot();
+    p.gauge(
+        "mwmq_connections",
+        "Client connections open.",
+        &[],
+        shared.open_connections.load(Ordering::Relaxed) as f64,
+    );
+    p.counter("mwmq_connections_accepted_total", "Client connections accepted.", &[], net.accepted);
+    p.counter("mwmq_connections_rejected_total", "Connections refused over the limit.", &[], net.rejected);
+    p.counter("mwmq_received_bytes_total", "Bytes read from clients.", &[], net.bytes_in);
+    p.counter("mwmq_sent_bytes_total", "Bytes written to clients.", &[], net.bytes_out);
+    p.counter("mwmq_protocol_errors_total", "Inputs that were not RESP.", &[], net.protocol_errors);
+    p.counter("mwmq_queue_full_total", "Times the request queue was full.", &[], net.queue_full);
+    p.counter("mwmq_leases_released_total", "Leases given back (reply not delivered).", &[], net.leases_released);
+    p.render()
+}

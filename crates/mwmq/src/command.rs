@@ -1,0 +1,463 @@
+//! mwmq's commands: from a request's arguments to a checked [`Command`], or
+//! the error a Redis user expects (`wrong number of arguments`, `unknown
+//! command`, `syntax error`, `value is not an integer or out of range`).
+
+use mwstats::OpClass;
+
+use crate::resp::Reply;
+
+/// Longest queue or client name, in bytes.
+pub const MAX_NAME: usize = 200;
+/// Most messages one RECV may lease.
+pub const MAX_COUNT: u32 = 1000;
+/// Longest visibility timeout or delay (7 days), in ms.
+pub const MAX_DELAY_MS: u64 = 7 * 24 * 3600 * 1000;
+
+/// A checked command.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Command {
+    /// `PING [message]`
+    Ping(Option<Vec<u8>>),
+    /// `QUIT`
+    Quit,
+    /// `CLIENT SETNAME name`
+    SetName(String),
+    /// `CLIENT GETNAME`
+    GetName,
+    /// `CLIENT ID`
+    ClientId,
+    /// `CLIENT SETINFO ...` (what client libraries send on connecting): accepted.
+    ClientInfo,
+    /// `SELECT 0`: the only database.
+    Select,
+    /// `COMMAND ...` (what redis-cli asks on start): an empty answer.
+    CommandDocs,
+    /// `INFO [section]`
+    Info,
+    /// `QCREATE q`
+    Create(String),
+    /// `QDROP q`
+    Drop(String),
+    /// `QLEN q`
+    Len(String),
+    /// `QLIST` or `QLIST PENDING`
+    List {
+        /// Only queues with messages this client may receive now.
+        pending: bool,
+    },
+    /// `SEND q body [TO name] [DELAY ms] [KEY k]`
+    Send(Send),
+    /// `RECV q [FROM sender] [VT ms] [COUNT n] [WAIT ms]`
+    Recv(Recv),
+    /// `ACK q id lease`
+    Ack {
+        /// Queue.
+        queue: String,
+        /// Message id.
+        id: i64,
+        /// The lease RECV gave.
+        lease: i64,
+    },
+    /// `NACK q id lease [DELAY ms]`
+    Nack {
+        /// Queue.
+        queue: String,
+        /// Message id.
+        id: i64,
+        /// The lease RECV gave.
+        lease: i64,
+        /// Visible again after this long.
+        delay_ms: u64,
+    },
+    /// `POP q [FROM sender]`
+    Pop {
+        /// Queue.
+        queue: String,
+        /// Only messages of this sender.
+        from: Option<String>,
+    },
+    /// `PEEK q [FROM sender]`
+    Peek {
+        /// Queue.
+        queue: String,
+        /// Only messages of this sender.
+        from: Option<String>,
+    },
+}
+
+/// `SEND`'s arguments.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Send {
+    /// Queue.
+    pub queue: String,
+    /// The message.
+    pub body: Vec<u8>,
+    /// Only this receiver may take it.
+    pub to: Option<String>,
+    /// Invisible for this long.
+    pub delay_ms: u64,
+    /// A repeated key within the queue returns the first message's id.
+    pub key: Option<String>,
+}
+
+/// `RECV`'s arguments.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Recv {
+    /// Queue.
+    pub queue: String,
+    /// Only messages of this sender.
+    pub from: Option<String>,
+    /// Lease length (visibility timeout).
+    pub vt_ms: u64,
+    /// Most messages.
+    pub count: u32,
+    /// Wait this long for a message when none is there.
+    pub wait_ms: u64,
+}
+
+/// Operation classes of mwmq in the results format.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum MqOp {
+    /// SEND
+    Send,
+    /// RECV
+    Recv,
+    /// ACK
+    Ack,
+    /// NACK
+    Nack,
+    /// POP
+    Pop,
+    /// PEEK
+    Peek,
+    /// QCREATE, QDROP, QLEN, QLIST
+    Queue,
+    /// PING, CLIENT, INFO, ... and refused requests
+    Other,
+}
+
+impl OpClass for MqOp {
+    const ALL: &'static [MqOp] =
+        &[MqOp::Send, MqOp::Recv, MqOp::Ack, MqOp::Nack, MqOp::Pop, MqOp::Peek, MqOp::Queue, MqOp::Other];
+
+    fn index(self) -> usize {
+        self as usize
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            MqOp::Send => "send",
+            MqOp::Recv => "recv",
+            MqOp::Ack => "ack",
+            MqOp::Nack => "nack",
+            MqOp::Pop => "pop",
+            MqOp::Peek => "peek",
+            MqOp::Queue => "queue",
+            MqOp::Other => "other",
+        }
+    }
+
+    fn is_retrieval(self) -> bool {
+        matches!(self, MqOp::Recv | MqOp::Pop | MqOp::Peek)
+    }
+}
+
+impl Command {
+    /// Its class in the results format.
+    pub fn op(&self) -> MqOp {
+        match self {
+            Command::Send(_) => MqOp::Send,
+            Command::Recv(_) => MqOp::Recv,
+            Command::Ack { .. } => MqOp::Ack,
+            Command::Nack { .. } => MqOp::Nack,
+            Command::Pop { .. } => MqOp::Pop,
+            Command::Peek { .. } => MqOp::Peek,
+            Command::Create(_) | Command::Drop(_) | Command::Len(_) | Command::List { .. } => MqOp::Queue,
+            _ => MqOp::Other,
+        }
+    }
+
+    /// Whether it needs the database.
+    pub fn uses_database(&self) -> bool {
+        !matches!(self.op(), MqOp::Other)
+    }
+}
+
+/// Why a request is not a command (the reply says it).
+pub type Refusal = Reply;
+
+fn upper(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).to_ascii_uppercase()
+}
+
+fn arity(name: &str) -> Refusal {
+    Reply::err(format!("wrong number of arguments for '{name}' command"))
+}
+
+fn syntax() -> Refusal {
+    Reply::err("syntax error")
+}
+
+fn not_integer() -> Refusal {
+    Reply::err("value is not an integer or out of range")
+}
+
+/// A queue or client name: 1 to [`MAX_NAME`] bytes of UTF-8 without spaces or control characters.
+fn name(b: &[u8], what: &str) -> Result<String, Refusal> {
+    let s = std::str::from_utf8(b).map_err(|_| Reply::err(format!("{what} must be UTF-8")))?;
+    if s.is_empty() || s.len() > MAX_NAME || s.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err(Reply::err(format!("{what} must be 1 to {MAX_NAME} bytes without spaces or control characters")));
+    }
+    Ok(s.to_string())
+}
+
+fn int(b: &[u8]) -> Result<i64, Refusal> {
+    std::str::from_utf8(b).ok().and_then(|s| s.parse::<i64>().ok()).ok_or_else(not_integer)
+}
+
+fn millis(b: &[u8], what: &str, max: u64) -> Result<u64, Refusal> {
+    let v = int(b)?;
+    if v < 0 || v as u64 > max {
+        return Err(Reply::err(format!("{what} must be between 0 and {max} ms")));
+    }
+    Ok(v as u64)
+}
+
+/// Limits that depend on the configuration.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// Default lease length.
+    pub default_vt_ms: u64,
+    /// Longest WAIT.
+    pub max_wait_ms: u64,
+}
+
+/// Checks a request's arguments (command name first).
+pub fn parse(args: &[Vec<u8>], limits: &Limits) -> Result<Command, Refusal> {
+    let cmd = upper(&args[0]);
+    let rest = &args[1..];
+    let n = rest.len();
+    let c = match cmd.as_str() {
+        "PING" => match n {
+            0 => Command::Ping(None),
+            1 => Command::Ping(Some(rest[0].clone())),
+            _ => return Err(arity("PING")),
+        },
+        "QUIT" => Command::Quit,
+        "CLIENT" => {
+            if n == 0 {
+                return Err(arity("CLIENT"));
+            }
+            match upper(&rest[0]).as_str() {
+                "SETNAME" if n == 2 => Command::SetName(name(&rest[1], "a client name")?),
+                "SETNAME" => return Err(arity("CLIENT|SETNAME")),
+                "GETNAME" if n == 1 => Command::GetName,
+                "ID" if n == 1 => Command::ClientId,
+                "SETINFO" if n == 3 => Command::ClientInfo,
+                "GETNAME" | "ID" | "SETINFO" => return Err(arity(&format!("CLIENT|{}", upper(&rest[0])))),
+                other => {
+                    return Err(Reply::err(format!(
+                        "unknown subcommand '{}'. Try CLIENT SETNAME, CLIENT GETNAME, CLIENT ID",
+                        other.to_lowercase()
+                    )))
+                }
+            }
+        }
+        "SELECT" => match n {
+            1 if int(&rest[0]) == Ok(0) => Command::Select,
+            1 => return Err(Reply::err("DB index is out of range (mwmq has database 0 only)")),
+            _ => return Err(arity("SELECT")),
+        },
+        "COMMAND" => Command::CommandDocs,
+        "INFO" => Command::Info,
+        "HELLO" => return Err(Reply::Error("NOPROTO mwmq speaks RESP2 only".into())),
+        "QCREATE" | "QDROP" | "QLEN" => {
+            if n != 1 {
+                return Err(arity(&cmd));
+            }
+            let q = name(&rest[0], "a queue name")?;
+            match cmd.as_str() {
+                "QCREATE" => Command::Create(q),
+                "QDROP" => Command::Drop(q),
+                _ => Command::Len(q),
+            }
+        }
+        "QLIST" => match n {
+            0 => Command::List { pending: false },
+            1 if upper(&rest[0]) == "PENDING" => Command::List { pending: true },
+            1 => return Err(syntax()),
+            _ => return Err(arity("QLIST")),
+        },
+        "SEND" => {
+            if n < 2 || !n.is_multiple_of(2) {
+                return Err(arity("SEND"));
+            }
+            let mut s = Send {
+                queue: name(&rest[0], "a queue name")?,
+                body: rest[1].clone(),
+                to: None,
+                delay_ms: 0,
+                key: None,
+            };
+            for pair in rest[2..].chunks(2) {
+                match upper(&pair[0]).as_str() {
+                    "TO" => s.to = Some(name(&pair[1], "a receiver name")?),
+                    "DELAY" => s.delay_ms = millis(&pair[1], "DELAY", MAX_DELAY_MS)?,
+                    "KEY" => s.key = Some(name(&pair[1], "a KEY")?),
+                    _ => return Err(syntax()),
+                }
+            }
+            Command::Send(s)
+        }
+        "RECV" => {
+            if n.is_multiple_of(2) {
+                return Err(arity("RECV"));
+            }
+            let mut r = Recv {
+                queue: name(&rest[0], "a queue name")?,
+                from: None,
+                vt_ms: limits.default_vt_ms,
+                count: 1,
+                wait_ms: 0,
+            };
+            for pair in rest[1..].chunks(2) {
+                match upper(&pair[0]).as_str() {
+                    "FROM" => r.from = Some(name(&pair[1], "a sender name")?),
+                    "VT" => {
+                        r.vt_ms = millis(&pair[1], "VT", MAX_DELAY_MS)?;
+                        if r.vt_ms == 0 {
+                            return Err(Reply::err("VT must be at least 1 ms"));
+                        }
+                    }
+                    "COUNT" => {
+                        let c = int(&pair[1])?;
+                        if !(1..=i64::from(MAX_COUNT)).contains(&c) {
+                            return Err(Reply::err(format!("COUNT must be between 1 and {MAX_COUNT}")));
+                        }
+                        r.count = c as u32;
+                    }
+                    "WAIT" => r.wait_ms = millis(&pair[1], "WAIT", limits.max_wait_ms)?,
+                    _ => return Err(syntax()),
+                }
+            }
+            Command::Recv(r)
+        }
+        "ACK" => {
+            if n != 3 {
+                return Err(arity("ACK"));
+            }
+            Command::Ack { queue: name(&rest[0], "a queue name")?, id: int(&rest[1])?, lease: int(&rest[2])? }
+        }
+        "NACK" => {
+            if n != 3 && n != 5 {
+                return Err(arity("NACK"));
+            }
+            let delay_ms = if n == 5 {
+                if upper(&rest[3]) != "DELAY" {
+                    return Err(syntax());
+                }
+                millis(&rest[4], "DELAY", MAX_DELAY_MS)?
+            } else {
+                0
+            };
+            Command::Nack {
+                queue: name(&rest[0], "a queue name")?,
+                id: int(&rest[1])?,
+                lease: int(&rest[2])?,
+                delay_ms,
+            }
+        }
+        "POP" | "PEEK" => {
+            if n != 1 && n != 3 {
+                return Err(arity(&cmd));
+            }
+            let queue = name(&rest[0], "a queue name")?;
+            let from = if n == 3 {
+                if upper(&rest[1]) != "FROM" {
+                    return Err(syntax());
+                }
+                Some(name(&rest[2], "a sender name")?)
+            } else {
+                None
+            };
+            if cmd == "POP" {
+                Command::Pop { queue, from }
+            } else {
+                Command::Peek { queue, from }
+            }
+        }
+        _ => {
+            let shown: String = String::from_utf8_lossy(&args[0]).chars().take(64).collect();
+            return Err(Reply::err(format!("unknown command '{shown}'")));
+        }
+    };
+    Ok(c)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const L: Limits = Limits { default_vt_ms: 30_000, max_wait_ms: 60_000 };
+
+    fn p(line: &str) -> Result<Command, Refusal> {
+        let args: Vec<Vec<u8>> = line.split(' ').map(|s| s.as_bytes().to_vec()).collect();
+        parse(&args, &L)
+    }
+
+    fn err(line: &str) -> String {
+        match p(line) {
+            Err(Reply::Error(e)) => e,
+            other => panic!("{line}: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn commands_and_options() {
+        assert_eq!(
+            p("send q hi to bob delay 50 key k1").unwrap(),
+            Command::Send(Send {
+                queue: "q".into(),
+                body: b"hi".to_vec(),
+                to: Some("bob".into()),
+                delay_ms: 50,
+                key: Some("k1".into())
+            })
+        );
+        assert_eq!(
+            p("RECV q COUNT 5 WAIT 100 FROM alice").unwrap(),
+            Command::Recv(Recv {
+                queue: "q".into(),
+                from: Some("alice".into()),
+                vt_ms: 30_000,
+                count: 5,
+                wait_ms: 100
+            })
+        );
+        assert_eq!(p("ACK q 12 99").unwrap(), Command::Ack { queue: "q".into(), id: 12, lease: 99 });
+        assert_eq!(
+            p("NACK q 12 99 DELAY 10").unwrap(),
+            Command::Nack { queue: "q".into(), id: 12, lease: 99, delay_ms: 10 }
+        );
+        assert_eq!(p("qlist pending").unwrap(), Command::List { pending: true });
+        assert_eq!(p("POP q FROM a").unwrap(), Command::Pop { queue: "q".into(), from: Some("a".into()) });
+        assert_eq!(p("CLIENT SETNAME me").unwrap(), Command::SetName("me".into()));
+        assert_eq!(p("SEND q hi").unwrap().op(), MqOp::Send);
+        assert!(!p("PING").unwrap().uses_database());
+    }
+
+    #[test]
+    fn refusals_say_what_is_wrong() {
+        assert_eq!(err("SEND q"), "ERR wrong number of arguments for 'SEND' command");
+        assert_eq!(err("SEND q hi TO"), "ERR wrong number of arguments for 'SEND' command");
+        assert_eq!(err("SEND q hi PRIORITY 3"), "ERR syntax error");
+        assert_eq!(err("FLUSHALL"), "ERR unknown command 'FLUSHALL'");
+        assert_eq!(err("ACK q x 1"), "ERR value is not an integer or out of range");
+        assert!(err("RECV q COUNT 0").contains("COUNT must be between 1 and 1000"));
+        assert!(err("RECV q WAIT 999999999").contains("WAIT must be between 0 and 60000"));
+        assert!(err("RECV q VT 0").contains("VT must be at least 1 ms"));
+        assert!(err("QCREATE \u{1}").contains("a queue name must be"));
+        assert!(err("HELLO 3").starts_with("NOPROTO"));
+        assert!(err("SELECT 3").contains("database 0 only"));
+    }
+}

@@ -1,0 +1,280 @@
+//! mwmq's configuration: one struct per section, documented defaults, a
+//! `validate()` that explains every refusal, and TOML loading that rejects
+//! unknown keys. Command-line flags (`cli.rs`) override the file.
+
+use std::net::ToSocketAddrs;
+
+use serde::{Deserialize, Serialize};
+
+/// Everything mwmq needs to run.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    /// Where clients connect, and the threads that serve them.
+    pub server: ServerConfig,
+    /// The PostgreSQL database and the pool of connections to it.
+    pub database: DatabaseConfig,
+    /// Queue behaviour: leases, long polls, deduplication.
+    pub queues: QueuesConfig,
+    /// Measurement outputs.
+    pub stats: StatsConfig,
+}
+
+/// The listening side.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ServerConfig {
+    /// Address clients connect to (default `127.0.0.1:6380`).
+    pub listen: String,
+    /// Worker threads; each carries one request at a time (default 8).
+    pub workers: usize,
+    /// Requests that may wait for a worker; when full, mwmq stops reading
+    /// from clients until there is room (default 1024).
+    pub queue_capacity: usize,
+    /// Client connections served at once; further ones are told
+    /// `-ERR max number of clients reached` and closed (default 10000).
+    pub max_connections: usize,
+    /// Largest argument (message body) in bytes; a longer one is read,
+    /// discarded and refused (default 4 MiB).
+    pub max_body: usize,
+    /// Bytes of replies a client may leave unread before mwmq stops taking
+    /// its next request (default 1 MiB).
+    pub max_pending_output: usize,
+    /// Bytes of request arguments being read, all clients together; a client
+    /// whose next argument does not fit waits until it does (default 256 MiB).
+    pub input_budget: usize,
+    /// A request that waited this long for a worker is answered `-TRYAGAIN`
+    /// without touching the database, 0 = never (default 10000 ms).
+    pub queue_timeout_ms: u64,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            listen: "127.0.0.1:6380".into(),
+            workers: 8,
+            queue_capacity: 1024,
+            max_connections: 10_000,
+            max_body: 4 << 20,
+            max_pending_output: 1 << 20,
+            input_budget: 256 << 20,
+            queue_timeout_ms: 10_000,
+        }
+    }
+}
+
+/// The database.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DatabaseConfig {
+    /// A libpq connection string (`host=/run/postgresql dbname=mwmq user=mwmq`)
+    /// or URL (`postgresql://user@host/db`). Required.
+    pub url: String,
+    /// Connections in the pool; a worker borrows one per request (default: the number of workers).
+    pub pool: usize,
+    /// Longest wait for a pooled connection before `-TRYAGAIN` (default 5000 ms).
+    pub pool_wait_ms: u64,
+    /// Connecting times out after this long (default 2000 ms).
+    pub connect_timeout_ms: u64,
+    /// The server cancels a statement running longer than this, 0 = never (default 10000 ms).
+    pub statement_timeout_ms: u64,
+    /// First wait before reconnecting after a failure, doubled per failure (default 100 ms).
+    pub retry_min_ms: u64,
+    /// Longest wait between reconnection attempts (default 2000 ms).
+    pub retry_max_ms: u64,
+    /// Tell other mwmq processes on the same database about new messages
+    /// (LISTEN/NOTIFY), so their long polls wake at once (default true).
+    pub notify: bool,
+    /// New messages are announced at most this often per queue, in ms (default 2).
+    pub notify_ms: u64,
+}
+
+impl Default for DatabaseConfig {
+    fn default() -> Self {
+        DatabaseConfig {
+            url: String::new(),
+            pool: 0,
+            pool_wait_ms: 5_000,
+            connect_timeout_ms: 2_000,
+            statement_timeout_ms: 10_000,
+            retry_min_ms: 100,
+            retry_max_ms: 2_000,
+            notify: true,
+            notify_ms: 2,
+        }
+    }
+}
+
+/// Queue behaviour.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct QueuesConfig {
+    /// Lease length when RECV gives no VT (default 30000 ms).
+    pub default_vt_ms: u64,
+    /// Longest RECV ... WAIT (default 300000 ms).
+    pub max_wait_ms: u64,
+    /// Waiting RECVs look again this often even without a wake-up (default 250 ms).
+    pub poll_ms: u64,
+    /// SEND ... KEY remembers keys this long (default 86400 s).
+    pub dedup_window_s: u64,
+    /// Dropped queues' messages and expired keys are removed this often (default 60 s).
+    pub maintenance_s: u64,
+}
+
+impl Default for QueuesConfig {
+    fn default() -> Self {
+        QueuesConfig {
+            default_vt_ms: 30_000,
+            max_wait_ms: 300_000,
+            poll_ms: 250,
+            dedup_window_s: 86_400,
+            maintenance_s: 60,
+        }
+    }
+}
+
+/// Where measurements go.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct StatsConfig {
+    /// Directory for windows.jsonl, summary.json and trace.csv (default: none).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub out: Option<String>,
+    /// Window length in milliseconds; windows start at multiples of it (default 1000).
+    pub window_ms: u64,
+    /// Trace every k-th request into trace.csv, 0 = no trace (default 100).
+    pub trace_every: u64,
+    /// Address of the HTTP admin endpoint (/metrics, /stats, /healthz); a bare
+    /// port means 127.0.0.1 (default: off).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub admin: Option<String>,
+    /// Name of this process in results files (default `mq0`).
+    pub instance: String,
+}
+
+impl Default for StatsConfig {
+    fn default() -> Self {
+        StatsConfig { out: None, window_ms: 1000, trace_every: 100, admin: None, instance: "mq0".into() }
+    }
+}
+
+/// A configuration mwmq refuses, with the reason.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct ConfigError(pub String);
+
+impl Config {
+    /// Reads a TOML file; unknown keys are an error.
+    pub fn from_toml(text: &str) -> Result<Config, ConfigError> {
+        toml::from_str(text).map_err(|e| ConfigError(format!("config file: {e}")))
+    }
+
+    /// The configuration as TOML (what `--print-config` shows).
+    pub fn to_toml(&self) -> String {
+        toml::to_string_pretty(self).expect("config serializes")
+    }
+
+    /// Connections in the pool (0 in the file means one per worker).
+    pub fn pool_size(&self) -> usize {
+        if self.database.pool == 0 {
+            self.server.workers
+        } else {
+            self.database.pool
+        }
+    }
+
+    /// Checks every setting; the message says what to change.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let err = |m: String| Err(ConfigError(m));
+        let s = &self.server;
+        if s.listen.to_socket_addrs().map(|mut a| a.next().is_none()).unwrap_or(true) {
+            return err(format!("listen address {:?} is not host:port", s.listen));
+        }
+        if s.workers == 0 || s.workers > 1024 {
+            return err(format!("workers must be 1..=1024, not {}", s.workers));
+        }
+        if s.queue_capacity == 0 {
+            return err("queue_capacity must be at least 1".into());
+        }
+        if s.max_connections == 0 {
+            return err("max_connections must be at least 1".into());
+        }
+        if s.max_body == 0 || s.max_body > crate::resp::HARD_MAX_ARG {
+            return err(format!("max_body must be 1..={} bytes, not {}", crate::resp::HARD_MAX_ARG, s.max_body));
+        }
+        if s.max_pending_output < 4096 {
+            return err("max_pending_output must be at least 4096 bytes".into());
+        }
+        if s.input_budget < s.max_body {
+            return err(format!("input_budget ({}) must be at least max_body ({})", s.input_budget, s.max_body));
+        }
+        let d = &self.database;
+        if d.url.trim().is_empty() {
+            return err("no database: give a PostgreSQL connection string with --db (e.g. \
+                        'host=/run/postgresql dbname=mwmq')"
+                .into());
+        }
+        if let Err(e) = d.url.parse::<postgres::Config>() {
+            return err(format!("database connection string {:?}: {e}", d.url));
+        }
+        if self.pool_size() > 1024 {
+            return err(format!("the pool must have 1..=1024 connections, not {}", self.pool_size()));
+        }
+        if d.pool_wait_ms == 0 || d.connect_timeout_ms == 0 {
+            return err("pool_wait_ms and connect_timeout_ms must be positive".into());
+        }
+        if d.retry_min_ms == 0 || d.retry_max_ms < d.retry_min_ms {
+            return err("retry_min_ms must be positive and at most retry_max_ms".into());
+        }
+        let q = &self.queues;
+        if q.default_vt_ms == 0 || q.default_vt_ms > crate::command::MAX_DELAY_MS {
+            return err(format!("default_vt_ms must be 1..={}", crate::command::MAX_DELAY_MS));
+        }
+        if q.poll_ms == 0 || q.maintenance_s == 0 {
+            return err("poll_ms and maintenance_s must be positive".into());
+        }
+        if self.stats.window_ms < 10 {
+            return err(format!("window_ms must be at least 10, not {}", self.stats.window_ms));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ok() -> Config {
+        let mut c = Config::default();
+        c.database.url = "host=/tmp dbname=mwmq".into();
+        c
+    }
+
+    #[test]
+    fn defaults_need_only_a_database() {
+        assert!(Config::default().validate().unwrap_err().0.contains("--db"));
+        ok().validate().unwrap();
+        assert_eq!(ok().pool_size(), 8);
+    }
+
+    #[test]
+    fn toml_round_trip_and_unknown_keys() {
+        let c = ok();
+        assert_eq!(Config::from_toml(&c.to_toml()).unwrap(), c);
+        let e = Config::from_toml("[server]\nworkerz = 3\n").unwrap_err();
+        assert!(e.0.contains("unknown field `workerz`"), "{e}");
+    }
+
+    #[test]
+    fn refusals() {
+        let mut c = ok();
+        c.server.workers = 0;
+        assert!(c.validate().unwrap_err().0.contains("workers"));
+        let mut c = ok();
+        c.database.url = "host=/tmp port=notaport".into();
+        assert!(c.validate().unwrap_err().0.contains("connection string"));
+        let mut c = ok();
+        c.server.input_budget = 10;
+        assert!(c.validate().unwrap_err().0.contains("input_budget"));
+    }
+}

@@ -1,0 +1,196 @@
+//! A client connection as its net thread and the workers share it: the
+//! socket, the replies not yet written, the client's name, and the leases
+//! travelling in those replies.
+//!
+//! A connection has at most one request in the workers at a time, so its
+//! replies leave in request order without any reordering. A worker writes
+//! its reply straight to the socket; what the socket does not take stays
+//! here and the net thread writes it when the socket becomes writable.
+//!
+//! A RECV reply carries leases. They are kept until the reply's last byte
+//! has been handed to the socket: if the connection dies first, the net
+//! thread or the worker gives them back (the messages become visible again at
+//! once) instead of leaving them invisible until their lease expires.
+
+use std::collections::VecDeque;
+use std::io::{self, Write};
+use std::net::Shutdown;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Mutex, MutexGuard};
+
+use mio::net::TcpStream;
+
+use crate::db::LeaseRef;
+
+struct Output {
+    buf: Vec<u8>,
+    /// Bytes of `buf` already written.
+    sent: usize,
+    /// Bytes ever queued, and written, on this connection.
+    queued_total: u64,
+    written_total: u64,
+    /// Leases per reply, with the position (in `queued_total`) of the reply's end.
+    leases: VecDeque<(u64, Vec<LeaseRef>)>,
+    closed: bool,
+}
+
+/// The part of a connection that workers touch.
+pub struct ClientConn {
+    /// Unique per process.
+    pub id: u64,
+    stream: TcpStream,
+    out: Mutex<Output>,
+    name: Mutex<Option<String>>,
+    /// Close once every reply is written (QUIT, a protocol error).
+    closing: AtomicBool,
+}
+
+/// What happened to a reply handed to [`ClientConn::deliver`].
+#[derive(Debug, PartialEq, Eq)]
+pub enum Delivered {
+    /// All of it is in the socket.
+    Written(usize),
+    /// Part of it waits for the socket (the net thread finishes it).
+    Pending(usize),
+    /// The connection is gone; these leases must be given back.
+    Lost(Vec<LeaseRef>),
+}
+
+impl ClientConn {
+    /// A connection over `stream`.
+    pub fn new(id: u64, stream: TcpStream) -> ClientConn {
+        ClientConn {
+            id,
+            stream,
+            out: Mutex::new(Output {
+                buf: Vec::new(),
+                sent: 0,
+                queued_total: 0,
+                written_total: 0,
+                leases: VecDeque::new(),
+                closed: false,
+            }),
+            name: Mutex::new(None),
+            closing: AtomicBool::new(false),
+        }
+    }
+
+    fn out(&self) -> MutexGuard<'_, Output> {
+        self.out.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The socket (for registration with the net thread's poll).
+    pub fn stream(&self) -> &TcpStream {
+        &self.stream
+    }
+
+    /// The name given with `CLIENT SETNAME` (a sender's name; a receiver's address).
+    pub fn name(&self) -> Option<String> {
+        self.name.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Sets the name.
+    pub fn set_name(&self, name: String) {
+        *self.name.lock().unwrap_or_else(|p| p.into_inner()) = Some(name);
+    }
+
+    /// Asks for the connection to close once its replies are written.
+    pub fn close_after_replies(&self) {
+        self.closing.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether [`ClientConn::close_after_replies`] was asked.
+    pub fn closing(&self) -> bool {
+        self.closing.load(Ordering::Relaxed)
+    }
+
+    /// Queues a reply and writes as much as the socket takes.
+    pub fn deliver(&self, bytes: &[u8], leases: Vec<LeaseRef>) -> Delivered {
+        let mut o = self.out();
+        if o.closed {
+            return Delivered::Lost(leases);
+        }
+        o.buf.extend_from_slice(bytes);
+        o.queued_total += bytes.len() as u64;
+        if !leases.is_empty() {
+            let end = o.queued_total;
+            o.leases.push_back((end, leases));
+        }
+        match self.flush_locked(&mut o) {
+            Ok(written) if o.sent == o.buf.len() => Delivered::Written(written),
+            Ok(written) => Delivered::Pending(written),
+            Err(_) => Delivered::Lost(Self::fail(&mut o)),
+        }
+    }
+
+    fn fail(o: &mut Output) -> Vec<LeaseRef> {
+        o.closed = true;
+        o.buf = Vec::new();
+        o.sent = 0;
+        o.leases.drain(..).flat_map(|(_, l)| l).collect()
+    }
+
+    /// Writes until done or the socket is full; the bytes written.
+    fn flush_locked(&self, o: &mut Output) -> io::Result<usize> {
+        let mut written = 0;
+        while o.sent < o.buf.len() {
+            match (&self.stream).write(&o.buf[o.sent..]) {
+                Ok(0) => return Err(io::Error::from(io::ErrorKind::WriteZero)),
+                Ok(n) => {
+                    o.sent += n;
+                    written += n;
+                    o.written_total += n as u64;
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            }
+        }
+        while o.leases.front().is_some_and(|(end, _)| *end <= o.written_total) {
+            o.leases.pop_front();
+        }
+        if o.sent == o.buf.len() {
+            o.buf.clear();
+            o.sent = 0;
+            if o.buf.capacity() > 64 * 1024 {
+                o.buf.shrink_to(64 * 1024);
+            }
+        } else if o.sent > 64 * 1024 && o.sent * 2 > o.buf.len() {
+            let sent = o.sent;
+            o.buf.drain(..sent);
+            o.sent = 0;
+        }
+        Ok(written)
+    }
+
+    /// Writes what is pending (the socket became writable). `Ok(bytes)`, or
+    /// the leases to give back when the connection broke.
+    pub fn flush(&self) -> Result<usize, Vec<LeaseRef>> {
+        let mut o = self.out();
+        if o.closed {
+            return Ok(0);
+        }
+        self.flush_locked(&mut o).map_err(|_| Self::fail(&mut o))
+    }
+
+    /// Bytes of replies not yet written.
+    pub fn pending_output(&self) -> usize {
+        let o = self.out();
+        o.buf.len() - o.sent
+    }
+
+    /// Whether the connection was closed.
+    pub fn is_closed(&self) -> bool {
+        self.out().closed
+    }
+
+    /// Closes the connection; returns the leases of replies never fully written.
+    pub fn close(&self) -> Vec<LeaseRef> {
+        let mut o = self.out();
+        if o.closed {
+            return Vec::new();
+        }
+        let _ = self.stream.shutdown(Shutdown::Both);
+        Self::fail(&mut o)
+    }
+}

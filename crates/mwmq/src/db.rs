@@ -1,0 +1,672 @@
+//! PostgreSQL: the schema, the statements behind every command, and the
+//! bounded pool of connections the workers borrow.
+//!
+//! Every command is one statement, so one round trip and one short
+//! transaction (autocommit): a SEND's id is only returned after its INSERT
+//! committed. Receivers that run at the same time never take the same
+//! message: RECV and POP pick their rows with `FOR UPDATE SKIP LOCKED`,
+//! lowest id first, so a receiver sees one sender's messages in the order
+//! they were sent. A RECV leases what it takes: a new lease number and a
+//! visibility deadline on the row; ACK deletes the row only while the lease
+//! is the current one, NACK makes it visible again. See docs/mwmq.md.
+//!
+//! The pool holds at most `pool` connections. A worker that finds none free
+//! waits (the wait is measured) up to `pool_wait_ms`; a connection that fails
+//! is dropped, and so are the idle ones (after a database restart they are
+//! all dead), and new ones are opened on demand with exponential backoff
+//! between failed attempts. A request caught by a failure gets `-TRYAGAIN`.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use postgres::error::SqlState;
+use postgres::{Client, NoTls, Statement};
+
+use crate::config::Config;
+
+/// Schema versions, applied in order, each in one transaction.
+const MIGRATIONS: &[&str] = &[
+    // 1: queues, messages, deduplication keys.
+    "CREATE TABLE mwmq_queues (
+        id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+        name text NOT NULL,
+        created_at timestamptz NOT NULL DEFAULT now(),
+        dropped_at timestamptz
+    );
+    CREATE UNIQUE INDEX mwmq_queues_name ON mwmq_queues (name) WHERE dropped_at IS NULL;
+    CREATE SEQUENCE mwmq_message_ids;
+    CREATE SEQUENCE mwmq_leases;
+    CREATE TABLE mwmq_messages (
+        queue_id bigint NOT NULL,
+        id bigint NOT NULL DEFAULT nextval('mwmq_message_ids'),
+        sender text NOT NULL,
+        receiver text,
+        body bytea NOT NULL,
+        sent_at timestamptz NOT NULL DEFAULT now(),
+        visible_at timestamptz NOT NULL,
+        lease bigint,
+        deliveries integer NOT NULL DEFAULT 0,
+        PRIMARY KEY (queue_id, id)
+    ) WITH (
+        fillfactor = 90,
+        autovacuum_vacuum_scale_factor = 0.01,
+        autovacuum_vacuum_threshold = 1000,
+        autovacuum_vacuum_insert_scale_factor = 0.05,
+        autovacuum_vacuum_cost_delay = 0
+    );
+    CREATE TABLE mwmq_keys (
+        queue_id bigint NOT NULL,
+        key text NOT NULL,
+        message_id bigint NOT NULL,
+        created_at timestamptz NOT NULL DEFAULT now(),
+        PRIMARY KEY (queue_id, key)
+    );
+    CREATE INDEX mwmq_keys_age ON mwmq_keys (created_at);",
+];
+
+/// The advisory lock that serialises migrations of mwmq processes starting together.
+const MIGRATION_LOCK: i64 = 0x6d77_6d71; // "mwmq"
+
+/// The queue's id, if it exists (reused by most statements).
+const QUEUE: &str = "(SELECT id FROM mwmq_queues WHERE name = $1 AND dropped_at IS NULL)";
+
+/// Which messages a receiver may take: visible, addressed to it or to no one, from the sender asked for.
+const ELIGIBLE: &str =
+    "visible_at <= now() AND (receiver IS NULL OR receiver = $2) AND ($3::text IS NULL OR sender = $3)";
+
+/// The statements of one connection, prepared when it opens.
+struct Statements {
+    send: Statement,
+    send_key: Statement,
+    key_lookup: Statement,
+    recv: Statement,
+    pop: Statement,
+    peek: Statement,
+    ack: Statement,
+    nack: Statement,
+    release: Statement,
+    exists: Statement,
+    create: Statement,
+    drop: Statement,
+    len: Statement,
+    list: Statement,
+    pending: Statement,
+}
+
+impl Statements {
+    fn prepare(c: &mut Client) -> Result<Statements, postgres::Error> {
+        Ok(Statements {
+            send: c.prepare(
+                "INSERT INTO mwmq_messages (queue_id, sender, receiver, body, visible_at)
+                 SELECT id, $2::text, $3::text, $4::bytea, now() + interval '1 millisecond' * $5::float8
+                 FROM mwmq_queues WHERE name = $1 AND dropped_at IS NULL
+                 RETURNING id",
+            )?,
+            send_key: c.prepare(
+                "WITH k AS (
+                    INSERT INTO mwmq_keys (queue_id, key, message_id)
+                    SELECT id, $6::text, nextval('mwmq_message_ids') FROM mwmq_queues
+                    WHERE name = $1 AND dropped_at IS NULL
+                    ON CONFLICT DO NOTHING
+                    RETURNING queue_id, message_id)
+                 INSERT INTO mwmq_messages (queue_id, id, sender, receiver, body, visible_at)
+                 SELECT queue_id, message_id, $2::text, $3::text, $4::bytea,
+                        now() + interval '1 millisecond' * $5::float8 FROM k
+                 RETURNING id",
+            )?,
+            key_lookup: c.prepare(&format!("SELECT message_id FROM mwmq_keys WHERE queue_id = {QUEUE} AND key = $2"))?,
+            recv: c.prepare(&format!(
+                "UPDATE mwmq_messages m
+                 SET lease = nextval('mwmq_leases'),
+                     visible_at = now() + interval '1 millisecond' * $5::float8,
+                     deliveries = m.deliveries + 1
+                 FROM (SELECT queue_id, id FROM mwmq_messages
+                       WHERE queue_id = {QUEUE} AND {ELIGIBLE}
+                       ORDER BY id LIMIT $4 FOR UPDATE SKIP LOCKED) c
+                 WHERE m.queue_id = c.queue_id AND m.id = c.id
+                 RETURNING m.queue_id, m.id, m.lease, m.sender, m.body"
+            ))?,
+            pop: c.prepare(&format!(
+                "DELETE FROM mwmq_messages m
+                 USING (SELECT queue_id, id FROM mwmq_messages
+                        WHERE queue_id = {QUEUE} AND {ELIGIBLE}
+                        ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED) c
+                 WHERE m.queue_id = c.queue_id AND m.id = c.id
+                 RETURNING m.id, m.sender, m.body"
+            ))?,
+            peek: c.prepare(&format!(
+                "SELECT id, sender, body FROM mwmq_messages
+                 WHERE queue_id = {QUEUE} AND {ELIGIBLE} ORDER BY id LIMIT 1"
+            ))?,
+            ack: c.prepare(&format!("DELETE FROM mwmq_messages WHERE queue_id = {QUEUE} AND id = $2 AND lease = $3"))?,
+            nack: c.prepare(&format!(
+                "UPDATE mwmq_messages SET lease = NULL, visible_at = now() + interval '1 millisecond' * $4::float8
+                 WHERE queue_id = {QUEUE} AND id = $2 AND lease = $3"
+            ))?,
+            release: c.prepare(
+                "UPDATE mwmq_messages m SET lease = NULL, visible_at = now(), deliveries = greatest(m.deliveries - 1, 0)
+                 FROM unnest($1::bigint[], $2::bigint[], $3::bigint[]) AS r(queue_id, id, lease)
+                 WHERE m.queue_id = r.queue_id AND m.id = r.id AND m.lease = r.lease",
+            )?,
+            exists: c.prepare("SELECT 1 FROM mwmq_queues WHERE name = $1 AND dropped_at IS NULL")?,
+            create: c.prepare(
+                "INSERT INTO mwmq_queues (name) VALUES ($1)
+                 ON CONFLICT (name) WHERE dropped_at IS NULL DO NOTHING RETURNING id",
+            )?,
+            drop: c.prepare(
+                "UPDATE mwmq_queues SET dropped_at = now() WHERE name = $1 AND dropped_at IS NULL RETURNING id",
+            )?,
+            len: c.prepare(
+                "SELECT (SELECT count(*) FROM mwmq_messages m WHERE m.queue_id = q.id)
+                 FROM mwmq_queues q WHERE q.name = $1 AND q.dropped_at IS NULL",
+            )?,
+            list: c.prepare("SELECT name FROM mwmq_queues WHERE dropped_at IS NULL ORDER BY name")?,
+            pending: c.prepare(
+                "SELECT q.name FROM mwmq_queues q WHERE q.dropped_at IS NULL AND EXISTS (
+                    SELECT 1 FROM mwmq_messages m WHERE m.queue_id = q.id AND m.visible_at <= now()
+                    AND (m.receiver IS NULL OR m.receiver = $1))
+                 ORDER BY q.name",
+            )?,
+        })
+    }
+}
+
+/// Why a command could not be carried out.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DbError {
+    /// The database cannot be reached or was lost mid-request: try again (`-TRYAGAIN`).
+    Unavailable(String),
+    /// `-NOQUEUE no such queue 'q'`
+    NoQueue(String),
+    /// `-EXISTS queue 'q' already exists`
+    Exists(String),
+    /// Anything else the database refused (`-ERR database: ...`).
+    Failed(String),
+}
+
+impl DbError {
+    /// The reply a client gets.
+    pub fn reply(&self) -> crate::resp::Reply {
+        use crate::resp::Reply;
+        match self {
+            DbError::Unavailable(m) => Reply::Error(format!("TRYAGAIN {m}")),
+            DbError::NoQueue(q) => Reply::Error(format!("NOQUEUE no such queue '{q}'")),
+            DbError::Exists(q) => Reply::Error(format!("EXISTS queue '{q}' already exists")),
+            DbError::Failed(m) => Reply::err(format!("database: {m}")),
+        }
+    }
+}
+
+/// Whether an error means the connection cannot be used any more.
+fn connection_lost(e: &postgres::Error) -> bool {
+    if e.is_closed() {
+        return true;
+    }
+    match e.code() {
+        None => true, // an I/O error, not an answer from the server
+        Some(c) => {
+            c.code().starts_with("08")
+                || *c == SqlState::ADMIN_SHUTDOWN
+                || *c == SqlState::CRASH_SHUTDOWN
+                || *c == SqlState::CANNOT_CONNECT_NOW
+        }
+    }
+}
+
+fn classify(e: postgres::Error) -> DbError {
+    if connection_lost(&e) {
+        return DbError::Unavailable(format!(
+            "database connection lost ({e}); the request may or may not have taken effect"
+        ));
+    }
+    match e.code() {
+        Some(c) if *c == SqlState::QUERY_CANCELED => {
+            DbError::Unavailable("the database did not answer in time (statement_timeout)".into())
+        }
+        Some(c) if *c == SqlState::T_R_SERIALIZATION_FAILURE || *c == SqlState::T_R_DEADLOCK_DETECTED => {
+            DbError::Unavailable(format!("the database aborted the transaction ({e})"))
+        }
+        _ => DbError::Failed(e.as_db_error().map(|d| d.message().to_string()).unwrap_or_else(|| e.to_string())),
+    }
+}
+
+/// A leased message as RECV returns it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Leased {
+    /// The queue's internal id (for releasing the lease).
+    pub queue_id: i64,
+    /// Message id.
+    pub id: i64,
+    /// Lease number; ACK and NACK need it.
+    pub lease: i64,
+    /// Who sent it.
+    pub sender: String,
+    /// The message.
+    pub body: Vec<u8>,
+}
+
+/// A message as POP and PEEK return it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Message {
+    /// Message id.
+    pub id: i64,
+    /// Who sent it.
+    pub sender: String,
+    /// The message.
+    pub body: Vec<u8>,
+}
+
+/// A lease to give back (its reply never reached the client).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LeaseRef {
+    /// Queue id.
+    pub queue_id: i64,
+    /// Message id.
+    pub id: i64,
+    /// Lease number.
+    pub lease: i64,
+}
+
+/// One open connection with its statements.
+pub struct DbConn {
+    client: Client,
+    st: Statements,
+    /// Set when a statement failed in a way that leaves the connection unusable.
+    pub broken: bool,
+}
+
+impl DbConn {
+    /// Opens a connection, sets its session up and prepares every statement.
+    pub fn open(cfg: &Config) -> Result<DbConn, String> {
+        let mut client = connect(cfg)?;
+        let st = Statements::prepare(&mut client).map_err(|e| format!("preparing statements: {e}"))?;
+        Ok(DbConn { client, st, broken: false })
+    }
+
+    fn check<T>(&mut self, r: Result<T, postgres::Error>) -> Result<T, DbError> {
+        r.map_err(|e| {
+            if connection_lost(&e) {
+                self.broken = true;
+            }
+            classify(e)
+        })
+    }
+
+    fn exists(&mut self, queue: &str) -> Result<bool, DbError> {
+        let r = self.client.query_opt(&self.st.exists, &[&queue]);
+        Ok(self.check(r)?.is_some())
+    }
+
+    fn or_no_queue<T>(&mut self, queue: &str, empty: T) -> Result<T, DbError> {
+        if self.exists(queue)? {
+            Ok(empty)
+        } else {
+            Err(DbError::NoQueue(queue.to_string()))
+        }
+    }
+
+    /// SEND: the new message's id (or, with a key seen before, the first one's).
+    pub fn send(
+        &mut self,
+        queue: &str,
+        sender: &str,
+        to: Option<&str>,
+        body: &[u8],
+        delay_ms: u64,
+        key: Option<&str>,
+    ) -> Result<i64, DbError> {
+        let delay = delay_ms as f64;
+        match key {
+            None => {
+                let r = self.client.query_opt(&self.st.send, &[&queue, &sender, &to, &body, &delay]);
+                match self.check(r)? {
+                    Some(row) => Ok(row.get(0)),
+                    None => Err(DbError::NoQueue(queue.to_string())),
+                }
+            }
+            Some(k) => {
+                let r = self.client.query_opt(&self.st.send_key, &[&queue, &sender, &to, &body, &delay, &k]);
+                if let Some(row) = self.check(r)? {
+                    return Ok(row.get(0));
+                }
+                // Either the key is known (a retry) or the queue does not exist.
+                let r = self.client.query_opt(&self.st.key_lookup, &[&queue, &k]);
+                match self.check(r)? {
+                    Some(row) => Ok(row.get(0)),
+                    None => Err(DbError::NoQueue(queue.to_string())),
+                }
+            }
+        }
+    }
+
+    /// RECV: up to `count` messages, leased for `vt_ms`, lowest id first.
+    pub fn recv(
+        &mut self,
+        queue: &str,
+        me: Option<&str>,
+        from: Option<&str>,
+        count: u32,
+        vt_ms: u64,
+    ) -> Result<Vec<Leased>, DbError> {
+        let (count, vt) = (i64::from(count), vt_ms as f64);
+        let r = self.client.query(&self.st.recv, &[&queue, &me, &from, &count, &vt]);
+        let rows = self.check(r)?;
+        if rows.is_empty() {
+            return self.or_no_queue(queue, Vec::new());
+        }
+        let mut out: Vec<Leased> = rows
+            .iter()
+            .map(|r| Leased { queue_id: r.get(0), id: r.get(1), lease: r.get(2), sender: r.get(3), body: r.get(4) })
+            .collect();
+        out.sort_by_key(|m| m.id);
+        Ok(out)
+    }
+
+    /// POP (`take`) or PEEK: the first eligible message.
+    pub fn first(
+        &mut self,
+        queue: &str,
+        me: Option<&str>,
+        from: Option<&str>,
+        take: bool,
+    ) -> Result<Option<Message>, DbError> {
+        let st = if take { &self.st.pop } else { &self.st.peek };
+        let r = self.client.query_opt(st, &[&queue, &me, &from]);
+        match self.check(r)? {
+            Some(r) => Ok(Some(Message { id: r.get(0), sender: r.get(1), body: r.get(2) })),
+            None => self.or_no_queue(queue, None),
+        }
+    }
+
+    /// ACK: whether the lease was current (and the message is now gone).
+    pub fn ack(&mut self, queue: &str, id: i64, lease: i64) -> Result<bool, DbError> {
+        let r = self.client.execute(&self.st.ack, &[&queue, &id, &lease]);
+        if self.check(r)? == 1 {
+            return Ok(true);
+        }
+        self.or_no_queue(queue, false)
+    }
+
+    /// NACK: whether the lease was current (and the message is visible again after `delay_ms`).
+    pub fn nack(&mut self, queue: &str, id: i64, lease: i64, delay_ms: u64) -> Result<bool, DbError> {
+        let delay = delay_ms as f64;
+        let r = self.client.execute(&self.st.nack, &[&queue, &id, &lease, &delay]);
+        if self.check(r)? == 1 {
+            return Ok(true);
+        }
+        self.or_no_queue(queue, false)
+    }
+
+    /// Gives leases back: the messages are visible again at once, as if never received.
+    pub fn release(&mut self, leases: &[LeaseRef]) -> Result<u64, DbError> {
+        let q: Vec<i64> = leases.iter().map(|l| l.queue_id).collect();
+        let i: Vec<i64> = leases.iter().map(|l| l.id).collect();
+        let l: Vec<i64> = leases.iter().map(|l| l.lease).collect();
+        let r = self.client.execute(&self.st.release, &[&q, &i, &l]);
+        self.check(r)
+    }
+
+    /// QCREATE
+    pub fn create(&mut self, queue: &str) -> Result<(), DbError> {
+        let r = self.client.query_opt(&self.st.create, &[&queue]);
+        match self.check(r)? {
+            Some(_) => Ok(()),
+            None => Err(DbError::Exists(queue.to_string())),
+        }
+    }
+
+    /// QDROP: the queue disappears at once; its messages are removed in the background.
+    pub fn drop_queue(&mut self, queue: &str) -> Result<(), DbError> {
+        let r = self.client.query_opt(&self.st.drop, &[&queue]);
+        match self.check(r)? {
+            Some(_) => Ok(()),
+            None => Err(DbError::NoQueue(queue.to_string())),
+        }
+    }
+
+    /// QLEN: messages in the queue, leased or not.
+    pub fn len(&mut self, queue: &str) -> Result<i64, DbError> {
+        let r = self.client.query_opt(&self.st.len, &[&queue]);
+        match self.check(r)? {
+            Some(row) => Ok(row.get(0)),
+            None => Err(DbError::NoQueue(queue.to_string())),
+        }
+    }
+
+    /// QLIST, or QLIST PENDING for `me`.
+    pub fn list(&mut self, pending_for: Option<Option<&str>>) -> Result<Vec<String>, DbError> {
+        let r = match pending_for {
+            None => self.client.query(&self.st.list, &[]),
+            Some(me) => self.client.query(&self.st.pending, &[&me]),
+        };
+        Ok(self.check(r)?.iter().map(|r| r.get(0)).collect())
+    }
+
+    /// Runs SQL without results (maintenance, notifications).
+    pub fn batch(&mut self, sql: &str) -> Result<(), DbError> {
+        let r = self.client.batch_execute(sql);
+        self.check(r)
+    }
+
+    /// The client, for what the statements above do not cover (LISTEN, maintenance).
+    pub fn client(&mut self) -> &mut Client {
+        &mut self.client
+    }
+}
+
+/// Connects with the configured timeouts and session settings.
+pub fn connect(cfg: &Config) -> Result<Client, String> {
+    let mut pg: postgres::Config = cfg.database.url.parse().map_err(|e| format!("connection string: {e}"))?;
+    pg.connect_timeout(Duration::from_millis(cfg.database.connect_timeout_ms));
+    if pg.get_application_name().is_none() {
+        pg.application_name("mwmq");
+    }
+    let mut client = pg.connect(NoTls).map_err(|e| e.to_string())?;
+    let timeout = cfg.database.statement_timeout_ms;
+    // The statements find messages through the (queue_id, id) index, lowest
+    // id first. Left to itself the planner may choose a bitmap scan and a
+    // sort while the table's statistics are those of an empty table; bitmap
+    // scans never mark the index entries of deleted messages dead, so every
+    // POP would visit every message ever deleted until the next vacuum. An
+    // index scan marks them as it passes, and costs the same when the table
+    // is small. (docs/mwmq.md)
+    client
+        .batch_execute(&format!(
+            "SET statement_timeout = {timeout}; SET lock_timeout = {timeout}; \
+             SET enable_bitmapscan = off; SET enable_seqscan = off; SET enable_sort = off"
+        ))
+        .map_err(|e| e.to_string())?;
+    Ok(client)
+}
+
+/// Creates or migrates the schema; refuses a database whose schema is newer than this program.
+pub fn migrate(cfg: &Config) -> Result<u32, String> {
+    let mut client = connect(cfg)?;
+    let mut tx = client.transaction().map_err(|e| e.to_string())?;
+    tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK]).map_err(|e| e.to_string())?;
+    tx.batch_execute("CREATE TABLE IF NOT EXISTS mwmq_schema (version integer NOT NULL)").map_err(|e| e.to_string())?;
+    let current: i32 =
+        tx.query_one("SELECT coalesce(max(version), 0) FROM mwmq_schema", &[]).map_err(|e| e.to_string())?.get(0);
+    let known = MIGRATIONS.len() as i32;
+    if current > known {
+        return Err(format!(
+            "the database's mwmq schema is version {current}, newer than this mwmq ({known}): use a newer mwmq"
+        ));
+    }
+    for (i, sql) in MIGRATIONS.iter().enumerate().skip(current as usize) {
+        tx.batch_execute(sql).map_err(|e| format!("schema version {}: {e}", i + 1))?;
+        tx.execute("INSERT INTO mwmq_schema (version) VALUES ($1)", &[&(i as i32 + 1)]).map_err(|e| e.to_string())?;
+    }
+    tx.commit().map_err(|e| e.to_string())?;
+    if current < known {
+        tracing::info!(from = current, to = known, "database schema migrated");
+    }
+    Ok(known as u32)
+}
+
+/// Pool counters (cumulative).
+#[derive(Debug, Default)]
+pub struct PoolCounters {
+    /// Borrowings that had to wait.
+    pub waits: AtomicU64,
+    /// Borrowings that gave up after `pool_wait_ms`.
+    pub timeouts: AtomicU64,
+    /// Connections opened.
+    pub connects: AtomicU64,
+    /// Failed attempts to open one.
+    pub connect_failures: AtomicU64,
+    /// Connections dropped after a failure.
+    pub lost: AtomicU64,
+}
+
+struct PoolState {
+    idle: Vec<DbConn>,
+    /// Connections open or being opened.
+    open: usize,
+    /// No new attempt before this instant (backoff).
+    next_attempt: Instant,
+    backoff: Duration,
+    last_error: Option<String>,
+}
+
+/// The bounded pool of database connections.
+pub struct Pool {
+    size: usize,
+    state: Mutex<PoolState>,
+    freed: Condvar,
+    cfg: Config,
+    /// Counters for the results and `/metrics`.
+    pub counters: PoolCounters,
+}
+
+impl Pool {
+    /// An empty pool of `cfg.pool_size()` connections (opened on demand).
+    pub fn new(cfg: &Config) -> Pool {
+        Pool {
+            size: cfg.pool_size(),
+            state: Mutex::new(PoolState {
+                idle: Vec::new(),
+                open: 0,
+                next_attempt: Instant::now(),
+                backoff: Duration::from_millis(cfg.database.retry_min_ms),
+                last_error: None,
+            }),
+            freed: Condvar::new(),
+            cfg: cfg.clone(),
+            counters: PoolCounters::default(),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, PoolState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Connections in the pool at most.
+    pub fn size(&self) -> usize {
+        self.size
+    }
+
+    /// Connections open now, and of those idle.
+    pub fn occupancy(&self) -> (usize, usize) {
+        let s = self.lock();
+        (s.open, s.idle.len())
+    }
+
+    /// Opens connections until `n` are open (at start, so the first requests do not pay for it).
+    pub fn fill(&self, n: usize) -> Result<(), String> {
+        for _ in 0..n.min(self.size) {
+            let c = DbConn::open(&self.cfg)?;
+            self.counters.connects.fetch_add(1, Ordering::Relaxed);
+            let mut s = self.lock();
+            s.open += 1;
+            s.idle.push(c);
+        }
+        Ok(())
+    }
+
+    /// A connection, waiting at most `pool_wait_ms` for one to be free.
+    pub fn get(&self) -> Result<DbConn, DbError> {
+        let deadline = Instant::now() + Duration::from_millis(self.cfg.database.pool_wait_ms);
+        let mut s = self.lock();
+        let mut waited = false;
+        loop {
+            if let Some(c) = s.idle.pop() {
+                return Ok(c);
+            }
+            let now = Instant::now();
+            if s.open < self.size && now >= s.next_attempt {
+                s.open += 1;
+                drop(s);
+                match DbConn::open(&self.cfg) {
+                    Ok(c) => {
+                        self.counters.connects.fetch_add(1, Ordering::Relaxed);
+                        let mut s = self.lock();
+                        s.backoff = Duration::from_millis(self.cfg.database.retry_min_ms);
+                        s.last_error = None;
+                        return Ok(c);
+                    }
+                    Err(e) => {
+                        self.counters.connect_failures.fetch_add(1, Ordering::Relaxed);
+                        let mut s = self.lock();
+                        s.open -= 1;
+                        s.next_attempt = Instant::now() + s.backoff;
+                        s.backoff = (s.backoff * 2).min(Duration::from_millis(self.cfg.database.retry_max_ms));
+                        if s.last_error.as_deref() != Some(e.as_str()) {
+                            tracing::warn!("cannot connect to the database: {e}");
+                        }
+                        s.last_error = Some(e.clone());
+                        drop(s);
+                        self.freed.notify_all();
+                        return Err(DbError::Unavailable(format!("the database is unavailable: {e}")));
+                    }
+                }
+            }
+            if s.open < self.size {
+                // Backing off after failures: fail fast rather than hold the request.
+                let e = s.last_error.clone().unwrap_or_else(|| "reconnecting".into());
+                return Err(DbError::Unavailable(format!("the database is unavailable: {e}")));
+            }
+            if now >= deadline {
+                self.counters.timeouts.fetch_add(1, Ordering::Relaxed);
+                return Err(DbError::Unavailable(format!(
+                    "no database connection became free within {} ms",
+                    self.cfg.database.pool_wait_ms
+                )));
+            }
+            if !waited {
+                waited = true;
+                self.counters.waits.fetch_add(1, Ordering::Relaxed);
+            }
+            s = self.freed.wait_timeout(s, deadline - now).unwrap_or_else(|p| p.into_inner()).0;
+        }
+    }
+
+    /// Returns a connection. A broken one is closed, and so are the idle ones
+    /// (what killed one connection — a restart, a terminated backend — has
+    /// usually killed them all); new ones are opened on demand.
+    pub fn put(&self, c: DbConn) {
+        let mut s = self.lock();
+        if c.broken {
+            self.counters.lost.fetch_add(1, Ordering::Relaxed);
+            let idle = std::mem::take(&mut s.idle);
+            s.open -= 1 + idle.len();
+            drop(s);
+            drop(idle);
+            drop(c);
+        } else {
+            s.idle.push(c);
+            drop(s);
+        }
+        self.freed.notify_one();
+    }
+
+    /// Closes every idle connection (at shutdown).
+    pub fn close(&self) {
+        let mut s = self.lock();
+        let idle = std::mem::take(&mut s.idle);
+        s.open -= idle.len();
+        drop(s);
+        drop(idle);
+    }
+}

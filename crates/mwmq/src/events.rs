@@ -1,0 +1,348 @@
+//! Long polls and the database's events.
+//!
+//! A `RECV ... WAIT ms` that finds nothing does not hold a worker: the worker
+//! parks the request here and takes other work. A parked request goes back to
+//! the request queue when its queue may have a message for it:
+//!
+//! - a SEND to that queue committed in this process (woken at once);
+//! - another mwmq process on the same database announced one (PostgreSQL
+//!   `LISTEN mwmq` / `NOTIFY`, payload = queue name); each process announces
+//!   its queues' new messages at most every `notify_ms`, from its events
+//!   thread, so a burst of SENDs costs one notification, not one each;
+//! - every `poll_ms` regardless (the fallback: a notification lost while the
+//!   events connection reconnected, a message whose DELAY ran out);
+//! - its wait is over (then it is answered with whatever there is, maybe nothing).
+//!
+//! A wake-up that comes between a RECV finding nothing and its parking is
+//! not lost: each queue has a sequence number of wake-ups, read before the
+//! RECV and checked when parking.
+//!
+//! The events thread also keeps the database tidy every `maintenance_s`:
+//! messages and keys of dropped queues, and deduplication keys older than
+//! `dedup_window_s`.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use postgres::fallible_iterator::FallibleIterator;
+
+use crate::shared::{Job, Shared, Work};
+
+/// The channel of mwmq's notifications.
+pub const CHANNEL: &str = "mwmq";
+
+#[derive(Default)]
+struct State {
+    #[allow(clippy::vec_box)] // jobs move between the queue and here as boxes
+    parked: HashMap<String, Vec<Box<Job>>>,
+    seq: HashMap<String, u64>,
+    /// Queues with new messages not yet announced to other processes.
+    announce: HashSet<String>,
+    /// Maintenance asked for (a queue was dropped).
+    tidy: bool,
+    /// Run every parked request again now (the listener reconnected).
+    poll_now: bool,
+    stopping: bool,
+}
+
+/// RECVs waiting for messages.
+#[derive(Default)]
+pub struct Waiters {
+    state: Mutex<State>,
+    /// The timer thread waits on it: a request parked, mwmq is stopping.
+    changed: Condvar,
+    /// The notifier thread waits on it: a queue to announce, maintenance asked for.
+    announced: Condvar,
+}
+
+impl Waiters {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The queue's wake-up number (read before a RECV that may park).
+    pub fn seq(&self, queue: &str) -> u64 {
+        self.lock().seq.get(queue).copied().unwrap_or(0)
+    }
+
+    /// Parks `job` unless a wake-up came since `seen` or mwmq is stopping:
+    /// then the job is given back to be run again at once.
+    pub fn park(&self, queue: &str, job: Box<Job>, seen: u64) -> Result<(), Box<Job>> {
+        let mut s = self.lock();
+        if s.stopping || s.seq.get(queue).copied().unwrap_or(0) != seen {
+            return Err(job);
+        }
+        s.parked.entry(queue.to_string()).or_default().push(job);
+        drop(s);
+        self.changed.notify_all();
+        Ok(())
+    }
+
+    /// Requests parked now.
+    pub fn parked(&self) -> usize {
+        self.lock().parked.values().map(Vec::len).sum()
+    }
+
+    /// A message may be there for `queue`'s waiters: they run again.
+    pub fn wake(&self, shared: &Shared, queue: &str) {
+        let jobs = {
+            let mut s = self.lock();
+            *s.seq.entry(queue.to_string()).or_insert(0) += 1;
+            s.parked.remove(queue)
+        };
+        for job in jobs.into_iter().flatten() {
+            requeue(shared, job);
+        }
+    }
+
+    /// A SEND to `queue` committed here: wake local waiters and announce it.
+    pub fn sent(&self, shared: &Shared, queue: &str) {
+        if shared.config.database.notify {
+            let fresh = self.lock().announce.insert(queue.to_string());
+            if fresh {
+                self.announced.notify_one();
+            }
+        }
+        self.wake(shared, queue);
+    }
+
+    /// A queue was dropped: its messages are removed soon.
+    pub fn dropped(&self, shared: &Shared, queue: &str) {
+        self.lock().tidy = true;
+        self.announced.notify_one();
+        self.wake(shared, queue);
+    }
+
+    /// Stopping: every parked request is answered now; none parks again.
+    pub fn stop(&self, shared: &Shared) {
+        let all: Vec<Box<Job>> = {
+            let mut s = self.lock();
+            s.stopping = true;
+            s.parked.drain().flat_map(|(_, v)| v).collect()
+        };
+        self.changed.notify_all();
+        self.announced.notify_all();
+        for mut job in all {
+            job.last_try = true;
+            requeue(shared, job);
+        }
+    }
+
+    /// Runs every parked request again (the poll), and answers those whose wait is over.
+    fn poll(&self, shared: &Shared, now: Instant, everything: bool) -> Option<Instant> {
+        let mut due = Vec::new();
+        let mut next: Option<Instant> = None;
+        {
+            let mut s = self.lock();
+            for jobs in s.parked.values_mut() {
+                let mut keep = Vec::with_capacity(jobs.len());
+                for mut job in jobs.drain(..) {
+                    let until = job.wait_until.unwrap_or(now);
+                    if job.conn.is_closed() {
+                        // Its client left: answer into the void so the net thread frees it.
+                        job.last_try = true;
+                        due.push(job);
+                    } else if until <= now {
+                        job.last_try = true;
+                        due.push(job);
+                    } else if everything {
+                        due.push(job);
+                    } else {
+                        next = Some(next.map_or(until, |n| n.min(until)));
+                        keep.push(job);
+                    }
+                }
+                *jobs = keep;
+            }
+            s.parked.retain(|_, v| !v.is_empty());
+        }
+        for job in due {
+            requeue(shared, job);
+        }
+        next
+    }
+}
+
+fn requeue(shared: &Shared, mut job: Box<Job>) {
+    let now = mwstats::clock::now_ns();
+    if let Some(at) = job.parked_at.take() {
+        job.parked_ns += now.saturating_sub(at);
+    }
+    job.t_enqueue = now;
+    shared.queue.push_again(Work::Request(job));
+}
+
+/// The timer thread: answers parked requests whose wait is over and runs
+/// every parked request again each `poll_ms`. Runs until the waiters stop.
+pub fn run_timer_thread(shared: Arc<Shared>) {
+    let w = &shared.waiters;
+    let poll = Duration::from_millis(shared.config.queues.poll_ms);
+    let mut next_poll = Instant::now() + poll;
+    loop {
+        let now = Instant::now();
+        let everything = now >= next_poll || std::mem::take(&mut w.lock().poll_now);
+        if everything {
+            next_poll = now + poll;
+        }
+        let next = w.poll(&shared, now, everything).map_or(next_poll, |d| d.min(next_poll));
+        let s = w.lock();
+        if s.stopping {
+            break;
+        }
+        if s.poll_now {
+            continue;
+        }
+        // A newly parked request may have an earlier deadline: `park` wakes us.
+        let _ = w.changed.wait_timeout(s, next.saturating_duration_since(Instant::now()));
+    }
+}
+
+/// The listener thread (with `notify`): LISTENs on its own connection and
+/// wakes the waiters of every queue another process announced.
+pub fn run_listener_thread(shared: Arc<Shared>) {
+    let cfg = &shared.config;
+    let w = &shared.waiters;
+    let mut backoff = Duration::from_millis(cfg.database.retry_min_ms);
+    while !w.lock().stopping {
+        let mut c = match crate::db::connect(cfg)
+            .and_then(|mut c| c.batch_execute(&format!("LISTEN {CHANNEL}")).map(|_| c).map_err(|e| e.to_string()))
+        {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::debug!("listener connection: {e}");
+                sleep_on(w, backoff);
+                backoff = (backoff * 2).min(Duration::from_millis(cfg.database.retry_max_ms));
+                continue;
+            }
+        };
+        backoff = Duration::from_millis(cfg.database.retry_min_ms);
+        // Whatever was announced while not listening was missed: look again.
+        w.lock().poll_now = true;
+        w.changed.notify_all();
+        loop {
+            if w.lock().stopping {
+                return;
+            }
+            let mut woken = Vec::new();
+            let mut failed = false;
+            {
+                let mut n = c.notifications();
+                let mut it = n.timeout_iter(Duration::from_millis(200));
+                loop {
+                    match it.next() {
+                        Ok(Some(note)) => woken.push(note.payload().to_string()),
+                        Ok(None) => break,
+                        Err(e) => {
+                            tracing::debug!("notifications: {e}");
+                            failed = true;
+                            break;
+                        }
+                    }
+                    if woken.len() >= 1024 {
+                        break;
+                    }
+                }
+            }
+            for q in woken {
+                w.wake(&shared, &q);
+            }
+            if failed || c.is_closed() {
+                break;
+            }
+        }
+    }
+}
+
+/// The notifier thread: announces this process's new messages (at most every
+/// `notify_ms`, one NOTIFY per queue per batch) and runs the maintenance, on
+/// its own connection.
+pub fn run_notifier_thread(shared: Arc<Shared>) {
+    let cfg = &shared.config;
+    let w = &shared.waiters;
+    let debounce = Duration::from_millis(cfg.database.notify_ms);
+    let maintenance_every = Duration::from_secs(cfg.queues.maintenance_s);
+    let mut next_maintenance = Instant::now() + maintenance_every;
+    let mut backoff = Duration::from_millis(cfg.database.retry_min_ms);
+    let mut conn: Option<postgres::Client> = None;
+    loop {
+        let (announce, tidy) = {
+            let mut s = w.lock();
+            loop {
+                if s.stopping {
+                    return;
+                }
+                let due = Instant::now() >= next_maintenance;
+                if !s.announce.is_empty() || s.tidy || due {
+                    break;
+                }
+                let wait = next_maintenance.saturating_duration_since(Instant::now());
+                s = w.announced.wait_timeout(s, wait).unwrap_or_else(|p| p.into_inner()).0;
+            }
+            (std::mem::take(&mut s.announce), std::mem::take(&mut s.tidy))
+        };
+        if conn.as_ref().is_none_or(|c| c.is_closed()) {
+            match crate::db::connect(cfg) {
+                Ok(c) => {
+                    conn = Some(c);
+                    backoff = Duration::from_millis(cfg.database.retry_min_ms);
+                }
+                Err(e) => {
+                    tracing::debug!("notifier connection: {e}");
+                    // Waiters elsewhere fall back to polling; keep what is owed.
+                    let mut s = w.lock();
+                    s.announce.extend(announce);
+                    s.tidy |= tidy;
+                    drop(s);
+                    sleep_on(w, backoff);
+                    backoff = (backoff * 2).min(Duration::from_millis(cfg.database.retry_max_ms));
+                    continue;
+                }
+            }
+        }
+        let c = conn.as_mut().expect("connected above");
+        if !announce.is_empty() {
+            let queues: Vec<String> = announce.into_iter().collect();
+            let sql = format!("SELECT pg_notify('{CHANNEL}', q) FROM unnest($1::text[]) AS q");
+            if let Err(e) = c.execute(&sql, &[&queues]) {
+                tracing::debug!("notify failed: {e}");
+            }
+        }
+        if tidy || Instant::now() >= next_maintenance {
+            next_maintenance = Instant::now() + maintenance_every;
+            if let Err(e) = maintenance(c, cfg.queues.dedup_window_s) {
+                tracing::warn!("maintenance failed: {e}");
+            }
+        }
+        // Debounce: a burst of SENDs is announced once per interval.
+        std::thread::sleep(debounce);
+    }
+}
+
+fn sleep_on(w: &Waiters, wait: Duration) {
+    let s = w.lock();
+    if !s.stopping {
+        let _ = w.changed.wait_timeout(s, wait);
+    }
+}
+
+/// Removes what dropped queues left and deduplication keys past their window.
+pub fn maintenance(c: &mut postgres::Client, dedup_window_s: u64) -> Result<(), postgres::Error> {
+    let window = dedup_window_s as f64;
+    c.execute(
+        "DELETE FROM mwmq_messages WHERE queue_id IN (SELECT id FROM mwmq_queues WHERE dropped_at IS NOT NULL)",
+        &[],
+    )?;
+    c.execute(
+        "DELETE FROM mwmq_keys WHERE queue_id IN (SELECT id FROM mwmq_queues WHERE dropped_at IS NOT NULL)
+         OR created_at < now() - interval '1 second' * $1::float8",
+        &[&window],
+    )?;
+    c.execute(
+        "DELETE FROM mwmq_queues q WHERE q.dropped_at IS NOT NULL
+         AND NOT EXISTS (SELECT 1 FROM mwmq_messages m WHERE m.queue_id = q.id)
+         AND NOT EXISTS (SELECT 1 FROM mwmq_keys k WHERE k.queue_id = q.id)",
+        &[],
+    )?;
+    Ok(())
+}

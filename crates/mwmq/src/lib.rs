@@ -1,0 +1,27 @@
+//! mwmq: a message-queue middleware over PostgreSQL, seed 004's system as
+//! real software. Clients speak RESP2 (any Redis client, redis-cli,
+//! redis-benchmark); one net thread parses their requests into a bounded
+//! queue; workers take one request at a time, borrow a connection from a
+//! bounded pool, run one short statement and reply; every request is timed
+//! at each stage (net, queue, pool wait, database, service) in the results
+//! format that mwproxy and mwload write. See docs/mwmq.md.
+
+pub mod admin;
+pub mod cli;
+pub mod command;
+pub mod config;
+pub mod conn;
+pub mod db;
+pub mod events;
+pub mod net;
+pub mod resp;
+pub mod server;
+pub mod shared;
+pub mod telemetry;
+pub mod worker;
+
+pub use config::Config;
+pub use server::{Mq, StartError, Stopper};
+
+/// mwmq's version (reported by `INFO` and in summaries).
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");

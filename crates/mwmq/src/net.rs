@@ -1,0 +1,488 @@
+//! The net thread: accepts clients, reads and parses their requests, queues
+//! them for the workers, and writes what the workers could not.
+//!
+//! One edge-triggered mio event loop serves the listening socket and every
+//! client. A connection has at most one request with the workers: the next
+//! one is parsed when the worker reports the previous one answered, so a
+//! client's requests take effect, and are answered, in order (redis clients
+//! may pipeline; they are served one request at a time). While a request is
+//! with a worker, at most [`READ_AHEAD`] further bytes are read.
+//!
+//! Bounded memory, whatever clients do: a connection holds its partial
+//! request and one read's worth of input; a request whose arguments pass
+//! 64 KiB takes its size from the process's input budget first, and waits
+//! (unread, so TCP backpressure reaches its client) while the budget is used
+//! up; a client that leaves more than `max_pending_output` bytes of replies
+//! unread gets no further request served until it reads. When the request
+//! queue is full, the request waits in its connection and the net thread
+//! tries again every millisecond.
+//!
+//! Input that is not RESP is answered with Redis' protocol error and the
+//! connection is closed; every other refusal leaves the connection usable.
+//! Clients over the connection limit, or arriving when the process is out of
+//! file descriptors, get `-ERR max number of clients reached` and are closed.
+
+use std::fs::File;
+use std::io::{self, Read, Write};
+use std::os::fd::AsRawFd;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::Receiver;
+use mio::net::TcpListener;
+use mio::unix::SourceFd;
+use mio::{Events, Interest, Poll, Token, Waker};
+use mwstats::clock::now_ns;
+
+use crate::command::{self, Command, Limits};
+use crate::conn::ClientConn;
+use crate::resp::{Reply, Request, RequestParser};
+use crate::shared::{Done, Job, NetCounters, Shared, Work};
+
+/// Token of the waker (workers' reports, shutdown).
+pub const WAKER: Token = Token(0);
+const LISTENER: Token = Token(1);
+const FIRST_CONN: usize = 2;
+const READ_CHUNK: usize = 16 * 1024;
+/// Bytes read ahead of the request a worker holds.
+pub const READ_AHEAD: usize = 64 * 1024;
+/// Requests held with fewer bytes than this do not take from the input budget.
+const SMALL: usize = 64 * 1024;
+/// Redis' answer to a client over the limit.
+const TOO_MANY: &[u8] = b"-ERR max number of clients reached\r\n";
+/// How long shutdown waits for in-flight requests and unread replies.
+const DRAIN: Duration = Duration::from_secs(5);
+
+/// A client connection as the net thread sees it.
+struct Conn {
+    shared: Arc<ClientConn>,
+    parser: RequestParser,
+    /// Input read but not yet given to the parser.
+    rbuf: Vec<u8>,
+    /// A request is with the workers (or waits for room in the queue).
+    busy: bool,
+    /// A parsed request that found the queue full.
+    unqueued: Option<Box<Job>>,
+    /// Read until `WouldBlock`: only a new event brings more.
+    drained: bool,
+    /// The client closed its side.
+    eof: bool,
+    /// Input budget taken for the request being read.
+    reserved: usize,
+    /// When the last read returned (t_recv of the request it completed).
+    last_read_ns: u64,
+}
+
+/// What servicing a connection led to.
+#[derive(PartialEq, Eq, Debug)]
+enum Flow {
+    /// Nothing more to do until an event.
+    Idle,
+    /// Waiting for the input budget or room in the queue: try again soon.
+    Blocked,
+    /// The connection is finished.
+    Close,
+}
+
+/// The net thread.
+pub struct NetThread {
+    poll: Poll,
+    listener: Option<TcpListener>,
+    conns: Vec<Option<Conn>>,
+    free: Vec<usize>,
+    shared: Arc<Shared>,
+    done: Receiver<Done>,
+    /// A descriptor given up to accept (and refuse) a client when the process has none left.
+    spare: Option<File>,
+    blocked: Vec<Token>,
+    limits: Limits,
+    next_conn_id: u64,
+    next_request_id: u64,
+}
+
+fn is_out_of_descriptors(e: &io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(code) if code == rustix::io::Errno::MFILE.raw_os_error()
+        || code == rustix::io::Errno::NFILE.raw_os_error())
+}
+
+impl NetThread {
+    /// A net thread serving `listener`; `poll` has the waker registered.
+    pub fn new(
+        poll: Poll,
+        mut listener: TcpListener,
+        shared: Arc<Shared>,
+        done: Receiver<Done>,
+    ) -> io::Result<NetThread> {
+        poll.registry().register(&mut listener, LISTENER, Interest::READABLE)?;
+        let limits =
+            Limits { default_vt_ms: shared.config.queues.default_vt_ms, max_wait_ms: shared.config.queues.max_wait_ms };
+        Ok(NetThread {
+            poll,
+            listener: Some(listener),
+            conns: Vec::new(),
+            free: Vec::new(),
+            shared,
+            done,
+            spare: File::open("/dev/null").ok(),
+            blocked: Vec::new(),
+            limits,
+            next_conn_id: 1,
+            next_request_id: 0,
+        })
+    }
+
+    /// A poll and its waker.
+    pub fn poll_with_waker() -> io::Result<(Poll, Arc<Waker>)> {
+        let poll = Poll::new()?;
+        let waker = Arc::new(Waker::new(poll.registry(), WAKER)?);
+        Ok((poll, waker))
+    }
+
+    /// Runs until shutdown is asked for and the connections are finished.
+    pub fn run(mut self) {
+        let mut events = Events::with_capacity(1024);
+        let mut drain_until: Option<Instant> = None;
+        loop {
+            let timeout =
+                if !self.blocked.is_empty() || drain_until.is_some() { Some(Duration::from_millis(1)) } else { None };
+            if let Err(e) = self.poll.poll(&mut events, timeout) {
+                if e.kind() != io::ErrorKind::Interrupted {
+                    tracing::error!("poll failed: {e}");
+                    break;
+                }
+            }
+            for ev in events.iter() {
+                match ev.token() {
+                    WAKER => {}
+                    LISTENER => self.accept(),
+                    token => {
+                        if self.conn(token).is_none() {
+                            continue;
+                        }
+                        if ev.is_writable() {
+                            self.writable(token);
+                        }
+                        if ev.is_readable() || ev.is_read_closed() || ev.is_error() {
+                            if let Some(c) = self.conn(token) {
+                                c.drained = false;
+                            }
+                            self.service(token);
+                        }
+                    }
+                }
+            }
+            while let Ok(d) = self.done.try_recv() {
+                self.answered(d);
+            }
+            let blocked = std::mem::take(&mut self.blocked);
+            for token in blocked {
+                self.service(token);
+            }
+            if self.shared.stopping.load(Ordering::Relaxed) {
+                let until = *drain_until.get_or_insert_with(|| {
+                    if let Some(mut l) = self.listener.take() {
+                        let _ = self.poll.registry().deregister(&mut l);
+                    }
+                    Instant::now() + DRAIN
+                });
+                self.close_finished();
+                if self.conns.iter().all(Option::is_none) || Instant::now() >= until {
+                    break;
+                }
+            }
+        }
+        for slot in 0..self.conns.len() {
+            self.close(Token(slot + FIRST_CONN));
+        }
+    }
+
+    fn conn(&mut self, token: Token) -> Option<&mut Conn> {
+        self.conns.get_mut(token.0.checked_sub(FIRST_CONN)?)?.as_mut()
+    }
+
+    /// While stopping: close every connection with nothing in flight or unwritten.
+    fn close_finished(&mut self) {
+        for slot in 0..self.conns.len() {
+            let done = self.conns[slot].as_ref().is_some_and(|c| !c.busy && c.shared.pending_output() == 0);
+            if done {
+                self.close(Token(slot + FIRST_CONN));
+            }
+        }
+    }
+
+    fn accept(&mut self) {
+        loop {
+            let Some(listener) = self.listener.as_ref() else { return };
+            let (mut stream, _) = match listener.accept() {
+                Ok(s) => s,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) if is_out_of_descriptors(&e) => {
+                    if !self.refuse_without_descriptors() {
+                        return;
+                    }
+                    continue;
+                }
+                Err(e) => {
+                    tracing::warn!("accept failed: {e}");
+                    return;
+                }
+            };
+            let net = &self.shared.net;
+            if self.shared.open_connections.load(Ordering::Relaxed) >= self.shared.max_connections {
+                NetCounters::add(&net.rejected, 1);
+                let _ = stream.write(TOO_MANY);
+                continue;
+            }
+            let _ = stream.set_nodelay(true);
+            let slot = self.free.pop().unwrap_or_else(|| {
+                self.conns.push(None);
+                self.conns.len() - 1
+            });
+            let token = Token(slot + FIRST_CONN);
+            if let Err(e) = self.poll.registry().register(&mut stream, token, Interest::READABLE | Interest::WRITABLE) {
+                tracing::warn!("register failed: {e}");
+                self.free.push(slot);
+                continue;
+            }
+            NetCounters::add(&net.accepted, 1);
+            self.shared.open_connections.fetch_add(1, Ordering::Relaxed);
+            let id = self.next_conn_id;
+            self.next_conn_id += 1;
+            self.conns[slot] = Some(Conn {
+                shared: Arc::new(ClientConn::new(id, stream)),
+                parser: RequestParser::new(self.shared.config.server.max_body),
+                rbuf: Vec::new(),
+                busy: false,
+                unqueued: None,
+                drained: false,
+                eof: false,
+                reserved: 0,
+                last_read_ns: 0,
+            });
+            self.service(token);
+        }
+    }
+
+    /// Out of descriptors: give up the spare one, accept the client, refuse
+    /// it, take the spare back. False when even that failed.
+    fn refuse_without_descriptors(&mut self) -> bool {
+        let Some(listener) = self.listener.as_ref() else { return false };
+        if self.spare.take().is_none() {
+            tracing::warn!("out of file descriptors and no spare one: clients wait in the backlog");
+            return false;
+        }
+        let refused = match listener.accept() {
+            Ok((mut stream, _)) => {
+                let _ = stream.write(TOO_MANY);
+                NetCounters::add(&self.shared.net.rejected, 1);
+                true
+            }
+            Err(_) => false,
+        };
+        self.spare = File::open("/dev/null").ok();
+        refused
+    }
+
+    fn close(&mut self, token: Token) {
+        let slot = token.0 - FIRST_CONN;
+        let Some(c) = self.conns.get_mut(slot).and_then(Option::take) else { return };
+        let _ = self.poll.registry().deregister(&mut SourceFd(&c.shared.stream().as_raw_fd()));
+        let leases = c.shared.close();
+        self.shared.release_later(leases);
+        self.shared.input.give(c.reserved);
+        if let Some(job) = c.unqueued {
+            self.shared.input.give(job.size);
+        }
+        NetCounters::add(&self.shared.net.closed, 1);
+        self.shared.open_connections.fetch_sub(1, Ordering::Relaxed);
+        self.blocked.retain(|t| *t != token);
+        self.free.push(slot);
+    }
+
+    /// A worker answered a connection's request: serve its next one.
+    fn answered(&mut self, d: Done) {
+        self.shared.input.give(d.size);
+        let token = Token(d.token);
+        match self.conn(token) {
+            Some(c) if c.shared.id == d.conn_id => c.busy = false,
+            _ => return,
+        }
+        self.service(token);
+    }
+
+    /// The socket takes bytes again: write what waits.
+    fn writable(&mut self, token: Token) {
+        let Some(c) = self.conn(token) else { return };
+        let was_full = c.shared.pending_output() > 0;
+        match c.shared.flush() {
+            Ok(n) => {
+                NetCounters::add(&self.shared.net.bytes_out, n as u64);
+                if was_full {
+                    self.service(token);
+                }
+            }
+            Err(leases) => {
+                self.shared.release_later(leases);
+                self.close(token);
+            }
+        }
+    }
+
+    /// Serves a connection as far as it may go now.
+    fn service(&mut self, token: Token) {
+        match self.step(token) {
+            Flow::Idle => {}
+            Flow::Blocked => {
+                if !self.blocked.contains(&token) {
+                    self.blocked.push(token);
+                }
+            }
+            Flow::Close => self.close(token),
+        }
+    }
+
+    fn step(&mut self, token: Token) -> Flow {
+        let stopping = self.shared.stopping.load(Ordering::Relaxed);
+        let max_output = self.shared.config.server.max_pending_output;
+        loop {
+            let Some(c) = self.conn(token) else { return Flow::Idle };
+            if c.shared.is_closed() {
+                return Flow::Close;
+            }
+            if c.shared.closing() && !c.busy {
+                // QUIT or a protocol error: close once the replies are out.
+                return if c.shared.pending_output() == 0 { Flow::Close } else { Flow::Idle };
+            }
+            if let Some(job) = c.unqueued.take() {
+                if let Err(Work::Request(job)) = self.shared.queue.push_fresh(Work::Request(job)) {
+                    NetCounters::add(&self.shared.net.queue_full, 1);
+                    self.conn(token).expect("still there").unqueued = Some(job);
+                    return Flow::Blocked;
+                }
+                continue;
+            }
+            let c = self.conn(token).expect("still there");
+            if !c.busy && !stopping && c.shared.pending_output() <= max_output {
+                match self.parse(token) {
+                    Some(flow) => return flow,
+                    None => {
+                        // A request was dispatched, or the buffer is used up.
+                    }
+                }
+            }
+            let c = self.conn(token).expect("still there");
+            if c.drained || c.eof {
+                if c.eof && !c.busy && c.rbuf.is_empty() {
+                    // The client is done sending: close once it has every reply.
+                    return if c.shared.pending_output() == 0 { Flow::Close } else { Flow::Idle };
+                }
+                return Flow::Idle;
+            }
+            if c.rbuf.len() >= READ_AHEAD {
+                // Enough read ahead: the socket keeps the rest (not drained).
+                return Flow::Idle;
+            }
+            let start = c.rbuf.len();
+            c.rbuf.resize(start + READ_CHUNK, 0);
+            let r = c.shared.stream().read(&mut c.rbuf[start..]);
+            match r {
+                Ok(0) => {
+                    c.rbuf.truncate(start);
+                    c.eof = true;
+                }
+                Ok(n) => {
+                    c.rbuf.truncate(start + n);
+                    c.last_read_ns = now_ns();
+                    NetCounters::add(&self.shared.net.bytes_in, n as u64);
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    c.rbuf.truncate(start);
+                    c.drained = true;
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => c.rbuf.truncate(start),
+                Err(_) => {
+                    c.rbuf.truncate(start);
+                    return Flow::Close;
+                }
+            }
+        }
+    }
+
+    /// Feeds buffered input to the parser until a request is dispatched or
+    /// the input is used up. `Some(flow)` ends the step.
+    fn parse(&mut self, token: Token) -> Option<Flow> {
+        let max_body = self.shared.config.server.max_body;
+        loop {
+            let shared = self.shared.clone();
+            let c = self.conn(token)?;
+            if c.rbuf.is_empty() {
+                return None;
+            }
+            // Budget a large request before its bytes are held.
+            let want = c.parser.held() + c.parser.need();
+            if want > SMALL && want > c.reserved {
+                let more = want - c.reserved;
+                if !shared.input.take(more) {
+                    return Some(Flow::Blocked);
+                }
+                c.reserved += more;
+            }
+            let (n, result) = c.parser.feed(&c.rbuf);
+            c.rbuf.drain(..n);
+            if c.rbuf.capacity() > 2 * READ_AHEAD && c.rbuf.len() < READ_CHUNK {
+                c.rbuf.shrink_to(READ_CHUNK);
+            }
+            let request = match result {
+                Ok(None) => continue,
+                Ok(Some(Request::Empty)) => continue,
+                Ok(Some(r)) => r,
+                Err(e) => {
+                    NetCounters::add(&shared.net.protocol_errors, 1);
+                    let bytes = Reply::err(e.0).to_bytes();
+                    c.shared.close_after_replies();
+                    let _ = c.shared.deliver(&bytes, Vec::new());
+                    c.rbuf.clear();
+                    return Some(if c.shared.pending_output() == 0 { Flow::Close } else { Flow::Idle });
+                }
+            };
+            let cmd = match request {
+                Request::Args(args) => command::parse(&args, &self.limits),
+                Request::TooLarge { len, .. } => Err(Reply::err(format!(
+                    "an argument of {len} bytes is over the limit of {max_body} bytes (max_body)"
+                ))),
+                Request::Empty => unreachable!("skipped above"),
+            };
+            let t_parsed = now_ns();
+            let wait_until = match &cmd {
+                Ok(Command::Recv(r)) if r.wait_ms > 0 => Some(Instant::now() + Duration::from_millis(r.wait_ms)),
+                _ => None,
+            };
+            let request_id = self.next_request_id;
+            self.next_request_id += 1;
+            let c = self.conn(token)?;
+            let job = Box::new(Job {
+                conn: c.shared.clone(),
+                token: token.0,
+                cmd,
+                request_id,
+                t_recv: if c.last_read_ns == 0 { t_parsed } else { c.last_read_ns.min(t_parsed) },
+                t_parsed,
+                t_enqueue: t_parsed,
+                size: std::mem::take(&mut c.reserved),
+                wait_until,
+                parked_ns: 0,
+                parked_at: None,
+                last_try: false,
+            });
+            c.busy = true;
+            if let Err(Work::Request(job)) = shared.queue.push_fresh(Work::Request(job)) {
+                NetCounters::add(&shared.net.queue_full, 1);
+                c.unqueued = Some(job);
+                return Some(Flow::Blocked);
+            }
+            return None;
+        }
+    }
+}

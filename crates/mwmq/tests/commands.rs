@@ -1,0 +1,320 @@
+//! Every command through a real Redis client (the `redis` crate, and
+//! redis-cli where installed) against mwmq over a real PostgreSQL, and the
+//! queue's guarantees: leases, delays, order, deduplication, addressing,
+//! concurrent receivers, long polls within and across processes.
+
+mod common;
+
+use std::collections::HashSet;
+use std::time::{Duration, Instant};
+
+use common::*;
+
+#[test]
+fn every_command_and_its_errors() {
+    let pg = Postgres::start().unwrap();
+    let mq = start(config(&pg));
+    let mut c = connect(mq.local_addr());
+    assert_eq!(q::<String>(&mut c, &["PING"]), "PONG");
+    assert_eq!(q::<String>(&mut c, &["PING", "hi"]), "hi");
+    assert_eq!(q::<String>(&mut c, &["QCREATE", "jobs"]), "OK");
+    assert_eq!(err(&mut c, &["QCREATE", "jobs"]), "EXISTS queue 'jobs' already exists");
+    assert_eq!(q::<Vec<String>>(&mut c, &["QLIST"]), ["jobs"]);
+    let a: i64 = q(&mut c, &["SEND", "jobs", "first"]);
+    let b: i64 = q(&mut c, &["SEND", "jobs", "second"]);
+    assert!(b > a);
+    assert_eq!(q::<i64>(&mut c, &["QLEN", "jobs"]), 2);
+    // PEEK does not take; RECV leases; a leased message is invisible to others.
+    let peeked: (i64, String, Vec<u8>) = q(&mut c, &["PEEK", "jobs"]);
+    assert_eq!(peeked, (a, String::new(), b"first".to_vec()));
+    let got = recv(&mut c, "jobs", &["COUNT", "10"]);
+    assert_eq!(got.iter().map(|m| m.0).collect::<Vec<_>>(), [a, b]);
+    assert!(recv(&mut c, "jobs", &[]).is_empty());
+    assert_eq!(q::<Option<(i64, String, Vec<u8>)>>(&mut c, &["POP", "jobs"]), None);
+    // ACK once; a second ACK of the same lease finds nothing.
+    assert_eq!(q::<i64>(&mut c, &["ACK", "jobs", &a.to_string(), &got[0].1.to_string()]), 1);
+    assert_eq!(q::<i64>(&mut c, &["ACK", "jobs", &a.to_string(), &got[0].1.to_string()]), 0);
+    // NACK makes it visible again, with a new lease next time.
+    assert_eq!(q::<i64>(&mut c, &["NACK", "jobs", &b.to_string(), &got[1].1.to_string()]), 1);
+    let again = recv(&mut c, "jobs", &[]);
+    assert_eq!(again[0].0, b);
+    assert_ne!(again[0].1, got[1].1);
+    assert_eq!(q::<i64>(&mut c, &["ACK", "jobs", &b.to_string(), &got[1].1.to_string()]), 0, "stale lease");
+    assert_eq!(q::<i64>(&mut c, &["ACK", "jobs", &b.to_string(), &again[0].1.to_string()]), 1);
+    // POP takes at once.
+    let id: i64 = q(&mut c, &["SEND", "jobs", "third"]);
+    assert_eq!(q::<(i64, String, Vec<u8>)>(&mut c, &["POP", "jobs"]), (id, String::new(), b"third".to_vec()));
+    assert_eq!(q::<i64>(&mut c, &["QLEN", "jobs"]), 0);
+    // Errors name what is wrong, and the connection stays usable.
+    for (args, want) in [
+        (&["SEND", "nope", "x"][..], "NOQUEUE no such queue 'nope'"),
+        (&["RECV", "nope"], "NOQUEUE no such queue 'nope'"),
+        (&["POP", "nope"], "NOQUEUE no such queue 'nope'"),
+        (&["PEEK", "nope"], "NOQUEUE no such queue 'nope'"),
+        (&["ACK", "nope", "1", "1"], "NOQUEUE no such queue 'nope'"),
+        (&["NACK", "nope", "1", "1"], "NOQUEUE no such queue 'nope'"),
+        (&["QLEN", "nope"], "NOQUEUE no such queue 'nope'"),
+        (&["QDROP", "nope"], "NOQUEUE no such queue 'nope'"),
+        (&["SEND", "jobs"], "ERR wrong number of arguments for 'SEND' command"),
+        (&["SEND", "jobs", "x", "SOON", "1"], "ERR syntax error"),
+        (&["ACK", "jobs", "x", "1"], "ERR value is not an integer or out of range"),
+        (&["FLY", "away"], "ERR unknown command 'FLY'"),
+        (&["RECV", "jobs", "COUNT", "0"], "ERR COUNT must be between 1 and 1000"),
+    ] {
+        let got = err(&mut c, args);
+        assert!(got.starts_with(want), "{args:?}: {got}");
+    }
+    assert_eq!(q::<String>(&mut c, &["PING"]), "PONG");
+    // QDROP removes the queue and its messages.
+    let _: i64 = q(&mut c, &["SEND", "jobs", "left behind"]);
+    assert_eq!(q::<String>(&mut c, &["QDROP", "jobs"]), "OK");
+    assert!(q::<Vec<String>>(&mut c, &["QLIST"]).is_empty());
+    assert_eq!(q::<String>(&mut c, &["QCREATE", "jobs"]), "OK");
+    assert_eq!(q::<i64>(&mut c, &["QLEN", "jobs"]), 0, "a new queue of the same name starts empty");
+    let info: String = q(&mut c, &["INFO"]);
+    assert!(info.contains("mwmq_version:") && info.contains("pool_size:4"), "{info}");
+    assert!(q::<i64>(&mut c, &["CLIENT", "ID"]) > 0);
+    mq.stopper().stop();
+    mq.join();
+}
+
+#[test]
+fn delays_leases_order_keys_and_addresses() {
+    let pg = Postgres::start().unwrap();
+    let mq = start(config(&pg));
+    let addr = mq.local_addr();
+    let mut alice = connect_as(addr, "alice");
+    let mut bob = connect_as(addr, "bob");
+    let mut carol = connect_as(addr, "carol");
+    let _: String = q(&mut alice, &["QCREATE", "q"]);
+
+    // A delayed message is invisible until its time.
+    let d: i64 = q(&mut alice, &["SEND", "q", "later", "DELAY", "400"]);
+    assert!(recv(&mut bob, "q", &[]).is_empty());
+    std::thread::sleep(Duration::from_millis(500));
+    let m = recv(&mut bob, "q", &["VT", "300"]);
+    assert_eq!((m[0].0, m[0].2.as_str()), (d, "alice"));
+    // Its lease expires: redelivered with a new lease; the stale ACK is refused.
+    std::thread::sleep(Duration::from_millis(400));
+    let m2 = recv(&mut carol, "q", &[]);
+    assert_eq!(m2[0].0, d);
+    assert_ne!(m2[0].1, m[0].1);
+    assert_eq!(q::<i64>(&mut bob, &["ACK", "q", &d.to_string(), &m[0].1.to_string()]), 0);
+    assert_eq!(q::<i64>(&mut carol, &["ACK", "q", &d.to_string(), &m2[0].1.to_string()]), 1);
+
+    // One sender's messages arrive in the order sent, also to many receivers in turn.
+    let sent: Vec<i64> = (0..30).map(|i| q(&mut alice, &["SEND", "q", &format!("m{i}")])).collect();
+    let mut seen = Vec::new();
+    for i in 0..10 {
+        let who = if i % 2 == 0 { &mut bob } else { &mut carol };
+        for m in recv(who, "q", &["COUNT", "3"]) {
+            seen.push(m.0);
+            assert_eq!(m.3, format!("m{}", sent.iter().position(|s| *s == m.0).unwrap()).into_bytes());
+        }
+    }
+    assert_eq!(seen, sent);
+
+    // A retried SEND with the same KEY stores one message.
+    let k1: i64 = q(&mut alice, &["SEND", "q", "once", "KEY", "order-17"]);
+    let k2: i64 = q(&mut alice, &["SEND", "q", "once", "KEY", "order-17"]);
+    assert_eq!(k1, k2);
+    let one = recv(&mut bob, "q", &["COUNT", "10"]);
+    assert_eq!(one.len(), 1);
+
+    // Addressing: a message TO bob is bob's alone; FROM picks a sender.
+    let to_bob: i64 = q(&mut alice, &["SEND", "q", "for bob", "TO", "bob"]);
+    let from_carol: i64 = q(&mut carol, &["SEND", "q", "from carol"]);
+    assert_eq!(q::<Vec<String>>(&mut carol, &["QLIST", "PENDING"]), ["q"]);
+    let c = recv(&mut carol, "q", &["FROM", "alice"]);
+    assert!(c.is_empty(), "carol may not take bob's message: {c:?}");
+    let b = recv(&mut bob, "q", &["FROM", "carol"]);
+    assert_eq!(b[0].0, from_carol);
+    let b = recv(&mut bob, "q", &[]);
+    assert_eq!((b[0].0, b[0].3.as_slice()), (to_bob, &b"for bob"[..]));
+    assert!(q::<Vec<String>>(&mut carol, &["QLIST", "PENDING"]).is_empty());
+    let mut anon = connect(addr);
+    let _: i64 = q(&mut alice, &["SEND", "q", "for dave", "TO", "dave"]);
+    assert!(recv(&mut anon, "q", &[]).is_empty(), "an unnamed client only takes unaddressed messages");
+    mq.stopper().stop();
+    mq.join();
+}
+
+#[test]
+fn concurrent_pops_and_recvs_never_share_a_message() {
+    let pg = Postgres::start().unwrap();
+    let mut cfg = config(&pg);
+    cfg.server.workers = 8;
+    let mq = start(cfg);
+    let addr = mq.local_addr();
+    let mut c = connect(addr);
+    let _: String = q(&mut c, &["QCREATE", "q"]);
+    let total = 1500;
+    let mut sent = HashSet::new();
+    for i in 0..total {
+        sent.insert(q::<i64>(&mut c, &["SEND", "q", &i.to_string()]));
+    }
+    let threads: Vec<_> = (0..8)
+        .map(|t| {
+            std::thread::spawn(move || {
+                let mut c = connect(addr);
+                let mut got = Vec::new();
+                loop {
+                    if t % 2 == 0 {
+                        match q::<Option<(i64, String, Vec<u8>)>>(&mut c, &["POP", "q"]) {
+                            Some(m) => got.push(m.0),
+                            None => break,
+                        }
+                    } else {
+                        let ms = recv(&mut c, "q", &["COUNT", "7"]);
+                        if ms.is_empty() {
+                            break;
+                        }
+                        for m in ms {
+                            assert_eq!(q::<i64>(&mut c, &["ACK", "q", &m.0.to_string(), &m.1.to_string()]), 1);
+                            got.push(m.0);
+                        }
+                    }
+                }
+                got
+            })
+        })
+        .collect();
+    let mut all = Vec::new();
+    for t in threads {
+        all.extend(t.join().unwrap());
+    }
+    let unique: HashSet<i64> = all.iter().copied().collect();
+    assert_eq!(unique.len(), all.len(), "a message was handed out twice");
+    assert_eq!(unique, sent);
+    mq.stopper().stop();
+    mq.join();
+}
+
+#[test]
+fn long_polls_wake_on_a_send_here_and_in_another_process() {
+    let pg = Postgres::start().unwrap();
+    let mut cfg = config(&pg);
+    // Polling alone would take 10 s: only wake-ups can answer sooner.
+    cfg.queues.poll_ms = 10_000;
+    let a = start(cfg.clone());
+    let b = start(cfg);
+    let (aa, ba) = (a.local_addr(), b.local_addr());
+    let mut c = connect(aa);
+    let _: String = q(&mut c, &["QCREATE", "q"]);
+    for (sender_addr, what) in [(aa, "same process"), (ba, "other process")] {
+        let t = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(300));
+            let mut s = connect(sender_addr);
+            q::<i64>(&mut s, &["SEND", "q", "wake up"])
+        });
+        let start = Instant::now();
+        let got = recv(&mut c, "q", &["WAIT", "5000"]);
+        let took = start.elapsed();
+        let id = t.join().unwrap();
+        assert_eq!(got.len(), 1, "{what}");
+        assert_eq!(got[0].0, id);
+        assert!(took < Duration::from_millis(2_000), "{what}: woke after {took:?}");
+        let _: i64 = q(&mut c, &["ACK", "q", &got[0].0.to_string(), &got[0].1.to_string()]);
+    }
+    // Nothing comes: an empty answer after the wait.
+    let start = Instant::now();
+    assert!(recv(&mut c, "q", &["WAIT", "300"]).is_empty());
+    let took = start.elapsed();
+    assert!(took >= Duration::from_millis(280) && took < Duration::from_millis(2_000), "{took:?}");
+    // Parked RECVs do not hold workers: more waiters than workers, and others are still served.
+    let waiters: Vec<_> = (0..10)
+        .map(|_| {
+            std::thread::spawn(move || {
+                let mut w = connect(aa);
+                recv(&mut w, "q", &["WAIT", "1500"]).len()
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(200));
+    let t0 = Instant::now();
+    assert_eq!(q::<String>(&mut c, &["PING"]), "PONG");
+    assert!(t0.elapsed() < Duration::from_millis(500));
+    let got: usize = waiters.into_iter().map(|w| w.join().unwrap()).sum();
+    assert_eq!(got, 0);
+    a.stopper().stop();
+    b.stopper().stop();
+    a.join();
+    b.join();
+}
+
+#[test]
+fn results_files_and_admin_endpoint() {
+    let pg = Postgres::start().unwrap();
+    let dir = std::env::temp_dir().join(format!("mwmq-results-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let mut cfg = config(&pg);
+    cfg.stats.out = Some(dir.to_string_lossy().into_owned());
+    cfg.stats.trace_every = 1;
+    cfg.stats.admin = Some("127.0.0.1:0".into());
+    let mq = start(cfg);
+    let mut c = connect(mq.local_addr());
+    let _: String = q(&mut c, &["QCREATE", "q"]);
+    for i in 0..50 {
+        let _: i64 = q(&mut c, &["SEND", "q", &i.to_string()]);
+    }
+    for _ in 0..25 {
+        let _: Option<(i64, String, Vec<u8>)> = q(&mut c, &["POP", "q"]);
+    }
+    let admin = mq.admin_addr().unwrap();
+    let metrics = http_get(admin, "/metrics");
+    assert!(metrics.contains("mwmq_pool_size 4"), "{metrics}");
+    mq.stopper().stop();
+    mq.join();
+    let summary: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("summary.json")).unwrap()).unwrap();
+    assert_eq!(summary["source"], "mwmq");
+    assert_eq!(summary["ops"]["send"]["count"], 50);
+    assert_eq!(summary["ops"]["pop"]["count"], 25);
+    assert_eq!(summary["ops"]["pop"]["hits"], 25);
+    let mw = &summary["middleware"];
+    assert_eq!(mw["backends"]["postgres"]["requests"], 76);
+    assert!(mw["pool_us"]["count"].as_u64().unwrap() >= 76);
+    assert_eq!(mw["database"]["pool_size"], 4);
+    let trace = std::fs::read_to_string(dir.join("trace.csv")).unwrap();
+    assert!(trace.lines().count() > 70, "one row per request");
+    assert!(trace.lines().nth(1).unwrap().contains(",queue,") || trace.contains(",send,"));
+    let windows = std::fs::read_to_string(dir.join("windows.jsonl")).unwrap();
+    let sends: u64 = windows
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["ops"]["send"]["count"].as_u64().unwrap())
+        .sum();
+    assert_eq!(sends, 50, "windows add up to the summary");
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+fn http_get(addr: std::net::SocketAddr, path: &str) -> String {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    out
+}
+
+#[test]
+fn redis_cli_speaks_to_it() {
+    let Ok(out) = std::process::Command::new("redis-cli").arg("--version").output() else {
+        panic!("redis-cli is not installed (make test installs redis-tools)");
+    };
+    assert!(out.status.success());
+    let pg = Postgres::start().unwrap();
+    let mq = start(config(&pg));
+    let port = mq.local_addr().port().to_string();
+    let cli = |args: &[&str]| {
+        let out = std::process::Command::new("redis-cli").args(["-p", &port]).args(args).output().unwrap();
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    assert_eq!(cli(&["QCREATE", "q"]), "OK");
+    assert_eq!(cli(&["SEND", "q", "hello world"]), "1");
+    assert_eq!(cli(&["QLEN", "q"]), "1");
+    assert_eq!(cli(&["POP", "q"]), "1\n\nhello world");
+    assert_eq!(cli(&["POP", "q"]), "");
+    assert!(cli(&["SEND", "q"]).contains("wrong number of arguments"));
+    mq.stopper().stop();
+    mq.join();
+}

@@ -1,0 +1,130 @@
+//! What mwmq's tests share: a throwaway PostgreSQL, mwmq in this process or
+//! as a child process, and a `redis` crate connection to it.
+
+#![allow(dead_code)]
+
+use std::net::SocketAddr;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub use mctest::Postgres;
+use mwmq::{Config, Mq};
+
+/// A configuration for tests: a free port, small windows, quick polls.
+pub fn config(pg: &Postgres) -> Config {
+    let mut c = Config::default();
+    c.server.listen = "127.0.0.1:0".into();
+    c.server.workers = 4;
+    c.database.url = pg.conninfo().to_string();
+    c.database.retry_min_ms = 20;
+    c.database.retry_max_ms = 200;
+    c.queues.poll_ms = 100;
+    c.stats.window_ms = 200;
+    c
+}
+
+/// mwmq in this process.
+pub fn start(c: Config) -> Mq {
+    Mq::start(c).expect("mwmq starts")
+}
+
+/// A connection to mwmq with the `redis` crate.
+pub fn connect(addr: SocketAddr) -> redis::Connection {
+    let client = redis::Client::open(format!("redis://{addr}/")).expect("client");
+    client.get_connection_with_timeout(Duration::from_secs(5)).expect("connect")
+}
+
+/// A named connection (CLIENT SETNAME).
+pub fn connect_as(addr: SocketAddr, name: &str) -> redis::Connection {
+    let mut c = connect(addr);
+    let _: () = redis::cmd("CLIENT").arg("SETNAME").arg(name).query(&mut c).expect("setname");
+    c
+}
+
+/// Runs a command, panicking on an error reply.
+pub fn q<T: redis::FromRedisValue>(c: &mut redis::Connection, args: &[&str]) -> T {
+    let mut cmd = redis::cmd(args[0]);
+    for a in &args[1..] {
+        cmd.arg(*a);
+    }
+    cmd.query(c).unwrap_or_else(|e| panic!("{args:?}: {e}"))
+}
+
+/// Runs a command that must fail; returns the error's code and text.
+pub fn err(c: &mut redis::Connection, args: &[&str]) -> String {
+    let mut cmd = redis::cmd(args[0]);
+    for a in &args[1..] {
+        cmd.arg(*a);
+    }
+    match cmd.query::<redis::Value>(c) {
+        Ok(v) => panic!("{args:?} succeeded: {v:?}"),
+        Err(e) => format!("{} {}", e.code().unwrap_or("?"), e.detail().unwrap_or("")),
+    }
+}
+
+/// A message as RECV returns it: id, lease, sender, body.
+pub type Leased = (i64, i64, String, Vec<u8>);
+
+/// RECV with options.
+pub fn recv(c: &mut redis::Connection, queue: &str, opts: &[&str]) -> Vec<Leased> {
+    let mut cmd = redis::cmd("RECV");
+    cmd.arg(queue);
+    for o in opts {
+        cmd.arg(*o);
+    }
+    cmd.query(c).unwrap_or_else(|e| panic!("RECV {queue} {opts:?}: {e}"))
+}
+
+/// mwmq as a child process (for SIGKILL and SIGTERM).
+pub struct MqProcess {
+    pub child: Child,
+    pub addr: SocketAddr,
+}
+
+impl MqProcess {
+    /// Starts `mwmq` on `port` (0: a free one) with `extra` flags.
+    pub fn start(pg: &Postgres, port: u16, extra: &[&str]) -> MqProcess {
+        let port = if port == 0 { mctest::free_port() } else { port };
+        let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_mwmq"))
+            .args(["--listen", &addr.to_string(), "--db", pg.conninfo(), "--workers", "4", "--log", "warn"])
+            .args(extra)
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("spawn mwmq");
+        let mut p = MqProcess { child, addr };
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while std::net::TcpStream::connect(addr).is_err() {
+            if let Ok(Some(st)) = p.child.try_wait() {
+                panic!("mwmq exited at start: {st}");
+            }
+            assert!(Instant::now() < deadline, "mwmq did not listen on {addr}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        p
+    }
+
+    /// SIGKILL, and wait.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// SIGTERM; the exit status.
+    pub fn terminate(&mut self) -> std::process::ExitStatus {
+        let pid = rustix::process::Pid::from_raw(self.child.id() as i32).expect("pid");
+        rustix::process::kill_process(pid, rustix::process::Signal::TERM).expect("signal");
+        self.child.wait().expect("wait")
+    }
+}
+
+impl Drop for MqProcess {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// Direct SQL on the test database.
+pub fn sql(pg: &Postgres) -> postgres::Client {
+    postgres::Client::connect(pg.conninfo(), postgres::NoTls).expect("sql connection")
+}
