@@ -387,7 +387,8 @@ pub fn parse(args: &[Vec<u8>], limits: &Limits) -> Result<Command, Refusal> {
             }
         }
         _ => {
-            let shown: String = String::from_utf8_lossy(&args[0]).chars().take(64).collect();
+            let shown: String =
+                args[0].iter().take(64).flat_map(|b| std::ascii::escape_default(*b)).map(char::from).collect();
             return Err(Reply::err(format!("unknown command '{shown}'")));
         }
     };

@@ -96,6 +96,8 @@ pub struct NetThread {
     /// A descriptor given up to accept (and refuse) a client when the process has none left.
     spare: Option<File>,
     blocked: Vec<Token>,
+    /// Where reads land before they are given to a connection.
+    scratch: Vec<u8>,
     limits: Limits,
     next_conn_id: u64,
     next_request_id: u64,
@@ -126,6 +128,7 @@ impl NetThread {
             done,
             spare: File::open("/dev/null").ok(),
             blocked: Vec::new(),
+            scratch: vec![0; READ_CHUNK],
             limits,
             next_conn_id: 1,
             next_request_id: 0,
@@ -384,28 +387,20 @@ impl NetThread {
                 // Enough read ahead: the socket keeps the rest (not drained).
                 return Flow::Idle;
             }
-            let start = c.rbuf.len();
-            c.rbuf.resize(start + READ_CHUNK, 0);
-            let r = c.shared.stream().read(&mut c.rbuf[start..]);
+            // Read into the thread's scratch buffer: an idle connection holds no buffer at all.
+            let stream = c.shared.clone();
+            let r = stream.stream().read(&mut self.scratch);
+            let c = self.conns[token.0 - FIRST_CONN].as_mut().expect("still there");
             match r {
-                Ok(0) => {
-                    c.rbuf.truncate(start);
-                    c.eof = true;
-                }
+                Ok(0) => c.eof = true,
                 Ok(n) => {
-                    c.rbuf.truncate(start + n);
+                    c.rbuf.extend_from_slice(&self.scratch[..n]);
                     c.last_read_ns = now_ns();
                     NetCounters::add(&self.shared.net.bytes_in, n as u64);
                 }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    c.rbuf.truncate(start);
-                    c.drained = true;
-                }
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => c.rbuf.truncate(start),
-                Err(_) => {
-                    c.rbuf.truncate(start);
-                    return Flow::Close;
-                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => c.drained = true,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => return Flow::Close,
             }
         }
     }
@@ -431,8 +426,8 @@ impl NetThread {
             }
             let (n, result) = c.parser.feed(&c.rbuf);
             c.rbuf.drain(..n);
-            if c.rbuf.capacity() > 2 * READ_AHEAD && c.rbuf.len() < READ_CHUNK {
-                c.rbuf.shrink_to(READ_CHUNK);
+            if c.rbuf.is_empty() {
+                c.rbuf = Vec::new();
             }
             let request = match result {
                 Ok(None) => continue,

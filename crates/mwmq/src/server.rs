@@ -84,7 +84,7 @@ impl Mq {
         // One connection now: a wrong password or database fails the start, not the first request.
         pool.fill(1).map_err(StartError::Database)?;
         let listen = config.server.listen.clone();
-        let std_listener = std::net::TcpListener::bind(&listen)
+        let std_listener = mwserve::process::bind_listener(&listen)
             .map_err(|source| StartError::Listen { addr: listen.clone(), source })?;
         std_listener.set_nonblocking(true)?;
         let addr = std_listener.local_addr()?;

@@ -67,7 +67,7 @@ impl Proxy {
         }
         let addrs = config.routing.servers.iter().map(crate::config::resolve).collect::<Result<Vec<_>, _>>()?;
         let listen = config.proxy.listen.clone();
-        let std_listener = std::net::TcpListener::bind(&listen)
+        let std_listener = mwserve::process::bind_listener(&listen)
             .map_err(|source| StartError::Listen { addr: listen.clone(), source })?;
         std_listener.set_nonblocking(true)?;
         let addr = std_listener.local_addr()?;
