@@ -59,6 +59,20 @@ pub fn admin_addr(a: &str) -> String {
     }
 }
 
+/// Connections the kernel completes before the net thread accepts them
+/// (std's listeners take 128: a burst of connecting clients overflows it, and
+/// each SYN dropped costs its client a second before retrying).
+pub const LISTEN_BACKLOG: i32 = 1024;
+
+/// A listening socket on `addr` with a backlog of [`LISTEN_BACKLOG`] (capped by
+/// the kernel's `net.core.somaxconn`).
+pub fn bind_listener(addr: &str) -> std::io::Result<std::net::TcpListener> {
+    let l = std::net::TcpListener::bind(addr)?;
+    // Listening again on a listening socket changes its backlog.
+    rustix::net::listen(&l, LISTEN_BACKLOG)?;
+    Ok(l)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -74,18 +88,4 @@ mod tests {
         assert_eq!(admin_addr("9100"), "127.0.0.1:9100");
         assert_eq!(admin_addr("0.0.0.0:9100"), "0.0.0.0:9100");
     }
-}
-
-/// Connections the kernel completes before the net thread accepts them
-/// (std's listeners take 128: a burst of connecting clients overflows it, and
-/// each SYN dropped costs its client a second before retrying).
-pub const LISTEN_BACKLOG: i32 = 1024;
-
-/// A listening socket on `addr` with a backlog of [`LISTEN_BACKLOG`] (capped by
-/// the kernel's `net.core.somaxconn`).
-pub fn bind_listener(addr: &str) -> std::io::Result<std::net::TcpListener> {
-    let l = std::net::TcpListener::bind(addr)?;
-    // Listening again on a listening socket changes its backlog.
-    rustix::net::listen(&l, LISTEN_BACKLOG)?;
-    Ok(l)
 }
