@@ -3,22 +3,24 @@
 
 SHELL := /bin/bash
 CARGO ?= cargo
-DEB_PACKAGES := memcached nutcracker libmemcached-tools iproute2 ethtool
+DEB_PACKAGES := memcached nutcracker libmemcached-tools iproute2 ethtool postgresql redis-tools
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 VENV := .venv
 PYTHON ?= python3
 
-.PHONY: all deps test-deps rust-deps python-deps build test run run-proxy bench lint fmt clean
+.PHONY: all deps test-deps rust-deps python-deps build test run run-proxy run-mq bench lint fmt clean
 
 all: build
 
 ## System packages (Debian): memcached for tests and runs, nutcracker (twemproxy)
 ## for the ketama cross-check and the benchmark, libmemcached-tools for memcslap,
-## iproute2 (ip, tc) and ethtool for emulated hosts (network namespaces).
+## iproute2 (ip, tc) and ethtool for emulated hosts (network namespaces),
+## postgresql for mwmq (tests start throwaway servers: scripts/postgres.sh),
+## redis-tools (redis-cli, redis-benchmark) to talk to mwmq.
 deps:
 	@missing=""; \
-	for b in memcached:memcached nutcracker:nutcracker memcslap:libmemcached-tools ip:iproute2 tc:iproute2 ethtool:ethtool; do \
+	for b in memcached:memcached nutcracker:nutcracker memcslap:libmemcached-tools ip:iproute2 tc:iproute2 ethtool:ethtool pg_ctlcluster:postgresql redis-cli:redis-tools; do \
 	  cmd=$${b%%:*}; pkg=$${b##*:}; \
 	  command -v $$cmd >/dev/null 2>&1 || [ -x /usr/sbin/$$cmd ] || missing="$$missing $$pkg"; \
 	done; \
@@ -64,6 +66,10 @@ run: build python-deps
 run-proxy: build
 	scripts/run-local.sh
 
+## A throwaway PostgreSQL and mwmq in front of it, until Ctrl-C.
+run-mq: build
+	scripts/run-mq.sh
+
 bench: build python-deps
 	@command -v valgrind >/dev/null 2>&1 || { $(SUDO) apt-get update -q && \
 	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q --no-install-recommends valgrind; }
@@ -71,6 +77,7 @@ bench: build python-deps
 	bench/load.sh
 	bench/fairness.sh
 	bench/instrumentation.sh
+	bench/mq.sh
 
 lint: rust-deps python-deps
 	$(CARGO) fmt --all -- --check

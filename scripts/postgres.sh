@@ -52,6 +52,10 @@ start() {
     id postgres >/dev/null 2>&1 || { echo "postgres.sh: no postgres user (install the postgresql package)" >&2; exit 1; }
     chown postgres "$dir"
     chmod 700 "$dir"
+    if ! runuser -u postgres -- test -x "$dir"; then
+      echo "postgres.sh: the postgres user cannot reach $dir (a parent directory is private); use a directory under /tmp" >&2
+      exit 1
+    fi
   fi
   if [ ! -f "$dir/data/PG_VERSION" ]; then
     as_owner "$bindir/initdb" -D "$dir/data" -U postgres -A trust -E UTF8 --no-sync >"$dir/initdb.log" 2>&1 || {

@@ -27,6 +27,9 @@ pub struct Cli {
     /// Database connections in the pool [default: one per worker].
     #[arg(long, value_name = "N")]
     pub db_pool: Option<usize>,
+    /// Most SENDs, ACKs or POPs a worker runs as one statement, 1 = one request at a time [default: 1].
+    #[arg(long, value_name = "N")]
+    pub batch: Option<usize>,
     /// Request queue capacity; when full, clients are not read [default: 1024].
     #[arg(long, value_name = "N")]
     pub queue_capacity: Option<usize>,
@@ -82,6 +85,7 @@ impl Cli {
         set!(self.workers, c.server.workers);
         set!(self.db_pool, c.database.pool);
         set!(self.queue_capacity, c.server.queue_capacity);
+        set!(self.batch, c.server.batch);
         set!(self.max_connections, c.server.max_connections);
         set!(self.max_body, c.server.max_body);
         set!(self.window_ms, c.stats.window_ms);

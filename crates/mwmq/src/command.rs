@@ -34,6 +34,13 @@ pub enum Command {
     CommandDocs,
     /// `INFO [section]`
     Info,
+    /// `HELLO [protover [AUTH user pass] [SETNAME name]]`
+    Hello {
+        /// The protocol asked for (2 or 3).
+        proto: Option<u8>,
+        /// A name for the connection.
+        setname: Option<String>,
+    },
     /// `QCREATE q`
     Create(String),
     /// `QDROP q`
@@ -270,7 +277,31 @@ pub fn parse(args: &[Vec<u8>], limits: &Limits) -> Result<Command, Refusal> {
         },
         "COMMAND" => Command::CommandDocs,
         "INFO" => Command::Info,
-        "HELLO" => return Err(Reply::Error("NOPROTO mwmq speaks RESP2 only".into())),
+        "HELLO" => {
+            let proto = match rest.first() {
+                None => None,
+                Some(v) => match int(v) {
+                    Ok(2) => Some(2),
+                    Ok(3) => Some(3),
+                    Ok(_) => return Err(Reply::Error("NOPROTO sorry, this protocol version is not supported".into())),
+                    Err(_) => return Err(Reply::err("Protocol version is not an integer or out of range")),
+                },
+            };
+            let mut setname = None;
+            let mut i = 1;
+            while i < n {
+                match upper(&rest[i]).as_str() {
+                    // No passwords here: like Redis' default user without one, any is accepted.
+                    "AUTH" if i + 2 < n => i += 3,
+                    "SETNAME" if i + 1 < n => {
+                        setname = Some(name(&rest[i + 1], "a client name")?);
+                        i += 2;
+                    }
+                    _ => return Err(syntax()),
+                }
+            }
+            Command::Hello { proto, setname }
+        }
         "QCREATE" | "QDROP" | "QLEN" => {
             if n != 1 {
                 return Err(arity(&cmd));
@@ -458,7 +489,11 @@ mod tests {
         assert!(err("RECV q WAIT 999999999").contains("WAIT must be between 0 and 60000"));
         assert!(err("RECV q VT 0").contains("VT must be at least 1 ms"));
         assert!(err("QCREATE \u{1}").contains("a queue name must be"));
-        assert!(err("HELLO 3").starts_with("NOPROTO"));
+        assert!(err("HELLO 4").starts_with("NOPROTO"));
+        assert_eq!(
+            p("HELLO 3 AUTH default x SETNAME me").unwrap(),
+            Command::Hello { proto: Some(3), setname: Some("me".into()) }
+        );
         assert!(err("SELECT 3").contains("database 0 only"));
     }
 }

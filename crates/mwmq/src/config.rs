@@ -43,6 +43,12 @@ pub struct ServerConfig {
     /// Bytes of request arguments being read, all clients together; a client
     /// whose next argument does not fit waits until it does (default 256 MiB).
     pub input_budget: usize,
+    /// Most requests a worker carries out together (1: one at a time, the
+    /// seed's architecture, which the lab's models assume). Above 1, a worker
+    /// that takes a SEND, ACK or POP also takes up to `batch - 1` more of the
+    /// same kind waiting in the queue and runs them as one statement: one
+    /// round trip and one commit for all (default 1).
+    pub batch: usize,
     /// A request that waited this long for a worker is answered `-TRYAGAIN`
     /// without touching the database, 0 = never (default 10000 ms).
     pub queue_timeout_ms: u64,
@@ -58,6 +64,7 @@ impl Default for ServerConfig {
             max_body: 4 << 20,
             max_pending_output: 1 << 20,
             input_budget: 256 << 20,
+            batch: 1,
             queue_timeout_ms: 10_000,
         }
     }
@@ -195,6 +202,9 @@ impl Config {
         }
         if s.queue_capacity == 0 {
             return err("queue_capacity must be at least 1".into());
+        }
+        if s.batch == 0 || s.batch > 1024 {
+            return err(format!("batch must be 1..=1024, not {}", s.batch));
         }
         if s.max_connections == 0 {
             return err("max_connections must be at least 1".into());

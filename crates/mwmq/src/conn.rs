@@ -43,6 +43,13 @@ pub struct ClientConn {
     name: Mutex<Option<String>>,
     /// Close once every reply is written (QUIT, a protocol error).
     closing: AtomicBool,
+    /// The client asked for RESP3 (`HELLO 3`).
+    resp3: AtomicBool,
+    /// A request of this connection is with the workers.
+    busy: AtomicBool,
+    /// The net thread holds input (or an end of input) it could not parse
+    /// while the connection was busy: the worker must tell it when done.
+    input_waiting: AtomicBool,
 }
 
 /// What happened to a reply handed to [`ClientConn::deliver`].
@@ -72,6 +79,9 @@ impl ClientConn {
             }),
             name: Mutex::new(None),
             closing: AtomicBool::new(false),
+            resp3: AtomicBool::new(false),
+            busy: AtomicBool::new(false),
+            input_waiting: AtomicBool::new(false),
         }
     }
 
@@ -92,6 +102,48 @@ impl ClientConn {
     /// Sets the name.
     pub fn set_name(&self, name: String) {
         *self.name.lock().unwrap_or_else(|p| p.into_inner()) = Some(name);
+    }
+
+    /// Whether a request of this connection is with the workers.
+    pub fn busy(&self) -> bool {
+        self.busy.load(Ordering::SeqCst)
+    }
+
+    /// The net thread handed a request to the workers.
+    pub fn set_busy(&self) {
+        self.busy.store(true, Ordering::SeqCst);
+    }
+
+    /// The net thread stops with input it could not parse because the
+    /// connection is busy. True when the connection turned out not to be busy
+    /// any more (then the net thread goes on itself).
+    pub fn wait_for_worker(&self) -> bool {
+        self.input_waiting.store(true, Ordering::SeqCst);
+        !self.busy.load(Ordering::SeqCst)
+    }
+
+    /// The net thread goes on with the connection's input.
+    pub fn resume_input(&self) {
+        self.input_waiting.store(false, Ordering::SeqCst);
+    }
+
+    /// A worker answered the connection's request. True when the net thread
+    /// must be told (it holds input, or the connection is to close); most
+    /// replies need no word to the net thread: the client's next request
+    /// arrives as a new event.
+    pub fn finish_request(&self) -> bool {
+        self.busy.store(false, Ordering::SeqCst);
+        self.input_waiting.load(Ordering::SeqCst) || self.closing()
+    }
+
+    /// Whether replies are encoded in RESP3.
+    pub fn resp3(&self) -> bool {
+        self.resp3.load(Ordering::Relaxed)
+    }
+
+    /// Switches the protocol of the replies that follow.
+    pub fn set_resp3(&self, on: bool) {
+        self.resp3.store(on, Ordering::Relaxed);
     }
 
     /// Asks for the connection to close once its replies are written.

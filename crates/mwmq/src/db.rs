@@ -78,6 +78,8 @@ const ELIGIBLE: &str =
 /// The statements of one connection, prepared when it opens.
 struct Statements {
     send: Statement,
+    send_many: Statement,
+    ack_many: Statement,
     send_key: Statement,
     key_lookup: Statement,
     recv: Statement,
@@ -102,6 +104,26 @@ impl Statements {
                  SELECT id, $2::text, $3::text, $4::bytea, now() + interval '1 millisecond' * $5::float8
                  FROM mwmq_queues WHERE name = $1 AND dropped_at IS NULL
                  RETURNING id",
+            )?,
+            send_many: c.prepare(
+                "WITH r AS (
+                    SELECT nextval('mwmq_message_ids') AS id, q.id AS queue_id, t.n, t.sender, t.receiver,
+                           t.body, t.delay
+                    FROM unnest($1::text[], $2::text[], $3::text[], $4::bytea[], $5::float8[])
+                         WITH ORDINALITY AS t(queue, sender, receiver, body, delay, n)
+                    JOIN mwmq_queues q ON q.name = t.queue AND q.dropped_at IS NULL),
+                 ins AS (
+                    INSERT INTO mwmq_messages (queue_id, id, sender, receiver, body, visible_at)
+                    SELECT queue_id, id, sender, receiver, body, now() + interval '1 millisecond' * delay FROM r)
+                 SELECT n, id FROM r",
+            )?,
+            ack_many: c.prepare(
+                "DELETE FROM mwmq_messages m
+                 USING (SELECT q.id AS queue_id, t.id, t.lease, t.n
+                        FROM unnest($1::text[], $2::bigint[], $3::bigint[]) WITH ORDINALITY AS t(queue, id, lease, n)
+                        JOIN mwmq_queues q ON q.name = t.queue AND q.dropped_at IS NULL) r
+                 WHERE m.queue_id = r.queue_id AND m.id = r.id AND m.lease = r.lease
+                 RETURNING r.n",
             )?,
             send_key: c.prepare(
                 "WITH k AS (
@@ -131,13 +153,13 @@ impl Statements {
                 "DELETE FROM mwmq_messages m
                  USING (SELECT queue_id, id FROM mwmq_messages
                         WHERE queue_id = {QUEUE} AND {ELIGIBLE}
-                        ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED) c
+                        ORDER BY id LIMIT $4 FOR UPDATE SKIP LOCKED) c
                  WHERE m.queue_id = c.queue_id AND m.id = c.id
                  RETURNING m.id, m.sender, m.body"
             ))?,
             peek: c.prepare(&format!(
                 "SELECT id, sender, body FROM mwmq_messages
-                 WHERE queue_id = {QUEUE} AND {ELIGIBLE} ORDER BY id LIMIT 1"
+                 WHERE queue_id = {QUEUE} AND {ELIGIBLE} ORDER BY id LIMIT $4"
             ))?,
             ack: c.prepare(&format!("DELETE FROM mwmq_messages WHERE queue_id = {QUEUE} AND id = $2 AND lease = $3"))?,
             nack: c.prepare(&format!(
@@ -229,6 +251,21 @@ fn classify(e: postgres::Error) -> DbError {
         }
         _ => DbError::Failed(e.as_db_error().map(|d| d.message().to_string()).unwrap_or_else(|| e.to_string())),
     }
+}
+
+/// One SEND of a batch.
+#[derive(Debug, Clone, Copy)]
+pub struct SendRow<'a> {
+    /// Queue.
+    pub queue: &'a str,
+    /// Sender's name.
+    pub sender: &'a str,
+    /// Receiver, if addressed.
+    pub to: Option<&'a str>,
+    /// The message.
+    pub body: &'a [u8],
+    /// Invisible for this long.
+    pub delay_ms: u64,
 }
 
 /// A leased message as RECV returns it.
@@ -371,12 +408,66 @@ impl DbConn {
         from: Option<&str>,
         take: bool,
     ) -> Result<Option<Message>, DbError> {
+        Ok(self.first_n(queue, me, from, take, 1)?.pop())
+    }
+
+    /// The first `n` eligible messages, taken (POP) or not (PEEK), lowest id first.
+    pub fn first_n(
+        &mut self,
+        queue: &str,
+        me: Option<&str>,
+        from: Option<&str>,
+        take: bool,
+        n: usize,
+    ) -> Result<Vec<Message>, DbError> {
         let st = if take { &self.st.pop } else { &self.st.peek };
-        let r = self.client.query_opt(st, &[&queue, &me, &from]);
-        match self.check(r)? {
-            Some(r) => Ok(Some(Message { id: r.get(0), sender: r.get(1), body: r.get(2) })),
-            None => self.or_no_queue(queue, None),
+        let limit = n as i64;
+        let r = self.client.query(st, &[&queue, &me, &from, &limit]);
+        let rows = self.check(r)?;
+        if rows.is_empty() {
+            return self.or_no_queue(queue, Vec::new());
         }
+        let mut out: Vec<Message> =
+            rows.iter().map(|r| Message { id: r.get(0), sender: r.get(1), body: r.get(2) }).collect();
+        out.sort_by_key(|m| m.id);
+        Ok(out)
+    }
+
+    /// Several SENDs (without keys) in one statement and one commit: each
+    /// one's id, or `None` when its queue does not exist.
+    pub fn send_many(&mut self, sends: &[SendRow<'_>]) -> Result<Vec<Option<i64>>, DbError> {
+        let queues: Vec<&str> = sends.iter().map(|s| s.queue).collect();
+        let senders: Vec<&str> = sends.iter().map(|s| s.sender).collect();
+        let to: Vec<Option<&str>> = sends.iter().map(|s| s.to).collect();
+        let bodies: Vec<&[u8]> = sends.iter().map(|s| s.body).collect();
+        let delays: Vec<f64> = sends.iter().map(|s| s.delay_ms as f64).collect();
+        let r = self.client.query(&self.st.send_many, &[&queues, &senders, &to, &bodies, &delays]);
+        let mut out = vec![None; sends.len()];
+        for row in self.check(r)? {
+            let n: i64 = row.get(0);
+            out[(n - 1) as usize] = Some(row.get(1));
+        }
+        Ok(out)
+    }
+
+    /// Several ACKs in one statement: whether each lease was current. A
+    /// `false` may also mean that the queue does not exist ([`DbConn::queue_exists`]).
+    pub fn ack_many(&mut self, acks: &[(&str, i64, i64)]) -> Result<Vec<bool>, DbError> {
+        let queues: Vec<&str> = acks.iter().map(|a| a.0).collect();
+        let ids: Vec<i64> = acks.iter().map(|a| a.1).collect();
+        let leases: Vec<i64> = acks.iter().map(|a| a.2).collect();
+        let r = self.client.query(&self.st.ack_many, &[&queues, &ids, &leases]);
+        let mut out = vec![false; acks.len()];
+        for row in self.check(r)? {
+            let n: i64 = row.get(0);
+            out[(n - 1) as usize] = true;
+        }
+        Ok(out)
+    }
+
+    /// Whether a queue exists.
+    pub fn queue_exists(&mut self, queue: &str) -> Result<bool, DbError> {
+        self.exists(queue)
     }
 
     /// ACK: whether the lease was current (and the message is now gone).

@@ -60,8 +60,6 @@ struct Conn {
     parser: RequestParser,
     /// Input read but not yet given to the parser.
     rbuf: Vec<u8>,
-    /// A request is with the workers (or waits for room in the queue).
-    busy: bool,
     /// A parsed request that found the queue full.
     unqueued: Option<Box<Job>>,
     /// Read until `WouldBlock`: only a new event brings more.
@@ -79,6 +77,10 @@ struct Conn {
 enum Flow {
     /// Nothing more to do until an event.
     Idle,
+    /// Input (or the end of it) waits, most likely behind a request that is
+    /// with the workers: the worker must say when it is done (see
+    /// `NetThread::service`, which steps again if it already is).
+    Busy,
     /// Waiting for the input budget or room in the queue: try again soon.
     Blocked,
     /// The connection is finished.
@@ -207,7 +209,7 @@ impl NetThread {
     /// While stopping: close every connection with nothing in flight or unwritten.
     fn close_finished(&mut self) {
         for slot in 0..self.conns.len() {
-            let done = self.conns[slot].as_ref().is_some_and(|c| !c.busy && c.shared.pending_output() == 0);
+            let done = self.conns[slot].as_ref().is_some_and(|c| !c.shared.busy() && c.shared.pending_output() == 0);
             if done {
                 self.close(Token(slot + FIRST_CONN));
             }
@@ -257,7 +259,6 @@ impl NetThread {
                 shared: Arc::new(ClientConn::new(id, stream)),
                 parser: RequestParser::new(self.shared.config.server.max_body),
                 rbuf: Vec::new(),
-                busy: false,
                 unqueued: None,
                 drained: false,
                 eof: false,
@@ -304,15 +305,12 @@ impl NetThread {
         self.free.push(slot);
     }
 
-    /// A worker answered a connection's request: serve its next one.
+    /// A worker answered a connection's request while input waited: serve its next one.
     fn answered(&mut self, d: Done) {
-        self.shared.input.give(d.size);
         let token = Token(d.token);
-        match self.conn(token) {
-            Some(c) if c.shared.id == d.conn_id => c.busy = false,
-            _ => return,
+        if self.conn(token).is_some_and(|c| c.shared.id == d.conn_id) {
+            self.service(token);
         }
-        self.service(token);
     }
 
     /// The socket takes bytes again: write what waits.
@@ -335,8 +333,18 @@ impl NetThread {
 
     /// Serves a connection as far as it may go now.
     fn service(&mut self, token: Token) {
-        match self.step(token) {
-            Flow::Idle => {}
+        let mut flow = self.step(token);
+        // Stopped with input behind a busy connection: the worker will say
+        // when it is done — unless it already is, then go on here.
+        while flow == Flow::Busy {
+            let Some(c) = self.conn(token) else { return };
+            if !c.shared.wait_for_worker() {
+                break;
+            }
+            flow = self.step(token);
+        }
+        match flow {
+            Flow::Idle | Flow::Busy => {}
             Flow::Blocked => {
                 if !self.blocked.contains(&token) {
                     self.blocked.push(token);
@@ -354,7 +362,11 @@ impl NetThread {
             if c.shared.is_closed() {
                 return Flow::Close;
             }
-            if c.shared.closing() && !c.busy {
+            let busy = c.shared.busy();
+            if !busy {
+                c.shared.resume_input();
+            }
+            if c.shared.closing() && !busy {
                 // QUIT or a protocol error: close once the replies are out.
                 return if c.shared.pending_output() == 0 { Flow::Close } else { Flow::Idle };
             }
@@ -367,7 +379,10 @@ impl NetThread {
                 continue;
             }
             let c = self.conn(token).expect("still there");
-            if !c.busy && !stopping && c.shared.pending_output() <= max_output {
+            // Only a busy connection holds its input back; whether it still
+            // is, the service loop asks in a way no worker can slip past.
+            let may_parse = !stopping && c.shared.pending_output() <= max_output;
+            if !busy && may_parse {
                 match self.parse(token) {
                     Some(flow) => return flow,
                     None => {
@@ -377,15 +392,16 @@ impl NetThread {
             }
             let c = self.conn(token).expect("still there");
             if c.drained || c.eof {
-                if c.eof && !c.busy && c.rbuf.is_empty() {
+                if c.eof && !c.shared.busy() && c.rbuf.is_empty() {
                     // The client is done sending: close once it has every reply.
                     return if c.shared.pending_output() == 0 { Flow::Close } else { Flow::Idle };
                 }
-                return Flow::Idle;
+                let held = !c.rbuf.is_empty() || c.eof;
+                return if held && may_parse { Flow::Busy } else { Flow::Idle };
             }
             if c.rbuf.len() >= READ_AHEAD {
                 // Enough read ahead: the socket keeps the rest (not drained).
-                return Flow::Idle;
+                return if may_parse { Flow::Busy } else { Flow::Idle };
             }
             // Read into the thread's scratch buffer: an idle connection holds no buffer at all.
             let stream = c.shared.clone();
@@ -471,7 +487,7 @@ impl NetThread {
                 parked_at: None,
                 last_try: false,
             });
-            c.busy = true;
+            c.shared.set_busy();
             if let Err(Work::Request(job)) = shared.queue.push_fresh(Work::Request(job)) {
                 NetCounters::add(&shared.net.queue_full, 1);
                 c.unqueued = Some(job);

@@ -1,5 +1,6 @@
-//! RESP2, the Redis serialization protocol: a sans-I/O request parser and
-//! the reply encoder.
+//! RESP, the Redis serialization protocol: a sans-I/O request parser and
+//! the reply encoder (RESP2, and RESP3 for clients that ask with `HELLO 3`:
+//! mwmq's replies differ between the two only in nil and maps).
 //!
 //! Requests are arrays of bulk strings (`*2\r\n$4\r\nQLEN\r\n$1\r\nq\r\n`, what
 //! every Redis client sends) or inline commands (`QLEN q\r\n`, what a person
@@ -304,6 +305,8 @@ pub enum Reply {
     Nil,
     /// `*n` and the elements.
     Array(Vec<Reply>),
+    /// A map: `%n` in RESP3, a flat array of keys and values in RESP2.
+    Map(Vec<(Reply, Reply)>),
 }
 
 impl Reply {
@@ -322,8 +325,13 @@ impl Reply {
         matches!(self, Reply::Error(_))
     }
 
-    /// Appends the encoding to `out`.
+    /// Appends the RESP2 encoding to `out`.
     pub fn encode(&self, out: &mut Vec<u8>) {
+        self.encode_as(out, false);
+    }
+
+    /// Appends the encoding to `out`, in RESP3 when `resp3` (nil and maps differ).
+    pub fn encode_as(&self, out: &mut Vec<u8>, resp3: bool) {
         match self {
             Reply::Simple(s) => {
                 out.push(b'+');
@@ -344,13 +352,25 @@ impl Reply {
                 out.extend_from_slice(b"\r\n");
                 out.extend_from_slice(b);
             }
+            Reply::Nil if resp3 => out.push(b'_'),
             Reply::Nil => out.extend_from_slice(b"$-1"),
             Reply::Array(items) => {
                 out.push(b'*');
                 out.extend_from_slice(items.len().to_string().as_bytes());
                 out.extend_from_slice(b"\r\n");
                 for item in items {
-                    item.encode(out);
+                    item.encode_as(out, resp3);
+                }
+                return;
+            }
+            Reply::Map(pairs) => {
+                let (mark, n) = if resp3 { (b'%', pairs.len()) } else { (b'*', 2 * pairs.len()) };
+                out.push(mark);
+                out.extend_from_slice(n.to_string().as_bytes());
+                out.extend_from_slice(b"\r\n");
+                for (k, v) in pairs {
+                    k.encode_as(out, resp3);
+                    v.encode_as(out, resp3);
                 }
                 return;
             }
@@ -358,10 +378,17 @@ impl Reply {
         out.extend_from_slice(b"\r\n");
     }
 
-    /// The encoding.
+    /// The RESP2 encoding.
     pub fn to_bytes(&self) -> Vec<u8> {
         let mut v = Vec::new();
         self.encode(&mut v);
+        v
+    }
+
+    /// The encoding in RESP3 when `resp3`, else RESP2.
+    pub fn to_bytes_as(&self, resp3: bool) -> Vec<u8> {
+        let mut v = Vec::new();
+        self.encode_as(&mut v, resp3);
         v
     }
 }
@@ -485,5 +512,8 @@ mod tests {
         assert_eq!(r.to_bytes(), b"*4\r\n:3\r\n$4\r\na\r\nb\r\n$-1\r\n*0\r\n");
         assert_eq!(Reply::Simple("OK").to_bytes(), b"+OK\r\n");
         assert_eq!(Reply::err("bad\r\nthing").to_bytes(), b"-ERR bad  thing\r\n");
+        let m = Reply::Map(vec![(Reply::text("proto"), Reply::Int(3)), (Reply::text("x"), Reply::Nil)]);
+        assert_eq!(m.to_bytes_as(true), b"%2\r\n$5\r\nproto\r\n:3\r\n$1\r\nx\r\n_\r\n");
+        assert_eq!(m.to_bytes(), b"*4\r\n$5\r\nproto\r\n:3\r\n$1\r\nx\r\n$-1\r\n");
     }
 }

@@ -54,15 +54,14 @@ pub enum Work {
     Release(Vec<LeaseRef>),
 }
 
-/// A worker tells the net thread that a connection's request is answered.
+/// A worker tells the net thread that a connection's request is answered
+/// (only when the net thread waits for it: see `ClientConn::finish_request`).
 #[derive(Debug, Clone, Copy)]
 pub struct Done {
     /// The connection's token.
     pub token: usize,
     /// Its id (tokens are reused).
     pub conn_id: u64,
-    /// Input-budget bytes to give back.
-    pub size: usize,
 }
 
 /// Counters of the net thread (cumulative).

@@ -16,7 +16,7 @@ use mwstats::stages::Timeline;
 
 use crate::command::{Command, MqOp};
 use crate::conn::{ClientConn, Delivered};
-use crate::db::{DbConn, DbError, LeaseRef};
+use crate::db::{DbConn, DbError, LeaseRef, SendRow};
 use crate::resp::Reply;
 use crate::shared::{Done, Job, NetCounters, Shared, Work};
 use crate::telemetry::MqAcc;
@@ -29,8 +29,32 @@ enum Outcome {
     Park(u64),
 }
 
+/// Requests a worker may carry out together (`batch` > 1).
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Batch {
+    /// SENDs without a KEY, to any queues.
+    Send,
+    /// ACKs, of any queues.
+    Ack,
+    /// POPs of one queue by one receiver with one FROM.
+    Pop { queue: String, me: Option<String>, from: Option<String> },
+}
+
+impl Batch {
+    fn of(job: &Job) -> Option<Batch> {
+        match &job.cmd {
+            Ok(Command::Send(s)) if s.key.is_none() => Some(Batch::Send),
+            Ok(Command::Ack { .. }) => Some(Batch::Ack),
+            Ok(Command::Pop { queue, from }) => {
+                Some(Batch::Pop { queue: queue.clone(), me: job.conn.name(), from: from.clone() })
+            }
+            _ => None,
+        }
+    }
+}
+
 /// Database facts of one request.
-#[derive(Default)]
+#[derive(Default, Clone, Copy)]
 struct DbFacts {
     t_pool: Option<u64>,
     t_send: Option<u64>,
@@ -82,7 +106,179 @@ impl Worker {
         }
     }
 
-    fn request(&mut self, mut job: Box<Job>) {
+    fn request(&mut self, job: Box<Job>) {
+        let batch = self.shared.config.server.batch;
+        if batch > 1 {
+            if let Some(kind) = Batch::of(&job) {
+                let more = self.shared.queue.take_matching(batch - 1, |w| match w {
+                    Work::Request(j) => Batch::of(j).as_ref() == Some(&kind),
+                    Work::Release(_) => false,
+                });
+                if !more.is_empty() {
+                    let mut jobs = vec![job];
+                    jobs.extend(more.into_iter().filter_map(|w| match w {
+                        Work::Request(j) => Some(j),
+                        Work::Release(_) => None,
+                    }));
+                    return self.batch(kind, jobs);
+                }
+            }
+        }
+        self.one(job);
+    }
+
+    /// Carries out several compatible requests as one statement.
+    #[allow(clippy::vec_box)] // boxed as they came through the queue: no copies
+    fn batch(&mut self, kind: Batch, mut jobs: Vec<Box<Job>>) {
+        let t_dequeue = now_ns();
+        let timeout_ns = self.shared.config.server.queue_timeout_ms * 1_000_000;
+        let mut replies: Vec<Option<(Reply, &'static str, u64)>> = vec![None; jobs.len()];
+        for (i, job) in jobs.iter().enumerate() {
+            if timeout_ns > 0 && t_dequeue.saturating_sub(job.t_enqueue) > timeout_ns {
+                let msg = format!(
+                    "TRYAGAIN the request waited more than {} ms for a worker",
+                    self.shared.config.server.queue_timeout_ms
+                );
+                replies[i] = Some((Reply::Error(msg), "server_error", 0));
+            }
+        }
+        let live: Vec<usize> = (0..jobs.len()).filter(|i| replies[*i].is_none()).collect();
+        let mut db = DbFacts::default();
+        match self.shared.pool.get() {
+            Err(e) => {
+                db.failed = true;
+                db.unavailable = true;
+                for i in &live {
+                    replies[*i] = Some((e.reply(), "server_error", 0));
+                }
+            }
+            Ok(mut pg) => {
+                let now = now_ns();
+                db.t_pool = Some(now);
+                db.t_send = Some(now);
+                db.statements = 1;
+                let result = self.batch_statement(&mut pg, &kind, &jobs, &live, &mut replies);
+                db.t_done = Some(now_ns());
+                self.shared.pool.put(pg);
+                if let Err(e) = result {
+                    db.failed = !matches!(e, DbError::NoQueue(_) | DbError::Exists(_));
+                    db.unavailable = matches!(e, DbError::Unavailable(_));
+                    let status = if db.failed { "server_error" } else { "client_error" };
+                    for i in &live {
+                        replies[*i] = Some((e.reply(), status, 0));
+                    }
+                }
+            }
+        }
+        let n = jobs.len() as u64;
+        for (i, job) in jobs.iter_mut().enumerate() {
+            let (reply, status, hits) =
+                replies[i].take().unwrap_or((Reply::err("internal: no reply"), "server_error", 0));
+            let cmd = std::mem::replace(&mut job.cmd, Err(Reply::Nil));
+            let op = cmd.as_ref().map(Command::op).unwrap_or(MqOp::Other);
+            self.answer(job, &reply, Vec::new(), false);
+            let t_reply = now_ns();
+            let status = if reply.is_error() { status } else { "ok" };
+            let facts = DbFacts {
+                hits,
+                statements: u64::from(i == 0) * db.statements,
+                failed: i == 0 && db.failed,
+                unavailable: i == 0 && db.unavailable,
+                ..db
+            };
+            // The worker's time is counted once, shared by the batch.
+            let busy = t_reply.saturating_sub(t_dequeue) / n;
+            self.record(job, op, 1, status, t_dequeue, &facts, t_reply, Some(busy));
+            self.shared.input.give(job.size);
+            if job.conn.finish_request() {
+                self.shared.done(Done { token: job.token, conn_id: job.conn.id });
+            }
+        }
+    }
+
+    fn batch_statement(
+        &self,
+        pg: &mut DbConn,
+        kind: &Batch,
+        jobs: &[Box<Job>],
+        live: &[usize],
+        replies: &mut [Option<(Reply, &'static str, u64)>],
+    ) -> Result<(), DbError> {
+        match kind {
+            Batch::Send => {
+                let names: Vec<Option<String>> = live.iter().map(|i| jobs[*i].conn.name()).collect();
+                let rows: Vec<SendRow<'_>> = live
+                    .iter()
+                    .zip(&names)
+                    .map(|(i, me)| match &jobs[*i].cmd {
+                        Ok(Command::Send(s)) => SendRow {
+                            queue: &s.queue,
+                            sender: me.as_deref().unwrap_or(""),
+                            to: s.to.as_deref(),
+                            body: &s.body,
+                            delay_ms: s.delay_ms,
+                        },
+                        _ => unreachable!("a SEND batch holds SENDs"),
+                    })
+                    .collect();
+                let ids = pg.send_many(&rows)?;
+                let mut woken = std::collections::HashSet::new();
+                for ((i, id), row) in live.iter().zip(ids).zip(&rows) {
+                    replies[*i] = Some(match id {
+                        Some(id) => {
+                            if woken.insert(row.queue) {
+                                self.shared.waiters.sent(&self.shared, row.queue);
+                            }
+                            (Reply::Int(id), "ok", 0)
+                        }
+                        None => (DbError::NoQueue(row.queue.to_string()).reply(), "client_error", 0),
+                    });
+                }
+            }
+            Batch::Ack => {
+                let acks: Vec<(&str, i64, i64)> = live
+                    .iter()
+                    .map(|i| match &jobs[*i].cmd {
+                        Ok(Command::Ack { queue, id, lease }) => (queue.as_str(), *id, *lease),
+                        _ => unreachable!("an ACK batch holds ACKs"),
+                    })
+                    .collect();
+                let done = pg.ack_many(&acks)?;
+                let mut exists = std::collections::HashMap::new();
+                for ((i, ok), a) in live.iter().zip(done).zip(&acks) {
+                    let known = ok
+                        || match exists.get(a.0) {
+                            Some(e) => *e,
+                            None => {
+                                let e = pg.queue_exists(a.0)?;
+                                exists.insert(a.0, e);
+                                e
+                            }
+                        };
+                    replies[*i] = Some(if known {
+                        (Reply::Int(i64::from(ok)), "ok", 0)
+                    } else {
+                        (DbError::NoQueue(a.0.to_string()).reply(), "client_error", 0)
+                    });
+                }
+            }
+            Batch::Pop { queue, me, from } => {
+                let msgs = pg.first_n(queue, me.as_deref(), from.as_deref(), true, live.len())?;
+                let mut msgs = msgs.into_iter();
+                for i in live {
+                    replies[*i] = Some(match msgs.next() {
+                        Some(m) => {
+                            (Reply::Array(vec![Reply::Int(m.id), Reply::text(m.sender), Reply::Bulk(m.body)]), "ok", 1)
+                        }
+                        None => (Reply::Nil, "ok", 0),
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn one(&mut self, mut job: Box<Job>) {
         let t_dequeue = now_ns();
         let mut db = DbFacts::default();
         let timeout_ns = self.shared.config.server.queue_timeout_ms * 1_000_000;
@@ -131,14 +327,17 @@ impl Worker {
                 let t_reply = now_ns();
                 let error = reply.is_error();
                 let status = if error { status } else { "ok" };
-                self.record(&job, op, keys, status, t_dequeue, &db, t_reply);
-                self.shared.done(Done { token: job.token, conn_id: job.conn.id, size: job.size });
+                self.record(&job, op, keys, status, t_dequeue, &db, t_reply, None);
+                self.shared.input.give(job.size);
+                if job.conn.finish_request() {
+                    self.shared.done(Done { token: job.token, conn_id: job.conn.id });
+                }
             }
         }
     }
 
     fn answer(&self, job: &Job, reply: &Reply, leases: Vec<LeaseRef>, quit: bool) {
-        let bytes = reply.to_bytes();
+        let bytes = reply.to_bytes_as(job.conn.resp3());
         if quit {
             job.conn.close_after_replies();
         }
@@ -166,6 +365,7 @@ impl Worker {
         t_dequeue: u64,
         db: &DbFacts,
         t_reply: u64,
+        busy: Option<u64>,
     ) {
         // A long poll's wait is not part of its response time: measured from
         // when it was last queued, as if it had arrived then.
@@ -188,7 +388,7 @@ impl Worker {
             t_reply,
         };
         let trace_every = self.shared.config.stats.trace_every;
-        let busy = t_reply.saturating_sub(t_dequeue);
+        let busy = busy.unwrap_or_else(|| t_reply.saturating_sub(t_dequeue));
         self.writer.record(&self.shared.telemetry.slots, |acc| {
             acc.stages.record(&t, trace_every);
             acc.stages.busy_ns += busy;
@@ -218,6 +418,24 @@ impl Worker {
             Command::ClientId => return local(Reply::Int(conn.id as i64)),
             Command::CommandDocs => return local(Reply::Array(Vec::new())),
             Command::Info => return local(Reply::text(self.info())),
+            Command::Hello { proto, setname } => {
+                if let Some(p) = proto {
+                    conn.set_resp3(*p == 3);
+                }
+                if let Some(n) = setname {
+                    conn.set_name(n.clone());
+                }
+                let t = Reply::text;
+                return local(Reply::Map(vec![
+                    (t("server"), t("mwmq")),
+                    (t("version"), t(crate::VERSION)),
+                    (t("proto"), Reply::Int(if conn.resp3() { 3 } else { 2 })),
+                    (t("id"), Reply::Int(conn.id as i64)),
+                    (t("mode"), t("standalone")),
+                    (t("role"), t("master")),
+                    (t("modules"), Reply::Array(Vec::new())),
+                ]));
+            }
             _ => {}
         }
         // A RECV that may wait notes the queue's wake-ups before looking.

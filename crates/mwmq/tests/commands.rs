@@ -141,18 +141,41 @@ fn delays_leases_order_keys_and_addresses() {
 
 #[test]
 fn concurrent_pops_and_recvs_never_share_a_message() {
+    for batch in [1, 16] {
+        pops_and_recvs(batch);
+    }
+}
+
+fn pops_and_recvs(batch: usize) {
     let pg = Postgres::start().unwrap();
     let mut cfg = config(&pg);
     cfg.server.workers = 8;
+    cfg.server.batch = batch;
     let mq = start(cfg);
     let addr = mq.local_addr();
     let mut c = connect(addr);
     let _: String = q(&mut c, &["QCREATE", "q"]);
-    let total = 1500;
+    let total = 1600;
+    // Eight senders at once (batched SENDs when batch > 1), one body each.
+    let senders: Vec<_> = (0..8)
+        .map(|t| {
+            std::thread::spawn(move || {
+                let mut c = connect(addr);
+                (0..total / 8)
+                    .map(|i| (q::<i64>(&mut c, &["SEND", "q", &format!("{t}-{i}")]), format!("{t}-{i}")))
+                    .collect::<Vec<_>>()
+            })
+        })
+        .collect();
     let mut sent = HashSet::new();
-    for i in 0..total {
-        sent.insert(q::<i64>(&mut c, &["SEND", "q", &i.to_string()]));
+    let mut bodies = HashSet::new();
+    for t in senders {
+        for (id, body) in t.join().unwrap() {
+            assert!(sent.insert(id), "batch {batch}: id {id} given to two SENDs");
+            bodies.insert(body);
+        }
     }
+    assert_eq!(sent.len(), total);
     let threads: Vec<_> = (0..8)
         .map(|t| {
             std::thread::spawn(move || {
@@ -184,10 +207,65 @@ fn concurrent_pops_and_recvs_never_share_a_message() {
         all.extend(t.join().unwrap());
     }
     let unique: HashSet<i64> = all.iter().copied().collect();
-    assert_eq!(unique.len(), all.len(), "a message was handed out twice");
-    assert_eq!(unique, sent);
+    assert_eq!(unique.len(), all.len(), "batch {batch}: a message was handed out twice");
+    assert_eq!(unique, sent, "batch {batch}");
     mq.stopper().stop();
     mq.join();
+}
+
+/// Pipelined requests (a client writes many before reading): served one
+/// at a time, in order, none forgotten — the net thread holds the rest of a
+/// connection's input while its request is with a worker, and the worker
+/// tells it when it is done.
+#[test]
+fn pipelined_requests_are_all_answered_in_order() {
+    let pg = Postgres::start().unwrap();
+    for batch in [1, 16] {
+        let mut cfg = config(&pg);
+        cfg.server.batch = batch;
+        let mq = start(cfg);
+        let addr = mq.local_addr();
+        let mut c = connect(addr);
+        let queue = format!("p{batch}");
+        let _: String = q(&mut c, &["QCREATE", &queue]);
+        let threads: Vec<_> = (0..4)
+            .map(|t| {
+                let queue = queue.clone();
+                std::thread::spawn(move || {
+                    let mut c = connect(addr);
+                    let mut ids = Vec::new();
+                    for round in 0..20 {
+                        let mut p = redis::pipe();
+                        for i in 0..50 {
+                            p.cmd("SEND").arg(&queue).arg(format!("{t}-{round}-{i}"));
+                            p.cmd("PING");
+                        }
+                        let replies: Vec<redis::Value> = p.query(&mut c).expect("pipeline");
+                        assert_eq!(replies.len(), 100);
+                        for pair in replies.chunks(2) {
+                            match (&pair[0], &pair[1]) {
+                                (redis::Value::Int(id), redis::Value::SimpleString(pong)) if pong == "PONG" => {
+                                    ids.push(*id)
+                                }
+                                other => panic!("batch {batch}: replies out of order: {other:?}"),
+                            }
+                        }
+                    }
+                    ids
+                })
+            })
+            .collect();
+        let mut all = HashSet::new();
+        for t in threads {
+            let ids = t.join().unwrap();
+            assert!(ids.windows(2).all(|w| w[0] < w[1]), "batch {batch}: one sender's ids go up");
+            all.extend(ids);
+        }
+        assert_eq!(all.len(), 4 * 20 * 50);
+        assert_eq!(q::<i64>(&mut c, &["QLEN", &queue]), 4000);
+        mq.stopper().stop();
+        mq.join();
+    }
 }
 
 #[test]

@@ -38,20 +38,21 @@ fn try_connect(addr: std::net::SocketAddr) -> Option<redis::Connection> {
 }
 
 /// Runs the workload while `chaos` runs, drains, and checks the history.
-fn check_under(name: &str, chaos: impl FnOnce(&Postgres, &mut Option<MqProcess>, u16)) {
+fn check_under(name: &str, args: &[&str], chaos: impl FnOnce(&Postgres, &mut Option<MqProcess>, u16)) {
     let pg = Postgres::start().unwrap();
     let port = mctest::free_port();
-    let mut mq = Some(MqProcess::start(&pg, port, &["--db-pool", "6"]));
+    let mut mq = Some(MqProcess::start(&pg, port, args));
     let addr = mq.as_ref().unwrap().addr;
     let mut c = connect(addr);
     let _: String = q(&mut c, &["QCREATE", "q"]);
     let history = Arc::new(Mutex::new(History::default()));
     let sending = Arc::new(AtomicBool::new(true));
     let receiving = Arc::new(AtomicBool::new(true));
+    let mut senders = Vec::new();
     let mut threads = Vec::new();
     for t in 0..4 {
         let (h, go) = (history.clone(), sending.clone());
-        threads.push(std::thread::spawn(move || {
+        senders.push(std::thread::spawn(move || {
             let mut conn = None;
             let mut n = 0;
             while go.load(Ordering::Relaxed) {
@@ -121,6 +122,10 @@ fn check_under(name: &str, chaos: impl FnOnce(&Postgres, &mut Option<MqProcess>,
     chaos(&pg, &mut mq, port);
     std::thread::sleep(Duration::from_millis(300));
     sending.store(false, Ordering::Relaxed);
+    // No SEND is in flight from here on: what the drain leaves is a loss.
+    for t in senders {
+        t.join().unwrap();
+    }
     // Drain: leases of killed connections expire after 1.5 s and are redelivered.
     let deadline = Instant::now() + Duration::from_secs(30);
     let mut check = None;
@@ -173,7 +178,7 @@ fn check_under(name: &str, chaos: impl FnOnce(&Postgres, &mut Option<MqProcess>,
 
 #[test]
 fn sigkill_of_mwmq_under_load_loses_nothing_acknowledged() {
-    check_under("SIGKILL", |pg, mq, port| {
+    check_under("SIGKILL", &["--db-pool", "6"], |pg, mq, port| {
         for _ in 0..5 {
             std::thread::sleep(Duration::from_millis(400));
             mq.as_mut().unwrap().kill();
@@ -184,7 +189,7 @@ fn sigkill_of_mwmq_under_load_loses_nothing_acknowledged() {
 
 #[test]
 fn postgres_restarts_under_load_lose_nothing_acknowledged() {
-    check_under("PostgreSQL restart", |pg, _, _| {
+    check_under("PostgreSQL restart", &["--db-pool", "6"], |pg, _, _| {
         for mode in ["fast", "immediate", "fast"] {
             std::thread::sleep(Duration::from_millis(500));
             pg.restart(mode).unwrap();
@@ -194,7 +199,8 @@ fn postgres_restarts_under_load_lose_nothing_acknowledged() {
 
 #[test]
 fn terminated_backends_under_load_lose_nothing_acknowledged() {
-    check_under("pg_terminate_backend", |pg, _, _| {
+    // Batched SENDs and ACKs: one statement for several requests.
+    check_under("pg_terminate_backend, batch 8", &["--batch", "8"], |pg, _, _| {
         let mut admin = sql(pg);
         for _ in 0..6 {
             std::thread::sleep(Duration::from_millis(300));
@@ -269,4 +275,30 @@ fn sigterm_answers_everything_in_flight_and_leaves_no_lease_behind() {
     let leased: i64 = db.query_one("SELECT count(*) FROM mwmq_messages WHERE lease IS NOT NULL", &[]).unwrap().get(0);
     assert_eq!(leased, 0, "leases of a reply that never reached its client were given back");
     drop(deaf);
+}
+
+#[test]
+fn a_stalled_database_gets_tryagain_and_service_resumes() {
+    let pg = Postgres::start().unwrap();
+    let dir = std::env::temp_dir().join(format!("mwmq-stall-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let cfg = dir.join("mq.toml");
+    std::fs::write(&cfg, "[database]\nstatement_timeout_ms = 300\npool_wait_ms = 300\n").unwrap();
+    let mq = MqProcess::start(&pg, 0, &["-c", cfg.to_str().unwrap()]);
+    let mut c = connect(mq.addr);
+    let _: String = q(&mut c, &["QCREATE", "q"]);
+    // Another session holds the messages table: every statement on it waits.
+    let mut admin = sql(&pg);
+    let mut tx = admin.transaction().unwrap();
+    tx.batch_execute("LOCK TABLE mwmq_messages IN ACCESS EXCLUSIVE MODE").unwrap();
+    let t0 = Instant::now();
+    let e = err(&mut c, &["SEND", "q", "blocked"]);
+    assert!(e.starts_with("TRYAGAIN"), "{e}");
+    assert!(t0.elapsed() < Duration::from_secs(3), "the stall was not cut short: {:?}", t0.elapsed());
+    assert_eq!(q::<String>(&mut c, &["PING"]), "PONG", "mwmq itself keeps answering");
+    tx.rollback().unwrap();
+    let id: i64 = q(&mut c, &["SEND", "q", "after"]);
+    assert!(id > 0);
+    assert_eq!(q::<i64>(&mut c, &["QLEN", "q"]), 1, "the refused SEND left nothing");
+    std::fs::remove_dir_all(dir).unwrap();
 }

@@ -121,6 +121,29 @@ impl<T> WorkQueue<T> {
         }
     }
 
+    /// Takes up to `max` more entries for which `matches` holds, from
+    /// anywhere in either line (oldest first), without waiting: a worker
+    /// that batches compatible work calls it after [`WorkQueue::pop`].
+    pub fn take_matching(&self, max: usize, mut matches: impl FnMut(&T) -> bool) -> Vec<T> {
+        let mut out = Vec::new();
+        if max == 0 {
+            return out;
+        }
+        let mut guard = self.lock();
+        let l = &mut *guard;
+        for line in [&mut l.fresh, &mut l.again] {
+            let mut i = 0;
+            while i < line.len() && out.len() < max {
+                if matches(&line[i]) {
+                    out.extend(line.remove(i));
+                } else {
+                    i += 1;
+                }
+            }
+        }
+        out
+    }
+
     /// Entries waiting now.
     pub fn len(&self) -> usize {
         let l = self.lock();
@@ -162,6 +185,18 @@ mod tests {
         assert_eq!(q.pop_timeout(&mut turn, Duration::from_millis(5)), Err(()));
         q.close();
         assert_eq!(q.pop(&mut turn), None);
+    }
+
+    #[test]
+    fn matching_entries_are_taken_from_both_lines() {
+        let q = WorkQueue::new(8);
+        for i in [1, 2, 3, 4] {
+            q.push_fresh(i).unwrap();
+        }
+        q.push_again(6);
+        assert_eq!(q.take_matching(2, |x| x % 2 == 0), [2, 4]);
+        assert_eq!(q.take_matching(5, |x| x % 2 == 0), [6]);
+        assert_eq!(q.len(), 2);
     }
 
     #[test]

@@ -31,7 +31,10 @@ pub fn start(c: Config) -> Mq {
 /// A connection to mwmq with the `redis` crate.
 pub fn connect(addr: SocketAddr) -> redis::Connection {
     let client = redis::Client::open(format!("redis://{addr}/")).expect("client");
-    client.get_connection_with_timeout(Duration::from_secs(5)).expect("connect")
+    let c = client.get_connection_with_timeout(Duration::from_secs(5)).expect("connect");
+    // A reply that never comes fails the test instead of hanging it.
+    c.set_read_timeout(Some(Duration::from_secs(30))).expect("read timeout");
+    c
 }
 
 /// A named connection (CLIENT SETNAME).

@@ -1,0 +1,135 @@
+#!/usr/bin/env bash
+# mwmq against the database's own limit, on one PostgreSQL in one run
+# (fsync and synchronous_commit on: every acknowledged SEND is durable):
+#
+#   SEND       redis-benchmark, 8 connections, 128 B bodies   vs  pgbench -c 8 running mwmq's INSERT
+#   POP        redis-benchmark, 8 connections                 vs  pgbench -c 8 running mwmq's DELETE ... SKIP LOCKED
+#   RECV+ACK   8 redis-py clients, RECV then ACK               vs  pgbench -c 8 running the UPDATE, then the DELETE
+#
+# Printed: requests (or message pairs) per second, p50 and p99 in ms, and
+# mwmq / PostgreSQL. For scale: the seed report's best was 937 requests/s.
+#
+# Usage: bench/mq.sh [requests]    (env: WORKERS, CLIENTS)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. scripts/lib.sh
+N=${1:-40000}
+WORKERS=${WORKERS:-8}
+CLIENTS=${CLIENTS:-8}
+BIN=target/release
+PY=.venv/bin/python
+work=$(mktemp -d /tmp/mwmq-bench.XXXXXX)
+chmod 755 "$work"
+pg="$work/pg"
+trap 'scripts/postgres.sh stop "$pg" >/dev/null 2>&1 || true; cleanup' EXIT INT TERM
+db=$(scripts/postgres.sh start "$pg")
+PGBIN=$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -1)
+as_pg() { if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi; }
+
+MQ=$(free_port)
+"$BIN/mwmq" --listen "127.0.0.1:$MQ" --db "$db" --workers "$WORKERS" --db-pool "$WORKERS" --log warn & pids+=($!)
+wait_port "$MQ"
+redis-cli -p "$MQ" QCREATE mq >/dev/null
+redis-cli -p "$MQ" QCREATE pg >/dev/null
+BODY=$(printf 'x%.0s' $(seq 128))
+HEX=$(printf '78%.0s' $(seq 128))
+
+# mwmq's statements, as pgbench scripts on queue "pg".
+cat >"$work/send.sql" <<SQL
+INSERT INTO mwmq_messages (queue_id, sender, receiver, body, visible_at)
+SELECT id, '', NULL, '\\x$HEX'::bytea, now() FROM mwmq_queues WHERE name = 'pg' AND dropped_at IS NULL RETURNING id;
+SQL
+cat >"$work/pop.sql" <<'SQL'
+DELETE FROM mwmq_messages m USING (SELECT queue_id, id FROM mwmq_messages
+  WHERE queue_id = (SELECT id FROM mwmq_queues WHERE name = 'pg' AND dropped_at IS NULL)
+  AND visible_at <= now() AND receiver IS NULL ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED) c
+WHERE m.queue_id = c.queue_id AND m.id = c.id RETURNING m.id, m.sender, m.body;
+SQL
+cat >"$work/recvack.sql" <<'SQL'
+UPDATE mwmq_messages m SET lease = nextval('mwmq_leases'), visible_at = now() + interval '30 seconds',
+  deliveries = m.deliveries + 1
+FROM (SELECT queue_id, id FROM mwmq_messages
+  WHERE queue_id = (SELECT id FROM mwmq_queues WHERE name = 'pg' AND dropped_at IS NULL)
+  AND visible_at <= now() AND receiver IS NULL ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED) c
+WHERE m.queue_id = c.queue_id AND m.id = c.id RETURNING m.queue_id AS qid, m.id AS mid, m.lease AS lease
+\gset
+DELETE FROM mwmq_messages WHERE queue_id = :qid AND id = :mid AND lease = :lease;
+SQL
+chmod 644 "$work"/*.sql
+mkdir "$work/pgb"
+if [ "$(id -u)" = 0 ]; then chown postgres "$work/pgb"; fi
+
+pgbench_run() {  # script -> "rate p50 p99" (transactions per second, ms)
+  local script=$1
+  rm -f "$work"/pgb/log*
+  as_pg env PGOPTIONS="-c enable_bitmapscan=off -c enable_seqscan=off -c enable_sort=off" \
+    "$PGBIN/pgbench" -n -h "$pg" -U postgres -M prepared -c "$CLIENTS" -j 2 -t $((N / CLIENTS)) \
+    -f "$script" -l --log-prefix="$work/pgb/log" mwmq >"$work/pgb.out" 2>&1 || { cat "$work/pgb.out" >&2; exit 1; }
+  "$PY" - "$work" <<'PY'
+import glob, re, sys
+work = sys.argv[1]
+out = open(f"{work}/pgb.out").read()
+rate = float(re.search(r"tps = ([0-9.]+) \(without initial connection time\)", out).group(1))
+lat = sorted(int(l.split()[2]) for f in glob.glob(f"{work}/pgb/log*") for l in open(f))
+q = lambda p: lat[min(len(lat) - 1, int(p * len(lat)))] / 1000
+print(f"{rate:.0f} {q(0.5):.2f} {q(0.99):.2f}")
+PY
+}
+
+rb_run() {  # redis-benchmark arguments -> "rate p50 p99"
+  redis-benchmark -p "$MQ" -c "$CLIENTS" -n "$N" --csv "$@" 2>/dev/null | tail -1 |
+    "$PY" -c "import csv,sys; r=next(csv.reader(sys.stdin)); print(f'{float(r[1]):.0f} {float(r[4]):.2f} {float(r[6]):.2f}')"
+}
+
+recvack_run() {  # -> "pairs/s p50 p99" with CLIENTS redis-py clients
+  "$PY" - "$MQ" "$CLIENTS" "$N" <<'PY'
+import sys, threading, time
+import redis
+port, clients, n = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+lat, lock = [], threading.Lock()
+def work(k):
+    r = redis.Redis(port=port)
+    mine = []
+    for _ in range(k):
+        t = time.perf_counter()
+        got = r.execute_command("RECV", "mq")
+        if not got:
+            break
+        mid, lease = got[0][0], got[0][1]
+        r.execute_command("ACK", "mq", mid, lease)
+        mine.append(time.perf_counter() - t)
+    with lock:
+        lat.extend(mine)
+threads = [threading.Thread(target=work, args=(n // clients,)) for _ in range(clients)]
+t0 = time.perf_counter()
+for t in threads: t.start()
+for t in threads: t.join()
+el = time.perf_counter() - t0
+lat.sort()
+q = lambda p: lat[min(len(lat) - 1, int(p * len(lat)))] * 1000
+print(f"{len(lat) / el:.0f} {q(0.5):.2f} {q(0.99):.2f}")
+PY
+}
+
+row() {  # name "mq-rate p50 p99" "pg-rate p50 p99"
+  read -r mr m50 m99 <<<"$2"
+  read -r pr p50 p99 <<<"$3"
+  printf '%-10s %10s %8s %8s %12s %8s %8s %8s\n' "$1" "$mr" "$m50" "$m99" "$pr" "$p50" "$p99" \
+    "$("$PY" -c "print(f'{$mr/$pr:.2f}')")"
+}
+
+echo "mwmq ($WORKERS workers, pool $WORKERS) vs PostgreSQL's own rate for the same statements (pgbench -c $CLIENTS), $N requests each"
+printf '%-10s %10s %8s %8s %12s %8s %8s %8s\n' "" "mwmq/s" "p50 ms" "p99 ms" "postgres/s" "p50 ms" "p99 ms" "ratio"
+send_mq=$(rb_run SEND mq "$BODY")
+send_pg=$(pgbench_run "$work/send.sql")
+row SEND "$send_mq" "$send_pg"
+pop_mq=$(rb_run POP mq)
+pop_pg=$(pgbench_run "$work/pop.sql")
+row POP "$pop_mq" "$pop_pg"
+# Refill both queues for RECV+ACK.
+rb_run SEND mq "$BODY" >/dev/null
+pgbench_run "$work/send.sql" >/dev/null
+ra_mq=$(recvack_run)
+ra_pg=$(pgbench_run "$work/recvack.sql")
+row RECV+ACK "$ra_mq" "$ra_pg"
+echo "(RECV+ACK: message pairs per second, latency of the pair; the seed report's best: 937 requests/s)"
