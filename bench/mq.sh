@@ -5,6 +5,7 @@
 #   SEND       redis-benchmark, 8 connections, 128 B bodies   vs  pgbench -c 8 running mwmq's INSERT
 #   POP        redis-benchmark, 8 connections                 vs  pgbench -c 8 running mwmq's DELETE ... SKIP LOCKED
 #   RECV+ACK   8 redis-py clients, RECV then ACK               vs  pgbench -c 8 running the UPDATE, then the DELETE
+#   SEND b32, POP b32: the same through a second mwmq with --batch 32
 #
 # Printed: requests (or message pairs) per second, p50 and p99 in ms, and
 # mwmq / PostgreSQL. For scale: the seed report's best was 937 requests/s.
@@ -29,6 +30,10 @@ as_pg() { if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi
 MQ=$(free_port)
 "$BIN/mwmq" --listen "127.0.0.1:$MQ" --db "$db" --workers "$WORKERS" --db-pool "$WORKERS" --log warn & pids+=($!)
 wait_port "$MQ"
+# The same with batching: a worker carries out up to 32 waiting SENDs (or POPs) in one statement.
+MQB=$(free_port)
+"$BIN/mwmq" --listen "127.0.0.1:$MQB" --db "$db" --workers "$WORKERS" --db-pool "$WORKERS" --batch 32 --log warn & pids+=($!)
+wait_port "$MQB"
 redis-cli -p "$MQ" QCREATE mq >/dev/null
 redis-cli -p "$MQ" QCREATE pg >/dev/null
 BODY=$(printf 'x%.0s' $(seq 128))
@@ -76,8 +81,8 @@ print(f"{rate:.0f} {q(0.5):.2f} {q(0.99):.2f}")
 PY
 }
 
-rb_run() {  # redis-benchmark arguments -> "rate p50 p99"
-  redis-benchmark -p "$MQ" -c "$CLIENTS" -n "$N" --csv "$@" 2>/dev/null | tail -1 |
+rb_run() {  # redis-benchmark arguments -> "rate p50 p99" (env PORT: another mwmq)
+  redis-benchmark -p "${PORT:-$MQ}" -c "$CLIENTS" -n "$N" --csv "$@" 2>/dev/null | tail -1 |
     "$PY" -c "import csv,sys; r=next(csv.reader(sys.stdin)); print(f'{float(r[1]):.0f} {float(r[4]):.2f} {float(r[6]):.2f}')"
 }
 
@@ -123,13 +128,16 @@ printf '%-10s %10s %8s %8s %12s %8s %8s %8s\n' "" "mwmq/s" "p50 ms" "p99 ms" "po
 send_mq=$(rb_run SEND mq "$BODY")
 send_pg=$(pgbench_run "$work/send.sql")
 row SEND "$send_mq" "$send_pg"
+row "SEND b32" "$(PORT=$MQB rb_run SEND mq "$BODY")" "$send_pg"
 pop_mq=$(rb_run POP mq)
 pop_pg=$(pgbench_run "$work/pop.sql")
 row POP "$pop_mq" "$pop_pg"
+rb_run SEND mq "$BODY" >/dev/null
+row "POP b32" "$(PORT=$MQB rb_run POP mq)" "$pop_pg"
 # Refill both queues for RECV+ACK.
 rb_run SEND mq "$BODY" >/dev/null
 pgbench_run "$work/send.sql" >/dev/null
 ra_mq=$(recvack_run)
 ra_pg=$(pgbench_run "$work/recvack.sql")
 row RECV+ACK "$ra_mq" "$ra_pg"
-echo "(RECV+ACK: message pairs per second, latency of the pair; the seed report's best: 937 requests/s)"
+echo "(b32: mwmq --batch 32. RECV+ACK: message pairs per second, latency of the pair; the seed report's best: 937 requests/s)"
