@@ -1,15 +1,22 @@
 //! What a load thread measures during a window.
 
+use std::collections::BTreeMap;
+
+use mwstats::record::OpRecord;
 use mwstats::slots::Accumulator;
-use mwstats::{OpKind, Ops};
+use mwstats::{MqOp, OpAcc, OpClass, OpKind, Ops};
 
 /// Counts and response times of one thread (or merged).
 #[derive(Clone, Debug, Default)]
 pub struct ClientAcc {
-    /// Per operation class.
+    /// Per operation class (memcached).
     pub ops: Ops,
     /// Bytes sent plus received, per operation class (for KB/s).
     pub bytes: [u64; 5],
+    /// Per operation class (`--protocol mq`).
+    pub mq: Ops<MqOp>,
+    /// Bytes sent plus received, per mq operation class.
+    pub mq_bytes: [u64; 8],
     /// Requests sent more than 1 ms after their intended time.
     pub late: u64,
     /// Open-loop arrivals not sent: no connection of the thread was up.
@@ -30,6 +37,35 @@ impl ClientAcc {
         self.ops.record(op, response_ns, error, keys, hits);
         self.bytes[op as usize] += bytes;
         self.dirty = true;
+    }
+
+    /// Records one completed request of the message queue.
+    #[inline]
+    pub fn record_mq(&mut self, op: MqOp, response_ns: u64, error: bool, hits: u64, bytes: u64) {
+        self.mq.record(op, response_ns, error, 1, hits);
+        self.mq_bytes[op.index()] += bytes;
+        self.dirty = true;
+    }
+
+    /// Every request, whatever the protocol.
+    pub fn all(&self) -> OpAcc {
+        let mut a = self.ops.all();
+        a.merge(&self.mq.all());
+        a
+    }
+
+    /// Bytes of every request.
+    pub fn all_bytes(&self) -> u64 {
+        self.bytes.iter().chain(&self.mq_bytes).sum()
+    }
+
+    /// The `ops` of a record: the classes of the protocol spoken.
+    pub fn records(&self, mq: bool) -> BTreeMap<String, OpRecord> {
+        if mq {
+            self.mq.records()
+        } else {
+            self.ops.records()
+        }
     }
 
     /// Records a request sent late.
@@ -73,6 +109,10 @@ impl Accumulator for ClientAcc {
         for (a, b) in self.bytes.iter_mut().zip(o.bytes) {
             *a += b;
         }
+        self.mq.merge(&o.mq);
+        for (a, b) in self.mq_bytes.iter_mut().zip(o.mq_bytes) {
+            *a += b;
+        }
         self.late += o.late;
         self.unsent += o.unsent;
         self.verify_failures += o.verify_failures;
@@ -84,6 +124,8 @@ impl Accumulator for ClientAcc {
     fn clear(&mut self) {
         self.ops.reset();
         self.bytes = [0; 5];
+        self.mq.reset();
+        self.mq_bytes = [0; 8];
         self.late = 0;
         self.unsent = 0;
         self.verify_failures = 0;

@@ -112,9 +112,23 @@ pub struct Args {
     /// Expiry time of written items in seconds, uniform in MIN-MAX (0: never).
     #[arg(long = "expiry-range", value_name = "MIN-MAX", default_value = "0")]
     pub expiry_range: String,
-    /// Protocol: memcache_text, the only one mwload speaks (memtier's -P).
+    /// Protocol: memcache_text (memtier's -P), or mq for mwmq (RESP): sets
+    /// become SENDs, gets become receives (--receive), -d is the body size.
     #[arg(short = 'P', long, default_value = "memcache_text")]
     pub protocol: String,
+    /// mq: queues to spread the clients over (named q0, q1, ...; created if missing).
+    #[arg(long, default_value_t = 1)]
+    pub queues: u32,
+    /// mq: how a client receives: pop (POP, at most once) or recv (RECV, then ACK of what came).
+    #[arg(long, default_value = "pop")]
+    pub receive: String,
+    /// mq: clients in pairs that send to each other (SEND ... TO partner) and
+    /// receive what is addressed to them, so the queues stay the same size.
+    #[arg(long)]
+    pub pairs: bool,
+    /// mq: clients are named PREFIX0, PREFIX1, ... (CLIENT SETNAME); default mwload<pid>-.
+    #[arg(long, value_name = "PREFIX")]
+    pub name_prefix: Option<String>,
     /// Accepted for memtier compatibility: mwload prints no histogram.
     #[arg(long)]
     pub hide_histogram: bool,
@@ -179,6 +193,41 @@ pub enum Mode {
     },
 }
 
+/// How an mq client receives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Receive {
+    /// `POP q`: take and delete.
+    Pop,
+    /// `RECV q`, then `ACK q id lease` of the message that came.
+    RecvAck,
+}
+
+/// The message-queue workload (`--protocol mq`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct MqLoad {
+    /// Queues `q0` .. `q{queues-1}`.
+    pub queues: u32,
+    /// POP or RECV+ACK.
+    pub receive: Receive,
+    /// Pairs of clients sending to each other.
+    pub pairs: bool,
+    /// Client names are this prefix and the client's number.
+    pub name_prefix: String,
+}
+
+impl MqLoad {
+    /// The queue of client number `g` (partners share one).
+    pub fn queue_of(&self, g: usize) -> u32 {
+        let unit = if self.pairs { g / 2 } else { g };
+        (unit % self.queues as usize) as u32
+    }
+
+    /// The name of client number `g`.
+    pub fn name_of(&self, g: usize) -> String {
+        format!("{}{g}", self.name_prefix)
+    }
+}
+
 /// A validated run.
 #[derive(Clone, Debug)]
 pub struct RunConfig {
@@ -220,6 +269,8 @@ pub struct RunConfig {
     pub max_error_rate: f64,
     /// Show the progress line.
     pub progress: bool,
+    /// `Some`: speak to mwmq instead of memcached.
+    pub mq: Option<MqLoad>,
 }
 
 /// A command line mwload refuses, with the reason.
@@ -314,12 +365,11 @@ impl Args {
         if self.clients == 0 || self.virtual_clients == 0 {
             return err("--clients and --virtual-clients must be at least 1");
         }
-        if self.protocol != "memcache_text" {
-            return err(format!(
-                "--protocol {:?}: mwload speaks the memcached text protocol only (memcache_text)",
-                self.protocol
-            ));
-        }
+        let mq = match self.protocol.as_str() {
+            "memcache_text" => None,
+            "mq" => Some(self.mq_load(&servers)?),
+            p => return err(format!("--protocol {p:?}: use memcache_text (memcached) or mq (mwmq)")),
+        };
         let (elo, ehi) = range(&self.expiry_range, "--expiry-range")?;
         if ehi > MAX_RELATIVE_EXPIRY {
             return err(format!(
@@ -425,7 +475,33 @@ impl Args {
             instance: self.instance.clone(),
             max_error_rate: self.max_error_rate,
             progress,
+            mq,
         })
+    }
+
+    fn mq_load(&self, servers: &[ServerSpec]) -> Result<MqLoad, ConfigError> {
+        if servers.len() != 1 {
+            return err("--protocol mq talks to one mwmq; run one mwload per middleware");
+        }
+        if self.multi_key_get != "1" || self.delete_share > 0.0 || self.verify || self.prefill {
+            return err("--protocol mq has no multi-gets, deletes, --verify or --prefill");
+        }
+        if self.queues == 0 || self.queues > 100_000 {
+            return err("--queues must be 1..=100000");
+        }
+        let receive = match self.receive.as_str() {
+            "pop" => Receive::Pop,
+            "recv" => Receive::RecvAck,
+            r => return err(format!("--receive {r:?}: use pop or recv")),
+        };
+        if self.pairs && (self.threads * self.clients) % 2 == 1 {
+            return err("--pairs needs an even number of clients (threads x clients)");
+        }
+        let name_prefix = self.name_prefix.clone().unwrap_or_else(|| format!("mwload{}-", std::process::id()));
+        if name_prefix.is_empty() || name_prefix.bytes().any(|b| b.is_ascii_whitespace() || b.is_ascii_control()) {
+            return err("--name-prefix must be a non-empty word");
+        }
+        Ok(MqLoad { queues: self.queues, receive, pairs: self.pairs, name_prefix })
     }
 }
 
@@ -462,6 +538,8 @@ impl RunConfig {
             "reconnect": self.reconnect,
             "seed": self.seed,
             "window_ms": self.window_ms,
+            "protocol": if self.mq.is_some() { "mq" } else { "memcache_text" },
+            "mq": self.mq.as_ref().map(|m| format!("{m:?}")),
         })
     }
 }
@@ -518,6 +596,11 @@ mod tests {
             (&["--data-size-list", "10:x"][..], "weight"),
             (&["--think-time", "5", "--think-dist", "odd"][..], "think-dist"),
             (&["-d", "2000000"][..], "larger"),
+            (&["-P", "redis"][..], "use memcache_text"),
+            (&["-P", "mq", "--servers", "a:1,b:2"][..], "one mwmq"),
+            (&["-P", "mq", "--multi-key-get", "3"][..], "multi-gets"),
+            (&["-P", "mq", "--receive", "peek"][..], "--receive"),
+            (&["-P", "mq", "--pairs", "-t", "1", "-c", "3"][..], "even"),
         ] {
             let e = parse(args).unwrap_err().to_string();
             assert!(e.contains(needle), "{args:?}: {e}");
@@ -540,5 +623,18 @@ mod tests {
         assert_eq!(c.mode, Mode::Open { rate: 1000.0, arrivals: Arrivals::Fixed });
         assert_eq!(c.workload.values, ValueSizes::Weighted(vec![(100, 3), (1000, 1)]));
         assert_eq!(c.test_time, Some(10.0));
+    }
+
+    #[test]
+    fn message_queue_load() {
+        let c =
+            parse(&["-P", "mq", "-p", "6380", "--queues", "3", "--receive", "recv", "--pairs", "--name-prefix", "m1-"])
+                .unwrap();
+        let m = c.mq.unwrap();
+        assert_eq!((m.queues, m.receive, m.pairs), (3, Receive::RecvAck, true));
+        // Partners share a queue; pairs are spread over the queues.
+        assert_eq!((0..8).map(|g| m.queue_of(g)).collect::<Vec<_>>(), [0, 0, 1, 1, 2, 2, 0, 0]);
+        assert_eq!(m.name_of(5), "m1-5");
+        assert!(parse(&[]).unwrap().mq.is_none());
     }
 }

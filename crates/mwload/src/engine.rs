@@ -38,7 +38,8 @@ use mwstats::clock::now_ns;
 use mwstats::slots::{SlotWriter, Slots};
 
 use crate::acc::ClientAcc;
-use crate::config::{Arrivals, Mode, RunConfig, Think};
+use crate::config::{Arrivals, Mode, Receive, RunConfig, Think};
+use crate::resp;
 use crate::rng::Rng;
 use crate::workload::{Command, Generator};
 
@@ -103,6 +104,8 @@ struct InFlight {
     hits: u32,
     error: bool,
     bytes: u64,
+    /// mq: the message a RECV brought, to acknowledge next.
+    lease: Option<(i64, i64)>,
 }
 
 struct Client {
@@ -110,6 +113,13 @@ struct Client {
     alive: bool,
     /// Requests still to send per virtual client (request-count mode).
     remaining: Vec<u64>,
+    /// mq: the client's queue name.
+    queue: Vec<u8>,
+    /// mq: the name of the partner it sends to (`--pairs`).
+    partner: Option<Vec<u8>>,
+    /// mq: where each virtual client is in its cycle of `sets` SENDs then
+    /// `gets` receives (the last entry: open-loop arrivals).
+    cycle: Vec<u32>,
 }
 
 struct Thread<'a> {
@@ -140,12 +150,36 @@ struct Retry {
     since: u64,
 }
 
-fn connect(addr: SocketAddr, timeout: Duration) -> Result<TcpStream> {
-    let s =
+fn connect(addr: SocketAddr, timeout: Duration, hello: Option<&[u8]>) -> Result<TcpStream> {
+    let mut s =
         std::net::TcpStream::connect_timeout(&addr, timeout).with_context(|| format!("cannot connect to {addr}"))?;
     s.set_nodelay(true)?;
+    if let Some(hello) = hello {
+        // mq: name the connection (CLIENT SETNAME) before the load starts.
+        s.set_read_timeout(Some(timeout.max(Duration::from_secs(1))))?;
+        s.write_all(hello)?;
+        let mut got = Vec::new();
+        let mut byte = [0u8; 1];
+        while !got.ends_with(b"\r\n") && got.len() < 1024 {
+            if s.read(&mut byte)? == 0 {
+                bail!("{addr} closed the connection");
+            }
+            got.push(byte[0]);
+        }
+        if !got.starts_with(b"+") {
+            bail!("{addr} refused the client's name: {}", String::from_utf8_lossy(&got).trim_end());
+        }
+    }
     s.set_nonblocking(true)?;
     Ok(TcpStream::from_std(s))
+}
+
+/// mq: the request that names client `g`.
+fn hello_of(cfg: &RunConfig, g: usize) -> Option<Vec<u8>> {
+    let mq = cfg.mq.as_ref()?;
+    let mut out = Vec::new();
+    resp::push_request(&mut out, &[b"CLIENT", b"SETNAME", mq.name_of(g).as_bytes()]);
+    Some(out)
 }
 
 /// Token of a thread's timer.
@@ -191,10 +225,16 @@ impl Timer {
 }
 
 /// Connects client `c` to every target and registers its sockets.
-fn open_socks(poll: &Poll, addrs: &[SocketAddr], c: usize, timeout: Duration) -> Result<Vec<Sock>> {
+fn open_socks(
+    poll: &Poll,
+    addrs: &[SocketAddr],
+    c: usize,
+    timeout: Duration,
+    hello: Option<&[u8]>,
+) -> Result<Vec<Sock>> {
     let mut socks = Vec::with_capacity(addrs.len());
     for (s, addr) in addrs.iter().enumerate() {
-        let mut stream = connect(*addr, timeout)?;
+        let mut stream = connect(*addr, timeout, hello)?;
         poll.registry().register(&mut stream, Token(c * addrs.len() + s), Interest::READABLE | Interest::WRITABLE)?;
         socks.push(Sock { stream, rbuf: ReadBuf::with_capacity(16 * 1024), wbuf: Vec::new(), fifo: VecDeque::new() });
     }
@@ -208,9 +248,16 @@ pub fn run_thread(shared: &Shared, index: usize) -> Result<()> {
     let n_servers = shared.addrs.len();
     let mut clients = Vec::with_capacity(cfg.connections);
     for c in 0..cfg.connections {
-        let socks = open_socks(&poll, &shared.addrs, c, Duration::from_secs(3))?;
+        let g = index * cfg.connections + c;
+        let hello = hello_of(cfg, g);
+        let socks = open_socks(&poll, &shared.addrs, c, Duration::from_secs(3), hello.as_deref())?;
         let remaining = vec![cfg.requests.unwrap_or(u64::MAX); cfg.virtual_clients];
-        clients.push(Client { socks, alive: true, remaining });
+        let (queue, partner) = match &cfg.mq {
+            Some(mq) => (format!("q{}", mq.queue_of(g)).into_bytes(), mq.pairs.then(|| mq.name_of(g ^ 1).into_bytes())),
+            None => (Vec::new(), None),
+        };
+        let cycle = vec![0; cfg.virtual_clients + 1];
+        clients.push(Client { socks, alive: true, remaining, queue, partner, cycle });
     }
     let threads = cfg.threads as u64;
     let mut t = Thread {
@@ -357,8 +404,34 @@ impl Thread<'_> {
         if vc == u32::MAX && now_ns().saturating_sub(intended) > LATE_NS {
             self.writer.record(&self.shared.slots, ClientAcc::record_late);
         }
+        if let Some(mq) = &self.shared.cfg.mq {
+            // A fixed cycle (as memtier does with --ratio): SENDs, then receives,
+            // so partners stay in step and the queues keep their size.
+            let w = self.gen.workload();
+            let (sends, period) = (w.sets, w.sets + w.gets);
+            let at = &mut client.cycle[(vc as usize).min(self.shared.cfg.virtual_clients)];
+            let send = *at < sends;
+            *at = (*at + 1) % period;
+            let cmd = match (send, mq.receive) {
+                (true, _) => Command::Send,
+                (false, Receive::Pop) => Command::Pop,
+                (false, Receive::RecvAck) => Command::Recv,
+            };
+            self.issue_mq(c, vc, intended, cmd, None);
+            return;
+        }
         let cmd = self.gen.command(&mut self.rng);
-        let slot = self.alloc(InFlight { client: c, vc, intended, cmd, parts: 0, hits: 0, error: false, bytes: 0 });
+        let slot = self.alloc(InFlight {
+            client: c,
+            vc,
+            intended,
+            cmd,
+            parts: 0,
+            hits: 0,
+            error: false,
+            bytes: 0,
+            lease: None,
+        });
         let n = self.shared.addrs.len();
         for g in &mut self.groups {
             g.clear();
@@ -388,6 +461,7 @@ impl Thread<'_> {
                     g.extend_from_slice(&self.scratch);
                     g.extend_from_slice(b"\r\n");
                 }
+                Command::Send | Command::Pop | Command::Recv | Command::Ack => unreachable!("mq commands"),
             }
         }
         let mut parts = 0;
@@ -412,6 +486,48 @@ impl Thread<'_> {
                 self.flush(c as usize, s);
             }
         }
+    }
+
+    /// mq: sends one queue command for client `c` (virtual client `vc`);
+    /// `ack` is the message to acknowledge (`Command::Ack`).
+    fn issue_mq(&mut self, c: u32, vc: u32, intended: u64, cmd: Command, ack: Option<(i64, i64)>) {
+        let slot = self.alloc(InFlight {
+            client: c,
+            vc,
+            intended,
+            cmd,
+            parts: 1,
+            hits: 0,
+            error: false,
+            bytes: 0,
+            lease: None,
+        });
+        let client = &self.clients[c as usize];
+        self.scratch.clear();
+        let q = client.queue.as_slice();
+        match cmd {
+            Command::Send => {
+                let body = self.gen.body(&mut self.rng);
+                match &client.partner {
+                    Some(p) => resp::push_request(&mut self.scratch, &[b"SEND", q, body, b"TO", p]),
+                    None => resp::push_request(&mut self.scratch, &[b"SEND", q, body]),
+                }
+            }
+            Command::Pop => resp::push_request(&mut self.scratch, &[b"POP", q]),
+            Command::Recv => resp::push_request(&mut self.scratch, &[b"RECV", q]),
+            Command::Ack => {
+                let (id, lease) = ack.expect("an ACK names its message");
+                let (id, lease) = (id.to_string(), lease.to_string());
+                resp::push_request(&mut self.scratch, &[b"ACK", q, id.as_bytes(), lease.as_bytes()]);
+            }
+            _ => unreachable!("memcached commands"),
+        }
+        let bytes = self.scratch.len() as u64;
+        let sock = &mut self.clients[c as usize].socks[0];
+        sock.wbuf.extend_from_slice(&self.scratch);
+        sock.fifo.push_back(slot);
+        self.inflight[slot as usize].as_mut().expect("just allocated").bytes = bytes;
+        self.flush(c as usize, 0);
     }
 
     fn alloc(&mut self, f: InFlight) -> u32 {
@@ -482,6 +598,9 @@ impl Thread<'_> {
 
     /// Handles every whole reply buffered on socket (c, s).
     fn replies(&mut self, c: usize, s: usize) {
+        if self.shared.cfg.mq.is_some() {
+            return self.mq_replies(c);
+        }
         loop {
             let sock = &mut self.clients[c].socks[s];
             let (hits, error, verify_failed, used) = match parse_response(sock.rbuf.filled()) {
@@ -525,10 +644,63 @@ impl Thread<'_> {
         }
     }
 
+    /// mq: handles every whole reply buffered on client `c`'s socket.
+    fn mq_replies(&mut self, c: usize) {
+        loop {
+            let sock = &mut self.clients[c].socks[0];
+            let (reply, used) = match resp::parse(sock.rbuf.filled()) {
+                Ok(None) => return,
+                Ok(Some(r)) => r,
+                Err(e) => {
+                    eprintln!("mwload: thread {}: connection {c}: {e}", self.index);
+                    self.lose(c);
+                    return;
+                }
+            };
+            sock.rbuf.consume(used);
+            let Some(slot) = sock.fifo.pop_front() else {
+                self.lose(c);
+                return;
+            };
+            let f = self.inflight[slot as usize].as_mut().expect("in flight");
+            f.error = reply.error;
+            f.bytes += used as u64;
+            f.parts = 0;
+            match f.cmd {
+                Command::Recv => {
+                    f.hits = reply.messages;
+                    f.lease = reply.lease;
+                }
+                Command::Pop => f.hits = reply.messages,
+                // An ACK whose lease is no longer current (0) found nothing.
+                Command::Ack => f.hits = u32::from(reply.integer == Some(1)),
+                _ => {}
+            }
+            self.complete(slot);
+        }
+    }
+
     fn complete(&mut self, slot: u32) {
         let f = self.inflight[slot as usize].take().expect("in flight");
         self.free.push(slot);
         let now = now_ns();
+        if let Some(op) = f.cmd.mq_op() {
+            let hits = u64::from(f.hits);
+            self.writer.record(&self.shared.slots, |a| {
+                a.record_mq(op, now.saturating_sub(f.intended), f.error, hits, f.bytes)
+            });
+            if let (Command::Recv, Some(lease)) = (f.cmd, f.lease) {
+                // What came is acknowledged at once, by the same virtual client.
+                if self.clients[f.client as usize].alive {
+                    self.issue_mq(f.client, f.vc, now, Command::Ack, Some(lease));
+                    return;
+                }
+            }
+            if f.vc != u32::MAX {
+                self.next_after(f.client, f.vc, now);
+            }
+            return;
+        }
         let keys = match f.cmd {
             Command::Get(k) => k,
             _ => 1,
@@ -540,14 +712,17 @@ impl Thread<'_> {
         if f.vc == u32::MAX {
             return;
         }
+        self.next_after(f.client, f.vc, now);
+    }
+
+    /// Closed loop: virtual client `vc` of `client` thinks, then sends again.
+    fn next_after(&mut self, client: u32, vc: u32, now: u64) {
         match self.shared.cfg.mode {
-            Mode::Closed { think: Think::None } => self.issue(f.client, f.vc, now),
-            Mode::Closed { think: Think::Fixed(us) } => {
-                self.timers.push(Reverse((now + us * 1000, f.client, f.vc, now)))
-            }
+            Mode::Closed { think: Think::None } => self.issue(client, vc, now),
+            Mode::Closed { think: Think::Fixed(us) } => self.timers.push(Reverse((now + us * 1000, client, vc, now))),
             Mode::Closed { think: Think::Exponential(us) } => {
                 let t = self.rng.exponential(us as f64 * 1000.0) as u64;
-                self.timers.push(Reverse((now + t, f.client, f.vc, now)));
+                self.timers.push(Reverse((now + t, client, vc, now)));
             }
             Mode::Open { .. } => {}
         }
@@ -570,8 +745,14 @@ impl Thread<'_> {
         for slot in lost {
             if let Some(f) = self.inflight[slot as usize].take() {
                 self.free.push(slot);
-                let op = f.cmd.op();
-                self.writer.record(&self.shared.slots, |a| a.record(op, now.saturating_sub(f.intended), true, 1, 0, 0));
+                let rt = now.saturating_sub(f.intended);
+                match f.cmd.mq_op() {
+                    Some(op) => self.writer.record(&self.shared.slots, |a| a.record_mq(op, rt, true, 0, 0)),
+                    None => {
+                        let op = f.cmd.op();
+                        self.writer.record(&self.shared.slots, |a| a.record(op, rt, true, 1, 0, 0))
+                    }
+                }
                 if f.vc != u32::MAX {
                     self.active_vcs -= 1;
                 }
@@ -610,7 +791,8 @@ impl Thread<'_> {
             }
             // Short: a lost server on this host refuses at once, and the thread's
             // other connections wait while this one connects.
-            match open_socks(poll, &self.shared.addrs, c, Duration::from_millis(100)) {
+            let hello = hello_of(&self.shared.cfg, self.index * self.shared.cfg.connections + c);
+            match open_socks(poll, &self.shared.addrs, c, Duration::from_millis(100), hello.as_deref()) {
                 Ok(socks) => {
                     let client = &mut self.clients[c];
                     client.socks = socks;

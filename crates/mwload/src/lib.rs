@@ -1,15 +1,18 @@
-//! mwload: a memcached load generator that measures right.
+//! mwload: a memcached (and mwmq) load generator that measures right.
 //!
 //! Closed loop (threads x connections x virtual clients, think time) and open
 //! loop (Poisson arrivals at a target rate, latency from the intended send
 //! time), key patterns (uniform, sequential, gaussian, zipf), value sizes, a
 //! set:get:delete mix with multi-gets, several targets placed with mwproxy's
 //! ketama ring, prefill and verification. Results in the shared results format
-//! (`mwstats`), a live progress line and a memtier-style table.
+//! (`mwstats`), a live progress line and a memtier-style table. With
+//! `--protocol mq` the same engine drives mwmq over RESP: SENDs and receives
+//! (POP, or RECV then ACK), clients in pairs sending to each other.
 
 pub mod acc;
 pub mod config;
 pub mod engine;
+pub mod resp;
 pub mod rng;
 pub mod run;
 pub mod workload;

@@ -25,7 +25,7 @@ fn main() -> ExitCode {
         }
     };
     print!("{}", table(&outcome));
-    let all = outcome.measured.ops.all();
+    let all = outcome.measured.all();
     let conns = outcome.connections;
     if conns.down() > 0 {
         eprintln!(

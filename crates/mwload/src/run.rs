@@ -17,7 +17,7 @@ use mwstats::record::{ClientRecord, FORMAT};
 use mwstats::slots::{Accumulator, Slots};
 use mwstats::window::{next_boundary, sleep_until};
 use mwstats::writer::ResultsWriter;
-use mwstats::{Metadata, OpKind, WindowRecord};
+use mwstats::{Metadata, MqOp, OpClass, OpKind, WindowRecord};
 
 use crate::acc::ClientAcc;
 use crate::config::{Mode, RunConfig, Think};
@@ -94,7 +94,7 @@ fn client_record(cfg: &RunConfig, acc: &ClientAcc, phase: &str, conns: Connectio
         Mode::Closed { think: Think::None } => ("closed", 0.0, 0.0),
         Mode::Closed { .. } => ("closed", 0.0, acc.think_mean_us()),
     };
-    let bytes: u64 = acc.bytes.iter().sum();
+    let bytes: u64 = acc.all_bytes();
     ClientRecord {
         phase: phase.into(),
         mode: mode.into(),
@@ -128,7 +128,7 @@ fn record(
         window,
         start_unix_ms: ws,
         duration_ms: dur,
-        ops: acc.ops.records(),
+        ops: acc.records(cfg.mq.is_some()),
         middleware: None,
         client: Some(client_record(cfg, acc, phase, conns)),
         metadata: None,
@@ -136,7 +136,7 @@ fn record(
 }
 
 fn progress(elapsed_s: f64, phase: &str, acc: &ClientAcc, dur_ms: u64) {
-    let all = acc.ops.all();
+    let all = acc.all();
     let rate = all.count as f64 * 1000.0 / dur_ms.max(1) as f64;
     let mut e = std::io::stderr();
     let _ = write!(
@@ -174,6 +174,9 @@ pub fn run(cfg: RunConfig) -> Result<Outcome> {
         })
         .context("prefill")?;
         eprintln!("mwload: prefilled {prefilled} keys");
+    }
+    if let Some(mq) = &shared.cfg.mq {
+        create_queues(shared.addrs[0], mq.queues).context("creating the queues")?;
     }
     let start = unix_ms() + 300;
     let sched = Schedule::new(&shared.cfg, start);
@@ -255,6 +258,27 @@ pub fn run(cfg: RunConfig) -> Result<Outcome> {
     Ok(Outcome { measured, seconds, connections })
 }
 
+/// mq: creates queues q0 .. q{n-1} where missing (QCREATE; EXISTS is fine).
+fn create_queues(addr: std::net::SocketAddr, n: u32) -> Result<()> {
+    use std::io::{BufRead, BufReader};
+    let s = std::net::TcpStream::connect_timeout(&addr, std::time::Duration::from_secs(3))
+        .with_context(|| format!("cannot connect to {addr}"))?;
+    s.set_read_timeout(Some(std::time::Duration::from_secs(30)))?;
+    let mut w = &s;
+    let mut r = BufReader::new(&s);
+    for i in 0..n {
+        let mut req = Vec::new();
+        crate::resp::push_request(&mut req, &[b"QCREATE", format!("q{i}").as_bytes()]);
+        w.write_all(&req)?;
+        let mut line = String::new();
+        r.read_line(&mut line)?;
+        if !(line.starts_with("+OK") || line.starts_with("-EXISTS")) {
+            anyhow::bail!("QCREATE q{i}: {}", line.trim_end());
+        }
+    }
+    Ok(())
+}
+
 /// The memtier-style table of the measured phase.
 pub fn table(o: &Outcome) -> String {
     let secs = o.seconds.max(1e-9);
@@ -272,19 +296,22 @@ pub fn table(o: &Outcome) -> String {
     );
     t.push_str(&"-".repeat(113));
     t.push('\n');
+    let m = &o.measured;
     let rows = [
-        ("Sets", Some(OpKind::Set)),
-        ("Gets", Some(OpKind::Get)),
-        ("Multigets", Some(OpKind::Multiget)),
-        ("Deletes", Some(OpKind::Delete)),
+        ("Sets", Some((m.ops.get(OpKind::Set).clone(), m.bytes[OpKind::Set as usize]))),
+        ("Gets", Some((m.ops.get(OpKind::Get).clone(), m.bytes[OpKind::Get as usize]))),
+        ("Multigets", Some((m.ops.get(OpKind::Multiget).clone(), m.bytes[OpKind::Multiget as usize]))),
+        ("Deletes", Some((m.ops.get(OpKind::Delete).clone(), m.bytes[OpKind::Delete as usize]))),
+        ("Sends", Some((m.mq.get(MqOp::Send).clone(), m.mq_bytes[MqOp::Send.index()]))),
+        ("Pops", Some((m.mq.get(MqOp::Pop).clone(), m.mq_bytes[MqOp::Pop.index()]))),
+        ("Recvs", Some((m.mq.get(MqOp::Recv).clone(), m.mq_bytes[MqOp::Recv.index()]))),
+        ("Acks", Some((m.mq.get(MqOp::Ack).clone(), m.mq_bytes[MqOp::Ack.index()]))),
         ("Totals", None),
     ];
-    for (name, kind) in rows {
-        let (acc, bytes) = match kind {
-            Some(k) => (o.measured.ops.get(k).clone(), o.measured.bytes[k as usize]),
-            None => (o.measured.ops.all(), o.measured.bytes.iter().sum()),
-        };
-        if kind.is_some() && acc.count == 0 {
+    for (name, row) in rows {
+        let total = row.is_none();
+        let (acc, bytes) = row.unwrap_or_else(|| (m.all(), m.all_bytes()));
+        if !total && acc.count == 0 {
             continue;
         }
         let ms = |us: f64| us / 1000.0;

@@ -4,7 +4,7 @@
 //! multi-get sizes).
 
 use mcproto::number::push_u64;
-use mwstats::OpKind;
+use mwstats::{MqOp, OpKind};
 
 use crate::rng::{Rng, Zipf};
 
@@ -106,17 +106,37 @@ pub enum Command {
     Get(u32),
     /// delete of one key.
     Delete,
+    /// mq: SEND of one message.
+    Send,
+    /// mq: POP.
+    Pop,
+    /// mq: RECV of one message.
+    Recv,
+    /// mq: ACK of the message a RECV brought.
+    Ack,
 }
 
 impl Command {
-    /// Its class in the results format.
+    /// Its class in the results format (memcached).
     pub fn op(self) -> OpKind {
         match self {
             Command::Set => OpKind::Set,
             Command::Get(1) => OpKind::Get,
             Command::Get(_) => OpKind::Multiget,
             Command::Delete => OpKind::Delete,
+            Command::Send | Command::Pop | Command::Recv | Command::Ack => OpKind::Other,
         }
+    }
+
+    /// Its class in the results format (mq), if it is a queue command.
+    pub fn mq_op(self) -> Option<MqOp> {
+        Some(match self {
+            Command::Send => MqOp::Send,
+            Command::Pop => MqOp::Pop,
+            Command::Recv => MqOp::Recv,
+            Command::Ack => MqOp::Ack,
+            _ => return None,
+        })
     }
 }
 
@@ -229,6 +249,12 @@ impl Generator {
         }
     }
 
+    /// A message body of the next size (mq): a slice of the repeated alphabet.
+    pub fn body(&self, rng: &mut Rng) -> &[u8] {
+        let len = self.w.values.draw(rng);
+        &self.pattern[..len]
+    }
+
     /// Whether `data`, read back for `key`, is what this workload writes.
     pub fn verify(&self, key: &[u8], data: &[u8]) -> bool {
         expected_value(&self.pattern, key, data.len()) == Some(data)
@@ -287,6 +313,7 @@ mod tests {
                     gets += 1
                 }
                 Command::Delete => deletes += 1,
+                other => panic!("{other:?} is not a memcached command"),
             }
         }
         assert!((deletes as f64 / 110_000.0 - 0.1).abs() < 0.01);

@@ -290,6 +290,6 @@ fn memtier_spellings_work_and_sets_carry_the_expiry_range() {
         assert_eq!(out.status.code(), Some(2));
         assert!(String::from_utf8_lossy(&out.stderr).contains(what), "{}", String::from_utf8_lossy(&out.stderr));
     };
-    refused(&["-P", "redis"], "text protocol only");
+    refused(&["-P", "redis"], "use memcache_text (memcached) or mq (mwmq)");
     refused(&["--expiry-range", "0-9999999"], "reads a larger number as a date");
 }

@@ -2,8 +2,6 @@
 //! the error a Redis user expects (`wrong number of arguments`, `unknown
 //! command`, `syntax error`, `value is not an integer or out of range`).
 
-use mwstats::OpClass;
-
 use crate::resp::Reply;
 
 /// Longest queue or client name, in bytes.
@@ -122,52 +120,7 @@ pub struct Recv {
     pub wait_ms: u64,
 }
 
-/// Operation classes of mwmq in the results format.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum MqOp {
-    /// SEND
-    Send,
-    /// RECV
-    Recv,
-    /// ACK
-    Ack,
-    /// NACK
-    Nack,
-    /// POP
-    Pop,
-    /// PEEK
-    Peek,
-    /// QCREATE, QDROP, QLEN, QLIST
-    Queue,
-    /// PING, CLIENT, INFO, ... and refused requests
-    Other,
-}
-
-impl OpClass for MqOp {
-    const ALL: &'static [MqOp] =
-        &[MqOp::Send, MqOp::Recv, MqOp::Ack, MqOp::Nack, MqOp::Pop, MqOp::Peek, MqOp::Queue, MqOp::Other];
-
-    fn index(self) -> usize {
-        self as usize
-    }
-
-    fn name(self) -> &'static str {
-        match self {
-            MqOp::Send => "send",
-            MqOp::Recv => "recv",
-            MqOp::Ack => "ack",
-            MqOp::Nack => "nack",
-            MqOp::Pop => "pop",
-            MqOp::Peek => "peek",
-            MqOp::Queue => "queue",
-            MqOp::Other => "other",
-        }
-    }
-
-    fn is_retrieval(self) -> bool {
-        matches!(self, MqOp::Recv | MqOp::Pop | MqOp::Peek)
-    }
-}
+pub use mwstats::ops::MqOp;
 
 impl Command {
     /// Its class in the results format.

@@ -21,7 +21,7 @@ pub mod window;
 pub mod writer;
 
 pub use hist::{Hist, HistSummary};
-pub use ops::{OpAcc, OpClass, OpKind, Ops};
+pub use ops::{MqOp, OpAcc, OpClass, OpKind, Ops};
 pub use record::{Metadata, WindowRecord, FORMAT};
 
 /// The git revision the binaries were built from (`unknown` outside a checkout).

@@ -72,6 +72,54 @@ impl OpClass for OpKind {
     }
 }
 
+/// Operation classes of mwmq (the message queue) in the results format,
+/// shared by mwmq and by mwload's `--protocol mq`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum MqOp {
+    /// SEND
+    Send,
+    /// RECV
+    Recv,
+    /// ACK
+    Ack,
+    /// NACK
+    Nack,
+    /// POP
+    Pop,
+    /// PEEK
+    Peek,
+    /// QCREATE, QDROP, QLEN, QLIST
+    Queue,
+    /// PING, CLIENT, INFO, ... and refused requests
+    Other,
+}
+
+impl OpClass for MqOp {
+    const ALL: &'static [MqOp] =
+        &[MqOp::Send, MqOp::Recv, MqOp::Ack, MqOp::Nack, MqOp::Pop, MqOp::Peek, MqOp::Queue, MqOp::Other];
+
+    fn index(self) -> usize {
+        self as usize
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            MqOp::Send => "send",
+            MqOp::Recv => "recv",
+            MqOp::Ack => "ack",
+            MqOp::Nack => "nack",
+            MqOp::Pop => "pop",
+            MqOp::Peek => "peek",
+            MqOp::Queue => "queue",
+            MqOp::Other => "other",
+        }
+    }
+
+    fn is_retrieval(self) -> bool {
+        matches!(self, MqOp::Recv | MqOp::Pop | MqOp::Peek)
+    }
+}
+
 /// Counts and response times of one operation class.
 #[derive(Clone, Debug, Default)]
 pub struct OpAcc {
