@@ -25,6 +25,8 @@ from mwlab.spec import ALIASES
 
 Window = dict[str, Any]
 OPS = ("get", "multiget", "set", "delete", "other", "all")
+# mwmq's classes (system: mq), reported where the windows have them.
+MQ_OPS = ("send", "recv", "ack", "pop")
 
 
 def trim_client(windows: Sequence[Window], trim_start: int = 0, trim_end: int = 0) -> list[Window]:
@@ -143,7 +145,8 @@ def client_metrics(clients: Sequence[Sequence[Window]]) -> dict[str, float]:
     flat = [w for ws in clients for w in ws]
     secs = seconds(clients[0]) if clients and clients[0] else 0.0
     out: dict[str, float] = {"client_seconds": secs}
-    for op in OPS:
+    present = {op for w in flat for op in w["ops"]}
+    for op in OPS + tuple(o for o in MQ_OPS if o in present):
         m = merge_op(flat, op)
         prefix = "client" if op == "all" else f"client_{op}"
         out[f"{prefix}_tput"] = m.count / secs if secs else float("nan")
@@ -214,7 +217,16 @@ def middleware_metrics(mws: Sequence[Sequence[Window]]) -> dict[str, float]:
         "mw_rt_p99_us": m.p99_us,
         "mw_errors": m.errors,
     }
-    for part in ("net", "queue", "server", "service"):
+    # pool: waiting for a database connection (mwmq only).
+    parts = ("net", "queue", "server", "service") + (
+        ("pool",)
+        if any(
+            "pool_us" in (w.get("middleware") or {}) and (w.get("middleware") or {}).get("pool_us")
+            for w in flat
+        )
+        else ()
+    )
+    for part in parts:
         st = merge_stage(flat, f"{part}_us")
         out[f"mw_{part}_us"] = st.mean_us
         out[f"mw_{part}_sd_us"] = st.std_us
@@ -273,8 +285,9 @@ def cpu_metrics(
     by the host, and by everything else; as cores and as µs per request.
 
     Columns: `cpu_<x>_cores` and `cpu_<x>_us` (per request) for each process
-    (`mw0`, `mc1`, `cl0`...), each role (`mw`, `mc`, `cl`), each middleware
-    thread class (`mw_net`, `mw_worker`, `mw_stats`), the load threads
+    (`mw0`, `mc1`, `cl0`, `pg0`...), each role (`mw`, `mc`, `cl`, `pg`), each middleware
+    thread class (`mw_net`, `mw_worker`, `mw_stats`), PostgreSQL's processes
+    by role (`pg_backend`, `pg_walwriter`, ...), the load threads
     (`cl_load`), everything the lab started (`lab`, including its own
     process), the host (`host`) and the rest (`other` = host - lab); `cores`
     usable, `host_util` (host busy / usable cores), `cl_load_thread_util`
@@ -299,7 +312,7 @@ def cpu_metrics(
             add("lab", delta)
             if process != "lab":
                 add(_role(process), delta)
-        elif process.startswith(("mw", "cl")):
+        elif process.startswith(("mw", "cl", "pg")):
             add(f"{_role(process)}_{thread}", delta)
     if "host" in used:
         used["other"] = max(0.0, used["host"] - used.get("lab", 0.0))

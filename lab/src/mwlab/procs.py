@@ -140,6 +140,112 @@ def memcached_cmd(addr: str, port: int) -> list[str]:
     return cmd
 
 
+class Postgres:
+    """A throwaway PostgreSQL for one run (`scripts/postgres.sh`: initdb as the
+    `postgres` user in a scratch directory, unix socket only), stopped on exit.
+    Its server log is copied into the run's logs."""
+
+    def __init__(self, logs: Path, settings: list[str] | None = None):
+        self.logs = logs
+        self.settings = settings or []
+        self.dir: Path | None = None
+        self.conninfo = ""
+
+    def __enter__(self) -> Postgres:
+        import tempfile
+
+        if shutil.which("runuser") is None and os.geteuid() == 0:
+            raise LabError("runuser is missing (util-linux)")
+        self.dir = Path(tempfile.mkdtemp(prefix="mwlab-pg-"))
+        self.dir.chmod(0o755)
+        try:
+            r = subprocess.run(
+                [str(REPO / "scripts" / "postgres.sh"), "start", str(self.dir / "pg"), *self.settings],
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
+        except subprocess.TimeoutExpired as e:
+            self.__exit__()
+            raise LabError("PostgreSQL did not start within 120 s") from e
+        if r.returncode != 0:
+            self.__exit__()
+            raise LabError(f"PostgreSQL did not start: {r.stderr.strip() or r.stdout.strip()}")
+        self.conninfo = r.stdout.strip().splitlines()[-1]
+        return self
+
+    def pid(self) -> int | None:
+        """The postmaster's process id."""
+        try:
+            return int((self.dir / "pg" / "data" / "postmaster.pid").read_text().split()[0])
+        except (OSError, ValueError, IndexError, TypeError):
+            return None
+
+    def __exit__(self, *exc: object) -> None:
+        if self.dir is None:
+            return
+        subprocess.run(
+            [str(REPO / "scripts" / "postgres.sh"), "stop", str(self.dir / "pg")],
+            capture_output=True,
+            timeout=120,
+        )
+        for log in (self.dir / "pg").glob("*.log"):
+            with contextlib.suppress(OSError):
+                self.logs.mkdir(parents=True, exist_ok=True)
+                shutil.copy(log, self.logs / f"pg-{log.name}")
+        shutil.rmtree(self.dir, ignore_errors=True)
+        self.dir = None
+
+
+def _children(pid: int) -> list[int]:
+    """Direct children of a process."""
+    out = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            stat = (d / "stat").read_text()
+        except OSError:
+            continue
+        if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+            out.append(int(d.name))
+    return out
+
+
+def _pg_class(pid: int) -> str:
+    """A PostgreSQL process's role from its title: `postgres: walwriter` -> `walwriter`;
+    a client connection (`postgres: user db [local] idle`) -> `backend`."""
+    try:
+        title = (
+            Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+        )
+    except OSError:
+        return "other"
+    if not title.startswith("postgres:"):
+        return "postmaster"
+    rest = title.split(":", 1)[1].split()
+    if len(rest) >= 3 and (rest[2].startswith("[") or ":" in rest[2] or rest[2][:1].isdigit()):
+        return "backend"
+    return re.sub(r"[^a-z]", "", "".join(rest[:2]).lower()) or "other"
+
+
+def tree_times(pid: int, seen: dict[int, tuple[str, float]] | None = None) -> dict[str, float]:
+    """CPU seconds of a process and its children, per class (PostgreSQL's
+    roles). With `seen` (kept by the caller between calls), children that
+    have exited still count with their last reading, so the sums never go
+    down when a connection closes."""
+    seen = {} if seen is None else seen
+    for p in [pid, *_children(pid)]:
+        t = _proc_times(p)
+        if t is not None:
+            cls = seen[p][0] if p in seen else _pg_class(p)
+            seen[p] = (cls, t[0])
+    out: dict[str, float] = {}
+    for cls, secs in seen.values():
+        out[cls] = out.get(cls, 0.0) + secs
+    return out
+
+
 def _proc_times(pid: int) -> tuple[float, float] | None:
     """(cpu seconds, rss MB) of a process."""
     try:
@@ -213,9 +319,20 @@ class ResourceSampler(threading.Thread):
     process as `lab`, the host's busy time as `host`), from which the analysis
     derives each component's CPU demand per request and the CPU that others used."""
 
-    def __init__(self, group: ProcessGroup, path: Path, interval: float = 1.0, emulation=None):
+    def __init__(
+        self,
+        group: ProcessGroup,
+        path: Path,
+        interval: float = 1.0,
+        emulation=None,
+        trees: dict[str, int] | None = None,
+    ):
         super().__init__(daemon=True, name="resources")
         self.group, self.path, self.interval = group, path, interval
+        # Processes not started by the group, sampled with their children
+        # (PostgreSQL: the postmaster and its backends), by name.
+        self.trees = trees or {}
+        self._seen: dict[str, dict[int, tuple[str, float]]] = {name: {} for name in self.trees}
         self.cpu_path = path.with_name("cpu.csv")
         self.emulation = emulation
         self.stopping = threading.Event()
@@ -244,6 +361,12 @@ class ResourceSampler(threading.Thread):
             f.write(f"{stamp},{p.name},*,{sample[0]:.3f}\n")
             for cls, secs in sorted(_thread_times(p.popen.pid).items()):
                 f.write(f"{stamp},{p.name},{cls},{secs:.3f}\n")
+        for name, pid in self.trees.items():
+            classes = tree_times(pid, self._seen[name])
+            if classes:
+                f.write(f"{stamp},{name},*,{sum(classes.values()):.3f}\n")
+                for cls, secs in sorted(classes.items()):
+                    f.write(f"{stamp},{name},{cls},{secs:.3f}\n")
         busy, _total = _host_cpu()
         f.write(f"{stamp},host,busy,{busy / ticks:.3f}\n")
         f.flush()
@@ -283,6 +406,11 @@ class ResourceSampler(threading.Thread):
                     prev = last.get(p.popen.pid, cpu_s)
                     last[p.popen.pid] = cpu_s
                     f.write(f"{stamp},{p.name},{100 * (cpu_s - prev) / dt:.1f},{rss:.1f},,\n")
+                for name, pid in self.trees.items():
+                    cpu_s = sum(tree_times(pid, self._seen[name]).values())
+                    prev = last.get(-pid, cpu_s)
+                    last[-pid] = cpu_s
+                    f.write(f"{stamp},{name},{100 * (cpu_s - prev) / dt:.1f},,,\n")
                 busy, total = _host_cpu()
                 share = (busy - host_last[0]) / max(total - host_last[1], 1)
                 host_last = (busy, total)

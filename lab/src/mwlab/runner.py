@@ -1,5 +1,6 @@
 """The runner: for each run of an experiment, start memcached servers,
-mwproxy middlewares and mwload clients — on loopback, on emulated hosts
+mwproxy middlewares and mwload clients (or, with `system: mq`, a throwaway
+PostgreSQL, mwmq middlewares and `mwload -P mq` clients) — on loopback, on emulated hosts
 (one network namespace per host, shaped links, CPU quotas; `netns.py`), or on
 real hosts over SSH (`ssh.py`) — let the clients run, stop everything, and
 keep every result file under
@@ -27,6 +28,7 @@ import yaml
 
 from mwlab.procs import (
     LabError,
+    Postgres,
     ProcessGroup,
     ResourceSampler,
     binary,
@@ -126,6 +128,50 @@ def _mwproxy_cmd(s: dict[str, Any], index: int, listen: str, servers: list[str],
     ]
 
 
+def _mwmq_cmd(s: dict[str, Any], index: int, listen: str, db: str, out: Path) -> list[str]:
+    pool = s["middleware.db_pool"] or s["middleware.workers"]
+    return [
+        str(binary("mwmq")),
+        "--listen",
+        listen,
+        "--db",
+        db,
+        "--workers",
+        str(s["middleware.workers"]),
+        "--db-pool",
+        str(pool),
+        "--batch",
+        str(s["middleware.batch"]),
+        "--queue-capacity",
+        str(s["middleware.queue_capacity"]),
+        "--out",
+        str(out / f"mw{index}"),
+        "--instance",
+        f"mw{index}",
+        "--trace-every",
+        str(s["middleware.trace_every"]),
+        "--window-ms",
+        str(s["run.window_ms"]),
+        "--log",
+        "warn",
+    ]
+
+
+def _mq_args(s: dict[str, Any], index: int) -> list[str]:
+    """mwload's message-queue options for client instance `index`."""
+    args = [
+        "-P",
+        "mq",
+        "--receive",
+        s["workload.receive"],
+        "--queues",
+        str(s["workload.queues"]),
+        "--name-prefix",
+        f"cl{index}-",
+    ]
+    return args + (["--pairs"] if s["workload.pairs"] else [])
+
+
 def _target_args(endpoints: list[str], all_targets: bool, index: int) -> list[str]:
     if all_targets and len(endpoints) > 1:
         return ["--servers", ",".join(endpoints)]
@@ -170,11 +216,19 @@ def _mwload_cmd(s: dict[str, Any], index: int, instances: int, target: list[str]
         "--max-error-rate",
         "1",
     ]
+    if s["topology.system"] == "mq":
+        cmd = [c for i, c in enumerate(cmd) if not _memcached_only(cmd, i)] + _mq_args(s, index)
     if s["workload.think_time_us"]:
         cmd += ["--think-time", str(s["workload.think_time_us"]), "--think-dist", "exponential"]
     if s["workload.rate"]:
         cmd += ["--rate", str(s["workload.rate"] / instances)]
     return cmd
+
+
+def _memcached_only(cmd: list[str], i: int) -> bool:
+    """Whether cmd[i] is a memcached-only flag of mwload or its value."""
+    flags = ("--key-maximum", "--multi-key-get", "--key-pattern")
+    return cmd[i] in flags or (i > 0 and cmd[i - 1] in flags)
 
 
 def _prefill(place, g: ProcessGroup, s: dict[str, Any], host: str, targets: list[list[str]]) -> None:
@@ -225,11 +279,13 @@ def run_once(run: Run, out: Path) -> dict[str, Any]:
     out.mkdir(parents=True, exist_ok=True)
     started = time.time()
     hosts = host_names(s)
+    mq = s["topology.system"] == "mq"
     with contextlib.ExitStack() as stack:
         place = _placement(s, stack, out)
+        pg = stack.enter_context(Postgres(out / "logs")) if mq else None
         g = stack.enter_context(ProcessGroup(out / "logs"))
         servers = []
-        for i, host in enumerate(hosts["server"]):
+        for i, host in enumerate([] if mq else hosts["server"]):
             port = free_port()
             addr = place.addr(host)
             place.start(g, f"mc{i}", host, memcached_cmd(addr, port), port)
@@ -238,13 +294,16 @@ def run_once(run: Run, out: Path) -> dict[str, Any]:
         for m, host in enumerate(hosts["middleware"]):
             port = free_port()
             listen = f"{place.addr(host)}:{port}"
-            place.start(g, f"mw{m}", host, _mwproxy_cmd(s, m, listen, servers, out), port)
+            if pg is not None:
+                place.start(g, f"mw{m}", host, _mwmq_cmd(s, m, listen, pg.conninfo, out), port)
+            else:
+                place.start(g, f"mw{m}", host, _mwproxy_cmd(s, m, listen, servers, out), port)
             mws.append(listen)
         instances = s["topology.client_machines"] * s["topology.instances"]
         all_targets = s["topology.client_targets"] == "all"
         endpoints = mws or servers
         client_host = [hosts["client"][j // s["topology.instances"]] for j in range(instances)]
-        if s["workload.prefill"]:
+        if s["workload.prefill"] and not mq:
             first = client_host[0]
             if mws:
                 _prefill(place, g, s, first, [_target_args(endpoints[:1], False, 0)])
@@ -258,6 +317,7 @@ def run_once(run: Run, out: Path) -> dict[str, Any]:
             out / "resources.csv",
             interval=min(0.5, s["run.window_ms"] / 2000),
             emulation=getattr(place, "emu", None),
+            trees={"pg0": pid} if pg is not None and (pid := pg.pid()) else None,
         )
         sampler.start()
         clients = [
@@ -284,7 +344,11 @@ def run_once(run: Run, out: Path) -> dict[str, Any]:
             "emulation": s["hosts.emulation"],
             "hosts": place.describe(),
             "processes": {
-                **{f"mc{i}": h for i, h in enumerate(hosts["server"])},
+                **(
+                    {"pg0": hosts["server"][0]}
+                    if mq
+                    else {f"mc{i}": h for i, h in enumerate(hosts["server"])}
+                ),
                 **{f"mw{m}": h for m, h in enumerate(hosts["middleware"])},
                 **{f"cl{j}": h for j, h in enumerate(client_host)},
             },

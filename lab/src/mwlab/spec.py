@@ -26,6 +26,7 @@ class SpecError(ValueError):
 
 # Every setting with its default, as section.key.
 DEFAULTS: dict[str, Any] = {
+    "topology.system": "memcached",
     "topology.servers": 1,
     "topology.middlewares": 0,
     "topology.client_machines": 1,
@@ -39,6 +40,8 @@ DEFAULTS: dict[str, Any] = {
     "middleware.multiget": "sharded",
     "middleware.queue_capacity": 1024,
     "middleware.trace_every": 100,
+    "middleware.db_pool": None,
+    "middleware.batch": 1,
     "workload.ratio": "1:10",
     "workload.keys": 10000,
     "workload.value_size": 128,
@@ -47,6 +50,9 @@ DEFAULTS: dict[str, Any] = {
     "workload.think_time_us": 0,
     "workload.rate": None,
     "workload.prefill": True,
+    "workload.receive": "pop",
+    "workload.pairs": True,
+    "workload.queues": 1,
     "run.duration": 10.0,
     "run.warmup": 2.0,
     "run.cooldown": 1.0,
@@ -80,6 +86,7 @@ ALIASES = {
     "wrkld": "workload.ratio",
     "reps": "run.repetitions",
     "ttime": "run.duration",
+    "pool": "middleware.db_pool",
 }
 
 WORKLOADS = {"write-only": "1:0", "read-only": "0:1", "writes": "1:0", "reads": "0:1"}
@@ -116,10 +123,35 @@ def _flatten(doc: dict[str, Any], where: str) -> dict[str, Any]:
             if not isinstance(value, dict):
                 raise SpecError(f"{where}: factors must be a mapping of setting to levels")
             for sub, v in value.items():
-                flat[_canonical(sub)] = v
+                if sub == "together":
+                    flat[TOGETHER] = _together(v, where)
+                else:
+                    flat[_canonical(sub)] = v
         else:
             flat[_canonical(key)] = value
     return flat
+
+
+# Factors whose levels go together (the i-th level of each at once), e.g. the
+# seed's scale-up: workers 1, 2, 4, 8 with 10, 20, 40, 80 clients.
+TOGETHER = "__together__"
+
+
+def _together(value: Any, where: str) -> dict[str, list[Any]]:
+    if not isinstance(value, dict) or len(value) < 2:
+        raise SpecError(f"{where}: factors: together maps two or more settings to lists of levels")
+    out = {}
+    for sub, levels in value.items():
+        if not isinstance(levels, list) or not levels:
+            raise SpecError(f"{where}: factors: together: {sub} needs a list of levels")
+        out[_canonical(sub)] = levels
+    lengths = {len(v) for v in out.values()}
+    if len(lengths) != 1:
+        raise SpecError(
+            f"{where}: factors: together: every setting needs as many levels "
+            f"({', '.join(f'{_short(k)}: {len(v)}' for k, v in out.items())})"
+        )
+    return out
 
 
 def _normalise(key: str, value: Any) -> Any:
@@ -175,13 +207,22 @@ class Experiment:
     settings: dict[str, Any]
     factors: dict[str, list[Any]]
     source: dict[str, Any] = field(default_factory=dict)
+    # Groups of factors whose levels go together rather than crossed.
+    together: list[list[str]] = field(default_factory=list)
 
     def points(self) -> list[Point]:
-        names = list(self.factors)
+        grouped = {n for g in self.together for n in g}
+        alone = [n for n in self.factors if n not in grouped]
+        # Each axis: a list of {setting: level} choices.
+        axes = [[{n: v} for v in self.factors[n]] for n in alone]
+        for g in self.together:
+            axes.append([{n: self.factors[n][i] for n in g} for i in range(len(self.factors[g[0]]))])
+        order = list(self.factors)
         points = []
-        for levels in itertools.product(*(self.factors[n] for n in names)):
+        for combo in itertools.product(*axes):
             s = dict(self.settings)
-            chosen = dict(zip(names, levels, strict=True))
+            merged = {k: v for part in combo for k, v in part.items()}
+            chosen = {n: merged[n] for n in order}
             s.update(chosen)
             s["middleware.replication"] = _replication(s["middleware.replication"], s["topology.servers"])
             label = ",".join(f"{_short(n)}={_label(v)}" for n, v in chosen.items()) or "default"
@@ -299,7 +340,43 @@ def _validate_point(s: dict[str, Any], where: str) -> None:
         * s["topology.virtual_clients"]
     )
     need(total <= 4096, f"{total} virtual clients is more than this runner will start (4096)")
+    need(
+        s["topology.system"] in ("memcached", "mq"),
+        f"system must be memcached (mwproxy) or mq (mwmq over PostgreSQL), not {s['topology.system']!r}",
+    )
+    if s["topology.system"] == "mq":
+        _validate_mq(s, need)
     _validate_hosts(s, need)
+
+
+def _validate_mq(s: dict[str, Any], need) -> None:
+    """The message-queue system: one database (`servers`), mwmq middlewares, mwload -P mq clients."""
+    need(s["topology.servers"] == 1, "system mq has one database: servers (nsvr) must be 1")
+    need(s["topology.middlewares"] >= 1, "system mq needs at least one middleware (nmw)")
+    pool = s["middleware.db_pool"]
+    need(
+        pool is None or (isinstance(pool, int) and not isinstance(pool, bool) and 1 <= pool <= 1000),
+        f"db_pool must be a number of connections in 1..1000 (or null: one per worker), not {pool!r}",
+    )
+    batch = s["middleware.batch"]
+    need(
+        isinstance(batch, int) and not isinstance(batch, bool) and 1 <= batch <= 1000, "batch must be 1..1000"
+    )
+    need(s["workload.receive"] in ("pop", "recv"), "receive must be pop or recv (RECV then ACK)")
+    need(isinstance(s["workload.pairs"], bool), "pairs must be true or false")
+    queues = s["workload.queues"]
+    need(isinstance(queues, int) and not isinstance(queues, bool) and queues >= 1, "queues must be >= 1")
+    need(s["workload.multiget_size"] == 1, "system mq has no multi-gets (multiget_size must be 1)")
+    need(s["middleware.replication"] == 1, "system mq has no replication")
+    if s["workload.pairs"]:
+        need(
+            s["topology.threads"] * s["topology.virtual_clients"] % 2 == 0,
+            "pairs need an even number of clients per instance (threads x vcli)",
+        )
+    need(
+        s["hosts.emulation"] == "local",
+        "system mq runs on local hosts only so far (hosts: emulation: local)",
+    )
 
 
 ROLES = ("server", "middleware", "client")
@@ -424,6 +501,10 @@ def parse(doc: dict[str, Any], scale: str = "quick", where: str = "spec") -> Exp
     flat.update(_flatten(scales.get(scale) or {}, f"{where} (scale {scale})"))
     settings = dict(DEFAULTS)
     factors: dict[str, list[Any]] = {}
+    together = flat.pop(TOGETHER, None) or {}
+    for key, value in together.items():
+        flat.pop(key, None)
+        factors[key] = [_normalise(key, v) for v in value]
     for key, value in flat.items():
         if isinstance(value, list):
             if not value:
@@ -431,7 +512,7 @@ def parse(doc: dict[str, Any], scale: str = "quick", where: str = "spec") -> Exp
             factors[key] = [_normalise(key, v) for v in value]
         else:
             settings[key] = _normalise(key, value)
-    exp = Experiment(name, description, scale, settings, factors, doc)
+    exp = Experiment(name, description, scale, settings, factors, doc, [list(together)] if together else [])
     for p in exp.points():
         _validate_point(p.settings, f"{where}, point {p.name}")
     return exp

@@ -1,0 +1,149 @@
+"""The message-queue system end to end: a tiny `system: mq` experiment with a
+throwaway PostgreSQL, mwmq and `mwload -P mq` clients — the files, PostgreSQL's
+CPU by role, the checks, the model tables and the report in headless Chromium;
+and what the specs accept and refuse (levels taken together, mq settings)."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from test_end_to_end import chromium
+
+from mwlab.analysis import summarize
+from mwlab.checks import run_checks
+from mwlab.report import write_report
+from mwlab.runner import prepare, run_experiment
+from mwlab.spec import SpecError, load, parse
+
+ROOT = Path(__file__).resolve().parents[2]
+
+TINY = {
+    "name": "mq-tiny",
+    "system": "mq",
+    "topology": {"middlewares": 1, "threads": 2},
+    "middleware": {"workers": 2, "db_pool": 2},
+    "workload": {"ratio": "1:1", "value_size": 200, "receive": "recv"},
+    "factors": {"together": {"vcli": [1, 3], "tmw": [1, 2]}},
+    "run": {"duration": 2, "warmup": 1, "cooldown": 0, "repetitions": 1, "window_ms": 500},
+}
+
+
+@pytest.fixture(scope="module")
+def result(tmp_path_factory) -> Path:
+    exp = parse(TINY)
+    exp.source = TINY
+    return run_experiment(exp, prepare(exp, tmp_path_factory.mktemp("results")))
+
+
+def test_runs_keep_every_file_and_postgres_cpu(result: Path):
+    runs = sorted(result.glob("*/rep-1"))
+    assert [r.parent.name for r in runs] == ["vcli=1,tmw=1", "vcli=3,tmw=2"]
+    for r in runs:
+        record = json.loads((r / "run.json").read_text())
+        assert record["status"] == "ok", record
+        assert record["placement"]["processes"]["pg0"] == "server0"
+        for f in (
+            "mw0/windows.jsonl",
+            "mw0/summary.json",
+            "mw0/trace.csv",
+            "cl0/summary.json",
+            "logs/pg-server.log",
+        ):
+            assert (r / f).exists(), f
+        cl = json.loads((r / "cl0/summary.json").read_text())
+        assert {"send", "recv", "ack"} <= {k for k, v in cl["ops"].items() if v["count"] > 0}
+        mw = json.loads((r / "mw0/summary.json").read_text())
+        assert mw["middleware"]["pool_us"]["count"] > 0
+        cpu = pd.read_csv(r / "cpu.csv")
+        pg = cpu[cpu["process"] == "pg0"]
+        assert {"*", "backend", "walwriter"} <= set(pg["thread"]), set(pg["thread"])
+        total = pg[pg["thread"] == "*"]["cpu_s"]
+        assert total.is_monotonic_increasing, "exited backends keep counting"
+
+
+def test_checks_and_model_tables(result: Path):
+    summary, aggregate = summarize(result)
+    assert len(summary) == 2 and (summary["status"] == "ok").all()
+    for _, r in summary.iterrows():
+        assert abs(r["mw_tput"] - r["client_tput"]) / r["client_tput"] < 0.05
+        assert abs(r["law_deviation"]) < 0.05
+        assert r["client_errors"] == 0
+        # In pairs each SEND is answered by a receive, and what came is acknowledged.
+        assert abs(r["client_send_tput"] - r["client_recv_tput"]) / r["client_send_tput"] < 0.05
+        assert r["client_ack_tput"] <= r["client_recv_tput"] * 1.01
+        assert r["cpu_pg0_cores"] > 0 and r["cpu_pg_backend_cores"] > 0
+        assert r["mw_pool_us"] >= 0 and r["mw_server_us"] > 0
+    checks = run_checks(summary, aggregate)
+    names = {c.name for c in checks}
+    assert {"interactive law", "client vs middleware throughput", "errors", "empty receives"} <= names
+    assert all(
+        c.ok for c in checks if c.name in ("interactive law", "client vs middleware throughput", "errors")
+    )
+    write_report(result, summary, aggregate)
+    model = pd.read_csv(result / "model.csv")
+    assert len(model) == 2 and {"x_measured", "x_model", "bottleneck"} <= set(model.columns)
+
+
+def test_report_renders(result: Path, tmp_path: Path):
+    summary, aggregate = summarize(result)
+    report = write_report(result, summary, aggregate)
+    dom = subprocess.run(
+        [
+            chromium(),
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            f"--user-data-dir={tmp_path / 'profile'}",
+            "--virtual-time-budget=5000",
+            "--dump-dom",
+            report.as_uri(),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    ).stdout
+    m = re.search(r'data-images="(\d+)/(\d+)"', dom)
+    assert m and m.group(1) == m.group(2) and int(m.group(2)) >= 3, m and m.groups()
+    assert "empty receives" in dom
+
+
+def test_specs_of_the_mq_experiments_and_refusals():
+    names = [
+        "mq-service-time",
+        "mq-speedup",
+        "mq-scaleup",
+        "mq-scaleout",
+        "mq-message-size",
+        "mq-pool-size",
+        "mq-factorial-2k",
+        "mq-stability",
+    ]
+    for name in names:
+        for scale in ("quick", "full"):
+            exp = load(ROOT / "experiments" / f"{name}.yaml", scale)
+            assert all(p.settings["topology.system"] == "mq" for p in exp.points())
+    full = load(ROOT / "experiments" / "mq-scaleup.yaml", "full")
+    assert [(p.get("tmw"), p.get("vcli")) for p in full.points()] == [(1, 5), (2, 10), (4, 20), (8, 40)]
+    crossed = load(ROOT / "experiments" / "mq-factorial-2k.yaml", "full")
+    assert len(crossed.points()) == 8
+    base = {"name": "x", "system": "mq", "topology": {"middlewares": 1, "threads": 2}}
+    for extra, needle in [
+        ({"topology": {"servers": 2, "middlewares": 1}}, "one database"),
+        ({"topology": {"middlewares": 0}}, "at least one middleware"),
+        ({"workload": {"receive": "peek"}}, "receive must be pop or recv"),
+        ({"middleware": {"db_pool": 0}}, "db_pool"),
+        ({"topology": {"middlewares": 1, "threads": 1, "virtual_clients": 3}}, "even number"),
+        ({"factors": {"together": {"tmw": [1, 2], "vcli": [1]}}}, "as many levels"),
+        ({"system": "redis"}, "system must be memcached"),
+    ]:
+        with pytest.raises(SpecError, match=needle):
+            parse({**base, **extra})
