@@ -26,7 +26,7 @@ TINY = {
     "name": "mq-tiny",
     "system": "mq",
     "topology": {"middlewares": 1, "threads": 2},
-    "middleware": {"workers": 2, "db_pool": 2},
+    "middleware": {"workers": 2, "db_pool": 1},
     "workload": {"ratio": "1:1", "value_size": 200, "receive": "recv"},
     "factors": {"together": {"vcli": [1, 3], "tmw": [1, 2]}},
     "run": {"duration": 2, "warmup": 1, "cooldown": 0, "repetitions": 1, "window_ms": 500},
@@ -87,6 +87,18 @@ def test_checks_and_model_tables(result: Path):
     write_report(result, summary, aggregate)
     model = pd.read_csv(result / "model.csv")
     assert len(model) == 2 and {"x_measured", "x_model", "bottleneck"} <= set(model.columns)
+    util = pd.read_csv(result / "utilization.csv")
+    assert {"workers", "database connections", "PostgreSQL CPU", "host CPU"} <= set(util["device"])
+    # One database connection for two workers: the pool is what limits the busier point.
+    busy = model[model["point"] == "vcli=3,tmw=2"].iloc[0]
+    assert "database connections" in busy["bottleneck"], busy["bottleneck"]
+    from mwlab.analysis import factor_columns, read_experiment
+    from mwlab.fit import bottleneck_agrees, fit_experiment
+
+    meta = read_experiment(result)
+    fit = fit_experiment(aggregate, list(factor_columns(meta["factors"])), meta["settings"])
+    for p in fit.points:
+        assert bottleneck_agrees(p), (p.point, p.bottleneck, [(d.name, d.u_measured) for d in p.devices])
 
 
 def test_report_renders(result: Path, tmp_path: Path):

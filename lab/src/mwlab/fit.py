@@ -142,7 +142,32 @@ def devices(row: pd.Series, settings: dict[str, Any]) -> list[Device]:
         out.append(Device("host CPU", cpu, free, used / free, in_network=True))
     middlewares = int(_num(row, "nmw", settings.get("topology.middlewares", 1)))
     service = _num(row, "mw_service_us")
-    if middlewares > 0 and not math.isnan(service):
+    pool_wait = _num(row, "mw_pool_us")
+    if middlewares > 0 and not math.isnan(service) and not math.isnan(pool_wait):
+        # mwmq: a worker's own time, then the statement on a pooled database
+        # connection. Waiting for a connection is queueing at the pool, not
+        # work: the pool is a center of its own, with min(pool, workers)
+        # connections per middleware busy for the database time each.
+        workers = int(_num(row, "tmw", settings.get("middleware.workers", 8)))
+        pool = _num(row, "pool", float("nan"))
+        if math.isnan(pool):
+            pool = settings.get("middleware.db_pool") or workers
+        conns = min(int(pool), workers) * middlewares
+        db = _num(row, "mw_server_us")
+        own = max(service - pool_wait - db, 0.0)
+        # Measured: the workers' busy share that was their own work.
+        u_own = _num(row, "mw_util") * own / service if service > 0 else float("nan")
+        out.append(Device("workers", own, workers * middlewares, u_own, in_network=True))
+        x = _num(row, "client_tput")
+        out.append(Device("database connections", db, conns, x * db * US / conns, in_network=True))
+        pg, pg_cores = _num(row, "cpu_pg_us"), _num(row, "cpu_pg_cores")
+        if not math.isnan(pg) and cores > 0:
+            out.append(Device("PostgreSQL CPU", pg, free, pg_cores / free))
+        nets = middlewares
+        net = _num(row, "cpu_mw_net_us")
+        if not math.isnan(net):
+            out.append(Device("net thread", net, nets, _num(row, "cpu_mw_net_cores") / nets))
+    elif middlewares > 0 and not math.isnan(service):
         workers = int(_num(row, "tmw", settings.get("middleware.workers", 8))) * middlewares
         out.append(Device("workers", service, workers, _num(row, "mw_util"), in_network=True))
         nets = middlewares * int(settings.get("middleware.net_threads", 1))
