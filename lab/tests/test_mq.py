@@ -96,6 +96,12 @@ def test_checks_and_model_tables(result: Path):
     from mwlab.fit import bottleneck_agrees, fit_experiment
 
     meta = read_experiment(result)
+    from mwlab.fit import queue_views
+
+    pool = queue_views(aggregate, meta["settings"], center="pool")
+    assert list(pool["point"]) == ["vcli=3,tmw=2"], "only where workers outnumber connections"
+    assert pool.iloc[0]["connections"] == 1 and pool.iloc[0]["measured waiting (us)"] > 0
+    assert "Single-queue views of the database pool" in (result / "report.html").read_text()
     fit = fit_experiment(aggregate, list(factor_columns(meta["factors"])), meta["settings"])
     for p in fit.points:
         assert bottleneck_agrees(p), (p.point, p.bottleneck, [(d.name, d.u_measured) for d in p.devices])

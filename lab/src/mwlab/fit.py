@@ -380,29 +380,44 @@ def bottleneck_agrees(p: PointFit) -> bool | None:
     return max(d.u_measured for d in named if not math.isnan(d.u_measured)) >= top - 0.1
 
 
-def queue_views(agg: pd.DataFrame, settings: dict[str, Any]) -> pd.DataFrame:
-    """The worker pool as M/M/1 (one server m times as fast) and M/M/m, with
-    the arrival rate the middleware's throughput and the capacity from the
-    measured service time (μ = 1 / S per worker); predicted against measured
-    queue length and waiting time, with errors; "unstable" at or beyond ρ = 1."""
-    if "mw_service_us" not in agg or agg["mw_service_us"].isna().all():
+def queue_views(agg: pd.DataFrame, settings: dict[str, Any], center: str = "workers") -> pd.DataFrame:
+    """The worker pool (or, `center="pool"`, mwmq's database connections) as
+    M/M/1 (one server m times as fast) and M/M/m, with the arrival rate the
+    middleware's throughput and the capacity from the measured service time
+    (μ = 1 / S per server); predicted against measured queue length and
+    waiting time, with errors; "unstable" at or beyond ρ = 1. For the pool,
+    S is the database time and the measured waiting is the pool wait."""
+    service_col = "mw_service_us" if center == "workers" else "mw_server_us"
+    if service_col not in agg or agg[service_col].isna().all():
+        return pd.DataFrame()
+    if center == "pool" and ("mw_pool_us" not in agg or agg["mw_pool_us"].isna().all()):
         return pd.DataFrame()
     rows = []
     for _, r in agg.iterrows():
-        s = _num(r, "mw_service_us") * US
+        s = _num(r, service_col) * US
         lam = _num(r, "mw_tput")
         if math.isnan(s) or math.isnan(lam) or s <= 0:
             continue
-        m = int(_num(r, "tmw", settings.get("middleware.workers", 8))) * int(
-            max(1, _num(r, "nmw", settings.get("topology.middlewares", 1)))
-        )
-        measured_q, measured_w = _num(r, "mw_queue_len"), _num(r, "mw_queue_us")
+        middlewares = int(max(1, _num(r, "nmw", settings.get("topology.middlewares", 1))))
+        workers = int(_num(r, "tmw", settings.get("middleware.workers", 8)))
+        if center == "pool":
+            pool = _num(r, "pool", float("nan"))
+            if math.isnan(pool):
+                pool = settings.get("middleware.db_pool") or workers
+            if pool >= workers:
+                continue  # a connection per worker: nobody waits for one
+            m = int(pool) * middlewares
+            measured_w = _num(r, "mw_pool_us")
+            measured_q = lam * measured_w * US
+        else:
+            m = workers * middlewares
+            measured_q, measured_w = _num(r, "mw_queue_len"), _num(r, "mw_queue_us")
         row: dict[str, Any] = {
             "point": r.get("point", ""),
             "N": r.get("N"),
             "arrival rate (/s)": lam,
             "service time (us)": s / US,
-            "workers": m,
+            "workers" if center == "workers" else "connections": m,
             "ρ": lam * s / m,
             "measured queue length": measured_q,
             "measured waiting (us)": measured_w,

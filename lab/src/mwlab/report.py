@@ -442,6 +442,17 @@ def _models_html(
             "beyond ρ = 1.</p>",
             _table(qv, 2),
         ]
+    pv = queue_views(aggregate, settings, center="pool")
+    if not pv.empty:
+        parts += [
+            "<h3>Single-queue views of the database pool</h3>",
+            "<p>mwmq's database connections as their own center: arrival rate = the middleware's "
+            "throughput, service time S = the database time per request (μ = 1/S per connection, "
+            "m connections per middleware; points with a connection per worker are left out, as nobody "
+            "waits there); predicted waiting next to the measured wait for a connection (Little's law "
+            "gives the measured queue length).</p>",
+            _table(pv, 2),
+        ]
     fact = factorial_fit(summary, factors, "client_tput")
     if fact is not None:
         rows = [
