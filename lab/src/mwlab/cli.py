@@ -129,7 +129,8 @@ def _progress_printer():
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="mwlab", description="Experiments with memcached, mwproxy and mwload."
+        prog="mwlab",
+        description="Experiments with memcached and mwproxy, PostgreSQL and mwmq, driven by mwload.",
     )
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("run", help="run an experiment and write its report")

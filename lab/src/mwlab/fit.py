@@ -145,21 +145,34 @@ def devices(row: pd.Series, settings: dict[str, Any]) -> list[Device]:
     pool_wait = _num(row, "mw_pool_us")
     if middlewares > 0 and not math.isnan(service) and not math.isnan(pool_wait):
         # mwmq: a worker's own time, then the statement on a pooled database
-        # connection. Waiting for a connection is queueing at the pool, not
-        # work: the pool is a center of its own, with min(pool, workers)
-        # connections per middleware busy for the database time each.
+        # connection. With fewer connections than workers, waiting for one is
+        # queueing at the pool, not work: the pool is a center of its own, its
+        # connections busy for the database time each.
         workers = int(_num(row, "tmw", settings.get("middleware.workers", 8)))
         pool = _num(row, "pool", float("nan"))
         if math.isnan(pool):
             pool = settings.get("middleware.db_pool") or workers
-        conns = min(int(pool), workers) * middlewares
         db = _num(row, "mw_server_us")
         own = max(service - pool_wait - db, 0.0)
-        # Measured: the workers' busy share that was their own work.
-        u_own = _num(row, "mw_util") * own / service if service > 0 else float("nan")
-        out.append(Device("workers", own, workers * middlewares, u_own, in_network=True))
+        # The host's CPU work is already inside the measured times (mwmq's in
+        # the workers' own time, PostgreSQL's in the database time, the
+        # clients' in the delay): counted again as a center it would be twice
+        # in every response. It stays a device, checked as a bottleneck.
+        for d in out:
+            if d.name == "host CPU":
+                d.in_network = False
         x = _num(row, "client_tput")
-        out.append(Device("database connections", db, conns, x * db * US / conns, in_network=True))
+        if pool >= workers:
+            # A connection per worker: the workers (holding their connection
+            # through the statement) are the one constraint.
+            busy = service - pool_wait
+            out.append(Device("workers", busy, workers * middlewares, _num(row, "mw_util"), in_network=True))
+        else:
+            # Measured: the workers' busy share that was their own work.
+            u_own = _num(row, "mw_util") * own / service if service > 0 else float("nan")
+            out.append(Device("workers", own, workers * middlewares, u_own, in_network=True))
+            conns = int(pool) * middlewares
+            out.append(Device("database connections", db, conns, x * db * US / conns, in_network=True))
         pg, pg_cores = _num(row, "cpu_pg_us"), _num(row, "cpu_pg_cores")
         if not math.isnan(pg) and cores > 0:
             out.append(Device("PostgreSQL CPU", pg, free, pg_cores / free))
