@@ -83,7 +83,12 @@ fn metrics(shared: &Shared) -> String {
     p.histogram_seconds("mwproxy_server_seconds", "First request sent to last reply.", &[], &acc.server);
     p.histogram_seconds("mwproxy_service_seconds", "Worker start to reply.", &[], &acc.service);
     p.counter("mwproxy_worker_busy_seconds_total", "Time workers spent on jobs.", &[], acc.busy_ns / 1_000_000_000);
-    p.gauge("mwproxy_workers", "Worker threads.", &[], shared.config.proxy.workers as f64);
+    p.gauge(
+        "mwproxy_workers",
+        "Threads carrying requests (pool workers or async loops).",
+        &[],
+        shared.config.proxy.carriers() as f64,
+    );
     p.gauge("mwproxy_queue_length", "Requests waiting for a worker now.", &[], shared.queue_len() as f64);
     for (i, addr) in shared.addrs.iter().enumerate() {
         let b = &acc.backends[i];

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use clap::Parser;
 
-use crate::config::{Config, ConfigError, HashKind, MultigetFailure, MultigetMode, ReadPolicy, ServerSpec};
+use crate::config::{Config, ConfigError, Engine, HashKind, MultigetFailure, MultigetMode, ReadPolicy, ServerSpec};
 
 /// mwproxy: a memcached middleware (consistent hashing, replication, sharded multi-gets).
 #[derive(Parser, Debug, Default)]
@@ -27,7 +27,14 @@ pub struct Cli {
     /// memcached servers, host:port[:weight], space- or comma-separated.
     #[arg(short = 'm', long = "servers", value_name = "SERVER", num_args = 1.., value_delimiter = ',')]
     pub servers: Vec<ServerSpec>,
-    /// Worker threads [default: 8].
+    /// How requests are carried out: pool (net thread, queue, workers) or
+    /// async (event loops with pipelined server connections) [default: pool].
+    #[arg(long, value_enum)]
+    pub engine: Option<Engine>,
+    /// Event loops of the async engine, 0 = one per core [default: 0].
+    #[arg(long, value_name = "N")]
+    pub threads: Option<usize>,
+    /// Worker threads of the pool engine [default: 8].
     #[arg(short = 't', long, value_name = "N")]
     pub workers: Option<usize>,
     /// Net threads that accept, read and parse [default: 1].
@@ -139,6 +146,8 @@ impl Cli {
         if !self.servers.is_empty() {
             c.routing.servers = self.servers.clone();
         }
+        set(&mut c.proxy.engine, self.engine);
+        set(&mut c.proxy.threads, self.threads);
         set(&mut c.proxy.workers, self.workers);
         set(&mut c.proxy.net_threads, self.net_threads);
         set(&mut c.proxy.queue_capacity, self.queue_capacity);

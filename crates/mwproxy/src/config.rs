@@ -60,9 +60,17 @@ impl StatsConfig {
 pub struct ProxyConfig {
     /// Address clients connect to (default `127.0.0.1:11311`).
     pub listen: String,
-    /// Worker threads; each owns one connection to every server (default 8).
+    /// How requests are carried out: `pool` (net threads, a queue, workers;
+    /// the seed reports' architecture) or `async` (one event loop per thread,
+    /// pipelined server connections) (default pool).
+    pub engine: Engine,
+    /// Event loops of the async engine; 0 means one per core available to
+    /// the process (default 0).
+    pub threads: usize,
+    /// Worker threads of the pool engine; each owns one connection to every
+    /// server (default 8).
     pub workers: usize,
-    /// Threads that accept, read and parse client requests (default 1).
+    /// Threads of the pool engine that accept, read and parse client requests (default 1).
     pub net_threads: usize,
     /// Requests that may wait for a worker; when full, mwproxy stops reading
     /// from clients until there is room again (default 1024).
@@ -88,6 +96,8 @@ impl Default for ProxyConfig {
     fn default() -> Self {
         ProxyConfig {
             listen: "127.0.0.1:11311".into(),
+            engine: Engine::Pool,
+            threads: 0,
             workers: 8,
             net_threads: 1,
             queue_capacity: 1024,
@@ -96,6 +106,27 @@ impl Default for ProxyConfig {
             max_pending_input: 1 << 20,
             memory_budget: 256 << 20,
             shutdown_grace_secs: 5,
+        }
+    }
+}
+
+impl ProxyConfig {
+    /// Event loops of the async engine: `threads`, or one per core available.
+    pub fn loops(&self) -> usize {
+        if self.threads > 0 {
+            self.threads
+        } else {
+            std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
+        }
+    }
+
+    /// Threads that carry requests to the servers, each with its own
+    /// connection to every server: the workers of the pool engine, the
+    /// loops of the async engine.
+    pub fn carriers(&self) -> usize {
+        match self.engine {
+            Engine::Pool => self.workers,
+            Engine::Async => self.loops(),
         }
     }
 }
@@ -208,6 +239,28 @@ pub enum HashKind {
     Modula,
 }
 
+/// How a proxy carries requests out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum Engine {
+    /// Net threads parse, a bounded queue hands connections to workers that
+    /// block on the servers (the architecture the lab's models describe).
+    Pool,
+    /// One event loop per thread owns its clients and a pipelined connection
+    /// to every server; no hand-off between threads on the request path.
+    Async,
+}
+
+impl Engine {
+    /// The name used in results files and `stats`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Engine::Pool => "pool",
+            Engine::Async => "async",
+        }
+    }
+}
+
 /// Which replica answers a read.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "kebab-case")]
@@ -307,6 +360,9 @@ impl Config {
         }
         if p.net_threads == 0 || p.net_threads > 64 {
             return err(format!("net_threads must be 1..=64, not {}", p.net_threads));
+        }
+        if p.threads > 256 {
+            return err(format!("threads must be 0 (one per core) ..=256, not {}", p.threads));
         }
         if p.queue_capacity == 0 {
             return err("queue_capacity must be at least 1".into());

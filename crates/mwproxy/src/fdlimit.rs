@@ -18,12 +18,17 @@ pub fn raise_and_plan(config: &Config) -> Result<FdPlan, String> {
 }
 
 /// How many clients fit under a limit of `limit` open files: each worker
-/// needs a connection to every server, each net thread two descriptors.
+/// (or async loop) needs a connection to every server, each event loop two
+/// descriptors.
 pub fn plan(config: &Config, limit: u64) -> Result<FdPlan, String> {
-    let backends = (config.proxy.workers * config.routing.servers.len()) as u64;
-    let own = backends + 2 * config.proxy.net_threads as u64;
-    let what =
-        format!("{} workers x {} servers (and the event loops)", config.proxy.workers, config.routing.servers.len());
+    let p = &config.proxy;
+    let (carriers, loops, who) = match p.engine {
+        crate::config::Engine::Pool => (p.workers, p.net_threads, "workers"),
+        crate::config::Engine::Async => (p.loops(), p.loops(), "loops"),
+    };
+    let backends = (carriers * config.routing.servers.len()) as u64;
+    let own = backends + 2 * loops as u64;
+    let what = format!("{carriers} {who} x {} servers (and the event loops)", config.routing.servers.len());
     mwserve::fdlimit::plan(limit, own, &what, config.proxy.max_connections)
 }
 

@@ -15,6 +15,7 @@
 
 pub mod admin;
 pub mod backend;
+pub mod batch;
 pub mod budget;
 pub mod cli;
 pub mod config;
@@ -23,6 +24,7 @@ pub mod fdlimit;
 pub mod health;
 pub mod local;
 pub mod net;
+pub mod pipeline;
 pub mod queue;
 pub mod recorder;
 pub mod repair;

@@ -205,7 +205,7 @@ pub fn general_stats(shared: &Shared, backends: &BackendFigures) -> Vec<(String,
     put("curr_connections", open.to_string());
     put("total_connections", net("total_connections").to_string());
     put("rejected_connections", net("rejected_connections").to_string());
-    let backend_conns = cfg.proxy.workers * shared.addrs.len();
+    let backend_conns = cfg.proxy.carriers() * shared.addrs.len();
     put("connection_structures", (open as usize + backend_conns).to_string());
     for (name, value) in crate::stats::WorkerCounters::NAMES.iter().zip(c.values()) {
         put(name, value.to_string());
@@ -213,7 +213,8 @@ pub fn general_stats(shared: &Shared, backends: &BackendFigures) -> Vec<(String,
     put("bytes_read", net("bytes_read").to_string());
     put("bytes_written", net("bytes_written").to_string());
     put("limit_maxbytes", sum("limit_maxbytes").to_string());
-    put("threads", cfg.proxy.workers.to_string());
+    put("threads", cfg.proxy.carriers().to_string());
+    put("engine", cfg.proxy.engine.name().to_string());
     put("bytes", sum("bytes").to_string());
     put("curr_items", sum("curr_items").to_string());
     put("total_items", sum("total_items").to_string());
@@ -236,7 +237,7 @@ pub fn general_stats(shared: &Shared, backends: &BackendFigures) -> Vec<(String,
     put("repairs_queued", r.queued.load(Ordering::Relaxed).to_string());
     put("repairs_done", r.done.load(Ordering::Relaxed).to_string());
     put("repair_flushes", r.flushes.load(Ordering::Relaxed).to_string());
-    let capacity = cfg.proxy.workers as f64 * uptime.as_nanos() as f64;
+    let capacity = cfg.proxy.carriers() as f64 * uptime.as_nanos() as f64;
     let util = if capacity > 0.0 { live.busy_ns as f64 / capacity } else { 0.0 };
     put("worker_utilization", format!("{util:.4}"));
     v

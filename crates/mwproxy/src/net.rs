@@ -32,6 +32,7 @@ use mio::{Events, Interest, Poll, Token, Waker};
 use mwstats::clock::now_ns;
 
 use crate::conn::{ClientConn, Job};
+use crate::pipeline::{Pipeline, LINK_BASE};
 use crate::route::Work;
 use crate::shared::Shared;
 use crate::stats::{add, bump};
@@ -98,6 +99,8 @@ pub struct NetThread {
     ready: VecDeque<Token>,
     /// Request ids: `next_id * net_threads + index`, unique per process.
     ids: RequestIds,
+    /// The async engine: this loop carries its connections' requests itself.
+    pipeline: Option<Pipeline>,
 }
 
 /// Hands out process-wide unique request ids without sharing a counter.
@@ -117,11 +120,24 @@ impl RequestIds {
 
 impl NetThread {
     /// A net thread serving `listener`; `poll` must have the waker registered.
-    pub fn new(index: usize, poll: Poll, mut listener: TcpListener, shared: Arc<Shared>) -> io::Result<NetThread> {
+    /// With `pipeline` (the async engine) the thread carries its
+    /// connections' requests to the servers itself instead of queueing them.
+    pub fn new(
+        index: usize,
+        poll: Poll,
+        mut listener: TcpListener,
+        shared: Arc<Shared>,
+        pipeline: Option<Pipeline>,
+    ) -> io::Result<NetThread> {
         poll.registry().register(&mut listener, LISTENER, Interest::READABLE)?;
         let limits = shared.config.parser_limits();
-        let ids = RequestIds { next: 0, index: index as u64, stride: shared.config.proxy.net_threads as u64 };
+        let loops = match pipeline {
+            Some(_) => shared.config.proxy.loops(),
+            None => shared.config.proxy.net_threads,
+        };
+        let ids = RequestIds { next: 0, index: index as u64, stride: loops as u64 };
         Ok(NetThread {
+            pipeline,
             ids,
             poll,
             listener: Some(listener),
@@ -147,12 +163,13 @@ impl NetThread {
         let mut events = Events::with_capacity(1024);
         let mut grace_deadline: Option<Instant> = None;
         loop {
-            let timeout = if !self.ready.is_empty() {
+            let pipelined = self.pipeline.as_ref();
+            let timeout = if !self.ready.is_empty() || pipelined.is_some_and(Pipeline::has_work) {
                 Some(Duration::ZERO)
             } else if !self.blocked.is_empty() || grace_deadline.is_some() {
                 Some(Duration::from_millis(1))
             } else {
-                None
+                pipelined.and_then(Pipeline::sleep_limit)
             };
             if let Err(e) = self.poll.poll(&mut events, timeout) {
                 if e.kind() != io::ErrorKind::Interrupted {
@@ -160,11 +177,17 @@ impl NetThread {
                     break;
                 }
             }
+            let woke = now_ns();
             let mut removed = Vec::new();
             for ev in events.iter() {
                 match ev.token() {
                     WAKER => {}
                     LISTENER => self.accept(),
+                    token if token.0 >= LINK_BASE => {
+                        if let Some(p) = self.pipeline.as_mut() {
+                            p.link_event(self.poll.registry(), token, ev);
+                        }
+                    }
                     token => {
                         if self.conn(token).is_none() {
                             continue;
@@ -197,6 +220,10 @@ impl NetThread {
             for token in removed {
                 self.remove(token);
             }
+            if let Some(p) = self.pipeline.as_mut() {
+                p.pump(self.poll.registry());
+                p.add_busy(now_ns().saturating_sub(woke));
+            }
             if self.shared.stopping.load(Ordering::Relaxed) {
                 let deadline = *grace_deadline.get_or_insert_with(|| {
                     self.begin_shutdown();
@@ -218,11 +245,14 @@ impl NetThread {
     /// The socket can take bytes again: write what waits, and resume reading a
     /// client that was paused for not reading its replies.
     fn writable(&mut self, token: Token) {
-        let NetThread { conns, shared, ready, .. } = self;
+        let NetThread { conns, shared, ready, pipeline, .. } = self;
         let Some(conn) = conns.get_mut(token.0 - FIRST_CONN).and_then(Option::as_mut) else { return };
         if conn.shared.flush(&shared.net) {
             // Its waiting requests may run again.
-            shared.queue.push_again(conn.shared.clone());
+            match pipeline {
+                Some(p) => p.runnable(conn.shared.clone()),
+                None => shared.queue.push_again(conn.shared.clone()),
+            }
         }
         if conn.output_paused && shared.budget.may_run(conn.shared.pending_output()) {
             conn.output_paused = false;
@@ -346,7 +376,7 @@ impl NetThread {
     }
 
     fn read_conn(&mut self, token: Token) -> Flow {
-        let NetThread { conns, shared, limits, ids, .. } = self;
+        let NetThread { conns, shared, limits, ids, pipeline, .. } = self;
         let slot = token.0 - FIRST_CONN;
         let Some(conn) = conns.get_mut(slot).and_then(Option::as_mut) else { return Flow::Finished };
         let mut reads = 0;
@@ -361,7 +391,7 @@ impl NetThread {
             if conn.done {
                 return Flow::Finished;
             }
-            if let Some(flow) = parse_all(conn, shared, limits, ids) {
+            if let Some(flow) = parse_all(conn, shared, limits, ids, pipeline.as_mut()) {
                 return flow;
             }
             if !shared.budget.may_run(conn.shared.pending_output()) {
@@ -421,13 +451,20 @@ impl NetThread {
     }
 
     fn all_idle(&self) -> bool {
-        self.conns.iter().flatten().all(|c| !c.unqueued && c.shared.idle(c.issued))
+        self.pipeline.as_ref().is_none_or(Pipeline::idle)
+            && self.conns.iter().flatten().all(|c| !c.unqueued && c.shared.idle(c.issued))
     }
 }
 
 /// Parses every whole request in the buffer and puts it in the connection's
 /// line. Returns a flow when reading must stop, `None` when more bytes are needed.
-fn parse_all(conn: &mut Conn, shared: &Shared, limits: &Limits, ids: &mut RequestIds) -> Option<Flow> {
+fn parse_all(
+    conn: &mut Conn,
+    shared: &Shared,
+    limits: &Limits,
+    ids: &mut RequestIds,
+    mut pipeline: Option<&mut Pipeline>,
+) -> Option<Flow> {
     let net = &shared.net;
     loop {
         if conn.swallow > 0 {
@@ -495,7 +532,9 @@ fn parse_all(conn: &mut Conn, shared: &Shared, limits: &Limits, ids: &mut Reques
         };
         conn.issued += 1;
         if conn.shared.admit(job) {
-            if let Err(_full) = shared.queue.push_fresh(conn.shared.clone()) {
+            if let Some(p) = pipeline.as_deref_mut() {
+                p.runnable(conn.shared.clone());
+            } else if let Err(_full) = shared.queue.push_fresh(conn.shared.clone()) {
                 bump(&net.queue_full);
                 conn.unqueued = true;
                 return Some(Flow::Blocked);

@@ -20,6 +20,8 @@ use std::sync::Mutex;
 
 /// Keys kept per server before the log gives up and flushes the server.
 pub const MAX_KEYS: usize = 100_000;
+/// Longest reply line a repair can get.
+pub const REPAIR_CAP: usize = 4096;
 /// Keys deleted in one exchange.
 const CHUNK: usize = 1000;
 

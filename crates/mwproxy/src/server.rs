@@ -8,8 +8,9 @@ use std::thread::JoinHandle;
 
 use mio::Waker;
 
-use crate::config::{Config, ConfigError};
+use crate::config::{Config, ConfigError, Engine};
 use crate::net::NetThread;
+use crate::pipeline::Pipeline;
 use crate::shared::Shared;
 use crate::telemetry::{open_results, run_stats_thread};
 use crate::worker::Worker;
@@ -85,21 +86,27 @@ impl Proxy {
         let stats_thread = Some(
             std::thread::Builder::new().name("stats".into()).spawn(move || run_stats_thread(stats_shared, results))?,
         );
+        let p = &shared.config.proxy;
+        let (workers_n, loops, name) = match p.engine {
+            Engine::Pool => (p.workers, p.net_threads, "net"),
+            Engine::Async => (0, p.loops(), "loop"),
+        };
         let mut workers = Vec::new();
-        for id in 0..shared.config.proxy.workers {
+        for id in 0..workers_n {
             let worker = Worker::new(id, shared.clone());
             workers.push(std::thread::Builder::new().name(format!("worker-{id}")).spawn(move || worker.run())?);
         }
         let mut wakers = Vec::new();
         let mut net_threads = Vec::new();
-        for id in 0..shared.config.proxy.net_threads {
+        for id in 0..loops {
             let (poll, waker) = NetThread::poll_with_waker()?;
             let listener = mio::net::TcpListener::from_std(std_listener.try_clone()?);
-            let net = NetThread::new(id, poll, listener, shared.clone())?;
+            let pipeline = (p.engine == Engine::Async).then(|| Pipeline::new(id, shared.clone()));
+            let net = NetThread::new(id, poll, listener, shared.clone(), pipeline)?;
             wakers.push(waker);
-            net_threads.push(std::thread::Builder::new().name(format!("net-{id}")).spawn(move || net.run())?);
+            net_threads.push(std::thread::Builder::new().name(format!("{name}-{id}")).spawn(move || net.run())?);
         }
-        tracing::info!(%addr, "mwproxy listening");
+        tracing::info!(%addr, engine = p.engine.name(), threads = loops.max(workers_n), "mwproxy listening");
         Ok(Proxy { addr, shared, wakers, net_threads, workers, stats_thread, admin })
     }
 

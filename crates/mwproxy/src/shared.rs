@@ -56,7 +56,7 @@ impl Shared {
             queue: WorkQueue::new(config.proxy.queue_capacity),
             budget: Arc::new(Budget::new(&config.proxy)),
             net: NetCounters::default(),
-            telemetry: Telemetry::new(config.proxy.workers, addrs.len()),
+            telemetry: Telemetry::new(config.proxy.carriers(), addrs.len()),
             started: Instant::now(),
             stopping: AtomicBool::new(false),
             max_connections,

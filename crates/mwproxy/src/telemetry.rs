@@ -152,7 +152,7 @@ pub fn build_record(
     let cfg = &shared.config;
     let delta =
         |name: &str| NetCounters::value_of(net_now, name).saturating_sub(NetCounters::value_of(net_before, name));
-    let workers = cfg.proxy.workers as u64;
+    let workers = cfg.proxy.carriers() as u64;
     let backends = shared
         .addrs
         .iter()

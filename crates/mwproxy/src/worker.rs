@@ -18,46 +18,19 @@
 //! its probe waits; repairs waiting for a server are sent before the calls on
 //! the same connection (`repair.rs`).
 
-use std::collections::HashSet;
-use std::ops::Range;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use mcproto::Request;
 use mwstats::clock::now_ns;
 use mwstats::slots::SlotWriter;
-use mwstats::OpKind;
 
 use crate::backend::{Backend, Wait};
+use crate::batch::{finish_wave, waves, Entry};
 use crate::conn::{After, ClientConn, Job};
-use crate::recorder::{record, BackendFact, Finished, JobFacts, WorkerAcc};
-use crate::repair::Batch;
-use crate::route::{BackendError, Begin, Exec, Work};
+use crate::recorder::{BackendFact, WorkerAcc};
+use crate::repair::{Batch, REPAIR_CAP};
+use crate::route::BackendError;
 use crate::shared::Shared;
-
-/// Longest reply line a repair can get.
-const REPAIR_CAP: usize = 4096;
-
-/// A request of the batch in progress.
-struct Entry {
-    seq: u64,
-    request_id: u64,
-    t_recv: u64,
-    t_parsed: u64,
-    t_enqueue: u64,
-    op: OpKind,
-    keys: u64,
-    noreply: bool,
-    /// Answered from the proxy's own state when its wave comes.
-    local: Option<Request>,
-    exec: Exec,
-    /// Its calls in the current round (indices into the outbox).
-    calls: Range<usize>,
-    facts: JobFacts,
-    finished: bool,
-    /// The reply's trace status.
-    status: &'static str,
-}
 
 /// One call's result: where its reply lies in its backend's buffer.
 #[derive(Clone, Debug)]
@@ -135,20 +108,12 @@ impl Worker {
     fn serve(&mut self, conn: &ClientConn, jobs: Vec<Job>) {
         let t_dequeue = now_ns();
         let waves = waves(&jobs, self.shared.router.replication);
-        let mut entries: Vec<Entry> = jobs.into_iter().map(|job| self.begin(job, t_dequeue)).collect();
+        let mut entries: Vec<Entry> =
+            jobs.into_iter().map(|job| Entry::begin(job, t_dequeue, &self.shared, &mut self.rr)).collect();
         for wave in waves {
             let entries = &mut entries[wave];
             self.run_wave(entries);
-            for e in entries.iter_mut() {
-                e.status = reply_status(&e.exec.reply);
-            }
-            let replies = entries.iter_mut().map(|e| {
-                let reply = std::mem::take(&mut e.exec.reply);
-                (e.seq, if e.noreply { Vec::new() } else { reply })
-            });
-            conn.deliver_all(replies, &self.shared.net);
-            let t_reply = now_ns();
-            self.record(entries, t_reply);
+            finish_wave(entries, conn, &self.shared, &mut self.writer, self.id);
         }
         let busy = now_ns().saturating_sub(t_dequeue);
         self.writer.record(&self.shared.telemetry.slots, |acc| {
@@ -157,40 +122,10 @@ impl Worker {
         });
     }
 
-    fn begin(&mut self, job: Job, t_dequeue: u64) -> Entry {
-        let (op, keys) = job.work.class();
-        let noreply = job.work.noreply();
-        let (exec, local) = match Exec::begin(job.work, &self.shared.router, &mut self.rr) {
-            Begin::Exec(e) => (e, None),
-            Begin::Local(req) => (Exec::answered(Vec::new()), Some(req)),
-        };
-        let mut facts = JobFacts::default();
-        facts.begin(t_dequeue);
-        Entry {
-            seq: job.seq,
-            request_id: job.request_id,
-            t_recv: job.t_recv,
-            t_parsed: job.t_parsed,
-            t_enqueue: job.t_enqueue,
-            op,
-            keys,
-            noreply,
-            local,
-            exec,
-            calls: 0..0,
-            facts,
-            finished: false,
-            status: "ok",
-        }
-    }
-
     /// Runs the rounds of a wave until every request in it is finished.
     fn run_wave(&mut self, entries: &mut [Entry]) {
         for e in entries.iter_mut() {
-            if let Some(req) = e.local.take() {
-                self.writer.settle(&self.shared.telemetry.slots);
-                e.exec.reply = crate::local::reply(&req, &self.shared);
-            }
+            e.answer_locally(&self.shared, &mut self.writer);
         }
         loop {
             self.outbox.clear();
@@ -228,10 +163,7 @@ impl Worker {
             }
         }
         for e in entries.iter_mut() {
-            if let Some((req, answers)) = e.exec.take_gathered() {
-                self.writer.settle(&self.shared.telemetry.slots);
-                e.exec.reply = crate::local::gathered(&req, &answers, &self.shared);
-            }
+            e.answer_gathered(&self.shared, &mut self.writer);
         }
     }
 
@@ -383,138 +315,10 @@ impl Worker {
             end_probe(health, probing, s);
         }
     }
-
-    /// Adds the finished requests of a wave to this worker's accumulator and
-    /// notes the repairs they leave behind.
-    fn record(&mut self, entries: &mut [Entry], t_reply: u64) {
-        let trace_every = if self.shared.config.stats.out.is_some() { self.shared.config.stats.trace_every } else { 0 };
-        for e in entries.iter_mut() {
-            for (server, key) in e.exec.effects.repairs.drain(..) {
-                self.shared.repairs.note(server, key);
-            }
-            e.facts.counters = std::mem::take(&mut e.exec.effects.counters);
-            e.facts.hits = e.exec.effects.hits;
-            if e.status != "ok" {
-                e.facts.counters.error_replies += 1;
-            }
-        }
-        let id = self.id;
-        self.writer.record(&self.shared.telemetry.slots, |acc| {
-            for e in entries.iter() {
-                let f = Finished {
-                    request_id: e.request_id,
-                    op: e.op,
-                    keys: e.keys,
-                    status: e.status,
-                    t_recv: e.t_recv,
-                    t_parsed: e.t_parsed,
-                    t_enqueue: e.t_enqueue,
-                    t_reply,
-                };
-                record(acc, &f, &e.facts, id, trace_every);
-            }
-        });
-    }
 }
 
 fn end_probe(health: &crate::health::Health, probing: &mut [bool], s: usize) {
     if std::mem::take(&mut probing[s]) {
         health.end_probe(s);
-    }
-}
-
-/// The trace status of a reply: `ok`, `error`, `client_error` or `server_error`.
-fn reply_status(reply: &[u8]) -> &'static str {
-    if reply.starts_with(b"SERVER_ERROR") {
-        "server_error"
-    } else if reply.starts_with(b"CLIENT_ERROR") {
-        "client_error"
-    } else if reply.starts_with(b"ERROR") {
-        "error"
-    } else {
-        "ok"
-    }
-}
-
-/// Cuts a batch into waves. With one replica per key a batch is one wave
-/// (each server executes its requests in order, and no request needs a second
-/// round). Under replication a request starts a new wave when it names a key
-/// that an earlier request of the wave writes, or writes a key that an
-/// earlier one names, so that failovers, cas copies and repairs happen before
-/// anything that follows. `stats` and `version` are always a wave of their own.
-pub(crate) fn waves(jobs: &[Job], replication: usize) -> Vec<Range<usize>> {
-    let mut waves = Vec::new();
-    let mut start = 0;
-    let mut read: HashSet<&[u8]> = HashSet::new();
-    let mut written: HashSet<&[u8]> = HashSet::new();
-    let mut everything = false;
-    for (i, job) in jobs.iter().enumerate() {
-        let local = matches!(job.work, Work::Request(Request::Version | Request::Stats { .. }));
-        // (`version` and `stats` are answered from the proxy's counters: alone,
-        // after everything before them is recorded.)
-        let keys = job.work.keys();
-        let writes = job.work.writes();
-        let conflict = local
-            || (replication > 1
-                && (everything
-                    || match &keys {
-                        None => i > start,
-                        Some(ks) => ks.iter().any(|k| written.contains(k) || (writes && read.contains(k))),
-                    }));
-        if conflict && i > start {
-            waves.push(start..i);
-            start = i;
-            read.clear();
-            written.clear();
-            everything = false;
-        }
-        match keys {
-            None => everything = true,
-            Some(ks) => {
-                let set = if writes { &mut written } else { &mut read };
-                set.extend(ks);
-            }
-        }
-        if local {
-            waves.push(start..i + 1);
-            start = i + 1;
-            read.clear();
-            written.clear();
-            everything = false;
-        }
-    }
-    if start < jobs.len() {
-        waves.push(start..jobs.len());
-    }
-    waves
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use mcproto::{parse_request, Limits, Parsed};
-
-    fn jobs(text: &str) -> Vec<Job> {
-        let mut buf = text.as_bytes();
-        let mut out = Vec::new();
-        while !buf.is_empty() {
-            let Parsed::Request { request, consumed } = parse_request(buf, &Limits::default()) else { panic!() };
-            buf = &buf[consumed..];
-            let seq = out.len() as u64;
-            let work = Work::Request(request);
-            out.push(Job { seq, work, request_id: seq, t_recv: 0, t_parsed: 0, t_enqueue: 0, size: consumed });
-        }
-        out
-    }
-
-    #[test]
-    fn a_batch_is_one_wave_without_replication_and_is_cut_at_conflicts_with_it() {
-        let batch = jobs("get a\r\nset a 0 0 1\r\nx\r\nget a b\r\nset c 0 0 1\r\ny\r\nget d\r\n");
-        assert_eq!(waves(&batch, 1), vec![0..5]);
-        // `set a` writes what `get a` read; `get a b` reads what `set a` wrote.
-        assert_eq!(waves(&batch, 2), vec![0..1, 1..2, 2..5]);
-        let batch = jobs("get a\r\nflush_all\r\nget b\r\nstats\r\nget c\r\n");
-        assert_eq!(waves(&batch, 1), vec![0..3, 3..4, 4..5], "stats is answered alone");
-        assert_eq!(waves(&batch, 2), vec![0..1, 1..2, 2..3, 3..4, 4..5], "flush_all concerns every key");
     }
 }

@@ -6,8 +6,12 @@ use std::time::{Duration, Instant};
 
 use mctest::{free_port, wait_for_port, Client, Memcached};
 
+mod common;
+
 fn mwproxy() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_mwproxy"))
+    let mut c = Command::new(env!("CARGO_BIN_EXE_mwproxy"));
+    c.args(common::engine_args());
+    c
 }
 
 #[test]

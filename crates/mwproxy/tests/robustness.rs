@@ -87,10 +87,11 @@ fn five_hundred_concurrent_clients_all_succeed() {
                     for i in 0..100 {
                         let key = format!("c{t}k{}", i % 10);
                         let v = format!("{t}-{i}");
-                        let ok = c.call_str(&format!("set {key} 0 0 {}\r\n{v}\r\n", v.len())).unwrap() == "STORED\r\n"
-                            && c.call_str(&format!("get {key}\r\n")).unwrap()
-                                == format!("VALUE {key} 0 {}\r\n{v}\r\nEND\r\n", v.len());
+                        let set = c.call_str(&format!("set {key} 0 0 {}\r\n{v}\r\n", v.len())).unwrap();
+                        let get = c.call_str(&format!("get {key}\r\n")).unwrap();
+                        let ok = set == "STORED\r\n" && get == format!("VALUE {key} 0 {}\r\n{v}\r\nEND\r\n", v.len());
                         if !ok {
+                            eprintln!("client {t} request {i}: {set:?} then {get:?}");
                             failures.fetch_add(1, Ordering::Relaxed);
                         }
                     }
@@ -321,7 +322,11 @@ fn a_full_queue_applies_backpressure_and_loses_nothing() {
     }
     let stats = common::client(&proxy).call_str("stats\r\n").unwrap();
     let full: u64 = stats.lines().find_map(|l| l.strip_prefix("STAT queue_full ")).unwrap().parse().unwrap();
-    assert!(full > 0, "the queue filled up at least once");
+    if common::engine() == mwproxy::config::Engine::Pool {
+        assert!(full > 0, "the queue filled up at least once");
+    } else {
+        assert_eq!(full, 0, "the async engine has no queue between threads");
+    }
     assert!(stats.contains("STAT cmd_set 1600\r\n"), "{stats}");
     common::stop(proxy);
 }

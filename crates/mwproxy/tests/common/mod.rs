@@ -8,6 +8,34 @@ use std::time::Duration;
 use mctest::{Client, Memcached};
 use mwproxy::{Config, Proxy};
 
+/// The engine the tests run against: `MWPROXY_TEST_ENGINE=pool|async`
+/// (`make test` runs the suites once with each).
+pub fn engine() -> mwproxy::config::Engine {
+    match std::env::var("MWPROXY_TEST_ENGINE").as_deref() {
+        Err(_) | Ok("") | Ok("pool") => mwproxy::config::Engine::Pool,
+        Ok("async") => mwproxy::config::Engine::Async,
+        Ok(other) => panic!("MWPROXY_TEST_ENGINE must be pool or async, not {other:?}"),
+    }
+}
+
+/// The command-line flags that select [`engine`] (the async engine with two
+/// loops, as in [`proxy`]).
+pub fn engine_args() -> Vec<&'static str> {
+    match engine() {
+        mwproxy::config::Engine::Pool => vec!["--engine", "pool"],
+        mwproxy::config::Engine::Async => vec!["--engine", "async", "--threads", "2"],
+    }
+}
+
+/// Descriptors a proxy keeps for itself besides the 64 of its own, with
+/// `workers` pool workers (or two async loops) and `servers` servers.
+pub fn reserved_fds(workers: u64, servers: u64) -> u64 {
+    match engine() {
+        mwproxy::config::Engine::Pool => workers * servers + 2,
+        mwproxy::config::Engine::Async => 2 * servers + 2 * 2,
+    }
+}
+
 /// Starts `n` memcached servers.
 pub fn servers(n: usize) -> Vec<Memcached> {
     (0..n).map(|_| Memcached::start().expect("start memcached")).collect()
@@ -18,6 +46,8 @@ pub fn proxy(servers: &[Memcached], tweak: impl FnOnce(&mut Config)) -> Proxy {
     let mut c = Config::default();
     c.proxy.listen = "127.0.0.1:0".into();
     c.proxy.workers = 4;
+    c.proxy.engine = engine();
+    c.proxy.threads = 2;
     c.routing.servers = servers.iter().map(|s| s.endpoint().parse().unwrap()).collect();
     c.backend.timeout_ms = 500;
     c.backend.retry_min_ms = 20;
@@ -121,6 +151,8 @@ pub fn proxy_for(endpoints: &[String], tweak: impl FnOnce(&mut Config)) -> Proxy
     let mut c = Config::default();
     c.proxy.listen = "127.0.0.1:0".into();
     c.proxy.workers = 4;
+    c.proxy.engine = engine();
+    c.proxy.threads = 2;
     c.routing.servers = endpoints.iter().map(|s| s.parse().unwrap()).collect();
     c.backend.timeout_ms = 500;
     c.backend.retry_min_ms = 20;
