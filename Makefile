@@ -56,6 +56,7 @@ build: deps rust-deps
 test: deps test-deps rust-deps python-deps
 	$(CARGO) build --workspace --bins
 	$(CARGO) test --workspace --no-fail-fast
+	MWPROXY_TEST_ENGINE=async $(CARGO) test -p mwproxy --tests --no-fail-fast
 	$(VENV)/bin/pytest lab
 
 ## The quick-start experiment: servers, a middleware and clients, then the report.

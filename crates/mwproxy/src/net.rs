@@ -101,6 +101,8 @@ pub struct NetThread {
     ids: RequestIds,
     /// The async engine: this loop carries its connections' requests itself.
     pipeline: Option<Pipeline>,
+    /// Where reads land before they are kept in their connection's buffer.
+    scratch: Vec<u8>,
 }
 
 /// Hands out process-wide unique request ids without sharing a counter.
@@ -138,6 +140,7 @@ impl NetThread {
         let ids = RequestIds { next: 0, index: index as u64, stride: loops as u64 };
         Ok(NetThread {
             pipeline,
+            scratch: vec![0; READ_CHUNK],
             ids,
             poll,
             listener: Some(listener),
@@ -303,7 +306,8 @@ impl NetThread {
             bump(&net.total_connections);
             self.conns[slot] = Some(Conn {
                 shared: Arc::new(ClientConn::new(stream, self.shared.budget.clone())),
-                rbuf: ReadBuf::with_capacity(READ_CHUNK),
+                // Grown on the first read: an idle connection costs a few bytes.
+                rbuf: ReadBuf::with_capacity(0),
                 swallow: 0,
                 issued: 0,
                 unqueued: false,
@@ -376,7 +380,7 @@ impl NetThread {
     }
 
     fn read_conn(&mut self, token: Token) -> Flow {
-        let NetThread { conns, shared, limits, ids, pipeline, .. } = self;
+        let NetThread { conns, shared, limits, ids, pipeline, scratch, .. } = self;
         let slot = token.0 - FIRST_CONN;
         let Some(conn) = conns.get_mut(slot).and_then(Option::as_mut) else { return Flow::Finished };
         let mut reads = 0;
@@ -416,9 +420,10 @@ impl NetThread {
             }
             reads += 1;
             conn.rbuf.shrink_to(READ_CHUNK);
-            let spare = conn.rbuf.spare(READ_CHUNK / 4);
-            let room = spare.len();
-            let r = conn.shared.stream().read(spare);
+            // Reads land in the loop's scratch buffer and only what came is
+            // kept in the connection's, so an idle connection holds no buffer.
+            let room = scratch.len();
+            let r = conn.shared.stream().read(scratch);
             match r {
                 Ok(0) => {
                     conn.done = true;
@@ -428,6 +433,7 @@ impl NetThread {
                 Ok(n) => {
                     drained = n < room;
                     conn.last_read_ns = now_ns();
+                    conn.rbuf.spare(n)[..n].copy_from_slice(&scratch[..n]);
                     conn.rbuf.commit(n);
                     add(&shared.net.bytes_read, n as u64);
                 }

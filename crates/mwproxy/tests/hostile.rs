@@ -545,3 +545,50 @@ fn a_server_answering_garbage_is_logged_once_not_per_request() {
     assert!(log.contains("server down"), "{log}");
     assert!(log.lines().count() < 10, "failures of a down server are summed up, not logged one by one:\n{log}");
 }
+
+fn raise_fd_limit(n: u64) {
+    use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
+    let lim = getrlimit(Resource::Nofile);
+    let hard = lim.maximum.unwrap_or(n).max(n);
+    let _ = setrlimit(Resource::Nofile, Rlimit { current: Some(n.min(hard)), maximum: Some(hard) });
+}
+
+#[test]
+fn ten_thousand_connections_are_held_with_bounded_memory() {
+    raise_fd_limit(20_500);
+    let server = Memcached::start().unwrap();
+    let proxy = ProxyProcess::start("", &["-m", &server.endpoint(), "--max-connections", "10000"]);
+    let mut good = Client::connect(proxy.addr()).unwrap();
+    assert_eq!(good.call_str("set k 0 0 1\r\nv\r\n").unwrap(), "STORED\r\n");
+    let before = proxy.rss_mb();
+    let mut held = Vec::with_capacity(10_000);
+    while held.len() < 9_999 {
+        let mut c = TcpStream::connect(proxy.addr()).unwrap();
+        // Every hundredth one has talked once, so it holds buffers.
+        if held.len() % 100 == 0 {
+            c.write_all(b"get k\r\n").unwrap();
+        }
+        held.push(c);
+    }
+    assert!(
+        common::eventually(Duration::from_secs(30), || {
+            common::stat(&good.call_str("stats\r\n").unwrap(), "curr_connections") == 10_000
+        }),
+        "every connection is accepted and counted"
+    );
+    let mut over = Client::connect(proxy.addr()).unwrap();
+    let (reply, _) = over.read_until_quiet(Duration::from_millis(500)).unwrap();
+    assert_eq!(String::from_utf8_lossy(&reply), "SERVER_ERROR Too many open connections\r\n");
+    assert_eq!(good.call_str("get k\r\n").unwrap(), "VALUE k 0 1\r\nv\r\nEND\r\n", "the others are still served");
+    let rss = proxy.rss_mb();
+    eprintln!("RSS {before:.1} MB before, {rss:.1} MB with 10,000 connections");
+    assert!(rss < 100.0, "10,000 connections take {rss:.1} MB of RSS");
+    assert!(rss - before < 40.0, "10,000 connections grew RSS by {:.1} MB", rss - before);
+    drop(held);
+    assert!(
+        common::eventually(Duration::from_secs(30), || {
+            common::stat(&good.call_str("stats\r\n").unwrap(), "curr_connections") == 1
+        }),
+        "closed connections are noticed"
+    );
+}

@@ -98,6 +98,13 @@ fn windows_and_summary_account_for_every_request() {
     let meta = summary.metadata.clone().unwrap();
     assert!(meta.version.starts_with("mwproxy-") && meta.cpu_count > 0 && meta.end_unix_ms >= meta.start_unix_ms);
     assert_eq!(meta.config["stats"]["window_ms"], 200);
+    assert_eq!(meta.config["proxy"]["engine"], common::engine().name(), "the engine is in the metadata");
+    let workers = smw.workers;
+    assert_eq!(
+        workers,
+        if common::engine() == mwproxy::config::Engine::Pool { 4 } else { 2 },
+        "threads carrying requests"
+    );
     check_trace(&dir.join("trace.csv"), summary.ops["all"].count);
     std::fs::remove_dir_all(&dir).ok();
 }
