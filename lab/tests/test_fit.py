@@ -142,3 +142,40 @@ def test_factorial_fit_needs_two_levels_and_repetitions():
     assert f.effects["A"] == pytest.approx(12.5) and f.factors == {"A": "nsvr", "B": "tmw"}
     assert factorial_fit(s.iloc[::2], ["nsvr", "tmw"], "client_tput") is None, "no repetitions"
     assert math.isfinite(f.effects["AB"])
+
+
+def test_each_engine_gets_its_own_devices_and_delay():
+    """Pool points are modelled with the worker pool, async points with the
+    event loops' CPU; each engine's delay is fitted on its own points."""
+
+    def point(engine: str, n: int, delay_us: float, loop_us: float) -> dict:
+        if engine == "pool":
+            row = measured(n, 8)
+        else:
+            centers = [
+                Center("delay", delay_us * 1e-6, "delay"),
+                Center("cpu", CPU_US * 1e-6, "multi", CORES),
+                Center("loops", loop_us * 1e-6, "multi", 2),
+            ]
+            res = mva(centers, 0.0, n)
+            row = measured(n, 8)
+            x, r = res.throughput[-1], res.response_time[-1]
+            row.update(client_tput=x, client_rt_mean_us=r * 1e6, mw_tput=x)
+            row.update(cpu_mw_loop_us=loop_us, cpu_mw_loop_cores=x * loop_us * 1e-6)
+        row.update(engine=engine, point=f"engine={engine},vcli={n}")
+        return row
+
+    rows = [point(e, n, 60.0, 12.0) for e in ("pool", "async") for n in (1, 2, 4, 8)]
+    fit = fit_experiment(pd.DataFrame(rows), ["engine", "vcli"], {"topology.middlewares": 1})
+    assert fit is not None and set(fit.delays) == {"pool", "async"}
+    assert fit.delays["pool"] == pytest.approx(DELAY_US, rel=0.05)
+    assert fit.delays["async"] == pytest.approx(60.0, rel=0.05)
+    for p in fit.points:
+        names = {d.name for d in p.devices}
+        if "engine=async" in p.point:
+            assert "event loops" in names and "workers" not in names
+        else:
+            assert "workers" in names and "event loops" not in names
+        assert abs(p.x_error) < 0.02, p.point
+    views = queue_views(pd.DataFrame(rows), {"topology.middlewares": 1})
+    assert not views.empty and all("engine=pool" in str(v) for v in views["point"])

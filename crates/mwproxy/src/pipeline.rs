@@ -133,6 +133,8 @@ pub struct Pipeline {
     connect_timeout: Duration,
     /// How long a server may be silent before the stall check.
     slice: u64,
+    /// Unsent bytes to the servers beyond which no new batch starts.
+    unsent_limit: usize,
 }
 
 impl Pipeline {
@@ -174,6 +176,7 @@ impl Pipeline {
             timeout: Duration::from_millis(cfg.timeout_ms),
             connect_timeout: Duration::from_millis(cfg.connect_timeout_ms),
             slice: slice * 1_000_000,
+            unsent_limit: shared.config.proxy.memory_budget / shared.config.proxy.loops(),
             shared,
         }
     }
@@ -185,7 +188,16 @@ impl Pipeline {
 
     /// Whether the next poll must not sleep.
     pub fn has_work(&self) -> bool {
-        !self.runnable.is_empty()
+        !self.runnable.is_empty() && !self.saturated()
+    }
+
+    /// Whether the servers' connections hold so many unsent bytes (servers
+    /// that read slowly) that no new batch may start: the clients then wait
+    /// in their sockets, and the loop's memory stays bounded by its share of
+    /// `memory_budget`.
+    fn saturated(&self) -> bool {
+        let unsent: usize = self.links.iter().map(|l| l.wbuf.len()).sum();
+        unsent > self.unsent_limit
     }
 
     /// How long the loop may sleep at most: calls in flight need their
@@ -245,7 +257,8 @@ impl Pipeline {
     pub fn pump(&mut self, registry: &Registry) {
         self.check_deadlines(registry);
         loop {
-            while let Some(conn) = self.runnable.pop_front() {
+            while !self.saturated() {
+                let Some(conn) = self.runnable.pop_front() else { break };
                 self.start_run(conn);
             }
             if self.advance.is_empty() {

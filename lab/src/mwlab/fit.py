@@ -116,6 +116,9 @@ class ExperimentFit:
     delay_us: float
     fitted_on: list[str]
     points: list[PointFit] = field(default_factory=list)
+    # With both mwproxy engines in one experiment, a delay for each (their
+    # network stacks and wake-ups differ): engine -> delay.
+    delays: dict[str, float] = field(default_factory=dict)
 
 
 def _num(row: pd.Series, col: str, default: float = float("nan")) -> float:
@@ -125,6 +128,14 @@ def _num(row: pd.Series, col: str, default: float = float("nan")) -> float:
     except (TypeError, ValueError):
         return default
     return default if math.isnan(v) else v
+
+
+def _setting(row: pd.Series, settings: dict[str, Any], column: str, key: str, default: Any) -> Any:
+    """A setting at this point: the factor's column when it varies, else the spec's."""
+    v = row.get(column) if column in row.index else None
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return settings.get(key, default)
+    return v
 
 
 def devices(row: pd.Series, settings: dict[str, Any]) -> list[Device]:
@@ -180,6 +191,14 @@ def devices(row: pd.Series, settings: dict[str, Any]) -> list[Device]:
         net = _num(row, "cpu_mw_net_us")
         if not math.isnan(net):
             out.append(Device("net thread", net, nets, _num(row, "cpu_mw_net_cores") / nets))
+    elif middlewares > 0 and _setting(row, settings, "engine", "middleware.engine", "pool") == "async":
+        # The async engine's loops hold no request while servers answer:
+        # their demand is their CPU time per request, their capacity the loops.
+        loops = int(settings.get("middleware.threads") or 0) or max(1, round(_num(row, "cores", 1.0)))
+        loop = _num(row, "cpu_mw_loop_us")
+        if not math.isnan(loop):
+            m = loops * middlewares
+            out.append(Device("event loops", loop, m, _num(row, "cpu_mw_loop_cores") / m, in_network=True))
     elif middlewares > 0 and not math.isnan(service):
         workers = int(_num(row, "tmw", settings.get("middleware.workers", 8))) * middlewares
         out.append(Device("workers", service, workers, _num(row, "mw_util"), in_network=True))
@@ -311,17 +330,25 @@ def fit_experiment(agg: pd.DataFrame, factors: list[str], settings: dict[str, An
     if agg.empty or "N" not in agg:
         return None
     rows = [r for _, r in agg.iterrows()]
-    first = [solve_point(r, settings, 0.0) for r in rows]
-    below = [r for r, p in zip(rows, first, strict=True) if p is not None and p.n <= p.knee]
-    basis = below or [r for r, p in zip(rows, first, strict=True) if p is not None]
-    if not basis:
-        return None
-    delay = fit_delay(basis, settings)
-    fit = ExperimentFit(delay, [str(r.get("point", "")) for r in basis])
+    groups: dict[str, list[pd.Series]] = {}
     for r in rows:
-        p = solve_point(r, settings, delay, sweep_label(r, factors))
-        if p is not None:
-            fit.points.append(p)
+        groups.setdefault(str(_setting(r, settings, "engine", "middleware.engine", "pool")), []).append(r)
+    fit: ExperimentFit | None = None
+    for engine, members in groups.items():
+        first = [solve_point(r, settings, 0.0) for r in members]
+        below = [r for r, p in zip(members, first, strict=True) if p is not None and p.n <= p.knee]
+        basis = below or [r for r, p in zip(members, first, strict=True) if p is not None]
+        if not basis:
+            continue
+        delay = fit_delay(basis, settings)
+        if fit is None:
+            fit = ExperimentFit(delay, [])
+        fit.fitted_on += [str(r.get("point", "")) for r in basis]
+        fit.delays[engine] = delay
+        for r in members:
+            p = solve_point(r, settings, delay, sweep_label(r, factors))
+            if p is not None:
+                fit.points.append(p)
     return fit
 
 
@@ -413,6 +440,8 @@ def queue_views(agg: pd.DataFrame, settings: dict[str, Any], center: str = "work
             continue
         middlewares = int(max(1, _num(r, "nmw", settings.get("topology.middlewares", 1))))
         workers = int(_num(r, "tmw", settings.get("middleware.workers", 8)))
+        if center == "workers" and _setting(r, settings, "engine", "middleware.engine", "pool") == "async":
+            continue  # no worker pool: an event loop holds no request while servers answer
         if center == "pool":
             pool = _num(r, "pool", float("nan"))
             if math.isnan(pool):

@@ -13,6 +13,7 @@ import pandas as pd
 
 from mwlab.analysis import factor_columns, read_experiment
 from mwlab.checks import INTERFERENCE_LIMIT, SATURATION_LIMIT, Check, run_checks, to_frame
+from mwlab.fit import ExperimentFit
 from mwlab.plots import make_plots, save_figure
 
 STYLE = """
@@ -34,6 +35,13 @@ window.addEventListener('load', function () {
 });
 </script>
 """
+
+
+def _delay_text(fit: ExperimentFit) -> str:
+    if len(fit.delays) > 1:
+        each = ", ".join(f"{e} {d:.1f} µs" for e, d in fit.delays.items())
+        return f"The delay is the one fitted parameter, fitted for each engine ({each})"
+    return f"The delay, {fit.delay_us:.1f} µs, is the one fitted parameter"
 
 
 def _table(df: pd.DataFrame, digits: int = 1) -> str:
@@ -383,9 +391,11 @@ def _models_html(
             "as bottlenecks, each net thread, each memcached server and the load generator (their CPU time "
             "per request, one server per thread). The network — think time, a delay for what no device "
             "accounts for, the host CPU and the worker pool as multi-server centers — is solved with MVA "
-            f"at the point's population. The delay, {fit.delay_us:.1f} µs, is the one fitted parameter "
+            f"at the point's population. {_delay_text(fit)} "
             f"(least squares over {len(fit.fitted_on)} point(s) below their knee, or all points when none "
-            "is). The bottleneck is the device with the largest demand per server, named together with "
+            "is). With mwproxy's async engine the worker pool is replaced by the event loops (their CPU "
+            "time per request, capacity = loops), which hold no request while the servers answer. "
+            "The bottleneck is the device with the largest demand per server, named together with "
             f"every device within 3% of it. Files: <code>model.csv</code>, <code>utilization.csv</code>.</p>",
             f"<p>{verdict}</p>",
             _table(table, 2),

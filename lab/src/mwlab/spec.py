@@ -34,6 +34,8 @@ DEFAULTS: dict[str, Any] = {
     "topology.threads": 2,
     "topology.virtual_clients": 1,
     "topology.client_targets": "spread",
+    "middleware.engine": "pool",
+    "middleware.threads": 0,
     "middleware.workers": 8,
     "middleware.net_threads": 1,
     "middleware.replication": 1,
@@ -81,6 +83,7 @@ ALIASES = {
     "vcli": "topology.virtual_clients",
     "nmw": "topology.middlewares",
     "tmw": "middleware.workers",
+    "engine": "middleware.engine",
     "mgshrd": "middleware.multiget",
     "mgsize": "workload.multiget_size",
     "wrkld": "workload.ratio",
@@ -280,6 +283,12 @@ def _validate_point(s: dict[str, Any], where: str) -> None:
     ):
         positive_int(k)
     positive_int("topology.middlewares", 0, 64)
+    positive_int("middleware.threads", 0, 256)
+    need(
+        s["middleware.engine"] in ("pool", "async"),
+        "engine must be pool (net thread, queue, workers) or async (event loops), "
+        f"not {s['middleware.engine']!r}",
+    )
     positive_int("workload.value_size", 1, 1 << 20)
     positive_int("middleware.trace_every", 0, 1 << 30)
     need(
