@@ -177,6 +177,17 @@ pub fn waves(jobs: &[Job], replication: usize) -> Vec<Range<usize>> {
         let local = matches!(job.work, Work::Request(Request::Version | Request::Stats { .. }));
         // (`version` and `stats` are answered from the proxy's counters: alone,
         // after everything before them is recorded.)
+        if replication == 1 {
+            // Only `version` and `stats` cut a batch: skip the key sets.
+            if local {
+                if i > start {
+                    waves.push(start..i);
+                }
+                waves.push(i..i + 1);
+                start = i + 1;
+            }
+            continue;
+        }
         let keys = job.work.keys();
         let writes = job.work.writes();
         let conflict = local
