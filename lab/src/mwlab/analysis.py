@@ -19,6 +19,7 @@ from typing import Any
 
 import pandas as pd
 
+from mwlab import stats as trust
 from mwlab.procs import LabError
 from mwlab.results import merge_hists, read_windows
 from mwlab.spec import ALIASES
@@ -429,6 +430,52 @@ def clock_offsets(record: dict[str, Any]) -> dict[str, float]:
     }
 
 
+def window_series(clients: Sequence[Sequence[Window]]) -> tuple[list[float], list[str]]:
+    """Throughput of every window of the clients together, in time order, and
+    each window's phase (warmup, measure, cooldown)."""
+    tput: dict[int, float] = {}
+    phase: dict[int, str] = {}
+    for ws in clients:
+        for w in ws:
+            start = w["start_unix_ms"]
+            tput[start] = tput.get(start, 0.0) + w["ops"]["all"]["count"] / (w["duration_ms"] / 1000.0)
+            phase.setdefault(start, (w.get("client") or {}).get("phase", "measure"))
+    order = sorted(tput)
+    return [tput[t] for t in order], [phase[t] for t in order]
+
+
+def trust_metrics(
+    all_windows: Sequence[Sequence[Window]], kept: Sequence[Sequence[Window]]
+) -> dict[str, Any]:
+    """How far the run's windows can be trusted (`mwlab.stats`): the warm-up
+    MSER-5 finds in the warm-up and measured windows against the configured
+    one, the batch-means interval of the measured throughput, and whether the
+    measured windows are stationary and free of trend."""
+    series, phases = window_series(all_windows)
+    # Cool-down windows are not part of the question.
+    upto = len(phases) - (phases[::-1].index("measure") if "measure" in phases else 0)
+    series, phases = series[:upto], phases[:upto]
+    measured, _ = window_series(kept)
+    out: dict[str, Any] = {
+        "warmup_windows": sum(1 for p in phases if p == "warmup"),
+        "warmup_detected_windows": trust.mser5(series) if len(series) >= 10 else float("nan"),
+    }
+    ci = trust.batch_means_ci(measured)
+    out.update(
+        client_tput_run_ci_lo=ci.lo,
+        client_tput_run_ci_hi=ci.hi,
+        client_tput_run_ci_method=ci.method,
+    )
+    st, tr = trust.stationarity(measured), trust.trend(measured)
+    out.update(
+        windows_kpss_p=st.kpss_p,
+        windows_adf_p=st.adf_p,
+        windows_trend_p=tr.p,
+        windows_stationary=float(st.stationary and not tr.trending) if st.n >= 8 else float("nan"),
+    )
+    return out
+
+
 def run_metrics(rdir: Path, trim_start: int = 0, trim_end: int = 0) -> dict[str, Any]:
     """One row of summary.csv from a run directory."""
     record = json.loads((rdir / "run.json").read_text())
@@ -438,13 +485,18 @@ def run_metrics(rdir: Path, trim_start: int = 0, trim_end: int = 0) -> dict[str,
         row["error"] = record.get("error", "")
         return row
     offsets = clock_offsets(record)
-    clients = [trim_client(ws, trim_start, trim_end) for ws in _read_all(rdir, "cl", offsets)]
+    every = _read_all(rdir, "cl", offsets)
+    clients = [trim_client(ws, trim_start, trim_end) for ws in every]
     span = common_span(clients)
     if span is None:
         row.update(status="failed", error="no measurement window common to all clients")
         return row
     clients = [within(ws, span) for ws in clients]
     row.update(client_metrics(clients))
+    row.update(trust_metrics(every, clients))
+    row["warmup_windows"] += trim_start
+    first = [ws[0]["start_unix_ms"] for ws in clients if ws]
+    row["start_unix_ms"] = min(first) if first else float("nan")
     mws = [within(ws, span) for ws in _read_all(rdir, "mw", offsets)]
     row.update(middleware_metrics(mws))
     row.update(
@@ -496,8 +548,43 @@ def summarize(result: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
     summary = pd.DataFrame(rows)
     summary.to_csv(result / "summary.csv", index=False)
     aggregate = aggregate_runs(summary, list(factor_columns(meta["factors"])))
+    aggregate = add_repetition_trust(aggregate, summary)
     aggregate.to_csv(result / "aggregate.csv", index=False)
     return summary, aggregate
+
+
+def add_repetition_trust(aggregate: pd.DataFrame, summary: pd.DataFrame) -> pd.DataFrame:
+    """Across repetitions, the unit of variance between runs: a Student-t
+    interval of throughput and of p99 per point, and a Mann-Kendall test of
+    throughput in the order the repetitions ran (the run order is shuffled,
+    so a trend means the machine drifted)."""
+    if aggregate.empty or "client_tput" not in summary:
+        return aggregate
+    ok = summary[summary["status"] == "ok"]
+    cols: dict[str, list[float]] = {
+        "client_tput_ci_lo": [],
+        "client_tput_ci_hi": [],
+        "client_rt_p99_ci_lo_us": [],
+        "client_rt_p99_ci_hi_us": [],
+        "reps_trend_p": [],
+    }
+    for point in aggregate["point"]:
+        runs = ok[ok["point"] == point]
+        if "start_unix_ms" in runs:
+            runs = runs.sort_values("start_unix_ms")
+        x = trust.naive_ci(runs["client_tput"].tolist())
+        p = trust.naive_ci(runs["client_rt_p99_us"].tolist()) if "client_rt_p99_us" in runs else None
+        cols["client_tput_ci_lo"].append(x.lo)
+        cols["client_tput_ci_hi"].append(x.hi)
+        cols["client_rt_p99_ci_lo_us"].append(p.lo if p else float("nan"))
+        cols["client_rt_p99_ci_hi_us"].append(p.hi if p else float("nan"))
+        cols["reps_trend_p"].append(
+            trust.trend(runs["client_tput"].tolist()).p if len(runs) >= 4 else float("nan")
+        )
+    out = aggregate.copy()
+    for k, v in cols.items():
+        out[k] = v
+    return out
 
 
 def aggregate_runs(summary: pd.DataFrame, factors: list[str]) -> pd.DataFrame:

@@ -30,6 +30,9 @@ class Check:
     detail: str
 
 
+TREND_ALPHA = 0.05  # a Mann-Kendall p below this is a trend
+
+
 def _nan(x: object) -> bool:
     return x is None or (isinstance(x, float) and math.isnan(x))
 
@@ -82,6 +85,7 @@ def run_checks(summary: pd.DataFrame, aggregate: pd.DataFrame) -> list[Check]:
                 )
             )
         checks += noise_checks(r, where)
+        checks += trust_checks(r, where)
         errors, unsent = _count(r, "client_errors"), _count(r, "client_unsent")
         detail = f"{errors} of {int(r['client_requests'])} requests"
         if unsent:
@@ -116,7 +120,47 @@ def run_checks(summary: pd.DataFrame, aggregate: pd.DataFrame) -> list[Check]:
                     f"throughput {a['client_tput']:.0f} ± {a['client_tput_std']:.0f}/s (CV {c:.3f})",
                 )
             )
+        p = a.get("reps_trend_p")
+        if not _nan(p):
+            checks.append(
+                Check(
+                    "no drift across repetitions",
+                    str(a["point"]),
+                    p >= TREND_ALPHA,
+                    f"Mann-Kendall on throughput in run order over {int(a['reps'])} repetitions: p = {p:.3g}",
+                )
+            )
     return checks
+
+
+def trust_checks(r: pd.Series, where: str) -> list[Check]:
+    """The warm-up MSER-5 finds against the configured one, and whether the
+    measured windows are stationary (`mwlab.stats`); skipped on runs too
+    short to judge (fewer than 10, or 8, windows)."""
+    out: list[Check] = []
+    detected, configured = r.get("warmup_detected_windows"), r.get("warmup_windows")
+    if not _nan(detected) and not _nan(configured):
+        out.append(
+            Check(
+                "warm-up long enough",
+                where,
+                detected <= configured,
+                f"MSER-5 cuts the first {detected:.0f} windows; the run discarded {configured:.0f}",
+            )
+        )
+    st = r.get("windows_stationary")
+    if not _nan(st):
+        out.append(
+            Check(
+                "stationary windows",
+                where,
+                bool(st),
+                f"KPSS p = {r.get('windows_kpss_p', float('nan')):.3g} (stationary above 0.05), "
+                f"ADF p = {r.get('windows_adf_p', float('nan')):.3g} (unit root below 0.05), "
+                f"trend p = {r.get('windows_trend_p', float('nan')):.3g}",
+            )
+        )
+    return out
 
 
 def noise_checks(r: pd.Series, where: str) -> list[Check]:

@@ -508,6 +508,16 @@ def write_report(result: Path, summary: pd.DataFrame, aggregate: pd.DataFrame) -
         "<h2>Noise and saturation</h2>",
         _noise_html(summary),
         "<h2>Checks</h2>",
+        "<p>How far the figures can be trusted (<code>mwlab.stats</code>, also on any CSV column with "
+        "<code>mwlab stats</code>): <b>warm-up</b> — MSER-5 on the throughput of the warm-up and measured "
+        "windows, against the windows the run discarded; <b>stationary windows</b> — KPSS (level) and ADF "
+        "on the measured windows' throughput and a Mann-Kendall trend test; <b>drift across "
+        "repetitions</b> — Mann-Kendall on the repetitions' throughput in the order they ran. Confidence "
+        "intervals: within a run, batch means over the windows (<code>client_tput_run_ci_*</code> in "
+        "<code>summary.csv</code>; a Student-t interval when there are fewer than 20 windows); across "
+        "repetitions, the unit of variance between runs, Student-t intervals of throughput and p99 "
+        "(<code>client_tput_ci_*</code>, <code>client_rt_p99_ci_*_us</code> in <code>aggregate.csv</code>). "
+        "Runs too short for a test are not judged.</p>",
         _checks_html(checks),
         "<h2>Results per point</h2>",
         "<p>Means over repetitions (±: standard deviation over repetitions). All columns: "

@@ -1,0 +1,300 @@
+"""How far a measurement can be trusted: pure functions on series of numbers.
+
+- **Warm-up:** [`mser5`] — the MSER-5 rule (White, 1997; the best-rated
+  truncation rule in simulation studies): average the series in batches of
+  five, and cut the prefix that minimises the standard error of the mean of
+  what is left, searching the first half only.
+- **Confidence intervals of a mean** when successive values are correlated
+  (per-window throughput of one run): [`batch_means_ci`] — non-overlapping
+  batch means, the batch size doubled until the batch means' lag-1
+  autocorrelation is small, then a Student-t interval over the batches.
+  [`naive_ci`] is the textbook interval that assumes independence, kept to
+  show how much it under-covers.
+- **Confidence intervals of a percentile:** [`percentile_ci`] — the
+  order-statistic (binomial) interval, with the sample size replaced by the
+  effective sample size of the indicator series ``x <= q`` (its integrated
+  autocorrelation, estimated with batch means) when the values come in time
+  order, as response times of one run do.
+- **Stationarity and drift:** [`stationarity`] — KPSS (null: stationary)
+  and ADF (null: unit root) from statsmodels; [`trend`] — Mann–Kendall
+  (Kendall's tau against time), for windows of a run or repetitions in their
+  run order.
+
+Every function returns plain numbers and says which method it used, so the
+report and `mwlab stats` can show it.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+
+import numpy as np
+from scipy import stats as sps
+
+# Batch means: lag-1 autocorrelation of the batch means below which batches
+# count as independent, and the fewest batches an interval is built from.
+ACF_LIMIT = 0.1
+MIN_BATCHES = 10
+
+
+@dataclass(frozen=True)
+class Interval:
+    """An estimate with its confidence interval and how it was made."""
+
+    estimate: float
+    lo: float
+    hi: float
+    confidence: float
+    method: str
+    n: int
+    # Batch means: the batch size and number of batches; percentiles: the
+    # effective sample size.
+    batch_size: int = 1
+    batches: int = 0
+    effective_n: float = float("nan")
+
+    @property
+    def half_width(self) -> float:
+        return (self.hi - self.lo) / 2
+
+    def relative_half_width(self) -> float:
+        """Half the interval over the estimate (inf for an estimate of 0)."""
+        return self.half_width / abs(self.estimate) if self.estimate else math.inf
+
+    def covers(self, value: float) -> bool:
+        return self.lo <= value <= self.hi
+
+    def as_dict(self) -> dict:
+        d = asdict(self)
+        d["mean" if self.method != "order statistics" else "percentile"] = d.pop("estimate")
+        d["ci"] = [d.pop("lo"), d.pop("hi")]
+        return d
+
+
+def _clean(series: Sequence[float]) -> np.ndarray:
+    a = np.asarray(series, dtype=float)
+    return a[~np.isnan(a)]
+
+
+def mser5(series: Sequence[float], batch: int = 5) -> int:
+    """The MSER-5 truncation point: the index of the first value to keep.
+
+    The series is averaged in batches of `batch` (a partial last batch is
+    dropped); for each candidate cut d (in batches, over the first half) the
+    statistic is the variance of the kept batch means divided by their count
+    — the squared standard error of the kept mean — and the smallest wins.
+    Returns 0 for series too short to judge (fewer than two batches)."""
+    a = _clean(series)
+    k = len(a) // batch
+    if k < 2:
+        return 0
+    means = a[: k * batch].reshape(k, batch).mean(axis=1)
+    best, best_d = math.inf, 0
+    for d in range(k // 2 + 1):
+        kept = means[d:]
+        m = len(kept)
+        stat = float(np.sum((kept - kept.mean()) ** 2)) / (m * m)
+        if d == 0 or stat < best * (1 - 1e-12):
+            best, best_d = stat, d
+    return best_d * batch
+
+
+def naive_ci(series: Sequence[float], confidence: float = 0.95) -> Interval:
+    """Student-t interval of the mean that assumes independent values."""
+    a = _clean(series)
+    n = len(a)
+    if n < 2:
+        m = float(a[0]) if n else float("nan")
+        return Interval(m, float("nan"), float("nan"), confidence, "naive t", n)
+    m, s = float(a.mean()), float(a.std(ddof=1))
+    h = sps.t.ppf(0.5 + confidence / 2, n - 1) * s / math.sqrt(n)
+    return Interval(m, m - h, m + h, confidence, "naive t", n)
+
+
+def _lag1(a: np.ndarray) -> float:
+    if len(a) < 3:
+        return 0.0
+    d = a - a.mean()
+    den = float(np.dot(d, d))
+    return float(np.dot(d[:-1], d[1:])) / den if den > 0 else 0.0
+
+
+def batch_size(series: Sequence[float], min_batches: int = MIN_BATCHES, acf_limit: float = ACF_LIMIT) -> int:
+    """The smallest power-of-two batch size whose batch means have a lag-1
+    autocorrelation below `acf_limit`, keeping at least `min_batches`
+    batches (the largest such size when none qualifies)."""
+    a = _clean(series)
+    b = 1
+    while len(a) // (2 * b) >= min_batches:
+        k = len(a) // b
+        means = a[: k * b].reshape(k, b).mean(axis=1)
+        if _lag1(means) < acf_limit:
+            return b
+        b *= 2
+    return b
+
+
+def batch_means_ci(series: Sequence[float], confidence: float = 0.95) -> Interval:
+    """Batch-means interval of the mean of an autocorrelated series."""
+    a = _clean(series)
+    n = len(a)
+    if n < 2 * MIN_BATCHES:
+        iv = naive_ci(a, confidence)
+        return Interval(iv.estimate, iv.lo, iv.hi, confidence, "naive t (too few values for batch means)", n)
+    b = batch_size(a)
+    k = n // b
+    # Drop the oldest values that do not fill a batch (the warm-up side).
+    means = a[n - k * b :].reshape(k, b).mean(axis=1)
+    m, s = float(means.mean()), float(means.std(ddof=1))
+    h = sps.t.ppf(0.5 + confidence / 2, k - 1) * s / math.sqrt(k)
+    return Interval(m, m - h, m + h, confidence, "batch means", n, batch_size=b, batches=k)
+
+
+def mean_ci(series: Sequence[float], confidence: float = 0.95, independent: bool = False) -> Interval:
+    """The interval the lab uses for a mean: batch means for a time series,
+    Student-t for independent values (repetitions)."""
+    return naive_ci(series, confidence) if independent else batch_means_ci(series, confidence)
+
+
+def integrated_autocorrelation(series: Sequence[float], min_batches: int = 2 * MIN_BATCHES) -> float:
+    """τ = n·Var(mean)/Var(x) (1 for independent values), estimated with
+    batch means: b·Var(batch means)/Var(x) grows with the batch size b until
+    batches are independent and then levels off at τ, so the estimate is the
+    largest over doubling batch sizes that leave `min_batches` batches."""
+    a = _clean(series)
+    n = len(a)
+    var = float(a.var(ddof=1)) if n > 1 else 0.0
+    if n < 2 * min_batches or var <= 0:
+        return 1.0
+    tau, b = 1.0, 2
+    while n // b >= min_batches:
+        k = n // b
+        means = a[n - k * b :].reshape(k, b).mean(axis=1)
+        tau = max(tau, b * float(means.var(ddof=1)) / var)
+        b *= 2
+    return tau
+
+
+def percentile_ci(
+    values: Sequence[float], q: float, confidence: float = 0.95, ordered: bool = True
+) -> Interval:
+    """Order-statistic interval of the `q` quantile (0 < q < 1).
+
+    The ranks are n·q ± z·sqrt(n_eff·q(1−q))·n/n_eff, the binomial interval
+    of how many values fall below the true quantile, with n_eff = n/τ where τ
+    is the integrated autocorrelation of the indicator ``x <= estimate``
+    when the values are `ordered` in time (1 when they are independent)."""
+    a = _clean(values)
+    n = len(a)
+    if n == 0 or not 0 < q < 1:
+        return Interval(float("nan"), float("nan"), float("nan"), confidence, "order statistics", n)
+    s = np.sort(a)
+    est = float(np.quantile(a, q))
+    tau = integrated_autocorrelation((a <= est).astype(float)) if ordered else 1.0
+    n_eff = n / tau
+    z = sps.norm.ppf(0.5 + confidence / 2)
+    spread = z * math.sqrt(n_eff * q * (1 - q)) * (n / n_eff)
+    lo_rank = max(0, math.floor(n * q - spread) - 1)
+    hi_rank = min(n - 1, math.ceil(n * q + spread))
+    return Interval(
+        est, float(s[lo_rank]), float(s[hi_rank]), confidence, "order statistics", n, effective_n=n_eff
+    )
+
+
+def percentile_ci_from_histogram(
+    values: Sequence[float], counts: Sequence[int], q: float, confidence: float = 0.95, tau: float = 1.0
+) -> Interval:
+    """The order-statistic interval from a histogram (bucket values and their
+    counts, as in a merged HDR histogram); `tau` widens it for correlated
+    samples (1 = independent)."""
+    v = np.asarray(values, dtype=float)
+    c = np.asarray(counts, dtype=float)
+    order = np.argsort(v)
+    v, c = v[order], c[order]
+    n = float(c.sum())
+    if n <= 0:
+        return Interval(float("nan"), float("nan"), float("nan"), confidence, "order statistics", 0)
+    cum = np.cumsum(c)
+
+    def at(rank: float) -> float:
+        i = int(np.searchsorted(cum, min(max(rank, 1.0), n), side="left"))
+        return float(v[min(i, len(v) - 1)])
+
+    z = sps.norm.ppf(0.5 + confidence / 2)
+    n_eff = n / max(tau, 1.0)
+    spread = z * math.sqrt(n_eff * q * (1 - q)) * (n / n_eff)
+    return Interval(
+        at(math.ceil(n * q)),
+        at(math.floor(n * q - spread)),
+        at(math.ceil(n * q + spread) + 1),
+        confidence,
+        "order statistics",
+        int(n),
+        effective_n=n_eff,
+    )
+
+
+@dataclass(frozen=True)
+class Stationarity:
+    """KPSS and ADF on one series, and the verdict."""
+
+    kpss_p: float
+    adf_p: float
+    stationary: bool
+    n: int
+    method: str = "KPSS (level) and ADF, 5%"
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def stationarity(series: Sequence[float], alpha: float = 0.05) -> Stationarity:
+    """Stationary when KPSS does not reject stationarity and ADF rejects a
+    unit root, or KPSS alone when the series is too short for ADF. Series of
+    fewer than 8 values, or constant ones, count as stationary (nothing to
+    test)."""
+    from statsmodels.tsa.stattools import adfuller, kpss
+
+    a = _clean(series)
+    n = len(a)
+    if n < 8 or float(np.ptp(a)) == 0.0:
+        return Stationarity(float("nan"), float("nan"), True, n, "too short or constant to test")
+    with warnings.catch_warnings():
+        # KPSS's p-value is interpolated in a table and clipped at its ends.
+        warnings.simplefilter("ignore")
+        kpss_p = float(kpss(a, regression="c", nlags="auto")[1])
+        try:
+            adf_p = float(adfuller(a, autolag="AIC")[1]) if n >= 12 else float("nan")
+        except (ValueError, np.linalg.LinAlgError):
+            adf_p = float("nan")
+    ok = kpss_p > alpha and (math.isnan(adf_p) or adf_p < alpha)
+    return Stationarity(kpss_p, adf_p, ok, n)
+
+
+@dataclass(frozen=True)
+class Trend:
+    """Mann–Kendall: Kendall's tau of the values against their order."""
+
+    tau: float
+    p: float
+    trending: bool
+    n: int
+    method: str = "Mann-Kendall (Kendall's tau against order), 5%"
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def trend(series: Sequence[float], alpha: float = 0.05) -> Trend:
+    """Whether the values drift with their order (windows of a run, or
+    repetitions in the order they ran)."""
+    a = _clean(series)
+    n = len(a)
+    if n < 4 or float(np.ptp(a)) == 0.0:
+        return Trend(0.0, 1.0, False, n)
+    res = sps.kendalltau(np.arange(n), a)
+    tau, p = float(res.statistic), float(res.pvalue)
+    return Trend(tau, p, p < alpha, n)
