@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use mwstats::record::OpRecord;
 use mwstats::slots::Accumulator;
-use mwstats::{MqOp, OpAcc, OpClass, OpKind, Ops};
+use mwstats::{Hist, MqOp, OpAcc, OpClass, OpKind, Ops};
 
 /// Counts and response times of one thread (or merged).
 #[derive(Clone, Debug, Default)]
@@ -19,6 +19,10 @@ pub struct ClientAcc {
     pub mq_bytes: [u64; 8],
     /// Requests sent more than 1 ms after their intended time.
     pub late: u64,
+    /// Open loop: how late each send left after its intended time.
+    pub send_late: Hist,
+    /// Open loop: gaps between a thread's consecutive sends.
+    pub send_gap: Hist,
     /// Open-loop arrivals not sent: no connection of the thread was up.
     pub unsent: u64,
     /// Values read back with the wrong content.
@@ -68,9 +72,14 @@ impl ClientAcc {
         }
     }
 
-    /// Records a request sent late.
-    pub fn record_late(&mut self) {
-        self.late += 1;
+    /// Records an open-loop send: `late_ns` after its intended time, `gap_ns`
+    /// after the thread's previous send; `late` when past the lateness limit.
+    pub fn record_send(&mut self, late_ns: u64, gap_ns: Option<u64>, late: bool) {
+        self.send_late.record_ns(late_ns);
+        if let Some(g) = gap_ns {
+            self.send_gap.record_ns(g);
+        }
+        self.late += u64::from(late);
         self.dirty = true;
     }
 
@@ -114,6 +123,8 @@ impl Accumulator for ClientAcc {
             *a += b;
         }
         self.late += o.late;
+        self.send_late.merge(&o.send_late);
+        self.send_gap.merge(&o.send_gap);
         self.unsent += o.unsent;
         self.verify_failures += o.verify_failures;
         self.think_ns += o.think_ns;
@@ -127,6 +138,8 @@ impl Accumulator for ClientAcc {
         self.mq.reset();
         self.mq_bytes = [0; 8];
         self.late = 0;
+        self.send_late.reset();
+        self.send_gap.reset();
         self.unsent = 0;
         self.verify_failures = 0;
         self.think_ns = 0;

@@ -139,6 +139,8 @@ struct Thread<'a> {
     active_vcs: usize,
     /// Lost clients waiting to reconnect (`--reconnect`); usually empty.
     retries: Vec<Retry>,
+    /// When this thread last sent an open-loop request (ns; 0 before the first).
+    last_send: u64,
 }
 
 /// A lost client waiting to reconnect, and when it tries again.
@@ -275,6 +277,7 @@ pub fn run_thread(shared: &Shared, index: usize) -> Result<()> {
         next_client: 0,
         active_vcs: 0,
         retries: Vec::new(),
+        last_send: 0,
     };
     t.run(&mut poll)
 }
@@ -401,8 +404,15 @@ impl Thread<'_> {
             }
             *r = r.saturating_sub(1);
         }
-        if vc == u32::MAX && now_ns().saturating_sub(intended) > LATE_NS {
-            self.writer.record(&self.shared.slots, ClientAcc::record_late);
+        if vc == u32::MAX {
+            // Open loop: how late the send left, and the gap since the
+            // thread's previous send (the lab tests the gaps for the
+            // exponential distribution the arrivals were drawn from).
+            let now = now_ns();
+            let late = now.saturating_sub(intended);
+            let gap = (self.last_send > 0).then(|| now.saturating_sub(self.last_send));
+            self.last_send = now;
+            self.writer.record(&self.shared.slots, |a| a.record_send(late, gap, late > LATE_NS));
         }
         if let Some(mq) = &self.shared.cfg.mq {
             // A fixed cycle (as memtier does with --ratio): SENDs, then receives,

@@ -109,6 +109,8 @@ fn client_record(cfg: &RunConfig, acc: &ClientAcc, phase: &str, conns: Connectio
         connections_lost: conns.lost,
         reconnects: conns.reconnected,
         unsent: acc.unsent,
+        send_late_us: (acc.send_late.count() > 0).then(|| acc.send_late.summary()),
+        send_gap_us: (acc.send_gap.count() > 0).then(|| acc.send_gap.summary()),
     }
 }
 

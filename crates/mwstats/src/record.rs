@@ -149,6 +149,12 @@ pub struct ClientRecord {
     /// Open-loop arrivals not sent because no connection was up.
     #[serde(default)]
     pub unsent: u64,
+    /// Open loop: how late sends left after their intended time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub send_late_us: Option<HistSummary>,
+    /// Open loop: gaps between consecutive sends of a load thread.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub send_gap_us: Option<HistSummary>,
 }
 
 /// One window, or (with `metadata`) the whole run.

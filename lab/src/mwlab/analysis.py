@@ -476,6 +476,77 @@ def trust_metrics(
     return out
 
 
+# Gaps between sends shorter than this are left out of the exponential test.
+GAP_RESOLUTION_US = 100.0
+
+
+def generator_metrics(clients: Sequence[Sequence[Window]]) -> dict[str, Any]:
+    """Whether the load generator ran the load it was asked for.
+
+    Open loop: the achieved rate against the target, the share of sends that
+    left more than 1 ms late and the 99th percentile of lateness, and an
+    Anderson-Darling test that the gaps between a thread's sends are
+    exponential (the arrivals were drawn so). Closed loop: the interactive
+    law in each window (the largest deviation)."""
+    flat = [w for ws in clients for w in ws]
+    if not flat:
+        return {}
+    out: dict[str, Any] = {}
+    open_loop = any((w.get("client") or {}).get("mode") == "open" for w in flat)
+    if open_loop:
+        secs = seconds(clients[0]) if clients[0] else 0.0
+        target = sum(float((ws[0].get("client") or {}).get("target_rate", 0.0)) for ws in clients if ws)
+        sent = sum(w["ops"]["all"]["count"] for w in flat)
+        late = sum(int((w.get("client") or {}).get("late_sends", 0) or 0) for w in flat)
+        out["gen_target_rate"] = target
+        out["gen_rate_ratio"] = sent / secs / target if secs and target else float("nan")
+        out["gen_late_share"] = late / sent if sent else float("nan")
+        lates = [
+            w["client"]["send_late_us"]["hdr"] for w in flat if (w.get("client") or {}).get("send_late_us")
+        ]
+        if lates:
+            out["gen_late_p99_us"] = float(merge_hists(lates).get_value_at_percentile(99.0))
+        gaps = [w["client"]["send_gap_us"]["hdr"] for w in flat if (w.get("client") or {}).get("send_gap_us")]
+        if gaps:
+            h = merge_hists(gaps)
+            vals, counts = [], []
+            for it in h.get_recorded_iterator():
+                vals.append(it.value_iterated_to)
+                counts.append(it.count_at_value_iterated_to)
+            # Gaps below the wake-up resolution of a load thread (tens of µs)
+            # are distorted even when it keeps up; exponential gaps are
+            # memoryless, so those above r, less r, are exponential with the
+            # same mean: the test takes those.
+            mean = h.get_mean_value()
+            r = min(GAP_RESOLUTION_US, mean / 2)
+            above = [(v - r, c) for v, c in zip(vals, counts, strict=True) if v > r]
+            fit = trust.anderson_exponential(
+                trust.sample_of_histogram([v for v, _ in above], [c for _, c in above])
+            )
+            out["gen_gap_ad"] = fit.statistic
+            out["gen_gap_exponential"] = float(not fit.rejected) if fit.n >= 8 else float("nan")
+            out["gen_gap_mean_us"] = mean
+            out["gen_gap_resolution_us"] = r
+    else:
+        worst = 0.0
+        for ws in clients:
+            if not ws:
+                continue
+            c = ws[0].get("client") or {}
+            n = c.get("connections", 0) * c.get("virtual_clients", 1)
+            z = c.get("think_time_us", 0.0) or 0.0
+            for w in ws:
+                a = w["ops"]["all"]
+                x = a["count"] / (w["duration_ms"] / 1000.0)
+                if a["count"] < 100 or not x:
+                    continue
+                law = n / x * 1e6 - z
+                if law > 0:
+                    worst = max(worst, abs(a["response_us"]["mean"] - law) / law)
+        out["gen_law_window_max_dev"] = worst
+    return out
+
+
 def run_metrics(rdir: Path, trim_start: int = 0, trim_end: int = 0) -> dict[str, Any]:
     """One row of summary.csv from a run directory."""
     record = json.loads((rdir / "run.json").read_text())
@@ -494,6 +565,7 @@ def run_metrics(rdir: Path, trim_start: int = 0, trim_end: int = 0) -> dict[str,
     clients = [within(ws, span) for ws in clients]
     row.update(client_metrics(clients))
     row.update(trust_metrics(every, clients))
+    row.update(generator_metrics(clients))
     row["warmup_windows"] += trim_start
     first = [ws[0]["start_unix_ms"] for ws in clients if ws]
     row["start_unix_ms"] = min(first) if first else float("nan")

@@ -11,6 +11,8 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+from mwlab import stats as trust
+
 LAW_TOLERANCE = 0.05
 THROUGHPUT_TOLERANCE = 0.05
 REPS_CV_LIMIT = 0.10
@@ -31,6 +33,9 @@ class Check:
 
 
 TREND_ALPHA = 0.05  # a Mann-Kendall p below this is a trend
+RATE_SHORTFALL = 0.05  # open loop: sending less than 95% of the target rate is the generator's doing
+LATE_SHARE_LIMIT = 0.01  # open loop: more than 1% of sends over 1 ms late
+WINDOW_LAW_TOLERANCE = 0.10  # closed loop: a window's R this far from N/X - Z
 
 
 def _nan(x: object) -> bool:
@@ -86,6 +91,7 @@ def run_checks(summary: pd.DataFrame, aggregate: pd.DataFrame) -> list[Check]:
             )
         checks += noise_checks(r, where)
         checks += trust_checks(r, where)
+        checks += generator_checks(r, where)
         errors, unsent = _count(r, "client_errors"), _count(r, "client_unsent")
         detail = f"{errors} of {int(r['client_requests'])} requests"
         if unsent:
@@ -131,6 +137,49 @@ def run_checks(summary: pd.DataFrame, aggregate: pd.DataFrame) -> list[Check]:
                 )
             )
     return checks
+
+
+def generator_checks(r: pd.Series, where: str) -> list[Check]:
+    """Whether the load generator, not the system, limited the load."""
+    out: list[Check] = []
+    ratio = r.get("gen_rate_ratio")
+    if not _nan(ratio):
+        late = r.get("gen_late_share", float("nan"))
+        p99 = r.get("gen_late_p99_us", float("nan"))
+        ok = ratio >= 1 - RATE_SHORTFALL and (_nan(late) or late <= LATE_SHARE_LIMIT)
+        out.append(
+            Check(
+                "load generator kept its schedule",
+                where,
+                ok,
+                f"sent {ratio:.1%} of the target rate {r.get('gen_target_rate', 0):.0f}/s; "
+                f"{late:.1%} of sends over 1 ms late (p99 lateness {p99:.0f} us)",
+            )
+        )
+        exp = r.get("gen_gap_exponential")
+        if not _nan(exp):
+            out.append(
+                Check(
+                    "arrivals exponential",
+                    where,
+                    bool(exp),
+                    f"gaps between sends over {r.get('gen_gap_resolution_us', float('nan')):.0f} us: "
+                    f"Anderson-Darling A² = {r.get('gen_gap_ad', float('nan')):.2f} "
+                    f"(exponential rejected above {trust.AD_EXPON_5PCT}); mean gap "
+                    f"{r.get('gen_gap_mean_us', float('nan')):.0f} us",
+                )
+            )
+    dev = r.get("gen_law_window_max_dev")
+    if not _nan(dev):
+        out.append(
+            Check(
+                "interactive law in every window",
+                where,
+                dev <= WINDOW_LAW_TOLERANCE,
+                f"largest deviation of a window's R from N/X - Z: {dev:.1%}",
+            )
+        )
+    return out
 
 
 def trust_checks(r: pd.Series, where: str) -> list[Check]:

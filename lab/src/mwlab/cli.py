@@ -16,7 +16,7 @@ from mwlab.analysis import summarize
 from mwlab.compare import CompareError, compare
 from mwlab.procs import REPO, LabError
 from mwlab.report import write_report
-from mwlab.spec import SpecError, load
+from mwlab.spec import SpecError, load, run_seconds
 
 EXPERIMENTS = REPO / "experiments"
 
@@ -67,13 +67,16 @@ def _key_numbers(agg) -> str:
     return "\n".join(lines)
 
 
-# Seconds each run spends besides its measured time: starting and stopping
-# processes, creating emulated hosts, sampling (measured on this machine).
-RUN_OVERHEAD_S = 3
-
-
-def _run_seconds(s: dict) -> float:
-    return s["run.warmup"] + s["run.duration"] + s["run.cooldown"] + RUN_OVERHEAD_S
+def _until_ci_line(res: dict) -> str:
+    """One line on what `--until-ci` achieved."""
+    worst = max(
+        (max(w.get("throughput", math.inf), w.get("p99", math.inf)), n) for n, w in res["points"].items()
+    )
+    verdict = "every point within" if res["status"] == "met" else res["status"] + ";"
+    return (
+        f"until-ci: {verdict} ±{res['target_pct']:g}% after {res['rounds']} extra round(s); "
+        f"widest: {worst[1]} ±{worst[0]:.1f}% (until_ci.json)"
+    )
 
 
 def _duration(seconds: float) -> str:
@@ -138,6 +141,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--scale", default="quick", help="quick (minutes) or full (the seed reports' parameters)")
     p.add_argument("--results", default=str(REPO / "results"), help="where result directories go")
     p.add_argument("--resume", help="continue an interrupted run in this result directory")
+    p.add_argument(
+        "--until-ci",
+        type=float,
+        metavar="P",
+        help="add repetitions until the 95%% intervals of throughput and p99 are within ±P%% at every point",
+    )
+    p.add_argument(
+        "--budget",
+        type=float,
+        default=3600.0,
+        metavar="SECONDS",
+        help="with --until-ci: stop adding repetitions when the next round would pass this (default 3600)",
+    )
     p = sub.add_parser("analyze", help="recompute tables, checks, plots and the report of a result directory")
     p.add_argument("result")
     p = sub.add_parser("compare", help="compare two result sets of the same experiment")
@@ -163,17 +179,24 @@ def main(argv: list[str] | None = None) -> int:
             runs = exp.runs()
             print(f"{exp.name} ({exp.scale}): {len(exp.points())} points, {len(runs)} runs")
             print(f"  hosts: {_hosts_line(exp.points()[0].settings)}")
-            print(f"  time: at least {_duration(sum(_run_seconds(r.point.settings) for r in runs))}")
+            print(f"  time: at least {_duration(sum(run_seconds(r.point.settings) for r in runs))}")
             for pt in exp.points():
                 print(f"  {pt.name}  N={pt.total_clients}")
         elif args.command == "run":
             from mwlab.runner import prepare, run_experiment
 
             exp = load(_spec_path(args.spec), args.scale)
+            if args.until_ci is not None and not 0 < args.until_ci < 100:
+                raise SpecError(f"--until-ci takes a percentage between 0 and 100, not {args.until_ci}")
             out = prepare(exp, Path(args.results), Path(args.resume) if args.resume else None)
             try:
                 with _signals_interrupt():
                     run_experiment(exp, out, _progress_printer())
+                    if args.until_ci is not None:
+                        from mwlab.runner import run_until_ci
+
+                        res = run_until_ci(exp, out, args.until_ci, args.budget, _progress_printer())
+                        print(_until_ci_line(res))
             except KeyboardInterrupt:
                 again = ["mwlab", "run", args.spec, "--scale", args.scale, "--resume", str(out)]
                 print(

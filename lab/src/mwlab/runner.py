@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import shutil
 import subprocess
 import time
@@ -36,7 +37,7 @@ from mwlab.procs import (
     memcached_cmd,
     usable_cores,
 )
-from mwlab.spec import Experiment, Run, host_names
+from mwlab.spec import Experiment, Run, host_names, run_seconds
 
 Progress = Callable[[int, int, str, float], None]
 
@@ -412,27 +413,103 @@ def run_experiment(exp: Experiment, out: Path, progress: Progress | None = None)
         record_path = rdir / "run.json"
         if record_path.exists() and json.loads(record_path.read_text()).get("status") == "ok":
             continue
-        if rdir.exists():
-            shutil.rmtree(rdir)
         if progress:
             elapsed = time.monotonic() - t0
             remaining = len(runs) - i
             eta = elapsed / done_now * remaining if done_now else float("nan")
             progress(i, len(runs), run.key, eta)
-        try:
-            record = run_once(run, rdir)
-        except (LabError, OSError, subprocess.SubprocessError) as e:
-            rdir.mkdir(parents=True, exist_ok=True)
-            record = {
-                "point": run.point.name,
-                "rep": run.rep,
-                "factors": run.point.factors,
-                "settings": run.point.settings,
-                "status": "failed",
-                "error": str(e),
-            }
-        (rdir / "run.json").write_text(json.dumps(record, indent=1, default=str))
+        _run_into(run, rdir)
         done_now += 1
     if progress:
         progress(len(runs), len(runs), "done", 0.0)
     return out
+
+
+def _run_into(run: Run, rdir: Path) -> None:
+    """One run into its directory; a failure is recorded, not raised."""
+    if rdir.exists():
+        shutil.rmtree(rdir)
+    try:
+        record = run_once(run, rdir)
+    except (LabError, OSError, subprocess.SubprocessError) as e:
+        rdir.mkdir(parents=True, exist_ok=True)
+        record = {
+            "point": run.point.name,
+            "rep": run.rep,
+            "factors": run.point.factors,
+            "settings": run.point.settings,
+            "status": "failed",
+            "error": str(e),
+        }
+    (rdir / "run.json").write_text(json.dumps(record, indent=1, default=str))
+
+
+# Repetitions a point may get while its intervals are too wide.
+MAX_REPS = 30
+
+
+def ci_widths(out: Path, confidence: float = 0.95) -> dict[str, dict[str, float]]:
+    """Per point: repetitions that finished and the relative half-widths (%)
+    of the Student-t intervals of throughput and p99 across them (inf with
+    fewer than two)."""
+    from mwlab.analysis import summarize
+    from mwlab.stats import naive_ci
+
+    summary, _ = summarize(out)
+    widths: dict[str, dict[str, float]] = {}
+    if summary.empty or "status" not in summary:
+        return widths
+    ok = summary[summary["status"] == "ok"]
+    for point, runs in ok.groupby("point", sort=False):
+        w: dict[str, float] = {"reps": float(len(runs))}
+        for col, name in (("client_tput", "throughput"), ("client_rt_p99_us", "p99")):
+            vals = runs[col].dropna().tolist() if col in runs else []
+            w[name] = 100 * naive_ci(vals, confidence).relative_half_width() if len(vals) >= 2 else math.inf
+        widths[str(point)] = w
+    return widths
+
+
+def run_until_ci(
+    exp: Experiment, out: Path, target_pct: float, budget_s: float, progress: Progress | None = None
+) -> dict[str, Any]:
+    """After the planned runs, adds repetitions to every point whose 95%
+    interval of throughput or of p99 across repetitions is wider than
+    ±`target_pct`%, until all are within it, the time budget would be
+    exceeded, or a point has MAX_REPS repetitions. Returns (and writes to
+    `until_ci.json`) what happened, including when it gave up."""
+    t0 = time.monotonic()
+    points = {p.name: p for p in exp.points()}
+    rounds = 0
+    while True:
+        widths = ci_widths(out)
+        wide = {
+            name: w
+            for name, w in widths.items()
+            if name in points and max(w["throughput"], w["p99"]) > target_pct
+        }
+        missing = [name for name in points if name not in widths]
+        todo = sorted(set(wide) | set(missing))
+        status = "met" if not todo else ""
+        if todo:
+            cost = sum(run_seconds(points[n].settings) for n in todo)
+            if any(widths.get(n, {}).get("reps", 0) >= MAX_REPS for n in todo):
+                status = f"gave up: a point reached {MAX_REPS} repetitions"
+            elif time.monotonic() - t0 + cost > budget_s:
+                status = f"gave up: another round ({cost:.0f} s) would exceed the budget of {budget_s:.0f} s"
+        if status:
+            result = {
+                "target_pct": target_pct,
+                "budget_s": budget_s,
+                "status": status,
+                "rounds": rounds,
+                "points": {n: widths.get(n, {}) for n in points},
+            }
+            (out / "until_ci.json").write_text(json.dumps(result, indent=1, default=str))
+            return result
+        rounds += 1
+        for k, name in enumerate(todo):
+            reps = [int(d.name.split("-")[1]) for d in (out / name).glob("rep-*") if d.is_dir()]
+            run = Run(points[name], max(reps, default=0) + 1)
+            if progress:
+                progress(k, len(todo), f"{run.key} (until ±{target_pct:g}%, round {rounds})", float("nan"))
+            _run_into(run, run_dir(out, run))

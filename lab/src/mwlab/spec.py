@@ -239,6 +239,16 @@ class Experiment:
         return runs
 
 
+# Seconds each run spends besides its measured time: starting and stopping
+# processes, creating emulated hosts, sampling (measured on this machine).
+RUN_OVERHEAD_S = 3
+
+
+def run_seconds(settings: dict[str, Any]) -> float:
+    """About how long one run of a point with these settings takes."""
+    return settings["run.warmup"] + settings["run.duration"] + settings["run.cooldown"] + RUN_OVERHEAD_S
+
+
 def _replication(value: Any, servers: int) -> Any:
     """The seed reports' replication levels: none (1), half (ceil(n/2)), all (n)."""
     return {"none": 1, "half": (servers + 1) // 2, "all": servers}.get(value, value)
