@@ -166,3 +166,35 @@ def test_a_run_whose_points_all_fail_ends_with_a_message_not_a_traceback(tmp_pat
     )
     assert done.returncode == 1
     assert "every run failed" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_until_ci_adds_repetitions_and_says_when_it_gives_up(tmp_path: Path):
+    """A target no run can meet: repetitions are added while the budget lasts,
+    then it gives up and says so; a loose target is met at once."""
+    spec = tmp_path / "ci.yaml"
+    spec.write_text(
+        "name: until-ci\n"
+        "topology: {servers: 1, middlewares: 0, threads: 1, virtual_clients: 2}\n"
+        "workload: {ratio: '1:10', keys: 1000, value_size: 64}\n"
+        "run: {duration: 1, warmup: 0.2, cooldown: 0, repetitions: 1}\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1] / "src")}
+    cmd = [sys.executable, "-m", "mwlab.cli", "run", str(spec), "--results", str(tmp_path / "r")]
+    out = subprocess.run(
+        [*cmd, "--until-ci", "0.0001", "--budget", "14"], capture_output=True, text=True, timeout=120, env=env
+    )
+    assert out.returncode == 0, out.stderr
+    assert "until-ci: gave up" in out.stdout, out.stdout
+    result = next((tmp_path / "r" / "until-ci").iterdir())
+    res = json.loads((result / "until_ci.json").read_text())
+    assert res["status"].startswith("gave up") and res["rounds"] >= 1
+    runs = list(result.glob("*/rep-*/run.json"))
+    assert len(runs) >= 2, runs
+    assert res["points"][next(iter(res["points"]))]["reps"] == len(runs)
+    loose = subprocess.run(
+        [*cmd, "--until-ci", "99", "--budget", "60"], capture_output=True, text=True, timeout=120, env=env
+    )
+    assert loose.returncode == 0, loose.stderr
+    assert "until-ci: every point within ±99%" in loose.stdout, loose.stdout
+    bad = subprocess.run([*cmd, "--until-ci", "0"], capture_output=True, text=True, timeout=60, env=env)
+    assert bad.returncode == 2 and "--until-ci" in bad.stderr

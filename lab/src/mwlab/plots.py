@@ -45,9 +45,16 @@ WINDOW_SPREAD = {"client_tput": "client_tput_window_std", "client_rt_mean_us": "
 
 
 def _errors(g: pd.DataFrame, y: str) -> pd.Series | None:
-    """Error bars of `y`: the standard deviation over repetitions where a point
-    has several, over the windows of its one run where it has one."""
+    """Error bars of `y`. Clients' throughput: the half-width of its 95%
+    confidence interval — Student-t over repetitions where a point has
+    several, batch means over the windows of its one run where it has one
+    (`mwlab.stats`). Other series: the standard deviation over repetitions,
+    or over the windows of a single run."""
     reps = g["reps"] if "reps" in g else pd.Series(1, index=g.index)
+    if y == "client_tput" and "client_tput_ci_hi" in g and "client_tput_run_ci_hi" in g:
+        across = (g["client_tput_ci_hi"] - g["client_tput_ci_lo"]) / 2
+        within = (g["client_tput_run_ci_hi"] - g["client_tput_run_ci_lo"]) / 2
+        return across.where(reps >= 2, within)
     over_reps = g[f"{y}_std"] if f"{y}_std" in g else pd.Series(float("nan"), index=g.index)
     over_windows = g[WINDOW_SPREAD[y]] if y in WINDOW_SPREAD and WINDOW_SPREAD[y] in g else None
     if over_windows is None:
@@ -55,9 +62,16 @@ def _errors(g: pd.DataFrame, y: str) -> pd.Series | None:
     return over_reps.where(reps >= 2, over_windows)
 
 
-def error_label(agg: pd.DataFrame) -> str:
-    """What the error bars are, for plot titles."""
+def error_label(agg: pd.DataFrame, ci: bool = False) -> str:
+    """What the error bars are, for plot titles (`ci`: the clients'
+    throughput, whose bars are 95% confidence intervals)."""
     reps = agg["reps"] if "reps" in agg else pd.Series([1])
+    if ci and "client_tput_ci_hi" in agg:
+        if (reps >= 2).all():
+            return "clients: 95% CI over repetitions (Student-t)"
+        if (reps < 2).all():
+            return "clients: 95% CI over windows (batch means), one repetition"
+        return "clients: 95% CI over repetitions, or windows (batch means) where one"
     if (reps >= 2).all():
         return "mean ± std over repetitions"
     if (reps < 2).all():
@@ -93,7 +107,7 @@ def throughput(agg: pd.DataFrame, ax: Axes, x: str, lines: list[str]) -> None:
     if "mw_tput" in agg:
         _line(ax, agg, x, lines, "mw_tput", "middleware", style="--s")
     ax.set_ylabel("throughput (ops/s)")
-    ax.set_title(f"Throughput ({error_label(agg)})")
+    ax.set_title(f"Throughput ({error_label(agg, ci=True)})")
 
 
 def response_time(agg: pd.DataFrame, ax: Axes, x: str, lines: list[str]) -> None:
