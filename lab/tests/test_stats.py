@@ -139,16 +139,47 @@ def test_the_command_line(tmp_path, capsys):
     assert main(["stats", "ci", str(f), "--column", "tput", "--percentile", "120"]) == 2
 
 
-def _windows(tputs: list[float], phases: list[str]) -> list[dict]:
-    return [
-        {
-            "start_unix_ms": 1000 * i,
-            "duration_ms": 1000,
-            "ops": {"all": {"count": int(t)}},
-            "client": {"phase": ph},
-        }
-        for i, (t, ph) in enumerate(zip(tputs, phases, strict=True))
-    ]
+def _windows(tputs: list[float], phases: list[str], scales: list[float] | None = None, seed: int = 0) -> list[dict]:
+    """Client windows of 1 s with `tputs` requests each; response times drawn
+    exponential with mean `scales[i]` µs (100 by default) and encoded as
+    mwload does."""
+    from hdrh.histogram import HdrHistogram
+
+    rng = np.random.default_rng(seed)
+    out = []
+    for i, (t, ph) in enumerate(zip(tputs, phases, strict=True)):
+        h = HdrHistogram(1, 60_000_000, 3)
+        scale = scales[i] if scales else 100.0
+        for v in rng.exponential(scale, int(t)):
+            h.record_value(max(1, int(v)))
+        rt = {"mean": h.get_mean_value(), "p99": h.get_value_at_percentile(99), "hdr": h.encode().decode()}
+        out.append(
+            {
+                "start_unix_ms": 1000 * i,
+                "duration_ms": 1000,
+                "ops": {"all": {"count": int(t), "response_us": rt}},
+                "client": {"phase": ph},
+            }
+        )
+    return out
+
+
+def test_the_p99_interval_of_a_run_from_its_histograms():
+    from mwlab.analysis import p99_run_ci
+
+    truth = 100.0 * math.log(100)
+    ws = _windows([2000.0] * 30, ["measure"] * 30, seed=1)
+    r = p99_run_ci([ws])
+    assert r["client_rt_p99_tau"] < 3, "independent response times"
+    assert r["client_rt_p99_run_ci_lo_us"] <= truth <= r["client_rt_p99_run_ci_hi_us"]
+    # Windows that alternate between fast and slow: the share below the p99
+    # varies far more than binomially, and the interval widens with it.
+    slow = _windows([2000.0] * 30, ["measure"] * 30, scales=[60.0, 140.0] * 15, seed=2)
+    w = p99_run_ci([slow])
+    assert w["client_rt_p99_tau"] > 10
+    assert (w["client_rt_p99_run_ci_hi_us"] - w["client_rt_p99_run_ci_lo_us"]) > 2 * (
+        r["client_rt_p99_run_ci_hi_us"] - r["client_rt_p99_run_ci_lo_us"]
+    )
 
 
 def test_a_run_whose_warm_up_was_too_short_or_that_drifts_is_flagged():
@@ -159,6 +190,7 @@ def test_a_run_whose_warm_up_was_too_short_or_that_drifts_is_flagged():
 
     rng = np.random.default_rng(4)
     ramp = list(np.linspace(100, 1000, 15)) + list(1000 + rng.normal(0, 10, 45))
+    ramp = [round(v) for v in ramp]
     phases = ["warmup"] * 2 + ["measure"] * 58
     every = [_windows(ramp, phases)]
     kept = [[w for w in every[0] if w["client"]["phase"] == "measure"]]
@@ -167,7 +199,7 @@ def test_a_run_whose_warm_up_was_too_short_or_that_drifts_is_flagged():
     assert m["windows_stationary"] == 0.0, "the ramp is inside the measured windows"
     checks = {c.name: c for c in trust_checks(pd.Series(m), "p rep 1")}
     assert not checks["warm-up long enough"].ok and not checks["stationary windows"].ok
-    steady = list(1000 + rng.normal(0, 10, 60))
+    steady = [round(v) for v in 1000 + rng.normal(0, 10, 60)]
     every = [_windows(steady, ["warmup"] * 10 + ["measure"] * 50)]
     kept = [[w for w in every[0] if w["client"]["phase"] == "measure"]]
     m = trust_metrics(every, kept)

@@ -444,6 +444,65 @@ def window_series(clients: Sequence[Sequence[Window]]) -> tuple[list[float], lis
     return [tput[t] for t in order], [phase[t] for t in order]
 
 
+def window_rt(clients: Sequence[Sequence[Window]], stat: str, upto: int | None = None) -> list[float]:
+    """A response-time statistic (`mean`, `p99`) of each window in time order
+    (the clients' windows of the same moment: the request-weighted mean, or
+    the largest p99)."""
+    per: dict[int, list[tuple[float, int]]] = {}
+    for ws in clients:
+        for w in ws:
+            a = w["ops"]["all"]
+            if a["count"]:
+                per.setdefault(w["start_unix_ms"], []).append((float(a["response_us"][stat]), a["count"]))
+    out = []
+    for t in sorted(per):
+        vals = per[t]
+        if stat == "mean":
+            out.append(sum(v * n for v, n in vals) / sum(n for _, n in vals))
+        else:
+            out.append(max(v for v, _ in vals))
+    return out[:upto] if upto is not None else out
+
+
+def p99_run_ci(kept: Sequence[Sequence[Window]], q: float = 0.99) -> dict[str, Any]:
+    """The 95% interval of a run's p99 response time from the merged
+    histograms (order statistics). Response times in a run are correlated, so
+    the sample size is divided by τ, estimated from how much the share of
+    requests at or below the p99 varies between windows: n_w·Var(share)/(q(1−q))
+    would be 1 for independent requests."""
+    encoded = [w["ops"]["all"]["response_us"]["hdr"] for ws in kept for w in ws if w["ops"]["all"]["count"]]
+    if not encoded:
+        return {}
+    merged = merge_hists(encoded)
+    est = merged.get_value_at_percentile(q * 100)
+    shares, sizes = [], []
+    for e in encoded:
+        h = merge_hists([e])
+        n = h.get_total_count()
+        below = sum(
+            it.count_at_value_iterated_to for it in h.get_recorded_iterator() if it.value_iterated_to <= est
+        )
+        if n:
+            shares.append(below / n)
+            sizes.append(n)
+    tau = 1.0
+    if len(shares) >= 3:
+        f = sum(s * n for s, n in zip(shares, sizes, strict=True)) / sum(sizes)
+        if 0 < f < 1:
+            var = sum(n * (s - f) ** 2 for s, n in zip(shares, sizes, strict=True)) / (len(shares) - 1)
+            tau = max(1.0, var / (f * (1 - f)))
+    vals, counts = [], []
+    for it in merged.get_recorded_iterator():
+        vals.append(it.value_iterated_to)
+        counts.append(it.count_at_value_iterated_to)
+    iv = trust.percentile_ci_from_histogram(vals, counts, q, tau=tau)
+    return {
+        "client_rt_p99_run_ci_lo_us": iv.lo,
+        "client_rt_p99_run_ci_hi_us": iv.hi,
+        "client_rt_p99_tau": tau,
+    }
+
+
 def trust_metrics(
     all_windows: Sequence[Sequence[Window]], kept: Sequence[Sequence[Window]]
 ) -> dict[str, Any]:
@@ -460,12 +519,22 @@ def trust_metrics(
         "warmup_windows": sum(1 for p in phases if p == "warmup"),
         "warmup_detected_windows": trust.mser5(series) if len(series) >= 10 else float("nan"),
     }
+    # MSER-5 on the windows' mean and p99 response time as well: the cut is
+    # the largest of the three.
+    cuts = [out["warmup_detected_windows"]]
+    if len(series) >= 10:
+        for col in ("mean", "p99"):
+            rt = window_rt(all_windows, col, upto=len(series))
+            if len(rt) >= 10:
+                cuts.append(trust.mser5(rt))
+        out["warmup_detected_windows"] = max(cuts)
     ci = trust.batch_means_ci(measured)
     out.update(
         client_tput_run_ci_lo=ci.lo,
         client_tput_run_ci_hi=ci.hi,
         client_tput_run_ci_method=ci.method,
     )
+    out.update(p99_run_ci(kept))
     st, tr = trust.stationarity(measured), trust.trend(measured)
     out.update(
         windows_kpss_p=st.kpss_p,
