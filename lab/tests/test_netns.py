@@ -180,6 +180,7 @@ def test_the_generator_checks_fire_on_a_throttled_load_generator(tmp_path: Path)
     falls behind, and the run says the generator, not the system, limited it."""
     from mwlab.analysis import summarize
     from mwlab.checks import run_checks
+    from mwlab.report import write_report
     from mwlab.runner import prepare, run_experiment
     from mwlab.spec import load
 
@@ -199,6 +200,10 @@ def test_the_generator_checks_fire_on_a_throttled_load_generator(tmp_path: Path)
         assert (summary["status"] == "ok").all(), summary.get("error")
         checks = {c.name: c for c in run_checks(summary, aggregate)}
         verdicts[name] = (checks["load generator kept its schedule"], summary.iloc[0])
+        write_report(out, summary, aggregate)
+        assert (out / "plots" / "lateness.svg").exists() and "Send lateness" in (
+            out / "report.html"
+        ).read_text()
         verdicts[name + " gaps"] = checks["arrivals exponential"]
     healthy, h = verdicts["healthy"]
     throttled, t = verdicts["throttled"]

@@ -139,7 +139,9 @@ def test_the_command_line(tmp_path, capsys):
     assert main(["stats", "ci", str(f), "--column", "tput", "--percentile", "120"]) == 2
 
 
-def _windows(tputs: list[float], phases: list[str], scales: list[float] | None = None, seed: int = 0) -> list[dict]:
+def _windows(
+    tputs: list[float], phases: list[str], scales: list[float] | None = None, seed: int = 0
+) -> list[dict]:
     """Client windows of 1 s with `tputs` requests each; response times drawn
     exponential with mean `scales[i]` µs (100 by default) and encoded as
     mwload does."""

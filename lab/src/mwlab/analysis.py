@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from mwlab import stats as trust
@@ -464,6 +465,40 @@ def window_rt(clients: Sequence[Sequence[Window]], stat: str, upto: int | None =
     return out[:upto] if upto is not None else out
 
 
+def _counts(h: Any) -> np.ndarray | None:
+    """The histogram's bucket counts as an array (None if this hdrhistogram
+    version does not expose them)."""
+    try:
+        return np.ctypeslib.as_array(h.counts)[: h.counts_len]
+    except (AttributeError, TypeError, ValueError):
+        return None
+
+
+def _count_le(h: Any, value: float) -> int:
+    """Values recorded at or below `value` (HDR precision)."""
+    c = _counts(h)
+    if c is not None and hasattr(h, "_counts_index_for"):
+        return int(c[: h._counts_index_for(int(value)) + 1].sum())
+    return sum(
+        it.count_at_value_iterated_to for it in h.get_recorded_iterator() if it.value_iterated_to <= value
+    )
+
+
+def _recorded(h: Any) -> tuple[list[float], list[int]]:
+    """The values (bucket tops) and counts of the buckets that hold any."""
+    c = _counts(h)
+    if c is not None:
+        idx = np.nonzero(c)[0]
+        return [float(h.get_highest_equivalent_value(h.get_value_from_index(int(i)))) for i in idx], [
+            int(c[i]) for i in idx
+        ]
+    vals, counts = [], []
+    for it in h.get_recorded_iterator():
+        vals.append(it.value_iterated_to)
+        counts.append(it.count_at_value_iterated_to)
+    return vals, counts
+
+
 def p99_run_ci(kept: Sequence[Sequence[Window]], q: float = 0.99) -> dict[str, Any]:
     """The 95% interval of a run's p99 response time from the merged
     histograms (order statistics). Response times in a run are correlated, so
@@ -476,12 +511,12 @@ def p99_run_ci(kept: Sequence[Sequence[Window]], q: float = 0.99) -> dict[str, A
     merged = merge_hists(encoded)
     est = merged.get_value_at_percentile(q * 100)
     shares, sizes = [], []
+    h = merge_hists([])
     for e in encoded:
-        h = merge_hists([e])
+        h.reset()
+        h.decode_and_add(e)
         n = h.get_total_count()
-        below = sum(
-            it.count_at_value_iterated_to for it in h.get_recorded_iterator() if it.value_iterated_to <= est
-        )
+        below = _count_le(h, est)
         if n:
             shares.append(below / n)
             sizes.append(n)
@@ -491,10 +526,7 @@ def p99_run_ci(kept: Sequence[Sequence[Window]], q: float = 0.99) -> dict[str, A
         if 0 < f < 1:
             var = sum(n * (s - f) ** 2 for s, n in zip(shares, sizes, strict=True)) / (len(shares) - 1)
             tau = max(1.0, var / (f * (1 - f)))
-    vals, counts = [], []
-    for it in merged.get_recorded_iterator():
-        vals.append(it.value_iterated_to)
-        counts.append(it.count_at_value_iterated_to)
+    vals, counts = _recorded(merged)
     iv = trust.percentile_ci_from_histogram(vals, counts, q, tau=tau)
     return {
         "client_rt_p99_run_ci_lo_us": iv.lo,
@@ -534,6 +566,8 @@ def trust_metrics(
         client_tput_run_ci_hi=ci.hi,
         client_tput_run_ci_method=ci.method,
     )
+    rt = trust.batch_means_ci(window_rt(kept, "mean"))
+    out.update(client_rt_run_ci_lo_us=rt.lo, client_rt_run_ci_hi_us=rt.hi)
     out.update(p99_run_ci(kept))
     st, tr = trust.stationarity(measured), trust.trend(measured)
     out.update(
@@ -705,6 +739,8 @@ def add_repetition_trust(aggregate: pd.DataFrame, summary: pd.DataFrame) -> pd.D
     cols: dict[str, list[float]] = {
         "client_tput_ci_lo": [],
         "client_tput_ci_hi": [],
+        "client_rt_mean_ci_lo_us": [],
+        "client_rt_mean_ci_hi_us": [],
         "client_rt_p99_ci_lo_us": [],
         "client_rt_p99_ci_hi_us": [],
         "reps_trend_p": [],
@@ -717,6 +753,9 @@ def add_repetition_trust(aggregate: pd.DataFrame, summary: pd.DataFrame) -> pd.D
         p = trust.naive_ci(runs["client_rt_p99_us"].tolist()) if "client_rt_p99_us" in runs else None
         cols["client_tput_ci_lo"].append(x.lo)
         cols["client_tput_ci_hi"].append(x.hi)
+        m = trust.naive_ci(runs["client_rt_mean_us"].tolist()) if "client_rt_mean_us" in runs else None
+        cols["client_rt_mean_ci_lo_us"].append(m.lo if m else float("nan"))
+        cols["client_rt_mean_ci_hi_us"].append(m.hi if m else float("nan"))
         cols["client_rt_p99_ci_lo_us"].append(p.lo if p else float("nan"))
         cols["client_rt_p99_ci_hi_us"].append(p.hi if p else float("nan"))
         cols["reps_trend_p"].append(

@@ -44,6 +44,24 @@ def _groups(agg: pd.DataFrame, lines: list[str]):
 WINDOW_SPREAD = {"client_tput": "client_tput_window_std", "client_rt_mean_us": "client_rt_window_std_us"}
 
 
+# The clients' throughput and mean response time carry 95% intervals:
+# (across repetitions lo, hi, within one run lo, hi).
+CI_COLUMNS = {
+    "client_tput": (
+        "client_tput_ci_lo",
+        "client_tput_ci_hi",
+        "client_tput_run_ci_lo",
+        "client_tput_run_ci_hi",
+    ),
+    "client_rt_mean_us": (
+        "client_rt_mean_ci_lo_us",
+        "client_rt_mean_ci_hi_us",
+        "client_rt_run_ci_lo_us",
+        "client_rt_run_ci_hi_us",
+    ),
+}
+
+
 def _errors(g: pd.DataFrame, y: str) -> pd.Series | None:
     """Error bars of `y`. Clients' throughput: the half-width of its 95%
     confidence interval — Student-t over repetitions where a point has
@@ -51,9 +69,10 @@ def _errors(g: pd.DataFrame, y: str) -> pd.Series | None:
     (`mwlab.stats`). Other series: the standard deviation over repetitions,
     or over the windows of a single run."""
     reps = g["reps"] if "reps" in g else pd.Series(1, index=g.index)
-    if y == "client_tput" and "client_tput_ci_hi" in g and "client_tput_run_ci_hi" in g:
-        across = (g["client_tput_ci_hi"] - g["client_tput_ci_lo"]) / 2
-        within = (g["client_tput_run_ci_hi"] - g["client_tput_run_ci_lo"]) / 2
+    ci = CI_COLUMNS.get(y)
+    if ci and all(c in g for c in ci):
+        across = (g[ci[1]] - g[ci[0]]) / 2
+        within = (g[ci[3]] - g[ci[2]]) / 2
         return across.where(reps >= 2, within)
     over_reps = g[f"{y}_std"] if f"{y}_std" in g else pd.Series(float("nan"), index=g.index)
     over_windows = g[WINDOW_SPREAD[y]] if y in WINDOW_SPREAD and WINDOW_SPREAD[y] in g else None
@@ -66,7 +85,7 @@ def error_label(agg: pd.DataFrame, ci: bool = False) -> str:
     """What the error bars are, for plot titles (`ci`: the clients'
     throughput, whose bars are 95% confidence intervals)."""
     reps = agg["reps"] if "reps" in agg else pd.Series([1])
-    if ci and "client_tput_ci_hi" in agg:
+    if ci and "client_tput_ci_hi" in agg:  # (the same methods for response time)
         if (reps >= 2).all():
             return "clients: 95% CI over repetitions (Student-t)"
         if (reps < 2).all():
@@ -117,7 +136,7 @@ def response_time(agg: pd.DataFrame, ax: Axes, x: str, lines: list[str]) -> None
     if "law_rt_us" in agg:
         _line(ax, agg, x, lines, "law_rt_us", "N/X - Z", scale=1e-3, style=":^")
     ax.set_ylabel("response time (ms)")
-    ax.set_title(f"Response time ({error_label(agg)})")
+    ax.set_title(f"Response time ({error_label(agg, ci=True)})")
 
 
 def queue(agg: pd.DataFrame, ax: Axes, x: str, lines: list[str]) -> None:
@@ -189,6 +208,28 @@ def histograms(runs: dict[str, list[dict]], ax: Axes) -> None:
         ax.step(xs, ys, where="post", label=name)
     ax.set_xlabel(f"response time (ms; bins of {step / 1e3:g} ms)")
     ax.set_ylabel("requests")
+
+
+def lateness(runs: dict[str, list[dict]], ax: Axes) -> None:
+    """Open loop: how late sends left after their intended time (the load
+    generator's own delay), as the share of sends later than x, per run."""
+    for name, ws in runs.items():
+        enc = [w["client"]["send_late_us"]["hdr"] for w in ws if (w.get("client") or {}).get("send_late_us")]
+        if not enc:
+            continue
+        h = merge_hists(enc)
+        n = h.get_total_count()
+        xs, ys, seen = [], [], 0
+        for item in h.get_recorded_iterator():
+            seen += item.count_at_value_iterated_to
+            xs.append(max(item.value_iterated_to, 1) / 1e3)
+            ys.append(max(1 - seen / n, 1 / n))
+        ax.step(xs, ys, where="post", label=name)
+    ax.axvline(1.0, color="grey", linestyle=":", label="1 ms (late)")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("send left later than its intended time by (ms)")
+    ax.set_ylabel("share of sends")
 
 
 def resources(path: Path, ax: Axes) -> None:
@@ -386,6 +427,22 @@ def make_plots(result: Path, agg: pd.DataFrame, factors: list[str]) -> list[tupl
             ax.set_title("Response-time histograms, common bins (first repetition)")
 
         plots.append(("Response-time histograms", *save_figure(out, "histograms", draw_hists)))
+    if first and "gen_late_p99_us" in agg and agg["gen_late_p99_us"].notna().any():
+
+        def draw_lateness(ax):
+            runs = {
+                name: [
+                    w
+                    for d in sorted(rdir.glob("cl[0-9]*"))
+                    for w in read_windows(d)
+                    if (w.get("client") or {}).get("phase") == "measure"
+                ]
+                for name, rdir in list(first.items())[:9]
+            }
+            lateness(runs, ax)
+            ax.set_title("How late the load generator sent (open loop, first repetition)")
+
+        plots.append(("Send lateness", *save_figure(out, "lateness", draw_lateness)))
     if first:
         plots.append(("Throughput over time", *save_figure(out, "timeline", lambda ax: timeline(first, ax))))
         rdir = next(iter(first.values()))
