@@ -371,3 +371,12 @@ impl Drop for Postgres {
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
+
+/// Raises this process's open-file limit to `n` (and the hard limit with it
+/// when running as root), for tests that hold thousands of connections.
+pub fn raise_fd_limit(n: u64) {
+    use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
+    let lim = getrlimit(Resource::Nofile);
+    let hard = lim.maximum.unwrap_or(n).max(n);
+    let _ = setrlimit(Resource::Nofile, Rlimit { current: Some(n.min(hard)), maximum: Some(hard) });
+}

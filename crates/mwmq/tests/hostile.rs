@@ -45,13 +45,6 @@ fn rss_kib(pid: u32) -> u64 {
         .unwrap()
 }
 
-fn raise_fd_limit(n: u64) {
-    use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
-    let lim = getrlimit(Resource::Nofile);
-    let hard = lim.maximum.unwrap_or(n).max(n);
-    let _ = setrlimit(Resource::Nofile, Rlimit { current: Some(n.min(hard)), maximum: Some(hard) });
-}
-
 #[test]
 fn malformed_input_gets_redis_errors_and_others_are_served() {
     let pg = Postgres::start().unwrap();
@@ -100,7 +93,7 @@ fn malformed_input_gets_redis_errors_and_others_are_served() {
 
 #[test]
 fn ten_thousand_idle_connections_and_one_more() {
-    raise_fd_limit(20_500);
+    mctest::raise_fd_limit(20_500);
     let pg = Postgres::start().unwrap();
     let mq = MqProcess::start(&pg, 0, &["--max-connections", "10000"]);
     let before = rss_kib(mq.child.id());

@@ -549,16 +549,9 @@ fn a_server_answering_garbage_is_logged_once_not_per_request() {
     assert!(log.lines().count() < 10, "failures of a down server are summed up, not logged one by one:\n{log}");
 }
 
-fn raise_fd_limit(n: u64) {
-    use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
-    let lim = getrlimit(Resource::Nofile);
-    let hard = lim.maximum.unwrap_or(n).max(n);
-    let _ = setrlimit(Resource::Nofile, Rlimit { current: Some(n.min(hard)), maximum: Some(hard) });
-}
-
 #[test]
 fn ten_thousand_connections_are_held_with_bounded_memory() {
-    raise_fd_limit(20_500);
+    mctest::raise_fd_limit(20_500);
     let server = Memcached::start().unwrap();
     let proxy = ProxyProcess::start("", &["-m", &server.endpoint(), "--max-connections", "10000"]);
     let mut good = Client::connect(proxy.addr()).unwrap();

@@ -356,6 +356,19 @@ def multiget_sizes(agg: pd.DataFrame, ax: Axes, lines: list[str]) -> None:
     ax.set_title("Multi-get response time by size")
 
 
+def _measured_windows(first: dict[str, Path]) -> dict[str, list[dict]]:
+    """The clients' measured windows of (up to nine of) the given runs."""
+    return {
+        name: [
+            w
+            for d in sorted(rdir.glob("cl[0-9]*"))
+            for w in read_windows(d)
+            if (w.get("client") or {}).get("phase") == "measure"
+        ]
+        for name, rdir in list(first.items())[:9]
+    }
+
+
 def make_plots(result: Path, agg: pd.DataFrame, factors: list[str]) -> list[tuple[str, Path, Path]]:
     """Every plot that applies; returns (title, png, svg)."""
     out = result / "plots"
@@ -414,32 +427,14 @@ def make_plots(result: Path, agg: pd.DataFrame, factors: list[str]) -> list[tupl
     if first and any("mgsize" in f for f in factors):
 
         def draw_hists(ax):
-            runs = {
-                name: [
-                    w
-                    for d in sorted(rdir.glob("cl[0-9]*"))
-                    for w in read_windows(d)
-                    if (w.get("client") or {}).get("phase") == "measure"
-                ]
-                for name, rdir in list(first.items())[:9]
-            }
-            histograms(runs, ax)
+            histograms(_measured_windows(first), ax)
             ax.set_title("Response-time histograms, common bins (first repetition)")
 
         plots.append(("Response-time histograms", *save_figure(out, "histograms", draw_hists)))
     if first and "gen_late_p99_us" in agg and agg["gen_late_p99_us"].notna().any():
 
         def draw_lateness(ax):
-            runs = {
-                name: [
-                    w
-                    for d in sorted(rdir.glob("cl[0-9]*"))
-                    for w in read_windows(d)
-                    if (w.get("client") or {}).get("phase") == "measure"
-                ]
-                for name, rdir in list(first.items())[:9]
-            }
-            lateness(runs, ax)
+            lateness(_measured_windows(first), ax)
             ax.set_title("How late the load generator sent (open loop, first repetition)")
 
         plots.append(("Send lateness", *save_figure(out, "lateness", draw_lateness)))
