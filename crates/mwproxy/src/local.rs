@@ -76,7 +76,10 @@ impl BackendFigures {
         let mut f = BackendFigures::default();
         for raw in answers.iter().filter_map(|a| a.as_ref().ok()) {
             match mcproto::parse_response(raw) {
-                Ok(Some((Response::Version(v), _))) => f.note_version(&String::from_utf8_lossy(v)),
+                Ok(Some((Response::Version(v), _))) => {
+                    f.answered += 1;
+                    f.note_version(&String::from_utf8_lossy(v));
+                }
                 Ok(Some((Response::Stats(stats), _))) => {
                     f.answered += 1;
                     for (name, value) in stats {
@@ -95,7 +98,6 @@ impl BackendFigures {
     }
 
     fn note_version(&mut self, v: &str) {
-        self.answered += usize::from(!v.is_empty() && self.version.is_none());
         let lower = match &self.version {
             None => true,
             Some(old) => version_key(v) < version_key(old),
@@ -270,8 +272,10 @@ mod tests {
         assert_eq!(f.version.as_deref(), Some("1.6.9"));
         assert_eq!(f.sums[0], 7);
         assert_eq!(f.sums[2], 150);
+        assert_eq!(f.answered, 2, "each server that answered counts once");
         let f = BackendFigures::of(&[Ok(b"VERSION 1.6.21\r\n".to_vec()), Ok(b"VERSION 1.10.0\r\n".to_vec())]);
         assert_eq!(f.version.as_deref(), Some("1.6.21"));
+        assert_eq!(f.answered, 2);
         assert!(version_key("1.6.18-foo") > version_key("1.6.9"));
         assert_eq!(version_key("x"), None);
     }

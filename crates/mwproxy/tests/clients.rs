@@ -124,6 +124,8 @@ fn version_is_the_servers_in_memcacheds_form_and_stats_adds_theirs_up() {
     assert_eq!(common::stat(&stats, "limit_maxbytes"), 2 * 64 * 1024 * 1024);
     assert!(common::stat(&stats, "bytes") > 10 * 5);
     assert!(common::stat(&stats, "connection_structures") >= 1);
+    assert_eq!(common::stat(&stats, "servers"), 2);
+    assert_eq!(common::stat(&stats, "servers_answering"), 2, "each server counted once");
     for name in ["pid", "uptime", "time", "pointer_size", "curr_connections", "total_connections", "cmd_get"] {
         common::stat(&stats, name);
     }
