@@ -204,6 +204,16 @@ pub struct BackendConfig {
     pub stall_ms: u64,
 }
 
+impl BackendConfig {
+    /// How long a carrier waits on a quiet server before it checks whether
+    /// the server stalled: half of `stall_ms` (at least 5 ms), or the whole
+    /// timeout when stall detection is off.
+    pub fn stall_slice(&self) -> std::time::Duration {
+        let ms = if self.stall_ms > 0 { (self.stall_ms / 2).max(5) } else { self.timeout_ms };
+        std::time::Duration::from_millis(ms)
+    }
+}
+
 impl Default for BackendConfig {
     fn default() -> Self {
         BackendConfig { connect_timeout_ms: 500, timeout_ms: 1000, retry_min_ms: 100, retry_max_ms: 2000, stall_ms: 50 }

@@ -272,32 +272,15 @@ impl ClientConn {
 
     fn flush_locked(&self, out: &mut Output, net: &NetCounters) {
         if !out.closed {
-            let mut written = 0;
-            while written < out.buf.len() {
-                match (&self.stream).write(&out.buf[written..]) {
-                    Ok(0) => {
-                        self.close_locked(out);
-                        return;
-                    }
-                    Ok(n) => written += n,
-                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                    Err(_) => {
-                        self.close_locked(out);
-                        return;
-                    }
+            match write_out(&self.stream, &mut out.buf) {
+                Ok(0) => {}
+                Ok(written) => {
+                    net.bytes_written.fetch_add(written as u64, Ordering::Relaxed);
                 }
-            }
-            if written > 0 {
-                if written == out.buf.len() {
-                    out.buf.clear();
-                    if out.buf.capacity() > 1 << 20 {
-                        out.buf = Vec::new();
-                    }
-                } else {
-                    out.buf.drain(..written);
+                Err(_) => {
+                    self.close_locked(out);
+                    return;
                 }
-                net.bytes_written.fetch_add(written as u64, Ordering::Relaxed);
             }
             if out.buf.is_empty() {
                 let done_through = out.next_seq;
@@ -360,4 +343,36 @@ impl ClientConn {
         let mut out = self.lock();
         self.close_locked(&mut out);
     }
+}
+
+/// Writes as much of `buf` as a non-blocking socket takes now and removes it
+/// from `buf` (an emptied buffer over 1 MiB is given back). The bytes
+/// written, or an error when the peer is gone (a write of 0 bytes is one).
+pub fn write_out(mut w: impl Write, buf: &mut Vec<u8>) -> io::Result<usize> {
+    let mut written = 0;
+    let mut outcome = Ok(());
+    while written < buf.len() {
+        match w.write(&buf[written..]) {
+            Ok(0) => {
+                outcome = Err(io::Error::from(io::ErrorKind::WriteZero));
+                break;
+            }
+            Ok(n) => written += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+            Err(e) => {
+                outcome = Err(e);
+                break;
+            }
+        }
+    }
+    if written == buf.len() {
+        buf.clear();
+        if buf.capacity() > 1 << 20 {
+            *buf = Vec::new();
+        }
+    } else {
+        buf.drain(..written);
+    }
+    outcome.map(|()| written)
 }

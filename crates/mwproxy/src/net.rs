@@ -188,7 +188,7 @@ impl NetThread {
                     LISTENER => self.accept(),
                     token if token.0 >= LINK_BASE => {
                         if let Some(p) = self.pipeline.as_mut() {
-                            p.link_event(self.poll.registry(), token, ev);
+                            p.link_event(token, ev);
                         }
                     }
                     token => {
@@ -420,10 +420,14 @@ impl NetThread {
             }
             reads += 1;
             conn.rbuf.shrink_to(READ_CHUNK);
-            // Reads land in the loop's scratch buffer and only what came is
-            // kept in the connection's, so an idle connection holds no buffer.
-            let room = scratch.len();
-            let r = conn.shared.stream().read(scratch);
+            // A read with nothing pending lands in the loop's scratch buffer
+            // and only what came is kept in the connection's, so an idle
+            // connection holds no buffer; the rest of a request that has
+            // begun is read where it is kept, without a second copy.
+            let direct = !conn.rbuf.is_empty();
+            let into: &mut [u8] = if direct { conn.rbuf.spare(READ_CHUNK / 4) } else { scratch };
+            let room = into.len();
+            let r = conn.shared.stream().read(into);
             match r {
                 Ok(0) => {
                     conn.done = true;
@@ -433,7 +437,9 @@ impl NetThread {
                 Ok(n) => {
                     drained = n < room;
                     conn.last_read_ns = now_ns();
-                    conn.rbuf.spare(n)[..n].copy_from_slice(&scratch[..n]);
+                    if !direct {
+                        conn.rbuf.spare(n)[..n].copy_from_slice(&scratch[..n]);
+                    }
                     conn.rbuf.commit(n);
                     add(&shared.net.bytes_read, n as u64);
                 }

@@ -32,7 +32,7 @@
 //! parsed. A loop's busy time is the time it spent outside `epoll_wait`.
 
 use std::collections::VecDeque;
-use std::io::{self, Read, Write};
+use std::io::{self, Read};
 use std::net::{Shutdown, SocketAddr};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -45,7 +45,7 @@ use mwstats::clock::now_ns;
 use mwstats::slots::SlotWriter;
 
 use crate::batch::{finish_wave, waves, Entry};
-use crate::conn::{After, ClientConn};
+use crate::conn::{write_out, After, ClientConn};
 use crate::recorder::{BackendFact, WorkerAcc};
 use crate::repair::{Batch, REPAIR_CAP};
 use crate::route::{Answer, BackendError, Framing, Outbox, Router};
@@ -86,8 +86,6 @@ struct Link {
     fifo: VecDeque<Pending>,
     /// This loop holds the server's probe.
     probe: bool,
-    /// Registered as waiting in the shared health.
-    waiting: bool,
     /// The last connection failed: the next one counts as a reconnection.
     failed_before: bool,
     reconnects: u64,
@@ -129,7 +127,8 @@ pub struct Pipeline {
     /// Busy time not yet added to the accumulator (ns).
     busy: u64,
     busy_flushed: Instant,
-    timeout: Duration,
+    /// A reply later than this (ns) fails its server connection.
+    timeout: u64,
     connect_timeout: Duration,
     /// How long a server may be silent before the stall check.
     slice: u64,
@@ -153,13 +152,11 @@ impl Pipeline {
                 rbuf: ReadBuf::with_capacity(READ_CHUNK),
                 fifo: VecDeque::new(),
                 probe: false,
-                waiting: false,
                 failed_before: false,
                 reconnects: 0,
                 progress: 0,
             })
             .collect();
-        let slice = if cfg.stall_ms > 0 { (cfg.stall_ms / 2).max(5) } else { cfg.timeout_ms };
         Pipeline {
             id,
             links,
@@ -173,9 +170,9 @@ impl Pipeline {
             writer: SlotWriter::new(id, WorkerAcc::new(n)),
             busy: 0,
             busy_flushed: Instant::now(),
-            timeout: Duration::from_millis(cfg.timeout_ms),
+            timeout: cfg.timeout_ms * 1_000_000,
             connect_timeout: Duration::from_millis(cfg.connect_timeout_ms),
-            slice: slice * 1_000_000,
+            slice: cfg.stall_slice().as_nanos() as u64,
             unsent_limit: shared.config.proxy.memory_budget / shared.config.proxy.loops(),
             shared,
         }
@@ -232,22 +229,22 @@ impl Pipeline {
     }
 
     /// A server link's socket is ready.
-    pub fn link_event(&mut self, registry: &Registry, token: Token, ev: &Event) {
+    pub fn link_event(&mut self, token: Token, ev: &Event) {
         let s = token.0 - LINK_BASE;
         if s >= self.links.len() {
             return;
         }
         if self.links[s].connecting.is_some() && (ev.is_writable() || ev.is_error()) {
-            self.finish_connect(registry, s);
+            self.finish_connect(s);
         }
         if self.links[s].stream.is_none() {
             return;
         }
         if ev.is_writable() && self.links[s].connecting.is_none() {
-            self.flush_link(registry, s);
+            self.flush_link(s);
         }
         if ev.is_readable() || ev.is_read_closed() || ev.is_error() {
-            self.read_link(registry, s);
+            self.read_link(s);
         }
     }
 
@@ -255,7 +252,7 @@ impl Pipeline {
     /// connections' batches and send every round that is ready, until
     /// nothing more can go out before replies come.
     pub fn pump(&mut self, registry: &Registry) {
-        self.check_deadlines(registry);
+        self.check_deadlines();
         loop {
             while !self.saturated() {
                 let Some(conn) = self.runnable.pop_front() else { break };
@@ -355,7 +352,6 @@ impl Pipeline {
     fn item_finished(&mut self, r: usize, i: usize) {
         let Pipeline { runs, shared, writer, .. } = self;
         let run = runs[r].as_mut().expect("run in progress");
-        run.entries[i].finished = true;
         run.entries[i].answer_gathered(shared, writer);
         run.unfinished -= 1;
         if run.unfinished > 0 {
@@ -399,6 +395,8 @@ impl Pipeline {
             let now = now_ns();
             let Pipeline { links, outbox, owners, runs, shared, .. } = self;
             let link = &mut links[s];
+            // A link is waiting in the shared health while it has anything in flight.
+            let was_idle = link.fifo.is_empty();
             if let Some(batch) = shared.repairs.take(s) {
                 let left = batch.encode(&mut link.wbuf);
                 link.fifo.push_back(Pending::Repair { batch: Some(batch), left, sent: now });
@@ -422,13 +420,12 @@ impl Pipeline {
                     });
                 }
             }
-            if !link.fifo.is_empty() && !link.waiting {
-                link.waiting = true;
+            if was_idle && !link.fifo.is_empty() {
                 link.progress = now;
                 shared.health.begin_wait(s);
             }
             if link.connecting.is_none() {
-                self.flush_link(registry, s);
+                self.flush_link(s);
             }
         }
     }
@@ -468,7 +465,7 @@ impl Pipeline {
         Ok(())
     }
 
-    fn finish_connect(&mut self, registry: &Registry, s: usize) {
+    fn finish_connect(&mut self, s: usize) {
         let link = &mut self.links[s];
         let Some(stream) = link.stream.as_ref() else { return };
         let outcome = match stream.take_error() {
@@ -483,48 +480,24 @@ impl Pipeline {
             Ok(()) => {
                 let _ = stream.set_nodelay(true);
                 link.connecting = None;
-                self.flush_link(registry, s);
+                self.flush_link(s);
             }
             Err(e) => self.link_failed(s, &BackendError::Connect(e.to_string())),
         }
     }
 
     /// Writes what the link has buffered, as far as the socket takes it.
-    fn flush_link(&mut self, _registry: &Registry, s: usize) {
+    fn flush_link(&mut self, s: usize) {
         let link = &mut self.links[s];
         let Some(stream) = link.stream.as_mut() else { return };
-        let mut written = 0;
-        let mut failure = None;
-        while written < link.wbuf.len() {
-            match stream.write(&link.wbuf[written..]) {
-                Ok(0) => {
-                    failure = Some(BackendError::Io("closed by server".into()));
-                    break;
-                }
-                Ok(n) => written += n,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => {
-                    failure = Some(BackendError::Io(e.to_string()));
-                    break;
-                }
-            }
-        }
-        if written == link.wbuf.len() {
-            link.wbuf.clear();
-            if link.wbuf.capacity() > 1 << 20 {
-                link.wbuf = Vec::new();
-            }
-        } else {
-            link.wbuf.drain(..written);
-        }
-        if let Some(e) = failure {
-            self.link_failed(s, &e);
+        if let Err(e) = write_out(stream, &mut link.wbuf) {
+            let e = if e.kind() == io::ErrorKind::WriteZero { "closed by server".into() } else { e.to_string() };
+            self.link_failed(s, &BackendError::Io(e));
         }
     }
 
     /// Reads the server's replies and hands each to its request.
-    fn read_link(&mut self, _registry: &Registry, s: usize) {
+    fn read_link(&mut self, s: usize) {
         let mut closed = None;
         for _ in 0..READS_PER_EVENT {
             let link = &mut self.links[s];
@@ -569,6 +542,7 @@ impl Pipeline {
 
     /// Hands every complete reply in the link's buffer to its request.
     fn take_replies(&mut self, s: usize) -> Result<(), BackendError> {
+        let was_waiting = !self.links[s].fifo.is_empty();
         let mut at = 0;
         let result = loop {
             let link = &mut self.links[s];
@@ -614,8 +588,7 @@ impl Pipeline {
         };
         let link = &mut self.links[s];
         link.rbuf.consume(at.min(link.rbuf.len()));
-        if link.fifo.is_empty() && link.waiting {
-            link.waiting = false;
+        if was_waiting && link.fifo.is_empty() {
             self.shared.health.end_wait(s);
         }
         result
@@ -645,6 +618,9 @@ impl Pipeline {
         link.failed_before = true;
         link.wbuf.clear();
         let pending = std::mem::take(&mut link.fifo);
+        if !pending.is_empty() {
+            self.shared.health.end_wait(s);
+        }
         let now = now_ns();
         for p in pending {
             match p {
@@ -652,10 +628,6 @@ impl Pipeline {
                 Pending::Repair { batch: Some(b), .. } => self.shared.repairs.give_back(s, b),
                 Pending::Repair { .. } | Pending::Abandoned { .. } => {}
             }
-        }
-        let link = &mut self.links[s];
-        if std::mem::take(&mut link.waiting) {
-            self.shared.health.end_wait(s);
         }
         match e {
             BackendError::Stalled | BackendError::Down => self.shared.health.gave_up(s, e),
@@ -678,39 +650,36 @@ impl Pipeline {
     }
 
     /// Timeouts, connect timeouts and stalls of the links with calls in flight.
-    fn check_deadlines(&mut self, registry: &Registry) {
-        let timeout = self.timeout.as_nanos() as u64;
+    fn check_deadlines(&mut self) {
+        let stall_on = self.shared.config.backend.stall_ms > 0;
+        let (timeout, slice) = (self.timeout, self.slice);
+        let overdue =
+            |link: &Link, now: u64| link.fifo.front().is_some_and(|h| now.saturating_sub(h.sent()) >= timeout);
+        let quiet = |link: &Link, now: u64| !link.fifo.is_empty() && now.saturating_sub(link.progress) >= slice;
         for s in 0..self.links.len() {
-            let now = now_ns();
-            let link = &self.links[s];
-            let late = link.fifo.front().is_some_and(|h| now.saturating_sub(h.sent()) >= timeout)
-                || (link.connecting.is_none()
-                    && !link.fifo.is_empty()
-                    && now.saturating_sub(link.progress) >= self.slice);
-            if late && link.stream.is_some() && link.connecting.is_none() {
-                // Replies may have arrived while this loop was busy: take
-                // them before judging the server.
-                self.read_link(registry, s);
-            }
-            let now = now_ns();
-            let link = &self.links[s];
-            if let Some(since) = link.connecting {
+            if let Some(since) = self.links[s].connecting {
                 if since.elapsed() >= self.connect_timeout {
                     self.link_failed(s, &BackendError::Connect("connection timed out".into()));
-                    continue;
+                } else if overdue(&self.links[s], now_ns()) {
+                    self.link_failed(s, &BackendError::Timeout);
                 }
+                continue;
             }
-            let Some(head) = link.fifo.front() else { continue };
-            if now.saturating_sub(head.sent()) >= timeout {
+            let now = now_ns();
+            if !overdue(&self.links[s], now) && !quiet(&self.links[s], now) {
+                continue;
+            }
+            // Replies may have arrived while this loop was busy: take them
+            // before judging the server.
+            self.read_link(s);
+            let now = now_ns();
+            let link = &self.links[s];
+            if overdue(link, now) {
                 self.link_failed(s, &BackendError::Timeout);
                 continue;
             }
-            let stall_on = self.shared.config.backend.stall_ms > 0;
-            if !stall_on || link.probe || now.saturating_sub(link.progress) < self.slice {
-                continue;
-            }
             let health = &self.shared.health;
-            if !health.stalled(s, health.now_ms()) {
+            if !stall_on || link.probe || !quiet(link, now) || !health.stalled(s, health.now_ms()) {
                 continue;
             }
             // The oldest call stays as the probe if this loop may probe;

@@ -196,11 +196,7 @@ impl Worker {
         let cfg = &shared.config.backend;
         let health = &shared.health;
         let deadline = Instant::now() + Duration::from_millis(cfg.timeout_ms);
-        let slice = if cfg.stall_ms > 0 {
-            Duration::from_millis((cfg.stall_ms / 2).max(5))
-        } else {
-            Duration::from_millis(cfg.timeout_ms)
-        };
+        let slice = cfg.stall_slice();
         let calls = outbox.calls();
         let pending = CallResult { outcome: Ok((0, 0)), done_at: 0 };
         results.clear();
