@@ -182,17 +182,8 @@ def client_metrics(clients: Sequence[Sequence[Window]]) -> dict[str, float]:
     out["Z_us"] = z_num / z_den if z_den else 0.0
     # Throughput and mean response time of each window (all clients
     # together): stability, and the error bars of a single repetition.
-    per_window: dict[int, float] = {}
-    rt_sum: dict[int, float] = {}
-    rt_n: dict[int, float] = {}
-    for w in flat:
-        start, a = w["start_unix_ms"], w["ops"]["all"]
-        per_window[start] = per_window.get(start, 0.0) + a["count"] / (w["duration_ms"] / 1000.0)
-        if a["count"]:
-            rt_sum[start] = rt_sum.get(start, 0.0) + a["response_us"]["mean"] * a["count"]
-            rt_n[start] = rt_n.get(start, 0.0) + a["count"]
-    tputs = list(per_window.values())
-    rts = [rt_sum[k] / rt_n[k] for k in rt_sum]
+    tputs, _ = window_series(clients)
+    rts = window_rt(clients, "mean")
     out["client_window_cv"] = cv(tputs)
     out["client_tput_window_std"] = _std(tputs)
     out["client_rt_window_std_us"] = _std(rts)
@@ -547,19 +538,16 @@ def trust_metrics(
     upto = len(phases) - (phases[::-1].index("measure") if "measure" in phases else 0)
     series, phases = series[:upto], phases[:upto]
     measured, _ = window_series(kept)
+    # MSER-5 on the windows' throughput, mean and p99 response time: the cut
+    # is the largest of the three.
+    detected = float("nan")
+    if len(series) >= 10:
+        rts = [window_rt(all_windows, stat, upto=len(series)) for stat in ("mean", "p99")]
+        detected = max(trust.mser5(x) for x in [series, *rts] if len(x) >= 10)
     out: dict[str, Any] = {
         "warmup_windows": sum(1 for p in phases if p == "warmup"),
-        "warmup_detected_windows": trust.mser5(series) if len(series) >= 10 else float("nan"),
+        "warmup_detected_windows": detected,
     }
-    # MSER-5 on the windows' mean and p99 response time as well: the cut is
-    # the largest of the three.
-    cuts = [out["warmup_detected_windows"]]
-    if len(series) >= 10:
-        for col in ("mean", "p99"):
-            rt = window_rt(all_windows, col, upto=len(series))
-            if len(rt) >= 10:
-                cuts.append(trust.mser5(rt))
-        out["warmup_detected_windows"] = max(cuts)
     ci = trust.batch_means_ci(measured)
     out.update(
         client_tput_run_ci_lo=ci.lo,
@@ -612,10 +600,7 @@ def generator_metrics(clients: Sequence[Sequence[Window]]) -> dict[str, Any]:
         gaps = [w["client"]["send_gap_us"]["hdr"] for w in flat if (w.get("client") or {}).get("send_gap_us")]
         if gaps:
             h = merge_hists(gaps)
-            vals, counts = [], []
-            for it in h.get_recorded_iterator():
-                vals.append(it.value_iterated_to)
-                counts.append(it.count_at_value_iterated_to)
+            vals, counts = _recorded(h)
             # Gaps below the wake-up resolution of a load thread (tens of µs)
             # are distorted even when it keeps up; exponential gaps are
             # memoryless, so those above r, less r, are exponential with the
@@ -736,28 +721,24 @@ def add_repetition_trust(aggregate: pd.DataFrame, summary: pd.DataFrame) -> pd.D
     if aggregate.empty or "client_tput" not in summary:
         return aggregate
     ok = summary[summary["status"] == "ok"]
+    # (summary column, prefix of the interval's columns, their suffix)
+    measures = (
+        ("client_tput", "client_tput_ci", ""),
+        ("client_rt_mean_us", "client_rt_mean_ci", "_us"),
+        ("client_rt_p99_us", "client_rt_p99_ci", "_us"),
+    )
     cols: dict[str, list[float]] = {
-        "client_tput_ci_lo": [],
-        "client_tput_ci_hi": [],
-        "client_rt_mean_ci_lo_us": [],
-        "client_rt_mean_ci_hi_us": [],
-        "client_rt_p99_ci_lo_us": [],
-        "client_rt_p99_ci_hi_us": [],
-        "reps_trend_p": [],
+        f"{pre}_{end}{suf}": [] for _, pre, suf in measures for end in ("lo", "hi")
     }
+    cols["reps_trend_p"] = []
     for point in aggregate["point"]:
         runs = ok[ok["point"] == point]
         if "start_unix_ms" in runs:
             runs = runs.sort_values("start_unix_ms")
-        x = trust.naive_ci(runs["client_tput"].tolist())
-        p = trust.naive_ci(runs["client_rt_p99_us"].tolist()) if "client_rt_p99_us" in runs else None
-        cols["client_tput_ci_lo"].append(x.lo)
-        cols["client_tput_ci_hi"].append(x.hi)
-        m = trust.naive_ci(runs["client_rt_mean_us"].tolist()) if "client_rt_mean_us" in runs else None
-        cols["client_rt_mean_ci_lo_us"].append(m.lo if m else float("nan"))
-        cols["client_rt_mean_ci_hi_us"].append(m.hi if m else float("nan"))
-        cols["client_rt_p99_ci_lo_us"].append(p.lo if p else float("nan"))
-        cols["client_rt_p99_ci_hi_us"].append(p.hi if p else float("nan"))
+        for col, pre, suf in measures:
+            iv = trust.naive_ci(runs[col].tolist()) if col in runs else None
+            cols[f"{pre}_lo{suf}"].append(iv.lo if iv else float("nan"))
+            cols[f"{pre}_hi{suf}"].append(iv.hi if iv else float("nan"))
         cols["reps_trend_p"].append(
             trust.trend(runs["client_tput"].tolist()).p if len(runs) >= 4 else float("nan")
         )

@@ -448,24 +448,23 @@ def _run_into(run: Run, rdir: Path) -> None:
 MAX_REPS = 30
 
 
-def ci_widths(out: Path, confidence: float = 0.95) -> dict[str, dict[str, float]]:
+def ci_widths(out: Path) -> dict[str, dict[str, float]]:
     """Per point: repetitions that finished and the relative half-widths (%)
-    of the Student-t intervals of throughput and p99 across them (inf with
-    fewer than two)."""
+    of the 95% intervals of throughput and p99 across them, as the analysis
+    writes them to aggregate.csv (inf where there is no interval yet)."""
     from mwlab.analysis import summarize
-    from mwlab.stats import naive_ci
 
-    summary, _ = summarize(out)
+    _, aggregate = summarize(out)
     widths: dict[str, dict[str, float]] = {}
-    if summary.empty or "status" not in summary:
-        return widths
-    ok = summary[summary["status"] == "ok"]
-    for point, runs in ok.groupby("point", sort=False):
-        w: dict[str, float] = {"reps": float(len(runs))}
-        for col, name in (("client_tput", "throughput"), ("client_rt_p99_us", "p99")):
-            vals = runs[col].dropna().tolist() if col in runs else []
-            w[name] = 100 * naive_ci(vals, confidence).relative_half_width() if len(vals) >= 2 else math.inf
-        widths[str(point)] = w
+    for _, a in aggregate.iterrows():
+        w: dict[str, float] = {"reps": float(a["reps"])}
+        for col, lo, hi, name in (
+            ("client_tput", "client_tput_ci_lo", "client_tput_ci_hi", "throughput"),
+            ("client_rt_p99_us", "client_rt_p99_ci_lo_us", "client_rt_p99_ci_hi_us", "p99"),
+        ):
+            half = (a.get(hi, math.nan) - a.get(lo, math.nan)) / 2
+            w[name] = 100 * half / abs(a[col]) if not math.isnan(half) and a.get(col) else math.inf
+        widths[str(a["point"])] = w
     return widths
 
 

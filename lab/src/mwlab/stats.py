@@ -122,6 +122,20 @@ def _lag1(a: np.ndarray) -> float:
     return float(np.dot(d[:-1], d[1:])) / den if den > 0 else 0.0
 
 
+def _batch_means(a: np.ndarray, b: int) -> np.ndarray:
+    """Means of consecutive batches of `b` values; the oldest values that do
+    not fill a batch are dropped (the warm-up side)."""
+    k = len(a) // b
+    return a[len(a) - k * b :].reshape(k, b).mean(axis=1)
+
+
+def _rank_spread(n: float, q: float, tau: float, confidence: float) -> float:
+    """Half-width in ranks of the binomial interval of the `q` quantile of
+    `n` values whose correlation makes them worth n/τ independent ones."""
+    z = sps.norm.ppf(0.5 + confidence / 2)
+    return z * math.sqrt(n * max(tau, 1.0) * q * (1 - q))
+
+
 def batch_size(series: Sequence[float], min_batches: int = MIN_BATCHES, acf_limit: float = ACF_LIMIT) -> int:
     """The smallest power-of-two batch size whose batch means have a lag-1
     autocorrelation below `acf_limit`, keeping at least `min_batches`
@@ -129,9 +143,7 @@ def batch_size(series: Sequence[float], min_batches: int = MIN_BATCHES, acf_limi
     a = _clean(series)
     b = 1
     while len(a) // (2 * b) >= min_batches:
-        k = len(a) // b
-        means = a[: k * b].reshape(k, b).mean(axis=1)
-        if _lag1(means) < acf_limit:
+        if _lag1(_batch_means(a, b)) < acf_limit:
             return b
         b *= 2
     return b
@@ -145,9 +157,8 @@ def batch_means_ci(series: Sequence[float], confidence: float = 0.95) -> Interva
         iv = naive_ci(a, confidence)
         return Interval(iv.estimate, iv.lo, iv.hi, confidence, "naive t (too few values for batch means)", n)
     b = batch_size(a)
-    k = n // b
-    # Drop the oldest values that do not fill a batch (the warm-up side).
-    means = a[n - k * b :].reshape(k, b).mean(axis=1)
+    means = _batch_means(a, b)
+    k = len(means)
     m, s = float(means.mean()), float(means.std(ddof=1))
     h = sps.t.ppf(0.5 + confidence / 2, k - 1) * s / math.sqrt(k)
     return Interval(m, m - h, m + h, confidence, "batch means", n, batch_size=b, batches=k)
@@ -171,9 +182,7 @@ def integrated_autocorrelation(series: Sequence[float], min_batches: int = 2 * M
         return 1.0
     tau, b = 1.0, 2
     while n // b >= min_batches:
-        k = n // b
-        means = a[n - k * b :].reshape(k, b).mean(axis=1)
-        tau = max(tau, b * float(means.var(ddof=1)) / var)
+        tau = max(tau, b * float(_batch_means(a, b).var(ddof=1)) / var)
         b *= 2
     return tau
 
@@ -195,8 +204,7 @@ def percentile_ci(
     est = float(np.quantile(a, q))
     tau = integrated_autocorrelation((a <= est).astype(float)) if ordered else 1.0
     n_eff = n / tau
-    z = sps.norm.ppf(0.5 + confidence / 2)
-    spread = z * math.sqrt(n_eff * q * (1 - q)) * (n / n_eff)
+    spread = _rank_spread(n, q, tau, confidence)
     lo_rank = max(0, math.floor(n * q - spread) - 1)
     hi_rank = min(n - 1, math.ceil(n * q + spread))
     return Interval(
@@ -223,9 +231,8 @@ def percentile_ci_from_histogram(
         i = int(np.searchsorted(cum, min(max(rank, 1.0), n), side="left"))
         return float(v[min(i, len(v) - 1)])
 
-    z = sps.norm.ppf(0.5 + confidence / 2)
     n_eff = n / max(tau, 1.0)
-    spread = z * math.sqrt(n_eff * q * (1 - q)) * (n / n_eff)
+    spread = _rank_spread(n, q, tau, confidence)
     return Interval(
         at(math.ceil(n * q)),
         at(math.floor(n * q - spread)),
