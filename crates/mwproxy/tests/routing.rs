@@ -190,7 +190,17 @@ fn multiget_returns_healthy_shards_or_fails_on_request() {
     let mut servers = common::servers(3);
     let ports: Vec<u16> = servers.iter().map(|s| s.port()).collect();
     let ring = Ring::new(HashKind::Ketama, &specs(&ports, &[1, 1, 1]));
-    let keys: Vec<String> = (0..12).map(|i| format!("shard{i}")).collect();
+    // Twelve keys, at least one of them on server 0 and one elsewhere (the
+    // ring depends on the servers' free ports).
+    let mut keys: Vec<String> = (0..12).map(|i| format!("shard{i}")).collect();
+    let mut extra = 12;
+    while keys.iter().all(|k| ring.server_for(k.as_bytes()) != 0)
+        || keys.iter().all(|k| ring.server_for(k.as_bytes()) == 0)
+    {
+        keys.remove(0);
+        keys.push(format!("shard{extra}"));
+        extra += 1;
+    }
     let req = format!("get {}\r\n", keys.join(" "));
     {
         let proxy = common::proxy(&servers, |_| {});
