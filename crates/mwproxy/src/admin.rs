@@ -46,7 +46,7 @@ impl Admin {
 }
 
 fn healthz(shared: &Shared) -> String {
-    format!("ok\nservers {} down {}\n", shared.addrs.len(), shared.servers_down())
+    format!("ok\nservers {} down {}\n", shared.servers.len(), shared.servers.down())
 }
 
 fn stats_json(shared: &Shared) -> String {
@@ -90,7 +90,7 @@ fn metrics(shared: &Shared) -> String {
         shared.config.proxy.carriers() as f64,
     );
     p.gauge("mwproxy_queue_length", "Requests waiting for a worker now.", &[], shared.queue_len() as f64);
-    for (i, addr) in shared.addrs.iter().enumerate() {
+    for (i, addr) in shared.servers.addrs.iter().enumerate() {
         let b = &acc.backends[i];
         let a = addr.to_string();
         let l = [("backend", a.as_str())];
@@ -98,7 +98,7 @@ fn metrics(shared: &Shared) -> String {
         p.counter("mwproxy_backend_errors_total", "Requests without a usable reply.", &l, b.errors);
         p.counter("mwproxy_backend_timeouts_total", "Requests that timed out.", &l, b.timeouts);
         p.histogram_seconds("mwproxy_backend_server_seconds", "Send to reply, per server.", &l, &b.server);
-        let up = !shared.health.is_down(i);
+        let up = !shared.servers.health.is_down(i);
         p.gauge("mwproxy_backend_up", "1 when the server answers.", &l, if up { 1.0 } else { 0.0 });
     }
     let net = run.net_last();

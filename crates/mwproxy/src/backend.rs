@@ -1,20 +1,14 @@
-//! A pool worker's blocking connection to one memcached server.
+//! A pool worker's blocking connection to one memcached server: bytes in and
+//! out, nothing else. What may be sent, how long to wait and what a failure
+//! means is the [`Exchange`](crate::exchange::Exchange)'s business.
 //!
 //! Each worker owns one per server, so a batch's requests are written to all
-//! servers involved before any reply is read. A connection that fails
-//! (refused, reset, timed out, given up, or answered with bytes that are not
-//! memcached replies) is closed and never reused, because a late reply would
-//! be taken for the answer to the next request. Nothing is ever sent twice: a
-//! request that may have reached the server is answered with `SERVER_ERROR`
-//! when its connection fails. To avoid failing requests on a connection that
+//! servers involved before any reply is read. A connection that fails is
+//! closed and never reused, because a late reply would be taken for the
+//! answer to the next request. To avoid failing requests on a connection that
 //! the server closed while it sat idle (a restart), an idle connection is
 //! checked without blocking before it is used again, and opened anew if the
-//! server has gone.
-//!
-//! Waiting for a reply is bounded by a deadline, not by a timeout per read,
-//! and is cut into slices so the worker can notice that the server stalled
-//! (see `health.rs`): then it either becomes the server's probe and waits on,
-//! or gives the request up at once.
+//! server has gone. Every wait is bounded by the limit the caller gives.
 
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpStream};
@@ -22,9 +16,7 @@ use std::time::{Duration, Instant};
 
 use mcproto::ReadBuf;
 
-use crate::config::BackendConfig;
-use crate::health::Health;
-use crate::route::{BackendError, Framing};
+use crate::route::BackendError;
 
 const READ_CHUNK: usize = 64 * 1024;
 /// A connection idle for this long is checked before it is used again.
@@ -41,10 +33,6 @@ pub struct Backend {
     write_timeout: Option<Duration>,
     /// When the connection was last used.
     last_used: Instant,
-    /// The connection failed: drop it once its buffered replies are consumed.
-    broken: bool,
-    /// Reconnections made after a failure, not yet counted in the stats.
-    reconnects: u64,
 }
 
 impl Backend {
@@ -57,36 +45,26 @@ impl Backend {
             read_timeout: None,
             write_timeout: None,
             last_used: Instant::now(),
-            broken: false,
-            reconnects: 0,
         }
     }
 
-    /// Reconnections since the last call (for the stats).
-    pub fn take_reconnects(&mut self) -> u64 {
-        std::mem::take(&mut self.reconnects)
-    }
-
-    /// Opens the connection if needed, or anew if the server closed it while idle.
-    pub fn ensure(&mut self, cfg: &BackendConfig, after_failure: bool) -> Result<(), BackendError> {
+    /// Opens the connection if needed, or anew if the server closed it while
+    /// idle; true when a new connection was made.
+    pub fn open(&mut self, connect_timeout: Duration) -> Result<bool, BackendError> {
         if self.stream.is_some() && self.last_used.elapsed() >= IDLE_CHECK && !self.alive() {
-            self.drop_stream();
+            self.close();
         }
         if self.stream.is_some() {
-            return Ok(());
+            return Ok(false);
         }
-        let timeout = Duration::from_millis(cfg.connect_timeout_ms);
-        let s = TcpStream::connect_timeout(&self.addr, timeout).map_err(|e| BackendError::Connect(e.to_string()))?;
+        let s = TcpStream::connect_timeout(&self.addr, connect_timeout)
+            .map_err(|e| BackendError::Connect(e.to_string()))?;
         let _ = s.set_nodelay(true);
-        if after_failure {
-            self.reconnects += 1;
-        }
         self.stream = Some(s);
         self.read_timeout = None;
         self.write_timeout = None;
         self.buf.clear();
-        self.broken = false;
-        Ok(())
+        Ok(true)
     }
 
     /// Whether an idle connection is still open at the server's end: no
@@ -98,96 +76,71 @@ impl Backend {
         matches!(rustix::net::recv(s, &mut probe[..], flags), Err(rustix::io::Errno::AGAIN))
     }
 
-    /// Writes `bytes` whole before `deadline` (see [`Wait`]).
-    pub fn send(&mut self, bytes: &[u8], wait: &mut Wait<'_>) -> Result<(), BackendError> {
-        let mut written = 0;
-        while written < bytes.len() {
-            let slice = wait.slice()?;
-            let stream = self.stream.as_mut().ok_or(BackendError::Down)?;
-            if self.write_timeout != Some(slice) {
-                stream.set_write_timeout(Some(slice)).map_err(io_error)?;
-                self.write_timeout = Some(slice);
-            }
-            match stream.write(&bytes[written..]) {
-                Ok(0) => return Err(BackendError::Io("closed by server".into())),
-                Ok(n) => written += n,
-                Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => wait.quiet()?,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(io_error(e)),
-            }
+    /// Writes some of `bytes`, waiting at most `limit`: the bytes written, or
+    /// `None` when the socket took nothing in that time.
+    pub fn write(&mut self, bytes: &[u8], limit: Duration) -> Result<Option<usize>, BackendError> {
+        let limit = whole_ms(limit);
+        let stream = self.stream.as_mut().ok_or(BackendError::Down)?;
+        if self.write_timeout != Some(limit) {
+            stream.set_write_timeout(Some(limit)).map_err(io_error)?;
+            self.write_timeout = Some(limit);
         }
-        self.last_used = Instant::now();
-        Ok(())
+        loop {
+            return match stream.write(bytes) {
+                Ok(0) => Err(BackendError::Io("closed by server".into())),
+                Ok(n) => {
+                    self.last_used = Instant::now();
+                    Ok(Some(n))
+                }
+                Err(e) if quiet(&e) => Ok(None),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => Err(io_error(e)),
+            };
+        }
     }
 
-    /// Reads until a whole reply, as `framing` delimits it, is buffered at
-    /// offset `at`, and returns its length (it stays buffered until
-    /// [`Backend::consume`]). Gives up with `TooLarge` past `cap` bytes, and
-    /// as [`Wait`] decides when the server is quiet.
-    pub fn recv(
-        &mut self,
-        at: usize,
-        framing: Framing,
-        cap: usize,
-        wait: &mut Wait<'_>,
-    ) -> Result<usize, BackendError> {
+    /// Reads what the server sent into the buffer, waiting at most `limit`:
+    /// the bytes read, or `None` when nothing came in that time.
+    pub fn read(&mut self, limit: Duration) -> Result<Option<usize>, BackendError> {
+        let limit = whole_ms(limit);
+        let stream = self.stream.as_mut().ok_or(BackendError::Down)?;
+        if self.read_timeout != Some(limit) {
+            stream.set_read_timeout(Some(limit)).map_err(io_error)?;
+            self.read_timeout = Some(limit);
+        }
+        self.buf.shrink_to(READ_CHUNK);
         loop {
-            let filled = &self.buf.filled()[at..];
-            match framing(filled) {
-                Ok(Some(n)) => return Ok(n),
-                Ok(None) if filled.len() > cap => return Err(BackendError::TooLarge),
-                Ok(None) => {}
-                Err(e) => return Err(BackendError::Protocol(e.to_string())),
-            }
-            let slice = wait.slice()?;
-            let stream = self.stream.as_mut().ok_or(BackendError::Down)?;
-            if self.read_timeout != Some(slice) {
-                stream.set_read_timeout(Some(slice)).map_err(io_error)?;
-                self.read_timeout = Some(slice);
-            }
-            match stream.read(self.buf.spare(READ_CHUNK / 4)) {
-                Ok(0) => return Err(BackendError::Io("closed by server".into())),
+            return match stream.read(self.buf.spare(READ_CHUNK / 4)) {
+                Ok(0) => Err(BackendError::Io("closed by server".into())),
                 Ok(n) => {
                     self.buf.commit(n);
                     self.last_used = Instant::now();
-                    wait.progress();
+                    Ok(Some(n))
                 }
-                Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => wait.quiet()?,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(io_error(e)),
-            }
+                Err(e) if quiet(&e) => Ok(None),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => Err(io_error(e)),
+            };
         }
     }
 
-    /// The buffered reply of `len` bytes at offset `at`.
-    pub fn reply(&self, at: usize, len: usize) -> &[u8] {
-        &self.buf.filled()[at..at + len]
+    /// The bytes read and not yet consumed.
+    pub fn buffered(&self) -> &[u8] {
+        self.buf.filled()
     }
 
-    /// Drops `len` bytes of replies that have been used; after a failure,
-    /// everything, and the connection with it.
+    /// Drops `len` bytes of replies that have been used.
     pub fn consume(&mut self, len: usize) {
-        if self.broken {
-            self.buf.clear();
-            self.buf.shrink_to(READ_CHUNK);
-            self.broken = false;
-            return;
-        }
         self.buf.consume(len.min(self.buf.len()));
-        self.buf.shrink_to(READ_CHUNK);
     }
 
-    /// Closes the connection after a failure; replies already buffered stay
-    /// readable until [`Backend::consume`].
-    pub fn fail(&mut self) {
-        self.drop_stream();
-        self.broken = true;
-    }
-
-    fn drop_stream(&mut self) {
+    /// Closes the connection and forgets what it buffered.
+    pub fn close(&mut self) {
         if let Some(s) = self.stream.take() {
             let _ = s.shutdown(Shutdown::Both);
         }
+        self.buf.clear();
+        self.buf.shrink_to(READ_CHUNK);
     }
 
     /// Whether a connection is open.
@@ -196,58 +149,18 @@ impl Backend {
     }
 }
 
-/// How long a worker waits for one server, and what it does when the
-/// server is quiet: it waits in slices of `stall_ms` (the last one cut to the
-/// deadline); after a quiet slice it checks whether the server counts as
-/// stalled, and if so either becomes its probe and waits on until the
-/// deadline, or gives the request up at once.
-pub struct Wait<'a> {
-    /// The servers' shared health.
-    pub health: &'a Health,
-    /// Which server.
-    pub server: usize,
-    /// When to give up with `Timeout`.
-    pub deadline: Instant,
-    /// Longest single wait before the stall check.
-    pub slice: Duration,
-    /// Whether this worker is the server's probe (set when it becomes one).
-    pub probe: &'a mut bool,
+/// A wait rounded up to whole milliseconds, so that the socket timeout is set
+/// once per connection, not before every read.
+fn whole_ms(d: Duration) -> Duration {
+    Duration::from_millis((d.as_nanos().div_ceil(1_000_000) as u64).max(1))
 }
 
-impl Wait<'_> {
-    /// The next wait: a slice, or what is left before the deadline.
-    fn slice(&self) -> Result<Duration, BackendError> {
-        let now = Instant::now();
-        if now >= self.deadline {
-            return Err(BackendError::Timeout);
-        }
-        // Rounded to whole milliseconds so that the socket timeout is set
-        // once per connection, not before every read.
-        let left = Duration::from_millis(((self.deadline - now).as_millis() as u64).max(1));
-        Ok(left.min(self.slice))
-    }
-
-    fn progress(&self) {
-        self.health.progress(self.server);
-    }
-
-    /// Nothing came for a whole slice.
-    fn quiet(&mut self) -> Result<(), BackendError> {
-        if Instant::now() >= self.deadline {
-            return Err(BackendError::Timeout);
-        }
-        if !*self.probe && self.health.stalled(self.server, self.health.now_ms()) {
-            if !self.health.claim_probe(self.server) {
-                return Err(BackendError::Stalled);
-            }
-            *self.probe = true;
-        }
-        Ok(())
-    }
+fn quiet(e: &io::Error) -> bool {
+    matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut)
 }
 
 fn io_error(e: io::Error) -> BackendError {
-    if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) {
+    if quiet(&e) {
         BackendError::Timeout
     } else {
         BackendError::Io(e.to_string())

@@ -15,8 +15,8 @@ use mwstats::slots::SlotWriter;
 use mwstats::OpKind;
 
 use crate::conn::{ClientConn, Job};
-use crate::recorder::{record, Finished, JobFacts, WorkerAcc};
-use crate::route::{Begin, Exec, Work};
+use crate::recorder::{record, BackendFact, Finished, JobFacts, WorkerAcc};
+use crate::route::{BackendError, Begin, Exec, Outbox, Router, Work};
 use crate::shared::Shared;
 
 /// A request of the batch in progress.
@@ -41,9 +41,8 @@ pub struct Entry {
     pub local: Option<Request>,
     /// Its way through the routing core.
     pub exec: Exec,
-    /// Its calls in the current round (pool: indices into the outbox; async:
-    /// `0..n`).
-    pub calls: Range<usize>,
+    /// Calls of the current round still without a reply.
+    pub awaiting: usize,
     /// Timestamps and server figures noted on the way.
     pub facts: JobFacts,
     /// The routing core has its reply.
@@ -74,11 +73,36 @@ impl Entry {
             noreply,
             local,
             exec,
-            calls: 0..0,
+            awaiting: 0,
             facts,
             finished: false,
             status: "ok",
         }
+    }
+
+    /// Adds the request's next round of calls to `outbox` and returns how
+    /// many; 0 means it is finished.
+    pub fn next_round(&mut self, router: &Router, outbox: &mut Outbox) -> usize {
+        let first = outbox.calls().len();
+        let n = self.exec.round(router, outbox);
+        self.awaiting = outbox.calls()[first..].iter().filter(|c| c.reply).count();
+        self.finished = n == 0;
+        n
+    }
+
+    /// Call `j` of the current round ended (in any order); true when it was
+    /// the last one the round waited for.
+    pub fn absorb(
+        &mut self,
+        router: &Router,
+        j: usize,
+        outcome: Result<&[u8], &BackendError>,
+        fact: BackendFact,
+    ) -> bool {
+        self.facts.add(fact);
+        self.exec.absorb(router, j, outcome);
+        self.awaiting -= 1;
+        self.awaiting == 0
     }
 
     /// Answers a request the proxy answers from its own state (`stats
@@ -123,7 +147,7 @@ pub fn finish_wave(
     let trace_every = if shared.config.stats.out.is_some() { shared.config.stats.trace_every } else { 0 };
     for e in entries.iter_mut() {
         for (server, key) in e.exec.effects.repairs.drain(..) {
-            shared.repairs.note(server, key);
+            shared.servers.repairs.note(server, key);
         }
         e.facts.counters = std::mem::take(&mut e.exec.effects.counters);
         e.facts.hits = e.exec.effects.hits;

@@ -20,6 +20,7 @@ pub mod budget;
 pub mod cli;
 pub mod config;
 pub mod conn;
+pub mod exchange;
 pub mod fdlimit;
 pub mod health;
 pub mod local;

@@ -130,7 +130,7 @@ fn stats_variant(args: &[Vec<u8>], shared: &Shared, out: &mut Vec<u8>) {
             let acc = shared.telemetry.everything();
             for (i, spec) in shared.config.routing.servers.iter().enumerate() {
                 let b = &acc.backends[i];
-                let status = if shared.health.is_down(i) { "down" } else { "up" };
+                let status = if shared.servers.health.is_down(i) { "down" } else { "up" };
                 stat(&format!("backend:{i}:address"), &spec.endpoint());
                 stat(&format!("backend:{i}:weight"), &spec.weight);
                 stat(&format!("backend:{i}:status"), &status);
@@ -138,7 +138,7 @@ fn stats_variant(args: &[Vec<u8>], shared: &Shared, out: &mut Vec<u8>) {
                 stat(&format!("backend:{i}:errors"), &b.errors);
                 stat(&format!("backend:{i}:timeouts"), &b.timeouts);
                 stat(&format!("backend:{i}:reconnects"), &b.reconnects);
-                stat(&format!("backend:{i}:repairs_waiting"), &shared.repairs.waiting(i));
+                stat(&format!("backend:{i}:repairs_waiting"), &shared.servers.repairs.waiting(i));
                 stat(&format!("backend:{i}:server_us_mean"), &format!("{:.1}", b.server.mean()));
                 stat(&format!("backend:{i}:server_us_p99"), &b.server.quantile(0.99));
             }
@@ -207,7 +207,7 @@ pub fn general_stats(shared: &Shared, backends: &BackendFigures) -> Vec<(String,
     put("curr_connections", open.to_string());
     put("total_connections", net("total_connections").to_string());
     put("rejected_connections", net("rejected_connections").to_string());
-    let backend_conns = cfg.proxy.carriers() * shared.addrs.len();
+    let backend_conns = cfg.proxy.carriers() * shared.servers.len();
     put("connection_structures", (open as usize + backend_conns).to_string());
     for (name, value) in crate::stats::WorkerCounters::NAMES.iter().zip(c.values()) {
         put(name, value.to_string());
@@ -221,9 +221,9 @@ pub fn general_stats(shared: &Shared, backends: &BackendFigures) -> Vec<(String,
     put("curr_items", sum("curr_items").to_string());
     put("total_items", sum("total_items").to_string());
     put("evictions", sum("evictions").to_string());
-    put("servers", shared.addrs.len().to_string());
+    put("servers", shared.servers.len().to_string());
     put("servers_answering", backends.answered.to_string());
-    put("servers_down", shared.servers_down().to_string());
+    put("servers_down", shared.servers.down().to_string());
     put("replication", cfg.routing.replication.to_string());
     put("net_threads", cfg.proxy.net_threads.to_string());
     put("closed_connections", net("closed_connections").to_string());
@@ -235,7 +235,7 @@ pub fn general_stats(shared: &Shared, backends: &BackendFigures) -> Vec<(String,
     put("pending_input_bytes", shared.budget.input_bytes().to_string());
     put("pending_output_bytes", shared.budget.output_bytes().to_string());
     put("requests", live.requests.to_string());
-    let r = &shared.repairs;
+    let r = &shared.servers.repairs;
     put("repairs_queued", r.queued.load(Ordering::Relaxed).to_string());
     put("repairs_done", r.done.load(Ordering::Relaxed).to_string());
     put("repair_flushes", r.flushes.load(Ordering::Relaxed).to_string());

@@ -15,15 +15,17 @@
 //! takes its next round at once; a wave whose requests are all finished is
 //! delivered and recorded, and the connection's next wave or batch starts.
 //!
-//! Health, repairs and failures follow the pool engine's rules (`worker.rs`):
-//! a server that is down or stalled gets nothing and its calls fail at once;
-//! after the backoff one request probes it; repairs go first on the same
-//! connection; a link that fails (refused, reset, timed out, garbage) is
+//! What may be sent to a server, how long to wait and what a failure means
+//! is decided by each link's [`Exchange`], by the same rules as the pool
+//! engine's: a server that is down or stalled gets nothing and its calls fail
+//! at once; after the backoff one request probes it; repairs go first on the
+//! same connection; a link that fails (refused, reset, timed out, garbage) is
 //! closed and every call it carried fails with `SERVER_ERROR` — nothing is
 //! ever sent twice. A stalled server (silent while others answer) keeps at
 //! most its oldest call waiting, as the probe, until the timeout; the calls
 //! behind it are answered at once and their late replies are read and
-//! dropped, so its connection stays usable.
+//! dropped, so its connection stays usable. Replies end their calls as they
+//! come, whichever request they belong to.
 //!
 //! Timestamps: `t_enqueue` is when the request was parsed into its
 //! connection's line (there is no queue between threads), `t_dequeue` when
@@ -46,9 +48,9 @@ use mwstats::slots::SlotWriter;
 
 use crate::batch::{finish_wave, waves, Entry};
 use crate::conn::{write_out, After, ClientConn};
-use crate::recorder::{BackendFact, WorkerAcc};
-use crate::repair::{Batch, REPAIR_CAP};
-use crate::route::{Answer, BackendError, Framing, Outbox, Router};
+use crate::exchange::{Ended, Exchange, Verdict};
+use crate::recorder::WorkerAcc;
+use crate::route::{BackendError, Outbox, Router};
 use crate::shared::Shared;
 
 /// Tokens at and above this one are server links (`LINK_BASE + server`).
@@ -57,23 +59,9 @@ const READ_CHUNK: usize = 64 * 1024;
 /// Reads of one link per event before others get their turn.
 const READS_PER_EVENT: usize = 32;
 
-/// What a link sent and waits for, in order.
-enum Pending {
-    /// A request's call: its reply goes to `(run, item)` as call `j`.
-    Call { run: usize, item: usize, j: usize, framing: Framing, cap: usize, sent: u64 },
-    /// Repairs sent before the calls; `left` replies to read.
-    Repair { batch: Option<Batch>, left: usize, sent: u64 },
-    /// A call given up (its server stalled); its reply is read and dropped.
-    Abandoned { framing: Framing, cap: usize, sent: u64 },
-}
-
-impl Pending {
-    fn sent(&self) -> u64 {
-        match self {
-            Pending::Call { sent, .. } | Pending::Repair { sent, .. } | Pending::Abandoned { sent, .. } => *sent,
-        }
-    }
-}
+/// A call of a round: its batch, the request's place in it, the call's
+/// index in the request's round.
+type Tag = (usize, usize, usize);
 
 /// A loop's connection to one server.
 struct Link {
@@ -83,25 +71,14 @@ struct Link {
     connecting: Option<Instant>,
     wbuf: Vec<u8>,
     rbuf: ReadBuf,
-    fifo: VecDeque<Pending>,
-    /// This loop holds the server's probe.
-    probe: bool,
-    /// The last connection failed: the next one counts as a reconnection.
-    failed_before: bool,
-    reconnects: u64,
-    /// When the server last sent bytes, or calls started waiting (ns).
-    progress: u64,
+    /// What the server owes and the rules of waiting for it.
+    ex: Exchange<Tag>,
 }
 
 /// One connection's batch in progress.
 struct Run {
     conn: Arc<ClientConn>,
     entries: Vec<Entry>,
-    /// Per request: calls of the current round still without a reply.
-    awaiting: Vec<usize>,
-    /// Per request: outcomes of a round of several calls, absorbed in order
-    /// once all are in.
-    answers: Vec<Vec<Option<Answer>>>,
     waves: Vec<std::ops::Range<usize>>,
     wave: usize,
     /// Requests of the current wave not finished yet.
@@ -120,41 +97,44 @@ pub struct Pipeline {
     /// Requests whose round is complete: they take their next one.
     advance: Vec<(usize, usize)>,
     outbox: Outbox,
-    /// For each call of the outbox: run, item, call index.
-    owners: Vec<(usize, usize, usize)>,
+    /// For each call of the outbox, whose it is.
+    owners: Vec<Tag>,
     rr: usize,
     writer: SlotWriter<WorkerAcc>,
     /// Busy time not yet added to the accumulator (ns).
     busy: u64,
     busy_flushed: Instant,
-    /// A reply later than this (ns) fails its server connection.
-    timeout: u64,
     connect_timeout: Duration,
-    /// How long a server may be silent before the stall check.
-    slice: u64,
     /// Unsent bytes to the servers beyond which no new batch starts.
     unsent_limit: usize,
+}
+
+/// Hands a call's end to its request; a request whose round is complete
+/// goes to `advance` for its next round.
+fn absorb(runs: &mut [Option<Run>], advance: &mut Vec<(usize, usize)>, router: &Router, end: Ended<'_, Tag>) {
+    let (r, i, j) = end.tag;
+    let run = runs[r].as_mut().expect("run in progress");
+    if run.entries[i].absorb(router, j, end.outcome, end.fact) {
+        advance.push((r, i));
+    }
 }
 
 impl Pipeline {
     /// The pipeline of loop `id`, with (lazily opened) links to every server.
     pub fn new(id: usize, shared: Arc<Shared>) -> Pipeline {
-        let n = shared.addrs.len();
-        let cfg = &shared.config.backend;
+        let n = shared.servers.len();
         let links = shared
+            .servers
             .addrs
             .iter()
-            .map(|a| Link {
+            .enumerate()
+            .map(|(s, a)| Link {
                 addr: *a,
                 stream: None,
                 connecting: None,
                 wbuf: Vec::new(),
                 rbuf: ReadBuf::with_capacity(READ_CHUNK),
-                fifo: VecDeque::new(),
-                probe: false,
-                failed_before: false,
-                reconnects: 0,
-                progress: 0,
+                ex: Exchange::new(s),
             })
             .collect();
         Pipeline {
@@ -170,9 +150,7 @@ impl Pipeline {
             writer: SlotWriter::new(id, WorkerAcc::new(n)),
             busy: 0,
             busy_flushed: Instant::now(),
-            timeout: cfg.timeout_ms * 1_000_000,
-            connect_timeout: Duration::from_millis(cfg.connect_timeout_ms),
-            slice: cfg.stall_slice().as_nanos() as u64,
+            connect_timeout: Duration::from_millis(shared.config.backend.connect_timeout_ms),
             unsent_limit: shared.config.proxy.memory_budget / shared.config.proxy.loops(),
             shared,
         }
@@ -200,8 +178,8 @@ impl Pipeline {
     /// How long the loop may sleep at most: calls in flight need their
     /// deadlines checked.
     pub fn sleep_limit(&self) -> Option<Duration> {
-        let any = self.links.iter().any(|l| !l.fifo.is_empty() || l.connecting.is_some());
-        any.then(|| Duration::from_nanos(self.slice.min(5_000_000)))
+        let any = self.links.iter().any(|l| l.ex.in_flight() || l.connecting.is_some());
+        any.then(|| self.shared.servers.slice().min(Duration::from_millis(5)))
     }
 
     /// Adds time the loop spent working; written to the accumulator every few ms.
@@ -277,10 +255,8 @@ impl Pipeline {
         }
         let t_dequeue = now_ns();
         let waves = waves(&jobs, self.shared.router.replication);
-        let n = jobs.len();
         let entries = jobs.into_iter().map(|job| Entry::begin(job, t_dequeue, &self.shared, &mut self.rr)).collect();
-        let run =
-            Run { conn, entries, awaiting: vec![0; n], answers: vec![Vec::new(); n], waves, wave: 0, unfinished: 0 };
+        let run = Run { conn, entries, waves, wave: 0, unfinished: 0 };
         let r = match self.free.pop() {
             Some(r) => {
                 self.runs[r] = Some(run);
@@ -321,20 +297,12 @@ impl Pipeline {
         let mut finished = Vec::new();
         let todo = std::mem::take(&mut self.advance);
         for &(r, i) in &todo {
-            let run = self.runs[r].as_mut().expect("run in progress");
-            let first = self.outbox.calls().len();
-            let n = run.entries[i].exec.round(&self.shared.router, &mut self.outbox);
-            let calls = &self.outbox.calls()[first..];
-            run.entries[i].calls = 0..n;
-            run.awaiting[i] = calls.iter().filter(|c| c.reply).count();
-            if n > 1 {
-                run.answers[i].clear();
-                run.answers[i].resize_with(n, || None);
-            }
+            let e = &mut self.runs[r].as_mut().expect("run in progress").entries[i];
+            let n = e.next_round(&self.shared.router, &mut self.outbox);
             self.owners.extend((0..n).map(|j| (r, i, j)));
             if n == 0 {
                 finished.push((r, i));
-            } else if run.awaiting[i] == 0 {
+            } else if e.awaiting == 0 {
                 // Only calls without a reply: the next round follows at once.
                 again.push((r, i));
             }
@@ -371,98 +339,22 @@ impl Pipeline {
 
     /// Hands the outbox's calls to their links.
     fn send_outbox(&mut self, registry: &Registry) {
-        let servers = self.outbox.servers();
-        for s in 0..servers {
-            if self.outbox.bytes(s).is_empty() {
+        let Pipeline { links, outbox, owners, runs, advance, shared, .. } = self;
+        let (servers, router) = (&shared.servers, &shared.router);
+        let mut ended = |end: Ended<'_, Tag>| absorb(runs, advance, router, end);
+        for (s, link) in links.iter_mut().enumerate() {
+            if outbox.bytes(s).is_empty() {
                 continue;
             }
-            let probe = match self.shared.health.admit(s) {
-                Ok(p) => p,
-                Err(e) => {
-                    self.shared.health.gave_up(s, &e);
-                    self.fail_outbox_calls(s, &e);
-                    continue;
-                }
-            };
-            if probe {
-                self.links[s].probe = true;
-            }
-            if let Err(e) = self.ensure_link(registry, s) {
-                self.fail_outbox_calls(s, &e);
-                self.link_failed(s, &e);
-                continue;
-            }
-            let now = now_ns();
-            let Pipeline { links, outbox, owners, runs, shared, .. } = self;
-            let link = &mut links[s];
-            // A link is waiting in the shared health while it has anything in flight.
-            let was_idle = link.fifo.is_empty();
-            if let Some(batch) = shared.repairs.take(s) {
-                let left = batch.encode(&mut link.wbuf);
-                link.fifo.push_back(Pending::Repair { batch: Some(batch), left, sent: now });
-            }
-            link.wbuf.extend_from_slice(outbox.bytes(s));
-            for (ci, call) in outbox.calls().iter().enumerate() {
-                if call.server != s {
-                    continue;
-                }
-                let (r, i, j) = owners[ci];
-                let e = &mut runs[r].as_mut().expect("run in progress").entries[i];
-                e.facts.t_send = Some(e.facts.t_send.map_or(now, |t| t.min(now)));
-                if call.reply {
-                    link.fifo.push_back(Pending::Call {
-                        run: r,
-                        item: i,
-                        j,
-                        framing: call.framing,
-                        cap: call.cap,
-                        sent: now,
-                    });
+            let Link { addr, stream, connecting, wbuf, rbuf, ex } = link;
+            let open = || open_link(registry, s, *addr, stream, connecting, rbuf);
+            // (When nothing may be written, the calls have ended already.)
+            if ex.begin(servers, outbox, owners, wbuf, now_ns(), open, &mut ended) && link.connecting.is_none() {
+                if let Err(e) = flush(link) {
+                    fail_link(link, shared, &e, &mut ended);
                 }
             }
-            if was_idle && !link.fifo.is_empty() {
-                link.progress = now;
-                shared.health.begin_wait(s);
-            }
-            if link.connecting.is_none() {
-                self.flush_link(s);
-            }
         }
-    }
-
-    /// Every call of the outbox to server `s` fails with `e` (nothing was sent).
-    fn fail_outbox_calls(&mut self, s: usize, e: &BackendError) {
-        let calls: Vec<(usize, usize, usize)> = self
-            .outbox
-            .calls()
-            .iter()
-            .zip(&self.owners)
-            .filter(|(c, _)| c.server == s && c.reply)
-            .map(|(_, o)| *o)
-            .collect();
-        let now = now_ns();
-        for (r, i, j) in calls {
-            self.deliver(r, i, j, s, Err(e), now, now);
-        }
-    }
-
-    /// Opens the link if it is closed (the connect finishes in the background).
-    fn ensure_link(&mut self, registry: &Registry, s: usize) -> Result<(), BackendError> {
-        let link = &mut self.links[s];
-        if link.stream.is_some() {
-            return Ok(());
-        }
-        let mut stream = TcpStream::connect(link.addr).map_err(|e| BackendError::Connect(e.to_string()))?;
-        registry
-            .register(&mut stream, Token(LINK_BASE + s), Interest::READABLE | Interest::WRITABLE)
-            .map_err(|e| BackendError::Connect(e.to_string()))?;
-        if std::mem::take(&mut link.failed_before) {
-            link.reconnects += 1;
-        }
-        link.stream = Some(stream);
-        link.connecting = Some(Instant::now());
-        link.rbuf.clear();
-        Ok(())
     }
 
     fn finish_connect(&mut self, s: usize) {
@@ -488,19 +380,19 @@ impl Pipeline {
 
     /// Writes what the link has buffered, as far as the socket takes it.
     fn flush_link(&mut self, s: usize) {
-        let link = &mut self.links[s];
-        let Some(stream) = link.stream.as_mut() else { return };
-        if let Err(e) = write_out(stream, &mut link.wbuf) {
-            let e = if e.kind() == io::ErrorKind::WriteZero { "closed by server".into() } else { e.to_string() };
-            self.link_failed(s, &BackendError::Io(e));
+        if let Err(e) = flush(&mut self.links[s]) {
+            self.link_failed(s, &e);
         }
     }
 
     /// Reads the server's replies and hands each to its request.
     fn read_link(&mut self, s: usize) {
+        let Pipeline { links, runs, advance, shared, .. } = self;
+        let (servers, router) = (&shared.servers, &shared.router);
+        let mut ended = |end: Ended<'_, Tag>| absorb(runs, advance, router, end);
+        let link = &mut links[s];
         let mut closed = None;
         for _ in 0..READS_PER_EVENT {
-            let link = &mut self.links[s];
             let Some(stream) = link.stream.as_mut() else { return };
             link.rbuf.shrink_to(READ_CHUNK);
             let spare = link.rbuf.spare(READ_CHUNK / 4);
@@ -512,8 +404,7 @@ impl Pipeline {
                 }
                 Ok(n) => {
                     link.rbuf.commit(n);
-                    link.progress = now_ns();
-                    self.shared.health.progress(s);
+                    link.ex.progress(servers, now_ns());
                     if n < room {
                         break;
                     }
@@ -526,240 +417,99 @@ impl Pipeline {
                 }
             }
         }
-        if let Err(e) = self.take_replies(s) {
-            self.link_failed(s, &e);
-            return;
+        match link.ex.replies(servers, link.rbuf.filled(), now_ns(), &mut ended) {
+            Ok(used) => link.rbuf.consume(used),
+            Err(e) => return fail_link(link, shared, &e, &mut ended),
         }
         if let Some(e) = closed {
-            if self.links[s].fifo.is_empty() {
-                // Closed while idle (a restart): open anew on next use, no failure.
-                self.drop_stream(s);
+            if link.ex.in_flight() {
+                fail_link(link, shared, &e, &mut ended);
             } else {
-                self.link_failed(s, &e);
+                // Closed while idle (a restart): open anew on next use, no failure.
+                close(link);
             }
         }
-    }
-
-    /// Hands every complete reply in the link's buffer to its request.
-    fn take_replies(&mut self, s: usize) -> Result<(), BackendError> {
-        let was_waiting = !self.links[s].fifo.is_empty();
-        let mut at = 0;
-        let result = loop {
-            let link = &mut self.links[s];
-            let Some(head) = link.fifo.front_mut() else { break Ok(()) };
-            let filled = &link.rbuf.filled()[at..];
-            let (framing, cap) = match head {
-                Pending::Call { framing, cap, .. } | Pending::Abandoned { framing, cap, .. } => (*framing, *cap),
-                Pending::Repair { .. } => (mcproto::status_reply_len as Framing, REPAIR_CAP),
-            };
-            let n = match framing(filled) {
-                Ok(Some(n)) => n,
-                Ok(None) if filled.len() > cap => break Err(BackendError::TooLarge),
-                Ok(None) => break Ok(()),
-                Err(e) => break Err(BackendError::Protocol(e.to_string())),
-            };
-            let now = now_ns();
-            match head {
-                Pending::Repair { batch, left, .. } => {
-                    *left -= 1;
-                    if *left == 0 {
-                        if let Some(b) = batch.take() {
-                            self.shared.repairs.completed(&b);
-                        }
-                        link.fifo.pop_front();
-                    }
-                }
-                Pending::Abandoned { .. } => {
-                    link.fifo.pop_front();
-                }
-                Pending::Call { .. } => {
-                    let Some(Pending::Call { run, item, j, sent, .. }) = link.fifo.pop_front() else { unreachable!() };
-                    if link.probe {
-                        link.probe = false;
-                        self.shared.health.end_probe(s);
-                    }
-                    self.shared.health.succeeded(s);
-                    let fact = Fact { s, sent, done: now, reconnects: std::mem::take(&mut link.reconnects) };
-                    let reply = &link.rbuf.filled()[at..at + n];
-                    deliver(&mut self.runs, &mut self.advance, &self.shared.router, (run, item, j), fact, Ok(reply));
-                }
-            }
-            at += n;
-        };
-        let link = &mut self.links[s];
-        link.rbuf.consume(at.min(link.rbuf.len()));
-        if was_waiting && link.fifo.is_empty() {
-            self.shared.health.end_wait(s);
-        }
-        result
-    }
-
-    /// Call `j` of request `(r, i)` got its outcome from server `s`.
-    #[allow(clippy::too_many_arguments)]
-    fn deliver(
-        &mut self,
-        r: usize,
-        i: usize,
-        j: usize,
-        s: usize,
-        outcome: Result<&[u8], &BackendError>,
-        sent: u64,
-        done: u64,
-    ) {
-        let reconnects = std::mem::take(&mut self.links[s].reconnects);
-        let fact = Fact { s, sent, done, reconnects };
-        deliver(&mut self.runs, &mut self.advance, &self.shared.router, (r, i, j), fact, outcome);
     }
 
     /// Closes a link after a failure: every call it carried fails with `e`.
     fn link_failed(&mut self, s: usize, e: &BackendError) {
-        self.drop_stream(s);
-        let link = &mut self.links[s];
-        link.failed_before = true;
-        link.wbuf.clear();
-        let pending = std::mem::take(&mut link.fifo);
-        if !pending.is_empty() {
-            self.shared.health.end_wait(s);
-        }
-        let now = now_ns();
-        for p in pending {
-            match p {
-                Pending::Call { run, item, j, sent, .. } => self.deliver(run, item, j, s, Err(e), sent, now),
-                Pending::Repair { batch: Some(b), .. } => self.shared.repairs.give_back(s, b),
-                Pending::Repair { .. } | Pending::Abandoned { .. } => {}
-            }
-        }
-        match e {
-            BackendError::Stalled | BackendError::Down => self.shared.health.gave_up(s, e),
-            _ => self.shared.health.failed(s, e),
-        }
-        if std::mem::take(&mut self.links[s].probe) {
-            self.shared.health.end_probe(s);
-        }
+        let Pipeline { links, runs, advance, shared, .. } = self;
+        let router = &shared.router;
+        fail_link(&mut links[s], shared, e, &mut |end| absorb(runs, advance, router, end));
     }
 
-    fn drop_stream(&mut self, s: usize) {
-        let link = &mut self.links[s];
-        if let Some(st) = link.stream.take() {
-            let _ = st.shutdown(Shutdown::Both);
-            // Dropping the socket removes it from the poll.
-        }
-        link.connecting = None;
-        link.rbuf.clear();
-        link.rbuf.shrink_to(READ_CHUNK);
-    }
-
-    /// Timeouts, connect timeouts and stalls of the links with calls in flight.
+    /// Connect timeouts, reply timeouts and stalls of the links with calls in flight.
     fn check_deadlines(&mut self) {
-        let stall_on = self.shared.config.backend.stall_ms > 0;
-        let (timeout, slice) = (self.timeout, self.slice);
-        let overdue =
-            |link: &Link, now: u64| link.fifo.front().is_some_and(|h| now.saturating_sub(h.sent()) >= timeout);
-        let quiet = |link: &Link, now: u64| !link.fifo.is_empty() && now.saturating_sub(link.progress) >= slice;
         for s in 0..self.links.len() {
-            if let Some(since) = self.links[s].connecting {
-                if since.elapsed() >= self.connect_timeout {
-                    self.link_failed(s, &BackendError::Connect("connection timed out".into()));
-                } else if overdue(&self.links[s], now_ns()) {
-                    self.link_failed(s, &BackendError::Timeout);
-                }
+            let now = now_ns();
+            let link = &self.links[s];
+            if link.connecting.is_some_and(|since| since.elapsed() >= self.connect_timeout) {
+                self.link_failed(s, &BackendError::Connect("connection timed out".into()));
                 continue;
             }
-            let now = now_ns();
-            if !overdue(&self.links[s], now) && !quiet(&self.links[s], now) {
+            if !link.ex.due(&self.shared.servers, now) {
                 continue;
             }
             // Replies may have arrived while this loop was busy: take them
             // before judging the server.
-            self.read_link(s);
-            let now = now_ns();
-            let link = &self.links[s];
-            if overdue(link, now) {
-                self.link_failed(s, &BackendError::Timeout);
-                continue;
+            if link.connecting.is_none() {
+                self.read_link(s);
             }
-            let health = &self.shared.health;
-            if !stall_on || link.probe || !quiet(link, now) || !health.stalled(s, health.now_ms()) {
-                continue;
+            let Pipeline { links, runs, advance, shared, .. } = self;
+            let router = &shared.router;
+            let mut ended = |end: Ended<'_, Tag>| absorb(runs, advance, router, end);
+            if links[s].ex.check(&shared.servers, now_ns(), &mut ended) == Verdict::TimedOut {
+                fail_link(&mut links[s], shared, &BackendError::Timeout, &mut ended);
             }
-            // The oldest call stays as the probe if this loop may probe;
-            // everything else is answered now.
-            let keep = if health.claim_probe(s) {
-                self.links[s].probe = true;
-                1
-            } else {
-                0
-            };
-            self.abandon(s, keep);
-        }
-    }
-
-    /// Gives up the calls of link `s` after the first `keep`: their
-    /// requests get `stalled` now, their replies will be dropped.
-    fn abandon(&mut self, s: usize, keep: usize) {
-        let now = now_ns();
-        let mut given_up = Vec::new();
-        for (k, p) in self.links[s].fifo.iter_mut().enumerate() {
-            if k < keep {
-                continue;
-            }
-            if let Pending::Call { run, item, j, framing, cap, sent } = *p {
-                given_up.push((run, item, j, sent));
-                *p = Pending::Abandoned { framing, cap, sent };
-            }
-        }
-        if !given_up.is_empty() {
-            self.shared.health.gave_up(s, &BackendError::Stalled);
-        }
-        for (r, i, j, sent) in given_up {
-            self.deliver(r, i, j, s, Err(&BackendError::Stalled), sent, now);
         }
     }
 }
 
-/// Which server answered a call, when it was sent and answered.
-struct Fact {
+/// Opens a link's connection if it is closed (the connect finishes in the
+/// background); true when a new one was started.
+fn open_link(
+    registry: &Registry,
     s: usize,
-    sent: u64,
-    done: u64,
-    reconnects: u64,
+    addr: SocketAddr,
+    stream: &mut Option<TcpStream>,
+    connecting: &mut Option<Instant>,
+    rbuf: &mut ReadBuf,
+) -> Result<bool, BackendError> {
+    if stream.is_some() {
+        return Ok(false);
+    }
+    let mut st = TcpStream::connect(addr).map_err(|e| BackendError::Connect(e.to_string()))?;
+    registry
+        .register(&mut st, Token(LINK_BASE + s), Interest::READABLE | Interest::WRITABLE)
+        .map_err(|e| BackendError::Connect(e.to_string()))?;
+    *stream = Some(st);
+    *connecting = Some(Instant::now());
+    rbuf.clear();
+    Ok(true)
 }
 
-/// Hands call `j` of request `(r, i)` its outcome; a request whose round is
-/// complete goes to `advance` for its next round.
-fn deliver(
-    runs: &mut [Option<Run>],
-    advance: &mut Vec<(usize, usize)>,
-    router: &Router,
-    (r, i, j): (usize, usize, usize),
-    f: Fact,
-    outcome: Result<&[u8], &BackendError>,
-) {
-    let run = runs[r].as_mut().expect("run in progress");
-    let e = &mut run.entries[i];
-    e.facts.backend.push(BackendFact {
-        server: f.s,
-        ns: f.done.saturating_sub(f.sent),
-        failed: outcome.is_err(),
-        timeout: matches!(outcome, Err(BackendError::Timeout)),
-        reconnects: f.reconnects,
-    });
-    e.facts.t_backend_done = e.facts.t_backend_done.max(f.done);
-    if e.calls.len() == 1 {
-        e.exec.absorb(router, 0, outcome);
-    } else {
-        run.answers[i][j] = Some(crate::route::own(outcome));
+/// Writes what the link has buffered, as far as the socket takes it.
+fn flush(link: &mut Link) -> Result<(), BackendError> {
+    let Some(stream) = link.stream.as_mut() else { return Ok(()) };
+    write_out(stream, &mut link.wbuf).map(drop).map_err(|e| {
+        BackendError::Io(if e.kind() == io::ErrorKind::WriteZero { "closed by server".into() } else { e.to_string() })
+    })
+}
+
+/// Closes a link after a failure: every call it carried ends with `e`.
+fn fail_link(link: &mut Link, shared: &Shared, e: &BackendError, ended: &mut impl FnMut(Ended<'_, Tag>)) {
+    close(link);
+    link.ex.fail(&shared.servers, e, now_ns(), ended);
+}
+
+/// Closes a link's connection and drops what it buffered (dropping the
+/// socket removes it from the poll).
+fn close(link: &mut Link) {
+    if let Some(st) = link.stream.take() {
+        let _ = st.shutdown(Shutdown::Both);
     }
-    run.awaiting[i] -= 1;
-    if run.awaiting[i] > 0 {
-        return;
-    }
-    if e.calls.len() > 1 {
-        for (j, a) in run.answers[i].iter().enumerate() {
-            if let Some(a) = a {
-                e.exec.absorb(router, j, a.as_deref());
-            }
-        }
-    }
-    advance.push((r, i));
+    link.connecting = None;
+    link.wbuf.clear();
+    link.rbuf.clear();
+    link.rbuf.shrink_to(READ_CHUNK);
 }

@@ -117,13 +117,15 @@ impl WorkerAcc {
     }
 }
 
-/// One server's part of a job.
+/// One server's part of a job: one call, from the write to its end.
 #[derive(Clone, Copy, Debug)]
 pub struct BackendFact {
     /// Server index.
     pub server: usize,
-    /// Send to reply (or failure), ns.
-    pub ns: u64,
+    /// When the call was handed to the server's connection (ns).
+    pub sent: u64,
+    /// When its reply was parsed, or it failed (ns).
+    pub done: u64,
     /// No usable reply.
     pub failed: bool,
     /// The failure was a timeout.
@@ -150,6 +152,14 @@ pub struct JobFacts {
 }
 
 impl JobFacts {
+    /// Notes one call's end: the first call written starts the server time
+    /// (`t_send`), the last one to end closes it (`t_backend_done`).
+    pub fn add(&mut self, fact: BackendFact) {
+        self.t_send = Some(self.t_send.map_or(fact.sent, |t| t.min(fact.sent)));
+        self.t_backend_done = self.t_backend_done.max(fact.done);
+        self.backend.push(fact);
+    }
+
     /// Forgets the previous job's facts, keeping allocations.
     pub fn begin(&mut self, t_dequeue: u64) {
         self.t_dequeue = t_dequeue;
@@ -213,7 +223,7 @@ pub fn record(acc: &mut WorkerAcc, f: &Finished, facts: &JobFacts, worker: usize
         a.errors += u64::from(b.failed);
         a.timeouts += u64::from(b.timeout);
         a.reconnects += b.reconnects;
-        a.server.record_ns(b.ns);
+        a.server.record_ns(b.done.saturating_sub(b.sent));
     }
 }
 
@@ -264,10 +274,9 @@ mod tests {
         let mut facts = JobFacts::default();
         for id in 0..10 {
             facts.begin(id * 100_000 + 5_000);
-            facts.t_send = Some(facts.t_dequeue + 1_000);
-            facts.t_backend_done = facts.t_dequeue + 30_000;
+            let (sent, done) = (facts.t_dequeue + 1_000, facts.t_dequeue + 30_000);
+            facts.add(BackendFact { server: 1, sent, done, failed: false, timeout: false, reconnects: 0 });
             facts.hits = 1;
-            facts.backend.push(BackendFact { server: 1, ns: 29_000, failed: false, timeout: false, reconnects: 0 });
             record(&mut acc, &finished(id, id * 100_000), &facts, 0, 5);
         }
         let get = acc.ops.get(OpKind::Get);

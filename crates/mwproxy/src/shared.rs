@@ -9,9 +9,8 @@ use std::time::Instant;
 
 use crate::budget::Budget;
 use crate::config::Config;
-use crate::health::Health;
+use crate::exchange::Servers;
 use crate::queue::WorkQueue;
-use crate::repair::Repairs;
 use crate::route::Router;
 use crate::stats::NetCounters;
 use crate::telemetry::Telemetry;
@@ -22,12 +21,8 @@ pub struct Shared {
     pub config: Config,
     /// Routing rules (placement, replication, multi-gets).
     pub router: Router,
-    /// Resolved server addresses, in configuration order.
-    pub addrs: Vec<SocketAddr>,
-    /// Liveness of each server.
-    pub health: Health,
-    /// Keys to delete on servers before they serve again.
-    pub repairs: Repairs,
+    /// The servers: addresses, health, repair logs.
+    pub servers: Servers,
     /// Connections waiting for a worker.
     pub queue: WorkQueue,
     /// Memory budgets of the connections.
@@ -48,11 +43,8 @@ pub struct Shared {
 impl Shared {
     /// The state for `config` with servers at `addrs`.
     pub fn new(config: Config, addrs: Vec<SocketAddr>, max_connections: usize) -> Shared {
-        let names: Vec<String> = addrs.iter().map(|a| a.to_string()).collect();
         Shared {
             router: Router::new(&config, &addrs),
-            health: Health::new(names, &config.backend),
-            repairs: Repairs::new(addrs.len()),
             queue: WorkQueue::new(config.proxy.queue_capacity),
             budget: Arc::new(Budget::new(&config.proxy)),
             net: NetCounters::default(),
@@ -60,7 +52,7 @@ impl Shared {
             started: Instant::now(),
             stopping: AtomicBool::new(false),
             max_connections,
-            addrs,
+            servers: Servers::new(addrs, &config.backend),
             config,
         }
     }
@@ -68,10 +60,5 @@ impl Shared {
     /// Requests waiting for a worker now.
     pub fn queue_len(&self) -> usize {
         self.budget.queued()
-    }
-
-    /// Servers currently down or stalled.
-    pub fn servers_down(&self) -> usize {
-        (0..self.addrs.len()).filter(|&s| self.health.is_down(s)).count()
     }
 }

@@ -154,6 +154,7 @@ pub fn build_record(
         |name: &str| NetCounters::value_of(net_now, name).saturating_sub(NetCounters::value_of(net_before, name));
     let workers = cfg.proxy.carriers() as u64;
     let backends = shared
+        .servers
         .addrs
         .iter()
         .zip(&acc.backends)

@@ -13,51 +13,46 @@
 //! is sent. `stats` and `version` are answered alone, after everything before
 //! them is recorded.
 //!
-//! The exchange with the servers honours their shared health (`health.rs`):
-//! a server that is down or stalled gets nothing and its calls fail at once;
-//! its probe waits; repairs waiting for a server are sent before the calls on
-//! the same connection (`repair.rs`).
+//! A round is written to every server involved before any reply is read.
+//! What may be sent, how long to wait and what a failure means is decided by
+//! each server's [`Exchange`] (the same rules as the async engine's); the
+//! worker only blocks on its sockets ([`Backend`]) for as long as the
+//! exchange allows.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use mwstats::clock::now_ns;
 use mwstats::slots::SlotWriter;
 
-use crate::backend::{Backend, Wait};
+use crate::backend::Backend;
 use crate::batch::{finish_wave, waves, Entry};
 use crate::conn::{After, ClientConn, Job};
-use crate::recorder::{BackendFact, WorkerAcc};
-use crate::repair::{Batch, REPAIR_CAP};
-use crate::route::BackendError;
+use crate::exchange::{Ended, Exchange, Servers, Verdict};
+use crate::recorder::WorkerAcc;
+use crate::route::{BackendError, Outbox};
 use crate::shared::Shared;
 
-/// One call's result: where its reply lies in its backend's buffer.
-#[derive(Clone, Debug)]
-struct CallResult {
-    outcome: Result<(usize, usize), BackendError>,
-    done_at: u64,
-}
+/// A call of a round: the request's place in the wave and the call's index
+/// in its round.
+type Tag = (usize, usize);
 
-/// What an exchange sent to one server besides the round's calls: a repair
-/// batch and the number of replies it gets.
-struct Sent {
-    repair: Option<(Batch, usize)>,
+/// A worker's connection to one server and its exchange.
+struct Link {
+    conn: Backend,
+    ex: Exchange<Tag>,
 }
 
 /// A worker thread's state: its connections, buffers and counters.
 pub struct Worker {
     id: usize,
     shared: Arc<Shared>,
-    backends: Vec<Backend>,
-    outbox: crate::route::Outbox,
-    results: Vec<CallResult>,
-    /// Bytes of replies to consume per server after a round.
-    consumed: Vec<usize>,
-    /// When the round's requests were written, per server (ns).
-    sent_at: Vec<u64>,
-    /// Whether this worker is a server's probe right now.
-    probing: Vec<bool>,
+    links: Vec<Link>,
+    outbox: Outbox,
+    /// For each call of the outbox, whose it is.
+    owners: Vec<Tag>,
+    /// The bytes of one server's part of a round.
+    out: Vec<u8>,
     /// Round-robin position for reads and multi-get placement.
     rr: usize,
     /// Which queue line to prefer next.
@@ -69,20 +64,18 @@ pub struct Worker {
 impl Worker {
     /// A worker with (lazily opened) connections to every server.
     pub fn new(id: usize, shared: Arc<Shared>) -> Worker {
-        let n = shared.addrs.len();
-        let backends = shared.addrs.iter().map(|a| Backend::new(*a)).collect();
-        let writer = SlotWriter::new(id, WorkerAcc::new(n));
+        let n = shared.servers.len();
+        let links =
+            shared.servers.addrs.iter().enumerate().map(|(s, a)| Link { conn: Backend::new(*a), ex: Exchange::new(s) });
         Worker {
             id,
-            backends,
-            outbox: crate::route::Outbox::new(n),
-            results: Vec::new(),
-            consumed: vec![0; n],
-            sent_at: vec![0; n],
-            probing: vec![false; n],
+            links: links.collect(),
+            outbox: Outbox::new(n),
+            owners: Vec::new(),
+            out: Vec::new(),
             rr: id,
             turn: false,
-            writer,
+            writer: SlotWriter::new(id, WorkerAcc::new(n)),
             shared,
         }
     }
@@ -129,192 +122,99 @@ impl Worker {
         }
         loop {
             self.outbox.clear();
-            let mut any = false;
-            for e in entries.iter_mut().filter(|e| !e.finished) {
-                let first = self.outbox.calls().len();
-                let n = e.exec.round(&self.shared.router, &mut self.outbox);
-                e.calls = first..first + n;
-                e.finished = n == 0;
-                any |= n > 0;
+            self.owners.clear();
+            for (i, e) in entries.iter_mut().enumerate().filter(|(_, e)| !e.finished) {
+                let n = e.next_round(&self.shared.router, &mut self.outbox);
+                self.owners.extend((0..n).map(|j| (i, j)));
             }
-            if !any {
+            if self.owners.is_empty() {
                 break;
             }
-            self.exchange();
-            let router = &self.shared.router;
-            for e in entries.iter_mut().filter(|e| !e.finished) {
-                for (j, ci) in e.calls.clone().enumerate() {
-                    let call = self.outbox.calls()[ci];
-                    if !call.reply {
-                        continue;
-                    }
-                    let r = &self.results[ci];
-                    let outcome = match &r.outcome {
-                        Ok((at, len)) => Ok(self.backends[call.server].reply(*at, *len)),
-                        Err(e) => Err(e),
-                    };
-                    e.exec.absorb(router, j, outcome);
-                    e.facts.t_backend_done = e.facts.t_backend_done.max(r.done_at);
-                }
-            }
-            self.note_facts(entries);
-            for (s, b) in self.backends.iter_mut().enumerate() {
-                b.consume(std::mem::take(&mut self.consumed[s]));
-            }
+            self.exchange(entries);
         }
         for e in entries.iter_mut() {
             e.answer_gathered(&self.shared, &mut self.writer);
         }
     }
 
-    /// Per-server timings of the round just done, for each request.
-    fn note_facts(&mut self, entries: &mut [Entry]) {
-        let calls = self.outbox.calls();
-        for e in entries.iter_mut().filter(|e| !e.finished) {
-            for ci in e.calls.clone() {
-                let call = calls[ci];
-                if !call.reply {
-                    continue;
-                }
-                let r = &self.results[ci];
-                let sent = self.sent_at[call.server];
-                e.facts.t_send = Some(e.facts.t_send.map_or(sent, |t| t.min(sent)));
-                e.facts.backend.push(BackendFact {
-                    server: call.server,
-                    ns: r.done_at.saturating_sub(sent),
-                    failed: r.outcome.is_err(),
-                    timeout: matches!(r.outcome, Err(BackendError::Timeout)),
-                    reconnects: self.backends[call.server].take_reconnects(),
-                });
-            }
-        }
-    }
-
-    /// Sends the outbox to its servers and reads every reply.
-    fn exchange(&mut self) {
-        let Worker { shared, backends, outbox, results, consumed, probing, sent_at, .. } = self;
-        let cfg = &shared.config.backend;
-        let health = &shared.health;
-        let deadline = Instant::now() + Duration::from_millis(cfg.timeout_ms);
-        let slice = cfg.stall_slice();
-        let calls = outbox.calls();
-        let pending = CallResult { outcome: Ok((0, 0)), done_at: 0 };
-        results.clear();
-        results.resize(calls.len(), pending);
-        let fail = |results: &mut Vec<CallResult>, s: usize, e: &BackendError| {
-            let now = now_ns();
-            for (r, c) in results.iter_mut().zip(calls) {
-                if c.server == s && r.outcome.is_ok() {
-                    *r = CallResult { outcome: Err(e.clone()), done_at: now };
-                }
-            }
+    /// Writes the round to every server involved, then reads every reply;
+    /// each call's end goes straight to its request.
+    fn exchange(&mut self, entries: &mut [Entry]) {
+        let Worker { shared, links, outbox, owners, out, .. } = self;
+        let (servers, router) = (&shared.servers, &shared.router);
+        let connect_timeout = Duration::from_millis(shared.config.backend.connect_timeout_ms);
+        let mut ended = |end: Ended<'_, Tag>| {
+            let (i, j) = end.tag;
+            entries[i].absorb(router, j, end.outcome, end.fact);
         };
-        let mut sent: Vec<Option<Sent>> = (0..outbox.servers()).map(|_| None).collect();
-        for s in 0..outbox.servers() {
+        for (s, Link { conn, ex }) in links.iter_mut().enumerate() {
             if outbox.bytes(s).is_empty() {
                 continue;
             }
-            let probe = match health.admit(s) {
-                Ok(p) => p,
-                Err(e) => {
-                    health.gave_up(s, &e);
-                    fail(results, s, &e);
-                    continue;
+            out.clear();
+            if ex.begin(servers, outbox, owners, out, now_ns(), || conn.open(connect_timeout), &mut ended) {
+                if let Err(e) = write_all(conn, ex, servers, out, &mut ended) {
+                    conn.close();
+                    ex.fail(servers, &e, now_ns(), &mut ended);
                 }
-            };
-            probing[s] = probe;
-            let b = &mut backends[s];
-            let repair = shared.repairs.take(s);
-            let mut wait = Wait { health, server: s, deadline, slice, probe: &mut probing[s] };
-            let mut done = b.ensure(cfg, probe);
-            let mut repair_replies = 0;
-            if let (Ok(()), Some(batch)) = (&done, &repair) {
-                let mut bytes = Vec::new();
-                repair_replies = batch.encode(&mut bytes);
-                done = b.send(&bytes, &mut wait);
             }
-            if done.is_ok() {
-                done = b.send(outbox.bytes(s), &mut wait);
-            }
-            if let Err(e) = done {
-                b.fail();
-                if let Some(batch) = repair {
-                    shared.repairs.give_back(s, batch);
-                }
-                health.failed(s, &e);
-                fail(results, s, &e);
-                end_probe(health, probing, s);
-                continue;
-            }
-            health.begin_wait(s);
-            sent_at[s] = now_ns();
-            sent[s] = Some(Sent { repair: repair.map(|b| (b, repair_replies)) });
         }
-        for s in 0..outbox.servers() {
-            let Some(Sent { repair, .. }) = sent[s].take() else { continue };
-            let b = &mut backends[s];
-            let mut wait = Wait { health, server: s, deadline, slice, probe: &mut probing[s] };
-            let mut at = 0;
-            let mut failure: Option<BackendError> = None;
-            let mut answered = false;
-            if let Some((batch, replies)) = repair {
-                for _ in 0..replies {
-                    match b.recv(at, mcproto::status_reply_len, REPAIR_CAP, &mut wait) {
-                        Ok(len) => at += len,
-                        Err(e) => {
-                            failure = Some(e);
-                            break;
-                        }
-                    }
-                }
-                if failure.is_none() {
-                    answered = true;
-                    shared.repairs.completed(&batch);
-                } else {
-                    shared.repairs.give_back(s, batch);
-                }
+        for Link { conn, ex } in links.iter_mut().filter(|l| l.ex.in_flight()) {
+            if let Err(e) = read_replies(conn, ex, servers, &mut ended) {
+                conn.close();
+                ex.fail(servers, &e, now_ns(), &mut ended);
+            } else if ex.in_flight() {
+                // Only replies of calls given up are left: drop them with the connection.
+                conn.close();
+                ex.fail(servers, &BackendError::Stalled, now_ns(), &mut ended);
             }
-            for (r, c) in results.iter_mut().zip(calls) {
-                if c.server != s || !c.reply {
-                    continue;
-                }
-                if let Some(e) = &failure {
-                    *r = CallResult { outcome: Err(e.clone()), done_at: now_ns() };
-                    continue;
-                }
-                match b.recv(at, c.framing, c.cap, &mut wait) {
-                    Ok(len) => {
-                        *r = CallResult { outcome: Ok((at, len)), done_at: now_ns() };
-                        at += len;
-                        answered = true;
-                    }
-                    Err(e) => {
-                        *r = CallResult { outcome: Err(e.clone()), done_at: now_ns() };
-                        failure = Some(e);
-                    }
-                }
-            }
-            health.end_wait(s);
-            match &failure {
-                None if answered => health.succeeded(s),
-                None => {}
-                Some(e @ BackendError::Stalled) => {
-                    b.fail();
-                    health.gave_up(s, e);
-                }
-                Some(e) => {
-                    b.fail();
-                    health.failed(s, e);
-                }
-            }
-            consumed[s] = at;
-            end_probe(health, probing, s);
         }
     }
 }
 
-fn end_probe(health: &crate::health::Health, probing: &mut [bool], s: usize) {
-    if std::mem::take(&mut probing[s]) {
-        health.end_probe(s);
+/// Writes `bytes` whole, for as long as the exchange lets the worker wait.
+fn write_all(
+    conn: &mut Backend,
+    ex: &mut Exchange<Tag>,
+    servers: &Servers,
+    bytes: &[u8],
+    ended: &mut impl FnMut(Ended<'_, Tag>),
+) -> Result<(), BackendError> {
+    let mut written = 0;
+    while written < bytes.len() {
+        match conn.write(&bytes[written..], ex.wait_limit(servers, now_ns()))? {
+            Some(n) => written += n,
+            None => match ex.check(servers, now_ns(), ended) {
+                Verdict::Wait => {}
+                Verdict::GaveUp => return Err(BackendError::Stalled),
+                Verdict::TimedOut => return Err(BackendError::Timeout),
+            },
+        }
     }
+    Ok(())
+}
+
+/// Reads until the server owes nothing but replies of calls given up.
+fn read_replies(
+    conn: &mut Backend,
+    ex: &mut Exchange<Tag>,
+    servers: &Servers,
+    ended: &mut impl FnMut(Ended<'_, Tag>),
+) -> Result<(), BackendError> {
+    while ex.owed() {
+        match conn.read(ex.wait_limit(servers, now_ns()))? {
+            Some(_) => {
+                let now = now_ns();
+                ex.progress(servers, now);
+                let used = ex.replies(servers, conn.buffered(), now, ended)?;
+                conn.consume(used);
+            }
+            None => match ex.check(servers, now_ns(), ended) {
+                Verdict::Wait => {}
+                Verdict::GaveUp => return Ok(()),
+                Verdict::TimedOut => return Err(BackendError::Timeout),
+            },
+        }
+    }
+    Ok(())
 }

@@ -11,9 +11,10 @@
 //! answer.
 //!
 //! The engines drive it: a pool worker sends a round and blocks on the
-//! replies, a batch of one connection's pipelined requests shares the writes.
-//! Nothing here knows about health, timeouts or connections; a server that
-//! could not be used is simply a [`BackendError`] outcome.
+//! replies, an async loop hands each reply over as it arrives; either way
+//! the calls of a round may end in any order, and the reply does not depend
+//! on it. Nothing here knows about health, timeouts or connections; a server
+//! that could not be used is simply a [`BackendError`] outcome.
 
 mod gather;
 mod meta;
@@ -370,7 +371,8 @@ impl Exec {
 
     /// Adds the next round's calls to `out` and returns how many; 0 means the
     /// request is finished and [`Exec::reply`] holds the client's reply.
-    /// Every call of a round must be absorbed before the next round.
+    /// Every call of a round that gets a reply must be absorbed before the
+    /// next round.
     pub fn round(&mut self, router: &Router, out: &mut Outbox) -> usize {
         let before = out.calls().len();
         let (reply, fx) = (&mut self.reply, &mut self.effects);
@@ -386,7 +388,8 @@ impl Exec {
     }
 
     /// Takes the outcome of call `i` of the current round (counted from 0 in
-    /// the order [`Exec::round`] made them). Calls without a reply are not absorbed.
+    /// the order [`Exec::round`] made them), in any order of `i`. Calls
+    /// without a reply are not absorbed.
     pub fn absorb(&mut self, router: &Router, i: usize, outcome: Result<&[u8], &BackendError>) {
         match &mut self.plan {
             Plan::Read(p) => p.absorb(router, i, outcome, &mut self.reply),

@@ -57,8 +57,10 @@ pub struct ReadPlan {
     state: Vec<Key>,
     spans: Vec<Range<usize>>,
     arena: Vec<u8>,
-    /// The first error a server answered or a failure caused.
-    first_error: Option<Vec<u8>>,
+    /// The error line of the earliest call (by round, then call index) that
+    /// failed or was refused: replies come in any order, the reply does not
+    /// depend on it.
+    first_error: Option<((usize, usize), Vec<u8>)>,
     /// Keys whose server answered with an error line (not retried).
     refused: usize,
     answered: bool,
@@ -99,7 +101,10 @@ impl ReadPlan {
     pub(super) fn round(&mut self, router: &Router, out: &mut Outbox, reply: &mut Vec<u8>, fx: &mut Effects) {
         if self.stage == Stage::Reading {
             if !self.next.is_empty() && self.round < self.r && self.whole.is_none() {
-                let todo = std::mem::take(&mut self.next);
+                let mut todo = std::mem::take(&mut self.next);
+                // Keys come back for the next round in the order their
+                // calls ended: put them in the client's order again.
+                todo.sort_unstable();
                 let r = self.r;
                 let round = self.round;
                 self.groups = group_by_server(&todo, |i| self.cands[i * r + round]);
@@ -133,11 +138,11 @@ impl ReadPlan {
         let server = self.groups[i].0;
         let raw = match outcome {
             Err(e) => {
-                if self.first_error.is_none() {
+                self.note_error(i, || {
                     let mut line = Vec::new();
                     router.error_line(server, e, &mut line);
-                    self.first_error = Some(line);
-                }
+                    line
+                });
                 self.next.extend(idx.iter().filter(|&&k| self.state[k] == Key::Open));
                 return;
             }
@@ -145,7 +150,7 @@ impl ReadPlan {
         };
         let Ok(Some((Response::Values(vals), _))) = mcproto::parse_response(raw) else {
             // An error line (the server refused the request): not retried elsewhere.
-            self.first_error.get_or_insert_with(|| raw.to_vec());
+            self.note_error(i, || raw.to_vec());
             self.refused += idx.len();
             for &k in &idx {
                 self.state[k] = Key::Missing;
@@ -191,6 +196,15 @@ impl ReadPlan {
         }
     }
 
+    /// Keeps `line` as the error to answer if call `i` of this round is the
+    /// earliest one that failed.
+    fn note_error(&mut self, i: usize, line: impl FnOnce() -> Vec<u8>) {
+        let at = (self.round, i);
+        if self.first_error.as_ref().is_none_or(|(first, _)| at < *first) {
+            self.first_error = Some((at, line()));
+        }
+    }
+
     /// Builds the client's reply once no more rounds are needed.
     fn finish(&mut self, router: &Router, reply: &mut Vec<u8>, fx: &mut Effects) {
         fx.counters.read_failovers += self.failovers;
@@ -208,7 +222,7 @@ impl ReadPlan {
             let fail_all = router.multiget_failure == MultigetFailure::Fail;
             if !self.answered || self.keys.len() == 1 || fail_all {
                 fx.counters.backend_failures += 1;
-                reply.extend_from_slice(&self.first_error.take().unwrap_or_default());
+                reply.extend_from_slice(&self.first_error.take().map(|(_, line)| line).unwrap_or_default());
                 return;
             }
             fx.counters.multiget_partial += 1;

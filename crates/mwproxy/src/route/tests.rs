@@ -32,7 +32,17 @@ type Log = Vec<Vec<(usize, String)>>;
 fn drive(
     router: &Router,
     work: Work,
+    answer: impl FnMut(usize, &str) -> Result<String, BackendError>,
+) -> (String, Effects, Log) {
+    drive_in_order(router, work, answer, false)
+}
+
+/// [`drive`], with each round's replies absorbed last call first when `reversed`.
+fn drive_in_order(
+    router: &Router,
+    work: Work,
     mut answer: impl FnMut(usize, &str) -> Result<String, BackendError>,
+    reversed: bool,
 ) -> (String, Effects, Log) {
     let mut rr = 0;
     let Begin::Exec(mut exec) = Exec::begin(work, router, &mut rr) else { panic!("answered locally") };
@@ -46,16 +56,22 @@ fn drive(
         }
         let calls = out.calls().to_vec();
         let mut sent: Vec<(usize, String)> = Vec::new();
+        let mut replies = Vec::new();
         for (i, call) in calls.iter().enumerate() {
             let bytes = String::from_utf8_lossy(out.bytes(call.server)).into_owned();
             assert!(calls.iter().filter(|c| c.server == call.server).count() == 1, "one call per server and round");
             sent.push((call.server, bytes.clone()));
             if call.reply {
-                let reply = answer(call.server, &bytes);
-                match &reply {
-                    Ok(r) => exec.absorb(router, i, Ok(r.as_bytes())),
-                    Err(e) => exec.absorb(router, i, Err(e)),
-                }
+                replies.push((i, answer(call.server, &bytes)));
+            }
+        }
+        if reversed {
+            replies.reverse();
+        }
+        for (i, reply) in &replies {
+            match reply {
+                Ok(r) => exec.absorb(router, *i, Ok(r.as_bytes())),
+                Err(e) => exec.absorb(router, *i, Err(e)),
             }
         }
         log.push(sent);
@@ -314,4 +330,44 @@ fn meta_commands_with_cas_lease_touch_or_invalidation_are_decided_by_the_primary
         seen.insert(out.calls()[0].server);
     }
     assert_eq!(seen.len(), 3);
+}
+
+#[test]
+fn replies_may_end_their_calls_in_any_order() {
+    // Multi-gets over several servers (some failing, some refusing), replicated
+    // writes with failures and disagreements, broadcasts: the same reply and
+    // effects whichever call's reply comes first.
+    let r3 = router(3, 1, |_| {});
+    let r2 = router(3, 2, |_| {});
+    let keys: Vec<String> = (0..12).map(|i| format!("k{i}")).collect();
+    let mget = format!("get {}\r\n", keys.join(" "));
+    let cases: Vec<(&Router, String)> = vec![
+        (&r3, mget.clone()),
+        (&r2, mget),
+        (&r2, "set k1 0 0 1\r\nv\r\n".into()),
+        (&r2, "add k2 0 0 1\r\nv\r\n".into()),
+        (&r3, "flush_all\r\n".into()),
+        (&r2, "ms k3 1 T5\r\nv\r\n".into()),
+    ];
+    let answer = |s: usize, req: &str| -> Result<String, BackendError> {
+        let words: Vec<&str> = req.split_whitespace().collect();
+        match (s, words[0]) {
+            (0, _) => Err(BackendError::Timeout),
+            (1, "get") => Ok("SERVER_ERROR busy\r\n".into()),
+            (_, "get") => {
+                Ok(words[1..].iter().map(|k| format!("VALUE {k} 0 1\r\n{s}\r\n")).collect::<String>() + "END\r\n")
+            }
+            (1, "add") => Ok("NOT_STORED\r\n".into()),
+            (_, "ms") => Ok("HD\r\nMN\r\n".into()),
+            (_, "flush_all") => Ok("OK\r\n".into()),
+            _ => Ok("STORED\r\n".into()),
+        }
+    };
+    for (router, text) in cases {
+        let (a, fa, la) = drive_in_order(router, request(&text), answer, false);
+        let (b, fb, lb) = drive_in_order(router, request(&text), answer, true);
+        assert_eq!(a, b, "{text:?}");
+        assert_eq!(format!("{fa:?}"), format!("{fb:?}"), "{text:?}");
+        assert_eq!(la, lb, "{text:?}: the same rounds");
+    }
 }
