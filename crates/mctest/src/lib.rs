@@ -372,6 +372,18 @@ impl Drop for Postgres {
     }
 }
 
+/// `GET path` from an HTTP endpoint (the middlewares' admin endpoint): the
+/// status line and the body.
+pub fn http_get(addr: SocketAddr, path: &str) -> (String, String) {
+    use std::io::{Read, Write};
+    let mut s = TcpStream::connect(addr).expect("connect to the HTTP endpoint");
+    write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").expect("send the request");
+    let mut text = String::new();
+    s.read_to_string(&mut text).expect("read the answer");
+    let (head, body) = text.split_once("\r\n\r\n").expect("an HTTP answer");
+    (head.lines().next().unwrap_or_default().to_string(), body.to_string())
+}
+
 /// Raises this process's open-file limit to `n` (and the hard limit with it
 /// when running as root), for tests that hold thousands of connections.
 pub fn raise_fd_limit(n: u64) {

@@ -2,6 +2,7 @@
 //! SENDs and receives, pairs addressing each other, RECV followed by ACK, and
 //! the counts agree with what mwmq itself measured.
 
+use mwmq::Service;
 use std::io::{BufRead, BufReader, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};

@@ -3,51 +3,55 @@
 //! progress and the last closed one), `/healthz` (503 while the database is
 //! unreachable).
 
-use std::io;
-use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
-use mwserve::http::{Handler, HttpEndpoint, PROMETHEUS};
+use mwserve::http::{Handler, Page, PROMETHEUS};
 use mwstats::prom::PromText;
 use mwstats::OpClass;
 
 use crate::command::MqOp;
 use crate::shared::Shared;
-use crate::telemetry::current_record;
+use crate::windows::current_record;
 
-/// A running admin endpoint.
-pub struct Admin(HttpEndpoint);
+/// The paths the endpoint serves.
+pub const PATHS: &[&str] = &["/metrics", "/stats", "/healthz"];
 
-impl Admin {
-    /// Binds `addr` and serves on a new thread.
-    pub fn start(addr: &str, shared: Arc<Shared>) -> io::Result<Admin> {
-        let handler: Handler = Arc::new(move |path| match path {
-            "/metrics" => Some((PROMETHEUS, metrics(&shared))),
-            "/stats" => {
-                let (current, last) = current_record(&shared);
-                Some(("application/json", serde_json::json!({ "current": current, "last": last }).to_string()))
-            }
-            "/healthz" => Some(("text/plain", healthz(&shared))),
-            _ => None,
-        });
-        HttpEndpoint::start(addr, &["/metrics", "/stats", "/healthz"], handler).map(Admin)
-    }
+/// How long `/healthz` waits for the database's answer.
+const HEALTH_TIMEOUT: Duration = Duration::from_secs(2);
 
-    /// Where it listens.
-    pub fn local_addr(&self) -> SocketAddr {
-        self.0.local_addr()
-    }
-
-    /// Stops serving.
-    pub fn stop(self) {
-        self.0.stop();
-    }
+/// What the endpoint serves for `shared`'s mwmq. `/healthz` asks the
+/// database itself, on a connection of its own (opened on first use, opened
+/// again after a failure), so it answers 503 when the database cannot be
+/// reached or does not answer in time, whatever the pool holds.
+pub fn handler(shared: Arc<Shared>) -> Handler {
+    let check: Mutex<Option<postgres::Client>> = Mutex::new(None);
+    Arc::new(move |path| match path {
+        "/metrics" => Some(Page::ok(PROMETHEUS, metrics(&shared))),
+        "/stats" => {
+            let (current, last) = current_record(&shared);
+            Some(Page::ok("application/json", serde_json::json!({ "current": current, "last": last }).to_string()))
+        }
+        "/healthz" => Some(healthz(&shared, &mut check.lock().unwrap_or_else(|p| p.into_inner()))),
+        _ => None,
+    })
 }
 
-fn healthz(shared: &Shared) -> String {
+fn healthz(shared: &Shared, conn: &mut Option<postgres::Client>) -> Page {
     let (open, idle) = shared.pool.occupancy();
-    format!("ok\npool {} open {open} idle {idle}\n", shared.pool.size())
+    let pool = format!("pool {} open {open} idle {idle}\n", shared.pool.size());
+    let answered = match conn.as_mut() {
+        Some(c) => c.is_valid(HEALTH_TIMEOUT).map_err(|e| e.to_string()),
+        None => crate::db::connect(&shared.config).map(|c| *conn = Some(c)),
+    };
+    match answered {
+        Ok(()) => Page::text(200, format!("ok\ndatabase up\n{pool}")),
+        Err(e) => {
+            *conn = None;
+            Page::text(503, format!("unavailable\ndatabase down: {e}\n{pool}"))
+        }
+    }
 }
 
 fn metrics(shared: &Shared) -> String {

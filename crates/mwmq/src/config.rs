@@ -2,9 +2,9 @@
 //! `validate()` that explains every refusal, and TOML loading that rejects
 //! unknown keys. Command-line flags (`cli.rs`) override the file.
 
-use std::net::ToSocketAddrs;
-
 use serde::{Deserialize, Serialize};
+
+pub use mwserve::config::{ConfigError, ServiceConfig, StatsConfig};
 
 /// Everything mwmq needs to run.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -140,47 +140,7 @@ impl Default for QueuesConfig {
     }
 }
 
-/// Where measurements go.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct StatsConfig {
-    /// Directory for windows.jsonl, summary.json and trace.csv (default: none).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub out: Option<String>,
-    /// Window length in milliseconds; windows start at multiples of it (default 1000).
-    pub window_ms: u64,
-    /// Trace every k-th request into trace.csv, 0 = no trace (default 100).
-    pub trace_every: u64,
-    /// Address of the HTTP admin endpoint (/metrics, /stats, /healthz); a bare
-    /// port means 127.0.0.1 (default: off).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub admin: Option<String>,
-    /// Name of this process in results files (default `mq0`).
-    pub instance: String,
-}
-
-impl Default for StatsConfig {
-    fn default() -> Self {
-        StatsConfig { out: None, window_ms: 1000, trace_every: 100, admin: None, instance: "mq0".into() }
-    }
-}
-
-/// A configuration mwmq refuses, with the reason.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-pub struct ConfigError(pub String);
-
 impl Config {
-    /// Reads a TOML file; unknown keys are an error.
-    pub fn from_toml(text: &str) -> Result<Config, ConfigError> {
-        toml::from_str(text).map_err(|e| ConfigError(format!("config file: {e}")))
-    }
-
-    /// The configuration as TOML (what `--print-config` shows).
-    pub fn to_toml(&self) -> String {
-        toml::to_string_pretty(self).expect("config serializes")
-    }
-
     /// Connections in the pool (0 in the file means one per worker).
     pub fn pool_size(&self) -> usize {
         if self.database.pool == 0 {
@@ -189,25 +149,17 @@ impl Config {
             self.database.pool
         }
     }
+}
 
-    /// Checks every setting; the message says what to change.
-    pub fn validate(&self) -> Result<(), ConfigError> {
+impl ServiceConfig for Config {
+    const INSTANCE: &'static str = "mq0";
+    const SECTION: &'static str = "server";
+
+    fn check(&self) -> Result<(), ConfigError> {
         let err = |m: String| Err(ConfigError(m));
         let s = &self.server;
-        if s.listen.to_socket_addrs().map(|mut a| a.next().is_none()).unwrap_or(true) {
-            return err(format!("listen address {:?} is not host:port", s.listen));
-        }
-        if s.workers == 0 || s.workers > 1024 {
-            return err(format!("workers must be 1..=1024, not {}", s.workers));
-        }
-        if s.queue_capacity == 0 {
-            return err("queue_capacity must be at least 1".into());
-        }
         if s.batch == 0 || s.batch > 1024 {
             return err(format!("batch must be 1..=1024, not {}", s.batch));
-        }
-        if s.max_connections == 0 {
-            return err("max_connections must be at least 1".into());
         }
         if s.max_body == 0 || s.max_body > crate::resp::HARD_MAX_ARG {
             return err(format!("max_body must be 1..={} bytes, not {}", crate::resp::HARD_MAX_ARG, s.max_body));
@@ -242,9 +194,6 @@ impl Config {
         }
         if q.poll_ms == 0 || q.maintenance_s == 0 {
             return err("poll_ms and maintenance_s must be positive".into());
-        }
-        if self.stats.window_ms < 10 {
-            return err(format!("window_ms must be at least 10, not {}", self.stats.window_ms));
         }
         Ok(())
     }

@@ -1,4 +1,4 @@
-//! Long polls and the database's events.
+//! The threads behind long polls (`waiters.rs`) and the database's events.
 //!
 //! A `RECV ... WAIT ms` that finds nothing does not hold a worker: the worker
 //! parks the request here and takes other work. A parked request goes back to
@@ -13,165 +13,20 @@
 //!   events connection reconnected, a message whose DELAY ran out);
 //! - its wait is over (then it is answered with whatever there is, maybe nothing).
 //!
-//! A wake-up that comes between a RECV finding nothing and its parking is
-//! not lost: each queue has a sequence number of wake-ups, read before the
-//! RECV and checked when parking.
-//!
 //! The events thread also keeps the database tidy every `maintenance_s`:
 //! messages and keys of dropped queues, and deduplication keys older than
 //! `dedup_window_s`.
 
-use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use postgres::fallible_iterator::FallibleIterator;
 
-use crate::shared::{Job, Shared, Work};
+use crate::shared::Shared;
+use crate::waiters::Waiters;
 
 /// The channel of mwmq's notifications.
 pub const CHANNEL: &str = "mwmq";
-
-#[derive(Default)]
-struct State {
-    #[allow(clippy::vec_box)] // jobs move between the queue and here as boxes
-    parked: HashMap<String, Vec<Box<Job>>>,
-    seq: HashMap<String, u64>,
-    /// Queues with new messages not yet announced to other processes.
-    announce: HashSet<String>,
-    /// Maintenance asked for (a queue was dropped).
-    tidy: bool,
-    /// Run every parked request again now (the listener reconnected).
-    poll_now: bool,
-    stopping: bool,
-}
-
-/// RECVs waiting for messages.
-#[derive(Default)]
-pub struct Waiters {
-    state: Mutex<State>,
-    /// The timer thread waits on it: a request parked, mwmq is stopping.
-    changed: Condvar,
-    /// The notifier thread waits on it: a queue to announce, maintenance asked for.
-    announced: Condvar,
-}
-
-impl Waiters {
-    fn lock(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// The queue's wake-up number (read before a RECV that may park).
-    pub fn seq(&self, queue: &str) -> u64 {
-        self.lock().seq.get(queue).copied().unwrap_or(0)
-    }
-
-    /// Parks `job` unless a wake-up came since `seen` or mwmq is stopping:
-    /// then the job is given back to be run again at once.
-    pub fn park(&self, queue: &str, job: Box<Job>, seen: u64) -> Result<(), Box<Job>> {
-        let mut s = self.lock();
-        if s.stopping || s.seq.get(queue).copied().unwrap_or(0) != seen {
-            return Err(job);
-        }
-        s.parked.entry(queue.to_string()).or_default().push(job);
-        drop(s);
-        self.changed.notify_all();
-        Ok(())
-    }
-
-    /// Requests parked now.
-    pub fn parked(&self) -> usize {
-        self.lock().parked.values().map(Vec::len).sum()
-    }
-
-    /// A message may be there for `queue`'s waiters: they run again.
-    pub fn wake(&self, shared: &Shared, queue: &str) {
-        let jobs = {
-            let mut s = self.lock();
-            *s.seq.entry(queue.to_string()).or_insert(0) += 1;
-            s.parked.remove(queue)
-        };
-        for job in jobs.into_iter().flatten() {
-            requeue(shared, job);
-        }
-    }
-
-    /// A SEND to `queue` committed here: wake local waiters and announce it.
-    pub fn sent(&self, shared: &Shared, queue: &str) {
-        if shared.config.database.notify {
-            let fresh = self.lock().announce.insert(queue.to_string());
-            if fresh {
-                self.announced.notify_one();
-            }
-        }
-        self.wake(shared, queue);
-    }
-
-    /// A queue was dropped: its messages are removed soon.
-    pub fn dropped(&self, shared: &Shared, queue: &str) {
-        self.lock().tidy = true;
-        self.announced.notify_one();
-        self.wake(shared, queue);
-    }
-
-    /// Stopping: every parked request is answered now; none parks again.
-    pub fn stop(&self, shared: &Shared) {
-        let all: Vec<Box<Job>> = {
-            let mut s = self.lock();
-            s.stopping = true;
-            s.parked.drain().flat_map(|(_, v)| v).collect()
-        };
-        self.changed.notify_all();
-        self.announced.notify_all();
-        for mut job in all {
-            job.last_try = true;
-            requeue(shared, job);
-        }
-    }
-
-    /// Runs every parked request again (the poll), and answers those whose wait is over.
-    fn poll(&self, shared: &Shared, now: Instant, everything: bool) -> Option<Instant> {
-        let mut due = Vec::new();
-        let mut next: Option<Instant> = None;
-        {
-            let mut s = self.lock();
-            for jobs in s.parked.values_mut() {
-                let mut keep = Vec::with_capacity(jobs.len());
-                for mut job in jobs.drain(..) {
-                    let until = job.wait_until.unwrap_or(now);
-                    if job.conn.is_closed() {
-                        // Its client left: answer into the void so the net thread frees it.
-                        job.last_try = true;
-                        due.push(job);
-                    } else if until <= now {
-                        job.last_try = true;
-                        due.push(job);
-                    } else if everything {
-                        due.push(job);
-                    } else {
-                        next = Some(next.map_or(until, |n| n.min(until)));
-                        keep.push(job);
-                    }
-                }
-                *jobs = keep;
-            }
-            s.parked.retain(|_, v| !v.is_empty());
-        }
-        for job in due {
-            requeue(shared, job);
-        }
-        next
-    }
-}
-
-fn requeue(shared: &Shared, mut job: Box<Job>) {
-    let now = mwstats::clock::now_ns();
-    if let Some(at) = job.parked_at.take() {
-        job.parked_ns += now.saturating_sub(at);
-    }
-    job.t_enqueue = now;
-    shared.queue.push_again(Work::Request(job));
-}
 
 /// The timer thread: answers parked requests whose wait is over and runs
 /// every parked request again each `poll_ms`. Runs until the waiters stop.
@@ -185,7 +40,7 @@ pub fn run_timer_thread(shared: Arc<Shared>) {
         if everything {
             next_poll = now + poll;
         }
-        let next = w.poll(&shared, now, everything).map_or(next_poll, |d| d.min(next_poll));
+        let next = w.poll(&shared.queue, now, everything).map_or(next_poll, |d| d.min(next_poll));
         let s = w.lock();
         if s.stopping {
             break;
@@ -245,7 +100,7 @@ pub fn run_listener_thread(shared: Arc<Shared>) {
                 }
             }
             for q in woken {
-                w.wake(&shared, &q);
+                w.wake(&shared.queue, &q);
             }
             if failed || c.is_closed() {
                 break;

@@ -13,15 +13,19 @@ pub mod config;
 pub mod conn;
 pub mod db;
 pub mod events;
+pub mod job;
 pub mod net;
 pub mod resp;
 pub mod server;
 pub mod shared;
 pub mod telemetry;
+pub mod waiters;
+pub mod windows;
 pub mod worker;
 
 pub use config::Config;
-pub use server::{Mq, StartError, Stopper};
+pub use mwserve::cli::{Service, Stopper};
+pub use server::{Mq, StartError};
 
 /// mwmq's version (reported by `INFO` and in summaries).
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");

@@ -22,40 +22,37 @@
 //! Clients over the connection limit, or arriving when the process is out of
 //! file descriptors, get `-ERR max number of clients reached` and are closed.
 
-use std::fs::File;
-use std::io::{self, Read, Write};
+use std::io::{self, Read};
 use std::os::fd::AsRawFd;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::Receiver;
-use mio::net::TcpListener;
 use mio::unix::SourceFd;
-use mio::{Events, Interest, Poll, Token, Waker};
+use mio::{Events, Token};
+use mwserve::listen::{Front, LISTENER, WAKER};
 use mwstats::clock::now_ns;
 
 use crate::command::{self, Command, Limits};
 use crate::conn::ClientConn;
+use crate::job::{Done, Job, Work};
 use crate::resp::{Reply, Request, RequestParser};
-use crate::shared::{Done, Job, NetCounters, Shared, Work};
+use crate::shared::Shared;
+use crate::telemetry::NetCounters;
 
-/// Token of the waker (workers' reports, shutdown).
-pub const WAKER: Token = Token(0);
-const LISTENER: Token = Token(1);
-const FIRST_CONN: usize = 2;
 const READ_CHUNK: usize = 16 * 1024;
 /// Bytes read ahead of the request a worker holds.
 pub const READ_AHEAD: usize = 64 * 1024;
 /// Requests held with fewer bytes than this do not take from the input budget.
 const SMALL: usize = 64 * 1024;
 /// Redis' answer to a client over the limit.
-const TOO_MANY: &[u8] = b"-ERR max number of clients reached\r\n";
+pub const TOO_MANY: &[u8] = b"-ERR max number of clients reached\r\n";
 /// How long shutdown waits for in-flight requests and unread replies.
 const DRAIN: Duration = Duration::from_secs(5);
 
 /// A client connection as the net thread sees it.
-struct Conn {
+pub(crate) struct Conn {
     shared: Arc<ClientConn>,
     parser: RequestParser,
     /// Input read but not yet given to the parser.
@@ -89,59 +86,33 @@ enum Flow {
 
 /// The net thread.
 pub struct NetThread {
-    poll: Poll,
-    listener: Option<TcpListener>,
-    conns: Vec<Option<Conn>>,
-    free: Vec<usize>,
+    front: Front<Conn>,
     shared: Arc<Shared>,
     done: Receiver<Done>,
-    /// A descriptor given up to accept (and refuse) a client when the process has none left.
-    spare: Option<File>,
     blocked: Vec<Token>,
     /// Where reads land before they are given to a connection.
     scratch: Vec<u8>,
     limits: Limits,
-    next_conn_id: u64,
+    last_conn_id: u64,
     next_request_id: u64,
 }
 
-fn is_out_of_descriptors(e: &io::Error) -> bool {
-    matches!(e.raw_os_error(), Some(code) if code == rustix::io::Errno::MFILE.raw_os_error()
-        || code == rustix::io::Errno::NFILE.raw_os_error())
-}
-
 impl NetThread {
-    /// A net thread serving `listener`; `poll` has the waker registered.
-    pub fn new(
-        poll: Poll,
-        mut listener: TcpListener,
-        shared: Arc<Shared>,
-        done: Receiver<Done>,
-    ) -> io::Result<NetThread> {
-        poll.registry().register(&mut listener, LISTENER, Interest::READABLE)?;
-        let limits =
-            Limits { default_vt_ms: shared.config.queues.default_vt_ms, max_wait_ms: shared.config.queues.max_wait_ms };
-        Ok(NetThread {
-            poll,
-            listener: Some(listener),
-            conns: Vec::new(),
-            free: Vec::new(),
+    /// The net thread serving the clients of `front`; workers report
+    /// answered requests through `done`.
+    pub(crate) fn new(front: Front<Conn>, shared: Arc<Shared>, done: Receiver<Done>) -> NetThread {
+        let q = &shared.config.queues;
+        let limits = Limits { default_vt_ms: q.default_vt_ms, max_wait_ms: q.max_wait_ms };
+        NetThread {
+            front,
             shared,
             done,
-            spare: File::open("/dev/null").ok(),
             blocked: Vec::new(),
             scratch: vec![0; READ_CHUNK],
             limits,
-            next_conn_id: 1,
+            last_conn_id: 0,
             next_request_id: 0,
-        })
-    }
-
-    /// A poll and its waker.
-    pub fn poll_with_waker() -> io::Result<(Poll, Arc<Waker>)> {
-        let poll = Poll::new()?;
-        let waker = Arc::new(Waker::new(poll.registry(), WAKER)?);
-        Ok((poll, waker))
+        }
     }
 
     /// Runs until shutdown is asked for and the connections are finished.
@@ -151,11 +122,8 @@ impl NetThread {
         loop {
             let timeout =
                 if !self.blocked.is_empty() || drain_until.is_some() { Some(Duration::from_millis(1)) } else { None };
-            if let Err(e) = self.poll.poll(&mut events, timeout) {
-                if e.kind() != io::ErrorKind::Interrupted {
-                    tracing::error!("poll failed: {e}");
-                    break;
-                }
+            if !self.front.wait(&mut events, timeout) {
+                break;
             }
             for ev in events.iter() {
                 match ev.token() {
@@ -186,113 +154,62 @@ impl NetThread {
             }
             if self.shared.stopping.load(Ordering::Relaxed) {
                 let until = *drain_until.get_or_insert_with(|| {
-                    if let Some(mut l) = self.listener.take() {
-                        let _ = self.poll.registry().deregister(&mut l);
-                    }
+                    self.front.stop_accepting();
                     Instant::now() + DRAIN
                 });
                 self.close_finished();
-                if self.conns.iter().all(Option::is_none) || Instant::now() >= until {
+                if self.front.clients.is_empty() || Instant::now() >= until {
                     break;
                 }
             }
         }
-        for slot in 0..self.conns.len() {
-            self.close(Token(slot + FIRST_CONN));
+        for token in self.front.clients.tokens() {
+            self.close(token);
         }
     }
 
     fn conn(&mut self, token: Token) -> Option<&mut Conn> {
-        self.conns.get_mut(token.0.checked_sub(FIRST_CONN)?)?.as_mut()
+        self.front.clients.get_mut(token)
     }
 
     /// While stopping: close every connection with nothing in flight or unwritten.
     fn close_finished(&mut self) {
-        for slot in 0..self.conns.len() {
-            let done = self.conns[slot].as_ref().is_some_and(|c| !c.shared.busy() && c.shared.pending_output() == 0);
+        for token in self.front.clients.tokens() {
+            let done = self.conn(token).is_some_and(|c| !c.shared.busy() && c.shared.pending_output() == 0);
             if done {
-                self.close(Token(slot + FIRST_CONN));
+                self.close(token);
             }
         }
     }
 
     fn accept(&mut self) {
-        loop {
-            let Some(listener) = self.listener.as_ref() else { return };
-            let (mut stream, _) = match listener.accept() {
-                Ok(s) => s,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) if is_out_of_descriptors(&e) => {
-                    if !self.refuse_without_descriptors() {
-                        return;
-                    }
-                    continue;
-                }
-                Err(e) => {
-                    tracing::warn!("accept failed: {e}");
-                    return;
-                }
-            };
-            let net = &self.shared.net;
-            if self.shared.open_connections.load(Ordering::Relaxed) >= self.shared.max_connections {
-                NetCounters::add(&net.rejected, 1);
-                let _ = stream.write(TOO_MANY);
-                continue;
-            }
-            let _ = stream.set_nodelay(true);
-            let slot = self.free.pop().unwrap_or_else(|| {
-                self.conns.push(None);
-                self.conns.len() - 1
-            });
-            let token = Token(slot + FIRST_CONN);
-            if let Err(e) = self.poll.registry().register(&mut stream, token, Interest::READABLE | Interest::WRITABLE) {
-                tracing::warn!("register failed: {e}");
-                self.free.push(slot);
-                continue;
-            }
+        let NetThread { front, shared, last_conn_id, .. } = self;
+        let (open, net) = (&shared.open_connections, &shared.net);
+        let full = || open.load(Ordering::Relaxed) >= shared.max_connections;
+        let conn = |stream| {
+            *last_conn_id += 1;
             NetCounters::add(&net.accepted, 1);
-            self.shared.open_connections.fetch_add(1, Ordering::Relaxed);
-            let id = self.next_conn_id;
-            self.next_conn_id += 1;
-            self.conns[slot] = Some(Conn {
-                shared: Arc::new(ClientConn::new(id, stream)),
-                parser: RequestParser::new(self.shared.config.server.max_body),
+            open.fetch_add(1, Ordering::Relaxed);
+            Conn {
+                shared: Arc::new(ClientConn::new(*last_conn_id, stream)),
+                parser: RequestParser::new(shared.config.server.max_body),
                 rbuf: Vec::new(),
                 unqueued: None,
                 drained: false,
                 eof: false,
                 reserved: 0,
                 last_read_ns: 0,
-            });
+            }
+        };
+        // Accepted first, served after: serving needs the whole thread.
+        for token in front.accept(full, || NetCounters::add(&net.rejected, 1), conn) {
             self.service(token);
         }
     }
 
-    /// Out of descriptors: give up the spare one, accept the client, refuse
-    /// it, take the spare back. False when even that failed.
-    fn refuse_without_descriptors(&mut self) -> bool {
-        let Some(listener) = self.listener.as_ref() else { return false };
-        if self.spare.take().is_none() {
-            tracing::warn!("out of file descriptors and no spare one: clients wait in the backlog");
-            return false;
-        }
-        let refused = match listener.accept() {
-            Ok((mut stream, _)) => {
-                let _ = stream.write(TOO_MANY);
-                NetCounters::add(&self.shared.net.rejected, 1);
-                true
-            }
-            Err(_) => false,
-        };
-        self.spare = File::open("/dev/null").ok();
-        refused
-    }
-
     fn close(&mut self, token: Token) {
-        let slot = token.0 - FIRST_CONN;
-        let Some(c) = self.conns.get_mut(slot).and_then(Option::take) else { return };
-        let _ = self.poll.registry().deregister(&mut SourceFd(&c.shared.stream().as_raw_fd()));
+        let Some(c) = self.front.clients.remove(token) else { return };
+        let _ = self.front.poll.registry().deregister(&mut SourceFd(&c.shared.stream().as_raw_fd()));
         let leases = c.shared.close();
         self.shared.release_later(leases);
         self.shared.input.give(c.reserved);
@@ -302,7 +219,6 @@ impl NetThread {
         NetCounters::add(&self.shared.net.closed, 1);
         self.shared.open_connections.fetch_sub(1, Ordering::Relaxed);
         self.blocked.retain(|t| *t != token);
-        self.free.push(slot);
     }
 
     /// A worker answered a connection's request while input waited: serve its next one.
@@ -406,7 +322,7 @@ impl NetThread {
             // Read into the thread's scratch buffer: an idle connection holds no buffer at all.
             let stream = c.shared.clone();
             let r = stream.stream().read(&mut self.scratch);
-            let c = self.conns[token.0 - FIRST_CONN].as_mut().expect("still there");
+            let c = self.front.clients.get_mut(token).expect("still there");
             match r {
                 Ok(0) => c.eof = true,
                 Ok(n) => {

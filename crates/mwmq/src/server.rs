@@ -1,65 +1,48 @@
 //! Starting and stopping mwmq: the schema, the pool, and the threads.
 
-use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Instant;
 
 use mio::Waker;
+use mwserve::cli::{Service, Stopper};
+use mwserve::config::ServiceConfig;
+use mwserve::listen::Front;
+use mwserve::shell::Shell;
+pub use mwserve::start::StartError;
 
-use crate::config::{Config, ConfigError};
+use crate::config::Config;
 use crate::db::Pool;
-use crate::events::{run_listener_thread, run_notifier_thread, run_timer_thread, Waiters};
+use crate::events::{run_listener_thread, run_notifier_thread, run_timer_thread};
 use crate::net::NetThread;
-use crate::shared::{InputBudget, NetCounters, Shared};
-use crate::telemetry::{open_results, run_stats_thread, Telemetry};
+use crate::shared::{InputBudget, Shared};
+use crate::telemetry::{NetCounters, Telemetry};
+use crate::waiters::Waiters;
+use crate::windows::run_stats_thread;
 use crate::worker::Worker;
 
-/// Why mwmq could not start.
-#[derive(Debug, thiserror::Error)]
-pub enum StartError {
-    /// The configuration was refused.
-    #[error("invalid configuration: {0}")]
-    Config(#[from] ConfigError),
-    /// The database could not be reached or its schema set up.
-    #[error("database: {0}")]
-    Database(String),
-    /// The listening socket could not be set up.
-    #[error("cannot listen on {addr}: {source}")]
-    Listen {
-        /// The address.
-        addr: String,
-        /// The cause.
-        source: std::io::Error,
-    },
-    /// The results directory could not be created.
-    #[error("cannot write results into {0:?}: {1}")]
-    Results(String, std::io::Error),
-    /// The process may not open enough files.
-    #[error("{0}")]
-    Descriptors(String),
-    /// Another set-up step failed.
-    #[error("start-up failed: {0}")]
-    Io(#[from] std::io::Error),
+fn database(why: String) -> StartError {
+    StartError::Dependency { what: "database", why }
 }
 
 /// A running mwmq.
 pub struct Mq {
-    addr: SocketAddr,
+    shell: Shell,
     shared: Arc<Shared>,
     waker: Arc<Waker>,
     net: Option<JoinHandle<()>>,
     workers: Vec<JoinHandle<()>>,
     background: Vec<JoinHandle<()>>,
-    stats: Option<JoinHandle<()>>,
-    admin: Option<crate::admin::Admin>,
 }
 
-impl Mq {
+impl Service for Mq {
+    const NAME: &'static str = "mwmq";
+    type Config = Config;
+
     /// Checks the configuration, migrates the schema, opens the pool, binds
     /// the listening address and starts the threads.
-    pub fn start(config: Config) -> Result<Mq, StartError> {
+    fn start(config: Config) -> Result<Mq, StartError> {
         config.validate()?;
         let own = config.pool_size() as u64 + 2 + 4;
         let fds = mwserve::fdlimit::plan(
@@ -78,23 +61,18 @@ impl Mq {
                 fds.max_connections
             );
         }
-        let version = crate::db::migrate(&config).map_err(StartError::Database)?;
+        let version = crate::db::migrate(&config).map_err(database)?;
         tracing::info!(schema = version, "database ready");
         let pool = Pool::new(&config);
         // One connection now: a wrong password or database fails the start, not the first request.
-        pool.fill(1).map_err(StartError::Database)?;
-        let listen = config.server.listen.clone();
-        let std_listener = mwserve::process::bind_listener(&listen)
-            .map_err(|source| StartError::Listen { addr: listen.clone(), source })?;
-        std_listener.set_nonblocking(true)?;
-        let addr = std_listener.local_addr()?;
-        let results = open_results(config.stats.out.as_deref(), config.stats.trace_every)
-            .map_err(|e| StartError::Results(config.stats.out.clone().unwrap_or_default(), e))?;
+        pool.fill(1).map_err(database)?;
+        let (std_listener, addr) = mwserve::listen::bind(&config.server.listen)?;
+        let results = mwserve::results::open_results(&config.stats)?;
         let workers = config.server.workers;
         let shared = Arc::new(Shared {
             queue: mwserve::queue::WorkQueue::new(config.server.queue_capacity),
             pool,
-            waiters: Waiters::default(),
+            waiters: Waiters::new(config.database.notify),
             telemetry: Telemetry::new(workers),
             net: NetCounters::default(),
             stopping: AtomicBool::new(false),
@@ -106,16 +84,12 @@ impl Mq {
             port: addr.port(),
             config,
         });
-        let admin = match shared.config.stats.admin.as_deref().map(mwserve::process::admin_addr) {
-            Some(a) => Some(
-                crate::admin::Admin::start(&a, shared.clone())
-                    .map_err(|source| StartError::Listen { addr: a, source })?,
-            ),
-            None => None,
-        };
-        let spawn = |name: &str, f: Box<dyn FnOnce() + Send>| std::thread::Builder::new().name(name.into()).spawn(f);
+        let handler = crate::admin::handler(shared.clone());
         let s = shared.clone();
-        let stats = Some(spawn("stats", Box::new(move || run_stats_thread(s, results)))?);
+        let shell = Shell::start(addr, &shared.config.stats, crate::admin::PATHS, handler, move || {
+            run_stats_thread(s, results)
+        })?;
+        let spawn = |name: &str, f: Box<dyn FnOnce() + Send>| std::thread::Builder::new().name(name.into()).spawn(f);
         let mut handles = Vec::new();
         for id in 0..workers {
             let w = Worker::new(id, shared.clone());
@@ -130,36 +104,35 @@ impl Mq {
             let s = shared.clone();
             background.push(spawn("listener", Box::new(move || run_listener_thread(s)))?);
         }
-        let (poll, waker) = NetThread::poll_with_waker()?;
+        let (front, waker) = Front::new(std_listener, crate::net::TOO_MANY)?;
         let (tx, rx) = crossbeam_channel::unbounded();
         *shared.done.lock().unwrap_or_else(|p| p.into_inner()) = Some((tx, waker.clone()));
-        let listener = mio::net::TcpListener::from_std(std_listener);
-        let net = NetThread::new(poll, listener, shared.clone(), rx)?;
+        let net = NetThread::new(front, shared.clone(), rx);
         let net = Some(spawn("net", Box::new(move || net.run()))?);
         tracing::info!(%addr, "mwmq listening");
-        Ok(Mq { addr, shared, waker, net, workers: handles, background, stats, admin })
+        Ok(Mq { shell, shared, waker, net, workers: handles, background })
     }
 
-    /// The address clients connect to (useful with port 0).
-    pub fn local_addr(&self) -> SocketAddr {
-        self.addr
+    fn shell(&self) -> &Shell {
+        &self.shell
     }
 
-    /// The admin endpoint's address, when it is on.
-    pub fn admin_addr(&self) -> Option<SocketAddr> {
-        self.admin.as_ref().map(|a| a.local_addr())
-    }
-
-    /// A handle that stops mwmq from another thread (signals).
-    pub fn stopper(&self) -> Stopper {
-        Stopper { shared: self.shared.clone(), waker: self.waker.clone() }
+    /// No new connections or requests; parked RECVs are answered now;
+    /// in-flight requests finish.
+    fn stopper(&self) -> Stopper {
+        let (shared, waker) = (self.shared.clone(), self.waker.clone());
+        Stopper::new(move || {
+            shared.stopping.store(true, Ordering::Relaxed);
+            shared.waiters.stop(&shared.queue);
+            let _ = waker.wake();
+        })
     }
 
     /// Waits until every thread has finished (after [`Stopper::stop`]): the
     /// net thread answers what is in flight and closes the connections, the
     /// workers finish the queue (giving back leases of undelivered replies),
     /// then the last window and summary.json are written.
-    pub fn join(mut self) {
+    fn join(mut self) {
         if let Some(t) = self.net.take() {
             let _ = t.join();
         }
@@ -171,29 +144,6 @@ impl Mq {
             let _ = t.join();
         }
         self.shared.pool.close();
-        self.shared.telemetry.stop();
-        if let Some(t) = self.stats.take() {
-            let _ = t.join();
-        }
-        if let Some(a) = self.admin.take() {
-            a.stop();
-        }
-    }
-}
-
-/// Stops mwmq from another thread.
-#[derive(Clone)]
-pub struct Stopper {
-    shared: Arc<Shared>,
-    waker: Arc<Waker>,
-}
-
-impl Stopper {
-    /// No new connections or requests; parked RECVs are answered now;
-    /// in-flight requests finish.
-    pub fn stop(&self) {
-        self.shared.stopping.store(true, Ordering::Relaxed);
-        self.shared.waiters.stop(&self.shared);
-        let _ = self.waker.wake();
+        self.shell.finish(|| self.shared.telemetry.stop());
     }
 }

@@ -17,9 +17,11 @@ use mwstats::stages::Timeline;
 use crate::command::{Command, MqOp};
 use crate::conn::{ClientConn, Delivered};
 use crate::db::{DbConn, DbError, LeaseRef, SendRow};
+use crate::job::{Done, Job, Work};
 use crate::resp::Reply;
-use crate::shared::{Done, Job, NetCounters, Shared, Work};
+use crate::shared::Shared;
 use crate::telemetry::MqAcc;
+use crate::telemetry::NetCounters;
 
 /// What carrying out a command led to.
 enum Outcome {
@@ -227,7 +229,7 @@ impl Worker {
                     replies[*i] = Some(match id {
                         Some(id) => {
                             if woken.insert(row.queue) {
-                                self.shared.waiters.sent(&self.shared, row.queue);
+                                self.shared.waiters.sent(&self.shared.queue, row.queue);
                             }
                             (Reply::Int(id), "ok", 0)
                         }
@@ -493,7 +495,7 @@ impl Worker {
         match c {
             Command::Send(s) => {
                 let id = pg.send(&s.queue, me.unwrap_or(""), s.to.as_deref(), &s.body, s.delay_ms, s.key.as_deref())?;
-                self.shared.waiters.sent(&self.shared, &s.queue);
+                self.shared.waiters.sent(&self.shared.queue, &s.queue);
                 ok(Reply::Int(id))
             }
             Command::Recv(r) => {
@@ -527,7 +529,7 @@ impl Worker {
             Command::Nack { queue, id, lease, delay_ms } => {
                 let done = pg.nack(queue, *id, *lease, *delay_ms)?;
                 if done && *delay_ms == 0 {
-                    self.shared.waiters.sent(&self.shared, queue);
+                    self.shared.waiters.sent(&self.shared.queue, queue);
                 }
                 ok(Reply::Int(i64::from(done)))
             }
@@ -537,7 +539,7 @@ impl Worker {
             }
             Command::Drop(q) => {
                 pg.drop_queue(q)?;
-                self.shared.waiters.dropped(&self.shared, q);
+                self.shared.waiters.dropped(&self.shared.queue, q);
                 ok(Reply::Simple("OK"))
             }
             Command::Len(q) => ok(Reply::Int(pg.len(q)?)),

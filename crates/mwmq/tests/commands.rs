@@ -5,6 +5,8 @@
 
 mod common;
 
+use mctest::http_get;
+use mwmq::Service;
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
@@ -339,8 +341,17 @@ fn results_files_and_admin_endpoint() {
         let _: Option<(i64, String, Vec<u8>)> = q(&mut c, &["POP", "q"]);
     }
     let admin = mq.admin_addr().unwrap();
-    let metrics = http_get(admin, "/metrics");
+    let (_, metrics) = http_get(admin, "/metrics");
     assert!(metrics.contains("mwmq_pool_size 4"), "{metrics}");
+    // /healthz asks the database itself: 503 while it is down, 200 once it is back.
+    let (status, health) = http_get(admin, "/healthz");
+    assert!(status.contains("200") && health.contains("database up"), "{status} {health}");
+    pg.stop().unwrap();
+    let (status, health) = http_get(admin, "/healthz");
+    assert!(status.contains("503") && health.contains("database down"), "{status} {health}");
+    pg.restart("fast").unwrap();
+    let (status, _) = http_get(admin, "/healthz");
+    assert!(status.contains("200"), "{status}");
     mq.stopper().stop();
     mq.join();
     let summary: serde_json::Value =
@@ -363,15 +374,6 @@ fn results_files_and_admin_endpoint() {
         .sum();
     assert_eq!(sends, 50, "windows add up to the summary");
     std::fs::remove_dir_all(dir).unwrap();
-}
-
-fn http_get(addr: std::net::SocketAddr, path: &str) -> String {
-    use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect(addr).unwrap();
-    write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
-    let mut out = String::new();
-    s.read_to_string(&mut out).unwrap();
-    out
 }
 
 #[test]

@@ -1,15 +1,14 @@
-//! The HTTP admin endpoint (`--admin ADDR`, served by `mwserve::http`):
-//! `/metrics` in Prometheus text format, `/stats` as JSON (the window in
-//! progress and the last closed one), `/healthz`.
+//! The HTTP admin endpoint's pages (`--admin ADDR`, served by
+//! `mwserve::http`): `/metrics` in Prometheus text format, `/stats` as JSON
+//! (the window in progress and the last closed one), `/healthz` (503 while
+//! every server is down or stalled: nothing could be answered).
 //!
 //! `/metrics` shows the closed windows (so its counters equal the sums of
 //! windows.jsonl and, after the run, summary.json); it lags by at most one window.
 
-use std::io;
-use std::net::SocketAddr;
 use std::sync::Arc;
 
-use mwserve::http::{Handler, HttpEndpoint, PROMETHEUS};
+use mwserve::http::{Handler, Page, PROMETHEUS};
 use mwstats::clock::unix_ms;
 use mwstats::prom::PromText;
 use mwstats::OpKind;
@@ -17,42 +16,32 @@ use mwstats::OpKind;
 use crate::recorder::WorkerAcc;
 use crate::shared::Shared;
 use crate::stats::NetCounters;
-use crate::telemetry::build_record;
+use crate::windows::build_record;
 
-/// A running admin endpoint.
-pub struct Admin(HttpEndpoint);
+/// The paths the endpoint serves.
+pub const PATHS: &[&str] = &["/metrics", "/stats", "/healthz"];
 
-impl Admin {
-    /// Binds `addr` and serves on a new thread.
-    pub fn start(addr: &str, shared: Arc<Shared>) -> io::Result<Admin> {
-        let handler: Handler = Arc::new(move |path| match path {
-            "/metrics" => Some((PROMETHEUS, metrics(&shared))),
-            "/stats" => Some(("application/json", stats_json(&shared))),
-            "/healthz" => Some(("text/plain", healthz(&shared))),
-            _ => None,
-        });
-        HttpEndpoint::start(addr, &["/metrics", "/stats", "/healthz"], handler).map(Admin)
-    }
-
-    /// Where it listens.
-    pub fn local_addr(&self) -> SocketAddr {
-        self.0.local_addr()
-    }
-
-    /// Stops serving.
-    pub fn stop(self) {
-        self.0.stop();
-    }
+/// What the endpoint serves for `shared`'s proxy.
+pub fn handler(shared: Arc<Shared>) -> Handler {
+    Arc::new(move |path| match path {
+        "/metrics" => Some(Page::ok(PROMETHEUS, metrics(&shared))),
+        "/stats" => Some(Page::ok("application/json", stats_json(&shared))),
+        "/healthz" => Some(healthz(&shared)),
+        _ => None,
+    })
 }
 
-fn healthz(shared: &Shared) -> String {
-    format!("ok\nservers {} down {}\n", shared.servers.len(), shared.servers.down())
+fn healthz(shared: &Shared) -> Page {
+    let (n, down) = (shared.servers.len(), shared.servers.down());
+    let status = if down < n { 200 } else { 503 };
+    let word = if down < n { "ok" } else { "unavailable" };
+    Page::text(status, format!("{word}\nservers {n} down {down}\n"))
 }
 
 fn stats_json(shared: &Shared) -> String {
     let t = &shared.telemetry;
     let mut live = WorkerAcc::new(t.servers());
-    crate::recorder::peek(&t.slots, &mut live);
+    t.slots.peek(&mut live);
     let (last, start, net_before) = {
         let run = t.run();
         let start = run.last.as_ref().map(|l| l.start_unix_ms + l.duration_ms).unwrap_or(run.start_unix_ms);

@@ -2,9 +2,9 @@
 //! short flags (`-l ip -p port -t workers -s true|false -m server...`, and
 //! `-r` for the replication factor), and how flags override a config file.
 
-use std::path::PathBuf;
-
 use clap::Parser;
+
+use mwserve::cli::{set, ServerArgs};
 
 use crate::config::{Config, ConfigError, Engine, HashKind, MultigetFailure, MultigetMode, ReadPolicy, ServerSpec};
 
@@ -12,12 +12,9 @@ use crate::config::{Config, ConfigError, Engine, HashKind, MultigetFailure, Mult
 #[derive(Parser, Debug, Default)]
 #[command(name = "mwproxy", version, about, long_about = None)]
 pub struct Cli {
-    /// TOML configuration file; flags given here override it.
-    #[arg(short = 'c', long, value_name = "FILE")]
-    pub config: Option<PathBuf>,
-    /// Address to listen on, host:port [default: 127.0.0.1:11311].
-    #[arg(long, value_name = "ADDR")]
-    pub listen: Option<String>,
+    /// The flags every middleware has (config file, listen address, results, admin, logs).
+    #[command(flatten)]
+    pub server: ServerArgs,
     /// Listening IP (overrides the host part of --listen).
     #[arg(short = 'l', long = "listen-ip", value_name = "IP")]
     pub listen_ip: Option<String>,
@@ -34,18 +31,9 @@ pub struct Cli {
     /// Event loops of the async engine, 0 = one per core [default: 0].
     #[arg(long, value_name = "N")]
     pub threads: Option<usize>,
-    /// Worker threads of the pool engine [default: 8].
-    #[arg(short = 't', long, value_name = "N")]
-    pub workers: Option<usize>,
     /// Net threads that accept, read and parse [default: 1].
     #[arg(long, value_name = "N")]
     pub net_threads: Option<usize>,
-    /// Request queue capacity; when full, clients are not read [default: 1024].
-    #[arg(long, value_name = "N")]
-    pub queue_capacity: Option<usize>,
-    /// Client connections served at once [default: 4096].
-    #[arg(long, value_name = "N")]
-    pub max_connections: Option<usize>,
     /// Replication factor R: copies of each key, 1..=servers [default: 1].
     #[arg(short = 'r', long, value_name = "R")]
     pub replication: Option<usize>,
@@ -94,27 +82,6 @@ pub struct Cli {
     /// Largest value in bytes; k and m suffixes allowed [default: 1m].
     #[arg(long, value_name = "BYTES", value_parser = parse_size)]
     pub max_value_size: Option<usize>,
-    /// Write windows.jsonl, summary.json and trace.csv into this directory.
-    #[arg(long, value_name = "DIR")]
-    pub out: Option<String>,
-    /// Window length in ms; windows start at wall-clock multiples [default: 1000].
-    #[arg(long, value_name = "MS")]
-    pub window_ms: Option<u64>,
-    /// Trace every k-th request into trace.csv, 0 = off [default: 100].
-    #[arg(long, value_name = "K")]
-    pub trace_every: Option<u64>,
-    /// HTTP admin endpoint (/metrics, /stats, /healthz): host:port or a port on 127.0.0.1.
-    #[arg(long, value_name = "ADDR")]
-    pub admin: Option<String>,
-    /// Name of this proxy in results files [default: mw0].
-    #[arg(long, value_name = "NAME")]
-    pub instance: Option<String>,
-    /// Print the effective configuration as TOML and exit.
-    #[arg(long)]
-    pub print_config: bool,
-    /// Log filter (error, warn, info, debug, trace) [default: info, or RUST_LOG].
-    #[arg(long, value_name = "FILTER")]
-    pub log: Option<String>,
 }
 
 pub use mwserve::process::{parse_bool, parse_size};
@@ -122,17 +89,7 @@ pub use mwserve::process::{parse_bool, parse_size};
 impl Cli {
     /// The configuration: the file (if any), then every flag given.
     pub fn to_config(&self) -> Result<Config, ConfigError> {
-        let mut c = match &self.config {
-            Some(path) => {
-                let text = std::fs::read_to_string(path)
-                    .map_err(|e| ConfigError(format!("cannot read {}: {e}", path.display())))?;
-                Config::from_toml(&text)?
-            }
-            None => Config::default(),
-        };
-        if let Some(l) = &self.listen {
-            c.proxy.listen = l.clone();
-        }
+        let mut c: Config = self.server.load()?;
         if self.listen_ip.is_some() || self.port.is_some() {
             let (host, port) = c.proxy.listen.rsplit_once(':').unwrap_or(("127.0.0.1", "11311"));
             let host = self.listen_ip.clone().unwrap_or_else(|| host.to_string());
@@ -148,10 +105,7 @@ impl Cli {
         }
         set(&mut c.proxy.engine, self.engine);
         set(&mut c.proxy.threads, self.threads);
-        set(&mut c.proxy.workers, self.workers);
         set(&mut c.proxy.net_threads, self.net_threads);
-        set(&mut c.proxy.queue_capacity, self.queue_capacity);
-        set(&mut c.proxy.max_connections, self.max_connections);
         set(&mut c.routing.replication, self.replication);
         set(&mut c.routing.read_policy, self.read_policy);
         set(&mut c.routing.multiget, self.multiget);
@@ -172,24 +126,7 @@ impl Cli {
         set(&mut c.backend.stall_ms, self.stall_ms);
         set(&mut c.proxy.memory_budget, self.memory_budget);
         set(&mut c.limits.max_reply_size, self.max_reply_size);
-        if self.out.is_some() {
-            c.stats.out = self.out.clone();
-        }
-        set(&mut c.stats.window_ms, self.window_ms);
-        set(&mut c.stats.trace_every, self.trace_every);
-        if self.admin.is_some() {
-            c.stats.admin = self.admin.clone();
-        }
-        if let Some(i) = &self.instance {
-            c.stats.instance = i.clone();
-        }
         Ok(c)
-    }
-}
-
-fn set<T: Copy>(field: &mut T, value: Option<T>) {
-    if let Some(v) = value {
-        *field = v;
     }
 }
 
@@ -211,6 +148,9 @@ mod tests {
         assert_eq!(c.routing.multiget, MultigetMode::NonSharded);
         assert_eq!(c.routing.servers.len(), 2);
         assert_eq!(c.routing.replication, 2);
+        // `-l`/`-p` override the host and the port of `--listen`.
+        let c = cli(&["--listen", "0.0.0.0:1", "-p", "2"]).to_config().unwrap();
+        assert_eq!(c.proxy.listen, "0.0.0.0:2");
     }
 
     #[test]
@@ -226,18 +166,5 @@ mod tests {
         assert!(parse_size("12q").is_err());
         assert!(Cli::try_parse_from(["mwproxy", "-s", "maybe"]).is_err());
         assert!(Cli::try_parse_from(["mwproxy", "--bogus"]).is_err());
-    }
-
-    #[test]
-    fn flags_override_the_file() {
-        let dir = std::env::temp_dir().join(format!("mwproxy-cli-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join("c.toml");
-        std::fs::write(&path, "[proxy]\nworkers = 3\n[routing]\nservers = [\"x:1\"]\n").unwrap();
-        let c = cli(&["-c", path.to_str().unwrap(), "-t", "5"]).to_config().unwrap();
-        assert_eq!((c.proxy.workers, c.routing.servers.len()), (5, 1));
-        std::fs::write(&path, "[proxy]\nworker = 3\n").unwrap();
-        assert!(cli(&["-c", path.to_str().unwrap()]).to_config().is_err());
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -6,6 +6,8 @@ use std::net::{SocketAddr, ToSocketAddrs};
 
 use serde::{Deserialize, Serialize};
 
+pub use mwserve::config::{ConfigError, ServiceConfig, StatsConfig};
+
 /// Everything mwproxy needs to run.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -20,38 +22,6 @@ pub struct Config {
     pub limits: LimitsConfig,
     /// Measurement outputs.
     pub stats: StatsConfig,
-}
-
-/// Where measurements go.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct StatsConfig {
-    /// Directory for windows.jsonl, summary.json and trace.csv (default: none).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub out: Option<String>,
-    /// Window length in milliseconds; windows start at multiples of it (default 1000).
-    pub window_ms: u64,
-    /// Trace every k-th request into trace.csv, 0 = no trace (default 100).
-    pub trace_every: u64,
-    /// Address of the HTTP admin endpoint (/metrics, /stats, /healthz); a bare
-    /// port means 127.0.0.1 (default: off).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub admin: Option<String>,
-    /// Name of this proxy in results files (default `mw0`).
-    pub instance: String,
-}
-
-impl Default for StatsConfig {
-    fn default() -> Self {
-        StatsConfig { out: None, window_ms: 1000, trace_every: 100, admin: None, instance: "mw0".into() }
-    }
-}
-
-impl StatsConfig {
-    /// The admin address with a bare port expanded to loopback.
-    pub fn admin_addr(&self) -> Option<String> {
-        self.admin.as_deref().map(mwserve::process::admin_addr)
-    }
 }
 
 /// The listening side.
@@ -326,12 +296,6 @@ pub fn resolve(s: &ServerSpec) -> Result<SocketAddr, ConfigError> {
         .ok_or_else(|| ConfigError(format!("cannot resolve server {}", s.endpoint())))
 }
 
-impl From<mcproto::ring::BadServer> for ConfigError {
-    fn from(e: mcproto::ring::BadServer) -> Self {
-        ConfigError(e.0)
-    }
-}
-
 impl HashKind {
     /// The ring's own name for this mapping.
     pub fn ring_kind(self) -> mcproto::ring::HashKind {
@@ -342,43 +306,18 @@ impl HashKind {
     }
 }
 
-/// A configuration mwproxy refuses, with the reason.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-pub struct ConfigError(pub String);
+impl ServiceConfig for Config {
+    const INSTANCE: &'static str = "mw0";
+    const SECTION: &'static str = "proxy";
 
-impl Config {
-    /// Reads a TOML file; unknown keys are an error.
-    pub fn from_toml(text: &str) -> Result<Config, ConfigError> {
-        toml::from_str(text).map_err(|e| ConfigError(format!("config file: {e}")))
-    }
-
-    /// The configuration as TOML (what `--print-config` shows).
-    pub fn to_toml(&self) -> String {
-        toml::to_string_pretty(self).expect("config serializes")
-    }
-
-    /// Checks every setting; the message says what to change.
-    pub fn validate(&self) -> Result<(), ConfigError> {
+    fn check(&self) -> Result<(), ConfigError> {
         let err = |m: String| Err(ConfigError(m));
         let p = &self.proxy;
-        if p.listen.to_socket_addrs().map(|mut a| a.next().is_none()).unwrap_or(true) {
-            return err(format!("listen address {:?} is not host:port", p.listen));
-        }
-        if p.workers == 0 || p.workers > 1024 {
-            return err(format!("workers must be 1..=1024, not {}", p.workers));
-        }
         if p.net_threads == 0 || p.net_threads > 64 {
             return err(format!("net_threads must be 1..=64, not {}", p.net_threads));
         }
         if p.threads > 256 {
             return err(format!("threads must be 0 (one per core) ..=256, not {}", p.threads));
-        }
-        if p.queue_capacity == 0 {
-            return err("queue_capacity must be at least 1".into());
-        }
-        if p.max_connections == 0 {
-            return err("max_connections must be at least 1".into());
         }
         if p.max_pending_output < 4096 || p.max_pending_input < 4096 {
             return err("max_pending_output and max_pending_input must be at least 4096 bytes".into());
@@ -438,21 +377,11 @@ impl Config {
                 l.max_reply_size, l.max_value_size
             ));
         }
-        let st = &self.stats;
-        if st.window_ms < 10 || st.window_ms > 3_600_000 {
-            return err(format!("window_ms must be 10..=3600000, not {}", st.window_ms));
-        }
-        if let Some(a) = st.admin_addr() {
-            if a.to_socket_addrs().map(|mut x| x.next().is_none()).unwrap_or(true) {
-                return err(format!("admin address {a:?} is not host:port or a port"));
-            }
-        }
-        if st.instance.is_empty() || st.instance.contains(char::is_whitespace) {
-            return err(format!("instance name {:?} must be a non-empty word", st.instance));
-        }
         Ok(())
     }
+}
 
+impl Config {
     /// The parser limits these settings imply.
     pub fn parser_limits(&self) -> mcproto::Limits {
         mcproto::Limits {

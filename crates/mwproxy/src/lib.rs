@@ -34,10 +34,12 @@ pub mod server;
 pub mod shared;
 pub mod stats;
 pub mod telemetry;
+pub mod windows;
 pub mod worker;
 
-pub use config::Config;
-pub use server::{Proxy, StartError, Stopper};
+pub use config::{Config, ServiceConfig};
+pub use mwserve::cli::{Service, Stopper};
+pub use server::{Proxy, StartError};
 
 /// The version mwproxy reports (`version` command, `stats`).
 pub const VERSION: &str = concat!("mwproxy-", env!("CARGO_PKG_VERSION"));

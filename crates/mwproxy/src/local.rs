@@ -14,6 +14,7 @@ use std::sync::atomic::Ordering;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use mcproto::{Request, Response};
+use mwserve::config::ServiceConfig;
 
 use crate::route::Answer;
 use crate::shared::Shared;

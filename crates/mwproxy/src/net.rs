@@ -14,21 +14,20 @@
 //!
 //! Clients over the connection limit, or arriving when the process is out of
 //! file descriptors, get `SERVER_ERROR Too many open connections` and are
-//! closed: a descriptor is kept spare for exactly that moment (`fdlimit.rs`).
+//! closed (`mwserve::listen`).
 //! A connection that starts with the binary protocol's magic byte is closed
 //! at once (mwproxy speaks the text protocol), so its client fails fast
 //! instead of waiting for its timeout.
 
 use std::collections::VecDeque;
-use std::fs::File;
-use std::io::{self, Read, Write};
+use std::io::{self, Read};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use mcproto::{parse_request, Limits, Parsed, ReadBuf, Request};
-use mio::net::TcpListener;
-use mio::{Events, Interest, Poll, Token, Waker};
+use mio::{Events, Interest, Token};
+use mwserve::listen::{Front, LISTENER, WAKER};
 use mwstats::clock::now_ns;
 
 use crate::conn::{ClientConn, Job};
@@ -37,20 +36,16 @@ use crate::route::Work;
 use crate::shared::Shared;
 use crate::stats::{add, bump};
 
-/// Token of the waker that signals shutdown.
-pub const WAKER: Token = Token(0);
-const LISTENER: Token = Token(1);
-const FIRST_CONN: usize = 2;
 /// Reads per connection before other connections get their turn.
 const READ_BUDGET: usize = 16;
 const READ_CHUNK: usize = 16 * 1024;
 /// The first byte of every request of memcached's binary protocol.
 const BINARY_MAGIC: u8 = 0x80;
 /// memcached's answer to a client over the connection limit.
-const TOO_MANY: &[u8] = b"SERVER_ERROR Too many open connections\r\n";
+pub const TOO_MANY: &[u8] = b"SERVER_ERROR Too many open connections\r\n";
 
 /// A client connection as its net thread sees it.
-struct Conn {
+pub(crate) struct Conn {
     shared: Arc<ClientConn>,
     rbuf: ReadBuf,
     /// Bytes still to discard (the data block of a refused value).
@@ -86,14 +81,8 @@ enum Flow {
 
 /// One net thread.
 pub struct NetThread {
-    poll: Poll,
-    listener: Option<TcpListener>,
-    conns: Vec<Option<Conn>>,
-    free: Vec<usize>,
+    front: Front<Conn>,
     shared: Arc<Shared>,
-    /// A descriptor given up to accept (and refuse) a client when the
-    /// process has none left.
-    spare: Option<File>,
     limits: Limits,
     blocked: Vec<Token>,
     ready: VecDeque<Token>,
@@ -121,44 +110,26 @@ impl RequestIds {
 }
 
 impl NetThread {
-    /// A net thread serving `listener`; `poll` must have the waker registered.
-    /// With `pipeline` (the async engine) the thread carries its
-    /// connections' requests to the servers itself instead of queueing them.
-    pub fn new(
-        index: usize,
-        poll: Poll,
-        mut listener: TcpListener,
-        shared: Arc<Shared>,
-        pipeline: Option<Pipeline>,
-    ) -> io::Result<NetThread> {
-        poll.registry().register(&mut listener, LISTENER, Interest::READABLE)?;
+    /// A net thread serving the clients of `front`. With `pipeline` (the
+    /// async engine) the thread carries its connections' requests to the
+    /// servers itself instead of queueing them.
+    pub(crate) fn new(index: usize, front: Front<Conn>, shared: Arc<Shared>, pipeline: Option<Pipeline>) -> NetThread {
         let limits = shared.config.parser_limits();
         let loops = match pipeline {
             Some(_) => shared.config.proxy.loops(),
             None => shared.config.proxy.net_threads,
         };
         let ids = RequestIds { next: 0, index: index as u64, stride: loops as u64 };
-        Ok(NetThread {
+        NetThread {
             pipeline,
             scratch: vec![0; READ_CHUNK],
             ids,
-            poll,
-            listener: Some(listener),
-            conns: Vec::new(),
-            free: Vec::new(),
+            front,
             shared,
-            spare: File::open("/dev/null").ok(),
             limits,
             blocked: Vec::new(),
             ready: VecDeque::new(),
-        })
-    }
-
-    /// Creates the poll and its waker for a net thread.
-    pub fn poll_with_waker() -> io::Result<(Poll, Arc<Waker>)> {
-        let poll = Poll::new()?;
-        let waker = Arc::new(Waker::new(poll.registry(), WAKER)?);
-        Ok((poll, waker))
+        }
     }
 
     /// Runs until shutdown is requested and in-flight requests are answered.
@@ -174,11 +145,8 @@ impl NetThread {
             } else {
                 pipelined.and_then(Pipeline::sleep_limit)
             };
-            if let Err(e) = self.poll.poll(&mut events, timeout) {
-                if e.kind() != io::ErrorKind::Interrupted {
-                    tracing::error!("poll failed: {e}");
-                    break;
-                }
+            if !self.front.wait(&mut events, timeout) {
+                break;
             }
             let woke = now_ns();
             let mut removed = Vec::new();
@@ -224,7 +192,7 @@ impl NetThread {
                 self.remove(token);
             }
             if let Some(p) = self.pipeline.as_mut() {
-                p.pump(self.poll.registry());
+                p.pump(self.front.poll.registry());
                 p.add_busy(now_ns().saturating_sub(woke));
             }
             if self.shared.stopping.load(Ordering::Relaxed) {
@@ -237,8 +205,8 @@ impl NetThread {
                 }
             }
         }
-        for i in 0..self.conns.len() {
-            if let Some(c) = self.conns[i].take() {
+        for token in self.front.clients.tokens() {
+            if let Some(c) = self.front.clients.remove(token) {
                 c.shared.close();
                 bump(&self.shared.net.closed_connections);
             }
@@ -248,8 +216,8 @@ impl NetThread {
     /// The socket can take bytes again: write what waits, and resume reading a
     /// client that was paused for not reading its replies.
     fn writable(&mut self, token: Token) {
-        let NetThread { conns, shared, ready, pipeline, .. } = self;
-        let Some(conn) = conns.get_mut(token.0 - FIRST_CONN).and_then(Option::as_mut) else { return };
+        let NetThread { front, shared, ready, pipeline, .. } = self;
+        let Some(conn) = front.clients.get_mut(token) else { return };
         if conn.shared.flush(&shared.net) {
             // Its waiting requests may run again.
             match pipeline {
@@ -264,48 +232,20 @@ impl NetThread {
     }
 
     fn conn(&mut self, token: Token) -> Option<&mut Conn> {
-        self.conns.get_mut(token.0.checked_sub(FIRST_CONN)?)?.as_mut()
+        self.front.clients.get_mut(token)
     }
 
     fn accept(&mut self) {
-        loop {
-            let Some(listener) = self.listener.as_ref() else { return };
-            let (mut stream, _) = match listener.accept() {
-                Ok(s) => s,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) if is_out_of_descriptors(&e) => {
-                    if !self.refuse_without_descriptors() {
-                        return;
-                    }
-                    continue;
-                }
-                Err(e) => {
-                    tracing::warn!("accept failed: {e}");
-                    return;
-                }
-            };
-            let net = &self.shared.net;
+        let NetThread { front, shared, ready, .. } = self;
+        let net = &shared.net;
+        let full = || {
             let open = net.total_connections.load(Ordering::Relaxed) - net.closed_connections.load(Ordering::Relaxed);
-            if open as usize >= self.shared.max_connections {
-                bump(&net.rejected_connections);
-                let _ = stream.write(TOO_MANY);
-                continue;
-            }
-            let _ = stream.set_nodelay(true);
-            let slot = self.free.pop().unwrap_or_else(|| {
-                self.conns.push(None);
-                self.conns.len() - 1
-            });
-            let token = Token(slot + FIRST_CONN);
-            if let Err(e) = self.poll.registry().register(&mut stream, token, Interest::READABLE | Interest::WRITABLE) {
-                tracing::warn!("register failed: {e}");
-                self.free.push(slot);
-                continue;
-            }
+            open as usize >= shared.max_connections
+        };
+        let conn = |stream| {
             bump(&net.total_connections);
-            self.conns[slot] = Some(Conn {
-                shared: Arc::new(ClientConn::new(stream, self.shared.budget.clone())),
+            Conn {
+                shared: Arc::new(ClientConn::new(stream, shared.budget.clone())),
                 // Grown on the first read: an idle connection costs a few bytes.
                 rbuf: ReadBuf::with_capacity(0),
                 swallow: 0,
@@ -315,43 +255,19 @@ impl NetThread {
                 output_paused: false,
                 peer_closed: false,
                 last_read_ns: 0,
-            });
-            self.ready.push_back(token);
-        }
-    }
-
-    /// The process has no descriptor left for a new client: give up the
-    /// spare one, accept the client, refuse it politely, and take the spare
-    /// back. False when even that failed (the client waits in the backlog
-    /// until a descriptor is free).
-    fn refuse_without_descriptors(&mut self) -> bool {
-        let Some(listener) = self.listener.as_ref() else { return false };
-        if self.spare.take().is_none() {
-            tracing::warn!("out of file descriptors and no spare one: clients wait in the backlog");
-            return false;
-        }
-        let refused = match listener.accept() {
-            Ok((mut stream, _)) => {
-                let _ = stream.write(TOO_MANY);
-                bump(&self.shared.net.rejected_connections);
-                true
             }
-            Err(_) => false,
         };
-        self.spare = File::open("/dev/null").ok();
-        refused
+        ready.extend(front.accept(full, || bump(&net.rejected_connections), conn));
     }
 
     fn remove(&mut self, token: Token) {
-        let slot = token.0 - FIRST_CONN;
-        if let Some(c) = self.conns[slot].take() {
+        if let Some(c) = self.front.clients.remove(token) {
             c.shared.forget_waiting();
-            let _ = self.poll.registry().deregister(&mut ClientConnSource(&c.shared));
+            let _ = self.front.poll.registry().deregister(&mut ClientConnSource(&c.shared));
             c.shared.close();
             bump(&self.shared.net.closed_connections);
             self.blocked.retain(|t| *t != token);
             self.ready.retain(|t| *t != token);
-            self.free.push(slot);
         }
     }
 
@@ -380,9 +296,8 @@ impl NetThread {
     }
 
     fn read_conn(&mut self, token: Token) -> Flow {
-        let NetThread { conns, shared, limits, ids, pipeline, scratch, .. } = self;
-        let slot = token.0 - FIRST_CONN;
-        let Some(conn) = conns.get_mut(slot).and_then(Option::as_mut) else { return Flow::Finished };
+        let NetThread { front, shared, limits, ids, pipeline, scratch, .. } = self;
+        let Some(conn) = front.clients.get_mut(token) else { return Flow::Finished };
         let mut reads = 0;
         let mut drained = false;
         loop {
@@ -457,14 +372,12 @@ impl NetThread {
     }
 
     fn begin_shutdown(&mut self) {
-        if let Some(mut l) = self.listener.take() {
-            let _ = self.poll.registry().deregister(&mut l);
-        }
+        self.front.stop_accepting();
     }
 
     fn all_idle(&self) -> bool {
         self.pipeline.as_ref().is_none_or(Pipeline::idle)
-            && self.conns.iter().flatten().all(|c| !c.unqueued && c.shared.idle(c.issued))
+            && self.front.clients.iter().all(|c| !c.unqueued && c.shared.idle(c.issued))
     }
 }
 
@@ -553,13 +466,6 @@ fn parse_all(
             }
         }
     }
-}
-
-/// Whether accepting failed because the process or the system has no file
-/// descriptor left.
-fn is_out_of_descriptors(e: &io::Error) -> bool {
-    matches!(e.raw_os_error(), Some(code) if code == rustix::io::Errno::MFILE.raw_os_error()
-        || code == rustix::io::Errno::NFILE.raw_os_error())
 }
 
 /// Lets the registry deregister a stream that lives inside an `Arc`.

@@ -82,39 +82,6 @@ impl WorkerAcc {
             counters: WorkerCounters::default(),
         }
     }
-
-    /// Adds another accumulator (trace rows are moved, not copied).
-    pub fn merge(&mut self, o: &mut WorkerAcc) {
-        if !o.dirty {
-            return;
-        }
-        self.stages.merge(&mut o.stages);
-        for (a, b) in self.backends.iter_mut().zip(&o.backends) {
-            a.merge(b);
-        }
-        self.counters.add(&o.counters);
-    }
-
-    /// Adds another accumulator without touching its trace rows.
-    pub fn merge_copy(&mut self, o: &WorkerAcc) {
-        let mut c = o.clone();
-        c.trace.clear();
-        self.merge(&mut c);
-    }
-
-    /// Back to empty, keeping allocations.
-    pub fn reset(&mut self) {
-        if !self.dirty {
-            return;
-        }
-        self.stages.reset();
-        for b in &mut self.backends {
-            let mut server = std::mem::take(&mut b.server);
-            server.reset();
-            *b = BackendAcc { server, ..BackendAcc::default() };
-        }
-        self.counters = WorkerCounters::default();
-    }
 }
 
 /// One server's part of a job: one call, from the write to its end.
@@ -228,28 +195,47 @@ pub fn record(acc: &mut WorkerAcc, f: &Finished, facts: &JobFacts, worker: usize
 }
 
 impl Accumulator for WorkerAcc {
-    fn absorb(&mut self, other: &mut Self) {
-        self.merge(other);
+    /// Adds another accumulator (trace rows are moved, not copied).
+    fn absorb(&mut self, o: &mut WorkerAcc) {
+        if !o.dirty {
+            return;
+        }
+        self.stages.merge(&mut o.stages);
+        for (a, b) in self.backends.iter_mut().zip(&o.backends) {
+            a.merge(b);
+        }
+        self.counters.add(&o.counters);
     }
 
+    /// Back to empty, keeping allocations.
     fn clear(&mut self) {
-        self.reset();
+        if !self.dirty {
+            return;
+        }
+        self.stages.reset();
+        for b in &mut self.backends {
+            let mut server = std::mem::take(&mut b.server);
+            server.reset();
+            *b = BackendAcc { server, ..BackendAcc::default() };
+        }
+        self.counters = WorkerCounters::default();
     }
 
     fn is_dirty(&self) -> bool {
         self.dirty
     }
+
+    fn take_trace(&mut self) -> Vec<mwstats::writer::TraceRow> {
+        std::mem::take(&mut self.stages.trace)
+    }
+
+    fn put_trace(&mut self, rows: Vec<mwstats::writer::TraceRow>) {
+        self.stages.trace = rows;
+    }
 }
 
 /// The per-worker accumulators that the stats thread collects.
 pub type Slots = mwstats::slots::Slots<WorkerAcc>;
-
-/// Adds what the workers hold now (not yet collected) to `into`, without trace rows.
-pub fn peek(slots: &Slots, into: &mut WorkerAcc) {
-    for i in 0..slots.len() {
-        into.merge_copy(&slots.lock(i));
-    }
-}
 
 #[cfg(test)]
 mod tests {

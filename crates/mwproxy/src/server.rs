@@ -1,59 +1,46 @@
 //! Starting and stopping a proxy: its threads and nothing else (the state
-//! they share lives in `shared.rs`).
+//! they share lives in `shared.rs`, the shell every middleware has in
+//! `mwserve`).
 
-use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
 use mio::Waker;
+use mwserve::cli::{Service, Stopper};
+use mwserve::config::ServiceConfig;
+use mwserve::listen::Front;
+use mwserve::shell::Shell;
+pub use mwserve::start::StartError;
 
-use crate::config::{Config, ConfigError, Engine};
+use crate::config::{Config, Engine};
 use crate::net::NetThread;
 use crate::pipeline::Pipeline;
 use crate::shared::Shared;
-use crate::telemetry::{open_results, run_stats_thread};
+use crate::windows::run_stats_thread;
 use crate::worker::Worker;
-
-/// Why a proxy could not start.
-#[derive(Debug, thiserror::Error)]
-pub enum StartError {
-    /// The configuration was refused.
-    #[error("invalid configuration: {0}")]
-    Config(#[from] ConfigError),
-    /// The listening socket or a thread could not be set up.
-    #[error("cannot listen on {addr}: {source}")]
-    Listen {
-        /// The address.
-        addr: String,
-        /// The cause.
-        source: std::io::Error,
-    },
-    /// The results directory could not be created.
-    #[error("cannot write results into {0:?}: {1}")]
-    Results(String, std::io::Error),
-    /// The process may not open enough files.
-    #[error("{0}")]
-    Descriptors(String),
-    /// Another set-up step failed.
-    #[error("start-up failed: {0}")]
-    Io(#[from] std::io::Error),
-}
 
 /// A running proxy.
 pub struct Proxy {
-    addr: SocketAddr,
+    shell: Shell,
     shared: Arc<Shared>,
     wakers: Vec<Arc<Waker>>,
     net_threads: Vec<JoinHandle<()>>,
     workers: Vec<JoinHandle<()>>,
-    stats_thread: Option<JoinHandle<()>>,
-    admin: Option<crate::admin::Admin>,
 }
 
 impl Proxy {
-    /// Validates `config`, binds the listening address and starts the threads.
-    pub fn start(config: Config) -> Result<Proxy, StartError> {
+    /// Asks the proxy to stop (what [`Service::stopper`] does).
+    pub fn shutdown(&self) {
+        self.stopper().stop();
+    }
+}
+
+impl Service for Proxy {
+    const NAME: &'static str = "mwproxy";
+    type Config = Config;
+
+    fn start(config: Config) -> Result<Proxy, StartError> {
         config.validate()?;
         let fds = crate::fdlimit::raise_and_plan(&config).map_err(StartError::Descriptors)?;
         if fds.max_connections < config.proxy.max_connections {
@@ -67,25 +54,13 @@ impl Proxy {
             );
         }
         let addrs = config.routing.servers.iter().map(crate::config::resolve).collect::<Result<Vec<_>, _>>()?;
-        let listen = config.proxy.listen.clone();
-        let std_listener = mwserve::process::bind_listener(&listen)
-            .map_err(|source| StartError::Listen { addr: listen.clone(), source })?;
-        std_listener.set_nonblocking(true)?;
-        let addr = std_listener.local_addr()?;
-        let results = open_results(config.stats.out.as_deref(), config.stats.trace_every)
-            .map_err(|e| StartError::Results(config.stats.out.clone().unwrap_or_default(), e))?;
+        let (std_listener, addr) = mwserve::listen::bind(&config.proxy.listen)?;
+        let results = mwserve::results::open_results(&config.stats)?;
         let shared = Arc::new(Shared::new(config, addrs, fds.max_connections));
-        let admin = match shared.config.stats.admin_addr() {
-            Some(a) => Some(
-                crate::admin::Admin::start(&a, shared.clone())
-                    .map_err(|source| StartError::Listen { addr: a, source })?,
-            ),
-            None => None,
-        };
+        let handler = crate::admin::handler(shared.clone());
         let stats_shared = shared.clone();
-        let stats_thread = Some(
-            std::thread::Builder::new().name("stats".into()).spawn(move || run_stats_thread(stats_shared, results))?,
-        );
+        let stats = move || run_stats_thread(stats_shared, results);
+        let shell = Shell::start(addr, &shared.config.stats, crate::admin::PATHS, handler, stats)?;
         let p = &shared.config.proxy;
         let (workers_n, loops, name) = match p.engine {
             Engine::Pool => (p.workers, p.net_threads, "net"),
@@ -99,40 +74,31 @@ impl Proxy {
         let mut wakers = Vec::new();
         let mut net_threads = Vec::new();
         for id in 0..loops {
-            let (poll, waker) = NetThread::poll_with_waker()?;
-            let listener = mio::net::TcpListener::from_std(std_listener.try_clone()?);
+            let (front, waker) = Front::new(std_listener.try_clone()?, crate::net::TOO_MANY)?;
             let pipeline = (p.engine == Engine::Async).then(|| Pipeline::new(id, shared.clone()));
-            let net = NetThread::new(id, poll, listener, shared.clone(), pipeline)?;
+            let net = NetThread::new(id, front, shared.clone(), pipeline);
             wakers.push(waker);
             net_threads.push(std::thread::Builder::new().name(format!("{name}-{id}")).spawn(move || net.run())?);
         }
         tracing::info!(%addr, engine = p.engine.name(), threads = loops.max(workers_n), "mwproxy listening");
-        Ok(Proxy { addr, shared, wakers, net_threads, workers, stats_thread, admin })
+        Ok(Proxy { shell, shared, wakers, net_threads, workers })
     }
 
-    /// The address clients connect to (useful with port 0).
-    pub fn local_addr(&self) -> SocketAddr {
-        self.addr
+    fn shell(&self) -> &Shell {
+        &self.shell
     }
 
-    /// Asks the proxy to stop: no new connections, in-flight requests finish.
-    pub fn shutdown(&self) {
-        self.stopper().stop();
+    fn stopper(&self) -> Stopper {
+        let (shared, wakers) = (self.shared.clone(), self.wakers.clone());
+        Stopper::new(move || {
+            shared.stopping.store(true, Ordering::Relaxed);
+            for w in &wakers {
+                let _ = w.wake();
+            }
+        })
     }
 
-    /// A handle that can ask the proxy to stop from another thread (signals).
-    pub fn stopper(&self) -> Stopper {
-        Stopper { shared: self.shared.clone(), wakers: self.wakers.clone() }
-    }
-
-    /// The admin endpoint's address, when it is on.
-    pub fn admin_addr(&self) -> Option<SocketAddr> {
-        self.admin.as_ref().map(|a| a.local_addr())
-    }
-
-    /// Waits until every thread has finished (after [`Proxy::shutdown`]);
-    /// the last window and summary.json are written once the workers are done.
-    pub fn join(mut self) {
+    fn join(mut self) {
         for t in self.net_threads.drain(..) {
             let _ = t.join();
         }
@@ -140,29 +106,6 @@ impl Proxy {
         for t in self.workers.drain(..) {
             let _ = t.join();
         }
-        self.shared.telemetry.stop();
-        if let Some(t) = self.stats_thread.take() {
-            let _ = t.join();
-        }
-        if let Some(a) = self.admin.take() {
-            a.stop();
-        }
-    }
-}
-
-/// Stops a proxy from another thread.
-#[derive(Clone)]
-pub struct Stopper {
-    shared: Arc<Shared>,
-    wakers: Vec<Arc<Waker>>,
-}
-
-impl Stopper {
-    /// Same as [`Proxy::shutdown`].
-    pub fn stop(&self) {
-        self.shared.stopping.store(true, Ordering::Relaxed);
-        for w in &self.wakers {
-            let _ = w.wake();
-        }
+        self.shell.finish(|| self.shared.telemetry.stop());
     }
 }

@@ -1,6 +1,7 @@
 //! The `mwproxy` binary as a user runs it: flags, configuration errors,
 //! `--print-config`, and a clean stop on SIGTERM that finishes in-flight requests.
 
+use mwproxy::ServiceConfig;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 

@@ -7,6 +7,7 @@
 
 mod common;
 
+use mwproxy::Service;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};

@@ -6,6 +6,7 @@
 
 mod common;
 
+use mwproxy::Service;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 

@@ -5,6 +5,7 @@
 
 mod common;
 
+use mwproxy::Service;
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpStream;
 use std::process::{Child, Command, Stdio};

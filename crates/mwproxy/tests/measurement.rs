@@ -3,8 +3,9 @@
 
 mod common;
 
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use mctest::http_get;
+use mwproxy::Service;
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -181,15 +182,6 @@ fn queue_time_is_near_zero_alone_and_grows_when_clients_outnumber_workers() {
     assert!(crowded_len > alone_len, "queue length grows: {crowded_len} vs {alone_len}");
 }
 
-fn http_get(addr: SocketAddr, path: &str) -> (String, String) {
-    let mut s = TcpStream::connect(addr).unwrap();
-    write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
-    let mut text = String::new();
-    s.read_to_string(&mut text).unwrap();
-    let (head, body) = text.split_once("\r\n\r\n").unwrap();
-    (head.lines().next().unwrap().to_string(), body.to_string())
-}
-
 fn metric(page: &str, sample: &str) -> f64 {
     page.lines()
         .find_map(|l| l.strip_prefix(sample).and_then(|r| r.strip_prefix(' ')))
@@ -231,4 +223,24 @@ fn admin_endpoint_serves_metrics_stats_and_health() {
     }
     assert_eq!(metric(&page, "mwproxy_connections_accepted_total") as u64, 1);
     std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn healthz_answers_503_while_no_server_can_be_used() {
+    let mut servers = common::servers(2);
+    let proxy = common::proxy(&servers, |c| c.stats.admin = Some("127.0.0.1:0".into()));
+    let admin = proxy.admin_addr().unwrap();
+    let (status, health) = http_get(admin, "/healthz");
+    assert!(status.contains("200") && health.contains("servers 2 down 0"), "{status} {health}");
+    servers.iter_mut().for_each(|s| s.stop());
+    let mut c = common::client(&proxy);
+    for k in 0..16 {
+        let reply = c.call_str(&format!("get k{k}\r\n")).unwrap();
+        assert!(reply.starts_with("SERVER_ERROR"), "{reply}");
+    }
+    let (status, health) = http_get(admin, "/healthz");
+    assert!(status.contains("503") && health.starts_with("unavailable"), "{status} {health}");
+    assert!(health.contains("servers 2 down 2"), "{health}");
+    drop(c);
+    common::stop(proxy);
 }

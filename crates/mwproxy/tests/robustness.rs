@@ -3,6 +3,7 @@
 
 mod common;
 
+use mwproxy::Service;
 use std::collections::HashMap;
 use std::io::Write;
 use std::net::TcpStream;

@@ -10,8 +10,31 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-/// A page: content type and body.
-pub type Page = (&'static str, String);
+use crate::config::StatsConfig;
+use crate::start::StartError;
+
+/// A page: status, content type and body.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Page {
+    /// HTTP status code (200, 503, ...).
+    pub status: u16,
+    /// Content type.
+    pub content_type: &'static str,
+    /// Body.
+    pub body: String,
+}
+
+impl Page {
+    /// A `200 OK` page.
+    pub fn ok(content_type: &'static str, body: String) -> Page {
+        Page { status: 200, content_type, body }
+    }
+
+    /// A plain-text page with `status` (`503` when a health check fails).
+    pub fn text(status: u16, body: String) -> Page {
+        Page { status, content_type: "text/plain", body }
+    }
+}
 
 /// What the endpoint serves: the page of a path, or `None` for "not found".
 pub type Handler = Arc<dyn Fn(&str) -> Option<Page> + Send + Sync>;
@@ -27,6 +50,18 @@ pub struct HttpEndpoint {
 }
 
 impl HttpEndpoint {
+    /// Starts the endpoint `stats` asks for (`--admin`), if any: binds it
+    /// and serves `handler` on a new thread; `paths` are listed in the answer
+    /// to an unknown path.
+    pub fn start_for(
+        stats: &StatsConfig,
+        paths: &'static [&'static str],
+        handler: Handler,
+    ) -> Result<Option<HttpEndpoint>, StartError> {
+        let Some(addr) = stats.admin_addr() else { return Ok(None) };
+        HttpEndpoint::start(&addr, paths, handler).map(Some).map_err(|source| StartError::Listen { addr, source })
+    }
+
     /// Binds `addr` and serves `handler` on a new thread; `paths` are listed
     /// in the answer to an unknown path.
     pub fn start(addr: &str, paths: &'static [&'static str], handler: Handler) -> io::Result<HttpEndpoint> {
@@ -83,20 +118,31 @@ fn serve(mut stream: TcpStream, paths: &[&str], handler: &Handler) -> io::Result
     let mut parts = line.split_whitespace();
     let (method, path) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
     let path = path.split('?').next().unwrap_or("");
-    let (status, ctype, body) = if method != "GET" {
-        ("405 Method Not Allowed", "text/plain", "only GET\n".to_string())
+    let page = if method != "GET" {
+        Page::text(405, "only GET\n".to_string())
     } else {
-        match handler(path) {
-            Some((ctype, body)) => ("200 OK", ctype, body),
-            None => ("404 Not Found", "text/plain", format!("not found: try {}\n", paths.join(", "))),
-        }
+        handler(path).unwrap_or_else(|| Page::text(404, format!("not found: try {}\n", paths.join(", "))))
     };
     let head = format!(
-        "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-        body.len()
+        "HTTP/1.1 {} {}\r\nContent-Type: {}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        page.status,
+        reason(page.status),
+        page.content_type,
+        page.body.len()
     );
     stream.write_all(head.as_bytes())?;
-    stream.write_all(body.as_bytes())
+    stream.write_all(page.body.as_bytes())
+}
+
+/// The reason phrase of the status codes an admin endpoint answers with.
+fn reason(status: u16) -> &'static str {
+    match status {
+        200 => "OK",
+        404 => "Not Found",
+        405 => "Method Not Allowed",
+        503 => "Service Unavailable",
+        _ => "Status",
+    }
 }
 
 #[cfg(test)]
@@ -113,12 +159,17 @@ mod tests {
 
     #[test]
     fn serves_pages_and_refuses_the_rest() {
-        let handler: Handler = Arc::new(|p| (p == "/healthz").then(|| ("text/plain", "ok\n".to_string())));
+        let handler: Handler = Arc::new(|p| match p {
+            "/healthz" => Some(Page::text(200, "ok\n".to_string())),
+            "/down" => Some(Page::text(503, "down\n".to_string())),
+            _ => None,
+        });
         let e = HttpEndpoint::start("127.0.0.1:0", &["/healthz"], handler).unwrap();
         let a = e.local_addr();
         let ok = get(a, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n");
         assert!(ok.starts_with("HTTP/1.1 200 OK") && ok.ends_with("\r\n\r\nok\n"), "{ok}");
         assert!(get(a, "GET /nope HTTP/1.1\r\n\r\n").contains("404 Not Found"));
+        assert!(get(a, "GET /down HTTP/1.1\r\n\r\n").starts_with("HTTP/1.1 503 Service Unavailable"));
         assert!(get(a, "POST /healthz HTTP/1.1\r\n\r\n").contains("405"));
         e.stop();
     }

@@ -1,12 +1,28 @@
-//! `mwserve`: the parts of a middleware process that do not depend on its
-//! protocol, shared by mwproxy (memcached) and mwmq (RESP over PostgreSQL).
+//! `mwserve`: the server shell both middlewares share — mwproxy (memcached)
+//! and mwmq (RESP over PostgreSQL) — so that what a server needs besides its
+//! protocol is written once.
 //!
+//! - [`cli`]: the flags every middleware has, and its `main` ([`cli::serve`]);
+//! - [`config`]: configuration files (unknown keys refused), the `[stats]`
+//!   section, [`config::ConfigError`];
+//! - [`start`]: why a middleware could not start;
+//! - [`listen`]: binding, accepting and refusing clients (over the
+//!   connection limit, or without file descriptors);
 //! - [`queue`]: the bounded, fair request queue between net threads and workers;
 //! - [`fdlimit`]: raising the open-file limit and working out how many clients fit;
 //! - [`http`]: the small blocking HTTP admin endpoint (`/metrics`, `/stats`, `/healthz`);
-//! - [`process`]: logging set-up, stopping on SIGTERM/SIGINT, size and boolean flags.
+//! - [`results`]: the stats thread's window loop and the results directory;
+//! - [`shell`]: what a running middleware has besides its own threads
+//!   (address, stats thread, admin endpoint);
+//! - [`process`]: logging, stopping on SIGTERM/SIGINT, size and boolean flags.
 
+pub mod cli;
+pub mod config;
 pub mod fdlimit;
 pub mod http;
+pub mod listen;
 pub mod process;
 pub mod queue;
+pub mod results;
+pub mod shell;
+pub mod start;

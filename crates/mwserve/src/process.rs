@@ -1,4 +1,4 @@
-//! What every middleware binary does around its work: logging, stopping on
+//! What every middleware process does around its work: logging, stopping on
 //! SIGTERM or SIGINT, and the command line's sizes and booleans.
 
 /// Logs to standard error with `filter` (`error`, `warn`, `info`, `debug`,
@@ -12,7 +12,7 @@ pub fn init_logging(filter: Option<&str>) {
 }
 
 /// Calls `stop` (on a thread of its own) when SIGTERM or SIGINT arrives.
-pub fn stop_on_signals(stop: impl FnOnce() + Send + 'static) -> std::io::Result<()> {
+pub fn stop_on_signals(stop: Box<dyn FnOnce() + Send>) -> std::io::Result<()> {
     use signal_hook::consts::{SIGINT, SIGTERM};
     let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT])?;
     std::thread::Builder::new().name("signals".into()).spawn(move || {
@@ -50,29 +50,6 @@ pub fn parse_bool(s: &str) -> Result<bool, String> {
     }
 }
 
-/// An admin address with a bare port expanded to loopback.
-pub fn admin_addr(a: &str) -> String {
-    if a.parse::<u16>().is_ok() {
-        format!("127.0.0.1:{a}")
-    } else {
-        a.to_string()
-    }
-}
-
-/// Connections the kernel completes before the net thread accepts them
-/// (std's listeners take 128: a burst of connecting clients overflows it, and
-/// each SYN dropped costs its client a second before retrying).
-pub const LISTEN_BACKLOG: i32 = 1024;
-
-/// A listening socket on `addr` with a backlog of [`LISTEN_BACKLOG`] (capped by
-/// the kernel's `net.core.somaxconn`).
-pub fn bind_listener(addr: &str) -> std::io::Result<std::net::TcpListener> {
-    let l = std::net::TcpListener::bind(addr)?;
-    // Listening again on a listening socket changes its backlog.
-    rustix::net::listen(&l, LISTEN_BACKLOG)?;
-    Ok(l)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -85,7 +62,5 @@ mod tests {
         assert!(parse_size("12q").is_err());
         assert_eq!(parse_bool("Yes"), Ok(true));
         assert!(parse_bool("maybe").is_err());
-        assert_eq!(admin_addr("9100"), "127.0.0.1:9100");
-        assert_eq!(admin_addr("0.0.0.0:9100"), "0.0.0.0:9100");
     }
 }

@@ -11,6 +11,8 @@ use std::sync::{Mutex, MutexGuard, TryLockError};
 
 use crossbeam_utils::CachePadded;
 
+use crate::writer::TraceRow;
+
 /// Something that can be filled, merged and emptied.
 pub trait Accumulator: Send {
     /// Adds `other` into `self` (and may take things out of `other`, e.g. trace rows).
@@ -19,6 +21,12 @@ pub trait Accumulator: Send {
     fn clear(&mut self);
     /// Whether anything was recorded since the last clear.
     fn is_dirty(&self) -> bool;
+    /// The sampled requests it holds, if it keeps any (taken out).
+    fn take_trace(&mut self) -> Vec<TraceRow> {
+        Vec::new()
+    }
+    /// Puts sampled requests back (after [`Accumulator::take_trace`]).
+    fn put_trace(&mut self, _rows: Vec<TraceRow>) {}
 }
 
 /// One accumulator per measuring thread.
@@ -68,6 +76,30 @@ impl<A: Accumulator> Slots<A> {
                 spare.clear();
             }
         }
+    }
+}
+
+impl<A: Accumulator + Clone> Slots<A> {
+    /// Adds what the slots hold now (not yet collected) to `into`, without
+    /// their trace rows, leaving the slots as they are.
+    pub fn peek(&self, into: &mut A) {
+        for i in 0..self.len() {
+            let mut c = self.lock(i).clone();
+            c.take_trace();
+            into.absorb(&mut c);
+        }
+    }
+}
+
+impl<A: Accumulator> Slots<A> {
+    /// Closes a window: collects every slot into `window` and adds it to the
+    /// run's `total` as well; the sampled requests stay in `window` only (they
+    /// go to trace.csv once, and the totals do not grow with them).
+    pub fn close_window(&self, spares: &mut [A], window: &mut A, total: &mut A) {
+        self.collect(spares, window);
+        let trace = window.take_trace();
+        total.absorb(window);
+        window.put_trace(trace);
     }
 }
 

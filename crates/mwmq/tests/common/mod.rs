@@ -3,6 +3,7 @@
 
 #![allow(dead_code)]
 
+use mwmq::Service;
 use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};

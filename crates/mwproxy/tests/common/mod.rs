@@ -3,6 +3,7 @@
 
 #![allow(dead_code)]
 
+use mwproxy::Service;
 use std::time::Duration;
 
 use mctest::{Client, Memcached};

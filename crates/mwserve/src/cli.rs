@@ -1,0 +1,265 @@
+//! The command line every middleware shares (flattened into each one's own
+//! flags) and what its `main` does with it: read the configuration, print it
+//! or start, stop cleanly on SIGTERM or SIGINT.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Parser;
+
+use crate::config::{Common, ConfigError, ServiceConfig};
+use crate::process::{init_logging, stop_on_signals};
+use crate::start::StartError;
+
+/// The flags every middleware has.
+#[derive(clap::Args, Debug, Default, Clone)]
+pub struct ServerArgs {
+    /// TOML configuration file; flags given here override it.
+    #[arg(short = 'c', long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Address to listen on, host:port.
+    #[arg(long, value_name = "ADDR")]
+    pub listen: Option<String>,
+    /// Worker threads.
+    #[arg(short = 't', long, value_name = "N")]
+    pub workers: Option<usize>,
+    /// Request queue capacity; when full, clients are not read.
+    #[arg(long, value_name = "N")]
+    pub queue_capacity: Option<usize>,
+    /// Client connections served at once; more are refused with the protocol's error.
+    #[arg(long, value_name = "N")]
+    pub max_connections: Option<usize>,
+    /// Write windows.jsonl, summary.json and trace.csv into this directory.
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<String>,
+    /// Window length in ms; windows start at wall-clock multiples [default: 1000].
+    #[arg(long, value_name = "MS")]
+    pub window_ms: Option<u64>,
+    /// Trace every k-th request into trace.csv, 0 = off [default: 100].
+    #[arg(long, value_name = "K")]
+    pub trace_every: Option<u64>,
+    /// HTTP admin endpoint (/metrics, /stats, /healthz): host:port or a port on 127.0.0.1.
+    #[arg(long, value_name = "ADDR")]
+    pub admin: Option<String>,
+    /// Name of this process in results files.
+    #[arg(long, value_name = "NAME")]
+    pub instance: Option<String>,
+    /// Print the effective configuration as TOML and exit.
+    #[arg(long)]
+    pub print_config: bool,
+    /// Log filter (error, warn, info, debug, trace) [default: info, or RUST_LOG].
+    #[arg(long, value_name = "FILTER")]
+    pub log: Option<String>,
+}
+
+impl ServerArgs {
+    /// The configuration file named by `--config`, or the defaults, with
+    /// these flags applied.
+    pub fn load<C: ServiceConfig>(&self) -> Result<C, ConfigError> {
+        let mut section = toml::Table::new();
+        let put = |t: &mut toml::Table, k: &str, v: Option<toml::Value>| {
+            if let Some(v) = v {
+                t.insert(k.into(), v);
+            }
+        };
+        let int = |n: Option<usize>| n.map(|n| toml::Value::Integer(n as i64));
+        put(&mut section, "listen", self.listen.clone().map(toml::Value::String));
+        put(&mut section, "workers", int(self.workers));
+        put(&mut section, "queue_capacity", int(self.queue_capacity));
+        put(&mut section, "max_connections", int(self.max_connections));
+        let mut stats = toml::Table::new();
+        put(&mut stats, "out", self.out.clone().map(toml::Value::String));
+        put(&mut stats, "window_ms", self.window_ms.map(|n| toml::Value::Integer(n as i64)));
+        put(&mut stats, "trace_every", self.trace_every.map(|n| toml::Value::Integer(n as i64)));
+        put(&mut stats, "admin", self.admin.clone().map(toml::Value::String));
+        put(&mut stats, "instance", self.instance.clone().map(toml::Value::String));
+        let mut overlay = toml::Table::new();
+        for (name, t) in [(C::SECTION, section), ("stats", stats)] {
+            if !t.is_empty() {
+                overlay.insert(name.into(), toml::Value::Table(t));
+            }
+        }
+        C::load(self.config.as_deref(), overlay)
+    }
+}
+
+/// Sets `field` when the flag was given.
+pub fn set<T: Copy>(field: &mut T, flag: Option<T>) {
+    if let Some(v) = flag {
+        *field = v;
+    }
+}
+
+/// Parses the command line `P` of the middleware configured by `C`; the
+/// shared flags' help shows `C`'s defaults.
+pub fn parse<P: Parser, C: ServiceConfig>() -> P {
+    let d = Common::of(&C::default()).expect("the defaults are a configuration");
+    let shown = [
+        ("listen", d.listen.clone()),
+        ("workers", d.workers.to_string()),
+        ("queue_capacity", d.queue_capacity.to_string()),
+        ("max_connections", d.max_connections.to_string()),
+        ("instance", C::INSTANCE.to_string()),
+    ];
+    let mut command = P::command();
+    for (id, value) in shown {
+        command = command.mut_arg(id, |a| {
+            let help = a.get_help().map(ToString::to_string).unwrap_or_default();
+            a.help(format!("{help} [default: {value}]"))
+        });
+    }
+    P::from_arg_matches(&command.get_matches()).unwrap_or_else(|e| e.exit())
+}
+
+/// A running middleware, as its `main` and its tests drive it.
+pub trait Service: Sized {
+    /// The program's name, for messages.
+    const NAME: &'static str;
+    /// Its configuration.
+    type Config: ServiceConfig;
+    /// Validates `config`, binds the listening address and starts the threads.
+    fn start(config: Self::Config) -> Result<Self, StartError>;
+    /// Its address, stats thread and admin endpoint.
+    fn shell(&self) -> &crate::shell::Shell;
+    /// The address clients connect to (useful with port 0).
+    fn local_addr(&self) -> std::net::SocketAddr {
+        self.shell().addr()
+    }
+    /// The admin endpoint's address, when it is on.
+    fn admin_addr(&self) -> Option<std::net::SocketAddr> {
+        self.shell().admin_addr()
+    }
+    /// What asks it to stop from another thread (a signal): no new
+    /// connections, in-flight requests finish.
+    fn stopper(&self) -> Stopper;
+    /// Waits until every thread has finished (after a stop); the last
+    /// window and summary.json are written by then.
+    fn join(self);
+}
+
+/// Asks a running middleware to stop, from any thread.
+#[derive(Clone)]
+pub struct Stopper(std::sync::Arc<dyn Fn() + Send + Sync>);
+
+impl Stopper {
+    /// A stopper that calls `stop`.
+    pub fn new(stop: impl Fn() + Send + Sync + 'static) -> Stopper {
+        Stopper(std::sync::Arc::new(stop))
+    }
+
+    /// Asks the middleware to stop (it may be asked more than once).
+    pub fn stop(&self) {
+        (self.0)()
+    }
+}
+
+/// A middleware's `main`: logging, the configuration (exit status 2 when it
+/// is refused), `--print-config`, start (exit status 1 when it fails), stop
+/// on SIGTERM or SIGINT once in-flight requests are answered.
+pub fn serve<S: Service>(args: &ServerArgs, config: Result<S::Config, ConfigError>) -> ExitCode {
+    init_logging(args.log.as_deref());
+    let config = match config.and_then(|c| c.validate().map(|_| c)) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("{}: {e}", S::NAME);
+            return ExitCode::from(2);
+        }
+    };
+    if args.print_config {
+        print!("{}", config.to_toml());
+        return ExitCode::SUCCESS;
+    }
+    let service = match S::start(config) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("{}: {e}", S::NAME);
+            return ExitCode::from(1);
+        }
+    };
+    let stopper = service.stopper();
+    if let Err(e) = stop_on_signals(Box::new(move || stopper.stop())) {
+        eprintln!("{}: cannot install signal handlers: {e}", S::NAME);
+        return ExitCode::from(1);
+    }
+    service.join();
+    tracing::info!("stopped");
+    ExitCode::SUCCESS
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::StatsConfig;
+
+    #[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+    #[serde(deny_unknown_fields, default)]
+    struct TestConfig {
+        server: Section,
+        stats: StatsConfig,
+    }
+
+    #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+    #[serde(deny_unknown_fields, default)]
+    struct Section {
+        listen: String,
+        workers: usize,
+        queue_capacity: usize,
+        max_connections: usize,
+    }
+
+    impl Default for Section {
+        fn default() -> Self {
+            Section { listen: "127.0.0.1:1".into(), workers: 8, queue_capacity: 16, max_connections: 32 }
+        }
+    }
+
+    impl ServiceConfig for TestConfig {
+        const INSTANCE: &'static str = "t0";
+        const SECTION: &'static str = "server";
+        fn check(&self) -> Result<(), ConfigError> {
+            Ok(())
+        }
+    }
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        server: ServerArgs,
+    }
+
+    #[test]
+    fn flags_override_the_file_and_unknown_keys_are_refused() {
+        let dir = std::env::temp_dir().join(format!("mwserve-cli-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("c.toml");
+        std::fs::write(&path, "[server]\nworkers = 3\nqueue_capacity = 4\n[stats]\nwindow_ms = 500\n").unwrap();
+        let p = path.to_str().unwrap();
+        let args = ["x", "-c", p, "-t", "5", "--listen", "0.0.0.0:9", "--out", "/tmp/r", "--instance", "a"];
+        let c: TestConfig = Cli::parse_from(args).server.load().unwrap();
+        let s = &c.server;
+        assert_eq!((s.workers, s.queue_capacity, s.max_connections), (5, 4, 32));
+        assert_eq!((s.listen.as_str(), c.stats.window_ms, c.stats.out.as_deref()), ("0.0.0.0:9", 500, Some("/tmp/r")));
+        assert_eq!(c.stats.instance_or(TestConfig::INSTANCE), "a");
+        std::fs::write(&path, "[server]\nworker = 3\n").unwrap();
+        let e = Cli::parse_from(["x", "-c", p]).server.load::<TestConfig>().unwrap_err();
+        assert!(e.0.contains("unknown field `worker`"), "{e}");
+        let e = Cli::parse_from(["x", "-c", "/nonexistent.toml"]).server.load::<TestConfig>().unwrap_err();
+        assert!(e.0.contains("cannot read /nonexistent.toml"), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn the_common_settings_are_checked() {
+        assert!(TestConfig::default().validate().is_ok());
+        let with = |f: fn(&mut Section)| {
+            let mut c = TestConfig::default();
+            f(&mut c.server);
+            c.validate().unwrap_err().0
+        };
+        assert!(with(|s| s.workers = 0).contains("workers"));
+        assert!(with(|s| s.listen = "nowhere".into()).contains("listen address"));
+        assert!(with(|s| s.max_connections = 0).contains("max_connections"));
+        let c = TestConfig { stats: StatsConfig { window_ms: 1, ..StatsConfig::default() }, ..TestConfig::default() };
+        assert!(c.validate().unwrap_err().0.contains("window_ms"));
+    }
+}
