@@ -151,3 +151,19 @@ impl Accumulator for ClientAcc {
         self.dirty
     }
 }
+
+/// Connections lost during a run, and how many of them came back.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Connections {
+    /// Losses (a connection lost twice counts twice).
+    pub lost: u64,
+    /// Losses repaired by reconnecting (`--reconnect`).
+    pub reconnected: u64,
+}
+
+impl Connections {
+    /// Connections still down at the end (or given up).
+    pub fn down(&self) -> u64 {
+        self.lost.saturating_sub(self.reconnected)
+    }
+}

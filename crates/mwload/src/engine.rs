@@ -78,8 +78,8 @@ pub struct Shared {
 
 impl Shared {
     /// Connections lost and re-established so far.
-    pub fn connections(&self) -> crate::run::Connections {
-        crate::run::Connections {
+    pub fn connections(&self) -> crate::acc::Connections {
+        crate::acc::Connections {
             lost: self.lost.load(Ordering::Relaxed),
             reconnected: self.reconnected.load(Ordering::Relaxed),
         }

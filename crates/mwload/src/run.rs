@@ -19,7 +19,7 @@ use mwstats::window::{next_boundary, sleep_until};
 use mwstats::writer::ResultsWriter;
 use mwstats::{Metadata, MqOp, OpClass, OpKind, WindowRecord};
 
-use crate::acc::ClientAcc;
+use crate::acc::{ClientAcc, Connections};
 use crate::config::{Mode, RunConfig, Think};
 use crate::engine::{prefill, run_thread, Shared};
 
@@ -31,22 +31,6 @@ pub struct Outcome {
     pub seconds: f64,
     /// Connections lost and re-established.
     pub connections: Connections,
-}
-
-/// Connections lost during a run, and how many of them came back.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Connections {
-    /// Losses (a connection lost twice counts twice).
-    pub lost: u64,
-    /// Losses repaired by reconnecting (`--reconnect`).
-    pub reconnected: u64,
-}
-
-impl Connections {
-    /// Connections still down at the end (or given up).
-    pub fn down(&self) -> u64 {
-        self.lost.saturating_sub(self.reconnected)
-    }
 }
 
 /// The phase schedule of a run, in wall-clock milliseconds.
