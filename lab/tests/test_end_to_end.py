@@ -86,7 +86,7 @@ def test_client_and_middleware_agree_and_the_law_holds(result: Path):
 
 
 def test_the_model_files_and_a_bottleneck_that_agrees_with_the_measurements(result: Path):
-    from mwlab.analysis import factor_columns, read_experiment
+    from mwlab.analysis import read_experiment
     from mwlab.fit import bottleneck_agrees, fit_experiment
 
     summary, aggregate = summarize(result)
@@ -101,7 +101,7 @@ def test_the_model_files_and_a_bottleneck_that_agrees_with_the_measurements(resu
     )
     assert (util["demand_us"] > 0).all()
     meta = read_experiment(result)
-    fit = fit_experiment(aggregate, list(factor_columns(meta["factors"])), meta["settings"])
+    fit = fit_experiment(aggregate, meta.columns, meta.settings)
     for p in fit.points:
         assert bottleneck_agrees(p), (p.point, p.bottleneck, [(d.name, d.u_measured) for d in p.devices])
 

@@ -18,6 +18,10 @@ from mwlab.fit import (
 )
 from mwlab.models.laws import Center
 from mwlab.models.mva import mva
+from mwlab.spec import Settings, Topology
+
+# One middleware in front of the servers (the synthetic rows have no nmw column).
+ONE_MW = Settings(topology=Topology(middlewares=1))
 
 CPU_US, WORKER_US, DELAY_US, CORES = 40.0, 150.0, 25.0, 2
 
@@ -69,7 +73,7 @@ def sweep(workers: int, **kw) -> pd.DataFrame:
 
 def test_the_delay_is_recovered_and_every_point_is_predicted():
     agg = sweep(16)
-    fit = fit_experiment(agg, ["vcli", "tmw"], {})
+    fit = fit_experiment(agg, ["vcli", "tmw"], ONE_MW)
     assert fit is not None
     assert fit.delay_us == pytest.approx(DELAY_US, rel=0.02)
     table = model_table(fit)
@@ -87,7 +91,7 @@ def test_the_delay_is_recovered_and_every_point_is_predicted():
 
 
 def test_a_cpu_bound_sweep_names_the_cpu_and_agrees_with_the_measured_utilisation():
-    fit = fit_experiment(sweep(16), ["vcli", "tmw"], {})
+    fit = fit_experiment(sweep(16), ["vcli", "tmw"], ONE_MW)
     last = fit.points[-1]
     assert last.bottleneck == "host CPU"
     assert bottleneck_agrees(last)
@@ -99,7 +103,7 @@ def test_a_cpu_bound_sweep_names_the_cpu_and_agrees_with_the_measured_utilisatio
 
 
 def test_a_small_worker_pool_is_named_instead():
-    fit = fit_experiment(sweep(2), ["vcli", "tmw"], {})
+    fit = fit_experiment(sweep(2), ["vcli", "tmw"], ONE_MW)
     assert fit.points[-1].bottleneck == "workers"
     assert bottleneck_agrees(fit.points[-1])
 
@@ -107,7 +111,7 @@ def test_a_small_worker_pool_is_named_instead():
 def test_two_identical_servers_are_never_the_bottleneck_alone():
     # CPU and workers plentiful, two single-threaded servers at 60 us each.
     agg = pd.DataFrame([measured(8, 64, cpu_us=10.0, server_us=(60.0, 60.0))])
-    fit = fit_experiment(agg, ["vcli", "tmw"], {})
+    fit = fit_experiment(agg, ["vcli", "tmw"], ONE_MW)
     assert fit.points[0].bottleneck == "server 0 = server 1"
 
 
@@ -115,21 +119,21 @@ def test_fitting_the_delay_on_noisy_points_stays_near_the_truth():
     rows = [pd.Series(measured(n, 16)) for n in (1, 2, 4)]
     for i, r in enumerate(rows):
         r["client_rt_mean_us"] *= 1 + (0.03 if i % 2 else -0.03)
-    assert fit_delay(rows, {}) == pytest.approx(DELAY_US, abs=12)
+    assert fit_delay(rows, ONE_MW) == pytest.approx(DELAY_US, abs=12)
 
 
 def test_single_queue_views_use_the_service_time_and_say_unstable():
     agg = sweep(4)
     agg["mw_queue_len"] = 1.0
     agg["mw_queue_us"] = 50.0
-    qv = queue_views(agg, {})
+    qv = queue_views(agg, ONE_MW)
     assert len(qv) == 6
     first = qv.iloc[0]
     assert first["ρ"] == pytest.approx(first["arrival rate (/s)"] * WORKER_US * 1e-6 / 4)
     assert isinstance(first["M/M/m waiting error"], float)
     overload = agg.iloc[[-1]].copy()
     overload["mw_tput"] = 4 / (WORKER_US * 1e-6) * 1.01
-    assert queue_views(overload, {}).iloc[0]["M/M/m waiting (us)"] == "unstable"
+    assert queue_views(overload, ONE_MW).iloc[0]["M/M/m waiting (us)"] == "unstable"
 
 
 def test_factorial_fit_needs_two_levels_and_repetitions():
@@ -166,7 +170,7 @@ def test_each_engine_gets_its_own_devices_and_delay():
         return row
 
     rows = [point(e, n, 60.0, 12.0) for e in ("pool", "async") for n in (1, 2, 4, 8)]
-    fit = fit_experiment(pd.DataFrame(rows), ["engine", "vcli"], {"topology.middlewares": 1})
+    fit = fit_experiment(pd.DataFrame(rows), ["engine", "vcli"], ONE_MW)
     assert fit is not None and set(fit.delays) == {"pool", "async"}
     assert fit.delays["pool"] == pytest.approx(DELAY_US, rel=0.05)
     assert fit.delays["async"] == pytest.approx(60.0, rel=0.05)
@@ -177,5 +181,5 @@ def test_each_engine_gets_its_own_devices_and_delay():
         else:
             assert "workers" in names and "event loops" not in names
         assert abs(p.x_error) < 0.02, p.point
-    views = queue_views(pd.DataFrame(rows), {"topology.middlewares": 1})
+    views = queue_views(pd.DataFrame(rows), ONE_MW)
     assert not views.empty and all("engine=pool" in str(v) for v in views["point"])

@@ -92,17 +92,17 @@ def test_checks_and_model_tables(result: Path):
     # One database connection for two workers: the pool is what limits the busier point.
     busy = model[model["point"] == "vcli=3,tmw=2"].iloc[0]
     assert "database connections" in busy["bottleneck"], busy["bottleneck"]
-    from mwlab.analysis import factor_columns, read_experiment
+    from mwlab.analysis import read_experiment
     from mwlab.fit import bottleneck_agrees, fit_experiment
 
     meta = read_experiment(result)
     from mwlab.fit import queue_views
 
-    pool = queue_views(aggregate, meta["settings"], center="pool")
+    pool = queue_views(aggregate, meta.settings, center="pool")
     assert list(pool["point"]) == ["vcli=3,tmw=2"], "only where workers outnumber connections"
     assert pool.iloc[0]["connections"] == 1 and pool.iloc[0]["measured waiting (us)"] > 0
     assert "Single-queue views of the database pool" in (result / "report.html").read_text()
-    fit = fit_experiment(aggregate, list(factor_columns(meta["factors"])), meta["settings"])
+    fit = fit_experiment(aggregate, meta.columns, meta.settings)
     for p in fit.points:
         assert bottleneck_agrees(p), (p.point, p.bottleneck, [(d.name, d.u_measured) for d in p.devices])
 
@@ -148,7 +148,7 @@ def test_specs_of_the_mq_experiments_and_refusals():
     for name in names:
         for scale in ("quick", "full"):
             exp = load(ROOT / "experiments" / f"{name}.yaml", scale)
-            assert all(p.settings["topology.system"] == "mq" for p in exp.points())
+            assert all(p.settings.mq for p in exp.points())
     full = load(ROOT / "experiments" / "mq-scaleup.yaml", "full")
     assert [(p.get("tmw"), p.get("vcli")) for p in full.points()] == [(1, 5), (2, 10), (4, 20), (8, 40)]
     crossed = load(ROOT / "experiments" / "mq-factorial-2k.yaml", "full")
@@ -157,11 +157,11 @@ def test_specs_of_the_mq_experiments_and_refusals():
     for extra, needle in [
         ({"topology": {"servers": 2, "middlewares": 1}}, "one database"),
         ({"topology": {"middlewares": 0}}, "at least one middleware"),
-        ({"workload": {"receive": "peek"}}, "receive must be pop or recv"),
+        ({"workload": {"receive": "peek"}}, "workload.receive: Input should be 'pop' or 'recv'"),
         ({"middleware": {"db_pool": 0}}, "db_pool"),
         ({"topology": {"middlewares": 1, "threads": 1, "virtual_clients": 3}}, "even number"),
         ({"factors": {"together": {"tmw": [1, 2], "vcli": [1]}}}, "as many levels"),
-        ({"system": "redis"}, "system must be memcached"),
+        ({"system": "redis"}, "topology.system: Input should be 'memcached' or 'mq'"),
     ]:
         with pytest.raises(SpecError, match=needle):
             parse({**base, **extra})

@@ -4,7 +4,18 @@ from __future__ import annotations
 
 import pytest
 
-from mwlab.spec import SpecError, load, parse
+from mwlab.spec import (
+    ExperimentInfo,
+    Middleware,
+    Settings,
+    SpecError,
+    Topology,
+    flatten,
+    load,
+    parse,
+    stored_settings,
+    with_values,
+)
 
 
 def spec(**extra):
@@ -56,16 +67,22 @@ def test_scales_override_the_defaults():
         (spec(vclients=3), "unknown setting 'vclients'"),
         (spec(topology={"servers": 2, "sockets": 1}), "unknown setting 'sockets' in topology"),
         (spec(middleware={"replication": 4}), "replication 4 needs at least as many servers"),
-        (spec(factors={"vcli": [1, 0]}), "virtual_clients must be an integer"),
-        (spec(wrkld="mostly-reads"), "ratio must be SETS:GETS"),
+        (
+            spec(factors={"vcli": [1, 0]}),
+            r"point vcli=0: topology.virtual_clients \(vcli\): .* greater than or equal to 1",
+        ),
+        (spec(factors={"tmw": [1, "2"]}), r"middleware.workers \(tmw\): Input should be a valid integer"),
+        (spec(wrkld="mostly-reads"), r"workload.ratio \(wrkld\): must be SETS:GETS"),
         (spec(factors={"tmw": []}), "empty list"),
-        (spec(mgshrd="sometimes"), "multiget must be sharded or non-sharded"),
+        (spec(mgshrd="sometimes"), "multiget.*'sharded' or 'non-sharded'"),
         (spec(ttime=0), "duration"),
         ({"topology": {}}, "needs a name"),
-        (spec(hosts={"emulation": "docker"}), "must be local, netns or ssh"),
+        (spec(hosts={"emulation": "docker"}), "hosts.emulation: Input should be 'local', 'netns' or 'ssh'"),
         (spec(hosts={"server_link": "100mbit"}), "server_link need emulated hosts"),
         (spec(hosts={"emulation": "netns", "client_link": "fast"}), "client_link"),
-        (spec(hosts={"emulation": "netns", "server_cpus": "half"}), "server_cpus must be a number"),
+        (spec(hosts={"emulation": "netns", "server_cpus": "half"}), "server_cpus: must be a number"),
+        (spec(run={"warmup": "long"}), "run.warmup: must be a number"),
+        (spec(workload={"prefill": "yes"}), "workload.prefill: Input should be a valid boolean"),
         (spec(hosts={"emulation": "netns", "server_link": {"sideways": "1mbit"}}), "unknown sideways"),
         (spec(hosts={"emulation": "netns", "server_link": {"up": "0mbit"}}), "must be positive"),
         (spec(hosts={"emulation": "ssh"}), "needs hosts.ssh"),
@@ -115,3 +132,29 @@ def test_a_link_is_one_rate_or_one_per_direction():
     assert link_rates({"up": "100mbit"}) == (100e6, None)
     assert link_rates({"up": "1gbit", "down": "12mbps"}) == (1e9, 96e6)
     assert link_rates(None) == (None, None)
+
+
+def test_settings_are_typed_and_read_as_attributes():
+    p = parse(spec(tmw=4, engine="async", mgshrd=False, wrkld="write-only")).points()[0]
+    s = p.settings
+    assert isinstance(s, Settings)
+    assert (s.middleware.workers, s.middleware.engine, s.middleware.multiget) == (4, "async", "non-sharded")
+    assert (s.workload.ratio, s.topology.servers, s.total_clients) == ("1:0", 3, 2)
+    with pytest.raises(ValueError, match="frozen"):
+        s.middleware.workers = 5  # type: ignore[misc]
+    changed = with_values(s, {"tmw": 16, "middleware.replication": 2})
+    assert (changed.middleware.workers, changed.middleware.replication) == (16, 2)
+    with pytest.raises(SpecError, match="unknown setting 'bogus'"):
+        with_values(s, {"bogus": 1})
+
+
+def test_stored_settings_come_back_whether_nested_or_dotted():
+    s = Settings(topology=Topology(middlewares=1), middleware=Middleware(workers=3, db_pool=2))
+    assert stored_settings(s.model_dump(mode="json")) == s
+    # Results written before settings were typed stored dotted keys.
+    assert stored_settings(flatten(s)) == s
+    assert stored_settings({"topology.servers": 2}).topology.servers == 2
+    with pytest.raises(SpecError, match=r"unknown setting 'workerz' in middleware; known: engine, threads"):
+        stored_settings({"middleware": {"workerz": 1}})
+    info = ExperimentInfo.model_validate({"name": "x", "factors": {"middleware.workers": [1, 2]}})
+    assert info.columns == ["tmw"] and info.settings == Settings()

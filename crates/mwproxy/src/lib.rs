@@ -1,17 +1,27 @@
 //! mwproxy: a memcached middleware that spreads, replicates and shards
 //! requests over many memcached servers and measures itself.
 //!
-//! The pool engine: net threads accept clients and parse their requests
-//! (`net.rs`) into each connection's line (`conn.rs`); a bounded, fair queue
-//! (`queue.rs`) hands connections to a pool of workers (`worker.rs`), each of
-//! which owns a connection to every server (`backend.rs`), carries out a batch
-//! of the connection's requests and answers in request order. What a request
-//! does — which servers, which bytes, how the replies combine — is decided by
-//! the routing core (`route/`), which has no I/O. The servers' health
-//! (`health.rs`), the repairs that keep replicas converging (`repair.rs`) and
-//! the memory budgets (`budget.rs`) are shared by all threads (`shared.rs`).
-//! The binary in `main.rs` only parses the command line (`cli.rs`) and starts
-//! a [`Proxy`].
+//! Two engines carry requests, over one routing core:
+//!
+//! - the **pool engine** (`--engine pool`, the seed reports' architecture):
+//!   net threads accept clients and parse their requests (`net.rs`) into each
+//!   connection's line (`conn.rs`); a bounded, fair queue (`queue.rs`) hands
+//!   connections to a pool of workers (`worker.rs`), each of which owns a
+//!   blocking connection to every server (`backend.rs`);
+//! - the **async engine** (`--engine async`): each event loop (`net.rs` with a
+//!   [`pipeline::Pipeline`]) owns its clients and one pipelined connection to
+//!   every server, and carries its clients' requests itself.
+//!
+//! Both take the same batches and waves of a connection's requests and
+//! deliver and record them alike (`batch.rs`). What a request does — which
+//! servers, which bytes, how the replies combine — is decided by the routing
+//! core (`route/`), how a request talks to a server — admission, probe,
+//! repairs first, stall, timeout, failure — by the exchange (`exchange.rs`)
+//! over the servers' shared health (`health.rs`) and repair logs
+//! (`repair.rs`); none of these does I/O. The engines only move bytes. The
+//! shell every middleware has — flags, configuration, listener, admin
+//! endpoint, stats thread — is `mwserve`'s; [`Proxy`] starts it all and
+//! `main.rs` only parses the command line (`cli.rs`).
 
 pub mod admin;
 pub mod backend;

@@ -23,7 +23,7 @@ import pandas as pd
 from mwlab import stats as trust
 from mwlab.procs import LabError
 from mwlab.results import merge_hists, read_windows
-from mwlab.spec import ALIASES
+from mwlab.spec import ExperimentInfo, factor_columns, stored_settings
 
 Window = dict[str, Any]
 OPS = ("get", "multiget", "set", "delete", "other", "all")
@@ -386,12 +386,6 @@ def link_metrics(
     return out
 
 
-def factor_columns(factors: dict[str, Any]) -> dict[str, Any]:
-    """Factor levels under their short (seed) names."""
-    short = {v: k for k, v in ALIASES.items()}
-    return {short.get(k, k.split(".", 1)[1]): v for k, v in factors.items()}
-
-
 # ---- reading result directories ----
 
 
@@ -662,7 +656,7 @@ def run_metrics(rdir: Path, trim_start: int = 0, trim_end: int = 0) -> dict[str,
     row.update(
         cpu_metrics(read_cpu(rdir), span, int(row.get("client_requests", 0)), record.get("cores", 0.0))
     )
-    threads = record.get("settings", {}).get("topology.threads", 1) * max(
+    threads = stored_settings(record.get("settings", {})).topology.threads * max(
         1, sum(1 for d in rdir.glob("cl[0-9]*") if d.is_dir())
     )
     if "cpu_cl_load_cores" in row:
@@ -686,28 +680,27 @@ def run_metrics(rdir: Path, trim_start: int = 0, trim_end: int = 0) -> dict[str,
     return row
 
 
-def read_experiment(result: Path) -> dict[str, Any]:
+def read_experiment(result: Path) -> ExperimentInfo:
     """The experiment.json of a result directory written by `mwlab run`."""
     path = result / "experiment.json"
     if not path.is_file():
         raise LabError(f"{result} is not a result directory of `mwlab run` (it has no experiment.json)")
     try:
-        return json.loads(path.read_text())
-    except json.JSONDecodeError as e:
+        return ExperimentInfo.model_validate_json(path.read_text())
+    except ValueError as e:
         raise LabError(f"{path} is damaged: {e}") from e
 
 
 def summarize(result: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
     """summary.csv (point x repetition) and aggregate.csv (per point), written into `result`."""
     meta = read_experiment(result)
-    settings = meta["settings"]
+    run = meta.settings.run
     rows = [
-        run_metrics(r.parent, settings.get("run.trim_start", 0), settings.get("run.trim_end", 0))
-        for r in sorted(result.glob("*/rep-*/run.json"))
+        run_metrics(r.parent, run.trim_start, run.trim_end) for r in sorted(result.glob("*/rep-*/run.json"))
     ]
     summary = pd.DataFrame(rows)
     summary.to_csv(result / "summary.csv", index=False)
-    aggregate = aggregate_runs(summary, list(factor_columns(meta["factors"])))
+    aggregate = aggregate_runs(summary, meta.columns)
     aggregate = add_repetition_trust(aggregate, summary)
     aggregate.to_csv(result / "aggregate.csv", index=False)
     return summary, aggregate

@@ -16,7 +16,7 @@ from mwlab.analysis import summarize
 from mwlab.compare import CompareError, compare
 from mwlab.procs import REPO, LabError
 from mwlab.report import write_report
-from mwlab.spec import SpecError, load, run_seconds
+from mwlab.spec import ROLES, Settings, SpecError, load, run_seconds
 
 EXPERIMENTS = REPO / "experiments"
 
@@ -87,27 +87,23 @@ def _duration(seconds: float) -> str:
     return f"{seconds / 3600:.1f} h"
 
 
-def _hosts_line(s: dict) -> str:
-    emulation = s["hosts.emulation"]
-    if emulation == "local":
+def _hosts_line(s: Settings) -> str:
+    h = s.hosts
+    if h.emulation == "local":
         return "every process on this machine"
-    if emulation == "ssh":
-        remote = sorted(k for k in s["hosts.ssh"] if k != "local_addr")
+    if h.emulation == "ssh":
+        remote = sorted(k for k in h.ssh or {} if k != "local_addr")
         return f"over SSH: {', '.join(remote)}; the rest on this machine"
     parts = []
-    for role in ("server", "middleware", "client"):
-        link = s[f"hosts.{role}_link"]
+    for role in ROLES:
+        link = h.link(role)
         if isinstance(link, dict):
             parts.append(f"{role} " + ", ".join(f"{k} {link[k]}" for k in ("up", "down") if link.get(k)))
         elif link is not None:
             parts.append(f"{role} {link}")
-    parts += [
-        f"{role} CPUs {s[f'hosts.{role}_cpus']}"
-        for role in ("server", "middleware", "client")
-        if s[f"hosts.{role}_cpus"] is not None
-    ]
-    if s["hosts.delay"] is not None:
-        parts.append(f"delay {s['hosts.delay']}")
+    parts += [f"{role} CPUs {h.cpus(role)}" for role in ROLES if h.cpus(role) is not None]
+    if h.delay is not None:
+        parts.append(f"delay {h.delay}")
     return "network namespaces" + (f" ({', '.join(parts)})" if parts else "")
 
 

@@ -76,8 +76,8 @@ def verdict(p: float) -> str:
 def compare(a: Path, b: Path) -> pd.DataFrame:
     """Per point and figure: A, B, B/A, the test's p-value, its basis and the verdict."""
     ma, mb = (read_experiment(r) for r in (a, b))
-    if ma["name"] != mb["name"]:
-        raise CompareError(f"different experiments: {ma['name']!r} and {mb['name']!r}")
+    if ma.name != mb.name:
+        raise CompareError(f"different experiments: {ma.name!r} and {mb.name!r}")
     (sa, da), (sb, db) = _tables(a), _tables(b)
     rows = []
     for _, ra in da.iterrows():

@@ -44,6 +44,7 @@ from mwlab.models.factorial import FactorialResult, analyze
 from mwlab.models.laws import Center
 from mwlab.models.mva import mva
 from mwlab.models.queues import mm1, mmm
+from mwlab.spec import Settings
 
 CLIENT_FACTORS = {"vcli", "tcli", "icli", "ncli"}
 HOLDS = 0.10  # the model "holds" at a point while throughput and response time are within 10%
@@ -130,15 +131,15 @@ def _num(row: pd.Series, col: str, default: float = float("nan")) -> float:
     return default if math.isnan(v) else v
 
 
-def _setting(row: pd.Series, settings: dict[str, Any], column: str, key: str, default: Any) -> Any:
+def _factor(row: pd.Series, column: str, fixed: Any) -> Any:
     """A setting at this point: the factor's column when it varies, else the spec's."""
     v = row.get(column) if column in row.index else None
     if v is None or (isinstance(v, float) and math.isnan(v)):
-        return settings.get(key, default)
+        return fixed
     return v
 
 
-def devices(row: pd.Series, settings: dict[str, Any]) -> list[Device]:
+def devices(row: pd.Series, settings: Settings) -> list[Device]:
     """The devices of a point, with their demands and measured utilisations."""
     out: list[Device] = []
     cores = _num(row, "cores", 0.0)
@@ -151,7 +152,7 @@ def devices(row: pd.Series, settings: dict[str, Any]) -> list[Device]:
     if cores > 0 and not math.isinf(cpu):
         used = min(_num(row, "cpu_lab_cores", math.inf), _num(row, "cpu_host_cores", math.inf))
         out.append(Device("host CPU", cpu, free, used / free, in_network=True))
-    middlewares = int(_num(row, "nmw", settings.get("topology.middlewares", 1)))
+    middlewares = int(_num(row, "nmw", settings.topology.middlewares))
     service = _num(row, "mw_service_us")
     pool_wait = _num(row, "mw_pool_us")
     if middlewares > 0 and not math.isnan(service) and not math.isnan(pool_wait):
@@ -159,10 +160,10 @@ def devices(row: pd.Series, settings: dict[str, Any]) -> list[Device]:
         # connection. With fewer connections than workers, waiting for one is
         # queueing at the pool, not work: the pool is a center of its own, its
         # connections busy for the database time each.
-        workers = int(_num(row, "tmw", settings.get("middleware.workers", 8)))
+        workers = int(_num(row, "tmw", settings.middleware.workers))
         pool = _num(row, "pool", float("nan"))
         if math.isnan(pool):
-            pool = settings.get("middleware.db_pool") or workers
+            pool = settings.middleware.db_pool or workers
         db = _num(row, "mw_server_us")
         own = max(service - pool_wait - db, 0.0)
         # The host's CPU work is already inside the measured times (mwmq's in
@@ -191,22 +192,22 @@ def devices(row: pd.Series, settings: dict[str, Any]) -> list[Device]:
         net = _num(row, "cpu_mw_net_us")
         if not math.isnan(net):
             out.append(Device("net thread", net, nets, _num(row, "cpu_mw_net_cores") / nets))
-    elif middlewares > 0 and _setting(row, settings, "engine", "middleware.engine", "pool") == "async":
+    elif middlewares > 0 and _factor(row, "engine", settings.middleware.engine) == "async":
         # The async engine's loops hold no request while servers answer:
         # their demand is their CPU time per request, their capacity the loops.
-        loops = int(settings.get("middleware.threads") or 0) or max(1, round(_num(row, "cores", 1.0)))
+        loops = settings.middleware.threads or max(1, round(_num(row, "cores", 1.0)))
         loop = _num(row, "cpu_mw_loop_us")
         if not math.isnan(loop):
             m = loops * middlewares
             out.append(Device("event loops", loop, m, _num(row, "cpu_mw_loop_cores") / m, in_network=True))
     elif middlewares > 0 and not math.isnan(service):
-        workers = int(_num(row, "tmw", settings.get("middleware.workers", 8))) * middlewares
+        workers = int(_num(row, "tmw", settings.middleware.workers)) * middlewares
         out.append(Device("workers", service, workers, _num(row, "mw_util"), in_network=True))
-        nets = middlewares * int(settings.get("middleware.net_threads", 1))
+        nets = middlewares * settings.middleware.net_threads
         net = _num(row, "cpu_mw_net_us")
         if not math.isnan(net):
             out.append(Device("net thread", net, nets, _num(row, "cpu_mw_net_cores") / nets))
-    servers = int(_num(row, "nsvr", settings.get("topology.servers", 1)))
+    servers = int(_num(row, "nsvr", settings.topology.servers))
     for i in range(servers):
         d = _num(row, f"cpu_mc{i}_us")
         if not math.isnan(d):
@@ -253,9 +254,7 @@ def _network(devs: list[Device], delay_us: float) -> list[Center]:
     return centers
 
 
-def solve_point(
-    row: pd.Series, settings: dict[str, Any], delay_us: float, sweep: str = ""
-) -> PointFit | None:
+def solve_point(row: pd.Series, settings: Settings, delay_us: float, sweep: str = "") -> PointFit | None:
     """MVA of one point's network at its population."""
     n = int(_num(row, "N", 0))
     x, r = _num(row, "client_tput"), _num(row, "client_rt_mean_us")
@@ -290,7 +289,7 @@ def solve_point(
     )
 
 
-def _delay_error(rows: list[pd.Series], settings: dict[str, Any], delay_us: float) -> float:
+def _delay_error(rows: list[pd.Series], settings: Settings, delay_us: float) -> float:
     err = 0.0
     for row in rows:
         p = solve_point(row, settings, delay_us)
@@ -299,7 +298,7 @@ def _delay_error(rows: list[pd.Series], settings: dict[str, Any], delay_us: floa
     return err
 
 
-def fit_delay(rows: list[pd.Series], settings: dict[str, Any]) -> float:
+def fit_delay(rows: list[pd.Series], settings: Settings) -> float:
     """The delay (µs) minimising the squared relative errors over `rows` (golden-section search)."""
     hi = max((_num(r, "client_rt_mean_us", 0.0) for r in rows), default=0.0)
     lo = 0.0
@@ -325,14 +324,14 @@ def sweep_label(row: pd.Series, factors: list[str]) -> str:
     return ", ".join(f"{f}={row[f]}" for f in others)
 
 
-def fit_experiment(agg: pd.DataFrame, factors: list[str], settings: dict[str, Any]) -> ExperimentFit | None:
+def fit_experiment(agg: pd.DataFrame, factors: list[str], settings: Settings) -> ExperimentFit | None:
     """Every point's model; the delay fitted over the points below their knee."""
     if agg.empty or "N" not in agg:
         return None
     rows = [r for _, r in agg.iterrows()]
     groups: dict[str, list[pd.Series]] = {}
     for r in rows:
-        groups.setdefault(str(_setting(r, settings, "engine", "middleware.engine", "pool")), []).append(r)
+        groups.setdefault(str(_factor(r, "engine", settings.middleware.engine)), []).append(r)
     fit: ExperimentFit | None = None
     for engine, members in groups.items():
         first = [solve_point(r, settings, 0.0) for r in members]
@@ -420,7 +419,7 @@ def bottleneck_agrees(p: PointFit) -> bool | None:
     return max(d.u_measured for d in named if not math.isnan(d.u_measured)) >= top - 0.1
 
 
-def queue_views(agg: pd.DataFrame, settings: dict[str, Any], center: str = "workers") -> pd.DataFrame:
+def queue_views(agg: pd.DataFrame, settings: Settings, center: str = "workers") -> pd.DataFrame:
     """The worker pool (or, `center="pool"`, mwmq's database connections) as
     M/M/1 (one server m times as fast) and M/M/m, with the arrival rate the
     middleware's throughput and the capacity from the measured service time
@@ -438,14 +437,14 @@ def queue_views(agg: pd.DataFrame, settings: dict[str, Any], center: str = "work
         lam = _num(r, "mw_tput")
         if math.isnan(s) or math.isnan(lam) or s <= 0:
             continue
-        middlewares = int(max(1, _num(r, "nmw", settings.get("topology.middlewares", 1))))
-        workers = int(_num(r, "tmw", settings.get("middleware.workers", 8)))
-        if center == "workers" and _setting(r, settings, "engine", "middleware.engine", "pool") == "async":
+        middlewares = int(max(1, _num(r, "nmw", settings.topology.middlewares)))
+        workers = int(_num(r, "tmw", settings.middleware.workers))
+        if center == "workers" and _factor(r, "engine", settings.middleware.engine) == "async":
             continue  # no worker pool: an event loop holds no request while servers answer
         if center == "pool":
             pool = _num(r, "pool", float("nan"))
             if math.isnan(pool):
-                pool = settings.get("middleware.db_pool") or workers
+                pool = settings.middleware.db_pool or workers
             if pool >= workers:
                 continue  # a connection per worker: nobody waits for one
             m = int(pool) * middlewares

@@ -1,7 +1,8 @@
 """Local processes of an experiment: memcached servers, mwproxy middlewares and
 mwload clients on free loopback ports, stopped on every way out (including
 Ctrl-C), and a sampler of their CPU, memory and the host's network once a
-second, like dstat.
+second, like dstat (figures from psutil; thread names from
+/proc/PID/task/TID/comm, which psutil does not read).
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import psutil
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -199,27 +202,19 @@ class Postgres:
 
 def _children(pid: int) -> list[int]:
     """Direct children of a process."""
-    out = []
-    for d in Path("/proc").iterdir():
-        if not d.name.isdigit():
-            continue
-        try:
-            stat = (d / "stat").read_text()
-        except OSError:
-            continue
-        if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
-            out.append(int(d.name))
-    return out
+    try:
+        return [c.pid for c in psutil.Process(pid).children()]
+    except psutil.Error:
+        return []
 
 
 def _pg_class(pid: int) -> str:
     """A PostgreSQL process's role from its title: `postgres: walwriter` -> `walwriter`;
     a client connection (`postgres: user db [local] idle`) -> `backend`."""
     try:
-        title = (
-            Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
-        )
-    except OSError:
+        # PostgreSQL writes its title over its arguments; joined, they read as one line either way.
+        title = " ".join(psutil.Process(pid).cmdline()).strip()
+    except psutil.Error:
         return "other"
     if not title.startswith("postgres:"):
         return "postmaster"
@@ -249,13 +244,12 @@ def tree_times(pid: int, seen: dict[int, tuple[str, float]] | None = None) -> di
 def _proc_times(pid: int) -> tuple[float, float] | None:
     """(cpu seconds, rss MB) of a process."""
     try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except (FileNotFoundError, ProcessLookupError, IndexError):
+        p = psutil.Process(pid)
+        with p.oneshot():
+            t, rss = p.cpu_times(), p.memory_info().rss
+    except psutil.Error:
         return None
-    ticks = os.sysconf("SC_CLK_TCK")
-    cpu = (int(fields[11]) + int(fields[12])) / ticks
-    rss = int(fields[21]) * os.sysconf("SC_PAGE_SIZE") / 1e6
-    return cpu, rss
+    return t.user + t.system, rss / 1e6
 
 
 def thread_class(name: str) -> str:
@@ -264,21 +258,20 @@ def thread_class(name: str) -> str:
 
 
 def _thread_times(pid: int) -> dict[str, float]:
-    """CPU seconds of a process's live threads, summed per thread class."""
+    """CPU seconds of a process's live threads, summed per thread class (psutil
+    has the times; the names are only in /proc/PID/task/TID/comm)."""
     out: dict[str, float] = {}
-    ticks = os.sysconf("SC_CLK_TCK")
     try:
-        tasks = list(Path(f"/proc/{pid}/task").iterdir())
-    except (FileNotFoundError, ProcessLookupError):
+        threads = psutil.Process(pid).threads()
+    except psutil.Error:
         return out
-    for t in tasks:
+    for t in threads:
         try:
-            name = (t / "comm").read_text()
-            fields = (t / "stat").read_text().rsplit(")", 1)[1].split()
-        except (FileNotFoundError, ProcessLookupError, IndexError):
+            name = Path(f"/proc/{pid}/task/{t.id}/comm").read_text()
+        except OSError:
             continue
         cls = thread_class(name)
-        out[cls] = out.get(cls, 0.0) + (int(fields[11]) + int(fields[12])) / ticks
+        out[cls] = out.get(cls, 0.0) + t.user_time + t.system_time
     return out
 
 
@@ -295,21 +288,16 @@ def usable_cores() -> float:
 
 
 def _host_cpu() -> tuple[float, float]:
-    """(busy jiffies, total jiffies) of the host."""
-    parts = [int(x) for x in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
-    idle = parts[3] + (parts[4] if len(parts) > 4 else 0)
-    return sum(parts) - idle, sum(parts)
+    """(busy seconds, total seconds) of the host's CPUs since boot."""
+    t = psutil.cpu_times()
+    total = sum(t)
+    return total - t.idle - getattr(t, "iowait", 0.0), total
 
 
 def _net_bytes() -> tuple[int, int]:
     """(received, sent) bytes over all interfaces."""
-    rx = tx = 0
-    for line in Path("/proc/net/dev").read_text().splitlines()[2:]:
-        _name, data = line.split(":", 1)
-        cols = data.split()
-        rx += int(cols[0])
-        tx += int(cols[8])
-    return rx, tx
+    n = psutil.net_io_counters()
+    return n.bytes_recv, n.bytes_sent
 
 
 class ResourceSampler(threading.Thread):
@@ -348,7 +336,6 @@ class ResourceSampler(threading.Thread):
         f.flush()
 
     def _cumulative(self, f, stamp: int) -> None:
-        ticks = os.sysconf("SC_CLK_TCK")
         own = _proc_times(os.getpid())
         if own is not None:
             f.write(f"{stamp},lab,*,{own[0]:.3f}\n")
@@ -368,7 +355,7 @@ class ResourceSampler(threading.Thread):
                 for cls, secs in sorted(classes.items()):
                     f.write(f"{stamp},{name},{cls},{secs:.3f}\n")
         busy, _total = _host_cpu()
-        f.write(f"{stamp},host,busy,{busy / ticks:.3f}\n")
+        f.write(f"{stamp},host,busy,{busy:.3f}\n")
         f.flush()
 
     def run(self) -> None:

@@ -1,83 +1,161 @@
-"""report.html: one self-contained page (images embedded) with the spec, the
-environment, the checks, the tables and the plots of an experiment."""
+"""What report.html shows, computed: the checks, the fits and their files
+(`checks.csv`, `model.csv`, `utilization.csv`), the plots (PNG and SVG under
+`plots/`) and every table, gathered in a [`Report`]. Turning it into the page
+is `render.py`'s business (a Jinja2 template), so the numbers and the words
+about them live apart."""
 
 from __future__ import annotations
 
-import base64
-import html
 import json
 import math
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
-from mwlab.analysis import factor_columns, read_experiment
+from mwlab.analysis import read_experiment
 from mwlab.checks import INTERFERENCE_LIMIT, SATURATION_LIMIT, Check, run_checks, to_frame
-from mwlab.fit import ExperimentFit
-from mwlab.plots import make_plots, save_figure
-
-STYLE = """
-body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}
-h1{margin-bottom:0}table{border-collapse:collapse;font-size:13px;margin:1em 0}
-td,th{border:1px solid #ccc;padding:3px 6px;text-align:right}th{background:#f3f3f3}
-td:first-child,th:first-child{text-align:left}.ok{color:#176317}.bad{color:#a11;font-weight:bold}
-pre{background:#f7f7f7;padding:1em;overflow:auto;font-size:12px}figure{margin:1.5em 0}
-img{max-width:100%}.wide{overflow-x:auto}.muted{color:#666}
-"""
-
-# After load, records how many images decoded, for the rendering test.
-CHECK_IMAGES = """
-<script>
-window.addEventListener('load', function () {
-  var imgs = Array.prototype.slice.call(document.images);
-  var ok = imgs.filter(function (i) { return i.complete && i.naturalWidth > 0; }).length;
-  document.body.setAttribute('data-images', ok + '/' + imgs.length);
-});
-</script>
-"""
+from mwlab.fit import (
+    HOLDS,
+    ExperimentFit,
+    bottleneck_agrees,
+    factorial_fit,
+    fit_experiment,
+    law_table,
+    model_table,
+    queue_views,
+    utilization_table,
+)
+from mwlab.plots import make_plots, model_vs_measured, save_figure, variation_chart
+from mwlab.spec import Settings
 
 
-def _delay_text(fit: ExperimentFit) -> str:
-    if len(fit.delays) > 1:
-        each = ", ".join(f"{e} {d:.1f} µs" for e, d in fit.delays.items())
-        return f"The delay is the one fitted parameter, fitted for each engine ({each})"
-    return f"The delay, {fit.delay_us:.1f} µs, is the one fitted parameter"
+@dataclass
+class Note:
+    """A sentence about the runs, good news or a warning."""
+
+    ok: bool
+    text: str
 
 
-def _table(df: pd.DataFrame, digits: int = 1) -> str:
-    if df.empty:
-        return "<p class='muted'>(none)</p>"
-    return (
-        "<div class='wide'>"
-        + df.to_html(index=False, float_format=lambda v: f"{v:,.{digits}f}", border=0, na_rep="")
-        + "</div>"
+@dataclass
+class Miss:
+    """A point where the model is off by more than HOLDS, and why it may be."""
+
+    point: str
+    x_error: str
+    r_error: str
+    why: str
+
+
+@dataclass
+class Models:
+    """The Models section: the closed network of every point, the operational
+    laws, the single-queue views and a 2^k r analysis, where they apply."""
+
+    fit: ExperimentFit | None = None
+    points: pd.DataFrame = field(default_factory=pd.DataFrame)
+    misses: list[Miss] = field(default_factory=list)
+    laws: pd.DataFrame = field(default_factory=pd.DataFrame)
+    bounds: pd.DataFrame = field(default_factory=pd.DataFrame)
+    figures: list[Path] = field(default_factory=list)
+    worker_views: pd.DataFrame = field(default_factory=pd.DataFrame)
+    pool_views: pd.DataFrame = field(default_factory=pd.DataFrame)
+    factorial: pd.DataFrame = field(default_factory=pd.DataFrame)
+    factorial_title: str = ""
+    factorial_figure: Path | None = None
+    holds: float = HOLDS
+
+    @property
+    def delays(self) -> str:
+        """The fitted delay(s) in words."""
+        if self.fit is None:
+            return ""
+        if len(self.fit.delays) > 1:
+            each = ", ".join(f"{e} {d:.1f} µs" for e, d in self.fit.delays.items())
+            return f"The delay is the one fitted parameter, fitted for each engine ({each})"
+        return f"The delay, {self.fit.delay_us:.1f} µs, is the one fitted parameter"
+
+    @property
+    def empty(self) -> bool:
+        return (
+            self.points.empty and self.worker_views.empty and self.pool_views.empty and self.factorial.empty
+        )
+
+
+@dataclass
+class Report:
+    """Everything report.html shows."""
+
+    result: Path
+    name: str
+    description: str
+    scale: str
+    runs: int
+    noise: list[Note]
+    noise_table: pd.DataFrame
+    checks: list[Check]
+    points: pd.DataFrame
+    max_throughput: pd.DataFrame
+    stages: pd.DataFrame
+    links: pd.DataFrame
+    plots: list[tuple[str, Path, Path]]
+    models: Models
+    failed: pd.DataFrame
+    environment: dict[str, Any]
+    spec: str
+
+
+def compute(result: Path, summary: pd.DataFrame, aggregate: pd.DataFrame) -> Report:
+    """Runs the checks and fits, writes checks.csv, model.csv, utilization.csv
+    and the plots into `result`, and gathers what the report shows."""
+    meta = read_experiment(result)
+    factors = meta.columns
+    checks = run_checks(summary, aggregate)
+    to_frame(checks).to_csv(result / "checks.csv", index=False)
+    noise, noise_table = noise_notes(summary)
+    failed = summary[summary.get("status", "ok") != "ok"] if "status" in summary else summary.iloc[0:0]
+    empty = aggregate.empty
+    return Report(
+        result=result,
+        name=meta.name,
+        description=meta.description,
+        scale=meta.scale,
+        runs=len(summary),
+        noise=noise,
+        noise_table=noise_table,
+        checks=sorted(checks, key=lambda c: (c.ok, c.name, c.where)),
+        points=readable_points(aggregate, factors),
+        max_throughput=aggregate if empty else max_throughput_table(aggregate, factors),
+        stages=aggregate if empty else stage_table(aggregate),
+        links=pd.DataFrame() if empty else link_table(aggregate),
+        plots=make_plots(result, aggregate, factors),
+        models=models(result, summary, aggregate, factors, meta.settings),
+        failed=failed[[c for c in ("point", "rep", "error") if c in failed]],
+        environment=environment(result),
+        spec=(result / "spec.yaml").read_text() if (result / "spec.yaml").exists() else "",
     )
 
 
-def _checks_html(checks: list[Check]) -> str:
-    bad = [c for c in checks if not c.ok]
-    head = (
-        f"<p>{len(checks) - len(bad)} of {len(checks)} checks pass"
-        + (f"; <span class='bad'>{len(bad)} need a look</span>" if bad else "")
-        + ".</p>"
-    )
-    rows = "".join(
-        f"<tr><td>{html.escape(c.name)}</td><td>{html.escape(c.where)}</td>"
-        f"<td class='{'ok' if c.ok else 'bad'}'>{'ok' if c.ok else 'CHECK'}</td>"
-        f"<td style='text-align:left'>{html.escape(c.detail)}</td></tr>"
-        for c in sorted(checks, key=lambda c: (c.ok, c.name, c.where))
-    )
-    return head + f"<table><tr><th>check</th><th>where</th><th></th><th>numbers</th></tr>{rows}</table>"
+def write_report(result: Path, summary: pd.DataFrame, aggregate: pd.DataFrame) -> Path:
+    """Writes plots, checks.csv, the model files and report.html into
+    `result`; returns the report's path."""
+    from mwlab.render import render
+
+    path = result / "report.html"
+    path.write_text(render(compute(result, summary, aggregate)), encoding="utf-8")
+    return path
 
 
-def _noise_html(summary: pd.DataFrame) -> str:
+def noise_notes(summary: pd.DataFrame) -> tuple[list[Note], pd.DataFrame]:
     """How far the runs measured the system under test rather than the machine:
     other processes' CPU, the host's and the load generator's saturation."""
     if summary.empty or "host_util" not in summary:
-        return "<p class='muted'>(no CPU samples)</p>"
+        return [Note(True, "(no CPU samples)")], pd.DataFrame()
     ok = summary[summary.get("status", "ok") == "ok"]
     if ok.empty:
-        return "<p class='muted'>(no run finished)</p>"
+        return [Note(True, "(no run finished)")], pd.DataFrame()
     cores = ok["cores"].max() if "cores" in ok else float("nan")
     other = ok.get("cpu_other_cores", pd.Series(dtype=float))
     host = ok["host_util"]
@@ -86,27 +164,39 @@ def _noise_html(summary: pd.DataFrame) -> str:
     busy = int((other > INTERFERENCE_LIMIT * cores).sum()) if not other.empty else 0
     if busy:
         notes.append(
-            f"<li class='bad'>In {busy} of {len(ok)} runs other processes took more than "
-            f"{INTERFERENCE_LIMIT:.0%} of the {cores:g} cores (up to {other.max():.2f}): those results "
-            "measure the neighbours too; run them again on a quiet machine.</li>"
+            Note(
+                False,
+                f"In {busy} of {len(ok)} runs other processes took more than {INTERFERENCE_LIMIT:.0%} of the "
+                f"{cores:g} cores (up to {other.max():.2f}): those results measure the neighbours too; run "
+                "them again on a quiet machine.",
+            )
         )
     sat = int((host >= SATURATION_LIMIT).sum())
     if sat:
         notes.append(
-            f"<li class='bad'>In {sat} of {len(ok)} runs the host CPU was at least "
-            f"{SATURATION_LIMIT:.0%} busy (up to {host.max():.0%}): every process shares the same "
-            f"{cores:g} cores, so the throughput there is the machine's as much as the system's.</li>"
+            Note(
+                False,
+                f"In {sat} of {len(ok)} runs the host CPU was at least {SATURATION_LIMIT:.0%} busy (up to "
+                f"{host.max():.0%}): every process shares the same {cores:g} cores, so the throughput there "
+                "is the machine's as much as the system's.",
+            )
         )
     gsat = int((gen >= SATURATION_LIMIT).sum()) if not gen.empty else 0
     if gsat:
         notes.append(
-            f"<li class='bad'>In {gsat} runs the load generator's threads were saturated: the load, not "
-            "the system, set the throughput.</li>"
+            Note(
+                False,
+                f"In {gsat} runs the load generator's threads were saturated: the load, not the "
+                "system, set the throughput.",
+            )
         )
     if not notes:
         notes.append(
-            f"<li class='ok'>No run was disturbed by other processes (at most {other.max():.2f} cores), "
-            f"none saturated the host (at most {host.max():.0%}) or the load generator.</li>"
+            Note(
+                True,
+                f"No run was disturbed by other processes (at most {other.max():.2f} cores), none saturated "
+                f"the host (at most {host.max():.0%}) or the load generator.",
+            )
         )
     cols = [
         c
@@ -121,26 +211,17 @@ def _noise_html(summary: pd.DataFrame) -> str:
             "client_window_cv": "throughput CV over windows",
         }
     )
-    return f"<ul>{''.join(notes)}</ul>" + _table(table, 2)
+    return notes, table
 
 
-def _environment(result: Path) -> str:
+def environment(result: Path) -> dict[str, Any]:
+    """The machine and versions, from the first summary.json with metadata."""
     for summary in sorted(result.glob("*/rep-*/mw0/summary.json")) + sorted(
         result.glob("*/rep-*/cl0/summary.json")
     ):
         meta = json.loads(summary.read_text()).get("metadata", {})
-        items = {k: meta.get(k) for k in ("host", "cpu_model", "cpu_count", "version", "git_revision")}
-        return (
-            "<table>"
-            + "".join(f"<tr><th>{k}</th><td>{html.escape(str(v))}</td></tr>" for k, v in items.items())
-            + "</table>"
-        )
-    return "<p class='muted'>(no metadata)</p>"
-
-
-def _img(path: Path) -> str:
-    data = base64.b64encode(path.read_bytes()).decode()
-    return f"<img alt='{html.escape(path.stem)}' src='data:image/png;base64,{data}'>"
+        return {k: meta.get(k) for k in ("host", "cpu_model", "cpu_count", "version", "git_revision")}
+    return {}
 
 
 def _ms(v: float) -> float:
@@ -290,11 +371,6 @@ def max_throughput_table(aggregate: pd.DataFrame, factors: list[str]) -> pd.Data
     return pd.DataFrame(rows)
 
 
-def _figure(result: Path, stem: str, draw) -> str:
-    png, _ = save_figure(result / "plots", stem, draw)
-    return f"<figure>{_img(png)}</figure>"
-
-
 def _pct(v: float) -> str:
     return "" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{100 * v:+.1f}%"
 
@@ -330,28 +406,18 @@ def _why_not(p, row: pd.Series) -> str:
     return "; ".join(reasons) or "no measured cause"
 
 
-def _models_html(
-    result: Path, summary: pd.DataFrame, aggregate: pd.DataFrame, factors: list[str], settings: dict
-) -> str:
-    from mwlab.fit import (
-        HOLDS,
-        bottleneck_agrees,
-        factorial_fit,
-        fit_experiment,
-        law_table,
-        model_table,
-        queue_views,
-        utilization_table,
-    )
-    from mwlab.plots import model_vs_measured, variation_chart
-
-    parts = []
+def models(
+    result: Path, summary: pd.DataFrame, aggregate: pd.DataFrame, factors: list[str], settings: Settings
+) -> Models:
+    """Fits every model that applies and writes model.csv and utilization.csv."""
+    out = Models()
     fit = fit_experiment(aggregate, factors, settings)
     if fit is not None and fit.points:
+        out.fit = fit
         model_table(fit).to_csv(result / "model.csv", index=False)
         utilization_table(fit).to_csv(result / "utilization.csv", index=False)
         rows = {str(r["point"]): r for _, r in aggregate.iterrows()}
-        table = pd.DataFrame(
+        out.points = pd.DataFrame(
             [
                 {
                     "point": p.point,
@@ -370,42 +436,23 @@ def _models_html(
                 for p in fit.points
             ]
         )
-        misses = [p for p in fit.points if not p.holds]
-        verdict = (
-            f"The model holds within {HOLDS:.0%} at all {len(fit.points)} points."
-            if not misses
-            else f"The model holds within {HOLDS:.0%} at {len(fit.points) - len(misses)} of "
-            f"{len(fit.points)} points. Where it does not:</p><ul>"
-            + "".join(
-                f"<li><b>{html.escape(p.point)}</b> (X {_pct(p.x_error)}, R {_pct(p.r_error)}): "
-                f"{html.escape(_why_not(p, rows.get(p.point, pd.Series(dtype=float))))}</li>"
-                for p in misses
+        out.misses = [
+            Miss(
+                p.point,
+                _pct(p.x_error),
+                _pct(p.r_error),
+                _why_not(p, rows.get(p.point, pd.Series(dtype=float))),
             )
-            + "</ul><p>"
-        )
-        parts += [
-            "<h3>Closed network of every point</h3>",
-            "<p>Devices and their demands are measured at each point: the host CPU (CPU time per request "
-            "of every process the lab started, capacity = usable cores minus what other processes took), "
-            "the worker pool (the middleware's service time per request, capacity = workers), and, checked "
-            "as bottlenecks, each net thread, each memcached server and the load generator (their CPU time "
-            "per request, one server per thread). The network — think time, a delay for what no device "
-            "accounts for, the host CPU and the worker pool as multi-server centers — is solved with MVA "
-            f"at the point's population. {_delay_text(fit)} "
-            f"(least squares over {len(fit.fitted_on)} point(s) below their knee, or all points when none "
-            "is). With mwproxy's async engine the worker pool is replaced by the event loops (their CPU "
-            "time per request, capacity = loops), which hold no request while the servers answer. "
-            "The bottleneck is the device with the largest demand per server, named together with "
-            f"every device within 3% of it. Files: <code>model.csv</code>, <code>utilization.csv</code>.</p>",
-            f"<p>{verdict}</p>",
-            _table(table, 2),
+            for p in fit.points
+            if not p.holds
         ]
-        law_rows = []
+        laws = []
         for p in fit.points:
             t = law_table(p)
             t.insert(0, "point", p.point)
-            law_rows.append(t)
-        bounds = pd.DataFrame(
+            laws.append(t)
+        out.laws = pd.concat(laws, ignore_index=True)
+        out.bounds = pd.DataFrame(
             [
                 {
                     "point": p.point,
@@ -420,146 +467,35 @@ def _models_html(
                 for p in fit.points
             ]
         )
-        parts += [
-            "<h3>Operational laws per point</h3>",
-            "<p>Demand D of each device per request, its utilisation predicted by the utilisation law "
-            "(U = X D / servers, with the model's X) next to the measured one; then the total demand of "
-            "the network D, the largest demand per server Dmax, the knee N* = (D + Z) / Dmax and the "
-            "asymptotic bounds X ≤ min(N / (D + Z), 1 / Dmax), R ≥ max(D, N Dmax − Z).</p>",
-            _table(pd.concat(law_rows, ignore_index=True), 3),
-            _table(bounds, 1),
-        ]
         by_sweep: dict[str, list] = {}
         for p in fit.points:
             by_sweep.setdefault(p.sweep, []).append(p)
         for i, (label, points) in enumerate(by_sweep.items()):
             if len({p.n for p in points}) < 2:
                 continue
-            parts.append(
-                _figure(
-                    result,
-                    f"model-{i}",
-                    lambda ax, points=points, label=label: model_vs_measured(points, ax, label),
-                )
-            )
-    qv = queue_views(aggregate, settings)
-    if not qv.empty:
-        parts += [
-            "<h3>Single-queue views of the worker pool</h3>",
-            "<p>Arrival rate = the middleware's measured throughput; capacity from the measured service "
-            "time S (μ = 1/S per worker, m workers; M/M/1: one server m times as fast); predicted waiting "
-            "next to the measured queue length and queue time, with the error; <i>unstable</i> at or "
-            "beyond ρ = 1.</p>",
-            _table(qv, 2),
-        ]
-    pv = queue_views(aggregate, settings, center="pool")
-    if not pv.empty:
-        parts += [
-            "<h3>Single-queue views of the database pool</h3>",
-            "<p>mwmq's database connections as their own center: arrival rate = the middleware's "
-            "throughput, service time S = the database time per request (μ = 1/S per connection, "
-            "m connections per middleware; points with a connection per worker are left out, as nobody "
-            "waits there); predicted waiting next to the measured wait for a connection (Little's law "
-            "gives the measured queue length).</p>",
-            _table(pv, 2),
-        ]
+            draw = lambda ax, points=points, label=label: model_vs_measured(points, ax, label)  # noqa: E731
+            out.figures.append(save_figure(result / "plots", f"model-{i}", draw)[0])
+    out.worker_views = queue_views(aggregate, settings)
+    out.pool_views = queue_views(aggregate, settings, center="pool")
     fact = factorial_fit(summary, factors, "client_tput")
     if fact is not None:
-        rows = [
-            {
-                "effect": n,
-                "factors": "·".join(fact.factors.get(ch, ch) for ch in n) if n != "q0" else "mean",
-                "value (ops/s)": q,
-                "variation": fact.variation.get(n, float("nan")),
-                "interval low": fact.ci[n][0] if fact.ci else float("nan"),
-                "interval high": fact.ci[n][1] if fact.ci else float("nan"),
-            }
-            for n, q in fact.effects.items()
-        ]
-        parts += [
-            f"<h3>2^{len(fact.factors)} r factorial analysis of throughput "
-            f"(r = {fact.replications}, {int(fact.confidence * 100)}% intervals)</h3>",
-            _table(pd.DataFrame(rows), 3),
-            _figure(result, "variation", lambda ax: variation_chart(fact.variation, fact.factors, ax)),
-        ]
-    if not parts:
-        return (
-            "<p class='muted'>No model applies: a network model needs measured points with a population; "
-            "a factorial analysis needs every factor at two levels and repetitions.</p>"
-        )
-    return "".join(parts)
-
-
-def write_report(result: Path, summary: pd.DataFrame, aggregate: pd.DataFrame) -> Path:
-    """Writes plots, checks.csv and report.html into `result`; returns the report's path."""
-    meta = read_experiment(result)
-    factors = list(factor_columns(meta["factors"]))
-    checks = run_checks(summary, aggregate)
-    to_frame(checks).to_csv(result / "checks.csv", index=False)
-    plots = make_plots(result, aggregate, factors)
-    spec = (result / "spec.yaml").read_text() if (result / "spec.yaml").exists() else ""
-    key = readable_points(aggregate, factors)
-    failed = summary[summary.get("status", "ok") != "ok"] if "status" in summary else summary.iloc[0:0]
-    links = link_table(aggregate) if not aggregate.empty else pd.DataFrame()
-    body = [
-        f"<h1>{html.escape(meta['name'])}</h1>",
-        f"<p class='muted'>{html.escape(meta.get('description', ''))} — scale <b>{meta['scale']}</b>, "
-        f"{len(summary)} runs, result directory <code>{html.escape(str(result))}</code></p>",
-        "<h2>Noise and saturation</h2>",
-        _noise_html(summary),
-        "<h2>Checks</h2>",
-        "<p>How far the figures can be trusted (<code>mwlab.stats</code>, also on any CSV column with "
-        "<code>mwlab stats</code>): <b>warm-up</b> — MSER-5 on the throughput of the warm-up and measured "
-        "windows, against the windows the run discarded; <b>stationary windows</b> — KPSS (level) and ADF "
-        "on the measured windows' throughput and a Mann-Kendall trend test; <b>drift across "
-        "repetitions</b> — Mann-Kendall on the repetitions' throughput in the order they ran. Confidence "
-        "intervals: within a run, batch means over the windows (<code>client_tput_run_ci_*</code> in "
-        "<code>summary.csv</code>; a Student-t interval when there are fewer than 20 windows); across "
-        "repetitions, the unit of variance between runs, Student-t intervals of throughput and p99 "
-        "(<code>client_tput_ci_*</code>, <code>client_rt_p99_ci_*_us</code> in <code>aggregate.csv</code>). "
-        "Runs too short for a test are not judged.</p>",
-        _checks_html(checks),
-        "<h2>Results per point</h2>",
-        "<p>Means over repetitions (±: standard deviation over repetitions). All columns: "
-        "<code>aggregate.csv</code>, per run: <code>summary.csv</code>.</p>",
-        _table(key, 2),
-        "<h3>Maximum throughput of each configuration</h3>",
-        _table(max_throughput_table(aggregate, factors) if not aggregate.empty else aggregate, 2),
-        "<h3>Time per stage</h3>",
-        "<details><summary>mean, standard deviation, coefficient of variation, 25th and 90th "
-        "percentile of each stage of a request, per point</summary>",
-        _table(stage_table(aggregate) if not aggregate.empty else aggregate, 1),
-        "</details>",
-        *(
+        out.factorial = pd.DataFrame(
             [
-                "<h3>Emulated links</h3>",
-                "<p>Each shaped link per point: its configured rate, the rate it carried over the "
-                "measurement, and the packets the shaping held back for tokens (overlimits) or "
-                "dropped over the whole run.</p>",
-                _table(links, 1),
+                {
+                    "effect": n,
+                    "factors": "·".join(fact.factors.get(ch, ch) for ch in n) if n != "q0" else "mean",
+                    "value (ops/s)": q,
+                    "variation": fact.variation.get(n, float("nan")),
+                    "interval low": fact.ci[n][0] if fact.ci else float("nan"),
+                    "interval high": fact.ci[n][1] if fact.ci else float("nan"),
+                }
+                for n, q in fact.effects.items()
             ]
-            if not links.empty
-            else []
-        ),
-        "<h2>Plots</h2>",
-        *[
-            f"<figure>{_img(png)}<figcaption>{html.escape(t)} (<a href='plots/{svg.name}'>SVG</a>)"
-            "</figcaption></figure>"
-            for t, png, svg in plots
-        ],
-        "<h2>Models</h2>",
-        _models_html(result, summary, aggregate, factors, meta["settings"]),
-        "<h2>Failed runs</h2>",
-        _table(failed[[c for c in ("point", "rep", "error") if c in failed]]),
-        "<h2>Environment</h2>",
-        _environment(result),
-        "<h2>Spec</h2>",
-        f"<pre>{html.escape(spec)}</pre>",
-    ]
-    page = (
-        f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(meta['name'])}</title>"
-        f"<style>{STYLE}</style></head><body>{''.join(body)}{CHECK_IMAGES}</body></html>"
-    )
-    path = result / "report.html"
-    path.write_text(page, encoding="utf-8")
-    return path
+        )
+        out.factorial_title = (
+            f"2^{len(fact.factors)} r factorial analysis of throughput "
+            f"(r = {fact.replications}, {int(fact.confidence * 100)}% intervals)"
+        )
+        draw = lambda ax: variation_chart(fact.variation, fact.factors, ax)  # noqa: E731
+        out.factorial_figure = save_figure(result / "plots", "variation", draw)[0]
+    return out

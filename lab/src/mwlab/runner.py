@@ -37,7 +37,7 @@ from mwlab.procs import (
     memcached_cmd,
     usable_cores,
 )
-from mwlab.spec import Experiment, Run, host_names, run_seconds
+from mwlab.spec import Experiment, Run, Settings, host_names, run_seconds
 
 Progress = Callable[[int, int, str, float], None]
 
@@ -85,21 +85,21 @@ class Emulated:
         }
 
 
-def host_specs(s: dict[str, Any]):
+def host_specs(s: Settings):
     """The emulated hosts of a point with their links and CPUs."""
     from mwlab.netns import HostSpec, parse_delay
     from mwlab.spec import link_rates
 
     specs = []
-    delay = parse_delay(s["hosts.delay"]) if s["hosts.delay"] else None
+    delay = parse_delay(s.hosts.delay) if s.hosts.delay else None
     for role, names in host_names(s).items():
-        up, down = link_rates(s[f"hosts.{role}_link"])
+        up, down = link_rates(s.hosts.link(role))
         for name in names:
-            specs.append(HostSpec(name, up, down, s[f"hosts.{role}_cpus"], delay))
+            specs.append(HostSpec(name, up, down, s.hosts.cpus(role), delay))
     return specs
 
 
-def _mwproxy_cmd(s: dict[str, Any], index: int, listen: str, servers: list[str], out: Path) -> list[str]:
+def _mwproxy_cmd(s: Settings, index: int, listen: str, servers: list[str], out: Path) -> list[str]:
     return [
         str(binary("mwproxy")),
         "--listen",
@@ -107,34 +107,34 @@ def _mwproxy_cmd(s: dict[str, Any], index: int, listen: str, servers: list[str],
         "-m",
         *servers,
         "--engine",
-        s["middleware.engine"],
+        s.middleware.engine,
         "--threads",
-        str(s["middleware.threads"]),
+        str(s.middleware.threads),
         "-t",
-        str(s["middleware.workers"]),
+        str(s.middleware.workers),
         "--net-threads",
-        str(s["middleware.net_threads"]),
+        str(s.middleware.net_threads),
         "-r",
-        str(s["middleware.replication"]),
+        str(s.middleware.replication),
         "--multiget",
-        s["middleware.multiget"],
+        s.middleware.multiget,
         "--queue-capacity",
-        str(s["middleware.queue_capacity"]),
+        str(s.middleware.queue_capacity),
         "--out",
         str(out / f"mw{index}"),
         "--instance",
         f"mw{index}",
         "--trace-every",
-        str(s["middleware.trace_every"]),
+        str(s.middleware.trace_every),
         "--window-ms",
-        str(s["run.window_ms"]),
+        str(s.run.window_ms),
         "--log",
         "warn",
     ]
 
 
-def _mwmq_cmd(s: dict[str, Any], index: int, listen: str, db: str, out: Path) -> list[str]:
-    pool = s["middleware.db_pool"] or s["middleware.workers"]
+def _mwmq_cmd(s: Settings, index: int, listen: str, db: str, out: Path) -> list[str]:
+    pool = s.db_pool
     return [
         str(binary("mwmq")),
         "--listen",
@@ -142,39 +142,39 @@ def _mwmq_cmd(s: dict[str, Any], index: int, listen: str, db: str, out: Path) ->
         "--db",
         db,
         "--workers",
-        str(s["middleware.workers"]),
+        str(s.middleware.workers),
         "--db-pool",
         str(pool),
         "--batch",
-        str(s["middleware.batch"]),
+        str(s.middleware.batch),
         "--queue-capacity",
-        str(s["middleware.queue_capacity"]),
+        str(s.middleware.queue_capacity),
         "--out",
         str(out / f"mw{index}"),
         "--instance",
         f"mw{index}",
         "--trace-every",
-        str(s["middleware.trace_every"]),
+        str(s.middleware.trace_every),
         "--window-ms",
-        str(s["run.window_ms"]),
+        str(s.run.window_ms),
         "--log",
         "warn",
     ]
 
 
-def _mq_args(s: dict[str, Any], index: int) -> list[str]:
+def _mq_args(s: Settings, index: int) -> list[str]:
     """mwload's message-queue options for client instance `index`."""
     args = [
         "-P",
         "mq",
         "--receive",
-        s["workload.receive"],
+        s.workload.receive,
         "--queues",
-        str(s["workload.queues"]),
+        str(s.workload.queues),
         "--name-prefix",
         f"cl{index}-",
     ]
-    return args + (["--pairs"] if s["workload.pairs"] else [])
+    return args + (["--pairs"] if s.workload.pairs else [])
 
 
 def _target_args(endpoints: list[str], all_targets: bool, index: int) -> list[str]:
@@ -184,34 +184,34 @@ def _target_args(endpoints: list[str], all_targets: bool, index: int) -> list[st
     return ["-s", host, "-p", port]
 
 
-def _mwload_cmd(s: dict[str, Any], index: int, instances: int, target: list[str], out: Path) -> list[str]:
+def _mwload_cmd(s: Settings, index: int, instances: int, target: list[str], out: Path) -> list[str]:
     cmd = [
         str(binary("mwload")),
         *target,
         "-t",
-        str(s["topology.threads"]),
+        str(s.topology.threads),
         "-c",
-        str(s["topology.virtual_clients"]),
+        str(s.topology.virtual_clients),
         "--ratio",
-        str(s["workload.ratio"]),
+        str(s.workload.ratio),
         "--test-time",
-        str(s["run.duration"]),
+        str(s.run.duration),
         "--warmup",
-        str(s["run.warmup"]),
+        str(s.run.warmup),
         "--cooldown",
-        str(s["run.cooldown"]),
+        str(s.run.cooldown),
         "--key-maximum",
-        str(s["workload.keys"] - 1),
+        str(s.workload.keys - 1),
         "-d",
-        str(s["workload.value_size"]),
+        str(s.workload.value_size),
         "--multi-key-get",
-        str(s["workload.multiget_size"]),
+        str(s.workload.multiget_size),
         "--key-pattern",
-        s["workload.key_pattern"],
+        s.workload.key_pattern,
         "--seed",
-        str(s["run.seed"] * 1000 + index),
+        str(s.run.seed * 1000 + index),
         "--window-ms",
-        str(s["run.window_ms"]),
+        str(s.run.window_ms),
         "--out",
         str(out / f"cl{index}"),
         "--instance",
@@ -221,12 +221,12 @@ def _mwload_cmd(s: dict[str, Any], index: int, instances: int, target: list[str]
         "--max-error-rate",
         "1",
     ]
-    if s["topology.system"] == "mq":
+    if s.mq:
         cmd = [c for i, c in enumerate(cmd) if not _memcached_only(cmd, i)] + _mq_args(s, index)
-    if s["workload.think_time_us"]:
-        cmd += ["--think-time", str(s["workload.think_time_us"]), "--think-dist", "exponential"]
-    if s["workload.rate"]:
-        cmd += ["--rate", str(s["workload.rate"] / instances)]
+    if s.workload.think_time_us:
+        cmd += ["--think-time", str(s.workload.think_time_us), "--think-dist", "exponential"]
+    if s.workload.rate:
+        cmd += ["--rate", str(s.workload.rate / instances)]
     return cmd
 
 
@@ -236,7 +236,7 @@ def _memcached_only(cmd: list[str], i: int) -> bool:
     return cmd[i] in flags or (i > 0 and cmd[i - 1] in flags)
 
 
-def _prefill(place, g: ProcessGroup, s: dict[str, Any], host: str, targets: list[list[str]]) -> None:
+def _prefill(place, g: ProcessGroup, s: Settings, host: str, targets: list[list[str]]) -> None:
     for i, target in enumerate(targets):
         cmd = [
             str(binary("mwload")),
@@ -251,9 +251,9 @@ def _prefill(place, g: ProcessGroup, s: dict[str, Any], host: str, targets: list
             "--ratio",
             "0:1",
             "--key-maximum",
-            str(s["workload.keys"] - 1),
+            str(s.workload.keys - 1),
             "-d",
-            str(s["workload.value_size"]),
+            str(s.workload.value_size),
             "--progress",
             "never",
         ]
@@ -262,8 +262,8 @@ def _prefill(place, g: ProcessGroup, s: dict[str, Any], host: str, targets: list
             raise LabError(f"prefill through {' '.join(target)} failed; see {p.log}")
 
 
-def _placement(s: dict[str, Any], stack: contextlib.ExitStack, out: Path):
-    emulation = s["hosts.emulation"]
+def _placement(s: Settings, stack: contextlib.ExitStack, out: Path):
+    emulation = s.hosts.emulation
     if emulation == "netns":
         from mwlab.netns import Emulation
 
@@ -271,20 +271,20 @@ def _placement(s: dict[str, Any], stack: contextlib.ExitStack, out: Path):
     if emulation == "ssh":
         from mwlab.ssh import Remote
 
-        limit = s["run.warmup"] + s["run.duration"] + s["run.cooldown"] + 60
-        return stack.enter_context(Remote(s["hosts.ssh"], out, limit))
+        limit = s.run.seconds + 60
+        return stack.enter_context(Remote(s.hosts.ssh, out, limit))
     return Local()
 
 
 def run_once(run: Run, out: Path) -> dict[str, Any]:
     """Runs one repetition of one point; returns what run.json records."""
     s = run.point.settings
-    if s["run.client"] != "mwload":
+    if s.run.client != "mwload":
         raise LabError("client: memtier is not supported by this runner yet; use mwload")
     out.mkdir(parents=True, exist_ok=True)
     started = time.time()
     hosts = host_names(s)
-    mq = s["topology.system"] == "mq"
+    mq = s.mq
     with contextlib.ExitStack() as stack:
         place = _placement(s, stack, out)
         pg = stack.enter_context(Postgres(out / "logs")) if mq else None
@@ -304,11 +304,11 @@ def run_once(run: Run, out: Path) -> dict[str, Any]:
             else:
                 place.start(g, f"mw{m}", host, _mwproxy_cmd(s, m, listen, servers, out), port)
             mws.append(listen)
-        instances = s["topology.client_machines"] * s["topology.instances"]
-        all_targets = s["topology.client_targets"] == "all"
+        instances = s.topology.client_machines * s.topology.instances
+        all_targets = s.topology.client_targets == "all"
         endpoints = mws or servers
-        client_host = [hosts["client"][j // s["topology.instances"]] for j in range(instances)]
-        if s["workload.prefill"] and not mq:
+        client_host = [hosts["client"][j // s.topology.instances] for j in range(instances)]
+        if s.workload.prefill and not mq:
             first = client_host[0]
             if mws:
                 _prefill(place, g, s, first, [_target_args(endpoints[:1], False, 0)])
@@ -320,7 +320,7 @@ def run_once(run: Run, out: Path) -> dict[str, Any]:
         sampler = ResourceSampler(
             g,
             out / "resources.csv",
-            interval=min(0.5, s["run.window_ms"] / 2000),
+            interval=min(0.5, s.run.window_ms / 2000),
             emulation=getattr(place, "emu", None),
             trees={"pg0": pid} if pg is not None and (pid := pg.pid()) else None,
         )
@@ -334,7 +334,7 @@ def run_once(run: Run, out: Path) -> dict[str, Any]:
             )
             for j in range(instances)
         ]
-        limit = s["run.warmup"] + s["run.duration"] + s["run.cooldown"] + 60
+        limit = s.run.seconds + 60
         codes = {}
         for c in clients:
             try:
@@ -346,7 +346,7 @@ def run_once(run: Run, out: Path) -> dict[str, Any]:
             codes[name] = g.terminate(proc)
         sampler.stop()
         placement = {
-            "emulation": s["hosts.emulation"],
+            "emulation": s.hosts.emulation,
             "hosts": place.describe(),
             "processes": {
                 **(
@@ -365,7 +365,7 @@ def run_once(run: Run, out: Path) -> dict[str, Any]:
         "point": run.point.name,
         "rep": run.rep,
         "factors": run.point.factors,
-        "settings": run.point.settings,
+        "settings": run.point.settings.model_dump(mode="json"),
         "started_unix": started,
         "ended_unix": time.time(),
         "exit_codes": codes,
@@ -392,14 +392,7 @@ def prepare(exp: Experiment, results: Path, resume: Path | None = None) -> Path:
         out = results / exp.name / f"{stamp}-{n}"
     out.mkdir(parents=True)
     (out / "spec.yaml").write_text(yaml.safe_dump(exp.source, sort_keys=False))
-    meta = {
-        "name": exp.name,
-        "description": exp.description,
-        "scale": exp.scale,
-        "settings": exp.settings,
-        "factors": exp.factors,
-    }
-    (out / "experiment.json").write_text(json.dumps(meta, indent=1, default=str))
+    (out / "experiment.json").write_text(json.dumps(exp.info(), indent=1, default=str))
     return out
 
 
@@ -437,7 +430,7 @@ def _run_into(run: Run, rdir: Path) -> None:
             "point": run.point.name,
             "rep": run.rep,
             "factors": run.point.factors,
-            "settings": run.point.settings,
+            "settings": run.point.settings.model_dump(mode="json"),
             "status": "failed",
             "error": str(e),
         }

@@ -5,6 +5,12 @@ The run is the cross product of all lists (the *points*) times the repetitions,
 in a randomised but seeded order. The seed reports' abbreviations (nsvr, ncli,
 icli, tcli, vcli, nmw, tmw, mgshrd, mgsize, wrkld, reps, ttime) are accepted as
 aliases. Everything is validated before anything starts.
+
+Each point's settings are a typed [`Settings`] — one model per section
+(`topology`, `middleware`, `workload`, `run`, `hosts`), read as attributes
+(`s.middleware.engine`) everywhere in the lab. Setting *names* (`tmw`,
+`middleware.workers`, `workers`) exist only here: in specs, factor labels and
+`--set KEY=VALUE`, and this module turns them into attributes.
 """
 
 from __future__ import annotations
@@ -15,65 +21,293 @@ import random
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
 
 import yaml
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictInt,
+    ValidationError,
+    field_validator,
+)
 
 
 class SpecError(ValueError):
     """A spec that cannot be run, with a message that says what to change."""
 
 
-# Every setting with its default, as section.key.
-DEFAULTS: dict[str, Any] = {
-    "topology.system": "memcached",
-    "topology.servers": 1,
-    "topology.middlewares": 0,
-    "topology.client_machines": 1,
-    "topology.instances": 1,
-    "topology.threads": 2,
-    "topology.virtual_clients": 1,
-    "topology.client_targets": "spread",
-    "middleware.engine": "pool",
-    "middleware.threads": 0,
-    "middleware.workers": 8,
-    "middleware.net_threads": 1,
-    "middleware.replication": 1,
-    "middleware.multiget": "sharded",
-    "middleware.queue_capacity": 1024,
-    "middleware.trace_every": 100,
-    "middleware.db_pool": None,
-    "middleware.batch": 1,
-    "workload.ratio": "1:10",
-    "workload.keys": 10000,
-    "workload.value_size": 128,
-    "workload.multiget_size": 1,
-    "workload.key_pattern": "uniform",
-    "workload.think_time_us": 0,
-    "workload.rate": None,
-    "workload.prefill": True,
-    "workload.receive": "pop",
-    "workload.pairs": True,
-    "workload.queues": 1,
-    "run.duration": 10.0,
-    "run.warmup": 2.0,
-    "run.cooldown": 1.0,
-    "run.trim_start": 0,
-    "run.trim_end": 0,
-    "run.repetitions": 3,
-    "run.seed": 1,
-    "run.window_ms": 1000,
-    "run.client": "mwload",
-    "hosts.emulation": "local",
-    "hosts.server_link": None,
-    "hosts.middleware_link": None,
-    "hosts.client_link": None,
-    "hosts.server_cpus": None,
-    "hosts.middleware_cpus": None,
-    "hosts.client_cpus": None,
-    "hosts.delay": None,
-    "hosts.ssh": None,
+def _number(v: Any) -> Any:
+    if isinstance(v, bool) or not isinstance(v, int | float):
+        raise ValueError("must be a number")
+    return v
+
+
+Count = Annotated[StrictInt, Field(ge=1, le=100_000)]
+Number = Annotated[float, BeforeValidator(_number)]
+WORKLOADS = {"write-only": "1:0", "read-only": "0:1", "writes": "1:0", "reads": "0:1"}
+ROLES = ("server", "middleware", "client")
+
+
+class Section(BaseModel):
+    """A section of the settings: unknown keys are refused, values are checked."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Topology(Section):
+    """Who runs where: servers, middlewares, client machines and their load."""
+
+    system: Literal["memcached", "mq"] = "memcached"
+    servers: Count = 1
+    middlewares: Annotated[StrictInt, Field(ge=0, le=64)] = 0
+    client_machines: Count = 1
+    instances: Count = 1
+    threads: Count = 2
+    virtual_clients: Count = 1
+    client_targets: Literal["spread", "all"] = "spread"
+
+    @property
+    def total_clients(self) -> int:
+        """N: virtual clients over all client machines, instances and threads."""
+        return self.client_machines * self.instances * self.threads * self.virtual_clients
+
+
+def _multiget(v: Any) -> Any:
+    return ("sharded" if v else "non-sharded") if isinstance(v, bool) else v
+
+
+class Middleware(Section):
+    """mwproxy's or mwmq's settings."""
+
+    engine: Literal["pool", "async"] = "pool"
+    threads: Annotated[StrictInt, Field(ge=0, le=256)] = 0
+    workers: Count = 8
+    net_threads: Count = 1
+    # The seed reports' levels none, half and all are resolved per point.
+    replication: Count | Literal["none", "half", "all"] = 1
+    multiget: Annotated[Literal["sharded", "non-sharded"], BeforeValidator(_multiget)] = "sharded"
+    queue_capacity: Count = 1024
+    trace_every: Annotated[StrictInt, Field(ge=0, le=1 << 30)] = 100
+    db_pool: Annotated[StrictInt, Field(ge=1, le=1000)] | None = None
+    batch: Annotated[StrictInt, Field(ge=1, le=1000)] = 1
+
+
+def _ratio(v: Any) -> Any:
+    v = WORKLOADS.get(str(v), v)
+    parts = str(v).split(":")
+    if len(parts) != 2 or not all(p.isdigit() for p in parts) or sum(map(int, parts)) == 0:
+        raise ValueError("must be SETS:GETS such as 1:10 (or write-only/read-only)")
+    return str(v)
+
+
+class Workload(Section):
+    """What the clients send."""
+
+    ratio: Annotated[str, BeforeValidator(_ratio)] = "1:10"
+    keys: Count = 10000
+    value_size: Annotated[StrictInt, Field(ge=1, le=1 << 20)] = 128
+    multiget_size: Count = 1
+    key_pattern: Literal["uniform", "sequential", "gaussian", "zipf"] = "uniform"
+    think_time_us: Annotated[StrictInt, Field(ge=0)] = 0
+    rate: Annotated[Number, Field(gt=0)] | None = None
+    prefill: StrictBool = True
+    receive: Literal["pop", "recv"] = "pop"
+    pairs: StrictBool = True
+    queues: Annotated[StrictInt, Field(ge=1)] = 1
+
+
+class RunSettings(Section):
+    """How long, how often, with which client."""
+
+    duration: Annotated[Number, Field(gt=0)] = 10.0
+    warmup: Annotated[Number, Field(ge=0)] = 2.0
+    cooldown: Annotated[Number, Field(ge=0)] = 1.0
+    trim_start: Annotated[StrictInt, Field(ge=0)] = 0
+    trim_end: Annotated[StrictInt, Field(ge=0)] = 0
+    repetitions: Count = 3
+    seed: StrictInt = 1
+    window_ms: Annotated[StrictInt, Field(ge=100)] = 1000
+    client: Literal["mwload", "memtier"] = "mwload"
+
+    @property
+    def seconds(self) -> float:
+        """Warm-up, measured time and cool-down."""
+        return self.warmup + self.duration + self.cooldown
+
+
+def _cpus(v: Any) -> Any:
+    if v is None:
+        return v
+    number = isinstance(v, int | float) and not isinstance(v, bool) and v > 0
+    if number or (isinstance(v, str) and re.fullmatch(r"[0-9]+([-,][0-9]+)*", v)):
+        return v
+    raise ValueError('must be a number of CPUs (a quota, e.g. 1.5) or a cpuset (e.g. "0" or "0-1")')
+
+
+Cpus = Annotated[float | str | None, BeforeValidator(_cpus)]
+
+
+class Hosts(Section):
+    """Where the processes run: this machine, emulated hosts or real ones."""
+
+    emulation: Literal["local", "netns", "ssh"] = "local"
+    server_link: str | dict[str, Any] | None = None
+    middleware_link: str | dict[str, Any] | None = None
+    client_link: str | dict[str, Any] | None = None
+    server_cpus: Cpus = None
+    middleware_cpus: Cpus = None
+    client_cpus: Cpus = None
+    delay: str | float | None = None
+    ssh: dict[str, Any] | None = None
+
+    @field_validator("server_link", "middleware_link", "client_link")
+    @classmethod
+    def _link(cls, v: Any) -> Any:
+        link_rates(v)
+        return v
+
+    @field_validator("delay")
+    @classmethod
+    def _delay(cls, v: Any) -> Any:
+        from mwlab.netns import parse_delay
+
+        if v is not None:
+            parse_delay(v)
+        return v
+
+    def link(self, role: str) -> Any:
+        """The link of a role's hosts (`server`, `middleware`, `client`)."""
+        return {"server": self.server_link, "middleware": self.middleware_link, "client": self.client_link}[
+            role
+        ]
+
+    def cpus(self, role: str) -> Any:
+        """The CPUs of a role's hosts."""
+        return {"server": self.server_cpus, "middleware": self.middleware_cpus, "client": self.client_cpus}[
+            role
+        ]
+
+    def shaped(self) -> list[str]:
+        """The settings that need emulated hosts."""
+        names = [f"{r}_link" for r in ROLES if self.link(r) is not None]
+        names += [f"{r}_cpus" for r in ROLES if self.cpus(r) is not None]
+        return names + (["delay"] if self.delay is not None else [])
+
+
+class Settings(BaseModel):
+    """Every setting of one point, by section."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    topology: Topology = Topology()
+    middleware: Middleware = Middleware()
+    workload: Workload = Workload()
+    run: RunSettings = RunSettings()
+    hosts: Hosts = Hosts()
+
+    @property
+    def total_clients(self) -> int:
+        """N: virtual clients over all client machines, instances and threads."""
+        return self.topology.total_clients
+
+    @property
+    def mq(self) -> bool:
+        """The message-queue system (mwmq over PostgreSQL)."""
+        return self.topology.system == "mq"
+
+    @property
+    def db_pool(self) -> int:
+        """Database connections per mwmq (one per worker unless set)."""
+        return self.middleware.db_pool or self.middleware.workers
+
+    def check(self) -> None:
+        """The rules between settings (each setting on its own is checked by
+        its section); raises ValueError saying what to change."""
+        t, m, w, r, h = self.topology, self.middleware, self.workload, self.run, self.hosts
+        need = _need
+        need(
+            isinstance(m.replication, int) and m.replication <= t.servers,
+            f"replication {m.replication} needs at least as many servers (nsvr={t.servers})",
+        )
+        windows = int(r.duration * 1000 // r.window_ms)
+        need(
+            windows - r.trim_start - r.trim_end >= 1,
+            f"trim_start ({r.trim_start}) + trim_end ({r.trim_end}) windows leave nothing of the "
+            f"{windows} measured windows of {r.window_ms} ms in a duration of {r.duration} s",
+        )
+        n = self.total_clients
+        need(n <= 4096, f"{n} virtual clients is more than this runner will start (4096)")
+        if self.mq:
+            need(t.servers == 1, "system mq has one database: servers (nsvr) must be 1")
+            need(t.middlewares >= 1, "system mq needs at least one middleware (nmw)")
+            need(w.multiget_size == 1, "system mq has no multi-gets (multiget_size must be 1)")
+            need(m.replication == 1, "system mq has no replication")
+            need(
+                not w.pairs or t.threads * t.virtual_clients % 2 == 0,
+                "pairs need an even number of clients per instance (threads x vcli)",
+            )
+            need(
+                h.emulation == "local", "system mq runs on local hosts only so far (hosts: emulation: local)"
+            )
+        shaped = h.shaped()
+        need(
+            h.emulation == "netns" or not shaped,
+            f"{', '.join(shaped)} need emulated hosts (hosts: emulation: netns)",
+        )
+        if h.emulation == "ssh":
+            self._check_ssh()
+        else:
+            need(h.ssh is None, "hosts.ssh is only read with emulation: ssh")
+
+    def _check_ssh(self) -> None:
+        ssh = self.hosts.ssh
+        _need(bool(ssh), "emulation: ssh needs hosts.ssh, a mapping of host name to destination")
+        assert ssh is not None
+        names = {n for ns in host_names(self).values() for n in ns}
+        local = ssh.get("local_addr")
+        _need(
+            local is None or isinstance(local, str),
+            "ssh: local_addr is this machine's address as the remote hosts see it (a string)",
+        )
+        for host, dest in ssh.items():
+            if host == "local_addr":
+                continue
+            _need(
+                host in names, f"ssh: no host {host!r} in this topology (hosts: {', '.join(sorted(names))})"
+            )
+            if isinstance(dest, dict):
+                extra = set(dest) - {"destination", "port", "key", "known_hosts"}
+                _need(
+                    not extra,
+                    f"ssh: {host}: unknown keys {', '.join(sorted(extra))} "
+                    "(known: destination, port, key, known_hosts)",
+                )
+                dest = dest.get("destination")
+            _need(
+                isinstance(dest, str) and bool(dest),
+                f"ssh: {host} needs a destination such as user@host[:port]",
+            )
+
+
+def _need(cond: bool, msg: str) -> None:
+    if not cond:
+        raise ValueError(msg)
+
+
+# ---- names of settings: dotted keys, short keys and the seed reports' aliases ----
+
+SECTIONS: dict[str, type[Section]] = {
+    "topology": Topology,
+    "middleware": Middleware,
+    "workload": Workload,
+    "run": RunSettings,
+    "hosts": Hosts,
 }
+KEYS = [f"{s}.{f}" for s, model in SECTIONS.items() for f in model.model_fields]
 
 ALIASES = {
     "nsvr": "topology.servers",
@@ -92,77 +326,120 @@ ALIASES = {
     "pool": "middleware.db_pool",
 }
 
-WORKLOADS = {"write-only": "1:0", "read-only": "0:1", "writes": "1:0", "reads": "0:1"}
 
-SECTIONS = ("topology", "middleware", "workload", "run", "hosts")
-
-
-def _canonical(key: str) -> str:
+def canonical(key: str) -> str:
+    """The dotted name of a setting given by its dotted name, its name within
+    its section (where unique) or a seed alias."""
     if key in ALIASES:
         return ALIASES[key]
-    if key in DEFAULTS:
+    if key in KEYS:
         return key
-    short = [k for k in DEFAULTS if k.split(".", 1)[1] == key]
+    short = [k for k in KEYS if k.split(".", 1)[1] == key]
     if len(short) == 1:
         return short[0]
-    known = sorted(set(ALIASES) | {k.split(".", 1)[1] for k in DEFAULTS})
+    known = sorted(set(ALIASES) | {k.split(".", 1)[1] for k in KEYS})
     raise SpecError(f"unknown setting {key!r}; known settings: {', '.join(known)}")
 
 
-def _flatten(doc: dict[str, Any], where: str) -> dict[str, Any]:
-    """Section dicts and flat/aliased keys into one dict of canonical keys."""
-    flat: dict[str, Any] = {}
-    for key, value in doc.items():
-        if key in SECTIONS:
-            if not isinstance(value, dict):
-                raise SpecError(f"{where}: section {key!r} must be a mapping")
-            for sub, v in value.items():
-                name = f"{key}.{sub}"
-                if name not in DEFAULTS:
-                    known = ", ".join(k.split(".", 1)[1] for k in DEFAULTS if k.startswith(key + "."))
-                    raise SpecError(f"{where}: unknown setting {sub!r} in {key}; known: {known}")
-                flat[name] = v
-        elif key == "factors":
-            if not isinstance(value, dict):
-                raise SpecError(f"{where}: factors must be a mapping of setting to levels")
-            for sub, v in value.items():
-                if sub == "together":
-                    flat[TOGETHER] = _together(v, where)
-                else:
-                    flat[_canonical(sub)] = v
-        else:
-            flat[_canonical(key)] = value
-    return flat
+def column_name(key: str) -> str:
+    """A setting's name in tables and factor labels: its seed alias, else its
+    name within its section."""
+    for alias, full in ALIASES.items():
+        if full == key:
+            return alias
+    return key.split(".", 1)[1]
 
 
-# Factors whose levels go together (the i-th level of each at once), e.g. the
-# seed's scale-up: workers 1, 2, 4, 8 with 10, 20, 40, 80 clients.
-TOGETHER = "__together__"
+def factor_columns(factors: dict[str, Any]) -> dict[str, Any]:
+    """Factor levels under their column names."""
+    return {column_name(k): v for k, v in factors.items()}
 
 
-def _together(value: Any, where: str) -> dict[str, list[Any]]:
-    if not isinstance(value, dict) or len(value) < 2:
-        raise SpecError(f"{where}: factors: together maps two or more settings to lists of levels")
-    out = {}
-    for sub, levels in value.items():
-        if not isinstance(levels, list) or not levels:
-            raise SpecError(f"{where}: factors: together: {sub} needs a list of levels")
-        out[_canonical(sub)] = levels
-    lengths = {len(v) for v in out.values()}
-    if len(lengths) != 1:
-        raise SpecError(
-            f"{where}: factors: together: every setting needs as many levels "
-            f"({', '.join(f'{_short(k)}: {len(v)}' for k, v in out.items())})"
-        )
+def nest(flat: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Dotted keys into sections."""
+    out: dict[str, dict[str, Any]] = {}
+    for key, value in flat.items():
+        section, name = canonical(key).split(".", 1)
+        out.setdefault(section, {})[name] = value
     return out
 
 
-def _normalise(key: str, value: Any) -> Any:
-    if key == "workload.ratio":
-        value = WORKLOADS.get(str(value), value)
-    if key == "middleware.multiget" and isinstance(value, bool):
-        value = "sharded" if value else "non-sharded"
-    return value
+def flatten(settings: Settings) -> dict[str, Any]:
+    """Settings as dotted keys (the spec's own view)."""
+    return {f"{s}.{k}": v for s in SECTIONS for k, v in getattr(settings, s).model_dump().items()}
+
+
+def build(flat: dict[str, Any], where: str = "settings") -> Settings:
+    """Settings from dotted keys, each section checked (not the rules between
+    them: [`Settings.check`])."""
+    try:
+        return Settings.model_validate(nest(flat))
+    except ValidationError as e:
+        raise SpecError(explain(e, where)) from None
+
+
+def with_values(settings: Settings, changes: dict[str, Any], where: str = "settings") -> Settings:
+    """`settings` with some settings changed (any name [`canonical`] takes)."""
+    flat = flatten(settings)
+    flat.update({canonical(k): v for k, v in changes.items()})
+    return build(flat, where)
+
+
+def explain(e: ValidationError, where: str) -> str:
+    """A pydantic error as a sentence a user can act on: the setting's path,
+    what is wrong, and for an unknown key the names that are known."""
+    lines = []
+    for err in e.errors():
+        # Past the section and the setting, a path names union branches and list items.
+        loc = [str(x) for x in err["loc"]]
+        path = ".".join(loc[:2])
+        if err["type"] == "extra_forbidden":
+            section = loc[0] if len(loc) > 1 else ""
+            known = list(SECTIONS[section].model_fields) if section in SECTIONS else list(SECTIONS)
+            what = f"in {section}" if section else "section"
+            lines.append(f"unknown setting {loc[min(1, len(loc) - 1)]!r} {what}; known: {', '.join(known)}")
+        else:
+            msg = str(err["msg"]).removeprefix("Value error, ")
+            alias = column_name(path) if path in KEYS else ""
+            named = f"{path} ({alias})" if alias in ALIASES else path
+            lines.append(f"{named}: {msg} (got {err.get('input')!r})")
+    return f"{where}: " + "; ".join(dict.fromkeys(lines))
+
+
+def stored_settings(d: dict[str, Any]) -> Settings:
+    """Settings as a results directory stores them (by section; results of
+    earlier versions: dotted keys)."""
+    if any("." in k for k in d):
+        return build(d, "stored settings")
+    try:
+        return Settings.model_validate(d)
+    except ValidationError as e:
+        raise SpecError(explain(e, "stored settings")) from None
+
+
+class ExperimentInfo(BaseModel):
+    """What a result directory's experiment.json says."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    name: str
+    description: str = ""
+    scale: str = "quick"
+    settings: Settings = Settings()
+    factors: dict[str, list[Any]] = {}
+
+    @field_validator("settings", mode="before")
+    @classmethod
+    def _stored(cls, v: Any) -> Any:
+        return stored_settings(v) if isinstance(v, dict) else v
+
+    @property
+    def columns(self) -> list[str]:
+        """The factors' column names in summary.csv and aggregate.csv."""
+        return list(factor_columns(self.factors))
+
+
+# ---- points and runs ----
 
 
 @dataclass(frozen=True)
@@ -170,22 +447,18 @@ class Point:
     """One combination of factor levels: every setting resolved."""
 
     name: str
-    settings: dict[str, Any]
+    settings: Settings
     factors: dict[str, Any]
 
     def get(self, key: str) -> Any:
-        return self.settings[_canonical(key)]
+        """A setting by any name [`canonical`] takes."""
+        section, name = canonical(key).split(".", 1)
+        return getattr(getattr(self.settings, section), name)
 
     @property
     def total_clients(self) -> int:
         """N: virtual clients over all client machines, instances and threads."""
-        s = self.settings
-        return (
-            s["topology.client_machines"]
-            * s["topology.instances"]
-            * s["topology.threads"]
-            * s["topology.virtual_clients"]
-        )
+        return self.settings.total_clients
 
 
 @dataclass(frozen=True)
@@ -207,13 +480,15 @@ class Experiment:
     name: str
     description: str
     scale: str
-    settings: dict[str, Any]
+    settings: Settings
     factors: dict[str, list[Any]]
     source: dict[str, Any] = field(default_factory=dict)
     # Groups of factors whose levels go together rather than crossed.
     together: list[list[str]] = field(default_factory=list)
 
     def points(self) -> list[Point]:
+        """Every combination of the factors' levels (levels taken together
+        count as one factor), each with its settings."""
         grouped = {n for g in self.together for n in g}
         alone = [n for n in self.factors if n not in grouped]
         # Each axis: a list of {setting: level} choices.
@@ -221,22 +496,34 @@ class Experiment:
         for g in self.together:
             axes.append([{n: self.factors[n][i] for n in g} for i in range(len(self.factors[g[0]]))])
         order = list(self.factors)
-        points = []
+        base = flatten(self.settings)
+        out = []
         for combo in itertools.product(*axes):
-            s = dict(self.settings)
             merged = {k: v for part in combo for k, v in part.items()}
             chosen = {n: merged[n] for n in order}
-            s.update(chosen)
-            s["middleware.replication"] = _replication(s["middleware.replication"], s["topology.servers"])
-            label = ",".join(f"{_short(n)}={_label(v)}" for n, v in chosen.items()) or "default"
-            points.append(Point(label, s, chosen))
-        return points
+            flat = {**base, **chosen}
+            flat["middleware.replication"] = _replication(
+                flat["middleware.replication"], flat["topology.servers"]
+            )
+            label = ",".join(f"{column_name(n)}={_label(v)}" for n, v in chosen.items()) or "default"
+            out.append(Point(label, build(flat, f"point {label}"), chosen))
+        return out
 
     def runs(self) -> list[Run]:
         """Every point x repetition, shuffled with the run seed."""
-        runs = [Run(p, r) for p in self.points() for r in range(1, p.settings["run.repetitions"] + 1)]
-        random.Random(self.settings["run.seed"]).shuffle(runs)
+        runs = [Run(p, r) for p in self.points() for r in range(1, p.settings.run.repetitions + 1)]
+        random.Random(self.settings.run.seed).shuffle(runs)
         return runs
+
+    def info(self) -> dict[str, Any]:
+        """What experiment.json records."""
+        return {
+            "name": self.name,
+            "description": self.description,
+            "scale": self.scale,
+            "settings": self.settings.model_dump(mode="json"),
+            "factors": self.factors,
+        }
 
 
 # Seconds each run spends besides its measured time: starting and stopping
@@ -244,9 +531,9 @@ class Experiment:
 RUN_OVERHEAD_S = 3
 
 
-def run_seconds(settings: dict[str, Any]) -> float:
+def run_seconds(settings: Settings) -> float:
     """About how long one run of a point with these settings takes."""
-    return settings["run.warmup"] + settings["run.duration"] + settings["run.cooldown"] + RUN_OVERHEAD_S
+    return settings.run.seconds + RUN_OVERHEAD_S
 
 
 def _replication(value: Any, servers: int) -> Any:
@@ -254,159 +541,17 @@ def _replication(value: Any, servers: int) -> Any:
     return {"none": 1, "half": (servers + 1) // 2, "all": servers}.get(value, value)
 
 
-def _short(key: str) -> str:
-    for alias, full in ALIASES.items():
-        if full == key:
-            return alias
-    return key.split(".", 1)[1]
-
-
 def _label(v: Any) -> str:
     return str(v).replace("/", "-").replace(" ", "")
 
 
-def _validate_point(s: dict[str, Any], where: str) -> None:
-    def need(cond: bool, msg: str) -> None:
-        if not cond:
-            raise SpecError(f"{where}: {msg}")
-
-    def positive_int(key: str, lo: int = 1, hi: int = 100_000) -> None:
-        v = s[key]
-        need(
-            isinstance(v, int) and not isinstance(v, bool) and lo <= v <= hi,
-            f"{key.split('.', 1)[1]} must be an integer in {lo}..{hi}, not {v!r}",
-        )
-
-    for k in (
-        "topology.servers",
-        "topology.client_machines",
-        "topology.instances",
-        "topology.threads",
-        "topology.virtual_clients",
-        "middleware.workers",
-        "middleware.net_threads",
-        "middleware.replication",
-        "middleware.queue_capacity",
-        "workload.keys",
-        "workload.multiget_size",
-        "run.repetitions",
-    ):
-        positive_int(k)
-    positive_int("topology.middlewares", 0, 64)
-    positive_int("middleware.threads", 0, 256)
-    need(
-        s["middleware.engine"] in ("pool", "async"),
-        "engine must be pool (net thread, queue, workers) or async (event loops), "
-        f"not {s['middleware.engine']!r}",
-    )
-    positive_int("workload.value_size", 1, 1 << 20)
-    positive_int("middleware.trace_every", 0, 1 << 30)
-    need(
-        s["middleware.replication"] <= s["topology.servers"],
-        f"replication {s['middleware.replication']} needs at least as many servers "
-        f"(nsvr={s['topology.servers']})",
-    )
-    need(
-        s["middleware.multiget"] in ("sharded", "non-sharded"),
-        f"multiget must be sharded or non-sharded (mgshrd true/false), not {s['middleware.multiget']!r}",
-    )
-    need(
-        s["topology.client_targets"] in ("spread", "all"),
-        "client_targets must be spread (instance i uses server i) or all (ketama over every server)",
-    )
-    ratio = str(s["workload.ratio"])
-    parts = ratio.split(":")
-    need(
-        len(parts) == 2 and all(p.isdigit() for p in parts) and sum(map(int, parts)) > 0,
-        f"workload ratio must be SETS:GETS such as 1:10 (or write-only/read-only), not {ratio!r}",
-    )
-    need(
-        s["workload.key_pattern"] in ("uniform", "sequential", "gaussian", "zipf"),
-        "key_pattern must be uniform, sequential, gaussian or zipf",
-    )
-    for k in ("run.warmup", "run.cooldown"):
-        need(isinstance(s[k], int | float) and s[k] >= 0, f"{k.split('.', 1)[1]} must be a number >= 0")
-    need(
-        isinstance(s["run.duration"], int | float) and s["run.duration"] > 0,
-        f"duration (ttime) must be a number of seconds > 0, not {s['run.duration']!r}",
-    )
-    for k in ("run.trim_start", "run.trim_end"):
-        need(
-            isinstance(s[k], int) and not isinstance(s[k], bool) and s[k] >= 0,
-            f"{k.split('.', 1)[1]} must be a whole number of windows >= 0, not {s[k]!r}",
-        )
-    need(s["run.client"] in ("mwload", "memtier"), "client must be mwload or memtier")
-    rate = s["workload.rate"]
-    need(
-        rate is None or (isinstance(rate, int | float) and rate > 0), "rate must be a positive number or null"
-    )
-    need(
-        isinstance(s["workload.think_time_us"], int) and s["workload.think_time_us"] >= 0,
-        "think_time_us must be an integer >= 0",
-    )
-    need(s["run.window_ms"] >= 100, "window_ms must be at least 100")
-    windows = int(s["run.duration"] * 1000 // s["run.window_ms"])
-    kept = windows - s["run.trim_start"] - s["run.trim_end"]
-    need(
-        kept >= 1,
-        f"trim_start ({s['run.trim_start']}) + trim_end ({s['run.trim_end']}) windows leave nothing of the "
-        f"{windows} measured windows of {s['run.window_ms']} ms in a duration of {s['run.duration']} s",
-    )
-    total = (
-        s["topology.client_machines"]
-        * s["topology.instances"]
-        * s["topology.threads"]
-        * s["topology.virtual_clients"]
-    )
-    need(total <= 4096, f"{total} virtual clients is more than this runner will start (4096)")
-    need(
-        s["topology.system"] in ("memcached", "mq"),
-        f"system must be memcached (mwproxy) or mq (mwmq over PostgreSQL), not {s['topology.system']!r}",
-    )
-    if s["topology.system"] == "mq":
-        _validate_mq(s, need)
-    _validate_hosts(s, need)
-
-
-def _validate_mq(s: dict[str, Any], need) -> None:
-    """The message-queue system: one database (`servers`), mwmq middlewares, mwload -P mq clients."""
-    need(s["topology.servers"] == 1, "system mq has one database: servers (nsvr) must be 1")
-    need(s["topology.middlewares"] >= 1, "system mq needs at least one middleware (nmw)")
-    pool = s["middleware.db_pool"]
-    need(
-        pool is None or (isinstance(pool, int) and not isinstance(pool, bool) and 1 <= pool <= 1000),
-        f"db_pool must be a number of connections in 1..1000 (or null: one per worker), not {pool!r}",
-    )
-    batch = s["middleware.batch"]
-    need(
-        isinstance(batch, int) and not isinstance(batch, bool) and 1 <= batch <= 1000, "batch must be 1..1000"
-    )
-    need(s["workload.receive"] in ("pop", "recv"), "receive must be pop or recv (RECV then ACK)")
-    need(isinstance(s["workload.pairs"], bool), "pairs must be true or false")
-    queues = s["workload.queues"]
-    need(isinstance(queues, int) and not isinstance(queues, bool) and queues >= 1, "queues must be >= 1")
-    need(s["workload.multiget_size"] == 1, "system mq has no multi-gets (multiget_size must be 1)")
-    need(s["middleware.replication"] == 1, "system mq has no replication")
-    if s["workload.pairs"]:
-        need(
-            s["topology.threads"] * s["topology.virtual_clients"] % 2 == 0,
-            "pairs need an even number of clients per instance (threads x vcli)",
-        )
-    need(
-        s["hosts.emulation"] == "local",
-        "system mq runs on local hosts only so far (hosts: emulation: local)",
-    )
-
-
-ROLES = ("server", "middleware", "client")
-
-
-def host_names(s: dict[str, Any]) -> dict[str, list[str]]:
+def host_names(s: Settings) -> dict[str, list[str]]:
     """The hosts of a point by role: one per server, middleware and client machine."""
+    t = s.topology
     return {
-        "server": [f"server{i}" for i in range(s["topology.servers"])],
-        "middleware": [f"mw{j}" for j in range(s["topology.middlewares"])],
-        "client": [f"client{k}" for k in range(s["topology.client_machines"])],
+        "server": [f"server{i}" for i in range(t.servers)],
+        "middleware": [f"mw{j}" for j in range(t.middlewares)],
+        "client": [f"client{k}" for k in range(t.client_machines)],
     }
 
 
@@ -432,74 +577,70 @@ def link_rates(link: Any) -> tuple[float | None, float | None]:
     return rates  # type: ignore[return-value]
 
 
-def _validate_hosts(s: dict[str, Any], need) -> None:
-    from mwlab.netns import parse_delay
+# ---- reading specs ----
 
-    emulation = s["hosts.emulation"]
-    need(
-        emulation in ("local", "netns", "ssh"),
-        f"hosts emulation must be local, netns or ssh, not {emulation!r}",
-    )
-    shaped = [k for k in s if k.startswith("hosts.") and k.endswith(("_link", "_cpus")) and s[k] is not None]
-    if s["hosts.delay"] is not None:
-        shaped.append("hosts.delay")
-    need(
-        emulation == "netns" or not shaped,
-        f"{', '.join(k.split('.', 1)[1] for k in shaped)} need emulated hosts (hosts: emulation: netns)",
-    )
-    for role in ROLES:
-        try:
-            link_rates(s[f"hosts.{role}_link"])
-        except ValueError as e:
-            need(False, f"{role}_link: {e}")
-        cpus = s[f"hosts.{role}_cpus"]
-        if cpus is not None:
-            ok = (isinstance(cpus, int | float) and not isinstance(cpus, bool) and cpus > 0) or (
-                isinstance(cpus, str) and re.fullmatch(r"[0-9]+([-,][0-9]+)*", cpus) is not None
-            )
-            need(
-                ok,
-                f"{role}_cpus must be a number of CPUs (a quota, e.g. 1.5) or a cpuset "
-                f'(e.g. "0" or "0-1"), not {cpus!r}',
-            )
-    if s["hosts.delay"] is not None:
-        try:
-            parse_delay(s["hosts.delay"])
-        except ValueError as e:
-            need(False, f"delay: {e}")
-    ssh = s["hosts.ssh"]
-    if emulation == "ssh":
-        need(
-            isinstance(ssh, dict) and ssh,
-            "emulation: ssh needs hosts.ssh, a mapping of host name to destination",
+# Factors whose levels go together (the i-th level of each at once), e.g. the
+# seed's scale-up: workers 1, 2, 4, 8 with 10, 20, 40, 80 clients.
+TOGETHER = "__together__"
+
+
+def _flatten(doc: dict[str, Any], where: str) -> dict[str, Any]:
+    """Section dicts and flat/aliased keys into one dict of canonical keys."""
+    flat: dict[str, Any] = {}
+    for key, value in doc.items():
+        if key in SECTIONS:
+            if not isinstance(value, dict):
+                raise SpecError(f"{where}: section {key!r} must be a mapping")
+            for sub, v in value.items():
+                name = f"{key}.{sub}"
+                if name not in KEYS:
+                    known = ", ".join(SECTIONS[key].model_fields)
+                    raise SpecError(f"{where}: unknown setting {sub!r} in {key}; known: {known}")
+                flat[name] = v
+        elif key == "factors":
+            if not isinstance(value, dict):
+                raise SpecError(f"{where}: factors must be a mapping of setting to levels")
+            for sub, v in value.items():
+                if sub == "together":
+                    flat[TOGETHER] = _together(v, where)
+                else:
+                    flat[_canonical(sub, where)] = v
+        else:
+            flat[_canonical(key, where)] = value
+    return flat
+
+
+def _canonical(key: str, where: str) -> str:
+    try:
+        return canonical(key)
+    except SpecError as e:
+        raise SpecError(f"{where}: {e}") from None
+
+
+def _together(value: Any, where: str) -> dict[str, list[Any]]:
+    if not isinstance(value, dict) or len(value) < 2:
+        raise SpecError(f"{where}: factors: together maps two or more settings to lists of levels")
+    out = {}
+    for sub, levels in value.items():
+        if not isinstance(levels, list) or not levels:
+            raise SpecError(f"{where}: factors: together: {sub} needs a list of levels")
+        out[_canonical(sub, where)] = levels
+    lengths = {len(v) for v in out.values()}
+    if len(lengths) != 1:
+        raise SpecError(
+            f"{where}: factors: together: every setting needs as many levels "
+            f"({', '.join(f'{column_name(k)}: {len(v)}' for k, v in out.items())})"
         )
-        names = {n for ns in host_names(s).values() for n in ns}
-        local = ssh.get("local_addr") if isinstance(ssh, dict) else None
-        need(
-            local is None or isinstance(local, str),
-            "ssh: local_addr is this machine's address as the remote hosts see it (a string)",
-        )
-        for host, dest in (ssh or {}).items():
-            if host == "local_addr":
-                continue
-            need(host in names, f"ssh: no host {host!r} in this topology (hosts: {', '.join(sorted(names))})")
-            if isinstance(dest, dict):
-                extra = set(dest) - {"destination", "port", "key", "known_hosts"}
-                need(
-                    not extra,
-                    f"ssh: {host}: unknown keys {', '.join(sorted(extra))} "
-                    "(known: destination, port, key, known_hosts)",
-                )
-            d = (
-                dest
-                if isinstance(dest, str)
-                else (dest or {}).get("destination")
-                if isinstance(dest, dict)
-                else None
-            )
-            need(isinstance(d, str) and d, f"ssh: {host} needs a destination such as user@host[:port]")
-    else:
-        need(ssh is None, "hosts.ssh is only read with emulation: ssh")
+    return out
+
+
+def _normalise(key: str, value: Any) -> Any:
+    """A level as the settings store it (so factor labels and columns show it so)."""
+    if key == "workload.ratio":
+        return WORKLOADS.get(str(value), value)
+    if key == "middleware.multiget":
+        return _multiget(value)
+    return value
 
 
 def parse(doc: dict[str, Any], scale: str = "quick", where: str = "spec") -> Experiment:
@@ -518,7 +659,7 @@ def parse(doc: dict[str, Any], scale: str = "quick", where: str = "spec") -> Exp
     if scale not in scales and scale not in ("quick", "full"):
         raise SpecError(f"{where}: unknown scale {scale!r}; this spec has {', '.join(scales) or 'none'}")
     flat.update(_flatten(scales.get(scale) or {}, f"{where} (scale {scale})"))
-    settings = dict(DEFAULTS)
+    fixed: dict[str, Any] = {}
     factors: dict[str, list[Any]] = {}
     together = flat.pop(TOGETHER, None) or {}
     for key, value in together.items():
@@ -530,10 +671,18 @@ def parse(doc: dict[str, Any], scale: str = "quick", where: str = "spec") -> Exp
                 raise SpecError(f"{where}: {key} has an empty list of levels")
             factors[key] = [_normalise(key, v) for v in value]
         else:
-            settings[key] = _normalise(key, value)
+            fixed[key] = _normalise(key, value)
+    settings = build(fixed, where)
     exp = Experiment(name, description, scale, settings, factors, doc, [list(together)] if together else [])
-    for p in exp.points():
-        _validate_point(p.settings, f"{where}, point {p.name}")
+    try:
+        points = exp.points()
+    except SpecError as e:
+        raise SpecError(f"{where}, {e}") from None
+    for p in points:
+        try:
+            p.settings.check()
+        except ValueError as e:
+            raise SpecError(f"{where}, point {p.name}: {e}") from None
     return exp
 
 

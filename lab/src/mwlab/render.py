@@ -1,0 +1,47 @@
+"""report.html from a computed [`Report`](mwlab.report.Report): a Jinja2
+template (`templates/report.html.j2`) with the page's words, and the filters
+that turn tables and images into one self-contained page (images embedded,
+so it opens offline)."""
+
+from __future__ import annotations
+
+import base64
+from pathlib import Path
+
+import pandas as pd
+from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
+from markupsafe import Markup
+
+from mwlab.report import Report
+
+
+def table(df: pd.DataFrame, digits: int = 1) -> Markup:
+    """A DataFrame as an HTML table that scrolls sideways when it is wide."""
+    if df is None or df.empty:
+        return Markup("<p class='muted'>(none)</p>")
+    html = df.to_html(index=False, float_format=lambda v: f"{v:,.{digits}f}", border=0, na_rep="")
+    return Markup(f"<div class='wide'>{html}</div>")
+
+
+def data_uri(path: Path) -> str:
+    """A PNG as a data: URI."""
+    return "data:image/png;base64," + base64.b64encode(Path(path).read_bytes()).decode()
+
+
+def environment() -> Environment:
+    """The template environment (autoescaping, undefined names are errors)."""
+    env = Environment(
+        loader=PackageLoader("mwlab", "templates"),
+        autoescape=select_autoescape(["html", "j2"]),
+        undefined=StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.filters["table"] = table
+    env.filters["data_uri"] = data_uri
+    return env
+
+
+def render(report: Report) -> str:
+    """The report page."""
+    return environment().get_template("report.html.j2").render(r=report)
