@@ -74,11 +74,11 @@ def figures(path):
         a = s["ops"]["all"]
         return a["count"] * 1000 / s["duration_ms"], a["response_us"]["p99"] / 1000
     t = s["ALL STATS"]["Totals"]
-    # Ops/sec as memtier prints it sometimes misreports the run time: count
-    # the per-second buckets instead.
-    series = s["ALL STATS"].get("Totals", {}).get("Time-Serie") or {}
-    count = sum(v.get("Count", 0) for v in series.values()) if series else None
-    ops = count / len(series) if series else t["Ops/sec"]
+    # Ops/sec as memtier prints it sometimes misreports the run time: the
+    # per-second buckets of the time series instead, the last one (a partial
+    # second) left out.
+    counts = [v.get("Count", 0) for _, v in sorted((t.get("Time-Serie") or {}).items(), key=lambda kv: int(kv[0]))]
+    ops = sum(counts[:-1]) / len(counts[:-1]) if len(counts) > 1 else t["Ops/sec"]
     p99 = t.get("Percentile Latencies", {}).get("p99.00", float("nan"))
     return ops, p99
 

@@ -5,7 +5,6 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Instant;
 
-use mio::Waker;
 use mwserve::cli::{Service, Stopper};
 use mwserve::config::ServiceConfig;
 use mwserve::listen::Front;
@@ -17,7 +16,7 @@ use crate::db::Pool;
 use crate::events::{run_listener_thread, run_notifier_thread, run_timer_thread};
 use crate::net::NetThread;
 use crate::shared::{InputBudget, Shared};
-use crate::telemetry::{NetCounters, Telemetry};
+use crate::telemetry::NetCounters;
 use crate::waiters::Waiters;
 use crate::windows::run_stats_thread;
 use crate::worker::Worker;
@@ -30,7 +29,6 @@ fn database(why: String) -> StartError {
 pub struct Mq {
     shell: Shell,
     shared: Arc<Shared>,
-    waker: Arc<Waker>,
     net: Option<JoinHandle<()>>,
     workers: Vec<JoinHandle<()>>,
     background: Vec<JoinHandle<()>>,
@@ -73,7 +71,7 @@ impl Service for Mq {
             queue: mwserve::queue::WorkQueue::new(config.server.queue_capacity),
             pool,
             waiters: Waiters::new(config.database.notify),
-            telemetry: Telemetry::new(workers),
+            telemetry: crate::telemetry::telemetry(workers),
             net: NetCounters::default(),
             stopping: AtomicBool::new(false),
             max_connections: fds.max_connections,
@@ -84,11 +82,18 @@ impl Service for Mq {
             port: addr.port(),
             config,
         });
-        let handler = crate::admin::handler(shared.clone());
+        let (front, waker) = Front::new(std_listener, crate::net::TOO_MANY)?;
+        // Stopping: no new connections or requests; parked RECVs are answered
+        // now; in-flight requests finish.
+        let (s, w) = (shared.clone(), waker.clone());
+        let stopper = Stopper::new(move || {
+            s.stopping.store(true, Ordering::Relaxed);
+            s.waiters.stop(&s.queue);
+            let _ = w.wake();
+        });
+        let admin = (crate::admin::PATHS, crate::admin::handler(shared.clone()));
         let s = shared.clone();
-        let shell = Shell::start(addr, &shared.config.stats, crate::admin::PATHS, handler, move || {
-            run_stats_thread(s, results)
-        })?;
+        let shell = Shell::start(addr, &shared.config.stats, admin, move || run_stats_thread(s, results), stopper)?;
         let spawn = |name: &str, f: Box<dyn FnOnce() + Send>| std::thread::Builder::new().name(name.into()).spawn(f);
         let mut handles = Vec::new();
         for id in 0..workers {
@@ -104,28 +109,16 @@ impl Service for Mq {
             let s = shared.clone();
             background.push(spawn("listener", Box::new(move || run_listener_thread(s)))?);
         }
-        let (front, waker) = Front::new(std_listener, crate::net::TOO_MANY)?;
         let (tx, rx) = crossbeam_channel::unbounded();
-        *shared.done.lock().unwrap_or_else(|p| p.into_inner()) = Some((tx, waker.clone()));
+        *shared.done.lock().unwrap_or_else(|p| p.into_inner()) = Some((tx, waker));
         let net = NetThread::new(front, shared.clone(), rx);
         let net = Some(spawn("net", Box::new(move || net.run()))?);
         tracing::info!(%addr, "mwmq listening");
-        Ok(Mq { shell, shared, waker, net, workers: handles, background })
+        Ok(Mq { shell, shared, net, workers: handles, background })
     }
 
     fn shell(&self) -> &Shell {
         &self.shell
-    }
-
-    /// No new connections or requests; parked RECVs are answered now;
-    /// in-flight requests finish.
-    fn stopper(&self) -> Stopper {
-        let (shared, waker) = (self.shared.clone(), self.waker.clone());
-        Stopper::new(move || {
-            shared.stopping.store(true, Ordering::Relaxed);
-            shared.waiters.stop(&shared.queue);
-            let _ = waker.wake();
-        })
     }
 
     /// Waits until every thread has finished (after [`Stopper::stop`]): the

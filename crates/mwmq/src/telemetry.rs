@@ -4,14 +4,12 @@
 //! thread (`windows.rs`) collects them at every wall-clock window boundary
 //! into the run's totals kept here.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::atomic::{AtomicU64, Ordering};
 
-use mwstats::clock::unix_ms;
-use mwstats::slots::{Accumulator, Slots};
+use mwstats::slots::Accumulator;
 use mwstats::stages::Stages;
 use mwstats::writer::TraceRow;
-use mwstats::{Hist, WindowRecord};
+use mwstats::Hist;
 
 use crate::command::MqOp;
 use crate::db::PoolCounters;
@@ -94,60 +92,19 @@ impl PoolSnapshot {
     }
 }
 
+/// mwmq's part of the run's totals: the net and pool counters at the end of
+/// the last closed window.
+pub type LastCounters = (NetSnapshot, PoolSnapshot);
+
 /// What the closed windows add up to.
-pub struct RunTotals {
-    /// Everything recorded in closed windows.
-    pub total: MqAcc,
-    /// Start of the run, wall clock.
-    pub start_unix_ms: u64,
-    /// The last closed window.
-    pub last: Option<WindowRecord>,
-    pub(crate) net_last: NetSnapshot,
-    pub(crate) pool_last: PoolSnapshot,
-}
+pub type RunTotals = mwstats::totals::Totals<MqAcc, LastCounters>;
 
 /// Measurement state shared by the workers, the stats thread and the admin endpoint.
-pub struct Telemetry {
-    /// Per-worker accumulators.
-    pub slots: Slots<MqAcc>,
-    run: Mutex<RunTotals>,
-    pub(crate) stop: AtomicBool,
-}
+pub type Telemetry = mwstats::totals::Telemetry<MqAcc, LastCounters>;
 
-impl Telemetry {
-    /// Empty telemetry for `workers` workers.
-    pub fn new(workers: usize) -> Telemetry {
-        Telemetry {
-            slots: Slots::new((0..workers).map(|_| MqAcc::default()).collect()),
-            run: Mutex::new(RunTotals {
-                total: MqAcc::default(),
-                start_unix_ms: unix_ms(),
-                last: None,
-                net_last: NetSnapshot::default(),
-                pool_last: PoolSnapshot::default(),
-            }),
-            stop: AtomicBool::new(false),
-        }
-    }
-
-    /// The totals of closed windows.
-    pub fn run(&self) -> MutexGuard<'_, RunTotals> {
-        self.run.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// Asks the stats thread to close the last window and finish.
-    pub fn stop(&self) {
-        self.stop.store(true, Ordering::Relaxed);
-    }
-
-    /// The run's totals plus what the workers hold now (no trace rows).
-    pub fn everything(&self) -> MqAcc {
-        let run = self.run();
-        let mut acc = MqAcc::default();
-        self.slots.peek(&mut acc);
-        acc.absorb(&mut run.total.clone());
-        acc
-    }
+/// Empty telemetry for `workers` workers.
+pub fn telemetry(workers: usize) -> Telemetry {
+    Telemetry::new(workers, MqAcc::default, (NetSnapshot::default(), PoolSnapshot::default()))
 }
 
 /// Counters of the net thread (cumulative).

@@ -29,7 +29,7 @@ pub fn run_stats_thread(shared: Arc<Shared>, out: Option<ResultsWriter>) {
         shared: shared.clone(),
     };
     let start = t.run().start_unix_ms;
-    run_windows(&mut w, start, shared.config.stats.window_ms, &t.stop, out, true);
+    run_windows(&mut w, start, shared.config.stats.window_ms, t.stopping(), out, true);
 }
 
 /// The window being closed.
@@ -43,12 +43,7 @@ struct MqWindows {
 
 impl Windows for MqWindows {
     fn close(&mut self, index: u64, start: u64, end: u64, wanted: bool) -> Option<WindowRecord> {
-        let t = &self.shared.telemetry;
-        let before = {
-            let mut run = t.run();
-            t.slots.close_window(&mut self.spares, &mut self.window, &mut run.total);
-            (run.net_last, run.pool_last)
-        };
+        let before = self.shared.telemetry.close_window(&mut self.spares, &mut self.window).extra;
         self.now = (self.shared.net.snapshot(), PoolSnapshot::of(&self.shared.pool.counters));
         let (net, pool) = ((self.now.0, before.0), (self.now.1, before.1));
         wanted.then(|| build_record(&self.shared, &self.window, Some(index), start, end - start, net, pool))
@@ -60,7 +55,7 @@ impl Windows for MqWindows {
 
     fn next(&mut self, record: Option<WindowRecord>) {
         let mut run = self.shared.telemetry.run();
-        (run.net_last, run.pool_last) = self.now;
+        run.extra = self.now;
         run.last = record;
         drop(run);
         self.window.clear();
@@ -147,7 +142,7 @@ pub fn current_record(shared: &Shared) -> (WindowRecord, Option<WindowRecord>) {
     let mut live = MqAcc::default();
     t.slots.peek(&mut live);
     let run = t.run();
-    let start = run.last.as_ref().map(|l| l.start_unix_ms + l.duration_ms).unwrap_or(run.start_unix_ms);
+    let start = run.window_start();
     let now = unix_ms();
     let rec = build_record(
         shared,
@@ -155,8 +150,8 @@ pub fn current_record(shared: &Shared) -> (WindowRecord, Option<WindowRecord>) {
         None,
         start,
         now.saturating_sub(start),
-        (shared.net.snapshot(), run.net_last),
-        (PoolSnapshot::of(&shared.pool.counters), run.pool_last),
+        (shared.net.snapshot(), run.extra.0),
+        (PoolSnapshot::of(&shared.pool.counters), run.extra.1),
     );
     (rec, run.last.clone())
 }
@@ -171,8 +166,8 @@ pub fn summary_record(shared: &Shared) -> WindowRecord {
         None,
         run.start_unix_ms,
         end - run.start_unix_ms,
-        (run.net_last, NetSnapshot::default()),
-        (run.pool_last, PoolSnapshot::default()),
+        (run.extra.0, NetSnapshot::default()),
+        (run.extra.1, PoolSnapshot::default()),
     );
     let config = serde_json::to_value(&shared.config).unwrap_or_default();
     r.metadata = Some(Metadata::of_run(crate::VERSION, config, run.start_unix_ms, end));

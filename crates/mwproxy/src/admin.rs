@@ -44,8 +44,7 @@ fn stats_json(shared: &Shared) -> String {
     t.slots.peek(&mut live);
     let (last, start, net_before) = {
         let run = t.run();
-        let start = run.last.as_ref().map(|l| l.start_unix_ms + l.duration_ms).unwrap_or(run.start_unix_ms);
-        (run.last.clone(), start, run.net_last().to_vec())
+        (run.last.clone(), run.window_start(), run.extra.net_last.clone())
     };
     let now = unix_ms();
     let current =
@@ -90,7 +89,7 @@ fn metrics(shared: &Shared) -> String {
         let up = !shared.servers.health.is_down(i);
         p.gauge("mwproxy_backend_up", "1 when the server answers.", &l, if up { 1.0 } else { 0.0 });
     }
-    let net = run.net_last();
+    let net = &run.extra.net_last;
     let v = |name: &str| NetCounters::value_of(net, name);
     p.gauge(
         "mwproxy_connections",

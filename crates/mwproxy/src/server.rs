@@ -6,7 +6,6 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
-use mio::Waker;
 use mwserve::cli::{Service, Stopper};
 use mwserve::config::ServiceConfig;
 use mwserve::listen::Front;
@@ -24,7 +23,6 @@ use crate::worker::Worker;
 pub struct Proxy {
     shell: Shell,
     shared: Arc<Shared>,
-    wakers: Vec<Arc<Waker>>,
     net_threads: Vec<JoinHandle<()>>,
     workers: Vec<JoinHandle<()>>,
 }
@@ -57,45 +55,43 @@ impl Service for Proxy {
         let (std_listener, addr) = mwserve::listen::bind(&config.proxy.listen)?;
         let results = mwserve::results::open_results(&config.stats)?;
         let shared = Arc::new(Shared::new(config, addrs, fds.max_connections));
-        let handler = crate::admin::handler(shared.clone());
-        let stats_shared = shared.clone();
-        let stats = move || run_stats_thread(stats_shared, results);
-        let shell = Shell::start(addr, &shared.config.stats, crate::admin::PATHS, handler, stats)?;
         let p = &shared.config.proxy;
         let (workers_n, loops, name) = match p.engine {
             Engine::Pool => (p.workers, p.net_threads, "net"),
             Engine::Async => (0, p.loops(), "loop"),
         };
+        let mut fronts = Vec::new();
+        for _ in 0..loops {
+            fronts.push(Front::new(std_listener.try_clone()?, crate::net::TOO_MANY)?);
+        }
+        let wakers: Vec<_> = fronts.iter().map(|(_, w)| w.clone()).collect();
+        let s = shared.clone();
+        let stopper = Stopper::new(move || {
+            s.stopping.store(true, Ordering::Relaxed);
+            for w in &wakers {
+                let _ = w.wake();
+            }
+        });
+        let admin = (crate::admin::PATHS, crate::admin::handler(shared.clone()));
+        let s = shared.clone();
+        let shell = Shell::start(addr, &shared.config.stats, admin, move || run_stats_thread(s, results), stopper)?;
         let mut workers = Vec::new();
         for id in 0..workers_n {
             let worker = Worker::new(id, shared.clone());
             workers.push(std::thread::Builder::new().name(format!("worker-{id}")).spawn(move || worker.run())?);
         }
-        let mut wakers = Vec::new();
         let mut net_threads = Vec::new();
-        for id in 0..loops {
-            let (front, waker) = Front::new(std_listener.try_clone()?, crate::net::TOO_MANY)?;
+        for (id, (front, _)) in fronts.into_iter().enumerate() {
             let pipeline = (p.engine == Engine::Async).then(|| Pipeline::new(id, shared.clone()));
             let net = NetThread::new(id, front, shared.clone(), pipeline);
-            wakers.push(waker);
             net_threads.push(std::thread::Builder::new().name(format!("{name}-{id}")).spawn(move || net.run())?);
         }
         tracing::info!(%addr, engine = p.engine.name(), threads = loops.max(workers_n), "mwproxy listening");
-        Ok(Proxy { shell, shared, wakers, net_threads, workers })
+        Ok(Proxy { shell, shared, net_threads, workers })
     }
 
     fn shell(&self) -> &Shell {
         &self.shell
-    }
-
-    fn stopper(&self) -> Stopper {
-        let (shared, wakers) = (self.shared.clone(), self.wakers.clone());
-        Stopper::new(move || {
-            shared.stopping.store(true, Ordering::Relaxed);
-            for w in &wakers {
-                let _ = w.wake();
-            }
-        })
     }
 
     fn join(mut self) {

@@ -1,42 +1,38 @@
-//! The measurements every thread shares: the carriers' accumulator slots and
-//! the run's totals of closed windows (summary.json, `/metrics`, `stats`).
-//! The stats thread that closes the windows lives in `windows.rs`.
+//! The measurements every thread shares (`mwstats::totals`: the carriers'
+//! accumulator slots and the run's totals of closed windows), with what only
+//! mwproxy keeps: the net counters at the end of the last window and the
+//! counters at the last `stats reset`. The stats thread that closes the
+//! windows lives in `windows.rs`.
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Mutex, MutexGuard};
+use std::ops::Deref;
 
-use mwstats::clock::unix_ms;
-use mwstats::slots::Accumulator;
-use mwstats::WindowRecord;
-
-use crate::recorder::{Slots, WorkerAcc};
+use crate::recorder::WorkerAcc;
 use crate::stats::{NetCounters, WorkerCounters};
 
-/// Measurement state shared by workers, the stats thread, `stats` and the admin endpoint.
-pub struct Telemetry {
-    /// Per-worker accumulators.
-    pub slots: Slots,
-    /// Servers the accumulators are sized for.
-    servers: usize,
-    /// Totals of closed windows.
-    run: Mutex<RunTotals>,
-    /// Set after the workers have stopped: close the last window and finish.
-    pub(crate) stop: AtomicBool,
-}
-
-/// What the closed windows add up to.
-pub struct RunTotals {
-    /// Everything recorded in closed windows.
-    pub total: WorkerAcc,
-    /// Start of the run, wall clock.
-    pub start_unix_ms: u64,
-    /// The last closed window.
-    pub last: Option<WindowRecord>,
-    /// Net counters at the end of the last closed window.
-    pub(crate) net_last: Vec<u64>,
+/// mwproxy's part of the run's totals.
+pub struct ProxyTotals {
+    /// Net counters at the end of the last closed window (`NetCounters::NAMES` order).
+    pub net_last: Vec<u64>,
     /// Counter values at the last `stats reset`.
     reset_workers: WorkerCounters,
     reset_net: Vec<u64>,
+}
+
+/// What the closed windows add up to.
+pub type RunTotals = mwstats::totals::Totals<WorkerAcc, ProxyTotals>;
+
+/// Measurement state shared by the carriers, the stats thread, `stats` and the admin endpoint.
+pub struct Telemetry {
+    shared: mwstats::totals::Telemetry<WorkerAcc, ProxyTotals>,
+    /// Servers the accumulators are sized for.
+    servers: usize,
+}
+
+impl Deref for Telemetry {
+    type Target = mwstats::totals::Telemetry<WorkerAcc, ProxyTotals>;
+    fn deref(&self) -> &Self::Target {
+        &self.shared
+    }
 }
 
 /// Counters of the `stats` command: closed windows plus what workers hold now.
@@ -51,45 +47,18 @@ pub struct LiveCounters {
     pub net: Vec<u64>,
 }
 
-impl RunTotals {
-    /// Net counters at the end of the last closed window (`NetCounters::NAMES` order).
-    pub fn net_last(&self) -> &[u64] {
-        &self.net_last
-    }
-}
-
 impl Telemetry {
+    /// Empty telemetry for `carriers` carriers and `servers` servers.
+    pub fn new(carriers: usize, servers: usize) -> Telemetry {
+        let zero_net = vec![0; NetCounters::NAMES.len()];
+        let own =
+            ProxyTotals { net_last: zero_net.clone(), reset_workers: WorkerCounters::default(), reset_net: zero_net };
+        Telemetry { shared: mwstats::totals::Telemetry::new(carriers, || WorkerAcc::new(servers), own), servers }
+    }
+
     /// Number of servers.
     pub fn servers(&self) -> usize {
         self.servers
-    }
-
-    /// Empty telemetry for `workers` workers and `servers` servers.
-    pub fn new(workers: usize, servers: usize) -> Telemetry {
-        let zero_net = vec![0; NetCounters::NAMES.len()];
-        Telemetry {
-            slots: Slots::new((0..workers).map(|_| WorkerAcc::new(servers)).collect()),
-            servers,
-            run: Mutex::new(RunTotals {
-                total: WorkerAcc::new(servers),
-                start_unix_ms: unix_ms(),
-                last: None,
-                net_last: zero_net.clone(),
-                reset_workers: WorkerCounters::default(),
-                reset_net: zero_net,
-            }),
-            stop: AtomicBool::new(false),
-        }
-    }
-
-    /// The totals of closed windows.
-    pub fn run(&self) -> MutexGuard<'_, RunTotals> {
-        self.run.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// Asks the stats thread to close the last window and finish.
-    pub fn stop(&self) {
-        self.stop.store(true, Ordering::Relaxed);
     }
 
     /// Current counters (since start or the last `stats reset`).
@@ -108,18 +77,9 @@ impl Telemetry {
             requests += g.requests();
             busy_ns += g.busy_ns;
         }
-        let net_now: Vec<u64> = net.values().iter().zip(&run.reset_net).map(|(v, b)| v.saturating_sub(*b)).collect();
-        LiveCounters { counters: counters.since(&run.reset_workers), requests, busy_ns, net: net_now }
-    }
-
-    /// The run's totals plus what the workers hold now (no trace rows), read
-    /// as one consistent view (see [`Telemetry::live`]).
-    pub fn everything(&self) -> WorkerAcc {
-        let run = self.run();
-        let mut acc = WorkerAcc::new(self.servers);
-        self.slots.peek(&mut acc);
-        acc.absorb(&mut run.total.clone());
-        acc
+        let net_now: Vec<u64> =
+            net.values().iter().zip(&run.extra.reset_net).map(|(v, b)| v.saturating_sub(*b)).collect();
+        LiveCounters { counters: counters.since(&run.extra.reset_workers), requests, busy_ns, net: net_now }
     }
 
     /// `stats reset`: counters shown by `stats` start again from zero
@@ -130,7 +90,7 @@ impl Telemetry {
         for i in 0..self.slots.len() {
             c.add(&self.slots.lock(i).counters);
         }
-        run.reset_workers = c;
-        run.reset_net = net.values();
+        run.extra.reset_workers = c;
+        run.extra.reset_net = net.values();
     }
 }

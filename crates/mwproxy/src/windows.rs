@@ -33,7 +33,7 @@ pub fn run_stats_thread(shared: Arc<Shared>, out: Option<ResultsWriter>) {
     let start = t.run().start_unix_ms;
     // A record (with its encoded histograms) is only needed for the files and `/stats`.
     let always = shared.config.stats.admin.is_some();
-    run_windows(&mut w, start, shared.config.stats.window_ms, &t.stop, out, always);
+    run_windows(&mut w, start, shared.config.stats.window_ms, t.stopping(), out, always);
 }
 
 /// The window being closed.
@@ -47,15 +47,7 @@ struct ProxyWindows {
 
 impl Windows for ProxyWindows {
     fn close(&mut self, index: u64, start: u64, end: u64, wanted: bool) -> Option<WindowRecord> {
-        let t = &self.shared.telemetry;
-        let net_before = {
-            // Into the run's totals at once, under the lock that `stats` reads
-            // under: the window's figures are never out of sight while its
-            // record is built and written.
-            let mut run = t.run();
-            t.slots.close_window(&mut self.spares, &mut self.window, &mut run.total);
-            run.net_last.clone()
-        };
+        let net_before = self.shared.telemetry.close_window(&mut self.spares, &mut self.window).extra.net_last.clone();
         self.net_now = self.shared.net.values();
         let (s, w) = (&self.shared, &self.window);
         wanted.then(|| build_record(s, w, Some(index), start, end - start, &self.net_now, &net_before))
@@ -67,7 +59,7 @@ impl Windows for ProxyWindows {
 
     fn next(&mut self, record: Option<WindowRecord>) {
         let mut run = self.shared.telemetry.run();
-        run.net_last = std::mem::take(&mut self.net_now);
+        run.extra.net_last = std::mem::take(&mut self.net_now);
         run.last = record;
         drop(run);
         self.window.clear();
@@ -152,7 +144,7 @@ pub fn summary_record(shared: &Shared) -> WindowRecord {
     let end = run.last.as_ref().map(|l| l.start_unix_ms + l.duration_ms).unwrap_or_else(unix_ms);
     let zero = vec![0; NetCounters::NAMES.len()];
     let mut r =
-        build_record(shared, &run.total, None, run.start_unix_ms, end - run.start_unix_ms, &run.net_last, &zero);
+        build_record(shared, &run.total, None, run.start_unix_ms, end - run.start_unix_ms, &run.extra.net_last, &zero);
     let config = serde_json::to_value(&shared.config).unwrap_or_default();
     r.metadata = Some(Metadata::of_run(crate::VERSION, config, run.start_unix_ms, end));
     r

@@ -131,7 +131,9 @@ pub trait Service: Sized {
     }
     /// What asks it to stop from another thread (a signal): no new
     /// connections, in-flight requests finish.
-    fn stopper(&self) -> Stopper;
+    fn stopper(&self) -> Stopper {
+        self.shell().stopper()
+    }
     /// Waits until every thread has finished (after a stop); the last
     /// window and summary.json are written by then.
     fn join(self);

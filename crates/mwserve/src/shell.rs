@@ -5,6 +5,7 @@
 use std::net::SocketAddr;
 use std::thread::JoinHandle;
 
+use crate::cli::Stopper;
 use crate::config::StatsConfig;
 use crate::http::{Handler, HttpEndpoint};
 use crate::start::StartError;
@@ -14,22 +15,28 @@ pub struct Shell {
     addr: SocketAddr,
     stats: Option<JoinHandle<()>>,
     admin: Option<HttpEndpoint>,
+    stopper: Stopper,
 }
 
 impl Shell {
     /// Starts the admin endpoint `cfg` asks for (serving `paths` with
     /// `handler`) and the stats thread (running `stats`), for a middleware
-    /// listening on `addr`.
+    /// listening on `addr` that `stopper` stops.
     pub fn start(
         addr: SocketAddr,
         cfg: &StatsConfig,
-        paths: &'static [&'static str],
-        handler: Handler,
+        (paths, handler): (&'static [&'static str], Handler),
         stats: impl FnOnce() + Send + 'static,
+        stopper: Stopper,
     ) -> Result<Shell, StartError> {
         let admin = HttpEndpoint::start_for(cfg, paths, handler)?;
         let stats = Some(std::thread::Builder::new().name("stats".into()).spawn(stats)?);
-        Ok(Shell { addr, stats, admin })
+        Ok(Shell { addr, stats, admin, stopper })
+    }
+
+    /// What stops the middleware.
+    pub fn stopper(&self) -> Stopper {
+        self.stopper.clone()
     }
 
     /// The address clients connect to (useful with port 0).

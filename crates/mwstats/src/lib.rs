@@ -7,6 +7,7 @@
 //! - [`window`]: wall-clock-aligned window boundaries;
 //! - [`stages`]: a middleware's per-stage times of every request (shared by mwproxy and mwmq);
 //! - [`slots`]: per-thread accumulators collected once per window without making threads wait;
+//! - [`totals`]: the slots and the run's totals of closed windows, as a middleware's threads share them;
 //! - [`prom`]: Prometheus text exposition of counters and histograms.
 
 pub mod clock;
@@ -17,6 +18,7 @@ pub mod reader;
 pub mod record;
 pub mod slots;
 pub mod stages;
+pub mod totals;
 pub mod window;
 pub mod writer;
 
