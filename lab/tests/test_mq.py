@@ -16,7 +16,7 @@ from test_end_to_end import chromium
 
 from mwlab.analysis import summarize
 from mwlab.checks import run_checks
-from mwlab.report import write_report
+from mwlab.render import write_report
 from mwlab.runner import prepare, run_experiment
 from mwlab.spec import SpecError, load, parse
 

@@ -146,7 +146,7 @@ def test_delay_needs_netem_and_says_so():
 def test_the_network_limit_experiment_saturates_at_the_servers_link(tmp_path: Path):
     from mwlab.analysis import summarize
     from mwlab.cli import EXPERIMENTS
-    from mwlab.report import write_report
+    from mwlab.render import write_report
     from mwlab.runner import prepare, run_experiment
     from mwlab.spec import load
 
@@ -180,7 +180,7 @@ def test_the_generator_checks_fire_on_a_throttled_load_generator(tmp_path: Path)
     falls behind, and the run says the generator, not the system, limited it."""
     from mwlab.analysis import summarize
     from mwlab.checks import run_checks
-    from mwlab.report import write_report
+    from mwlab.render import write_report
     from mwlab.runner import prepare, run_experiment
     from mwlab.spec import load
 

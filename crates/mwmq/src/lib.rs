@@ -24,7 +24,8 @@ pub mod windows;
 pub mod worker;
 
 pub use config::Config;
-pub use mwserve::cli::{Service, Stopper};
+pub use mwserve::cli::Service;
+pub use mwserve::shell::Stopper;
 pub use server::{Mq, StartError};
 
 /// mwmq's version (reported by `INFO` and in summaries).

@@ -5,10 +5,10 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Instant;
 
-use mwserve::cli::{Service, Stopper};
+use mwserve::cli::Service;
 use mwserve::config::ServiceConfig;
 use mwserve::listen::Front;
-use mwserve::shell::Shell;
+use mwserve::shell::{Shell, Stopper};
 pub use mwserve::start::StartError;
 
 use crate::config::Config;

@@ -48,7 +48,8 @@ pub mod windows;
 pub mod worker;
 
 pub use config::{Config, ServiceConfig};
-pub use mwserve::cli::{Service, Stopper};
+pub use mwserve::cli::Service;
+pub use mwserve::shell::Stopper;
 pub use server::{Proxy, StartError};
 
 /// The version mwproxy reports (`version` command, `stats`).

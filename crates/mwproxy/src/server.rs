@@ -6,10 +6,10 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
-use mwserve::cli::{Service, Stopper};
+use mwserve::cli::Service;
 use mwserve::config::ServiceConfig;
 use mwserve::listen::Front;
-use mwserve::shell::Shell;
+use mwserve::shell::{Shell, Stopper};
 pub use mwserve::start::StartError;
 
 use crate::config::{Config, Engine};

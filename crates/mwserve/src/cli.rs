@@ -9,6 +9,7 @@ use clap::Parser;
 
 use crate::config::{Common, ConfigError, ServiceConfig};
 use crate::process::{init_logging, stop_on_signals};
+use crate::shell::{Shell, Stopper};
 use crate::start::StartError;
 
 /// The flags every middleware has.
@@ -120,7 +121,7 @@ pub trait Service: Sized {
     /// Validates `config`, binds the listening address and starts the threads.
     fn start(config: Self::Config) -> Result<Self, StartError>;
     /// Its address, stats thread and admin endpoint.
-    fn shell(&self) -> &crate::shell::Shell;
+    fn shell(&self) -> &Shell;
     /// The address clients connect to (useful with port 0).
     fn local_addr(&self) -> std::net::SocketAddr {
         self.shell().addr()
@@ -137,22 +138,6 @@ pub trait Service: Sized {
     /// Waits until every thread has finished (after a stop); the last
     /// window and summary.json are written by then.
     fn join(self);
-}
-
-/// Asks a running middleware to stop, from any thread.
-#[derive(Clone)]
-pub struct Stopper(std::sync::Arc<dyn Fn() + Send + Sync>);
-
-impl Stopper {
-    /// A stopper that calls `stop`.
-    pub fn new(stop: impl Fn() + Send + Sync + 'static) -> Stopper {
-        Stopper(std::sync::Arc::new(stop))
-    }
-
-    /// Asks the middleware to stop (it may be asked more than once).
-    pub fn stop(&self) {
-        (self.0)()
-    }
 }
 
 /// A middleware's `main`: logging, the configuration (exit status 2 when it

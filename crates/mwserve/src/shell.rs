@@ -5,7 +5,6 @@
 use std::net::SocketAddr;
 use std::thread::JoinHandle;
 
-use crate::cli::Stopper;
 use crate::config::StatsConfig;
 use crate::http::{Handler, HttpEndpoint};
 use crate::start::StartError;
@@ -60,5 +59,21 @@ impl Shell {
         if let Some(a) = self.admin.take() {
             a.stop();
         }
+    }
+}
+
+/// Asks a running middleware to stop, from any thread.
+#[derive(Clone)]
+pub struct Stopper(std::sync::Arc<dyn Fn() + Send + Sync>);
+
+impl Stopper {
+    /// A stopper that calls `stop`.
+    pub fn new(stop: impl Fn() + Send + Sync + 'static) -> Stopper {
+        Stopper(std::sync::Arc::new(stop))
+    }
+
+    /// Asks the middleware to stop (it may be asked more than once).
+    pub fn stop(&self) {
+        (self.0)()
     }
 }

@@ -15,7 +15,7 @@ from mwlab import model_cli, stats_cli
 from mwlab.analysis import summarize
 from mwlab.compare import CompareError, compare
 from mwlab.procs import REPO, LabError
-from mwlab.report import write_report
+from mwlab.render import write_report
 from mwlab.spec import ROLES, Settings, SpecError, load, run_seconds
 
 EXPERIMENTS = REPO / "experiments"

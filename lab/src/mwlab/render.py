@@ -12,7 +12,7 @@ import pandas as pd
 from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
 from markupsafe import Markup
 
-from mwlab.report import Report
+from mwlab.report import Report, compute
 
 
 def table(df: pd.DataFrame, digits: int = 1) -> Markup:
@@ -45,3 +45,11 @@ def environment() -> Environment:
 def render(report: Report) -> str:
     """The report page."""
     return environment().get_template("report.html.j2").render(r=report)
+
+
+def write_report(result: Path, summary: pd.DataFrame, aggregate: pd.DataFrame) -> Path:
+    """Writes plots, checks.csv, the model files and report.html into
+    `result`; returns the report's path."""
+    path = result / "report.html"
+    path.write_text(render(compute(result, summary, aggregate)), encoding="utf-8")
+    return path

@@ -1,8 +1,8 @@
 """What report.html shows, computed: the checks, the fits and their files
 (`checks.csv`, `model.csv`, `utilization.csv`), the plots (PNG and SVG under
 `plots/`) and every table, gathered in a [`Report`]. Turning it into the page
-is `render.py`'s business (a Jinja2 template), so the numbers and the words
-about them live apart."""
+is `render.py`'s business (a Jinja2 template; `render.write_report` does
+both), so the numbers and the words about them live apart."""
 
 from __future__ import annotations
 
@@ -136,16 +136,6 @@ def compute(result: Path, summary: pd.DataFrame, aggregate: pd.DataFrame) -> Rep
         environment=environment(result),
         spec=(result / "spec.yaml").read_text() if (result / "spec.yaml").exists() else "",
     )
-
-
-def write_report(result: Path, summary: pd.DataFrame, aggregate: pd.DataFrame) -> Path:
-    """Writes plots, checks.csv, the model files and report.html into
-    `result`; returns the report's path."""
-    from mwlab.render import render
-
-    path = result / "report.html"
-    path.write_text(render(compute(result, summary, aggregate)), encoding="utf-8")
-    return path
 
 
 def noise_notes(summary: pd.DataFrame) -> tuple[list[Note], pd.DataFrame]:
