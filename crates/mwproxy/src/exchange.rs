@@ -31,7 +31,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use crate::config::BackendConfig;
-use crate::health::Health;
+use crate::health::{Health, WorkWaiting};
 use crate::recorder::BackendFact;
 use crate::repair::{Batch, Repairs, REPAIR_CAP};
 use crate::route::{BackendError, Framing, Outbox};
@@ -55,11 +55,13 @@ pub struct Servers {
 }
 
 impl Servers {
-    /// Servers at `addrs`, all up, with nothing to repair.
-    pub fn new(addrs: Vec<SocketAddr>, cfg: &BackendConfig) -> Servers {
+    /// Servers at `addrs`, all up, with nothing to repair; `carriers`
+    /// threads carry requests to them, and `work_waiting` says whether
+    /// requests wait for one (see `health.rs`).
+    pub fn new(addrs: Vec<SocketAddr>, cfg: &BackendConfig, carriers: usize, work_waiting: WorkWaiting) -> Servers {
         let names = addrs.iter().map(SocketAddr::to_string).collect();
         Servers {
-            health: Health::new(names, cfg),
+            health: Health::new(names, cfg, carriers, work_waiting),
             repairs: Repairs::new(addrs.len()),
             addrs,
             timeout_ns: cfg.timeout_ms * 1_000_000,

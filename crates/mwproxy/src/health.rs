@@ -10,7 +10,10 @@
 //! - A server that is up but stops answering is **stalled**: requests are
 //!   waiting for it and it has answered nothing for `stall_ms`, while other
 //!   servers kept answering (so a machine that is merely overloaded, where
-//!   every server slows down together, is not mistaken for a stall). Then new
+//!   every server slows down together, is not mistaken for a stall) — or
+//!   while every carrier waits for it and other requests wait for a carrier
+//!   (then nobody can talk to the other servers, so their silence proves
+//!   nothing, and the waiting requests must not wait for its timeout). Then new
 //!   requests are not sent to it, and of the requests already waiting one
 //!   becomes the probe and waits up to the timeout, while the others give up
 //!   at once. So a stalled server holds at most one worker, and requests for
@@ -47,12 +50,17 @@ struct Server {
     logged_ms: AtomicU64,
 }
 
-/// The health of every server, shared by all workers.
-#[derive(Debug)]
+/// Whether requests wait for a carrier (a worker, a loop) right now.
+pub type WorkWaiting = Box<dyn Fn() -> bool + Send + Sync>;
+
+/// The health of every server, shared by all carriers.
 pub struct Health {
     servers: Vec<Server>,
     addrs: Vec<String>,
     started: Instant,
+    /// Threads that carry requests to the servers.
+    carriers: u32,
+    work_waiting: WorkWaiting,
     /// When any server last answered.
     any_progress_ms: AtomicU64,
     stall_ms: u64,
@@ -60,13 +68,22 @@ pub struct Health {
     retry_max_ms: u64,
 }
 
+impl std::fmt::Debug for Health {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Health").field("servers", &self.servers).field("addrs", &self.addrs).finish()
+    }
+}
+
 impl Health {
-    /// Every server up, for servers at `addrs`.
-    pub fn new(addrs: Vec<String>, cfg: &BackendConfig) -> Health {
+    /// Every server up, for servers at `addrs` and `carriers` threads that
+    /// carry requests to them; `work_waiting` says whether requests wait for one.
+    pub fn new(addrs: Vec<String>, cfg: &BackendConfig, carriers: usize, work_waiting: WorkWaiting) -> Health {
         Health {
             servers: addrs.iter().map(|_| Server::default()).collect(),
             addrs,
             started: Instant::now(),
+            carriers: carriers.max(1) as u32,
+            work_waiting,
             any_progress_ms: AtomicU64::new(0),
             stall_ms: cfg.stall_ms,
             retry_min_ms: cfg.retry_min_ms,
@@ -132,12 +149,16 @@ impl Health {
             return false;
         }
         let h = &self.servers[s];
-        if h.waiting.load(Ordering::Acquire) == 0 {
+        let waiting = h.waiting.load(Ordering::Acquire);
+        if waiting == 0 {
             return false;
         }
         let last = h.progress_ms.load(Ordering::Relaxed);
+        if now_ms.saturating_sub(last) <= self.stall_ms {
+            return false;
+        }
         let others = self.any_progress_ms.load(Ordering::Relaxed);
-        now_ms.saturating_sub(last) > self.stall_ms && others.saturating_sub(last) > self.stall_ms / 2
+        others.saturating_sub(last) > self.stall_ms / 2 || (waiting >= self.carriers && (self.work_waiting)())
     }
 
     /// An exchange with `s` failed: it is down for a backoff.
@@ -205,8 +226,12 @@ mod tests {
     use super::*;
 
     fn health(n: usize) -> Health {
+        health_with(n, 8, Box::new(|| false))
+    }
+
+    fn health_with(n: usize, carriers: usize, work_waiting: WorkWaiting) -> Health {
         let cfg = BackendConfig { stall_ms: 50, retry_min_ms: 10_000, ..BackendConfig::default() };
-        Health::new((0..n).map(|i| format!("s{i}")).collect(), &cfg)
+        Health::new((0..n).map(|i| format!("s{i}")).collect(), &cfg, carriers, work_waiting)
     }
 
     #[test]
@@ -238,5 +263,21 @@ mod tests {
         h.end_wait(0);
         h.servers[0].progress_ms.store(0, Ordering::Relaxed);
         assert!(!h.stalled(0, t0 + 1000), "nothing waiting, nothing stalled");
+    }
+
+    #[test]
+    fn a_server_every_carrier_waits_for_is_stalled_when_work_queues_behind_it() {
+        use std::sync::Arc;
+        let queued = Arc::new(AtomicBool::new(false));
+        let q = queued.clone();
+        let h = health_with(2, 2, Box::new(move || q.load(Ordering::Relaxed)));
+        h.begin_wait(0);
+        let t0 = h.servers[0].progress_ms.load(Ordering::Relaxed);
+        assert!(!h.stalled(0, t0 + 100), "one carrier of two waits: the other can talk to the others");
+        h.begin_wait(0);
+        assert!(!h.stalled(0, t0 + 100), "every carrier waits, but nothing queues behind them");
+        queued.store(true, Ordering::Relaxed);
+        assert!(!h.stalled(0, t0 + 40), "not silent for stall_ms yet");
+        assert!(h.stalled(0, t0 + 100), "every carrier waits and requests queue: stalled");
     }
 }

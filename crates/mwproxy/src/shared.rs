@@ -43,16 +43,19 @@ pub struct Shared {
 impl Shared {
     /// The state for `config` with servers at `addrs`.
     pub fn new(config: Config, addrs: Vec<SocketAddr>, max_connections: usize) -> Shared {
+        let budget = Arc::new(Budget::new(&config.proxy));
+        let queued = budget.clone();
+        let work_waiting = Box::new(move || queued.queued() > 0);
         Shared {
             router: Router::new(&config, &addrs),
             queue: WorkQueue::new(config.proxy.queue_capacity),
-            budget: Arc::new(Budget::new(&config.proxy)),
+            budget,
             net: NetCounters::default(),
             telemetry: Telemetry::new(config.proxy.carriers(), addrs.len()),
             started: Instant::now(),
             stopping: AtomicBool::new(false),
             max_connections,
-            servers: Servers::new(addrs, &config.backend),
+            servers: Servers::new(addrs, &config.backend, config.proxy.carriers(), work_waiting),
             config,
         }
     }

@@ -117,6 +117,63 @@ fn a_stalled_server_leaves_the_other_servers_keys_fast() {
     common::stop(proxy);
 }
 
+#[test]
+fn many_clients_on_a_stalled_servers_hot_key_leave_the_other_servers_keys_fast() {
+    // Every carrier ends up waiting on the frozen server (16 clients keep
+    // asking for its hot key, 8 workers): nobody else answers meanwhile, yet
+    // the others' keys, queued behind them, must not wait for the timeout.
+    let servers = common::servers(3);
+    let proxy = common::proxy(&servers, |c| {
+        c.proxy.workers = 8;
+        c.backend.timeout_ms = 1000;
+    });
+    let ring = ring_of(&endpoints(&servers));
+    let keys: Vec<String> = (0..200).map(|i| format!("hot{i}")).collect();
+    let mut c = common::client(&proxy);
+    for k in &keys {
+        assert_eq!(c.call_str(&format!("set {k} 0 0 1\r\nx\r\n")).unwrap(), "STORED\r\n");
+    }
+    let hot = keys.iter().find(|k| ring.server_for(k.as_bytes()) == 0).unwrap().clone();
+    let healthy: Vec<String> = keys.iter().filter(|k| ring.server_for(k.as_bytes()) != 0).cloned().collect();
+    servers[0].pause().unwrap();
+    let addr = proxy.local_addr();
+    let stop = Arc::new(AtomicBool::new(false));
+    let hammers: Vec<_> = (0..16)
+        .map(|_| {
+            let (stop, hot) = (stop.clone(), hot.clone());
+            std::thread::spawn(move || {
+                let mut c = Client::connect(addr).unwrap();
+                let deadline = Instant::now() + Duration::from_secs(20);
+                while !stop.load(Ordering::Relaxed) && Instant::now() < deadline {
+                    c.call_str(&format!("get {hot}\r\n")).unwrap();
+                }
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(300));
+    let mut times = Vec::new();
+    let start = Instant::now();
+    let mut i = 0;
+    while start.elapsed() < Duration::from_millis(2500) {
+        let k = &healthy[i % healthy.len()];
+        let t = Instant::now();
+        assert_eq!(c.call_str(&format!("get {k}\r\n")).unwrap(), format!("VALUE {k} 0 1\r\nx\r\nEND\r\n"));
+        times.push(t.elapsed());
+        i += 1;
+    }
+    servers[0].resume().unwrap();
+    stop.store(true, Ordering::Relaxed);
+    for h in hammers {
+        h.join().unwrap();
+    }
+    let (worst, p) = (*times.iter().max().unwrap(), p99(times.clone()));
+    eprintln!("other servers' keys during the stall: {} requests, p99 {p:?}, max {worst:?}", times.len());
+    // Unfixed, every worker sat out the 1 s timeout: the other keys waited up to 0.7-1 s.
+    assert!(p < Duration::from_millis(100), "p99 of the other servers' keys: {p:?} (max {worst:?})");
+    assert!(worst < Duration::from_millis(300), "the other servers' keys waited {worst:?} (p99 {p:?})");
+    common::stop(proxy);
+}
+
 /// mwproxy as its own process, so its memory can be read.
 struct ProxyProcess {
     child: Child,
