@@ -7,12 +7,13 @@
 #
 # Usage: bench/ab.sh A_BINARY B_BINARY [rounds] [seconds]
 #   e.g. bench/ab.sh /tmp/old/mwproxy target/release/mwproxy 5 5
-#   env: CONNECTIONS (32), THREADS (1), PIPELINE (1), RATIO (1:10), VALUE_SIZE (128), KEYS (10000),
-#        ENGINES ("pool async")
+#        A_ARGS="--threads 1" B_ARGS="--threads 2" ENGINES=async bench/ab.sh target/release/mwproxy{,}
+#   env: CONNECTIONS (32), THREADS (client threads, 1), PIPELINE (1), RATIO (1:10), VALUE_SIZE (128),
+#        KEYS (10000), ENGINES ("pool async"), A_ARGS / B_ARGS (more mwproxy flags for each side)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
-[ $# -ge 2 ] || { sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+[ $# -ge 2 ] || { sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 A=$1 B=$2
 ROUNDS=${3:-5}
 SECS=${4:-5}
@@ -32,9 +33,10 @@ for s in "${mc[@]}"; do wait_port "${s##*:}"; done
 names=() ports=()
 for engine in $ENGINES; do
   for side in A B; do
-    bin=$A; [ "$side" = B ] && bin=$B
+    bin=$A extra=${A_ARGS:-}; [ "$side" = B ] && bin=$B extra=${B_ARGS:-}
     p=$(free_port)
-    "$bin" -p "$p" --engine "$engine" --log warn -m "${mc[@]}" & pids+=($!)
+    # shellcheck disable=SC2086
+    "$bin" -p "$p" --engine "$engine" --log warn $extra -m "${mc[@]}" & pids+=($!)
     names+=("$side-$engine") ports+=("$p")
   done
 done

@@ -159,7 +159,8 @@ def test_each_engine_gets_its_own_devices_and_delay():
             centers = [
                 Center("delay", delay_us * 1e-6, "delay"),
                 Center("cpu", CPU_US * 1e-6, "multi", CORES),
-                Center("loops", loop_us * 1e-6, "multi", 2),
+                # mwproxy's default: half the cores, at least one loop.
+                Center("loops", loop_us * 1e-6, "multi", max(1, CORES // 2)),
             ]
             res = mva(centers, 0.0, n)
             row = measured(n, 8)

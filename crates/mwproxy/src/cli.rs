@@ -24,11 +24,12 @@ pub struct Cli {
     /// memcached servers, host:port[:weight], space- or comma-separated.
     #[arg(short = 'm', long = "servers", value_name = "SERVER", num_args = 1.., value_delimiter = ',')]
     pub servers: Vec<ServerSpec>,
-    /// How requests are carried out: pool (net thread, queue, workers) or
-    /// async (event loops with pipelined server connections) [default: pool].
+    /// How requests are carried out: async (event loops with pipelined
+    /// server connections) or pool (net thread, queue, workers: the seed
+    /// reports' architecture) [default: async].
     #[arg(long, value_enum)]
     pub engine: Option<Engine>,
-    /// Event loops of the async engine, 0 = one per core [default: 0].
+    /// Event loops of the async engine, 0 = half the cores (at least one) [default: 0].
     #[arg(long, value_name = "N")]
     pub threads: Option<usize>,
     /// Net threads that accept, read and parse [default: 1].

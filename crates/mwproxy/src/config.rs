@@ -30,12 +30,12 @@ pub struct Config {
 pub struct ProxyConfig {
     /// Address clients connect to (default `127.0.0.1:11311`).
     pub listen: String,
-    /// How requests are carried out: `pool` (net threads, a queue, workers;
-    /// the seed reports' architecture) or `async` (one event loop per thread,
-    /// pipelined server connections) (default pool).
+    /// How requests are carried out: `async` (one event loop per thread,
+    /// pipelined server connections) or `pool` (net threads, a queue,
+    /// workers; the seed reports' architecture) (default async).
     pub engine: Engine,
-    /// Event loops of the async engine; 0 means one per core available to
-    /// the process (default 0).
+    /// Event loops of the async engine; 0 means half the cores available to
+    /// the process, at least one (default 0; see docs/mwproxy.md for why).
     pub threads: usize,
     /// Worker threads of the pool engine; each owns one connection to every
     /// server (default 8).
@@ -66,7 +66,7 @@ impl Default for ProxyConfig {
     fn default() -> Self {
         ProxyConfig {
             listen: "127.0.0.1:11311".into(),
-            engine: Engine::Pool,
+            engine: Engine::Async,
             threads: 0,
             workers: 8,
             net_threads: 1,
@@ -81,12 +81,16 @@ impl Default for ProxyConfig {
 }
 
 impl ProxyConfig {
-    /// Event loops of the async engine: `threads`, or one per core available.
+    /// Event loops of the async engine: `threads`, or half the cores
+    /// available (at least one): the kernel's share of the work — two
+    /// syscalls per request and the wake-ups, most of the time spent — runs
+    /// on the same cores, and on this 2-core machine one loop measured as
+    /// fast as two or faster (docs/mwproxy.md).
     pub fn loops(&self) -> usize {
         if self.threads > 0 {
             self.threads
         } else {
-            std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
+            (std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1) / 2).max(1)
         }
     }
 
@@ -317,7 +321,7 @@ impl ServiceConfig for Config {
             return err(format!("net_threads must be 1..=64, not {}", p.net_threads));
         }
         if p.threads > 256 {
-            return err(format!("threads must be 0 (one per core) ..=256, not {}", p.threads));
+            return err(format!("threads must be 0 (half the cores) ..=256, not {}", p.threads));
         }
         if p.max_pending_output < 4096 || p.max_pending_input < 4096 {
             return err("max_pending_output and max_pending_input must be at least 4096 bytes".into());

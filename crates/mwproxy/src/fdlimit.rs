@@ -40,6 +40,7 @@ mod tests {
     fn clients_get_what_is_left_after_the_reserve() {
         let mut c = Config::default();
         c.routing.servers = vec!["127.0.0.1:1".parse().unwrap(), "127.0.0.1:2".parse().unwrap()];
+        c.proxy.engine = crate::config::Engine::Pool;
         c.proxy.workers = 8;
         let p = plan(&c, 1024).unwrap();
         assert_eq!(p.reserve, 16 + 2 + mwserve::fdlimit::OWN);

@@ -195,7 +195,8 @@ def devices(row: pd.Series, settings: Settings) -> list[Device]:
     elif middlewares > 0 and _factor(row, "engine", settings.middleware.engine) == "async":
         # The async engine's loops hold no request while servers answer:
         # their demand is their CPU time per request, their capacity the loops.
-        loops = settings.middleware.threads or max(1, round(_num(row, "cores", 1.0)))
+        # mwproxy's default: half the usable cores, at least one loop.
+        loops = settings.middleware.threads or max(1, int(_num(row, "cores", 1.0)) // 2)
         loop = _num(row, "cpu_mw_loop_us")
         if not math.isnan(loop):
             m = loops * middlewares
