@@ -214,6 +214,41 @@ impl Ring {
         self.replicas_into(key, r, &mut v);
         v
     }
+
+    /// Every set of `r` servers that holds some key (each set sorted, each
+    /// once): a key is unreachable exactly when every server of its set is.
+    pub fn replica_sets(&self, r: usize) -> Vec<Vec<usize>> {
+        let r = r.min(self.servers);
+        let mut sets: Vec<Vec<usize>> = match self.kind {
+            HashKind::Modula => {
+                (0..self.servers).map(|first| (0..r).map(|i| (first + i) % self.servers).collect()).collect()
+            }
+            HashKind::Ketama => {
+                let n = self.points.len();
+                (0..n)
+                    .map(|start| {
+                        let mut set = Vec::with_capacity(r);
+                        for step in 0..n {
+                            let s = self.points[(start + step) % n].1 as usize;
+                            if !set.contains(&s) {
+                                set.push(s);
+                                if set.len() == r {
+                                    break;
+                                }
+                            }
+                        }
+                        set
+                    })
+                    .collect()
+            }
+        };
+        for set in &mut sets {
+            set.sort_unstable();
+        }
+        sets.sort_unstable();
+        sets.dedup();
+        sets
+    }
 }
 
 #[cfg(test)]
@@ -222,6 +257,21 @@ mod tests {
 
     fn servers(specs: &[&str]) -> Vec<ServerSpec> {
         specs.iter().map(|s| s.parse().unwrap()).collect()
+    }
+
+    #[test]
+    fn replica_sets_are_the_sets_keys_land_on() {
+        let ring = Ring::new(HashKind::Ketama, &servers(&["a:1", "b:1", "c:1", "d:1"]));
+        assert_eq!(ring.replica_sets(1), vec![vec![0], vec![1], vec![2], vec![3]]);
+        assert_eq!(ring.replica_sets(4), vec![vec![0, 1, 2, 3]]);
+        let pairs = ring.replica_sets(2);
+        for i in 0..2000 {
+            let mut r = ring.replicas(format!("k{i}").as_bytes(), 2);
+            r.sort_unstable();
+            assert!(pairs.contains(&r), "{r:?}");
+        }
+        let modula = Ring::new(HashKind::Modula, &servers(&["a:1", "b:1", "c:1"]));
+        assert_eq!(modula.replica_sets(2), vec![vec![0, 1], vec![0, 2], vec![1, 2]]);
     }
 
     #[test]

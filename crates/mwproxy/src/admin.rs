@@ -1,7 +1,9 @@
 //! The HTTP admin endpoint's pages (`--admin ADDR`, served by
 //! `mwserve::http`): `/metrics` in Prometheus text format, `/stats` as JSON
-//! (the window in progress and the last closed one), `/healthz` (503 while
-//! every server is down or stalled: nothing could be answered).
+//! (the window in progress and the last closed one), `/healthz` (liveness:
+//! 200 while the process serves, 503 once it is stopping) and `/readyz`
+//! (readiness: 503, with the servers that are down, while some key has no
+//! replica that can be reached; 200 otherwise).
 //!
 //! `/metrics` shows the closed windows (so its counters equal the sums of
 //! windows.jsonl and, after the run, summary.json); it lags by at most one window.
@@ -19,7 +21,7 @@ use crate::stats::NetCounters;
 use crate::windows::build_record;
 
 /// The paths the endpoint serves.
-pub const PATHS: &[&str] = &["/metrics", "/stats", "/healthz"];
+pub const PATHS: &[&str] = &["/metrics", "/stats", "/healthz", "/readyz"];
 
 /// What the endpoint serves for `shared`'s proxy.
 pub fn handler(shared: Arc<Shared>) -> Handler {
@@ -27,15 +29,31 @@ pub fn handler(shared: Arc<Shared>) -> Handler {
         "/metrics" => Some(Page::ok(PROMETHEUS, metrics(&shared))),
         "/stats" => Some(Page::ok("application/json", stats_json(&shared))),
         "/healthz" => Some(healthz(&shared)),
+        "/readyz" => Some(readyz(&shared)),
         _ => None,
     })
 }
 
 fn healthz(shared: &Shared) -> Page {
-    let (n, down) = (shared.servers.len(), shared.servers.down());
-    let status = if down < n { 200 } else { 503 };
-    let word = if down < n { "ok" } else { "unavailable" };
-    Page::text(status, format!("{word}\nservers {n} down {down}\n"))
+    if shared.stopping.load(std::sync::atomic::Ordering::Relaxed) {
+        return Page::text(503, "stopping\n".into());
+    }
+    Page::text(200, "ok\n".into())
+}
+
+fn readyz(shared: &Shared) -> Page {
+    let servers = &shared.servers;
+    let down: Vec<usize> = (0..servers.len()).filter(|&s| servers.health.is_down(s)).collect();
+    let r = shared.router.replication;
+    let lost =
+        !down.is_empty() && shared.router.ring.replica_sets(r).iter().any(|set| set.iter().all(|s| down.contains(s)));
+    let body = serde_json::json!({
+        "ready": !lost,
+        "servers": servers.len(),
+        "replication": r,
+        "down": down.iter().map(|&s| servers.addrs[s].to_string()).collect::<Vec<_>>(),
+    });
+    Page { status: if lost { 503 } else { 200 }, content_type: "application/json", body: body.to_string() + "\n" }
 }
 
 fn stats_json(shared: &Shared) -> String {

@@ -226,21 +226,49 @@ fn admin_endpoint_serves_metrics_stats_and_health() {
 }
 
 #[test]
-fn healthz_answers_503_while_no_server_can_be_used() {
-    let mut servers = common::servers(2);
-    let proxy = common::proxy(&servers, |c| c.stats.admin = Some("127.0.0.1:0".into()));
+fn readyz_answers_503_while_some_key_has_no_reachable_replica() {
+    let mut servers = common::servers(3);
+    let proxy = common::proxy(&servers, |c| {
+        c.stats.admin = Some("127.0.0.1:0".into());
+        c.routing.replication = 2;
+        c.backend.retry_min_ms = 50;
+        c.backend.retry_max_ms = 100;
+    });
     let admin = proxy.admin_addr().unwrap();
-    let (status, health) = http_get(admin, "/healthz");
-    assert!(status.contains("200") && health.contains("servers 2 down 0"), "{status} {health}");
-    servers.iter_mut().for_each(|s| s.stop());
+    let ready = || {
+        let (status, body) = http_get(admin, "/readyz");
+        let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+        (status.contains("200"), v)
+    };
+    let (ok, v) = ready();
+    assert!(ok && v["ready"] == true && v["down"].as_array().unwrap().is_empty(), "{v}");
     let mut c = common::client(&proxy);
-    for k in 0..16 {
-        let reply = c.call_str(&format!("get k{k}\r\n")).unwrap();
-        assert!(reply.starts_with("SERVER_ERROR"), "{reply}");
-    }
-    let (status, health) = http_get(admin, "/healthz");
-    assert!(status.contains("503") && health.starts_with("unavailable"), "{status} {health}");
-    assert!(health.contains("servers 2 down 2"), "{health}");
+    let touch = |c: &mut Client| {
+        for k in 0..40 {
+            c.call_str(&format!("set k{k} 0 0 1\r\nx\r\n")).unwrap();
+        }
+    };
+    // One server of three down under R = 2: every key still has a replica.
+    servers[0].stop();
+    touch(&mut c);
+    let (ok, v) = ready();
+    assert!(ok && v["down"].as_array().unwrap().len() == 1, "{v}");
+    // Two down: the keys they both hold have none.
+    servers[1].stop();
+    touch(&mut c);
+    let (ok, v) = ready();
+    assert!(!ok && v["ready"] == false && v["down"].as_array().unwrap().len() == 2, "{v}");
+    assert_eq!(http_get(admin, "/healthz").0.contains("200"), true, "the process itself is alive");
+    // Back again: ready once the probes find them.
+    servers[0].restart().unwrap();
+    servers[1].restart().unwrap();
+    assert!(
+        common::eventually(Duration::from_secs(5), || {
+            touch(&mut c);
+            ready().0
+        }),
+        "ready again once the servers answer"
+    );
     drop(c);
     common::stop(proxy);
 }
