@@ -258,7 +258,7 @@ fn readyz_answers_503_while_some_key_has_no_reachable_replica() {
     touch(&mut c);
     let (ok, v) = ready();
     assert!(!ok && v["ready"] == false && v["down"].as_array().unwrap().len() == 2, "{v}");
-    assert_eq!(http_get(admin, "/healthz").0.contains("200"), true, "the process itself is alive");
+    assert!(http_get(admin, "/healthz").0.contains("200"), "the process itself is alive");
     // Back again: ready once the probes find them.
     servers[0].restart().unwrap();
     servers[1].restart().unwrap();
