@@ -7,6 +7,7 @@
 //! share this crate, so both speak exactly the same protocol. [`ring`] places
 //! keys on servers the way libmemcached and twemproxy do (pure computation too).
 
+pub mod auth;
 pub mod buffer;
 pub mod number;
 pub mod parse;

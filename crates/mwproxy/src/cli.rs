@@ -80,6 +80,33 @@ pub struct Cli {
     /// Largest reply to one retrieval, in bytes [default: 32m].
     #[arg(long, value_name = "BYTES", value_parser = parse_size)]
     pub max_reply_size: Option<usize>,
+    /// Listener TLS: PEM certificate chain (with --tls-key, clients must speak TLS).
+    #[arg(long, value_name = "FILE")]
+    pub tls_cert: Option<String>,
+    /// Listener TLS: PEM private key.
+    #[arg(long, value_name = "FILE")]
+    pub tls_key: Option<String>,
+    /// Require client certificates signed by one of these PEM CA certificates.
+    #[arg(long, value_name = "FILE")]
+    pub tls_ca: Option<String>,
+    /// A plaintext listener beside the TLS one, host:port (e.g. on loopback).
+    #[arg(long, value_name = "ADDR")]
+    pub plain_listen: Option<String>,
+    /// Clients must log in first, as with memcached -Y: a file of user:password lines.
+    #[arg(long, value_name = "FILE")]
+    pub auth_file: Option<String>,
+    /// Speak TLS to the servers (memcached -Z); needs --server-tls-ca.
+    #[arg(long)]
+    pub server_tls: bool,
+    /// PEM CA certificates that signed the servers' certificates.
+    #[arg(long, value_name = "FILE")]
+    pub server_tls_ca: Option<String>,
+    /// The name in the servers' certificates [default: each server's host].
+    #[arg(long, value_name = "NAME")]
+    pub server_tls_name: Option<String>,
+    /// Log in to servers started with memcached -Y: a file whose first line is user:password.
+    #[arg(long, value_name = "FILE")]
+    pub server_auth_file: Option<String>,
     /// Largest value in bytes; k and m suffixes allowed [default: 1m].
     #[arg(long, value_name = "BYTES", value_parser = parse_size)]
     pub max_value_size: Option<usize>,
@@ -127,6 +154,22 @@ impl Cli {
         set(&mut c.backend.stall_ms, self.stall_ms);
         set(&mut c.proxy.memory_budget, self.memory_budget);
         set(&mut c.limits.max_reply_size, self.max_reply_size);
+        let some = |field: &mut Option<String>, flag: &Option<String>| {
+            if flag.is_some() {
+                field.clone_from(flag);
+            }
+        };
+        some(&mut c.tls.cert, &self.tls_cert);
+        some(&mut c.tls.key, &self.tls_key);
+        some(&mut c.tls.ca, &self.tls_ca);
+        some(&mut c.tls.plain_listen, &self.plain_listen);
+        some(&mut c.auth.file, &self.auth_file);
+        some(&mut c.backend.tls_ca, &self.server_tls_ca);
+        some(&mut c.backend.tls_server_name, &self.server_tls_name);
+        some(&mut c.backend.auth_file, &self.server_auth_file);
+        if self.server_tls {
+            c.backend.tls = true;
+        }
         Ok(c)
     }
 }

@@ -6,7 +6,7 @@ use std::net::{SocketAddr, ToSocketAddrs};
 
 use serde::{Deserialize, Serialize};
 
-pub use mwserve::config::{ConfigError, ServiceConfig, StatsConfig};
+pub use mwserve::config::{ConfigError, ServiceConfig, StatsConfig, TlsConfig};
 
 /// Everything mwproxy needs to run.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -20,8 +20,23 @@ pub struct Config {
     pub backend: BackendConfig,
     /// Protocol limits.
     pub limits: LimitsConfig,
+    /// TLS on the clients' side.
+    pub tls: TlsConfig,
+    /// Who may use the proxy.
+    pub auth: AuthConfig,
     /// Measurement outputs.
     pub stats: StatsConfig,
+}
+
+/// Client authentication as memcached's `-Y` does it.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AuthConfig {
+    /// A file of `user:password` lines; a client must log in (`set <key> 0 0
+    /// <n>` with `<user> <password>` as data) before anything else (default:
+    /// everyone is let in).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub file: Option<String>,
 }
 
 /// The listening side.
@@ -176,6 +191,18 @@ pub struct BackendConfig {
     /// to the timeout, the others give up at once; 0 = every request waits
     /// for the timeout (default 50).
     pub stall_ms: u64,
+    /// Speak TLS to the servers (memcached started with `-Z`) (default false).
+    pub tls: bool,
+    /// PEM CA certificates that signed the servers' certificates (required with `tls`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tls_ca: Option<String>,
+    /// The name the servers' certificates carry (default: each server's host).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tls_server_name: Option<String>,
+    /// A `user:password` file whose first line logs in to servers started
+    /// with `-Y` (default: no login).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub auth_file: Option<String>,
 }
 
 impl BackendConfig {
@@ -190,7 +217,17 @@ impl BackendConfig {
 
 impl Default for BackendConfig {
     fn default() -> Self {
-        BackendConfig { connect_timeout_ms: 500, timeout_ms: 1000, retry_min_ms: 100, retry_max_ms: 2000, stall_ms: 50 }
+        BackendConfig {
+            connect_timeout_ms: 500,
+            timeout_ms: 1000,
+            retry_min_ms: 100,
+            retry_max_ms: 2000,
+            stall_ms: 50,
+            tls: false,
+            tls_ca: None,
+            tls_server_name: None,
+            auth_file: None,
+        }
     }
 }
 
@@ -380,6 +417,15 @@ impl ServiceConfig for Config {
                 "max_reply_size ({}) must be at least max_value_size ({})",
                 l.max_reply_size, l.max_value_size
             ));
+        }
+        self.tls.validate()?;
+        if b.tls && b.tls_ca.is_none() {
+            return err(
+                "backend tls needs tls_ca (--server-tls-ca): the CA that signed the servers' certificates".into()
+            );
+        }
+        if !b.tls && (b.tls_ca.is_some() || b.tls_server_name.is_some()) {
+            return err("backend tls_ca and tls_server_name need tls (--server-tls)".into());
         }
         Ok(())
     }

@@ -9,7 +9,8 @@
 //!   to the server at all — a server that is down or stalled gets nothing and
 //!   the calls fail at once, and after a backoff exactly one carrier becomes
 //!   the probe (`health.rs`) — and which repairs go first on the same
-//!   connection (`repair.rs`). The calls are remembered in the order they are
+//!   connection (`repair.rs`); a new connection to a server that requires a
+//!   login (`-Y`) sends it before anything else. The calls are remembered in the order they are
 //!   written, because a server answers in that order.
 //! - **Waiting** ([`Exchange::check`]): a reply later than the timeout fails
 //!   the connection; a server quiet for a slice while other servers answer is
@@ -52,6 +53,8 @@ pub struct Servers {
     slice_ns: u64,
     /// Whether stalls are detected at all.
     stall: bool,
+    /// The login a new connection sends first (servers started with `-Y`).
+    login: Option<Vec<u8>>,
 }
 
 impl Servers {
@@ -67,7 +70,14 @@ impl Servers {
             timeout_ns: cfg.timeout_ms * 1_000_000,
             slice_ns: cfg.stall_slice().as_nanos() as u64,
             stall: cfg.stall_ms > 0,
+            login: None,
         }
+    }
+
+    /// The same servers, which require `login` on every new connection.
+    pub fn with_login(mut self, login: Option<Vec<u8>>) -> Servers {
+        self.login = login;
+        self
     }
 
     /// Number of servers.
@@ -100,6 +110,8 @@ enum Pending<T> {
     Repair { batch: Batch, left: usize, sent: u64 },
     /// A call given up (its server stalled): its reply is read and dropped.
     Abandoned { framing: Framing, cap: usize, sent: u64 },
+    /// The login a new connection sent first: `STORED` lets it in.
+    Login { sent: u64 },
 }
 
 /// A call that ended: whose it is (`tag`, the engine's own), its reply or
@@ -135,8 +147,6 @@ pub struct Exchange<T> {
     fifo: VecDeque<Pending<T>>,
     /// Calls in `fifo` still waiting for a reply.
     calls: usize,
-    /// Repair batches in `fifo`.
-    repairs: usize,
     /// This carrier is the server's probe.
     probe: bool,
     /// When the server last sent bytes, or calls started waiting (ns).
@@ -154,7 +164,6 @@ impl<T: Copy> Exchange<T> {
             server,
             fifo: VecDeque::new(),
             calls: 0,
-            repairs: 0,
             probe: false,
             progress: 0,
             failed_before: false,
@@ -200,13 +209,20 @@ impl<T: Copy> Exchange<T> {
                 if opened && std::mem::take(&mut self.failed_before) {
                     self.reconnects += 1;
                 }
+                if let (true, Some(login)) = (opened, &servers.login) {
+                    out.extend_from_slice(login);
+                    if self.fifo.is_empty() {
+                        self.progress = now;
+                        servers.health.begin_wait(s);
+                    }
+                    self.fifo.push_back(Pending::Login { sent: now });
+                }
             }
         }
         let was_idle = self.fifo.is_empty();
         if let Some(batch) = servers.repairs.take(s) {
             let left = batch.encode(out);
             self.fifo.push_back(Pending::Repair { batch, left, sent: now });
-            self.repairs += 1;
         }
         out.extend_from_slice(outbox.bytes(s));
         for (c, &tag) in calls() {
@@ -242,7 +258,7 @@ impl<T: Copy> Exchange<T> {
         while let Some(head) = self.fifo.front_mut() {
             let (framing, cap) = match head {
                 Pending::Call { framing, cap, .. } | Pending::Abandoned { framing, cap, .. } => (*framing, *cap),
-                Pending::Repair { .. } => (mcproto::status_reply_len as Framing, REPAIR_CAP),
+                Pending::Repair { .. } | Pending::Login { .. } => (mcproto::status_reply_len as Framing, REPAIR_CAP),
             };
             let rest = &buf[at..];
             let n = match framing(rest) {
@@ -256,11 +272,17 @@ impl<T: Copy> Exchange<T> {
                 Pending::Repair { left, .. } if *left > 1 => *left -= 1,
                 Pending::Repair { .. } => {
                     let Some(Pending::Repair { batch, .. }) = self.fifo.pop_front() else { unreachable!() };
-                    self.repairs -= 1;
                     servers.repairs.completed(&batch);
                     self.answered(servers);
                 }
                 Pending::Abandoned { .. } => {
+                    self.fifo.pop_front();
+                }
+                Pending::Login { .. } => {
+                    if &rest[..n] != mcproto::auth::STORED {
+                        let why = String::from_utf8_lossy(&rest[..n]).trim_end().to_string();
+                        return Err(BackendError::Protocol(format!("login refused: {why}")));
+                    }
                     self.fifo.pop_front();
                 }
                 Pending::Call { .. } => {
@@ -326,11 +348,10 @@ impl<T: Copy> Exchange<T> {
                     ended(Ended { tag, outcome: Err(e), fact });
                 }
                 Pending::Repair { batch, .. } => servers.repairs.give_back(s, batch),
-                Pending::Abandoned { .. } => {}
+                Pending::Abandoned { .. } | Pending::Login { .. } => {}
             }
         }
         self.calls = 0;
-        self.repairs = 0;
         if *e != BackendError::Stalled {
             servers.health.failed(s, e);
         }
@@ -346,10 +367,10 @@ impl<T: Copy> Exchange<T> {
         !self.fifo.is_empty()
     }
 
-    /// Whether calls or repairs still wait for replies (not counting calls
-    /// given up).
+    /// Whether calls, repairs or a login still wait for replies (not
+    /// counting calls given up).
     pub fn owed(&self) -> bool {
-        self.calls > 0 || self.repairs > 0
+        self.fifo.iter().any(|p| !matches!(p, Pending::Abandoned { .. }))
     }
 
     /// How long a blocking carrier may wait for the server before asking
@@ -424,7 +445,10 @@ impl<T> Pending<T> {
     /// gets its backoff and probe instead of staying stalled).
     fn sent(&self) -> u64 {
         match self {
-            Pending::Call { sent, .. } | Pending::Repair { sent, .. } | Pending::Abandoned { sent, .. } => *sent,
+            Pending::Call { sent, .. }
+            | Pending::Repair { sent, .. }
+            | Pending::Abandoned { sent, .. }
+            | Pending::Login { sent } => *sent,
         }
     }
 }

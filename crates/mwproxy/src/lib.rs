@@ -24,6 +24,7 @@
 //! `main.rs` only parses the command line (`cli.rs`).
 
 pub mod admin;
+pub mod auth;
 pub mod backend;
 pub mod batch;
 pub mod budget;

@@ -230,6 +230,9 @@ pub fn general_stats(shared: &Shared, backends: &BackendFigures) -> Vec<(String,
     put("closed_connections", net("closed_connections").to_string());
     put("protocol_errors", net("protocol_errors").to_string());
     put("binary_protocol_refused", net("binary_protocol_refused").to_string());
+    put("auth_cmds", net("auth_cmds").to_string());
+    put("auth_errors", net("auth_errors").to_string());
+    put("tls_handshake_failures", net("tls_handshake_failures").to_string());
     put("queue_capacity", cfg.proxy.queue_capacity.to_string());
     put("queue_length", shared.queue_len().to_string());
     put("queue_full", net("queue_full").to_string());

@@ -25,6 +25,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use mcproto::auth::Auth;
 use mcproto::{parse_request, Limits, Parsed, ReadBuf, Request};
 use mio::{Events, Interest, Token};
 use mwserve::listen::{Front, LISTENER, WAKER};
@@ -63,6 +64,8 @@ pub(crate) struct Conn {
     peer_closed: bool,
     /// When the last read returned (t_recv of the requests it completed).
     last_read_ns: u64,
+    /// Logged in, or no login asked for (`--auth-file`).
+    authenticated: bool,
 }
 
 /// What reading a connection led to.
@@ -255,6 +258,7 @@ impl NetThread {
                 output_paused: false,
                 peer_closed: false,
                 last_read_ns: 0,
+                authenticated: shared.users.is_none(),
             }
         };
         ready.extend(front.accept(full, || bump(&net.rejected_connections), conn));
@@ -412,6 +416,11 @@ fn parse_all(
             conn.done = true;
             return Some(Flow::Finished);
         }
+        if !conn.authenticated {
+            if let Some(flow) = log_in(conn, shared) {
+                return flow;
+            }
+        }
         let (work, size) = match parse_request(conn.rbuf.filled(), limits) {
             Parsed::Incomplete => return None,
             Parsed::Request { request: Request::Quit, .. } => {
@@ -466,6 +475,52 @@ fn parse_all(
             }
         }
     }
+}
+
+/// Reads login attempts (and what refuses them) before the connection's
+/// first request, as memcached with `-Y` does, and answers them in order with
+/// the other replies. Like memcached, which keeps one reply per read while a
+/// connection is not logged in, the attempts of one read are answered by the
+/// last one's reply (a client that pipelines a refused command and its data
+/// block hears one refusal, not two). `None`: logged in, go on; `Some(flow)`:
+/// stop (`None` inside: more bytes are needed).
+fn log_in(conn: &mut Conn, shared: &Shared) -> Option<Option<Flow>> {
+    let net = &shared.net;
+    let users = shared.users.as_ref()?;
+    let mut reply: Option<&'static [u8]> = None;
+    let flow = loop {
+        let consumed = match mcproto::auth::parse_auth(conn.rbuf.filled()) {
+            Auth::Incomplete => break Some(None),
+            Auth::Close => {
+                conn.shared.close();
+                conn.done = true;
+                return Some(Some(Flow::Finished));
+            }
+            Auth::Refused { consumed, reply: r } => {
+                reply = Some(r);
+                consumed
+            }
+            Auth::Credentials { consumed, user, password } => {
+                bump(&net.auth_cmds);
+                let ok = users.check(user, password);
+                reply = Some(if ok { mcproto::auth::STORED } else { mcproto::auth::FAILURE });
+                conn.authenticated = ok;
+                if !ok {
+                    bump(&net.auth_errors);
+                }
+                consumed
+            }
+        };
+        conn.rbuf.consume(consumed);
+        if conn.authenticated {
+            break None;
+        }
+    };
+    if let Some(r) = reply {
+        conn.shared.deliver(conn.issued, r.to_vec(), false, net);
+        conn.issued += 1;
+    }
+    flow
 }
 
 /// Lets the registry deregister a stream that lives inside an `Arc`.

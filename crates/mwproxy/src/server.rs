@@ -12,7 +12,8 @@ use mwserve::listen::Front;
 use mwserve::shell::{Shell, Stopper};
 pub use mwserve::start::StartError;
 
-use crate::config::{Config, Engine};
+use crate::auth::Users;
+use crate::config::{Config, ConfigError, Engine};
 use crate::net::NetThread;
 use crate::pipeline::Pipeline;
 use crate::shared::Shared;
@@ -54,7 +55,15 @@ impl Service for Proxy {
         let addrs = config.routing.servers.iter().map(crate::config::resolve).collect::<Result<Vec<_>, _>>()?;
         let (std_listener, addr) = mwserve::listen::bind(&config.proxy.listen)?;
         let results = mwserve::results::open_results(&config.stats)?;
-        let shared = Arc::new(Shared::new(config, addrs, fds.max_connections));
+        let users = match &config.auth.file {
+            Some(f) => Some(Users::load(std::path::Path::new(f)).map_err(ConfigError)?),
+            None => None,
+        };
+        let login = match &config.backend.auth_file {
+            Some(f) => Some(crate::auth::server_login(std::path::Path::new(f)).map_err(ConfigError)?),
+            None => None,
+        };
+        let shared = Arc::new(Shared::new(config, addrs, fds.max_connections, users, login));
         let p = &shared.config.proxy;
         let (workers_n, loops, name) = match p.engine {
             Engine::Pool => (p.workers, p.net_threads, "net"),

@@ -7,6 +7,7 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Instant;
 
+use crate::auth::Users;
 use crate::budget::Budget;
 use crate::config::Config;
 use crate::exchange::Servers;
@@ -23,6 +24,8 @@ pub struct Shared {
     pub router: Router,
     /// The servers: addresses, health, repair logs.
     pub servers: Servers,
+    /// Who may log in (`--auth-file`); everyone when `None`.
+    pub users: Option<Users>,
     /// Connections waiting for a worker.
     pub queue: WorkQueue,
     /// Memory budgets of the connections.
@@ -42,7 +45,13 @@ pub struct Shared {
 
 impl Shared {
     /// The state for `config` with servers at `addrs`.
-    pub fn new(config: Config, addrs: Vec<SocketAddr>, max_connections: usize) -> Shared {
+    pub fn new(
+        config: Config,
+        addrs: Vec<SocketAddr>,
+        max_connections: usize,
+        users: Option<Users>,
+        login: Option<Vec<u8>>,
+    ) -> Shared {
         let budget = Arc::new(Budget::new(&config.proxy));
         let queued = budget.clone();
         let work_waiting = Box::new(move || queued.queued() > 0);
@@ -55,7 +64,8 @@ impl Shared {
             started: Instant::now(),
             stopping: AtomicBool::new(false),
             max_connections,
-            servers: Servers::new(addrs, &config.backend, config.proxy.carriers(), work_waiting),
+            users,
+            servers: Servers::new(addrs, &config.backend, config.proxy.carriers(), work_waiting).with_login(login),
             config,
         }
     }

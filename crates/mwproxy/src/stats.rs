@@ -136,6 +136,13 @@ atomic_block! {
         binary_protocol_refused,
         /// Times a net thread found the request queue full and stopped reading.
         queue_full,
+        /// Login attempts (memcached's `auth_cmds`).
+        auth_cmds,
+        /// Login attempts with wrong credentials (memcached's `auth_errors`).
+        auth_errors,
+        /// Client connections whose TLS handshake failed (plaintext to the TLS
+        /// port, an unknown or missing client certificate, ...).
+        tls_handshake_failures,
     }
 }
 

@@ -118,6 +118,49 @@ impl Common {
     }
 }
 
+/// TLS for the clients (rustls). With `cert` and `key` the listener speaks
+/// TLS only; `plain_listen` adds a plaintext listener beside it.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TlsConfig {
+    /// PEM certificate chain of the listener (default: no TLS).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cert: Option<String>,
+    /// PEM private key of the listener.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
+    /// PEM CA certificates: clients must present a certificate signed by one
+    /// of them (default: no client certificates asked for).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ca: Option<String>,
+    /// A plaintext listener beside the TLS one, host:port (default: none).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub plain_listen: Option<String>,
+}
+
+impl TlsConfig {
+    /// Whether the listener speaks TLS.
+    pub fn enabled(&self) -> bool {
+        self.cert.is_some()
+    }
+
+    /// Checks that the settings go together.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.cert.is_some() != self.key.is_some() {
+            return Err(ConfigError(
+                "tls: cert and key go together (the listener's certificate chain and its private key)".into(),
+            ));
+        }
+        if !self.enabled() && (self.ca.is_some() || self.plain_listen.is_some()) {
+            return Err(ConfigError("tls: ca and plain_listen need cert and key (a TLS listener)".into()));
+        }
+        if let Some(a) = &self.plain_listen {
+            check_addr("tls plain_listen", a)?;
+        }
+        Ok(())
+    }
+}
+
 /// Where measurements go.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
