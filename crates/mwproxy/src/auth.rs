@@ -6,9 +6,12 @@
 
 use std::path::Path;
 
+/// A user and a password.
+type Entry = (Vec<u8>, Vec<u8>);
+
 /// The users a proxy lets in.
 pub struct Users {
-    entries: Vec<(Vec<u8>, Vec<u8>)>,
+    entries: Vec<Entry>,
 }
 
 impl std::fmt::Debug for Users {
@@ -20,7 +23,7 @@ impl std::fmt::Debug for Users {
 /// The largest users file read (memcached keeps a handful of entries).
 const MAX_FILE: u64 = 1 << 20;
 
-fn entries(path: &Path) -> Result<Vec<(Vec<u8>, Vec<u8>)>, String> {
+fn entries(path: &Path) -> Result<Vec<Entry>, String> {
     let what = |e: &dyn std::fmt::Display| format!("auth file {}: {e}", path.display());
     let size = std::fs::metadata(path).map_err(|e| what(&e))?.len();
     if size > MAX_FILE {
