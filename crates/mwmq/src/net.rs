@@ -31,7 +31,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::Receiver;
 use mio::unix::SourceFd;
 use mio::{Events, Token};
-use mwserve::listen::{Front, LISTENER, WAKER};
+use mwserve::listen::{Front, WAKER};
 use mwstats::clock::now_ns;
 
 use crate::command::{self, Command, Limits};
@@ -128,7 +128,7 @@ impl NetThread {
             for ev in events.iter() {
                 match ev.token() {
                     WAKER => {}
-                    LISTENER => self.accept(),
+                    token if Front::<Conn>::is_listener(token) => self.accept(),
                     token => {
                         if self.conn(token).is_none() {
                             continue;
@@ -186,11 +186,11 @@ impl NetThread {
         let NetThread { front, shared, last_conn_id, .. } = self;
         let (open, net) = (&shared.open_connections, &shared.net);
         let full = || open.load(Ordering::Relaxed) >= shared.max_connections;
-        let conn = |stream| {
+        let conn = |stream, _tls| {
             *last_conn_id += 1;
             NetCounters::add(&net.accepted, 1);
             open.fetch_add(1, Ordering::Relaxed);
-            Conn {
+            Some(Conn {
                 shared: Arc::new(ClientConn::new(*last_conn_id, stream)),
                 parser: RequestParser::new(shared.config.server.max_body),
                 rbuf: Vec::new(),
@@ -199,7 +199,7 @@ impl NetThread {
                 eof: false,
                 reserved: 0,
                 last_read_ns: 0,
-            }
+            })
         };
         // Accepted first, served after: serving needs the whole thread.
         for token in front.accept(full, || NetCounters::add(&net.rejected, 1), conn) {

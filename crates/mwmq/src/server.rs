@@ -82,7 +82,7 @@ impl Service for Mq {
             port: addr.port(),
             config,
         });
-        let (front, waker) = Front::new(std_listener, crate::net::TOO_MANY)?;
+        let (front, waker) = Front::new(vec![(std_listener, false)], crate::net::TOO_MANY)?;
         // Stopping: no new connections or requests; parked RECVs are answered
         // now; in-flight requests finish.
         let (s, w) = (shared.clone(), waker.clone());

@@ -1,5 +1,5 @@
 //! A pool worker's blocking connection to one memcached server: bytes in and
-//! out, nothing else. What may be sent, how long to wait and what a failure
+//! out (through TLS when the servers speak it), nothing else. What may be sent, how long to wait and what a failure
 //! means is the [`Exchange`](crate::exchange::Exchange)'s business.
 //!
 //! Each worker owns one per server, so a batch's requests are written to all
@@ -14,7 +14,11 @@ use std::io::{self, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
+use std::sync::Arc;
+
 use mcproto::ReadBuf;
+use mwserve::tls::{quiet, Session};
+use rustls::pki_types::ServerName;
 
 use crate::route::BackendError;
 
@@ -26,6 +30,10 @@ const IDLE_CHECK: Duration = Duration::from_millis(200);
 pub struct Backend {
     addr: SocketAddr,
     stream: Option<TcpStream>,
+    /// How a new connection speaks TLS, if it does.
+    tls: Option<(Arc<rustls::ClientConfig>, ServerName<'static>)>,
+    /// The TLS session of the open connection.
+    session: Option<Session>,
     /// Bytes read but not yet consumed.
     buf: ReadBuf,
     /// The socket timeouts currently set.
@@ -36,11 +44,13 @@ pub struct Backend {
 }
 
 impl Backend {
-    /// A connection to be opened on first use.
-    pub fn new(addr: SocketAddr) -> Backend {
+    /// A connection to be opened on first use, with TLS when `tls` says how.
+    pub fn new(addr: SocketAddr, tls: Option<(Arc<rustls::ClientConfig>, ServerName<'static>)>) -> Backend {
         Backend {
             addr,
             stream: None,
+            tls,
+            session: None,
             buf: ReadBuf::with_capacity(READ_CHUNK),
             read_timeout: None,
             write_timeout: None,
@@ -60,6 +70,12 @@ impl Backend {
         let s = TcpStream::connect_timeout(&self.addr, connect_timeout)
             .map_err(|e| BackendError::Connect(e.to_string()))?;
         let _ = s.set_nodelay(true);
+        self.session = match &self.tls {
+            Some((cfg, name)) => {
+                Some(Session::connect(cfg, name.clone()).map_err(|e| BackendError::Connect(e.to_string()))?)
+            }
+            None => None,
+        };
         self.stream = Some(s);
         self.read_timeout = None;
         self.write_timeout = None;
@@ -69,11 +85,20 @@ impl Backend {
 
     /// Whether an idle connection is still open at the server's end: no
     /// bytes and no end of stream waiting (checked without blocking).
-    fn alive(&self) -> bool {
+    fn alive(&mut self) -> bool {
         let Some(s) = &self.stream else { return false };
         let mut probe = [0u8; 1];
-        let flags = rustix::net::RecvFlags::PEEK | rustix::net::RecvFlags::DONTWAIT;
-        matches!(rustix::net::recv(s, &mut probe[..], flags), Err(rustix::io::Errno::AGAIN))
+        let Some(session) = self.session.as_mut() else {
+            let flags = rustix::net::RecvFlags::PEEK | rustix::net::RecvFlags::DONTWAIT;
+            return matches!(rustix::net::recv(s, &mut probe[..], flags), Err(rustix::io::Errno::AGAIN));
+        };
+        // TLS: what arrived while idle may be records for the session (a
+        // ticket, a close_notify): let the session read them, without waiting.
+        if s.set_nonblocking(true).is_err() {
+            return false;
+        }
+        let idle = matches!(session.read(s, &mut probe), Err(e) if quiet(&e));
+        idle && s.set_nonblocking(false).is_ok()
     }
 
     /// Writes some of `bytes`, waiting at most `limit`: the bytes written, or
@@ -86,7 +111,11 @@ impl Backend {
             self.write_timeout = Some(limit);
         }
         loop {
-            return match stream.write(bytes) {
+            let written = match self.session.as_mut() {
+                Some(session) => session.write(&*stream, bytes),
+                None => stream.write(bytes),
+            };
+            return match written {
                 Ok(0) => Err(BackendError::Io("closed by server".into())),
                 Ok(n) => {
                     self.last_used = Instant::now();
@@ -97,6 +126,18 @@ impl Backend {
                 Err(e) => Err(io_error(e)),
             };
         }
+    }
+
+    /// Pushes out what the TLS session still holds of what was written,
+    /// waiting at most `limit`; true when nothing is left (always, without TLS).
+    pub fn push(&mut self, limit: Duration) -> Result<bool, BackendError> {
+        let limit = whole_ms(limit);
+        let (Some(stream), Some(session)) = (self.stream.as_mut(), self.session.as_mut()) else { return Ok(true) };
+        if self.write_timeout != Some(limit) {
+            stream.set_write_timeout(Some(limit)).map_err(io_error)?;
+            self.write_timeout = Some(limit);
+        }
+        session.flush(&*stream).map_err(io_error)
     }
 
     /// Reads what the server sent into the buffer, waiting at most `limit`:
@@ -110,7 +151,12 @@ impl Backend {
         }
         self.buf.shrink_to(READ_CHUNK);
         loop {
-            return match stream.read(self.buf.spare(READ_CHUNK / 4)) {
+            let spare = self.buf.spare(READ_CHUNK / 4);
+            let read = match self.session.as_mut() {
+                Some(session) => session.read(&*stream, spare),
+                None => stream.read(spare),
+            };
+            return match read {
                 Ok(0) => Err(BackendError::Io("closed by server".into())),
                 Ok(n) => {
                     self.buf.commit(n);
@@ -139,6 +185,7 @@ impl Backend {
         if let Some(s) = self.stream.take() {
             let _ = s.shutdown(Shutdown::Both);
         }
+        self.session = None;
         self.buf.clear();
         self.buf.shrink_to(READ_CHUNK);
     }
@@ -155,13 +202,11 @@ fn whole_ms(d: Duration) -> Duration {
     Duration::from_millis((d.as_nanos().div_ceil(1_000_000) as u64).max(1))
 }
 
-fn quiet(e: &io::Error) -> bool {
-    matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut)
-}
-
 fn io_error(e: io::Error) -> BackendError {
     if quiet(&e) {
         BackendError::Timeout
+    } else if e.kind() == io::ErrorKind::InvalidData {
+        BackendError::Protocol(e.to_string())
     } else {
         BackendError::Io(e.to_string())
     }

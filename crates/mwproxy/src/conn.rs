@@ -22,7 +22,7 @@ use std::net::Shutdown;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use mio::net::TcpStream;
+use mwserve::listen::Transport;
 
 use crate::budget::Budget;
 use crate::route::Work;
@@ -54,7 +54,7 @@ pub struct Job {
 
 /// The part of a connection that workers touch.
 pub struct ClientConn {
-    stream: TcpStream,
+    transport: Transport,
     out: Mutex<Output>,
     line: Mutex<Line>,
     budget: Arc<Budget>,
@@ -113,9 +113,9 @@ pub enum After {
 
 impl ClientConn {
     /// Wraps an accepted socket.
-    pub fn new(stream: TcpStream, budget: Arc<Budget>) -> ClientConn {
+    pub fn new(transport: Transport, budget: Arc<Budget>) -> ClientConn {
         ClientConn {
-            stream,
+            transport,
             out: Mutex::new(Output::default()),
             line: Mutex::new(Line::default()),
             reply_avg: AtomicUsize::new(budget.output_per_conn),
@@ -199,9 +199,9 @@ impl ClientConn {
         l.bytes = 0;
     }
 
-    /// The socket, for the net thread's reads and registration.
-    pub fn stream(&self) -> &TcpStream {
-        &self.stream
+    /// The connection's bytes (plain or TLS), for the net thread's reads and registration.
+    pub fn transport(&self) -> &Transport {
+        &self.transport
     }
 
     /// Files the reply to request `seq` and writes whatever is now in line.
@@ -272,7 +272,7 @@ impl ClientConn {
 
     fn flush_locked(&self, out: &mut Output, net: &NetCounters) {
         if !out.closed {
-            match write_out(&self.stream, &mut out.buf) {
+            match write_out(&self.transport, &mut out.buf) {
                 Ok(0) => {}
                 Ok(written) => {
                     net.bytes_written.fetch_add(written as u64, Ordering::Relaxed);
@@ -282,7 +282,15 @@ impl ClientConn {
                     return;
                 }
             }
-            if out.buf.is_empty() {
+            // What a TLS session still holds goes out before a close.
+            let sent = match self.transport.flush() {
+                Ok(sent) => sent,
+                Err(_) => {
+                    self.close_locked(out);
+                    return;
+                }
+            };
+            if out.buf.is_empty() && sent {
                 let done_through = out.next_seq;
                 let quit = out.close_after.is_some_and(|s| s < done_through);
                 let eof = out.eof_at.is_some_and(|s| s <= done_through) && out.pending.is_empty();
@@ -305,7 +313,7 @@ impl ClientConn {
         out.buf = Vec::new();
         out.pending.clear();
         self.account(out);
-        let _ = self.stream.shutdown(Shutdown::Both);
+        let _ = self.transport.socket().shutdown(Shutdown::Both);
     }
 
     /// The client will send nothing more; `issued` requests were numbered.

@@ -29,7 +29,10 @@
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
+
+use rustls::pki_types::ServerName;
 
 use crate::config::BackendConfig;
 use crate::health::{Health, WorkWaiting};
@@ -55,6 +58,8 @@ pub struct Servers {
     stall: bool,
     /// The login a new connection sends first (servers started with `-Y`).
     login: Option<Vec<u8>>,
+    /// TLS to the servers: the client configuration and each server's name.
+    tls: Option<(Arc<rustls::ClientConfig>, Vec<ServerName<'static>>)>,
 }
 
 impl Servers {
@@ -71,7 +76,21 @@ impl Servers {
             slice_ns: cfg.stall_slice().as_nanos() as u64,
             stall: cfg.stall_ms > 0,
             login: None,
+            tls: None,
         }
+    }
+
+    /// The same servers, spoken to with TLS (`names[s]`: what server `s`'s
+    /// certificate must say).
+    pub fn with_tls(mut self, cfg: Arc<rustls::ClientConfig>, names: Vec<ServerName<'static>>) -> Servers {
+        self.tls = Some((cfg, names));
+        self
+    }
+
+    /// How a new connection to server `s` speaks TLS, if it does: the
+    /// configuration and the name its certificate must carry.
+    pub fn tls(&self, s: usize) -> Option<(Arc<rustls::ClientConfig>, ServerName<'static>)> {
+        self.tls.as_ref().map(|(cfg, names)| (cfg.clone(), names[s].clone()))
     }
 
     /// The same servers, which require `login` on every new connection.

@@ -31,6 +31,7 @@ pub mod budget;
 pub mod cli;
 pub mod config;
 pub mod conn;
+pub mod credentials;
 pub mod exchange;
 pub mod fdlimit;
 pub mod health;

@@ -20,7 +20,7 @@
 //! instead of waiting for its timeout.
 
 use std::collections::VecDeque;
-use std::io::{self, Read};
+use std::io;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 use mcproto::auth::Auth;
 use mcproto::{parse_request, Limits, Parsed, ReadBuf, Request};
 use mio::{Events, Interest, Token};
-use mwserve::listen::{Front, LISTENER, WAKER};
+use mwserve::listen::{Front, Transport, WAKER};
 use mwstats::clock::now_ns;
 
 use crate::conn::{ClientConn, Job};
@@ -156,7 +156,7 @@ impl NetThread {
             for ev in events.iter() {
                 match ev.token() {
                     WAKER => {}
-                    LISTENER => self.accept(),
+                    token if Front::<Conn>::is_listener(token) => self.accept(),
                     token if token.0 >= LINK_BASE => {
                         if let Some(p) = self.pipeline.as_mut() {
                             p.link_event(token, ev);
@@ -245,10 +245,17 @@ impl NetThread {
             let open = net.total_connections.load(Ordering::Relaxed) - net.closed_connections.load(Ordering::Relaxed);
             open as usize >= shared.max_connections
         };
-        let conn = |stream| {
+        let conn = |stream, tls: bool| {
+            let transport = match Transport::new(stream, tls.then_some(shared.tls.as_ref()).flatten()) {
+                Ok(t) => t,
+                Err(e) => {
+                    tracing::warn!("cannot start a TLS session: {e}");
+                    return None;
+                }
+            };
             bump(&net.total_connections);
-            Conn {
-                shared: Arc::new(ClientConn::new(stream, shared.budget.clone())),
+            Some(Conn {
+                shared: Arc::new(ClientConn::new(transport, shared.budget.clone())),
                 // Grown on the first read: an idle connection costs a few bytes.
                 rbuf: ReadBuf::with_capacity(0),
                 swallow: 0,
@@ -259,7 +266,7 @@ impl NetThread {
                 peer_closed: false,
                 last_read_ns: 0,
                 authenticated: shared.users.is_none(),
-            }
+            })
         };
         ready.extend(front.accept(full, || bump(&net.rejected_connections), conn));
     }
@@ -346,7 +353,8 @@ impl NetThread {
             let direct = !conn.rbuf.is_empty();
             let into: &mut [u8] = if direct { conn.rbuf.spare(READ_CHUNK / 4) } else { scratch };
             let room = into.len();
-            let r = conn.shared.stream().read(into);
+            let transport = conn.shared.transport();
+            let r = transport.read(into);
             match r {
                 Ok(0) => {
                     conn.done = true;
@@ -354,7 +362,8 @@ impl NetThread {
                     return Flow::Finished;
                 }
                 Ok(n) => {
-                    drained = n < room;
+                    // A short read empties a plain socket; TLS may hold more records.
+                    drained = n < room && !transport.is_tls();
                     conn.last_read_ns = now_ns();
                     if !direct {
                         conn.rbuf.spare(n)[..n].copy_from_slice(&scratch[..n]);
@@ -366,6 +375,10 @@ impl NetThread {
                     io::ErrorKind::WouldBlock => return Flow::Drained,
                     io::ErrorKind::Interrupted => {}
                     _ => {
+                        if e.kind() == io::ErrorKind::InvalidData && transport.is_tls() {
+                            bump(&shared.net.tls_handshake_failures);
+                            shared.tls_log.note(&e);
+                        }
                         conn.done = true;
                         conn.shared.close();
                         return Flow::Finished;
@@ -537,6 +550,6 @@ impl mio::event::Source for ClientConnSource<'_> {
 
     fn deregister(&mut self, registry: &mio::Registry) -> io::Result<()> {
         use std::os::fd::AsRawFd;
-        mio::unix::SourceFd(&self.0.stream().as_raw_fd()).deregister(registry)
+        mio::unix::SourceFd(&self.0.transport().socket().as_raw_fd()).deregister(registry)
     }
 }

@@ -46,6 +46,9 @@ use mio::{Interest, Registry, Token};
 use mwstats::clock::now_ns;
 use mwstats::slots::SlotWriter;
 
+use mwserve::tls::Session;
+use rustls::pki_types::ServerName;
+
 use crate::batch::{finish_wave, waves, Entry};
 use crate::conn::{write_out, After, ClientConn};
 use crate::exchange::{Ended, Exchange, Verdict};
@@ -67,6 +70,10 @@ type Tag = (usize, usize, usize);
 struct Link {
     addr: SocketAddr,
     stream: Option<TcpStream>,
+    /// How a new connection speaks TLS, if it does.
+    tls: Option<(Arc<rustls::ClientConfig>, ServerName<'static>)>,
+    /// The TLS session of the open connection.
+    session: Option<Session>,
     /// Connecting since (the connection is not writable yet).
     connecting: Option<Instant>,
     wbuf: Vec<u8>,
@@ -131,6 +138,8 @@ impl Pipeline {
             .map(|(s, a)| Link {
                 addr: *a,
                 stream: None,
+                tls: shared.servers.tls(s),
+                session: None,
                 connecting: None,
                 wbuf: Vec::new(),
                 rbuf: ReadBuf::with_capacity(READ_CHUNK),
@@ -346,8 +355,19 @@ impl Pipeline {
             if outbox.bytes(s).is_empty() {
                 continue;
             }
-            let Link { addr, stream, connecting, wbuf, rbuf, ex } = link;
-            let open = || open_link(registry, s, *addr, stream, connecting, rbuf);
+            let Link { addr, stream, connecting, wbuf, rbuf, ex, tls, session } = link;
+            let open = || {
+                let opened = open_link(registry, s, *addr, stream, connecting, rbuf)?;
+                if opened {
+                    *session = match tls {
+                        Some((cfg, name)) => Some(
+                            Session::connect(cfg, name.clone()).map_err(|e| BackendError::Connect(e.to_string()))?,
+                        ),
+                        None => None,
+                    };
+                }
+                Ok(opened)
+            };
             // (When nothing may be written, the calls have ended already.)
             if ex.begin(servers, outbox, owners, wbuf, now_ns(), open, &mut ended) && link.connecting.is_none() {
                 if let Err(e) = flush(link) {
@@ -397,7 +417,11 @@ impl Pipeline {
             link.rbuf.shrink_to(READ_CHUNK);
             let spare = link.rbuf.spare(READ_CHUNK / 4);
             let room = spare.len();
-            match stream.read(spare) {
+            let read = match link.session.as_mut() {
+                Some(session) => session.read(&*stream, spare),
+                None => stream.read(spare),
+            };
+            match read {
                 Ok(0) => {
                     closed = Some(BackendError::Io("closed by server".into()));
                     break;
@@ -405,12 +429,17 @@ impl Pipeline {
                 Ok(n) => {
                     link.rbuf.commit(n);
                     link.ex.progress(servers, now_ns());
-                    if n < room {
+                    // A short read empties a plain socket; TLS may hold more records.
+                    if n < room && link.session.is_none() {
                         break;
                     }
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) if e.kind() == io::ErrorKind::InvalidData => {
+                    closed = Some(BackendError::Protocol(e.to_string()));
+                    break;
+                }
                 Err(e) => {
                     closed = Some(BackendError::Io(e.to_string()));
                     break;
@@ -488,12 +517,44 @@ fn open_link(
     Ok(true)
 }
 
-/// Writes what the link has buffered, as far as the socket takes it.
+/// Writes what the link has buffered, as far as the socket (and a TLS
+/// session's buffer) takes it.
 fn flush(link: &mut Link) -> Result<(), BackendError> {
     let Some(stream) = link.stream.as_mut() else { return Ok(()) };
-    write_out(stream, &mut link.wbuf).map(drop).map_err(|e| {
+    let written = match link.session.as_mut() {
+        Some(session) => {
+            let plain = TlsWriter { session, stream: &*stream };
+            write_out(plain, &mut link.wbuf).and_then(|_| session_flush(link))
+        }
+        None => write_out(&*stream, &mut link.wbuf).map(drop),
+    };
+    written.map_err(|e| {
         BackendError::Io(if e.kind() == io::ErrorKind::WriteZero { "closed by server".into() } else { e.to_string() })
     })
+}
+
+/// Writes the records a link's TLS session still holds.
+fn session_flush(link: &mut Link) -> io::Result<()> {
+    match (link.session.as_mut(), link.stream.as_ref()) {
+        (Some(session), Some(stream)) => session.flush(stream).map(drop),
+        _ => Ok(()),
+    }
+}
+
+/// Plaintext into a TLS session over a link's socket, as an `io::Write`.
+struct TlsWriter<'a> {
+    session: &'a mut Session,
+    stream: &'a TcpStream,
+}
+
+impl io::Write for TlsWriter<'_> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.session.write(self.stream, buf)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.session.flush(self.stream).map(drop)
+    }
 }
 
 /// Closes a link after a failure: every call it carried ends with `e`.
@@ -509,6 +570,7 @@ fn close(link: &mut Link) {
         let _ = st.shutdown(Shutdown::Both);
     }
     link.connecting = None;
+    link.session = None;
     link.wbuf.clear();
     link.rbuf.clear();
     link.rbuf.shrink_to(READ_CHUNK);

@@ -12,8 +12,8 @@ use mwserve::listen::Front;
 use mwserve::shell::{Shell, Stopper};
 pub use mwserve::start::StartError;
 
-use crate::auth::Users;
-use crate::config::{Config, ConfigError, Engine};
+use crate::config::{Config, Engine};
+use crate::credentials::Credentials;
 use crate::net::NetThread;
 use crate::pipeline::Pipeline;
 use crate::shared::Shared;
@@ -53,17 +53,16 @@ impl Service for Proxy {
             );
         }
         let addrs = config.routing.servers.iter().map(crate::config::resolve).collect::<Result<Vec<_>, _>>()?;
+        let creds = Credentials::load(&config)?;
         let (std_listener, addr) = mwserve::listen::bind(&config.proxy.listen)?;
+        // The main listener speaks TLS when there is a certificate; a plain one may sit beside it.
+        let mut listeners = vec![(std_listener, creds.tls.is_some())];
+        if let Some(plain) = &config.tls.plain_listen {
+            listeners.push((mwserve::listen::bind(plain)?.0, false));
+        }
+        warn_if_open(&config, &listeners);
         let results = mwserve::results::open_results(&config.stats)?;
-        let users = match &config.auth.file {
-            Some(f) => Some(Users::load(std::path::Path::new(f)).map_err(ConfigError)?),
-            None => None,
-        };
-        let login = match &config.backend.auth_file {
-            Some(f) => Some(crate::auth::server_login(std::path::Path::new(f)).map_err(ConfigError)?),
-            None => None,
-        };
-        let shared = Arc::new(Shared::new(config, addrs, fds.max_connections, users, login));
+        let shared = Arc::new(Shared::new(config, addrs, fds.max_connections, creds));
         let p = &shared.config.proxy;
         let (workers_n, loops, name) = match p.engine {
             Engine::Pool => (p.workers, p.net_threads, "net"),
@@ -71,7 +70,8 @@ impl Service for Proxy {
         };
         let mut fronts = Vec::new();
         for _ in 0..loops {
-            fronts.push(Front::new(std_listener.try_clone()?, crate::net::TOO_MANY)?);
+            let clones = listeners.iter().map(|(l, tls)| Ok((l.try_clone()?, *tls))).collect::<std::io::Result<_>>()?;
+            fronts.push(Front::new(clones, crate::net::TOO_MANY)?);
         }
         let wakers: Vec<_> = fronts.iter().map(|(_, w)| w.clone()).collect();
         let s = shared.clone();
@@ -112,5 +112,24 @@ impl Service for Proxy {
             let _ = t.join();
         }
         self.shell.finish(|| self.shared.telemetry.stop());
+    }
+}
+
+/// Says loudly when a listener beyond loopback lets anyone in: no login
+/// (`--auth-file`) and no client certificates (`--tls-ca`).
+fn warn_if_open(config: &Config, listeners: &[(std::net::TcpListener, bool)]) {
+    if config.auth.file.is_some() {
+        return;
+    }
+    for (l, tls) in listeners {
+        let Ok(addr) = l.local_addr() else { continue };
+        let guarded = addr.ip().is_loopback() || (*tls && config.tls.ca.is_some());
+        if !guarded {
+            tracing::warn!(
+                %addr,
+                "listening beyond loopback without authentication: anyone who can reach this address may \
+                 read and write every key (use --auth-file, or --tls-ca with --tls-cert, or listen on loopback)"
+            );
+        }
     }
 }

@@ -7,9 +7,12 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Instant;
 
+use mwserve::process::Throttled;
+
 use crate::auth::Users;
 use crate::budget::Budget;
 use crate::config::Config;
+use crate::credentials::Credentials;
 use crate::exchange::Servers;
 use crate::queue::WorkQueue;
 use crate::route::Router;
@@ -26,6 +29,10 @@ pub struct Shared {
     pub servers: Servers,
     /// Who may log in (`--auth-file`); everyone when `None`.
     pub users: Option<Users>,
+    /// The TLS listener's configuration (`--tls-cert`), when there is one.
+    pub tls: Option<Arc<rustls::ServerConfig>>,
+    /// Failed TLS handshakes, logged at most every 10 s.
+    pub tls_log: Throttled,
     /// Connections waiting for a worker.
     pub queue: WorkQueue,
     /// Memory budgets of the connections.
@@ -45,13 +52,7 @@ pub struct Shared {
 
 impl Shared {
     /// The state for `config` with servers at `addrs`.
-    pub fn new(
-        config: Config,
-        addrs: Vec<SocketAddr>,
-        max_connections: usize,
-        users: Option<Users>,
-        login: Option<Vec<u8>>,
-    ) -> Shared {
+    pub fn new(config: Config, addrs: Vec<SocketAddr>, max_connections: usize, creds: Credentials) -> Shared {
         let budget = Arc::new(Budget::new(&config.proxy));
         let queued = budget.clone();
         let work_waiting = Box::new(move || queued.queued() > 0);
@@ -64,8 +65,17 @@ impl Shared {
             started: Instant::now(),
             stopping: AtomicBool::new(false),
             max_connections,
-            users,
-            servers: Servers::new(addrs, &config.backend, config.proxy.carriers(), work_waiting).with_login(login),
+            users: creds.users,
+            tls: creds.tls,
+            tls_log: Throttled::new("TLS handshakes failed", std::time::Duration::from_secs(10)),
+            servers: {
+                let servers = Servers::new(addrs, &config.backend, config.proxy.carriers(), work_waiting);
+                let servers = servers.with_login(creds.login);
+                match creds.server_tls {
+                    Some((cfg, names)) => servers.with_tls(cfg, names),
+                    None => servers,
+                }
+            },
             config,
         }
     }

@@ -65,8 +65,12 @@ impl Worker {
     /// A worker with (lazily opened) connections to every server.
     pub fn new(id: usize, shared: Arc<Shared>) -> Worker {
         let n = shared.servers.len();
-        let links =
-            shared.servers.addrs.iter().enumerate().map(|(s, a)| Link { conn: Backend::new(*a), ex: Exchange::new(s) });
+        let servers = &shared.servers;
+        let links = servers
+            .addrs
+            .iter()
+            .enumerate()
+            .map(|(s, a)| Link { conn: Backend::new(*a, servers.tls(s)), ex: Exchange::new(s) });
         Worker {
             id,
             links: links.collect(),
@@ -181,17 +185,24 @@ fn write_all(
     ended: &mut impl FnMut(Ended<'_, Tag>),
 ) -> Result<(), BackendError> {
     let mut written = 0;
-    while written < bytes.len() {
-        match conn.write(&bytes[written..], ex.wait_limit(servers, now_ns()))? {
-            Some(n) => written += n,
-            None => match ex.check(servers, now_ns(), ended) {
+    loop {
+        let limit = ex.wait_limit(servers, now_ns());
+        // The bytes, then what a TLS session still holds of them.
+        let progress = if written < bytes.len() {
+            conn.write(&bytes[written..], limit)?.map(|n| written += n).is_some()
+        } else if conn.push(limit)? {
+            return Ok(());
+        } else {
+            false
+        };
+        if !progress {
+            match ex.check(servers, now_ns(), ended) {
                 Verdict::Wait => {}
                 Verdict::GaveUp => return Err(BackendError::Stalled),
                 Verdict::TimedOut => return Err(BackendError::Timeout),
-            },
+            }
         }
     }
-    Ok(())
 }
 
 /// Reads until the server owes nothing but replies of calls given up.

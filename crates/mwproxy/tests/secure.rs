@@ -137,3 +137,194 @@ fn a_client_that_has_not_logged_in_reaches_no_server() {
     common::stop(proxy);
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// PEM files of two CAs, a certificate for 127.0.0.1/localhost signed by the
+/// first, and client certificates signed by each.
+struct Certs {
+    ca: PathBuf,
+    cert: PathBuf,
+    key: PathBuf,
+    client_cert: PathBuf,
+    client_key: PathBuf,
+    stranger_cert: PathBuf,
+    stranger_key: PathBuf,
+}
+
+fn certs(dir: &std::path::Path) -> Certs {
+    let ca = |name: &str| {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let mut p = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        p.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        p.distinguished_name.push(rcgen::DnType::CommonName, name);
+        (p.self_signed(&key).unwrap(), key)
+    };
+    let leaf = |names: Vec<String>, (ca, ca_key): &(rcgen::Certificate, rcgen::KeyPair)| {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let cert = rcgen::CertificateParams::new(names).unwrap().signed_by(&key, ca, ca_key).unwrap();
+        (cert.pem(), key.serialize_pem())
+    };
+    let (trusted, stranger) = (ca("mwproxy test CA"), ca("someone else"));
+    let server = leaf(vec!["localhost".into(), "127.0.0.1".into()], &trusted);
+    let client = leaf(vec!["client".into()], &trusted);
+    let other = leaf(vec!["client".into()], &stranger);
+    let write = |name: &str, pem: &str| {
+        let p = dir.join(name);
+        std::fs::write(&p, pem).unwrap();
+        p
+    };
+    Certs {
+        ca: write("ca.pem", &trusted.0.pem()),
+        cert: write("cert.pem", &server.0),
+        key: write("key.pem", &server.1),
+        client_cert: write("client.pem", &client.0),
+        client_key: write("client-key.pem", &client.1),
+        stranger_cert: write("stranger.pem", &other.0),
+        stranger_key: write("stranger-key.pem", &other.1),
+    }
+}
+
+type Tls = rustls::StreamOwned<rustls::ClientConnection, TcpStream>;
+
+/// A TLS client of `addr` trusting `ca`, with a client certificate if given.
+fn tls_client(addr: SocketAddr, ca: &std::path::Path, identity: Option<(&PathBuf, &PathBuf)>) -> Tls {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let mut roots = rustls::RootCertStore::empty();
+    for c in CertificateDer::pem_file_iter(ca).unwrap() {
+        roots.add(c.unwrap()).unwrap();
+    }
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let builder = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots);
+    let config = match identity {
+        Some((cert, key)) => {
+            let chain = CertificateDer::pem_file_iter(cert).unwrap().map(Result::unwrap).collect();
+            builder.with_client_auth_cert(chain, PrivateKeyDer::from_pem_file(key).unwrap()).unwrap()
+        }
+        None => builder.with_no_client_auth(),
+    };
+    let name = rustls::pki_types::ServerName::try_from("127.0.0.1").unwrap();
+    let conn = rustls::ClientConnection::new(std::sync::Arc::new(config), name).unwrap();
+    let sock = TcpStream::connect(addr).unwrap();
+    sock.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    rustls::StreamOwned::new(conn, sock)
+}
+
+/// Sends `request` and reads until the reply ends with `end`; an error if the connection fails first.
+fn tls_call(s: &mut Tls, request: &str, end: &str) -> std::io::Result<String> {
+    s.write_all(request.as_bytes())?;
+    s.flush()?;
+    let mut out = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !out.ends_with(end.as_bytes()) {
+        let n = s.read(&mut buf)?;
+        if n == 0 {
+            return Err(std::io::ErrorKind::UnexpectedEof.into());
+        }
+        out.extend_from_slice(&buf[..n]);
+    }
+    Ok(String::from_utf8_lossy(&out).into_owned())
+}
+
+fn path(p: &std::path::Path) -> Option<String> {
+    Some(p.to_string_lossy().into_owned())
+}
+
+#[test]
+fn clients_speak_tls_and_plaintext_to_the_tls_port_is_refused() {
+    let dir = scratch("tls-clients");
+    let c = certs(&dir);
+    let backend = common::servers(2);
+    let plain_port = mctest::free_port();
+    let proxy = common::proxy(&backend, |cfg| {
+        cfg.tls.cert = path(&c.cert);
+        cfg.tls.key = path(&c.key);
+        cfg.tls.plain_listen = Some(format!("127.0.0.1:{plain_port}"));
+    });
+    let mut s = tls_client(proxy.local_addr(), &c.ca, None);
+    assert_eq!(tls_call(&mut s, "set t 0 0 5\r\nhello\r\n", "\r\n").unwrap(), "STORED\r\n");
+    let big = "v".repeat(300_000);
+    assert_eq!(tls_call(&mut s, &format!("set big 0 0 {}\r\n{big}\r\n", big.len()), "\r\n").unwrap(), "STORED\r\n");
+    let reply = tls_call(&mut s, "get t big\r\n", "END\r\n").unwrap();
+    assert!(reply.starts_with("VALUE t 0 5\r\nhello\r\nVALUE big 0 300000\r\n") && reply.len() > 300_000);
+    // Pipelined requests over TLS come back in order.
+    let many: String = (0..200).map(|i| format!("set p{i} 0 0 1\r\n{}\r\n", i % 10)).collect();
+    let replies = tls_call(&mut s, &(many + "get p199\r\n"), "END\r\n").unwrap();
+    assert!(replies.starts_with(&"STORED\r\n".repeat(200)) && replies.ends_with("VALUE p199 0 1\r\n9\r\nEND\r\n"));
+    // The plaintext listener beside it serves the same keys.
+    let mut plain = Client::connect(SocketAddr::from(([127, 0, 0, 1], plain_port))).unwrap();
+    assert_eq!(plain.call_str("get t\r\n").unwrap(), "VALUE t 0 5\r\nhello\r\nEND\r\n");
+    // Plaintext to the TLS port: refused and closed, counted; everyone else goes on.
+    let mut wrong = TcpStream::connect(proxy.local_addr()).unwrap();
+    let answer = exchange(&mut wrong, b"get t\r\n");
+    assert!(answer.ends_with("<closed>") && !answer.contains("VALUE"), "{answer:?}");
+    // A client that does not trust the proxy's CA gives up in the handshake.
+    let mut untrusting = tls_client(proxy.local_addr(), &c.stranger_cert, None);
+    assert!(tls_call(&mut untrusting, "get t\r\n", "END\r\n").is_err());
+    assert_eq!(tls_call(&mut s, "get t\r\n", "END\r\n").unwrap(), "VALUE t 0 5\r\nhello\r\nEND\r\n");
+    let stats = plain.call_str("stats\r\n").unwrap();
+    assert!(common::stat(&stats, "tls_handshake_failures") >= 1, "{stats}");
+    drop((s, plain));
+    common::stop(proxy);
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn with_a_client_ca_only_clients_with_its_certificates_get_in() {
+    let dir = scratch("mtls");
+    let c = certs(&dir);
+    let backend = common::servers(1);
+    let proxy = common::proxy(&backend, |cfg| {
+        cfg.tls.cert = path(&c.cert);
+        cfg.tls.key = path(&c.key);
+        cfg.tls.ca = path(&c.ca);
+    });
+    let mut good = tls_client(proxy.local_addr(), &c.ca, Some((&c.client_cert, &c.client_key)));
+    assert_eq!(tls_call(&mut good, "set m 0 0 1\r\nx\r\n", "\r\n").unwrap(), "STORED\r\n");
+    let mut anonymous = tls_client(proxy.local_addr(), &c.ca, None);
+    assert!(tls_call(&mut anonymous, "get m\r\n", "END\r\n").is_err(), "no client certificate");
+    let mut stranger = tls_client(proxy.local_addr(), &c.ca, Some((&c.stranger_cert, &c.stranger_key)));
+    assert!(tls_call(&mut stranger, "get m\r\n", "END\r\n").is_err(), "a certificate another CA signed");
+    assert_eq!(tls_call(&mut good, "get m\r\n", "END\r\n").unwrap(), "VALUE m 0 1\r\nx\r\nEND\r\n");
+    let stats = tls_call(&mut good, "stats\r\n", "END\r\n").unwrap();
+    assert!(common::stat(&stats, "tls_handshake_failures") >= 2, "{stats}");
+    drop(good);
+    common::stop(proxy);
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn mwproxy_speaks_tls_to_servers_started_with_tls() {
+    let dir = scratch("tls-servers");
+    let c = certs(&dir);
+    let ssl = format!("ssl_chain_cert={},ssl_key={}", c.cert.display(), c.key.display());
+    let servers: Vec<Memcached> = (0..3).map(|_| Memcached::start_with(&["-Z", "-o", &ssl]).unwrap()).collect();
+    // TLS on both sides, with replication (every write reaches two TLS servers).
+    let proxy = common::proxy(&servers, |cfg| {
+        cfg.backend.tls = true;
+        cfg.backend.tls_ca = path(&c.ca);
+        cfg.routing.replication = 2;
+        cfg.tls.cert = path(&c.cert);
+        cfg.tls.key = path(&c.key);
+    });
+    let mut s = tls_client(proxy.local_addr(), &c.ca, None);
+    for i in 0..50 {
+        assert_eq!(tls_call(&mut s, &format!("set s{i} 0 0 2\r\n{:02}\r\n", i), "\r\n").unwrap(), "STORED\r\n");
+    }
+    let keys: Vec<String> = (0..50).map(|i| format!("s{i}")).collect();
+    let reply = tls_call(&mut s, &format!("get {}\r\n", keys.join(" ")), "END\r\n").unwrap();
+    assert_eq!(reply.matches("VALUE").count(), 50, "{reply}");
+    drop(s);
+    common::stop(proxy);
+    // A CA the servers' certificates do not come from: refused, each request told why.
+    let proxy = common::proxy(&servers, |cfg| {
+        cfg.backend.tls = true;
+        cfg.backend.tls_ca = path(&c.stranger_cert);
+    });
+    let reply = common::client(&proxy).call_str("get s1\r\n").unwrap();
+    assert!(reply.starts_with("SERVER_ERROR backend"), "{reply}");
+    common::stop(proxy);
+    std::fs::remove_dir_all(&dir).ok();
+}

@@ -26,3 +26,4 @@ pub mod queue;
 pub mod results;
 pub mod shell;
 pub mod start;
+pub mod tls;

@@ -5,7 +5,7 @@
 //! hears why instead of waiting in the backlog).
 
 use std::fs::File;
-use std::io::{self, Write};
+use std::io::{self, Read, Write};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -14,6 +14,7 @@ use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Registry, Token, Waker};
 
 use crate::start::StartError;
+use crate::tls::Session;
 
 /// Connections the kernel completes before the net thread accepts them
 /// (std's listeners take 128: a burst of connecting clients overflows it, and
@@ -38,30 +39,47 @@ pub fn bind(addr: &str) -> Result<(std::net::TcpListener, SocketAddr), StartErro
 
 /// The token of the waker in every net thread's poll (shutdown, workers' news).
 pub const WAKER: Token = Token(0);
-/// The token of the listening socket in every net thread's poll.
+/// The token of the first listening socket in every net thread's poll (a
+/// second one, a plaintext listener beside a TLS one, has the next token).
 pub const LISTENER: Token = Token(1);
+/// Listening sockets a net thread may have.
+const MAX_LISTENERS: usize = 2;
 /// Client connections' tokens start here.
-const FIRST_CLIENT: usize = 2;
+const FIRST_CLIENT: usize = 1 + MAX_LISTENERS;
 
 /// A net thread's side of the network: its poll (with a waker under
-/// [`WAKER`]), the listening socket (under [`LISTENER`]) and its clients.
+/// [`WAKER`]), its listening sockets (from [`LISTENER`] on; each says
+/// whether its clients speak TLS) and its clients.
 pub struct Front<T> {
     /// The net thread's poll.
     pub poll: Poll,
-    /// Accepts (or refuses) clients.
-    pub acceptor: Acceptor,
+    /// Accept (or refuse) clients, and whether those speak TLS.
+    acceptors: Vec<(Acceptor, bool)>,
     /// The clients, by token.
     pub clients: Clients<T>,
 }
 
 impl<T> Front<T> {
-    /// A front on `listener` (a clone of the bound socket, one per net
-    /// thread); refused clients hear `refusal`. The waker wakes its poll.
-    pub fn new(listener: std::net::TcpListener, refusal: &'static [u8]) -> io::Result<(Front<T>, Arc<Waker>)> {
+    /// A front on `listeners` (clones of the bound sockets, one per net
+    /// thread, each with whether its clients speak TLS); refused clients
+    /// hear `refusal`. The waker wakes its poll.
+    pub fn new(
+        listeners: Vec<(std::net::TcpListener, bool)>,
+        refusal: &'static [u8],
+    ) -> io::Result<(Front<T>, Arc<Waker>)> {
+        assert!(listeners.len() <= MAX_LISTENERS, "at most {MAX_LISTENERS} listeners");
         let poll = Poll::new()?;
         let waker = Arc::new(Waker::new(poll.registry(), WAKER)?);
-        let acceptor = Acceptor::new(listener, poll.registry(), LISTENER, refusal)?;
-        Ok((Front { poll, acceptor, clients: Clients::default() }, waker))
+        let mut acceptors = Vec::new();
+        for (i, (l, tls)) in listeners.into_iter().enumerate() {
+            acceptors.push((Acceptor::new(l, poll.registry(), Token(LISTENER.0 + i), refusal)?, tls));
+        }
+        Ok((Front { poll, acceptors, clients: Clients::default() }, waker))
+    }
+
+    /// Whether `token` is one of the listening sockets.
+    pub fn is_listener(token: Token) -> bool {
+        (LISTENER.0..FIRST_CLIENT).contains(&token.0)
     }
 
     /// Waits for events, at most `timeout`; false when polling failed for
@@ -76,25 +94,108 @@ impl<T> Front<T> {
         }
     }
 
-    /// Accepts every client waiting (see [`Acceptor::next`] for `full` and
-    /// `refused`), keeping what `make` builds of each; their tokens.
+    /// Accepts every client waiting on every listener (see
+    /// [`Acceptor::next`] for `full` and `refused`), keeping what `make`
+    /// builds of each (told whether it came through a TLS listener); their tokens.
     pub fn accept(
         &mut self,
         full: impl Fn() -> bool,
         refused: impl FnMut(),
-        mut make: impl FnMut(TcpStream) -> T,
+        mut make: impl FnMut(TcpStream, bool) -> Option<T>,
     ) -> Vec<Token> {
         let mut refused = refused;
         let mut tokens = Vec::new();
-        while let Some(stream) = self.acceptor.next(&full, &mut refused) {
-            tokens.extend(self.clients.add(self.poll.registry(), stream, &mut make));
+        for (acceptor, tls) in &mut self.acceptors {
+            while let Some(stream) = acceptor.next(&full, &mut refused) {
+                tokens.extend(self.clients.add(self.poll.registry(), stream, |s| make(s, *tls)));
+            }
         }
         tokens
     }
 
     /// Stops accepting (at shutdown).
     pub fn stop_accepting(&mut self) {
-        self.acceptor.close(self.poll.registry());
+        for (acceptor, _) in &mut self.acceptors {
+            acceptor.close(self.poll.registry());
+        }
+    }
+}
+
+/// A client connection's bytes: plain TCP, or TLS over it. The net thread
+/// reads and whoever answers writes, so the TLS state sits behind a lock
+/// (each holds it for one read or one write).
+pub enum Transport {
+    /// Plain TCP.
+    Plain(TcpStream),
+    /// TLS over TCP (boxed: a plain connection stays small).
+    Tls(TcpStream, Box<std::sync::Mutex<Session>>),
+}
+
+impl Transport {
+    /// A connection through a TLS listener configured by `cfg`, or plain.
+    pub fn new(stream: TcpStream, tls: Option<&Arc<rustls::ServerConfig>>) -> io::Result<Transport> {
+        Ok(match tls {
+            Some(cfg) => Transport::Tls(stream, Box::new(std::sync::Mutex::new(Session::accept(cfg)?))),
+            None => Transport::Plain(stream),
+        })
+    }
+
+    /// The socket (for registration, shutdown, the descriptor).
+    pub fn socket(&self) -> &TcpStream {
+        match self {
+            Transport::Plain(s) | Transport::Tls(s, _) => s,
+        }
+    }
+
+    /// Whether it speaks TLS.
+    pub fn is_tls(&self) -> bool {
+        matches!(self, Transport::Tls(..))
+    }
+
+    fn session(&self) -> Option<std::sync::MutexGuard<'_, Session>> {
+        match self {
+            Transport::Plain(_) => None,
+            Transport::Tls(_, s) => Some(s.lock().unwrap_or_else(|p| p.into_inner())),
+        }
+    }
+
+    /// Whether the TLS handshake is still going on (never, for plain TCP).
+    pub fn handshaking(&self) -> bool {
+        self.session().is_some_and(|s| s.handshaking())
+    }
+
+    /// Reads what the client sent (plaintext); `WouldBlock` when nothing is there.
+    pub fn read(&self, out: &mut [u8]) -> io::Result<usize> {
+        match self {
+            Transport::Plain(s) => (&*s).read(out),
+            Transport::Tls(s, _) => self.session().expect("tls").read(s, out),
+        }
+    }
+
+    /// Writes what the socket (and, with TLS, the session's buffer) takes.
+    pub fn write(&self, buf: &[u8]) -> io::Result<usize> {
+        match self {
+            Transport::Plain(s) => (&*s).write(buf),
+            Transport::Tls(s, _) => self.session().expect("tls").write(s, buf),
+        }
+    }
+
+    /// Writes what the TLS session still holds; true when nothing waits.
+    pub fn flush(&self) -> io::Result<bool> {
+        match self {
+            Transport::Plain(_) => Ok(true),
+            Transport::Tls(s, _) => self.session().expect("tls").flush(s),
+        }
+    }
+}
+
+impl Write for &Transport {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        Transport::write(self, buf)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Transport::flush(self).map(drop)
     }
 }
 
@@ -198,13 +299,13 @@ impl<T> Default for Clients<T> {
 
 impl<T> Clients<T> {
     /// Registers `stream` for reading and writing and keeps what `make`
-    /// builds of it; its token, or `None` when registering failed (logged:
-    /// the stream is dropped, which closes it).
+    /// builds of it; its token, or `None` when registering failed (logged)
+    /// or `make` gave nothing (the stream is dropped, which closes it).
     pub fn add(
         &mut self,
         registry: &Registry,
         mut stream: TcpStream,
-        make: impl FnOnce(TcpStream) -> T,
+        make: impl FnOnce(TcpStream) -> Option<T>,
     ) -> Option<Token> {
         let slot = self.free.pop().unwrap_or_else(|| {
             self.slots.push(None);
@@ -216,7 +317,11 @@ impl<T> Clients<T> {
             self.free.push(slot);
             return None;
         }
-        self.slots[slot] = Some(make(stream));
+        let Some(client) = make(stream) else {
+            self.free.push(slot);
+            return None;
+        };
+        self.slots[slot] = Some(client);
         Some(token)
     }
 
@@ -269,13 +374,13 @@ mod tests {
         let mut tokens = Vec::new();
         for i in 0..3 {
             let s = TcpStream::connect(addr).unwrap();
-            tokens.push(clients.add(poll.registry(), s, |_| i).unwrap());
+            tokens.push(clients.add(poll.registry(), s, |_| Some(i)).unwrap());
         }
-        assert_eq!(tokens, [Token(2), Token(3), Token(4)]);
-        assert_eq!(clients.remove(Token(3)), Some(1));
-        assert_eq!(clients.tokens(), [Token(2), Token(4)]);
-        let t = clients.add(poll.registry(), TcpStream::connect(addr).unwrap(), |_| 7).unwrap();
-        assert_eq!((t, clients.get_mut(t).copied()), (Token(3), Some(7)));
+        assert_eq!(tokens, [Token(3), Token(4), Token(5)]);
+        assert_eq!(clients.remove(Token(4)), Some(1));
+        assert_eq!(clients.tokens(), [Token(3), Token(5)]);
+        let t = clients.add(poll.registry(), TcpStream::connect(addr).unwrap(), |_| Some(7)).unwrap();
+        assert_eq!((t, clients.get_mut(t).copied()), (Token(4), Some(7)));
         assert_eq!(clients.iter().sum::<i32>(), 9);
         assert!(clients.remove(Token(1)).is_none() && clients.get_mut(Token(99)).is_none());
         drop(l);

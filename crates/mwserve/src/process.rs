@@ -24,6 +24,46 @@ pub fn stop_on_signals(stop: Box<dyn FnOnce() + Send>) -> std::io::Result<()> {
     Ok(())
 }
 
+/// A warning about something that may happen often (failed TLS handshakes,
+/// refused logins): logged at most once per interval, with how many times it
+/// happened since the last line, so that a flood of them cannot flood the log.
+pub struct Throttled {
+    what: &'static str,
+    every_ms: u64,
+    started: std::time::Instant,
+    /// Milliseconds since `started` of the last line (u64::MAX: none yet).
+    logged_ms: std::sync::atomic::AtomicU64,
+    unlogged: std::sync::atomic::AtomicU64,
+}
+
+impl Throttled {
+    /// Warnings about `what`, at most one per `every`.
+    pub fn new(what: &'static str, every: std::time::Duration) -> Throttled {
+        Throttled {
+            what,
+            every_ms: every.as_millis() as u64,
+            started: std::time::Instant::now(),
+            logged_ms: std::sync::atomic::AtomicU64::new(u64::MAX),
+            unlogged: std::sync::atomic::AtomicU64::new(0),
+        }
+    }
+
+    /// It happened again (`detail` says how); true when this one was logged.
+    pub fn note(&self, detail: &dyn std::fmt::Display) -> bool {
+        use std::sync::atomic::Ordering::Relaxed;
+        let n = self.unlogged.fetch_add(1, Relaxed) + 1;
+        let now = self.started.elapsed().as_millis() as u64;
+        let last = self.logged_ms.load(Relaxed);
+        let due = last == u64::MAX || now.saturating_sub(last) >= self.every_ms;
+        if !due || self.logged_ms.compare_exchange(last, now, Relaxed, Relaxed).is_err() {
+            return false;
+        }
+        self.unlogged.fetch_sub(n, Relaxed);
+        tracing::warn!("{}: {n} since the last report; the last: {detail}", self.what);
+        true
+    }
+}
+
 /// A size in bytes: `1048576`, `512k` or `4m`.
 pub fn parse_size(s: &str) -> Result<usize, String> {
     let lower = s.to_ascii_lowercase();
@@ -62,5 +102,14 @@ mod tests {
         assert!(parse_size("12q").is_err());
         assert_eq!(parse_bool("Yes"), Ok(true));
         assert!(parse_bool("maybe").is_err());
+    }
+
+    #[test]
+    fn a_throttled_warning_is_logged_once_per_interval() {
+        let t = Throttled::new("x", std::time::Duration::from_millis(50));
+        assert!(t.note(&"first"), "the first one is logged");
+        assert!(!t.note(&"again") && !t.note(&"again"), "then not within the interval");
+        std::thread::sleep(std::time::Duration::from_millis(60));
+        assert!(t.note(&"later"), "and again after it");
     }
 }

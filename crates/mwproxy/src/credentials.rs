@@ -1,0 +1,60 @@
+//! What the proxy reads from files to speak securely, loaded at start (and
+//! again by a reload): the users clients log in as (`--auth-file`), the login
+//! it sends to servers (`--server-auth-file`), the TLS listener's certificate
+//! (`--tls-cert`, `--tls-key`, `--tls-ca`) and the CA and names it checks the
+//! servers' certificates against (`--server-tls`). A file that cannot be read
+//! refuses the configuration, with the file's name and why.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use rustls::pki_types::ServerName;
+
+use crate::auth::{server_login, Users};
+use crate::config::{Config, ConfigError};
+
+/// Everything secure the proxy needs, ready to use.
+#[derive(Default)]
+pub struct Credentials {
+    /// Who may log in; everyone when `None`.
+    pub users: Option<Users>,
+    /// The login sent to servers that require one.
+    pub login: Option<Vec<u8>>,
+    /// The TLS listener's configuration.
+    pub tls: Option<Arc<rustls::ServerConfig>>,
+    /// TLS to the servers: the client configuration and each server's name.
+    pub server_tls: Option<(Arc<rustls::ClientConfig>, Vec<ServerName<'static>>)>,
+}
+
+impl Credentials {
+    /// Reads every file `config` names.
+    pub fn load(config: &Config) -> Result<Credentials, ConfigError> {
+        let path = |p: &String| Path::new(p).to_path_buf();
+        let users = config.auth.file.as_ref().map(|f| Users::load(&path(f))).transpose().map_err(ConfigError)?;
+        let login =
+            config.backend.auth_file.as_ref().map(|f| server_login(&path(f))).transpose().map_err(ConfigError)?;
+        let tls = match (&config.tls.cert, &config.tls.key) {
+            (Some(cert), Some(key)) => {
+                let ca = config.tls.ca.as_ref().map(path);
+                Some(mwserve::tls::server_config(&path(cert), &path(key), ca.as_deref()).map_err(ConfigError)?)
+            }
+            _ => None,
+        };
+        let b = &config.backend;
+        let server_tls = match (&b.tls, &b.tls_ca) {
+            (true, Some(ca)) => {
+                let cfg = mwserve::tls::client_config(&path(ca)).map_err(ConfigError)?;
+                let names = config
+                    .routing
+                    .servers
+                    .iter()
+                    .map(|s| mwserve::tls::server_name(b.tls_server_name.as_deref().unwrap_or(&s.host)))
+                    .collect::<Result<Vec<_>, _>>()
+                    .map_err(ConfigError)?;
+                Some((cfg, names))
+            }
+            _ => None,
+        };
+        Ok(Credentials { users, login, tls, server_tls })
+    }
+}
