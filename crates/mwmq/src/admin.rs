@@ -27,13 +27,13 @@ const HEALTH_TIMEOUT: Duration = Duration::from_secs(2);
 /// reached or does not answer in time, whatever the pool holds.
 pub fn handler(shared: Arc<Shared>) -> Handler {
     let check: Mutex<Option<postgres::Client>> = Mutex::new(None);
-    Arc::new(move |path| match path {
-        "/metrics" => Some(Page::ok(PROMETHEUS, metrics(&shared))),
-        "/stats" => {
+    Arc::new(move |method, path| match (method, path) {
+        ("GET", "/metrics") => Some(Page::ok(PROMETHEUS, metrics(&shared))),
+        ("GET", "/stats") => {
             let (current, last) = current_record(&shared);
             Some(Page::ok("application/json", serde_json::json!({ "current": current, "last": last }).to_string()))
         }
-        "/healthz" => Some(healthz(&shared, &mut check.lock().unwrap_or_else(|p| p.into_inner()))),
+        ("GET", "/healthz") => Some(healthz(&shared, &mut check.lock().unwrap_or_else(|p| p.into_inner()))),
         _ => None,
     })
 }

@@ -8,5 +8,6 @@ use mwmq::Mq;
 
 fn main() -> ExitCode {
     let cli: Cli = mwserve::cli::parse::<Cli, mwmq::Config>();
-    mwserve::cli::serve::<Mq>(&cli.server, cli.to_config())
+    let args = cli.server.clone();
+    mwserve::cli::serve::<Mq>(&args, move || cli.to_config())
 }

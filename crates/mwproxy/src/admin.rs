@@ -21,17 +21,33 @@ use crate::stats::NetCounters;
 use crate::windows::build_record;
 
 /// The paths the endpoint serves.
-pub const PATHS: &[&str] = &["/metrics", "/stats", "/healthz", "/readyz"];
+pub const PATHS: &[&str] = &["/metrics", "/stats", "/healthz", "/readyz", "POST /reload"];
 
 /// What the endpoint serves for `shared`'s proxy.
 pub fn handler(shared: Arc<Shared>) -> Handler {
-    Arc::new(move |path| match path {
-        "/metrics" => Some(Page::ok(PROMETHEUS, metrics(&shared))),
-        "/stats" => Some(Page::ok("application/json", stats_json(&shared))),
-        "/healthz" => Some(healthz(&shared)),
-        "/readyz" => Some(readyz(&shared)),
+    Arc::new(move |method, path| match (method, path) {
+        ("GET", "/metrics") => Some(Page::ok(PROMETHEUS, metrics(&shared))),
+        ("GET", "/stats") => Some(Page::ok("application/json", stats_json(&shared))),
+        ("GET", "/healthz") => Some(healthz(&shared)),
+        ("GET", "/readyz") => Some(readyz(&shared)),
+        ("POST", "/reload") => Some(reload(&shared)),
         _ => None,
     })
+}
+
+/// `POST /reload`: 200 with what changed, 400 with why the running
+/// configuration was kept, 409 when there is no file to read again.
+fn reload(shared: &Shared) -> Page {
+    let Some(read) = shared.source() else {
+        return Page::text(
+            409,
+            "no configuration to reload from: this proxy was not started by its command line\n".into(),
+        );
+    };
+    match crate::reload::reload(shared, read()) {
+        Ok(report) => Page::ok("application/json", serde_json::to_string(&report).unwrap_or_default() + "\n"),
+        Err(why) => Page::text(400, format!("reload refused, the running configuration stays: {why}\n")),
+    }
 }
 
 fn healthz(shared: &Shared) -> Page {
@@ -42,23 +58,23 @@ fn healthz(shared: &Shared) -> Page {
 }
 
 fn readyz(shared: &Shared) -> Page {
-    let servers = &shared.servers;
-    let down: Vec<usize> = (0..servers.len()).filter(|&s| servers.health.is_down(s)).collect();
-    let r = shared.router.replication;
-    let lost =
-        !down.is_empty() && shared.router.ring.replica_sets(r).iter().any(|set| set.iter().all(|s| down.contains(s)));
+    let generation = shared.generation();
+    let router = &generation.router;
+    let down = generation.down(&shared.servers);
+    let r = router.replication;
+    let lost = !down.is_empty() && router.ring.replica_sets(r).iter().any(|set| set.iter().all(|s| down.contains(s)));
     let body = serde_json::json!({
         "ready": !lost,
-        "servers": servers.len(),
+        "servers": generation.ids.len(),
         "replication": r,
-        "down": down.iter().map(|&s| servers.addrs[s].to_string()).collect::<Vec<_>>(),
+        "down": down.iter().map(|&p| router.addrs[p].clone()).collect::<Vec<_>>(),
     });
     Page { status: if lost { 503 } else { 200 }, content_type: "application/json", body: body.to_string() + "\n" }
 }
 
 fn stats_json(shared: &Shared) -> String {
     let t = &shared.telemetry;
-    let mut live = WorkerAcc::new(t.servers());
+    let mut live = WorkerAcc::new(0);
     t.slots.peek(&mut live);
     let (last, start, net_before) = {
         let run = t.run();
@@ -96,15 +112,16 @@ fn metrics(shared: &Shared) -> String {
         shared.config.proxy.carriers() as f64,
     );
     p.gauge("mwproxy_queue_length", "Requests waiting for a worker now.", &[], shared.queue_len() as f64);
-    for (i, addr) in shared.servers.addrs.iter().enumerate() {
-        let b = &acc.backends[i];
-        let a = addr.to_string();
+    let generation = shared.generation();
+    for &i in &generation.ids {
+        let b = acc.backend(i);
+        let a = shared.servers.addr(i).to_string();
         let l = [("backend", a.as_str())];
         p.counter("mwproxy_backend_requests_total", "Requests sent to the server.", &l, b.requests);
         p.counter("mwproxy_backend_errors_total", "Requests without a usable reply.", &l, b.errors);
         p.counter("mwproxy_backend_timeouts_total", "Requests that timed out.", &l, b.timeouts);
         p.histogram_seconds("mwproxy_backend_server_seconds", "Send to reply, per server.", &l, &b.server);
-        let up = !shared.servers.health.is_down(i);
+        let up = !shared.servers.is_down(i);
         p.gauge("mwproxy_backend_up", "1 when the server answers.", &l, if up { 1.0 } else { 0.0 });
     }
     let net = &run.extra.net_last;

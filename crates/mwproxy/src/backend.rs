@@ -22,6 +22,10 @@ use rustls::pki_types::ServerName;
 
 use crate::route::BackendError;
 
+/// How a new connection speaks TLS, if it does: the configuration and the
+/// name the server's certificate must carry.
+pub type Tls = Option<(Arc<rustls::ClientConfig>, ServerName<'static>)>;
+
 const READ_CHUNK: usize = 64 * 1024;
 /// A connection idle for this long is checked before it is used again.
 const IDLE_CHECK: Duration = Duration::from_millis(200);
@@ -30,8 +34,6 @@ const IDLE_CHECK: Duration = Duration::from_millis(200);
 pub struct Backend {
     addr: SocketAddr,
     stream: Option<TcpStream>,
-    /// How a new connection speaks TLS, if it does.
-    tls: Option<(Arc<rustls::ClientConfig>, ServerName<'static>)>,
     /// The TLS session of the open connection.
     session: Option<Session>,
     /// Bytes read but not yet consumed.
@@ -44,12 +46,11 @@ pub struct Backend {
 }
 
 impl Backend {
-    /// A connection to be opened on first use, with TLS when `tls` says how.
-    pub fn new(addr: SocketAddr, tls: Option<(Arc<rustls::ClientConfig>, ServerName<'static>)>) -> Backend {
+    /// A connection to be opened on first use.
+    pub fn new(addr: SocketAddr) -> Backend {
         Backend {
             addr,
             stream: None,
-            tls,
             session: None,
             buf: ReadBuf::with_capacity(READ_CHUNK),
             read_timeout: None,
@@ -59,8 +60,8 @@ impl Backend {
     }
 
     /// Opens the connection if needed, or anew if the server closed it while
-    /// idle; true when a new connection was made.
-    pub fn open(&mut self, connect_timeout: Duration) -> Result<bool, BackendError> {
+    /// idle, with TLS when `tls` says how; true when a new connection was made.
+    pub fn open(&mut self, connect_timeout: Duration, tls: impl FnOnce() -> Tls) -> Result<bool, BackendError> {
         if self.stream.is_some() && self.last_used.elapsed() >= IDLE_CHECK && !self.alive() {
             self.close();
         }
@@ -70,10 +71,8 @@ impl Backend {
         let s = TcpStream::connect_timeout(&self.addr, connect_timeout)
             .map_err(|e| BackendError::Connect(e.to_string()))?;
         let _ = s.set_nodelay(true);
-        self.session = match &self.tls {
-            Some((cfg, name)) => {
-                Some(Session::connect(cfg, name.clone()).map_err(|e| BackendError::Connect(e.to_string()))?)
-            }
+        self.session = match tls() {
+            Some((cfg, name)) => Some(Session::connect(&cfg, name).map_err(|e| BackendError::Connect(e.to_string()))?),
             None => None,
         };
         self.stream = Some(s);

@@ -8,6 +8,7 @@
 
 use std::collections::HashSet;
 use std::ops::Range;
+use std::sync::Arc;
 
 use mcproto::Request;
 use mwstats::clock::now_ns;
@@ -15,8 +16,9 @@ use mwstats::slots::SlotWriter;
 use mwstats::OpKind;
 
 use crate::conn::{ClientConn, Job};
+use crate::generation::Generation;
 use crate::recorder::{record, BackendFact, Finished, JobFacts, WorkerAcc};
-use crate::route::{BackendError, Begin, Exec, Outbox, Router, Work};
+use crate::route::{BackendError, Begin, Exec, Outbox, Work};
 use crate::shared::Shared;
 
 /// A request of the batch in progress.
@@ -49,14 +51,17 @@ pub struct Entry {
     pub finished: bool,
     /// The reply's trace status.
     pub status: &'static str,
+    /// The configuration it is routed with, until it is answered.
+    pub generation: Arc<Generation>,
 }
 
 impl Entry {
     /// Starts `job` in the routing core; `t_dequeue` is when an engine took it up.
-    pub fn begin(job: Job, t_dequeue: u64, shared: &Shared, rr: &mut usize) -> Entry {
+    /// `generation` is the configuration it is routed with.
+    pub fn begin(job: Job, t_dequeue: u64, generation: &Arc<Generation>, rr: &mut usize) -> Entry {
         let (op, keys) = job.work.class();
         let noreply = job.work.noreply();
-        let (exec, local) = match Exec::begin(job.work, &shared.router, rr) {
+        let (exec, local) = match Exec::begin(job.work, &generation.router, rr) {
             Begin::Exec(e) => (e, None),
             Begin::Local(req) => (Exec::answered(Vec::new()), Some(req)),
         };
@@ -77,14 +82,16 @@ impl Entry {
             facts,
             finished: false,
             status: "ok",
+            generation: generation.clone(),
         }
     }
 
     /// Adds the request's next round of calls to `outbox` and returns how
     /// many; 0 means it is finished.
-    pub fn next_round(&mut self, router: &Router, outbox: &mut Outbox) -> usize {
+    pub fn next_round(&mut self, outbox: &mut Outbox) -> usize {
         let first = outbox.calls().len();
-        let n = self.exec.round(router, outbox);
+        outbox.numbering(&self.generation.ids);
+        let n = self.exec.round(&self.generation.router, outbox);
         self.awaiting = outbox.calls()[first..].iter().filter(|c| c.reply).count();
         self.finished = n == 0;
         n
@@ -92,15 +99,9 @@ impl Entry {
 
     /// Call `j` of the current round ended (in any order); true when it was
     /// the last one the round waited for.
-    pub fn absorb(
-        &mut self,
-        router: &Router,
-        j: usize,
-        outcome: Result<&[u8], &BackendError>,
-        fact: BackendFact,
-    ) -> bool {
+    pub fn absorb(&mut self, j: usize, outcome: Result<&[u8], &BackendError>, fact: BackendFact) -> bool {
         self.facts.add(fact);
-        self.exec.absorb(router, j, outcome);
+        self.exec.absorb(&self.generation.router, j, outcome);
         self.awaiting -= 1;
         self.awaiting == 0
     }
@@ -111,7 +112,7 @@ impl Entry {
     pub fn answer_locally(&mut self, shared: &Shared, writer: &mut SlotWriter<WorkerAcc>) {
         if let Some(req) = self.local.take() {
             writer.settle(&shared.telemetry.slots);
-            self.exec.reply = crate::local::reply(&req, shared);
+            self.exec.reply = crate::local::reply(&req, shared, &self.generation);
         }
     }
 
@@ -120,7 +121,7 @@ impl Entry {
     pub fn answer_gathered(&mut self, shared: &Shared, writer: &mut SlotWriter<WorkerAcc>) {
         if let Some((req, answers)) = self.exec.take_gathered() {
             writer.settle(&shared.telemetry.slots);
-            self.exec.reply = crate::local::gathered(&req, &answers, shared);
+            self.exec.reply = crate::local::gathered(&req, &answers, shared, &self.generation);
         }
     }
 }
@@ -147,7 +148,7 @@ pub fn finish_wave(
     let trace_every = if shared.config.stats.out.is_some() { shared.config.stats.trace_every } else { 0 };
     for e in entries.iter_mut() {
         for (server, key) in e.exec.effects.repairs.drain(..) {
-            shared.servers.repairs.note(server, key);
+            shared.servers.repairs.note(e.generation.ids[server], key);
         }
         e.facts.counters = std::mem::take(&mut e.exec.effects.counters);
         e.facts.hits = e.exec.effects.hits;

@@ -12,6 +12,7 @@ use rustls::pki_types::ServerName;
 
 use crate::auth::{server_login, Users};
 use crate::config::{Config, ConfigError};
+use crate::exchange::Endpoint;
 
 /// Everything secure the proxy needs, ready to use.
 #[derive(Default)]
@@ -56,5 +57,14 @@ impl Credentials {
             _ => None,
         };
         Ok(Credentials { users, login, tls, server_tls })
+    }
+}
+
+impl Credentials {
+    /// The endpoints of servers at `addrs` (configuration order), with the
+    /// names their certificates must carry when they are spoken to with TLS.
+    pub fn endpoints(&self, addrs: &[std::net::SocketAddr]) -> Vec<Endpoint> {
+        let names = self.server_tls.as_ref().map(|(_, names)| names);
+        addrs.iter().enumerate().map(|(i, &addr)| Endpoint { addr, tls_name: names.map(|n| n[i].clone()) }).collect()
     }
 }

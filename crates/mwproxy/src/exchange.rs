@@ -29,7 +29,8 @@
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use rustls::pki_types::ServerName;
@@ -40,83 +41,184 @@ use crate::recorder::BackendFact;
 use crate::repair::{Batch, Repairs, REPAIR_CAP};
 use crate::route::{BackendError, Framing, Outbox};
 
+/// Where a server is and how it is spoken to: its address and, with TLS,
+/// the name its certificate must carry. A server is its endpoint: the same
+/// endpoint in a reloaded configuration is the same server.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Endpoint {
+    /// Resolved address.
+    pub addr: SocketAddr,
+    /// What its certificate must say, when it is spoken to with TLS.
+    pub tls_name: Option<ServerName<'static>>,
+}
+
 /// The servers as every carrier shares them: where they are, their health,
 /// the repairs waiting for them, and how long a carrier waits for them.
+///
+/// Servers are numbered once and for all: a server keeps its number (its
+/// slot) for the life of the process, so that a reload that adds or removes
+/// servers leaves the others' connections, health and repairs alone. Each
+/// configuration's routing (`Generation`) maps its own server positions to
+/// these numbers. There are at most [`Servers::capacity`] of them (twice the
+/// servers at start, and 16 more).
 #[derive(Debug)]
 pub struct Servers {
-    /// Resolved addresses, in configuration order.
-    pub addrs: Vec<SocketAddr>,
+    /// Every server ever configured, by number.
+    slots: RwLock<Vec<Endpoint>>,
+    capacity: usize,
     /// Down, probing and stalled servers.
     pub health: Health,
     /// Keys to delete on a server before it serves again.
     pub repairs: Repairs,
     /// A reply later than this after its call was written fails the connection (ns).
-    timeout_ns: u64,
+    timeout_ns: AtomicU64,
+    /// How long opening a connection may take (ms).
+    connect_timeout_ms: AtomicU64,
     /// Longest quiet time before the stall check (ns).
-    slice_ns: u64,
+    slice_ns: AtomicU64,
     /// Whether stalls are detected at all.
-    stall: bool,
+    stall: AtomicBool,
     /// The login a new connection sends first (servers started with `-Y`).
-    login: Option<Vec<u8>>,
-    /// TLS to the servers: the client configuration and each server's name.
-    tls: Option<(Arc<rustls::ClientConfig>, Vec<ServerName<'static>>)>,
+    login: RwLock<Option<Arc<[u8]>>>,
+    /// TLS to the servers: the client configuration.
+    tls: RwLock<Option<Arc<rustls::ClientConfig>>>,
+}
+
+fn read<T>(lock: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
+    lock.read().unwrap_or_else(|p| p.into_inner())
+}
+
+fn write<T>(lock: &RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
+    lock.write().unwrap_or_else(|p| p.into_inner())
 }
 
 impl Servers {
-    /// Servers at `addrs`, all up, with nothing to repair; `carriers`
-    /// threads carry requests to them, and `work_waiting` says whether
-    /// requests wait for one (see `health.rs`).
+    /// Servers at `addrs` (numbered 0, 1, ... in that order), all up, with
+    /// nothing to repair; `carriers` threads carry requests to them, and
+    /// `work_waiting` says whether requests wait for one (see `health.rs`).
     pub fn new(addrs: Vec<SocketAddr>, cfg: &BackendConfig, carriers: usize, work_waiting: WorkWaiting) -> Servers {
-        let names = addrs.iter().map(SocketAddr::to_string).collect();
-        Servers {
-            health: Health::new(names, cfg, carriers, work_waiting),
-            repairs: Repairs::new(addrs.len()),
-            addrs,
-            timeout_ns: cfg.timeout_ms * 1_000_000,
-            slice_ns: cfg.stall_slice().as_nanos() as u64,
-            stall: cfg.stall_ms > 0,
-            login: None,
-            tls: None,
-        }
+        let servers = Servers::for_start(addrs.len(), cfg, carriers, work_waiting);
+        let endpoints: Vec<Endpoint> = addrs.into_iter().map(|addr| Endpoint { addr, tls_name: None }).collect();
+        servers.register(&endpoints).expect("the first servers fit");
+        servers
     }
 
-    /// The same servers, spoken to with TLS (`names[s]`: what server `s`'s
-    /// certificate must say).
-    pub fn with_tls(mut self, cfg: Arc<rustls::ClientConfig>, names: Vec<ServerName<'static>>) -> Servers {
-        self.tls = Some((cfg, names));
-        self
+    /// Room for the servers of a proxy that starts with `n` of them (none
+    /// registered yet).
+    pub fn for_start(n: usize, cfg: &BackendConfig, carriers: usize, work_waiting: WorkWaiting) -> Servers {
+        let capacity = n * 2 + 16;
+        let servers = Servers {
+            slots: RwLock::new(Vec::new()),
+            capacity,
+            health: Health::new(capacity, cfg, carriers, work_waiting),
+            repairs: Repairs::new(capacity),
+            timeout_ns: AtomicU64::new(0),
+            connect_timeout_ms: AtomicU64::new(0),
+            slice_ns: AtomicU64::new(0),
+            stall: AtomicBool::new(false),
+            login: RwLock::new(None),
+            tls: RwLock::new(None),
+        };
+        servers.configure(cfg);
+        servers
+    }
+
+    /// Takes the timeouts and stall rules of `cfg` (at start and on a reload).
+    pub fn configure(&self, cfg: &BackendConfig) {
+        self.timeout_ns.store(cfg.timeout_ms * 1_000_000, Ordering::Relaxed);
+        self.connect_timeout_ms.store(cfg.connect_timeout_ms, Ordering::Relaxed);
+        self.slice_ns.store(cfg.stall_slice().as_nanos() as u64, Ordering::Relaxed);
+        self.stall.store(cfg.stall_ms > 0, Ordering::Relaxed);
+        self.health.configure(cfg);
+    }
+
+    /// The numbers of `endpoints`, in order: a server seen before keeps its
+    /// number, a new one gets the next. Nothing changes when they do not all
+    /// fit.
+    pub fn register(&self, endpoints: &[Endpoint]) -> Result<Vec<usize>, String> {
+        let mut slots = write(&self.slots);
+        let new = endpoints.iter().filter(|e| !slots.contains(e)).count();
+        if slots.len() + new > self.capacity {
+            return Err(format!(
+                "{} servers were configured since the start and {new} more would make more than {} \
+                 (twice the servers at start, and 16): restart to add them",
+                slots.len(),
+                self.capacity
+            ));
+        }
+        Ok(endpoints
+            .iter()
+            .map(|e| match slots.iter().position(|s| s == e) {
+                Some(i) => i,
+                None => {
+                    slots.push(e.clone());
+                    self.health.name(slots.len() - 1, e.addr.to_string());
+                    slots.len() - 1
+                }
+            })
+            .collect())
+    }
+
+    /// The endpoints of the servers numbered 0.. (every server configured since the start).
+    pub fn endpoints(&self) -> Vec<Endpoint> {
+        read(&self.slots).clone()
+    }
+
+    /// The address of server `s`.
+    pub fn addr(&self, s: usize) -> SocketAddr {
+        read(&self.slots)[s].addr
+    }
+
+    /// How many servers may be numbered.
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    /// New connections speak TLS with `cfg` (`None`: plaintext).
+    pub fn set_tls(&self, cfg: Option<Arc<rustls::ClientConfig>>) {
+        *write(&self.tls) = cfg;
     }
 
     /// How a new connection to server `s` speaks TLS, if it does: the
     /// configuration and the name its certificate must carry.
     pub fn tls(&self, s: usize) -> Option<(Arc<rustls::ClientConfig>, ServerName<'static>)> {
-        self.tls.as_ref().map(|(cfg, names)| (cfg.clone(), names[s].clone()))
+        let cfg = read(&self.tls).clone()?;
+        let slots = read(&self.slots);
+        let e = &slots[s];
+        let name = e.tls_name.clone().unwrap_or_else(|| ServerName::IpAddress(e.addr.ip().into()));
+        Some((cfg, name))
     }
 
-    /// The same servers, which require `login` on every new connection.
-    pub fn with_login(mut self, login: Option<Vec<u8>>) -> Servers {
-        self.login = login;
-        self
+    /// New connections send `login` first (servers started with `-Y`).
+    pub fn set_login(&self, login: Option<Vec<u8>>) {
+        *write(&self.login) = login.map(Arc::from);
     }
 
-    /// Number of servers.
-    pub fn len(&self) -> usize {
-        self.addrs.len()
+    fn login(&self) -> Option<Arc<[u8]>> {
+        read(&self.login).clone()
     }
 
-    /// Whether there are none.
-    pub fn is_empty(&self) -> bool {
-        self.addrs.is_empty()
-    }
-
-    /// Servers currently down or stalled.
-    pub fn down(&self) -> usize {
-        (0..self.len()).filter(|&s| self.health.is_down(s)).count()
+    /// Whether server `s` is currently down or stalled.
+    pub fn is_down(&self, s: usize) -> bool {
+        self.health.is_down(s)
     }
 
     /// Longest quiet time before the stall check.
     pub fn slice(&self) -> Duration {
-        Duration::from_nanos(self.slice_ns)
+        Duration::from_nanos(self.slice_ns.load(Ordering::Relaxed))
+    }
+
+    /// How long opening a connection may take.
+    pub fn connect_timeout(&self) -> Duration {
+        Duration::from_millis(self.connect_timeout_ms.load(Ordering::Relaxed))
+    }
+
+    fn timeout_ns(&self) -> u64 {
+        self.timeout_ns.load(Ordering::Relaxed)
+    }
+
+    fn slice_ns(&self) -> u64 {
+        self.slice_ns.load(Ordering::Relaxed)
     }
 }
 
@@ -228,8 +330,8 @@ impl<T: Copy> Exchange<T> {
                 if opened && std::mem::take(&mut self.failed_before) {
                     self.reconnects += 1;
                 }
-                if let (true, Some(login)) = (opened, &servers.login) {
-                    out.extend_from_slice(login);
+                if let Some(login) = opened.then(|| servers.login()).flatten() {
+                    out.extend_from_slice(&login);
                     if self.fifo.is_empty() {
                         self.progress = now;
                         servers.health.begin_wait(s);
@@ -333,7 +435,7 @@ impl<T: Copy> Exchange<T> {
             return Verdict::TimedOut;
         }
         let health = &servers.health;
-        if !servers.stall
+        if !servers.stall.load(Ordering::Relaxed)
             || self.probe
             || self.calls == 0
             || !self.quiet(servers, now)
@@ -397,18 +499,18 @@ impl<T: Copy> Exchange<T> {
     /// call is overdue.
     pub fn wait_limit(&self, servers: &Servers, now: u64) -> Duration {
         let left = match self.fifo.front() {
-            Some(p) => servers.timeout_ns.saturating_sub(now.saturating_sub(p.sent())),
-            None => servers.timeout_ns,
+            Some(p) => servers.timeout_ns().saturating_sub(now.saturating_sub(p.sent())),
+            None => servers.timeout_ns(),
         };
-        Duration::from_nanos(left.min(servers.slice_ns))
+        Duration::from_nanos(left.min(servers.slice_ns()))
     }
 
     fn overdue(&self, servers: &Servers, now: u64) -> bool {
-        self.fifo.front().is_some_and(|p| now.saturating_sub(p.sent()) >= servers.timeout_ns)
+        self.fifo.front().is_some_and(|p| now.saturating_sub(p.sent()) >= servers.timeout_ns())
     }
 
     fn quiet(&self, servers: &Servers, now: u64) -> bool {
-        !self.fifo.is_empty() && now.saturating_sub(self.progress) >= servers.slice_ns
+        !self.fifo.is_empty() && now.saturating_sub(self.progress) >= servers.slice_ns()
     }
 
     /// A reply came: the server is up, and a probe is over.

@@ -22,6 +22,7 @@
 //!   that is already down are summed up at most once every 10 seconds.
 
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::OnceLock;
 use std::time::Instant;
 
 use crate::config::BackendConfig;
@@ -33,6 +34,8 @@ const LOG_EVERY_MS: u64 = 10_000;
 /// One server's state.
 #[derive(Debug, Default)]
 struct Server {
+    /// Its address, for the log (set when the server is registered).
+    name: OnceLock<String>,
     /// Milliseconds since start before which nobody may try it.
     down_until_ms: AtomicU64,
     /// Consecutive failures; non-zero means down.
@@ -56,39 +59,57 @@ pub type WorkWaiting = Box<dyn Fn() -> bool + Send + Sync>;
 /// The health of every server, shared by all carriers.
 pub struct Health {
     servers: Vec<Server>,
-    addrs: Vec<String>,
     started: Instant,
     /// Threads that carry requests to the servers.
     carriers: u32,
     work_waiting: WorkWaiting,
     /// When any server last answered.
     any_progress_ms: AtomicU64,
-    stall_ms: u64,
-    retry_min_ms: u64,
-    retry_max_ms: u64,
+    /// The rules, which a reload may change.
+    stall_ms: AtomicU64,
+    retry_min_ms: AtomicU64,
+    retry_max_ms: AtomicU64,
 }
 
 impl std::fmt::Debug for Health {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Health").field("servers", &self.servers).field("addrs", &self.addrs).finish()
+        f.debug_struct("Health").field("servers", &self.servers).finish()
     }
 }
 
 impl Health {
-    /// Every server up, for servers at `addrs` and `carriers` threads that
-    /// carry requests to them; `work_waiting` says whether requests wait for one.
-    pub fn new(addrs: Vec<String>, cfg: &BackendConfig, carriers: usize, work_waiting: WorkWaiting) -> Health {
-        Health {
-            servers: addrs.iter().map(|_| Server::default()).collect(),
-            addrs,
+    /// Every server up, for up to `slots` servers (named with
+    /// [`Health::name`]) and `carriers` threads that carry requests to them;
+    /// `work_waiting` says whether requests wait for one.
+    pub fn new(slots: usize, cfg: &BackendConfig, carriers: usize, work_waiting: WorkWaiting) -> Health {
+        let h = Health {
+            servers: (0..slots).map(|_| Server::default()).collect(),
             started: Instant::now(),
             carriers: carriers.max(1) as u32,
             work_waiting,
             any_progress_ms: AtomicU64::new(0),
-            stall_ms: cfg.stall_ms,
-            retry_min_ms: cfg.retry_min_ms,
-            retry_max_ms: cfg.retry_max_ms,
-        }
+            stall_ms: AtomicU64::new(0),
+            retry_min_ms: AtomicU64::new(0),
+            retry_max_ms: AtomicU64::new(0),
+        };
+        h.configure(cfg);
+        h
+    }
+
+    /// Takes the stall and backoff rules of `cfg` (a reload).
+    pub fn configure(&self, cfg: &BackendConfig) {
+        self.stall_ms.store(cfg.stall_ms, Ordering::Relaxed);
+        self.retry_min_ms.store(cfg.retry_min_ms, Ordering::Relaxed);
+        self.retry_max_ms.store(cfg.retry_max_ms, Ordering::Relaxed);
+    }
+
+    /// Names slot `s` (its address) for the log; a slot is named once.
+    pub fn name(&self, s: usize, name: String) {
+        let _ = self.servers[s].name.set(name);
+    }
+
+    fn addr(&self, s: usize) -> &str {
+        self.servers[s].name.get().map_or("?", String::as_str)
     }
 
     /// Milliseconds since the proxy started.
@@ -145,7 +166,8 @@ impl Health {
 
     /// Whether `s` counts as stalled at `now_ms` (see the module notes).
     pub fn stalled(&self, s: usize, now_ms: u64) -> bool {
-        if self.stall_ms == 0 {
+        let stall_ms = self.stall_ms.load(Ordering::Relaxed);
+        if stall_ms == 0 {
             return false;
         }
         let h = &self.servers[s];
@@ -154,11 +176,11 @@ impl Health {
             return false;
         }
         let last = h.progress_ms.load(Ordering::Relaxed);
-        if now_ms.saturating_sub(last) <= self.stall_ms {
+        if now_ms.saturating_sub(last) <= stall_ms {
             return false;
         }
         let others = self.any_progress_ms.load(Ordering::Relaxed);
-        others.saturating_sub(last) > self.stall_ms / 2 || (waiting >= self.carriers && (self.work_waiting)())
+        others.saturating_sub(last) > stall_ms / 2 || (waiting >= self.carriers && (self.work_waiting)())
     }
 
     /// An exchange with `s` failed: it is down for a backoff.
@@ -166,12 +188,13 @@ impl Health {
         let h = &self.servers[s];
         let now = self.now_ms();
         let n = h.failures.fetch_add(1, Ordering::AcqRel);
-        let backoff = (self.retry_min_ms << n.min(16)).min(self.retry_max_ms);
+        let (min, max) = (self.retry_min_ms.load(Ordering::Relaxed), self.retry_max_ms.load(Ordering::Relaxed));
+        let backoff = (min << n.min(16)).min(max);
         h.down_until_ms.store(now + backoff, Ordering::Relaxed);
         if n == 0 {
             h.down_since_ms.store(now, Ordering::Relaxed);
             h.logged_ms.store(now, Ordering::Relaxed);
-            tracing::warn!(server = %self.addrs[s], "server down: {e}; retrying in {backoff} ms");
+            tracing::warn!(server = %self.addr(s), "server down: {e}; retrying in {backoff} ms");
         } else {
             self.note_error(s, e, now);
         }
@@ -190,7 +213,7 @@ impl Health {
             && h.logged_ms.compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed).is_ok()
         {
             h.unlogged.fetch_sub(n, Ordering::Relaxed);
-            tracing::warn!(server = %self.addrs[s], "{n} failed requests in the last {} s; last: {e}", (now - last) / 1000);
+            tracing::warn!(server = %self.addr(s), "{n} failed requests in the last {} s; last: {e}", (now - last) / 1000);
         }
     }
 
@@ -201,7 +224,7 @@ impl Health {
             h.failures.store(0, Ordering::Release);
             h.down_until_ms.store(0, Ordering::Relaxed);
             let down_ms = self.now_ms().saturating_sub(h.down_since_ms.load(Ordering::Relaxed));
-            tracing::warn!(server = %self.addrs[s], "server up again after {down_ms} ms");
+            tracing::warn!(server = %self.addr(s), "server up again after {down_ms} ms");
         }
     }
 
@@ -231,7 +254,11 @@ mod tests {
 
     fn health_with(n: usize, carriers: usize, work_waiting: WorkWaiting) -> Health {
         let cfg = BackendConfig { stall_ms: 50, retry_min_ms: 10_000, ..BackendConfig::default() };
-        Health::new((0..n).map(|i| format!("s{i}")).collect(), &cfg, carriers, work_waiting)
+        let h = Health::new(n, &cfg, carriers, work_waiting);
+        for i in 0..n {
+            h.name(i, format!("s{i}"));
+        }
+        h
     }
 
     #[test]

@@ -16,6 +16,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use mcproto::{Request, Response};
 use mwserve::config::ServiceConfig;
 
+use crate::generation::Generation;
 use crate::route::Answer;
 use crate::shared::Shared;
 use crate::stats::NetCounters;
@@ -24,17 +25,18 @@ use crate::stats::NetCounters;
 const SUMMED: [&str; 5] = ["curr_items", "total_items", "bytes", "limit_maxbytes", "evictions"];
 
 /// The reply to a request answered from the proxy's state alone.
-pub fn reply(req: &Request, shared: &Shared) -> Vec<u8> {
+pub fn reply(req: &Request, shared: &Shared, generation: &Generation) -> Vec<u8> {
     let mut out = Vec::new();
     match req {
-        Request::Stats { args } => stats_variant(args, shared, &mut out),
+        Request::Stats { args } => stats_variant(args, shared, generation, &mut out),
         _ => out.extend_from_slice(b"ERROR\r\n"),
     }
     out
 }
 
-/// The reply to `version` or `stats`, given every server's answer to it.
-pub fn gathered(req: &Request, answers: &[Answer], shared: &Shared) -> Vec<u8> {
+/// The reply to `version` or `stats`, given every server's answer to it
+/// (the servers of `generation`, in its order).
+pub fn gathered(req: &Request, answers: &[Answer], shared: &Shared, generation: &Generation) -> Vec<u8> {
     let backends = BackendFigures::of(answers);
     match req {
         Request::Version => match &backends.version {
@@ -43,7 +45,7 @@ pub fn gathered(req: &Request, answers: &[Answer], shared: &Shared) -> Vec<u8> {
                 let mut out = Vec::new();
                 let failed = answers.iter().position(Result::is_err).unwrap_or(0);
                 match &answers.get(failed) {
-                    Some(Err(e)) => shared.router.error_line(failed, e, &mut out),
+                    Some(Err(e)) => generation.router.error_line(failed, e, &mut out),
                     _ => out.extend_from_slice(b"SERVER_ERROR no server reported its version\r\n"),
                 }
                 out
@@ -51,7 +53,7 @@ pub fn gathered(req: &Request, answers: &[Answer], shared: &Shared) -> Vec<u8> {
         },
         _ => {
             let mut out = Vec::new();
-            for (name, value) in general_stats(shared, &backends) {
+            for (name, value) in general_stats(shared, generation, &backends) {
                 out.extend_from_slice(format!("STAT {name} {value}\r\n").as_bytes());
             }
             out.extend_from_slice(b"END\r\n");
@@ -122,16 +124,17 @@ fn version_key(v: &str) -> Option<Vec<u64>> {
     (!nums.is_empty()).then_some(nums)
 }
 
-fn stats_variant(args: &[Vec<u8>], shared: &Shared, out: &mut Vec<u8>) {
+fn stats_variant(args: &[Vec<u8>], shared: &Shared, generation: &Generation, out: &mut Vec<u8>) {
     let mut stat = |name: &str, value: &dyn std::fmt::Display| {
         out.extend_from_slice(format!("STAT {name} {value}\r\n").as_bytes());
     };
     match args.first().map(Vec::as_slice) {
         Some(b"backends") if args.len() == 1 => {
             let acc = shared.telemetry.everything();
-            for (i, spec) in shared.config.routing.servers.iter().enumerate() {
-                let b = &acc.backends[i];
-                let status = if shared.servers.health.is_down(i) { "down" } else { "up" };
+            for (i, spec) in generation.config.routing.servers.iter().enumerate() {
+                let id = generation.ids[i];
+                let b = acc.backend(id);
+                let status = if shared.servers.is_down(id) { "down" } else { "up" };
                 stat(&format!("backend:{i}:address"), &spec.endpoint());
                 stat(&format!("backend:{i}:weight"), &spec.weight);
                 stat(&format!("backend:{i}:status"), &status);
@@ -139,13 +142,13 @@ fn stats_variant(args: &[Vec<u8>], shared: &Shared, out: &mut Vec<u8>) {
                 stat(&format!("backend:{i}:errors"), &b.errors);
                 stat(&format!("backend:{i}:timeouts"), &b.timeouts);
                 stat(&format!("backend:{i}:reconnects"), &b.reconnects);
-                stat(&format!("backend:{i}:repairs_waiting"), &shared.servers.repairs.waiting(i));
+                stat(&format!("backend:{i}:repairs_waiting"), &shared.servers.repairs.waiting(id));
                 stat(&format!("backend:{i}:server_us_mean"), &format!("{:.1}", b.server.mean()));
                 stat(&format!("backend:{i}:server_us_p99"), &b.server.quantile(0.99));
             }
         }
         Some(b"settings") if args.len() == 1 => {
-            for line in shared.config.to_toml().lines() {
+            for line in generation.config.to_toml().lines() {
                 if let Some((k, v)) = line.split_once(" = ") {
                     stat(k.trim(), &v.trim().trim_matches('"'));
                 }
@@ -183,14 +186,14 @@ fn stats_variant(args: &[Vec<u8>], shared: &Shared, out: &mut Vec<u8>) {
 }
 
 /// The figures of the plain `stats` command, in memcached's order where it has them.
-pub fn general_stats(shared: &Shared, backends: &BackendFigures) -> Vec<(String, String)> {
+pub fn general_stats(shared: &Shared, generation: &Generation, backends: &BackendFigures) -> Vec<(String, String)> {
     let uptime = shared.started.elapsed();
     let now = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
     let live = shared.telemetry.live(&shared.net);
     let net = |name: &str| NetCounters::value_of(&live.net, name);
     let total = shared.net.values();
     let open = NetCounters::value_of(&total, "total_connections") - NetCounters::value_of(&total, "closed_connections");
-    let cfg = &shared.config;
+    let cfg = &generation.config;
     let (user, system) = cpu_seconds();
     let sum = |name: &str| backends.sums[SUMMED.iter().position(|s| *s == name).expect("a summed figure")];
     let c = &live.counters;
@@ -208,7 +211,7 @@ pub fn general_stats(shared: &Shared, backends: &BackendFigures) -> Vec<(String,
     put("curr_connections", open.to_string());
     put("total_connections", net("total_connections").to_string());
     put("rejected_connections", net("rejected_connections").to_string());
-    let backend_conns = cfg.proxy.carriers() * shared.servers.len();
+    let backend_conns = cfg.proxy.carriers() * generation.ids.len();
     put("connection_structures", (open as usize + backend_conns).to_string());
     for (name, value) in crate::stats::WorkerCounters::NAMES.iter().zip(c.values()) {
         put(name, value.to_string());
@@ -222,9 +225,9 @@ pub fn general_stats(shared: &Shared, backends: &BackendFigures) -> Vec<(String,
     put("curr_items", sum("curr_items").to_string());
     put("total_items", sum("total_items").to_string());
     put("evictions", sum("evictions").to_string());
-    put("servers", shared.servers.len().to_string());
+    put("servers", generation.ids.len().to_string());
     put("servers_answering", backends.answered.to_string());
-    put("servers_down", shared.servers.down().to_string());
+    put("servers_down", generation.down(&shared.servers).len().to_string());
     put("replication", cfg.routing.replication.to_string());
     put("net_threads", cfg.proxy.net_threads.to_string());
     put("closed_connections", net("closed_connections").to_string());
@@ -233,6 +236,9 @@ pub fn general_stats(shared: &Shared, backends: &BackendFigures) -> Vec<(String,
     put("auth_cmds", net("auth_cmds").to_string());
     put("auth_errors", net("auth_errors").to_string());
     put("tls_handshake_failures", net("tls_handshake_failures").to_string());
+    put("config_generation", generation.id.to_string());
+    put("config_reloads", net("config_reloads").to_string());
+    put("config_reload_failures", net("config_reload_failures").to_string());
     put("queue_capacity", cfg.proxy.queue_capacity.to_string());
     put("queue_length", shared.queue_len().to_string());
     put("queue_full", net("queue_full").to_string());

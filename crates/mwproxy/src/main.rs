@@ -1,5 +1,5 @@
 //! The `mwproxy` binary: the command line, then the shell every middleware
-//! shares (`mwserve::cli::serve`): start, stop cleanly on SIGTERM or SIGINT.
+//! shares (`mwserve::cli::serve`): start, reload on SIGHUP, stop cleanly on SIGTERM or SIGINT.
 
 use std::process::ExitCode;
 
@@ -8,5 +8,6 @@ use mwproxy::Proxy;
 
 fn main() -> ExitCode {
     let cli: Cli = mwserve::cli::parse::<Cli, mwproxy::Config>();
-    mwserve::cli::serve::<Proxy>(&cli.server, cli.to_config())
+    let args = cli.server.clone();
+    mwserve::cli::serve::<Proxy>(&args, move || cli.to_config())
 }

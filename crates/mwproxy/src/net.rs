@@ -26,12 +26,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use mcproto::auth::Auth;
-use mcproto::{parse_request, Limits, Parsed, ReadBuf, Request};
+use mcproto::{parse_request, Parsed, ReadBuf, Request};
 use mio::{Events, Interest, Token};
 use mwserve::listen::{Front, Transport, WAKER};
 use mwstats::clock::now_ns;
 
 use crate::conn::{ClientConn, Job};
+use crate::generation::Generation;
 use crate::pipeline::{Pipeline, LINK_BASE};
 use crate::route::Work;
 use crate::shared::Shared;
@@ -86,7 +87,6 @@ enum Flow {
 pub struct NetThread {
     front: Front<Conn>,
     shared: Arc<Shared>,
-    limits: Limits,
     blocked: Vec<Token>,
     ready: VecDeque<Token>,
     /// Request ids: `next_id * net_threads + index`, unique per process.
@@ -117,7 +117,6 @@ impl NetThread {
     /// async engine) the thread carries its connections' requests to the
     /// servers itself instead of queueing them.
     pub(crate) fn new(index: usize, front: Front<Conn>, shared: Arc<Shared>, pipeline: Option<Pipeline>) -> NetThread {
-        let limits = shared.config.parser_limits();
         let loops = match pipeline {
             Some(_) => shared.config.proxy.loops(),
             None => shared.config.proxy.net_threads,
@@ -129,7 +128,6 @@ impl NetThread {
             ids,
             front,
             shared,
-            limits,
             blocked: Vec::new(),
             ready: VecDeque::new(),
         }
@@ -245,8 +243,9 @@ impl NetThread {
             let open = net.total_connections.load(Ordering::Relaxed) - net.closed_connections.load(Ordering::Relaxed);
             open as usize >= shared.max_connections
         };
+        let generation = shared.generation();
         let conn = |stream, tls: bool| {
-            let transport = match Transport::new(stream, tls.then_some(shared.tls.as_ref()).flatten()) {
+            let transport = match Transport::new(stream, tls.then_some(generation.tls.as_ref()).flatten()) {
                 Ok(t) => t,
                 Err(e) => {
                     tracing::warn!("cannot start a TLS session: {e}");
@@ -265,7 +264,7 @@ impl NetThread {
                 output_paused: false,
                 peer_closed: false,
                 last_read_ns: 0,
-                authenticated: shared.users.is_none(),
+                authenticated: generation.users.is_none(),
             })
         };
         ready.extend(front.accept(full, || bump(&net.rejected_connections), conn));
@@ -307,8 +306,10 @@ impl NetThread {
     }
 
     fn read_conn(&mut self, token: Token) -> Flow {
-        let NetThread { front, shared, limits, ids, pipeline, scratch, .. } = self;
+        let NetThread { front, shared, ids, pipeline, scratch, .. } = self;
         let Some(conn) = front.clients.get_mut(token) else { return Flow::Finished };
+        // The parser's limits and the users of the configuration in use.
+        let generation = shared.generation();
         let mut reads = 0;
         let mut drained = false;
         loop {
@@ -321,7 +322,7 @@ impl NetThread {
             if conn.done {
                 return Flow::Finished;
             }
-            if let Some(flow) = parse_all(conn, shared, limits, ids, pipeline.as_mut()) {
+            if let Some(flow) = parse_all(conn, shared, &generation, ids, pipeline.as_mut()) {
                 return flow;
             }
             if !shared.budget.may_run(conn.shared.pending_output()) {
@@ -403,7 +404,7 @@ impl NetThread {
 fn parse_all(
     conn: &mut Conn,
     shared: &Shared,
-    limits: &Limits,
+    generation: &Generation,
     ids: &mut RequestIds,
     mut pipeline: Option<&mut Pipeline>,
 ) -> Option<Flow> {
@@ -430,11 +431,11 @@ fn parse_all(
             return Some(Flow::Finished);
         }
         if !conn.authenticated {
-            if let Some(flow) = log_in(conn, shared) {
+            if let Some(flow) = log_in(conn, shared, generation) {
                 return flow;
             }
         }
-        let (work, size) = match parse_request(conn.rbuf.filled(), limits) {
+        let (work, size) = match parse_request(conn.rbuf.filled(), &generation.limits) {
             Parsed::Incomplete => return None,
             Parsed::Request { request: Request::Quit, .. } => {
                 conn.shared.deliver(conn.issued, Vec::new(), true, net);
@@ -497,9 +498,9 @@ fn parse_all(
 /// last one's reply (a client that pipelines a refused command and its data
 /// block hears one refusal, not two). `None`: logged in, go on; `Some(flow)`:
 /// stop (`None` inside: more bytes are needed).
-fn log_in(conn: &mut Conn, shared: &Shared) -> Option<Option<Flow>> {
+fn log_in(conn: &mut Conn, shared: &Shared, generation: &Generation) -> Option<Option<Flow>> {
     let net = &shared.net;
-    let users = shared.users.as_ref()?;
+    let users = generation.users.as_ref()?;
     let mut reply: Option<&'static [u8]> = None;
     let flow = loop {
         let consumed = match mcproto::auth::parse_auth(conn.rbuf.filled()) {

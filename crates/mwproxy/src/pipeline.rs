@@ -47,13 +47,12 @@ use mwstats::clock::now_ns;
 use mwstats::slots::SlotWriter;
 
 use mwserve::tls::Session;
-use rustls::pki_types::ServerName;
 
 use crate::batch::{finish_wave, waves, Entry};
 use crate::conn::{write_out, After, ClientConn};
 use crate::exchange::{Ended, Exchange, Verdict};
 use crate::recorder::WorkerAcc;
-use crate::route::{BackendError, Outbox, Router};
+use crate::route::{BackendError, Outbox};
 use crate::shared::Shared;
 
 /// Tokens at and above this one are server links (`LINK_BASE + server`).
@@ -70,8 +69,6 @@ type Tag = (usize, usize, usize);
 struct Link {
     addr: SocketAddr,
     stream: Option<TcpStream>,
-    /// How a new connection speaks TLS, if it does.
-    tls: Option<(Arc<rustls::ClientConfig>, ServerName<'static>)>,
     /// The TLS session of the open connection.
     session: Option<Session>,
     /// Connecting since (the connection is not writable yet).
@@ -96,7 +93,10 @@ struct Run {
 pub struct Pipeline {
     id: usize,
     shared: Arc<Shared>,
+    /// By server number, added as servers are first used.
     links: Vec<Link>,
+    /// When links to servers that a reload removed were last looked for.
+    retired: Instant,
     runs: Vec<Option<Run>>,
     free: Vec<usize>,
     /// Connections with requests waiting and no batch in progress.
@@ -111,17 +111,16 @@ pub struct Pipeline {
     /// Busy time not yet added to the accumulator (ns).
     busy: u64,
     busy_flushed: Instant,
-    connect_timeout: Duration,
     /// Unsent bytes to the servers beyond which no new batch starts.
     unsent_limit: usize,
 }
 
 /// Hands a call's end to its request; a request whose round is complete
 /// goes to `advance` for its next round.
-fn absorb(runs: &mut [Option<Run>], advance: &mut Vec<(usize, usize)>, router: &Router, end: Ended<'_, Tag>) {
+fn absorb(runs: &mut [Option<Run>], advance: &mut Vec<(usize, usize)>, end: Ended<'_, Tag>) {
     let (r, i, j) = end.tag;
     let run = runs[r].as_mut().expect("run in progress");
-    if run.entries[i].absorb(router, j, end.outcome, end.fact) {
+    if run.entries[i].absorb(j, end.outcome, end.fact) {
         advance.push((r, i));
     }
 }
@@ -129,37 +128,20 @@ fn absorb(runs: &mut [Option<Run>], advance: &mut Vec<(usize, usize)>, router: &
 impl Pipeline {
     /// The pipeline of loop `id`, with (lazily opened) links to every server.
     pub fn new(id: usize, shared: Arc<Shared>) -> Pipeline {
-        let n = shared.servers.len();
-        let links = shared
-            .servers
-            .addrs
-            .iter()
-            .enumerate()
-            .map(|(s, a)| Link {
-                addr: *a,
-                stream: None,
-                tls: shared.servers.tls(s),
-                session: None,
-                connecting: None,
-                wbuf: Vec::new(),
-                rbuf: ReadBuf::with_capacity(READ_CHUNK),
-                ex: Exchange::new(s),
-            })
-            .collect();
         Pipeline {
             id,
-            links,
+            links: Vec::new(),
+            retired: Instant::now(),
             runs: Vec::new(),
             free: Vec::new(),
             runnable: VecDeque::new(),
             advance: Vec::new(),
-            outbox: Outbox::new(n),
+            outbox: Outbox::new(0),
             owners: Vec::new(),
             rr: id,
-            writer: SlotWriter::new(id, WorkerAcc::new(n)),
+            writer: SlotWriter::new(id, WorkerAcc::new(0)),
             busy: 0,
             busy_flushed: Instant::now(),
-            connect_timeout: Duration::from_millis(shared.config.backend.connect_timeout_ms),
             unsent_limit: shared.config.proxy.memory_budget / shared.config.proxy.loops(),
             shared,
         }
@@ -263,8 +245,9 @@ impl Pipeline {
             return;
         }
         let t_dequeue = now_ns();
-        let waves = waves(&jobs, self.shared.router.replication);
-        let entries = jobs.into_iter().map(|job| Entry::begin(job, t_dequeue, &self.shared, &mut self.rr)).collect();
+        let generation = self.shared.generation();
+        let waves = waves(&jobs, generation.router.replication);
+        let entries = jobs.into_iter().map(|job| Entry::begin(job, t_dequeue, &generation, &mut self.rr)).collect();
         let run = Run { conn, entries, waves, wave: 0, unfinished: 0 };
         let r = match self.free.pop() {
             Some(r) => {
@@ -307,7 +290,7 @@ impl Pipeline {
         let todo = std::mem::take(&mut self.advance);
         for &(r, i) in &todo {
             let e = &mut self.runs[r].as_mut().expect("run in progress").entries[i];
-            let n = e.next_round(&self.shared.router, &mut self.outbox);
+            let n = e.next_round(&mut self.outbox);
             self.owners.extend((0..n).map(|j| (r, i, j)));
             if n == 0 {
                 finished.push((r, i));
@@ -349,20 +332,32 @@ impl Pipeline {
     /// Hands the outbox's calls to their links.
     fn send_outbox(&mut self, registry: &Registry) {
         let Pipeline { links, outbox, owners, runs, advance, shared, .. } = self;
-        let (servers, router) = (&shared.servers, &shared.router);
-        let mut ended = |end: Ended<'_, Tag>| absorb(runs, advance, router, end);
+        let servers = &shared.servers;
+        while links.len() < outbox.servers() {
+            let s = links.len();
+            links.push(Link {
+                addr: servers.addr(s),
+                stream: None,
+                session: None,
+                connecting: None,
+                wbuf: Vec::new(),
+                rbuf: ReadBuf::with_capacity(READ_CHUNK),
+                ex: Exchange::new(s),
+            });
+        }
+        let mut ended = |end: Ended<'_, Tag>| absorb(runs, advance, end);
         for (s, link) in links.iter_mut().enumerate() {
             if outbox.bytes(s).is_empty() {
                 continue;
             }
-            let Link { addr, stream, connecting, wbuf, rbuf, ex, tls, session } = link;
+            let Link { addr, stream, connecting, wbuf, rbuf, ex, session } = link;
             let open = || {
                 let opened = open_link(registry, s, *addr, stream, connecting, rbuf)?;
                 if opened {
-                    *session = match tls {
-                        Some((cfg, name)) => Some(
-                            Session::connect(cfg, name.clone()).map_err(|e| BackendError::Connect(e.to_string()))?,
-                        ),
+                    *session = match servers.tls(s) {
+                        Some((cfg, name)) => {
+                            Some(Session::connect(&cfg, name).map_err(|e| BackendError::Connect(e.to_string()))?)
+                        }
                         None => None,
                     };
                 }
@@ -408,8 +403,8 @@ impl Pipeline {
     /// Reads the server's replies and hands each to its request.
     fn read_link(&mut self, s: usize) {
         let Pipeline { links, runs, advance, shared, .. } = self;
-        let (servers, router) = (&shared.servers, &shared.router);
-        let mut ended = |end: Ended<'_, Tag>| absorb(runs, advance, router, end);
+        let servers = &shared.servers;
+        let mut ended = |end: Ended<'_, Tag>| absorb(runs, advance, end);
         let link = &mut links[s];
         let mut closed = None;
         for _ in 0..READS_PER_EVENT {
@@ -463,16 +458,17 @@ impl Pipeline {
     /// Closes a link after a failure: every call it carried fails with `e`.
     fn link_failed(&mut self, s: usize, e: &BackendError) {
         let Pipeline { links, runs, advance, shared, .. } = self;
-        let router = &shared.router;
-        fail_link(&mut links[s], shared, e, &mut |end| absorb(runs, advance, router, end));
+        fail_link(&mut links[s], shared, e, &mut |end| absorb(runs, advance, end));
     }
 
     /// Connect timeouts, reply timeouts and stalls of the links with calls in flight.
     fn check_deadlines(&mut self) {
+        self.retire_links();
+        let connect_timeout = self.shared.servers.connect_timeout();
         for s in 0..self.links.len() {
             let now = now_ns();
             let link = &self.links[s];
-            if link.connecting.is_some_and(|since| since.elapsed() >= self.connect_timeout) {
+            if link.connecting.is_some_and(|since| since.elapsed() >= connect_timeout) {
                 self.link_failed(s, &BackendError::Connect("connection timed out".into()));
                 continue;
             }
@@ -485,10 +481,28 @@ impl Pipeline {
                 self.read_link(s);
             }
             let Pipeline { links, runs, advance, shared, .. } = self;
-            let router = &shared.router;
-            let mut ended = |end: Ended<'_, Tag>| absorb(runs, advance, router, end);
+            let mut ended = |end: Ended<'_, Tag>| absorb(runs, advance, end);
             if links[s].ex.check(&shared.servers, now_ns(), &mut ended) == Verdict::TimedOut {
                 fail_link(&mut links[s], shared, &BackendError::Timeout, &mut ended);
+            }
+        }
+    }
+}
+
+impl Pipeline {
+    /// Closes, every 100 ms at most, the connections to servers that the
+    /// configuration in use no longer has, once nothing is in flight on them
+    /// (a request routed before the reload that still needs one opens it again).
+    fn retire_links(&mut self) {
+        if self.retired.elapsed() < Duration::from_millis(100) {
+            return;
+        }
+        self.retired = Instant::now();
+        let generation = self.shared.generation();
+        for (s, link) in self.links.iter_mut().enumerate() {
+            let idle = link.stream.is_some() && !link.ex.in_flight() && link.wbuf.is_empty();
+            if idle && link.connecting.is_none() && !generation.uses(s) {
+                close(link);
             }
         }
     }

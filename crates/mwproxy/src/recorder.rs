@@ -54,7 +54,7 @@ impl BackendAcc {
 pub struct WorkerAcc {
     /// Counts, response time, per-stage times, busy and queued time, trace rows.
     pub stages: Stages<OpKind>,
-    /// Per server, in configuration order.
+    /// Per server, by its number (`Servers`); grown as servers are used.
     pub backends: Vec<BackendAcc>,
     /// memcached-style counters.
     pub counters: WorkerCounters,
@@ -73,7 +73,15 @@ impl DerefMut for WorkerAcc {
     }
 }
 
+/// What a server that sent nothing yet looks like.
+static NOTHING: std::sync::LazyLock<BackendAcc> = std::sync::LazyLock::new(BackendAcc::default);
+
 impl WorkerAcc {
+    /// Server `s`'s figures (empty when it has none yet).
+    pub fn backend(&self, s: usize) -> &BackendAcc {
+        self.backends.get(s).unwrap_or(&NOTHING)
+    }
+
     /// An empty accumulator for `servers` servers.
     pub fn new(servers: usize) -> WorkerAcc {
         WorkerAcc {
@@ -185,6 +193,9 @@ pub fn record(acc: &mut WorkerAcc, f: &Finished, facts: &JobFacts, worker: usize
     acc.stages.record(&timeline, trace_every);
     acc.counters.add(&facts.counters);
     for b in &facts.backend {
+        if b.server >= acc.backends.len() {
+            acc.backends.resize_with(b.server + 1, BackendAcc::default);
+        }
         let a = &mut acc.backends[b.server];
         a.requests += 1;
         a.errors += u64::from(b.failed);
@@ -201,6 +212,9 @@ impl Accumulator for WorkerAcc {
             return;
         }
         self.stages.merge(&mut o.stages);
+        if self.backends.len() < o.backends.len() {
+            self.backends.resize_with(o.backends.len(), BackendAcc::default);
+        }
         for (a, b) in self.backends.iter_mut().zip(&o.backends) {
             a.merge(b);
         }

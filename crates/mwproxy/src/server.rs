@@ -9,7 +9,7 @@ use std::thread::JoinHandle;
 use mwserve::cli::Service;
 use mwserve::config::ServiceConfig;
 use mwserve::listen::Front;
-use mwserve::shell::{Shell, Stopper};
+use mwserve::shell::{Reload, Shell, Source, Stopper};
 pub use mwserve::start::StartError;
 
 use crate::config::{Config, Engine};
@@ -38,6 +38,15 @@ impl Proxy {
 impl Service for Proxy {
     const NAME: &'static str = "mwproxy";
     type Config = Config;
+
+    fn reloads(&self, source: Source<Config>) -> Option<Reload> {
+        self.shared.set_source(source);
+        let shared = self.shared.clone();
+        Some(Arc::new(move || {
+            let read = shared.source().expect("set just before");
+            crate::reload::reload(&shared, read()).map(|r| r.to_string())
+        }))
+    }
 
     fn start(config: Config) -> Result<Proxy, StartError> {
         config.validate()?;

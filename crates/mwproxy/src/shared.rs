@@ -4,33 +4,33 @@
 
 use std::net::SocketAddr;
 use std::sync::atomic::AtomicBool;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use mwserve::process::Throttled;
+use mwserve::shell::Source;
 
-use crate::auth::Users;
+use arc_swap::ArcSwap;
+
 use crate::budget::Budget;
 use crate::config::Config;
 use crate::credentials::Credentials;
 use crate::exchange::Servers;
+use crate::generation::Generation;
 use crate::queue::WorkQueue;
-use crate::route::Router;
 use crate::stats::NetCounters;
 use crate::telemetry::Telemetry;
 
 /// State shared by the net threads, the workers, the stats thread and the admin endpoint.
 pub struct Shared {
-    /// The validated configuration.
+    /// The configuration at start. What cannot change while running
+    /// (listen address, engine, threads, budgets, stats) is read here; what a
+    /// reload changes is read from the current [`Generation`].
     pub config: Config,
-    /// Routing rules (placement, replication, multi-gets).
-    pub router: Router,
+    /// The configuration in use, swapped by a reload.
+    generation: ArcSwap<Generation>,
     /// The servers: addresses, health, repair logs.
     pub servers: Servers,
-    /// Who may log in (`--auth-file`); everyone when `None`.
-    pub users: Option<Users>,
-    /// The TLS listener's configuration (`--tls-cert`), when there is one.
-    pub tls: Option<Arc<rustls::ServerConfig>>,
     /// Failed TLS handshakes, logged at most every 10 s.
     pub tls_log: Throttled,
     /// Connections waiting for a worker.
@@ -48,6 +48,8 @@ pub struct Shared {
     /// Client connections served at once (`max_connections`, lowered to fit
     /// the file descriptor limit).
     pub max_connections: usize,
+    /// Where a reload reads the configuration (set by `main`).
+    source: Mutex<Option<Source<Config>>>,
 }
 
 impl Shared {
@@ -56,8 +58,12 @@ impl Shared {
         let budget = Arc::new(Budget::new(&config.proxy));
         let queued = budget.clone();
         let work_waiting = Box::new(move || queued.queued() > 0);
+        let servers = Servers::for_start(addrs.len(), &config.backend, config.proxy.carriers(), work_waiting);
+        let ids = servers.register(&creds.endpoints(&addrs)).expect("the first servers fit");
+        servers.set_login(creds.login);
+        servers.set_tls(creds.server_tls.map(|(cfg, _)| cfg));
+        let generation = Generation::new(1, config.clone(), &addrs, ids, creds.users, creds.tls);
         Shared {
-            router: Router::new(&config, &addrs),
             queue: WorkQueue::new(config.proxy.queue_capacity),
             budget,
             net: NetCounters::default(),
@@ -65,19 +71,32 @@ impl Shared {
             started: Instant::now(),
             stopping: AtomicBool::new(false),
             max_connections,
-            users: creds.users,
-            tls: creds.tls,
             tls_log: Throttled::new("TLS handshakes failed", std::time::Duration::from_secs(10)),
-            servers: {
-                let servers = Servers::new(addrs, &config.backend, config.proxy.carriers(), work_waiting);
-                let servers = servers.with_login(creds.login);
-                match creds.server_tls {
-                    Some((cfg, names)) => servers.with_tls(cfg, names),
-                    None => servers,
-                }
-            },
+            servers,
+            generation: ArcSwap::from_pointee(generation),
+            source: Mutex::new(None),
             config,
         }
+    }
+
+    /// The configuration in use now.
+    pub fn generation(&self) -> Arc<Generation> {
+        self.generation.load_full()
+    }
+
+    /// Puts `next` in use: requests routed from now on take it.
+    pub fn install(&self, next: Generation) {
+        self.generation.store(Arc::new(next));
+    }
+
+    /// Reloads read the configuration from `source`.
+    pub fn set_source(&self, source: Source<Config>) {
+        *self.source.lock().unwrap_or_else(|p| p.into_inner()) = Some(source);
+    }
+
+    /// Where reloads read the configuration, if anywhere.
+    pub fn source(&self) -> Option<Source<Config>> {
+        self.source.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
     /// Requests waiting for a worker now.

@@ -143,6 +143,10 @@ atomic_block! {
         /// Client connections whose TLS handshake failed (plaintext to the TLS
         /// port, an unknown or missing client certificate, ...).
         tls_handshake_failures,
+        /// Configurations reloaded (SIGHUP, `POST /reload`).
+        config_reloads,
+        /// Reloads refused (the running configuration was kept).
+        config_reload_failures,
     }
 }
 

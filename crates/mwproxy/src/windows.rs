@@ -84,12 +84,17 @@ pub fn build_record(
     let delta =
         |name: &str| NetCounters::value_of(net_now, name).saturating_sub(NetCounters::value_of(net_before, name));
     let workers = cfg.proxy.carriers() as u64;
+    // The servers of the configuration in use, and those a reload removed
+    // while they still carried requests of this window.
+    let generation = shared.generation();
     let backends = shared
         .servers
-        .addrs
+        .endpoints()
         .iter()
-        .zip(&acc.backends)
-        .map(|(addr, b)| {
+        .enumerate()
+        .map(|(i, e)| (e.addr, acc.backend(i), generation.uses(i)))
+        .filter(|(_, b, used)| *used || b.requests > 0)
+        .map(|(addr, b, _)| {
             (
                 addr.to_string(),
                 BackendRecord {
@@ -145,7 +150,7 @@ pub fn summary_record(shared: &Shared) -> WindowRecord {
     let zero = vec![0; NetCounters::NAMES.len()];
     let mut r =
         build_record(shared, &run.total, None, run.start_unix_ms, end - run.start_unix_ms, &run.extra.net_last, &zero);
-    let config = serde_json::to_value(&shared.config).unwrap_or_default();
+    let config = serde_json::to_value(&shared.generation().config).unwrap_or_default();
     r.metadata = Some(Metadata::of_run(crate::VERSION, config, run.start_unix_ms, end));
     r
 }

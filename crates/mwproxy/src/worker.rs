@@ -20,7 +20,6 @@
 //! exchange allows.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use mwstats::clock::now_ns;
 use mwstats::slots::SlotWriter;
@@ -47,7 +46,10 @@ struct Link {
 pub struct Worker {
     id: usize,
     shared: Arc<Shared>,
+    /// By server number, opened as servers are first used.
     links: Vec<Link>,
+    /// The configuration of the last batch.
+    generation: u64,
     outbox: Outbox,
     /// For each call of the outbox, whose it is.
     owners: Vec<Tag>,
@@ -64,22 +66,16 @@ pub struct Worker {
 impl Worker {
     /// A worker with (lazily opened) connections to every server.
     pub fn new(id: usize, shared: Arc<Shared>) -> Worker {
-        let n = shared.servers.len();
-        let servers = &shared.servers;
-        let links = servers
-            .addrs
-            .iter()
-            .enumerate()
-            .map(|(s, a)| Link { conn: Backend::new(*a, servers.tls(s)), ex: Exchange::new(s) });
         Worker {
             id,
-            links: links.collect(),
-            outbox: Outbox::new(n),
+            links: Vec::new(),
+            generation: 0,
+            outbox: Outbox::new(0),
             owners: Vec::new(),
             out: Vec::new(),
             rr: id,
             turn: false,
-            writer: SlotWriter::new(id, WorkerAcc::new(n)),
+            writer: SlotWriter::new(id, WorkerAcc::new(0)),
             shared,
         }
     }
@@ -104,9 +100,20 @@ impl Worker {
     /// Carries out one batch of a connection's requests and delivers the replies.
     fn serve(&mut self, conn: &ClientConn, jobs: Vec<Job>) {
         let t_dequeue = now_ns();
-        let waves = waves(&jobs, self.shared.router.replication);
+        let generation = self.shared.generation();
+        if generation.id != self.generation {
+            // Nothing is in flight between batches: connections to servers
+            // a reload removed are closed now.
+            self.generation = generation.id;
+            for (s, link) in self.links.iter_mut().enumerate().filter(|(s, _)| !generation.uses(*s)) {
+                link.conn.close();
+                link.ex = Exchange::new(s);
+            }
+        }
+        let waves = waves(&jobs, generation.router.replication);
         let mut entries: Vec<Entry> =
-            jobs.into_iter().map(|job| Entry::begin(job, t_dequeue, &self.shared, &mut self.rr)).collect();
+            jobs.into_iter().map(|job| Entry::begin(job, t_dequeue, &generation, &mut self.rr)).collect();
+        drop(generation);
         for wave in waves {
             let entries = &mut entries[wave];
             self.run_wave(entries);
@@ -128,7 +135,7 @@ impl Worker {
             self.outbox.clear();
             self.owners.clear();
             for (i, e) in entries.iter_mut().enumerate().filter(|(_, e)| !e.finished) {
-                let n = e.next_round(&self.shared.router, &mut self.outbox);
+                let n = e.next_round(&mut self.outbox);
                 self.owners.extend((0..n).map(|j| (i, j)));
             }
             if self.owners.is_empty() {
@@ -145,18 +152,23 @@ impl Worker {
     /// each call's end goes straight to its request.
     fn exchange(&mut self, entries: &mut [Entry]) {
         let Worker { shared, links, outbox, owners, out, .. } = self;
-        let (servers, router) = (&shared.servers, &shared.router);
-        let connect_timeout = Duration::from_millis(shared.config.backend.connect_timeout_ms);
+        let servers = &shared.servers;
+        while links.len() < outbox.servers() {
+            let s = links.len();
+            links.push(Link { conn: Backend::new(servers.addr(s)), ex: Exchange::new(s) });
+        }
+        let connect_timeout = servers.connect_timeout();
         let mut ended = |end: Ended<'_, Tag>| {
             let (i, j) = end.tag;
-            entries[i].absorb(router, j, end.outcome, end.fact);
+            entries[i].absorb(j, end.outcome, end.fact);
         };
         for (s, Link { conn, ex }) in links.iter_mut().enumerate() {
             if outbox.bytes(s).is_empty() {
                 continue;
             }
             out.clear();
-            if ex.begin(servers, outbox, owners, out, now_ns(), || conn.open(connect_timeout), &mut ended) {
+            let open = || conn.open(connect_timeout, || servers.tls(s));
+            if ex.begin(servers, outbox, owners, out, now_ns(), open, &mut ended) {
                 if let Err(e) = write_all(conn, ex, servers, out, &mut ended) {
                     conn.close();
                     ex.fail(servers, &e, now_ns(), &mut ended);

@@ -9,6 +9,7 @@ use clap::Parser;
 
 use crate::config::{Common, ConfigError, ServiceConfig};
 use crate::process::{init_logging, stop_on_signals};
+use crate::shell::{Reload, Source};
 use crate::shell::{Shell, Stopper};
 use crate::start::StartError;
 
@@ -138,14 +139,25 @@ pub trait Service: Sized {
     /// Waits until every thread has finished (after a stop); the last
     /// window and summary.json are written by then.
     fn join(self);
+    /// From now on a reload (SIGHUP, `POST /reload`) reads the configuration
+    /// from `source`; what triggers one, or `None` when this middleware
+    /// cannot reload.
+    fn reloads(&self, _source: Source<Self::Config>) -> Option<Reload> {
+        None
+    }
 }
 
-/// A middleware's `main`: logging, the configuration (exit status 2 when it
-/// is refused), `--print-config`, start (exit status 1 when it fails), stop
-/// on SIGTERM or SIGINT once in-flight requests are answered.
-pub fn serve<S: Service>(args: &ServerArgs, config: Result<S::Config, ConfigError>) -> ExitCode {
+/// A middleware's `main`: logging, the configuration read by `config` (exit
+/// status 2 when it is refused), `--print-config`, start (exit status 1 when
+/// it fails), reload on SIGHUP (`config` is read again), stop on SIGTERM or
+/// SIGINT once in-flight requests are answered.
+pub fn serve<S: Service>(
+    args: &ServerArgs,
+    config: impl Fn() -> Result<S::Config, ConfigError> + Send + Sync + 'static,
+) -> ExitCode {
     init_logging(args.log.as_deref());
-    let config = match config.and_then(|c| c.validate().map(|_| c)) {
+    let read = move || config().and_then(|c| c.validate().map(|_| c));
+    let config = match read() {
         Ok(c) => c,
         Err(e) => {
             eprintln!("{}: {e}", S::NAME);
@@ -164,7 +176,8 @@ pub fn serve<S: Service>(args: &ServerArgs, config: Result<S::Config, ConfigErro
         }
     };
     let stopper = service.stopper();
-    if let Err(e) = stop_on_signals(Box::new(move || stopper.stop())) {
+    let reload = service.reloads(std::sync::Arc::new(move || read().map_err(|e| e.to_string())));
+    if let Err(e) = stop_on_signals(Box::new(move || stopper.stop()), reload) {
         eprintln!("{}: cannot install signal handlers: {e}", S::NAME);
         return ExitCode::from(1);
     }

@@ -36,8 +36,9 @@ impl Page {
     }
 }
 
-/// What the endpoint serves: the page of a path, or `None` for "not found".
-pub type Handler = Arc<dyn Fn(&str) -> Option<Page> + Send + Sync>;
+/// What the endpoint serves: the page of a method (`GET`, `POST`) and a
+/// path, or `None` for "not found" (a `GET`) or "method not allowed".
+pub type Handler = Arc<dyn Fn(&str, &str) -> Option<Page> + Send + Sync>;
 
 /// The content type of Prometheus' text exposition format.
 pub const PROMETHEUS: &str = "text/plain; version=0.0.4; charset=utf-8";
@@ -118,11 +119,10 @@ fn serve(mut stream: TcpStream, paths: &[&str], handler: &Handler) -> io::Result
     let mut parts = line.split_whitespace();
     let (method, path) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
     let path = path.split('?').next().unwrap_or("");
-    let page = if method != "GET" {
-        Page::text(405, "only GET\n".to_string())
-    } else {
-        handler(path).unwrap_or_else(|| Page::text(404, format!("not found: try {}\n", paths.join(", "))))
-    };
+    let page = handler(method, path).unwrap_or_else(|| match method {
+        "GET" => Page::text(404, format!("not found: try {}\n", paths.join(", "))),
+        _ => Page::text(405, format!("{method} {path} is not served\n")),
+    });
     let head = format!(
         "HTTP/1.1 {} {}\r\nContent-Type: {}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
         page.status,
@@ -138,6 +138,8 @@ fn serve(mut stream: TcpStream, paths: &[&str], handler: &Handler) -> io::Result
 fn reason(status: u16) -> &'static str {
     match status {
         200 => "OK",
+        400 => "Bad Request",
+        409 => "Conflict",
         404 => "Not Found",
         405 => "Method Not Allowed",
         503 => "Service Unavailable",
@@ -159,9 +161,9 @@ mod tests {
 
     #[test]
     fn serves_pages_and_refuses_the_rest() {
-        let handler: Handler = Arc::new(|p| match p {
-            "/healthz" => Some(Page::text(200, "ok\n".to_string())),
-            "/down" => Some(Page::text(503, "down\n".to_string())),
+        let handler: Handler = Arc::new(|m, p| match (m, p) {
+            ("GET", "/healthz") => Some(Page::text(200, "ok\n".to_string())),
+            ("GET", "/down") => Some(Page::text(503, "down\n".to_string())),
             _ => None,
         });
         let e = HttpEndpoint::start("127.0.0.1:0", &["/healthz"], handler).unwrap();

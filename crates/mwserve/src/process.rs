@@ -11,14 +11,24 @@ pub fn init_logging(filter: Option<&str>) {
         .try_init();
 }
 
-/// Calls `stop` (on a thread of its own) when SIGTERM or SIGINT arrives.
-pub fn stop_on_signals(stop: Box<dyn FnOnce() + Send>) -> std::io::Result<()> {
-    use signal_hook::consts::{SIGINT, SIGTERM};
-    let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT])?;
+/// Calls `stop` (on a thread of its own) when SIGTERM or SIGINT arrives,
+/// and `reload` at every SIGHUP (a program that cannot reload says so in
+/// its log and goes on).
+pub fn stop_on_signals(stop: Box<dyn FnOnce() + Send>, reload: Option<crate::shell::Reload>) -> std::io::Result<()> {
+    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+    let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT, SIGHUP])?;
     std::thread::Builder::new().name("signals".into()).spawn(move || {
-        if let Some(sig) = signals.forever().next() {
-            tracing::info!(signal = sig, "stopping: finishing in-flight requests");
-            stop();
+        for sig in signals.forever() {
+            if sig != SIGHUP {
+                tracing::info!(signal = sig, "stopping: finishing in-flight requests");
+                stop();
+                return;
+            }
+            match &reload {
+                // The reload logs what it did, or why it refused.
+                Some(reload) => drop(reload()),
+                None => tracing::warn!("SIGHUP: this program does not reload its configuration; restart it"),
+            }
         }
     })?;
     Ok(())

@@ -77,3 +77,11 @@ impl Stopper {
         (self.0)()
     }
 }
+
+/// Reads a middleware's configuration again: the file named at start, with
+/// the command line's flags over it; a refusal says why.
+pub type Source<C> = std::sync::Arc<dyn Fn() -> Result<C, String> + Send + Sync>;
+
+/// Reloads a running middleware's configuration: what changed, or why the
+/// running one was kept.
+pub type Reload = std::sync::Arc<dyn Fn() -> Result<String, String> + Send + Sync>;

@@ -31,7 +31,7 @@ fn logger(log: &mut Log) -> impl FnMut(Ended<'_, usize>) + '_ {
 
 /// Begins `n` calls to server `s` on an open connection; returns the bytes written.
 fn begin(ex: &mut Exchange<usize>, sv: &Servers, n: usize, now: u64, log: &mut Log) -> Option<Vec<u8>> {
-    let (out, owners) = outbox(sv.len(), ex.server, n);
+    let (out, owners) = outbox(sv.endpoints().len(), ex.server, n);
     let mut bytes = Vec::new();
     ex.begin(sv, &out, &owners, &mut bytes, now, || Ok(false), &mut logger(log)).then_some(bytes)
 }

@@ -69,7 +69,8 @@ pub enum BackendError {
 /// One request to one server in the current round.
 #[derive(Clone, Copy, Debug)]
 pub struct Call {
-    /// Server index, in configuration order.
+    /// The server's number (`Servers`): the routing core names servers by
+    /// their position in its configuration, the outbox by their number.
     pub server: usize,
     /// How its reply is delimited.
     pub framing: Framing,
@@ -81,16 +82,38 @@ pub struct Call {
 
 /// What a round sends: the bytes for each server, and the calls in the order
 /// they were made. A server's replies come back in the order of its calls.
+///
+/// The routing core names a server by its position in the configuration it
+/// routes with; the outbox files the bytes under the server's number, which
+/// outlives configurations (a reload may add and remove servers while
+/// requests routed with the old configuration are still on their way): the
+/// position-to-number map of the request's configuration is set with
+/// [`Outbox::numbering`] before its round.
 #[derive(Debug)]
 pub struct Outbox {
     bufs: Vec<Vec<u8>>,
     calls: Vec<Call>,
+    /// Position -> number, for the request being planned.
+    ids: Vec<usize>,
 }
 
 impl Outbox {
-    /// An empty outbox for `servers` servers.
+    /// An empty outbox for `servers` servers, numbered as their positions.
     pub fn new(servers: usize) -> Outbox {
-        Outbox { bufs: vec![Vec::new(); servers], calls: Vec::new() }
+        Outbox { bufs: vec![Vec::new(); servers], calls: Vec::new(), ids: (0..servers).collect() }
+    }
+
+    /// The next calls name servers by position in a configuration whose
+    /// servers have the numbers `ids`.
+    pub fn numbering(&mut self, ids: &[usize]) {
+        if self.ids != ids {
+            self.ids.clear();
+            self.ids.extend_from_slice(ids);
+            let most = ids.iter().max().map_or(0, |m| m + 1);
+            if self.bufs.len() < most {
+                self.bufs.resize_with(most, Vec::new);
+            }
+        }
     }
 
     /// Forgets the previous round, keeping allocations (shrinking huge ones).
@@ -106,12 +129,14 @@ impl Outbox {
 
     /// Adds a call expecting a reply; the request's bytes go into the returned buffer.
     pub fn call(&mut self, server: usize, framing: Framing, cap: usize) -> &mut Vec<u8> {
+        let server = self.ids[server];
         self.calls.push(Call { server, framing, cap, reply: true });
         &mut self.bufs[server]
     }
 
     /// Adds a call that gets no reply (a `noreply` command).
     pub fn call_noreply(&mut self, server: usize) -> &mut Vec<u8> {
+        let server = self.ids[server];
         self.calls.push(Call { server, framing: mcproto::response_len, cap: 0, reply: false });
         &mut self.bufs[server]
     }
@@ -121,12 +146,12 @@ impl Outbox {
         &self.calls
     }
 
-    /// The bytes for `server`.
+    /// The bytes for server number `server`.
     pub fn bytes(&self, server: usize) -> &[u8] {
-        &self.bufs[server]
+        self.bufs.get(server).map_or(&[], Vec::as_slice)
     }
 
-    /// Number of servers.
+    /// One more than the highest server number it has bytes for.
     pub fn servers(&self) -> usize {
         self.bufs.len()
     }
