@@ -392,3 +392,38 @@ pub fn raise_fd_limit(n: u64) {
     let hard = lim.maximum.unwrap_or(n).max(n);
     let _ = setrlimit(Resource::Nofile, Rlimit { current: Some(n.min(hard)), maximum: Some(hard) });
 }
+
+/// PEM files of a CA and of a certificate it signed for `localhost` and
+/// 127.0.0.1, for TLS tests (memcached `-Z`, mwproxy `--tls-cert`).
+pub struct Certificates {
+    /// The CA's certificate.
+    pub ca: std::path::PathBuf,
+    /// The server's certificate.
+    pub cert: std::path::PathBuf,
+    /// The server's key.
+    pub key: std::path::PathBuf,
+}
+
+impl Certificates {
+    /// Makes them in `dir`.
+    pub fn make(dir: &std::path::Path) -> Result<Certificates> {
+        let ca_key = rcgen::KeyPair::generate()?;
+        let mut ca = rcgen::CertificateParams::new(Vec::<String>::new())?;
+        ca.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        let ca = ca.self_signed(&ca_key)?;
+        let key = rcgen::KeyPair::generate()?;
+        let leaf = rcgen::CertificateParams::new(vec!["localhost".into(), "127.0.0.1".into()])?;
+        let leaf = leaf.signed_by(&key, &ca, &ca_key)?;
+        std::fs::create_dir_all(dir)?;
+        let c = Certificates { ca: dir.join("ca.pem"), cert: dir.join("cert.pem"), key: dir.join("key.pem") };
+        std::fs::write(&c.ca, ca.pem())?;
+        std::fs::write(&c.cert, leaf.pem())?;
+        std::fs::write(&c.key, key.serialize_pem())?;
+        Ok(c)
+    }
+
+    /// memcached's flags for TLS with them (`-Z -o ssl_chain_cert=...,ssl_key=...`).
+    pub fn memcached_flags(&self) -> Vec<String> {
+        vec!["-Z".into(), "-o".into(), format!("ssl_chain_cert={},ssl_key={}", self.cert.display(), self.key.display())]
+    }
+}

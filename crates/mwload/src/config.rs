@@ -12,6 +12,7 @@ use std::path::PathBuf;
 use clap::Parser;
 use mcproto::ring::ServerSpec;
 
+use crate::secure::Secure;
 use crate::workload::{KeyPattern, ValueSizes, Workload};
 
 /// mwload: a memcached load generator (closed and open loop) that measures right.
@@ -154,6 +155,18 @@ pub struct Args {
     /// auto (on a terminal) | always | never: the live one-line progress display.
     #[arg(long, default_value = "auto")]
     pub progress: String,
+    /// Speak TLS to the targets (memcached -Z, mwproxy --tls-cert, mwmq with TLS); needs --tls-ca.
+    #[arg(long)]
+    pub tls: bool,
+    /// PEM CA certificates that signed the targets' certificates.
+    #[arg(long, value_name = "FILE")]
+    pub tls_ca: Option<PathBuf>,
+    /// The name the targets' certificates carry [default: each target's IP address].
+    #[arg(long, value_name = "NAME")]
+    pub tls_server_name: Option<String>,
+    /// Log in first on every connection, as memcached -Y and mwproxy --auth-file expect.
+    #[arg(long, value_name = "USER:PASSWORD")]
+    pub auth: Option<String>,
 }
 
 /// Think time in a closed loop.
@@ -271,6 +284,8 @@ pub struct RunConfig {
     pub progress: bool,
     /// `Some`: speak to mwmq instead of memcached.
     pub mq: Option<MqLoad>,
+    /// TLS and login.
+    pub secure: Secure,
 }
 
 /// A command line mwload refuses, with the reason.
@@ -475,8 +490,17 @@ impl Args {
             instance: self.instance.clone(),
             max_error_rate: self.max_error_rate,
             progress,
+            secure: self.secure()?,
             mq,
         })
+    }
+
+    fn secure(&self) -> Result<Secure, ConfigError> {
+        if self.auth.is_some() && self.protocol == "mq" {
+            return err("--auth logs in to memcached and mwproxy; mwmq's identities are not spoken yet");
+        }
+        let (ca, name) = (self.tls_ca.as_deref(), self.tls_server_name.as_deref());
+        Secure::from_flags(self.tls, ca, name, self.auth.as_deref()).map_err(|e| ConfigError(e.to_string()))
     }
 
     fn mq_load(&self, servers: &[ServerSpec]) -> Result<MqLoad, ConfigError> {

@@ -29,11 +29,12 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, Result};
 use mcproto::ring::Ring;
 use mcproto::{parse_response, ReadBuf, Response};
 use mio::net::TcpStream;
 use mio::{Events, Interest, Poll, Token};
+use mwserve::tls::Session;
 use mwstats::clock::now_ns;
 use mwstats::slots::{SlotWriter, Slots};
 
@@ -41,6 +42,7 @@ use crate::acc::ClientAcc;
 use crate::config::{Arrivals, Mode, Receive, RunConfig, Think};
 use crate::resp;
 use crate::rng::Rng;
+use crate::secure::{Secure, Setup};
 use crate::workload::{Command, Generator};
 
 /// Requests later than this behind their intended time count as late.
@@ -88,6 +90,8 @@ impl Shared {
 
 struct Sock {
     stream: TcpStream,
+    /// Its TLS session (`--tls`).
+    session: Option<Session>,
     rbuf: ReadBuf,
     wbuf: Vec<u8>,
     /// In-flight slots waiting for a reply on this socket, in send order.
@@ -152,28 +156,24 @@ struct Retry {
     since: u64,
 }
 
-fn connect(addr: SocketAddr, timeout: Duration, hello: Option<&[u8]>) -> Result<TcpStream> {
-    let mut s =
-        std::net::TcpStream::connect_timeout(&addr, timeout).with_context(|| format!("cannot connect to {addr}"))?;
-    s.set_nodelay(true)?;
+/// Connects to `addr` (TLS and login first when the run asks for them) and
+/// names the connection with `hello` (mq) before the load starts.
+fn connect(
+    addr: SocketAddr,
+    timeout: Duration,
+    hello: Option<&[u8]>,
+    secure: &Secure,
+) -> Result<(TcpStream, Option<Session>)> {
+    let mut setup = Setup::open(addr, timeout, secure)?;
     if let Some(hello) = hello {
         // mq: name the connection (CLIENT SETNAME) before the load starts.
-        s.set_read_timeout(Some(timeout.max(Duration::from_secs(1))))?;
-        s.write_all(hello)?;
-        let mut got = Vec::new();
-        let mut byte = [0u8; 1];
-        while !got.ends_with(b"\r\n") && got.len() < 1024 {
-            if s.read(&mut byte)? == 0 {
-                bail!("{addr} closed the connection");
-            }
-            got.push(byte[0]);
-        }
+        let got = setup.call_line(hello)?;
         if !got.starts_with(b"+") {
             bail!("{addr} refused the client's name: {}", String::from_utf8_lossy(&got).trim_end());
         }
     }
-    s.set_nonblocking(true)?;
-    Ok(TcpStream::from_std(s))
+    setup.stream.set_nonblocking(true)?;
+    Ok((TcpStream::from_std(setup.stream), setup.session))
 }
 
 /// mq: the request that names client `g`.
@@ -183,6 +183,9 @@ fn hello_of(cfg: &RunConfig, g: usize) -> Option<Vec<u8>> {
     resp::push_request(&mut out, &[b"CLIENT", b"SETNAME", mq.name_of(g).as_bytes()]);
     Some(out)
 }
+
+/// Bytes of `noreply` sets sent to a server before prefill waits for it.
+const PREFILL_BATCH_BYTES: usize = 8 * 1024;
 
 /// Token of a thread's timer.
 const TIMER: Token = Token(usize::MAX);
@@ -233,12 +236,14 @@ fn open_socks(
     c: usize,
     timeout: Duration,
     hello: Option<&[u8]>,
+    secure: &Secure,
 ) -> Result<Vec<Sock>> {
     let mut socks = Vec::with_capacity(addrs.len());
     for (s, addr) in addrs.iter().enumerate() {
-        let mut stream = connect(*addr, timeout, hello)?;
+        let (mut stream, session) = connect(*addr, timeout, hello, secure)?;
         poll.registry().register(&mut stream, Token(c * addrs.len() + s), Interest::READABLE | Interest::WRITABLE)?;
-        socks.push(Sock { stream, rbuf: ReadBuf::with_capacity(16 * 1024), wbuf: Vec::new(), fifo: VecDeque::new() });
+        let rbuf = ReadBuf::with_capacity(16 * 1024);
+        socks.push(Sock { stream, session, rbuf, wbuf: Vec::new(), fifo: VecDeque::new() });
     }
     Ok(socks)
 }
@@ -252,7 +257,7 @@ pub fn run_thread(shared: &Shared, index: usize) -> Result<()> {
     for c in 0..cfg.connections {
         let g = index * cfg.connections + c;
         let hello = hello_of(cfg, g);
-        let socks = open_socks(&poll, &shared.addrs, c, Duration::from_secs(3), hello.as_deref())?;
+        let socks = open_socks(&poll, &shared.addrs, c, Duration::from_secs(3), hello.as_deref(), &cfg.secure)?;
         let remaining = vec![cfg.requests.unwrap_or(u64::MAX); cfg.virtual_clients];
         let (queue, partner) = match &cfg.mq {
             Some(mq) => (format!("q{}", mq.queue_of(g)).into_bytes(), mq.pairs.then(|| mq.name_of(g ^ 1).into_bytes())),
@@ -556,19 +561,31 @@ impl Thread<'_> {
     fn flush(&mut self, c: usize, s: usize) {
         let sock = &mut self.clients[c].socks[s];
         let mut written = 0;
+        let mut failed = false;
         while written < sock.wbuf.len() {
-            match sock.stream.write(&sock.wbuf[written..]) {
+            let wrote = match &mut sock.session {
+                Some(session) => session.write(&sock.stream, &sock.wbuf[written..]),
+                None => sock.stream.write(&sock.wbuf[written..]),
+            };
+            match wrote {
                 Ok(0) => break,
                 Ok(n) => written += n,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(_) => {
-                    self.lose(c);
-                    return;
+                    failed = true;
+                    break;
                 }
             }
         }
-        let sock = &mut self.clients[c].socks[s];
+        // What a TLS session still holds goes out as the socket takes it.
+        if let Some(session) = &mut sock.session {
+            failed |= matches!(session.flush(&sock.stream), Err(e) if !mwserve::tls::quiet(&e));
+        }
+        if failed {
+            self.lose(c);
+            return;
+        }
         sock.wbuf.drain(..written);
     }
 
@@ -583,7 +600,12 @@ impl Thread<'_> {
             let sock = &mut self.clients[c].socks[s];
             let spare = sock.rbuf.spare(16 * 1024);
             let room = spare.len();
-            match sock.stream.read(spare) {
+            let tls = sock.session.is_some();
+            let read = match &mut sock.session {
+                Some(session) => session.read(&sock.stream, spare),
+                None => sock.stream.read(spare),
+            };
+            match read {
                 Ok(0) => {
                     self.lose(c);
                     return;
@@ -591,7 +613,8 @@ impl Thread<'_> {
                 Ok(n) => {
                     sock.rbuf.commit(n);
                     self.replies(c, s);
-                    if n < room && !peer_closed {
+                    // (A TLS session may hold more records than one read took.)
+                    if n < room && !peer_closed && !tls {
                         // The socket is empty; new bytes raise a new edge-triggered event.
                         return;
                     }
@@ -802,7 +825,8 @@ impl Thread<'_> {
             // Short: a lost server on this host refuses at once, and the thread's
             // other connections wait while this one connects.
             let hello = hello_of(&self.shared.cfg, self.index * self.shared.cfg.connections + c);
-            match open_socks(poll, &self.shared.addrs, c, Duration::from_millis(100), hello.as_deref()) {
+            let secure = &self.shared.cfg.secure;
+            match open_socks(poll, &self.shared.addrs, c, Duration::from_millis(100), hello.as_deref(), secure) {
                 Ok(socks) => {
                     let client = &mut self.clients[c];
                     client.socks = socks;
@@ -840,22 +864,19 @@ pub fn prefill(shared: &Shared, thread: usize) -> Result<u64> {
     }
     let gen = Generator::new(w.clone(), thread as u64, cfg.threads as u64);
     let mut rng = Rng::new(cfg.seed ^ 0x5eed, thread as u64);
-    let mut conns: Vec<std::net::TcpStream> = shared
-        .addrs
-        .iter()
-        .map(|a| {
-            std::net::TcpStream::connect_timeout(a, Duration::from_secs(3))
-                .with_context(|| format!("cannot connect to {a}"))
-        })
-        .collect::<Result<_>>()?;
+    let mut conns: Vec<Setup> =
+        shared.addrs.iter().map(|a| Setup::open(*a, Duration::from_secs(3), &cfg.secure)).collect::<Result<_>>()?;
     let mut batches: Vec<Vec<u8>> = vec![Vec::new(); conns.len()];
     let mut key = Vec::new();
     let mut k = lo;
     while k < hi {
-        let end = (k + 200).min(hi);
-        for n in k..end {
+        // Batches of at most 200 keys and about 8 KiB per server: memcached
+        // 1.6 with TLS (-Z) stops reading a connection whose bytes of
+        // `noreply` commands span more than one TLS record (16 KiB).
+        let mut end = k;
+        while end < hi && end < k + 200 && batches.iter().all(|b| b.len() < PREFILL_BATCH_BYTES) {
             key.clear();
-            gen.write_key(n, &mut key);
+            gen.write_key(end, &mut key);
             let s = shared.ring.as_ref().map(|r| r.server_for(&key)).unwrap_or(0);
             let b = &mut batches[s];
             let start = b.len();
@@ -863,10 +884,12 @@ pub fn prefill(shared: &Shared, thread: usize) -> Result<u64> {
             // make it a noreply set: insert the word before the first CRLF
             let line_end = start + b[start..].windows(2).position(|x| x == b"\r\n").expect("line");
             b.splice(line_end..line_end, b" noreply".iter().copied());
+            end += 1;
         }
         for (s, b) in batches.iter_mut().enumerate() {
             b.extend_from_slice(b"version\r\n");
             conns[s].write_all(b)?;
+            conns[s].flush()?;
             b.clear();
             wait_version(&mut conns[s])?;
         }
@@ -875,9 +898,9 @@ pub fn prefill(shared: &Shared, thread: usize) -> Result<u64> {
     Ok(hi - lo)
 }
 
-fn wait_version(s: &mut std::net::TcpStream) -> Result<()> {
+fn wait_version(s: &mut Setup) -> Result<()> {
     let mut buf = ReadBuf::with_capacity(4096);
-    s.set_read_timeout(Some(Duration::from_secs(10)))?;
+    s.stream.set_read_timeout(Some(Duration::from_secs(10)))?;
     loop {
         if let Some((resp, used)) = parse_response(buf.filled())? {
             match resp {

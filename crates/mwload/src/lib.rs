@@ -15,4 +15,5 @@ pub mod engine;
 pub mod resp;
 pub mod rng;
 pub mod run;
+pub mod secure;
 pub mod workload;

@@ -293,3 +293,46 @@ fn memtier_spellings_work_and_sets_carry_the_expiry_range() {
     refused(&["-P", "redis"], "use memcache_text (memcached) or mq (mwmq)");
     refused(&["--expiry-range", "0-9999999"], "reads a larger number as a date");
 }
+
+/// mwload against a memcached that speaks only TLS and wants a login (`-Z`,
+/// `-Y`): the load runs without an error, prefill and verify included; a
+/// wrong password or a missing CA is refused with the reason.
+#[test]
+fn tls_and_login_as_memcached_asks_for_them() {
+    let dir = out_dir("tls");
+    let certs = mctest::Certificates::make(&dir.join("certs")).unwrap();
+    let users = dir.join("certs").join("users");
+    std::fs::write(&users, "loader:s3cret\n").unwrap();
+    let mut flags = certs.memcached_flags();
+    flags.extend(["-Y".to_string(), users.display().to_string()]);
+    let server = Memcached::start_with(&flags.iter().map(String::as_str).collect::<Vec<_>>()).unwrap();
+    let ca = certs.ca.display().to_string();
+    mwload(
+        &server,
+        &dir,
+        &["--tls", "--tls-ca", &ca, "--auth", "loader:s3cret", "-t", "1", "-c", "4", "-n", "300"]
+            .into_iter()
+            .chain(["--prefill", "--verify", "--key-maximum", "99", "--multi-key-get", "1-3"])
+            .collect::<Vec<_>>(),
+    );
+    let s = summary(&dir);
+    assert_eq!(s.ops["all"].errors, 0);
+    assert_eq!(s.ops["all"].count, 4 * 300);
+    assert_eq!(s.client.as_ref().unwrap().verify_failures, 0);
+    assert!(s.ops["get"].hits + s.ops["multiget"].hits > 0, "prefilled keys were found over TLS");
+    let refused = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_mwload"))
+            .args(["-s", "127.0.0.1", "-p", &server.port().to_string(), "-n", "1", "--progress", "never"])
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(!out.status.success(), "{args:?} must fail");
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let wrong = refused(&["--tls", "--tls-ca", &ca, "--auth", "loader:nope"]);
+    assert!(wrong.contains("refused the login") && wrong.contains("authentication failure"), "{wrong}");
+    assert!(!wrong.contains("nope"), "the password is never shown: {wrong}");
+    assert!(refused(&["--tls"]).contains("--tls needs --tls-ca"));
+    let plain = refused(&["--auth", "loader:s3cret"]);
+    assert!(!plain.is_empty(), "plaintext to a TLS-only server fails: {plain}");
+}

@@ -3,12 +3,10 @@
 
 mod common;
 
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use mcproto::ring::{HashKind, Ring, ServerSpec};
-use mctest::{free_port, wait_for_port, Client};
+use mctest::Client;
 use mwproxy::config::{MultigetMode, ReadPolicy};
 
 fn specs(ports: &[u16], weights: &[u32]) -> Vec<ServerSpec> {
@@ -40,51 +38,15 @@ fn ketama_spreads_keys_evenly_and_a_new_server_takes_a_quarter() {
     assert!((0.18..=0.32).contains(&share), "{share} of the keys moved, expected about a quarter");
 }
 
-fn nutcracker() -> PathBuf {
-    ["/usr/sbin/nutcracker", "/usr/bin/nutcracker", "/usr/local/sbin/nutcracker"]
-        .iter()
-        .map(PathBuf::from)
-        .find(|p| p.is_file())
-        .expect("nutcracker (twemproxy) is not installed; make test installs it with apt-get")
-}
-
-struct KillOnDrop(Child);
-
-impl Drop for KillOnDrop {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 /// Keys stored through twemproxy (ketama, md5, weights 1:2:1) land exactly
 /// where mwproxy's ring puts them.
 #[test]
 fn ketama_places_keys_exactly_like_twemproxy() {
     let servers = common::servers(3);
     let weights = [1, 2, 1];
-    let dir = std::env::temp_dir().join(format!("mwproxy-nutcracker-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let listen = free_port();
-    let mut conf = format!(
-        "pool:\n  listen: 127.0.0.1:{listen}\n  hash: md5\n  distribution: ketama\n  timeout: 2000\n  servers:\n"
-    );
-    for (s, w) in servers.iter().zip(weights) {
-        conf.push_str(&format!("   - {}:{w}\n", s.endpoint()));
-    }
-    let conf_path = dir.join("nutcracker.yml");
-    std::fs::write(&conf_path, conf).unwrap();
-    let child = Command::new(nutcracker())
-        .arg("-c")
-        .arg(&conf_path)
-        .args(["-s", &free_port().to_string(), "-a", "127.0.0.1"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let _guard = KillOnDrop(child);
-    let addr = format!("127.0.0.1:{listen}").parse().unwrap();
-    wait_for_port(addr, Duration::from_secs(5)).unwrap();
+    let entries: Vec<String> = servers.iter().zip(weights).map(|(s, w)| format!("{}:{w}", s.endpoint())).collect();
+    let twem = common::twemproxy_with(&entries);
+    let addr = twem.addr;
     let mut c = Client::connect(addr).unwrap();
     let keys: Vec<String> = (0..300).map(|i| format!("user:{i}:profile")).collect();
     for k in &keys {
@@ -98,7 +60,6 @@ fn ketama_places_keys_exactly_like_twemproxy() {
         per_server[held[0]] += 1;
     }
     assert!(per_server[1] > per_server[0] && per_server[1] > per_server[2], "weight 2 holds most: {per_server:?}");
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 #[test]

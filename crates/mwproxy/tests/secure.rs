@@ -142,6 +142,7 @@ fn a_client_that_has_not_logged_in_reaches_no_server() {
 /// first, and client certificates signed by each.
 struct Certs {
     ca: PathBuf,
+    stranger_ca: PathBuf,
     cert: PathBuf,
     key: PathBuf,
     client_cert: PathBuf,
@@ -174,6 +175,7 @@ fn certs(dir: &std::path::Path) -> Certs {
     };
     Certs {
         ca: write("ca.pem", &trusted.0.pem()),
+        stranger_ca: write("stranger-ca.pem", &stranger.0.pem()),
         cert: write("cert.pem", &server.0),
         key: write("key.pem", &server.1),
         client_cert: write("client.pem", &client.0),
@@ -325,6 +327,58 @@ fn mwproxy_speaks_tls_to_servers_started_with_tls() {
     });
     let reply = common::client(&proxy).call_str("get s1\r\n").unwrap();
     assert!(reply.starts_with("SERVER_ERROR backend"), "{reply}");
+    common::stop(proxy);
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn a_reload_takes_new_users_and_certificates_for_new_connections() {
+    let dir = scratch("reload-secrets");
+    let c = certs(&dir);
+    let users = users_file(&dir);
+    let client_ca = dir.join("client-ca.pem");
+    std::fs::copy(&c.ca, &client_ca).unwrap();
+    let backend = common::servers(1);
+    let config = common::config(&backend, |cfg| {
+        cfg.auth.file = path(&users);
+        cfg.tls.cert = path(&c.cert);
+        cfg.tls.key = path(&c.key);
+        cfg.tls.ca = path(&client_ca);
+    });
+    let proxy = mwproxy::Proxy::start(config.clone()).unwrap();
+    let reload = proxy.reloads(std::sync::Arc::new(move || Ok(config.clone()))).expect("mwproxy reloads");
+    let login = |user: &str, pw: &str| format!("set x 0 0 {}\r\n{user} {pw}\r\n", user.len() + pw.len() + 1);
+    let mut old = tls_client(proxy.local_addr(), &c.ca, Some((&c.client_cert, &c.client_key)));
+    assert_eq!(tls_call(&mut old, &login("alice", "secret"), "\r\n").unwrap(), "STORED\r\n");
+
+    // A new password, and client certificates of the other CA only.
+    std::fs::write(&users, "alice:changed\n").unwrap();
+    std::fs::copy(&c.stranger_ca, &client_ca).unwrap();
+    let report = reload().expect("reloaded");
+    assert!(report.contains("configuration 2 in use"), "{report}");
+
+    let mut stranger = tls_client(proxy.local_addr(), &c.ca, Some((&c.stranger_cert, &c.stranger_key)));
+    assert_eq!(
+        tls_call(&mut stranger, &login("alice", "secret"), "\r\n").unwrap(),
+        "CLIENT_ERROR authentication failure\r\n"
+    );
+    let mut stranger = tls_client(proxy.local_addr(), &c.ca, Some((&c.stranger_cert, &c.stranger_key)));
+    assert_eq!(tls_call(&mut stranger, &login("alice", "changed"), "\r\n").unwrap(), "STORED\r\n");
+    let mut formerly = tls_client(proxy.local_addr(), &c.ca, Some((&c.client_cert, &c.client_key)));
+    assert!(tls_call(&mut formerly, "get k\r\n", "END\r\n").is_err(), "the old client CA is no longer trusted");
+    // The connection made before the reload stays, logged in.
+    assert_eq!(tls_call(&mut old, "set k 0 0 1\r\nv\r\n", "\r\n").unwrap(), "STORED\r\n");
+
+    // A users file that cannot be read: refused, the running configuration stays.
+    std::fs::remove_file(&users).unwrap();
+    let why = reload().expect_err("a missing users file is refused");
+    assert!(why.contains("users"), "{why}");
+    let mut again = tls_client(proxy.local_addr(), &c.ca, Some((&c.stranger_cert, &c.stranger_key)));
+    assert_eq!(tls_call(&mut again, &login("alice", "changed"), "\r\n").unwrap(), "STORED\r\n");
+    let stats = tls_call(&mut again, "stats\r\n", "END\r\n").unwrap();
+    assert_eq!(common::stat(&stats, "config_reloads"), 1, "{stats}");
+    assert_eq!(common::stat(&stats, "config_reload_failures"), 1, "{stats}");
+    drop((old, stranger, formerly, again));
     common::stop(proxy);
     std::fs::remove_dir_all(&dir).ok();
 }

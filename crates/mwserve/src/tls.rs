@@ -91,6 +91,17 @@ impl Session {
         ClientConnection::new(cfg.clone(), name).map(|c| Session(c.into())).map_err(io::Error::other)
     }
 
+    /// Completes the handshake over a blocking socket (with its timeouts).
+    pub fn handshake(&mut self, mut sock: impl Read + Write) -> io::Result<()> {
+        while self.0.is_handshaking() {
+            self.0.complete_io(&mut sock).map_err(|e| match e.kind() {
+                io::ErrorKind::InvalidData => io::Error::new(io::ErrorKind::InvalidData, format!("tls: {e}")),
+                _ => e,
+            })?;
+        }
+        Ok(())
+    }
+
     /// Whether the handshake is still going on.
     pub fn handshaking(&self) -> bool {
         self.0.is_handshaking()

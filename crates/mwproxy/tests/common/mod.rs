@@ -44,17 +44,12 @@ pub fn servers(n: usize) -> Vec<Memcached> {
 
 /// A proxy on a free port in front of `servers`, after `tweak` adjusts the defaults.
 pub fn proxy(servers: &[Memcached], tweak: impl FnOnce(&mut Config)) -> Proxy {
-    let mut c = Config::default();
-    c.proxy.listen = "127.0.0.1:0".into();
-    c.proxy.workers = 4;
-    c.proxy.engine = engine();
-    c.proxy.threads = 2;
-    c.routing.servers = servers.iter().map(|s| s.endpoint().parse().unwrap()).collect();
-    c.backend.timeout_ms = 500;
-    c.backend.retry_min_ms = 20;
-    c.backend.retry_max_ms = 200;
-    tweak(&mut c);
-    Proxy::start(c).expect("start mwproxy")
+    Proxy::start(config(servers, tweak)).expect("start mwproxy")
+}
+
+/// The configuration [`proxy`] starts with.
+pub fn config(servers: &[Memcached], tweak: impl FnOnce(&mut Config)) -> Config {
+    config_for(&servers.iter().map(Memcached::endpoint).collect::<Vec<_>>(), tweak)
 }
 
 /// A client connected to the proxy.
@@ -149,6 +144,11 @@ impl Drop for FakeServer {
 
 /// A proxy on a free port in front of servers given by address.
 pub fn proxy_for(endpoints: &[String], tweak: impl FnOnce(&mut Config)) -> Proxy {
+    Proxy::start(config_for(endpoints, tweak)).expect("start mwproxy")
+}
+
+/// The configuration of a proxy on a free port in front of servers given by address.
+pub fn config_for(endpoints: &[String], tweak: impl FnOnce(&mut Config)) -> Config {
     let mut c = Config::default();
     c.proxy.listen = "127.0.0.1:0".into();
     c.proxy.workers = 4;
@@ -159,7 +159,7 @@ pub fn proxy_for(endpoints: &[String], tweak: impl FnOnce(&mut Config)) -> Proxy
     c.backend.retry_min_ms = 20;
     c.backend.retry_max_ms = 200;
     tweak(&mut c);
-    Proxy::start(c).expect("start mwproxy")
+    c
 }
 
 /// Reads one request line (and the data block of a storage command) from a
@@ -182,4 +182,59 @@ pub fn read_request(r: &mut impl std::io::BufRead) -> Option<String> {
 /// A client connected to a memcached server directly.
 pub fn client_of(server: &Memcached) -> Client {
     Client::connect(server.addr()).expect("connect to memcached")
+}
+
+/// twemproxy (nutcracker) with ketama over md5, as mwproxy's ring.
+pub struct Twemproxy {
+    /// Where it listens.
+    pub addr: std::net::SocketAddr,
+    child: std::process::Child,
+    dir: std::path::PathBuf,
+}
+
+impl Drop for Twemproxy {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// twemproxy in front of `servers`, each with weight 1.
+pub fn twemproxy(servers: &[&Memcached]) -> Twemproxy {
+    let entries: Vec<String> = servers.iter().map(|s| format!("{}:1", s.endpoint())).collect();
+    twemproxy_with(&entries)
+}
+
+/// twemproxy in front of `entries` (`host:port:weight`).
+pub fn twemproxy_with(entries: &[String]) -> Twemproxy {
+    use std::process::{Command, Stdio};
+    let bin = ["/usr/sbin/nutcracker", "/usr/bin/nutcracker", "/usr/local/sbin/nutcracker"]
+        .iter()
+        .map(std::path::PathBuf::from)
+        .find(|p| p.is_file())
+        .expect("nutcracker (twemproxy) is not installed; make test installs it with apt-get");
+    let listen = mctest::free_port();
+    let dir = std::env::temp_dir().join(format!("mwproxy-nutcracker-{}-{listen}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut conf = format!(
+        "pool:\n  listen: 127.0.0.1:{listen}\n  hash: md5\n  distribution: ketama\n  timeout: 2000\n  servers:\n"
+    );
+    for e in entries {
+        conf.push_str(&format!("   - {e}\n"));
+    }
+    let path = dir.join("nutcracker.yml");
+    std::fs::write(&path, conf).unwrap();
+    let child = Command::new(bin)
+        .arg("-c")
+        .arg(&path)
+        .args(["-s", &mctest::free_port().to_string(), "-a", "127.0.0.1"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let addr = format!("127.0.0.1:{listen}").parse().unwrap();
+    let t = Twemproxy { addr, child, dir };
+    mctest::wait_for_port(addr, Duration::from_secs(5)).unwrap();
+    t
 }
