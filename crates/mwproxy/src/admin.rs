@@ -144,5 +144,21 @@ fn metrics(shared: &Shared) -> String {
     p.counter("mwproxy_sent_bytes_total", "Bytes written to clients.", &[], v("bytes_written"));
     p.counter("mwproxy_protocol_errors_total", "Inputs refused by the parser.", &[], v("protocol_errors"));
     p.counter("mwproxy_queue_full_total", "Times the request queue was full.", &[], v("queue_full"));
+    p.counter("mwproxy_auth_commands_total", "Login attempts (--auth-file).", &[], v("auth_cmds"));
+    p.counter("mwproxy_auth_errors_total", "Login attempts with wrong credentials.", &[], v("auth_errors"));
+    p.counter(
+        "mwproxy_tls_handshake_failures_total",
+        "Client connections whose TLS handshake failed.",
+        &[],
+        v("tls_handshake_failures"),
+    );
+    p.counter("mwproxy_config_reloads_total", "Configurations reloaded.", &[], v("config_reloads"));
+    p.counter(
+        "mwproxy_config_reload_failures_total",
+        "Reloads refused (the running configuration kept).",
+        &[],
+        v("config_reload_failures"),
+    );
+    p.gauge("mwproxy_config_generation", "The configuration in use (1 at start).", &[], generation.id as f64);
     p.render()
 }

@@ -222,6 +222,10 @@ fn admin_endpoint_serves_metrics_stats_and_health() {
         assert_eq!(metric(&page, &sample) as u64, summary.ops[op].response_us.count, "{op}");
     }
     assert_eq!(metric(&page, "mwproxy_connections_accepted_total") as u64, 1);
+    assert_eq!(metric(&page, "mwproxy_config_generation"), 1.0);
+    for name in ["auth_commands", "tls_handshake_failures", "config_reloads", "config_reload_failures"] {
+        assert_eq!(metric(&page, &format!("mwproxy_{name}_total")), 0.0, "{name}");
+    }
     std::fs::remove_dir_all(&dir).ok();
 }
 
