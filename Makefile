@@ -78,6 +78,7 @@ bench: build python-deps
 	bench/load.sh
 	bench/fairness.sh
 	bench/instrumentation.sh
+	bench/tls.sh
 	bench/mq.sh
 
 lint: rust-deps python-deps
