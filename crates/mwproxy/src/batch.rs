@@ -8,7 +8,6 @@
 
 use std::collections::HashSet;
 use std::ops::Range;
-use std::sync::Arc;
 
 use mcproto::Request;
 use mwstats::clock::now_ns;
@@ -51,14 +50,13 @@ pub struct Entry {
     pub finished: bool,
     /// The reply's trace status.
     pub status: &'static str,
-    /// The configuration it is routed with, until it is answered.
-    pub generation: Arc<Generation>,
 }
 
 impl Entry {
     /// Starts `job` in the routing core; `t_dequeue` is when an engine took it up.
-    /// `generation` is the configuration it is routed with.
-    pub fn begin(job: Job, t_dequeue: u64, generation: &Arc<Generation>, rr: &mut usize) -> Entry {
+    /// `generation` is the configuration it is routed with, until it is
+    /// answered (every call below takes the same one).
+    pub fn begin(job: Job, t_dequeue: u64, generation: &Generation, rr: &mut usize) -> Entry {
         let (op, keys) = job.work.class();
         let noreply = job.work.noreply();
         let (exec, local) = match Exec::begin(job.work, &generation.router, rr) {
@@ -82,16 +80,15 @@ impl Entry {
             facts,
             finished: false,
             status: "ok",
-            generation: generation.clone(),
         }
     }
 
     /// Adds the request's next round of calls to `outbox` and returns how
     /// many; 0 means it is finished.
-    pub fn next_round(&mut self, outbox: &mut Outbox) -> usize {
+    pub fn next_round(&mut self, generation: &Generation, outbox: &mut Outbox) -> usize {
         let first = outbox.calls().len();
-        outbox.numbering(&self.generation.ids);
-        let n = self.exec.round(&self.generation.router, outbox);
+        outbox.numbering(&generation.ids);
+        let n = self.exec.round(&generation.router, outbox);
         self.awaiting = outbox.calls()[first..].iter().filter(|c| c.reply).count();
         self.finished = n == 0;
         n
@@ -99,9 +96,15 @@ impl Entry {
 
     /// Call `j` of the current round ended (in any order); true when it was
     /// the last one the round waited for.
-    pub fn absorb(&mut self, j: usize, outcome: Result<&[u8], &BackendError>, fact: BackendFact) -> bool {
+    pub fn absorb(
+        &mut self,
+        generation: &Generation,
+        j: usize,
+        outcome: Result<&[u8], &BackendError>,
+        fact: BackendFact,
+    ) -> bool {
         self.facts.add(fact);
-        self.exec.absorb(&self.generation.router, j, outcome);
+        self.exec.absorb(&generation.router, j, outcome);
         self.awaiting -= 1;
         self.awaiting == 0
     }
@@ -109,19 +112,19 @@ impl Entry {
     /// Answers a request the proxy answers from its own state (`stats
     /// settings`, ...), once its wave comes; what was recorded before is
     /// made visible first.
-    pub fn answer_locally(&mut self, shared: &Shared, writer: &mut SlotWriter<WorkerAcc>) {
+    pub fn answer_locally(&mut self, generation: &Generation, shared: &Shared, writer: &mut SlotWriter<WorkerAcc>) {
         if let Some(req) = self.local.take() {
             writer.settle(&shared.telemetry.slots);
-            self.exec.reply = crate::local::reply(&req, shared, &self.generation);
+            self.exec.reply = crate::local::reply(&req, shared, generation);
         }
     }
 
     /// Builds the reply of a request that gathered every server's answer
     /// (`version`, `stats`), once the routing core is done with it.
-    pub fn answer_gathered(&mut self, shared: &Shared, writer: &mut SlotWriter<WorkerAcc>) {
+    pub fn answer_gathered(&mut self, generation: &Generation, shared: &Shared, writer: &mut SlotWriter<WorkerAcc>) {
         if let Some((req, answers)) = self.exec.take_gathered() {
             writer.settle(&shared.telemetry.slots);
-            self.exec.reply = crate::local::gathered(&req, &answers, shared, &self.generation);
+            self.exec.reply = crate::local::gathered(&req, &answers, shared, generation);
         }
     }
 }
@@ -131,6 +134,7 @@ impl Entry {
 /// accumulator and notes the repairs they leave behind.
 pub fn finish_wave(
     entries: &mut [Entry],
+    generation: &Generation,
     conn: &ClientConn,
     shared: &Shared,
     writer: &mut SlotWriter<WorkerAcc>,
@@ -148,7 +152,7 @@ pub fn finish_wave(
     let trace_every = if shared.config.stats.out.is_some() { shared.config.stats.trace_every } else { 0 };
     for e in entries.iter_mut() {
         for (server, key) in e.exec.effects.repairs.drain(..) {
-            shared.servers.repairs.note(e.generation.ids[server], key);
+            shared.servers.repairs.note(generation.ids[server], key);
         }
         e.facts.counters = std::mem::take(&mut e.exec.effects.counters);
         e.facts.hits = e.exec.effects.hits;

@@ -87,6 +87,9 @@ enum Flow {
 pub struct NetThread {
     front: Front<Conn>,
     shared: Arc<Shared>,
+    /// The configuration in use (parser limits, users, TLS), refreshed as
+    /// connections are read.
+    current: Arc<Generation>,
     blocked: Vec<Token>,
     ready: VecDeque<Token>,
     /// Request ids: `next_id * net_threads + index`, unique per process.
@@ -127,6 +130,7 @@ impl NetThread {
             scratch: vec![0; READ_CHUNK],
             ids,
             front,
+            current: shared.generation(),
             shared,
             blocked: Vec::new(),
             ready: VecDeque::new(),
@@ -237,13 +241,14 @@ impl NetThread {
     }
 
     fn accept(&mut self) {
-        let NetThread { front, shared, ready, .. } = self;
+        let NetThread { front, shared, ready, current, .. } = self;
+        shared.refresh(current);
         let net = &shared.net;
         let full = || {
             let open = net.total_connections.load(Ordering::Relaxed) - net.closed_connections.load(Ordering::Relaxed);
             open as usize >= shared.max_connections
         };
-        let generation = shared.generation();
+        let generation = &*current;
         let conn = |stream, tls: bool| {
             let transport = match Transport::new(stream, tls.then_some(generation.tls.as_ref()).flatten()) {
                 Ok(t) => t,
@@ -306,10 +311,11 @@ impl NetThread {
     }
 
     fn read_conn(&mut self, token: Token) -> Flow {
-        let NetThread { front, shared, ids, pipeline, scratch, .. } = self;
+        let NetThread { front, shared, ids, pipeline, scratch, current, .. } = self;
         let Some(conn) = front.clients.get_mut(token) else { return Flow::Finished };
         // The parser's limits and the users of the configuration in use.
-        let generation = shared.generation();
+        shared.refresh(current);
+        let generation = &**current;
         let mut reads = 0;
         let mut drained = false;
         loop {
@@ -322,7 +328,7 @@ impl NetThread {
             if conn.done {
                 return Flow::Finished;
             }
-            if let Some(flow) = parse_all(conn, shared, &generation, ids, pipeline.as_mut()) {
+            if let Some(flow) = parse_all(conn, shared, generation, ids, pipeline.as_mut()) {
                 return flow;
             }
             if !shared.budget.may_run(conn.shared.pending_output()) {

@@ -51,6 +51,7 @@ use mwserve::tls::Session;
 use crate::batch::{finish_wave, waves, Entry};
 use crate::conn::{write_out, After, ClientConn};
 use crate::exchange::{Ended, Exchange, Verdict};
+use crate::generation::Generation;
 use crate::recorder::WorkerAcc;
 use crate::route::{BackendError, Outbox};
 use crate::shared::Shared;
@@ -82,6 +83,8 @@ struct Link {
 /// One connection's batch in progress.
 struct Run {
     conn: Arc<ClientConn>,
+    /// The configuration it is routed with (its id).
+    generation: u64,
     entries: Vec<Entry>,
     waves: Vec<std::ops::Range<usize>>,
     wave: usize,
@@ -97,6 +100,9 @@ pub struct Pipeline {
     links: Vec<Link>,
     /// When links to servers that a reload removed were last looked for.
     retired: Instant,
+    /// The configurations runs are routed with: the one in use, and older
+    /// ones while runs begun with them go on.
+    generations: Generations,
     runs: Vec<Option<Run>>,
     free: Vec<usize>,
     /// Connections with requests waiting and no batch in progress.
@@ -117,10 +123,10 @@ pub struct Pipeline {
 
 /// Hands a call's end to its request; a request whose round is complete
 /// goes to `advance` for its next round.
-fn absorb(runs: &mut [Option<Run>], advance: &mut Vec<(usize, usize)>, end: Ended<'_, Tag>) {
+fn absorb(runs: &mut [Option<Run>], generations: &Generations, advance: &mut Vec<(usize, usize)>, end: Ended<'_, Tag>) {
     let (r, i, j) = end.tag;
     let run = runs[r].as_mut().expect("run in progress");
-    if run.entries[i].absorb(j, end.outcome, end.fact) {
+    if run.entries[i].absorb(generations.get(run.generation), j, end.outcome, end.fact) {
         advance.push((r, i));
     }
 }
@@ -132,6 +138,7 @@ impl Pipeline {
             id,
             links: Vec::new(),
             retired: Instant::now(),
+            generations: Generations { current: shared.generation(), older: Vec::new() },
             runs: Vec::new(),
             free: Vec::new(),
             runnable: VecDeque::new(),
@@ -245,10 +252,11 @@ impl Pipeline {
             return;
         }
         let t_dequeue = now_ns();
-        let generation = self.shared.generation();
+        self.generations.refresh(&self.shared, &self.runs);
+        let generation = &self.generations.current;
         let waves = waves(&jobs, generation.router.replication);
-        let entries = jobs.into_iter().map(|job| Entry::begin(job, t_dequeue, &generation, &mut self.rr)).collect();
-        let run = Run { conn, entries, waves, wave: 0, unfinished: 0 };
+        let entries = jobs.into_iter().map(|job| Entry::begin(job, t_dequeue, generation, &mut self.rr)).collect();
+        let run = Run { conn, generation: generation.id, entries, waves, wave: 0, unfinished: 0 };
         let r = match self.free.pop() {
             Some(r) => {
                 self.runs[r] = Some(run);
@@ -263,12 +271,13 @@ impl Pipeline {
     }
 
     fn start_wave(&mut self, r: usize) {
-        let Pipeline { runs, shared, writer, advance, .. } = self;
+        let Pipeline { runs, shared, writer, advance, generations, .. } = self;
         let run = runs[r].as_mut().expect("run in progress");
         let wave = run.waves[run.wave].clone();
         run.unfinished = wave.len();
+        let generation = generations.get(run.generation);
         for i in wave {
-            run.entries[i].answer_locally(shared, writer);
+            run.entries[i].answer_locally(generation, shared, writer);
             advance.push((r, i));
         }
     }
@@ -289,8 +298,9 @@ impl Pipeline {
         let mut finished = Vec::new();
         let todo = std::mem::take(&mut self.advance);
         for &(r, i) in &todo {
-            let e = &mut self.runs[r].as_mut().expect("run in progress").entries[i];
-            let n = e.next_round(&mut self.outbox);
+            let run = self.runs[r].as_mut().expect("run in progress");
+            let e = &mut run.entries[i];
+            let n = e.next_round(self.generations.get(run.generation), &mut self.outbox);
             self.owners.extend((0..n).map(|j| (r, i, j)));
             if n == 0 {
                 finished.push((r, i));
@@ -310,15 +320,16 @@ impl Pipeline {
 
     /// A request has its reply.
     fn item_finished(&mut self, r: usize, i: usize) {
-        let Pipeline { runs, shared, writer, .. } = self;
+        let Pipeline { runs, shared, writer, generations, .. } = self;
         let run = runs[r].as_mut().expect("run in progress");
-        run.entries[i].answer_gathered(shared, writer);
+        let generation = generations.get(run.generation);
+        run.entries[i].answer_gathered(generation, shared, writer);
         run.unfinished -= 1;
         if run.unfinished > 0 {
             return;
         }
         let wave = run.waves[run.wave].clone();
-        finish_wave(&mut run.entries[wave], &run.conn, shared, writer, self.id);
+        finish_wave(&mut run.entries[wave], generation, &run.conn, shared, writer, self.id);
         run.wave += 1;
         if run.wave < run.waves.len() {
             self.start_wave(r);
@@ -331,7 +342,7 @@ impl Pipeline {
 
     /// Hands the outbox's calls to their links.
     fn send_outbox(&mut self, registry: &Registry) {
-        let Pipeline { links, outbox, owners, runs, advance, shared, .. } = self;
+        let Pipeline { links, outbox, owners, runs, advance, shared, generations, .. } = self;
         let servers = &shared.servers;
         while links.len() < outbox.servers() {
             let s = links.len();
@@ -345,7 +356,7 @@ impl Pipeline {
                 ex: Exchange::new(s),
             });
         }
-        let mut ended = |end: Ended<'_, Tag>| absorb(runs, advance, end);
+        let mut ended = |end: Ended<'_, Tag>| absorb(runs, generations, advance, end);
         for (s, link) in links.iter_mut().enumerate() {
             if outbox.bytes(s).is_empty() {
                 continue;
@@ -402,9 +413,9 @@ impl Pipeline {
 
     /// Reads the server's replies and hands each to its request.
     fn read_link(&mut self, s: usize) {
-        let Pipeline { links, runs, advance, shared, .. } = self;
+        let Pipeline { links, runs, advance, shared, generations, .. } = self;
         let servers = &shared.servers;
-        let mut ended = |end: Ended<'_, Tag>| absorb(runs, advance, end);
+        let mut ended = |end: Ended<'_, Tag>| absorb(runs, generations, advance, end);
         let link = &mut links[s];
         let mut closed = None;
         for _ in 0..READS_PER_EVENT {
@@ -457,8 +468,8 @@ impl Pipeline {
 
     /// Closes a link after a failure: every call it carried fails with `e`.
     fn link_failed(&mut self, s: usize, e: &BackendError) {
-        let Pipeline { links, runs, advance, shared, .. } = self;
-        fail_link(&mut links[s], shared, e, &mut |end| absorb(runs, advance, end));
+        let Pipeline { links, runs, advance, shared, generations, .. } = self;
+        fail_link(&mut links[s], shared, e, &mut |end| absorb(runs, generations, advance, end));
     }
 
     /// Connect timeouts, reply timeouts and stalls of the links with calls in flight.
@@ -480,8 +491,8 @@ impl Pipeline {
             if link.connecting.is_none() {
                 self.read_link(s);
             }
-            let Pipeline { links, runs, advance, shared, .. } = self;
-            let mut ended = |end: Ended<'_, Tag>| absorb(runs, advance, end);
+            let Pipeline { links, runs, advance, shared, generations, .. } = self;
+            let mut ended = |end: Ended<'_, Tag>| absorb(runs, generations, advance, end);
             if links[s].ex.check(&shared.servers, now_ns(), &mut ended) == Verdict::TimedOut {
                 fail_link(&mut links[s], shared, &BackendError::Timeout, &mut ended);
             }
@@ -498,12 +509,40 @@ impl Pipeline {
             return;
         }
         self.retired = Instant::now();
-        let generation = self.shared.generation();
+        self.generations.refresh(&self.shared, &self.runs);
+        let generation = &self.generations.current;
         for (s, link) in self.links.iter_mut().enumerate() {
             let idle = link.stream.is_some() && !link.ex.in_flight() && link.wbuf.is_empty();
             if idle && link.connecting.is_none() && !generation.uses(s) {
                 close(link);
             }
+        }
+    }
+}
+
+/// The configurations a loop's runs are routed with, looked up by id: a run
+/// keeps the one it began with, and the loop holds it (one reference per
+/// configuration, not per request) until no run needs it.
+struct Generations {
+    current: Arc<Generation>,
+    older: Vec<Arc<Generation>>,
+}
+
+impl Generations {
+    fn get(&self, id: u64) -> &Generation {
+        if self.current.id == id {
+            return &self.current;
+        }
+        self.older.iter().find(|g| g.id == id).expect("a run's configuration is kept while it runs")
+    }
+
+    /// Takes the configuration in use now, keeping the older ones that
+    /// `runs` still use.
+    fn refresh(&mut self, shared: &Shared, runs: &[Option<Run>]) {
+        if let Some(now) = shared.changed(&self.current) {
+            self.older.push(std::mem::replace(&mut self.current, now));
+            let used = |id: u64| runs.iter().flatten().any(|r| r.generation == id);
+            self.older.retain(|g| used(g.id));
         }
     }
 }

@@ -3,7 +3,7 @@
 //! the counters and the measurements.
 
 use std::net::SocketAddr;
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -29,6 +29,9 @@ pub struct Shared {
     pub config: Config,
     /// The configuration in use, swapped by a reload.
     generation: ArcSwap<Generation>,
+    /// Its id, set after it is swapped in: a thread that holds this one
+    /// learns so from a plain load, without touching the swap.
+    installed: AtomicU64,
     /// The servers: addresses, health, repair logs.
     pub servers: Servers,
     /// Failed TLS handshakes, logged at most every 10 s.
@@ -73,6 +76,7 @@ impl Shared {
             max_connections,
             tls_log: Throttled::new("TLS handshakes failed", std::time::Duration::from_secs(10)),
             servers,
+            installed: AtomicU64::new(generation.id),
             generation: ArcSwap::from_pointee(generation),
             source: Mutex::new(None),
             config,
@@ -84,9 +88,33 @@ impl Shared {
         self.generation.load_full()
     }
 
+    /// Brings a thread's copy of the configuration in use up to date; true
+    /// when it changed. (Looking costs no write to shared memory; only a
+    /// change takes a reference.)
+    pub fn refresh(&self, current: &mut Arc<Generation>) -> bool {
+        match self.changed(current) {
+            Some(now) => {
+                *current = now;
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// The configuration in use, if it is not `current`.
+    pub fn changed(&self, current: &Arc<Generation>) -> Option<Arc<Generation>> {
+        if self.installed.load(Ordering::Acquire) == current.id {
+            return None;
+        }
+        let now = self.generation.load_full();
+        (!Arc::ptr_eq(&now, current)).then_some(now)
+    }
+
     /// Puts `next` in use: requests routed from now on take it.
     pub fn install(&self, next: Generation) {
+        let id = next.id;
         self.generation.store(Arc::new(next));
+        self.installed.store(id, Ordering::Release);
     }
 
     /// Reloads read the configuration from `source`.

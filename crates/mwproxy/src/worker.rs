@@ -28,6 +28,7 @@ use crate::backend::Backend;
 use crate::batch::{finish_wave, waves, Entry};
 use crate::conn::{After, ClientConn, Job};
 use crate::exchange::{Ended, Exchange, Servers, Verdict};
+use crate::generation::Generation;
 use crate::recorder::WorkerAcc;
 use crate::route::{BackendError, Outbox};
 use crate::shared::Shared;
@@ -48,8 +49,8 @@ pub struct Worker {
     shared: Arc<Shared>,
     /// By server number, opened as servers are first used.
     links: Vec<Link>,
-    /// The configuration of the last batch.
-    generation: u64,
+    /// The configuration in use, as of the last batch.
+    current: Arc<Generation>,
     outbox: Outbox,
     /// For each call of the outbox, whose it is.
     owners: Vec<Tag>,
@@ -69,7 +70,7 @@ impl Worker {
         Worker {
             id,
             links: Vec::new(),
-            generation: 0,
+            current: shared.generation(),
             outbox: Outbox::new(0),
             owners: Vec::new(),
             out: Vec::new(),
@@ -100,24 +101,23 @@ impl Worker {
     /// Carries out one batch of a connection's requests and delivers the replies.
     fn serve(&mut self, conn: &ClientConn, jobs: Vec<Job>) {
         let t_dequeue = now_ns();
-        let generation = self.shared.generation();
-        if generation.id != self.generation {
+        if self.shared.refresh(&mut self.current) {
             // Nothing is in flight between batches: connections to servers
             // a reload removed are closed now.
-            self.generation = generation.id;
-            for (s, link) in self.links.iter_mut().enumerate().filter(|(s, _)| !generation.uses(*s)) {
+            let current = &self.current;
+            for (s, link) in self.links.iter_mut().enumerate().filter(|(s, _)| !current.uses(*s)) {
                 link.conn.close();
                 link.ex = Exchange::new(s);
             }
         }
+        let generation = self.current.clone();
         let waves = waves(&jobs, generation.router.replication);
         let mut entries: Vec<Entry> =
             jobs.into_iter().map(|job| Entry::begin(job, t_dequeue, &generation, &mut self.rr)).collect();
-        drop(generation);
         for wave in waves {
             let entries = &mut entries[wave];
-            self.run_wave(entries);
-            finish_wave(entries, conn, &self.shared, &mut self.writer, self.id);
+            self.run_wave(&generation, entries);
+            finish_wave(entries, &generation, conn, &self.shared, &mut self.writer, self.id);
         }
         let busy = now_ns().saturating_sub(t_dequeue);
         self.writer.record(&self.shared.telemetry.slots, |acc| {
@@ -127,30 +127,30 @@ impl Worker {
     }
 
     /// Runs the rounds of a wave until every request in it is finished.
-    fn run_wave(&mut self, entries: &mut [Entry]) {
+    fn run_wave(&mut self, generation: &Generation, entries: &mut [Entry]) {
         for e in entries.iter_mut() {
-            e.answer_locally(&self.shared, &mut self.writer);
+            e.answer_locally(generation, &self.shared, &mut self.writer);
         }
         loop {
             self.outbox.clear();
             self.owners.clear();
             for (i, e) in entries.iter_mut().enumerate().filter(|(_, e)| !e.finished) {
-                let n = e.next_round(&mut self.outbox);
+                let n = e.next_round(generation, &mut self.outbox);
                 self.owners.extend((0..n).map(|j| (i, j)));
             }
             if self.owners.is_empty() {
                 break;
             }
-            self.exchange(entries);
+            self.exchange(generation, entries);
         }
         for e in entries.iter_mut() {
-            e.answer_gathered(&self.shared, &mut self.writer);
+            e.answer_gathered(generation, &self.shared, &mut self.writer);
         }
     }
 
     /// Writes the round to every server involved, then reads every reply;
     /// each call's end goes straight to its request.
-    fn exchange(&mut self, entries: &mut [Entry]) {
+    fn exchange(&mut self, generation: &Generation, entries: &mut [Entry]) {
         let Worker { shared, links, outbox, owners, out, .. } = self;
         let servers = &shared.servers;
         while links.len() < outbox.servers() {
@@ -160,7 +160,7 @@ impl Worker {
         let connect_timeout = servers.connect_timeout();
         let mut ended = |end: Ended<'_, Tag>| {
             let (i, j) = end.tag;
-            entries[i].absorb(j, end.outcome, end.fact);
+            entries[i].absorb(generation, j, end.outcome, end.fact);
         };
         for (s, Link { conn, ex }) in links.iter_mut().enumerate() {
             if outbox.bytes(s).is_empty() {
