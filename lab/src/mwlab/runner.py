@@ -22,6 +22,7 @@ import shutil
 import subprocess
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -97,6 +98,53 @@ def host_specs(s: Settings):
         for name in names:
             specs.append(HostSpec(name, up, down, s.hosts.cpus(role), delay))
     return specs
+
+
+@dataclass(frozen=True)
+class Secrets:
+    """A run's throwaway CA, the certificate it signed for every host's
+    address, and the login of the clients (`middleware.tls`, `server_tls`,
+    `auth`)."""
+
+    ca: Path
+    cert: Path
+    key: Path
+    users: Path
+    login: str
+
+    @staticmethod
+    def make(out: Path, addrs: list[str]) -> Secrets:
+        import secrets
+
+        import trustme
+
+        out.mkdir(parents=True, exist_ok=True)
+        ca = trustme.CA()
+        leaf = ca.issue_cert(*sorted({*addrs, "127.0.0.1"}), "localhost")
+        paths = {name: out / f"{name}.pem" for name in ("ca", "cert", "key")}
+        ca.cert_pem.write_to_path(str(paths["ca"]))
+        leaf.cert_chain_pems[0].write_to_path(str(paths["cert"]))
+        leaf.private_key_pem.write_to_path(str(paths["key"]))
+        login = f"mwlab:{secrets.token_hex(12)}"
+        users = out / "users"
+        users.write_text(login + "\n")
+        users.chmod(0o600)
+        return Secrets(paths["ca"], paths["cert"], paths["key"], users, login)
+
+    def memcached_args(self) -> list[str]:
+        """memcached speaking only TLS (-Z)."""
+        return ["-Z", "-o", f"ssl_chain_cert={self.cert},ssl_key={self.key}"]
+
+    def proxy_args(self, m: Any) -> list[str]:
+        """mwproxy's flags for `m` (the middleware section)."""
+        args = ["--tls-cert", str(self.cert), "--tls-key", str(self.key)] if m.tls else []
+        args += ["--auth-file", str(self.users)] if m.auth else []
+        return args + (["--server-tls", "--server-tls-ca", str(self.ca)] if m.server_tls else [])
+
+    def client_args(self, m: Any) -> list[str]:
+        """mwload's flags for `m` (the middleware section)."""
+        args = ["--tls", "--tls-ca", str(self.ca)] if m.tls else []
+        return args + (["--auth", self.login] if m.auth else [])
 
 
 def _mwproxy_cmd(s: Settings, index: int, listen: str, servers: list[str], out: Path) -> list[str]:
@@ -289,29 +337,37 @@ def run_once(run: Run, out: Path) -> dict[str, Any]:
         place = _placement(s, stack, out)
         pg = stack.enter_context(Postgres(out / "logs")) if mq else None
         g = stack.enter_context(ProcessGroup(out / "logs"))
+        m = s.middleware
+        secrets = None
+        if m.tls or m.server_tls or m.auth:
+            addrs = [place.addr(h) for names in hosts.values() for h in names]
+            secrets = Secrets.make(out / "logs" / "tls", addrs)
         servers = []
         for i, host in enumerate([] if mq else hosts["server"]):
             port = free_port()
             addr = place.addr(host)
-            place.start(g, f"mc{i}", host, memcached_cmd(addr, port), port)
+            tls = secrets.memcached_args() if secrets and m.server_tls else []
+            place.start(g, f"mc{i}", host, memcached_cmd(addr, port) + tls, port)
             servers.append(f"{addr}:{port}")
         mws = []
-        for m, host in enumerate(hosts["middleware"]):
+        for i, host in enumerate(hosts["middleware"]):
             port = free_port()
             listen = f"{place.addr(host)}:{port}"
             if pg is not None:
-                place.start(g, f"mw{m}", host, _mwmq_cmd(s, m, listen, pg.conninfo, out), port)
+                place.start(g, f"mw{i}", host, _mwmq_cmd(s, i, listen, pg.conninfo, out), port)
             else:
-                place.start(g, f"mw{m}", host, _mwproxy_cmd(s, m, listen, servers, out), port)
+                extra = secrets.proxy_args(m) if secrets else []
+                place.start(g, f"mw{i}", host, _mwproxy_cmd(s, i, listen, servers, out) + extra, port)
             mws.append(listen)
         instances = s.topology.client_machines * s.topology.instances
         all_targets = s.topology.client_targets == "all"
         endpoints = mws or servers
         client_host = [hosts["client"][j // s.topology.instances] for j in range(instances)]
+        secure = secrets.client_args(m) if secrets else []
         if s.workload.prefill and not mq:
             first = client_host[0]
             if mws:
-                _prefill(place, g, s, first, [_target_args(endpoints[:1], False, 0)])
+                _prefill(place, g, s, first, [_target_args(endpoints[:1], False, 0) + secure])
             elif all_targets:
                 _prefill(place, g, s, first, [_target_args(servers, True, 0)])
             else:
@@ -330,7 +386,7 @@ def run_once(run: Run, out: Path) -> dict[str, Any]:
                 g,
                 f"cl{j}",
                 client_host[j],
-                _mwload_cmd(s, j, instances, _target_args(endpoints, all_targets, j), out),
+                _mwload_cmd(s, j, instances, _target_args(endpoints, all_targets, j), out) + secure,
             )
             for j in range(instances)
         ]
@@ -354,7 +410,7 @@ def run_once(run: Run, out: Path) -> dict[str, Any]:
                     if mq
                     else {f"mc{i}": h for i, h in enumerate(hosts["server"])}
                 ),
-                **{f"mw{m}": h for m, h in enumerate(hosts["middleware"])},
+                **{f"mw{i}": h for i, h in enumerate(hosts["middleware"])},
                 **{f"cl{j}": h for j, h in enumerate(client_host)},
             },
         }

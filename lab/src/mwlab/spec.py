@@ -94,6 +94,11 @@ class Middleware(Section):
     trace_every: Annotated[StrictInt, Field(ge=0, le=1 << 30)] = 100
     db_pool: Annotated[StrictInt, Field(ge=1, le=1000)] | None = None
     batch: Annotated[StrictInt, Field(ge=1, le=1000)] = 1
+    # TLS between the clients and mwproxy, between mwproxy and memcached
+    # (-Z), and clients that log in (memcached's -Y, mwproxy's --auth-file).
+    tls: StrictBool = False
+    server_tls: StrictBool = False
+    auth: StrictBool = False
 
 
 def _ratio(v: Any) -> Any:
@@ -253,6 +258,11 @@ class Settings(BaseModel):
             need(
                 h.emulation == "local", "system mq runs on local hosts only so far (hosts: emulation: local)"
             )
+            need(not (m.tls or m.server_tls or m.auth), "system mq has no TLS or logins yet")
+        if m.tls or m.server_tls or m.auth:
+            need(h.emulation != "ssh", "TLS and logins run on local or emulated hosts (not over ssh yet)")
+        secured = [k for k in ("tls", "server_tls", "auth") if getattr(m, k)]
+        need(t.middlewares >= 1 or not secured, f"{', '.join(secured)}: the middleware's; nmw must be >= 1")
         shaped = h.shaped()
         need(
             h.emulation == "netns" or not shaped,
