@@ -26,6 +26,56 @@ pub struct Cli {
     /// Largest message body (any argument) in bytes; k and m suffixes [default: 4m].
     #[arg(long, value_name = "BYTES", value_parser = parse_size)]
     pub max_body: Option<usize>,
+    /// Listen beyond loopback without [[users]]: anyone who reaches the port may use every queue.
+    #[arg(long)]
+    pub insecure_no_auth: bool,
+    /// `mwmq user add ...`: make a user entry for the configuration file.
+    #[command(subcommand)]
+    pub command: Option<Sub>,
+}
+
+/// mwmq's tools besides serving.
+#[derive(clap::Subcommand, Debug)]
+pub enum Sub {
+    /// Users of the configuration file.
+    #[command(subcommand)]
+    User(UserSub),
+}
+
+/// `mwmq user ...`
+#[derive(clap::Subcommand, Debug)]
+pub enum UserSub {
+    /// Print a [[users]] table (name, argon2 password hash, rights) to append to the configuration file.
+    Add {
+        /// The user's name: its identity as sender and receiver.
+        name: String,
+        /// Read the password from standard input (its first line), so that it is in no shell history.
+        #[arg(long, required = true)]
+        password_stdin: bool,
+        /// Queues it may send to (a pattern; `*` matches any characters); repeat for more.
+        #[arg(long, value_name = "PATTERN")]
+        send: Vec<String>,
+        /// Queues it may receive from (RECV, POP, PEEK, ACK, NACK, TOUCH).
+        #[arg(long, value_name = "PATTERN")]
+        receive: Vec<String>,
+        /// Queues it may create, drop, change and redrive.
+        #[arg(long, value_name = "PATTERN")]
+        admin: Vec<String>,
+    },
+}
+
+impl Sub {
+    /// Runs the tool: what it prints, or why it cannot.
+    pub fn run(&self, stdin: &mut impl std::io::BufRead) -> Result<String, String> {
+        let Sub::User(UserSub::Add { name, password_stdin: _, send, receive, admin }) = self;
+        let mut line = String::new();
+        stdin.read_line(&mut line).map_err(|e| format!("cannot read the password: {e}"))?;
+        let password = line.trim_end_matches(['\r', '\n']);
+        if password.is_empty() {
+            return Err("no password on standard input (give it as the first line)".into());
+        }
+        crate::users::user_table(name, password.as_bytes(), send, receive, admin)
+    }
 }
 
 impl Cli {
@@ -38,6 +88,9 @@ impl Cli {
         set(&mut c.database.pool, self.db_pool);
         set(&mut c.server.batch, self.batch);
         set(&mut c.server.max_body, self.max_body);
+        if self.insecure_no_auth {
+            c.server.insecure_no_auth = true;
+        }
         if c.server.input_budget < c.server.max_body {
             c.server.input_budget = c.server.max_body;
         }

@@ -38,7 +38,11 @@ pub enum Command {
         proto: Option<u8>,
         /// A name for the connection.
         setname: Option<String>,
+        /// Log in first.
+        auth: Option<Credentials>,
     },
+    /// `AUTH [user] password`
+    Auth(Credentials),
     /// `QCREATE q`
     Create(String),
     /// `QDROP q`
@@ -88,6 +92,22 @@ pub enum Command {
         /// Only messages of this sender.
         from: Option<String>,
     },
+}
+
+/// A user and a password (`AUTH`, `HELLO ... AUTH`).
+#[derive(Clone, PartialEq, Eq)]
+pub struct Credentials {
+    /// The user (`default` when `AUTH` gives only a password, as Redis 6).
+    pub user: String,
+    /// The password.
+    pub password: Vec<u8>,
+}
+
+impl std::fmt::Debug for Credentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never the password.
+        f.debug_struct("Credentials").field("user", &self.user).finish_non_exhaustive()
+    }
 }
 
 /// `SEND`'s arguments.
@@ -241,11 +261,15 @@ pub fn parse(args: &[Vec<u8>], limits: &Limits) -> Result<Command, Refusal> {
                 },
             };
             let mut setname = None;
+            let mut auth = None;
             let mut i = 1;
             while i < n {
                 match upper(&rest[i]).as_str() {
-                    // No passwords here: like Redis' default user without one, any is accepted.
-                    "AUTH" if i + 2 < n => i += 3,
+                    "AUTH" if i + 2 < n => {
+                        let user = String::from_utf8_lossy(&rest[i + 1]).into_owned();
+                        auth = Some(Credentials { user, password: rest[i + 2].clone() });
+                        i += 3;
+                    }
                     "SETNAME" if i + 1 < n => {
                         setname = Some(name(&rest[i + 1], "a client name")?);
                         i += 2;
@@ -253,8 +277,17 @@ pub fn parse(args: &[Vec<u8>], limits: &Limits) -> Result<Command, Refusal> {
                     _ => return Err(syntax()),
                 }
             }
-            Command::Hello { proto, setname }
+            Command::Hello { proto, setname, auth }
         }
+        "AUTH" => match n {
+            0 => return Err(arity("AUTH")),
+            1 => Command::Auth(Credentials { user: "default".into(), password: rest[0].clone() }),
+            2 => Command::Auth(Credentials {
+                user: String::from_utf8_lossy(&rest[0]).into_owned(),
+                password: rest[1].clone(),
+            }),
+            _ => return Err(syntax()),
+        },
         "QCREATE" | "QDROP" | "QLEN" => {
             if n != 1 {
                 return Err(arity(&cmd));
@@ -445,8 +478,17 @@ mod tests {
         assert!(err("HELLO 4").starts_with("NOPROTO"));
         assert_eq!(
             p("HELLO 3 AUTH default x SETNAME me").unwrap(),
-            Command::Hello { proto: Some(3), setname: Some("me".into()) }
+            Command::Hello {
+                proto: Some(3),
+                setname: Some("me".into()),
+                auth: Some(Credentials { user: "default".into(), password: b"x".to_vec() })
+            }
         );
+        assert_eq!(
+            p("AUTH pw").unwrap(),
+            Command::Auth(Credentials { user: "default".into(), password: b"pw".to_vec() })
+        );
+        assert_eq!(err("AUTH a b c"), "ERR syntax error");
         assert!(err("SELECT 3").contains("database 0 only"));
     }
 }

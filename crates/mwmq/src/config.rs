@@ -18,6 +18,11 @@ pub struct Config {
     pub queues: QueuesConfig,
     /// Measurement outputs.
     pub stats: StatsConfig,
+    /// Who may connect (`[[users]]`; `mwmq user add` makes an entry). With
+    /// none, anyone may, and mwmq listens on loopback only unless told
+    /// `--insecure-no-auth`.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub users: Vec<crate::users::UserConfig>,
 }
 
 /// The listening side.
@@ -52,6 +57,10 @@ pub struct ServerConfig {
     /// A request that waited this long for a worker is answered `-TRYAGAIN`
     /// without touching the database, 0 = never (default 10000 ms).
     pub queue_timeout_ms: u64,
+    /// Listen beyond loopback although no `[[users]]` are configured, so
+    /// that anyone who reaches the port can read and write every queue
+    /// (default false: mwmq refuses to start so).
+    pub insecure_no_auth: bool,
 }
 
 impl Default for ServerConfig {
@@ -66,6 +75,7 @@ impl Default for ServerConfig {
             input_budget: 256 << 20,
             batch: 1,
             queue_timeout_ms: 10_000,
+            insecure_no_auth: false,
         }
     }
 }
@@ -195,6 +205,7 @@ impl ServiceConfig for Config {
         if q.poll_ms == 0 || q.maintenance_s == 0 {
             return err("poll_ms and maintenance_s must be positive".into());
         }
+        crate::users::Users::from_config(&self.users).map_err(ConfigError)?;
         Ok(())
     }
 }

@@ -41,6 +41,10 @@ pub struct ClientConn {
     stream: TcpStream,
     out: Mutex<Output>,
     name: Mutex<Option<String>>,
+    /// The user it logged in as (with `[[users]]` configured).
+    user: Mutex<Option<std::sync::Arc<crate::users::User>>>,
+    /// Its failed logins.
+    pub attempts: crate::users::Attempts,
     /// Close once every reply is written (QUIT, a protocol error).
     closing: AtomicBool,
     /// The client asked for RESP3 (`HELLO 3`).
@@ -78,6 +82,8 @@ impl ClientConn {
                 closed: false,
             }),
             name: Mutex::new(None),
+            user: Mutex::new(None),
+            attempts: crate::users::Attempts::default(),
             closing: AtomicBool::new(false),
             resp3: AtomicBool::new(false),
             busy: AtomicBool::new(false),
@@ -102,6 +108,25 @@ impl ClientConn {
     /// Sets the name.
     pub fn set_name(&self, name: String) {
         *self.name.lock().unwrap_or_else(|p| p.into_inner()) = Some(name);
+    }
+
+    /// The user it logged in as.
+    pub fn user(&self) -> Option<std::sync::Arc<crate::users::User>> {
+        self.user.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// It logged in as `user`.
+    pub fn set_user(&self, user: std::sync::Arc<crate::users::User>) {
+        *self.user.lock().unwrap_or_else(|p| p.into_inner()) = Some(user);
+    }
+
+    /// Who it is as a sender and a receiver: the user it logged in as, else
+    /// the name it gave itself (`CLIENT SETNAME`: only without users).
+    pub fn identity(&self) -> Option<String> {
+        match self.user() {
+            Some(u) => Some(u.name.clone()),
+            None => self.name(),
+        }
     }
 
     /// Whether a request of this connection is with the workers.

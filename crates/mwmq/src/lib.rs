@@ -19,6 +19,7 @@ pub mod resp;
 pub mod server;
 pub mod shared;
 pub mod telemetry;
+pub mod users;
 pub mod waiters;
 pub mod windows;
 pub mod worker;

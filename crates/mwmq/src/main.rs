@@ -1,5 +1,6 @@
 //! The `mwmq` binary: the command line, then the shell every middleware
-//! shares (`mwserve::cli::serve`): start, stop cleanly on SIGTERM or SIGINT.
+//! shares (`mwserve::cli::serve`): start, stop cleanly on SIGTERM or SIGINT;
+//! `mwmq user add` makes a user entry for the configuration file.
 
 use std::process::ExitCode;
 
@@ -8,6 +9,18 @@ use mwmq::Mq;
 
 fn main() -> ExitCode {
     let cli: Cli = mwserve::cli::parse::<Cli, mwmq::Config>();
+    if let Some(tool) = &cli.command {
+        return match tool.run(&mut std::io::stdin().lock()) {
+            Ok(out) => {
+                print!("{out}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("mwmq: {e}");
+                ExitCode::from(2)
+            }
+        };
+    }
     let args = cli.server.clone();
     mwserve::cli::serve::<Mq>(&args, move || cli.to_config())
 }

@@ -11,7 +11,7 @@ use mwserve::listen::Front;
 use mwserve::shell::{Shell, Stopper};
 pub use mwserve::start::StartError;
 
-use crate::config::Config;
+use crate::config::{Config, ConfigError};
 use crate::db::Pool;
 use crate::events::{run_listener_thread, run_notifier_thread, run_timer_thread};
 use crate::net::NetThread;
@@ -59,12 +59,23 @@ impl Service for Mq {
                 fds.max_connections
             );
         }
+        let users = crate::users::Users::from_config(&config.users).map_err(|e| StartError::Config(ConfigError(e)))?;
+        let (std_listener, addr) = mwserve::listen::bind(&config.server.listen)?;
+        if !users.enabled() && !addr.ip().is_loopback() && !config.server.insecure_no_auth {
+            return Err(StartError::Config(ConfigError(format!(
+                "refusing to listen on {addr} without users: anyone who reaches it could read and write every \
+                 queue. Add users (`mwmq user add NAME --password-stdin`, then the [[users]] table to the \
+                 configuration file), listen on loopback, or accept it with --insecure-no-auth"
+            ))));
+        }
+        if !users.enabled() && !addr.ip().is_loopback() {
+            tracing::warn!(%addr, "listening beyond loopback WITHOUT AUTHENTICATION (--insecure-no-auth): anyone who reaches this port may read and write every queue");
+        }
         let version = crate::db::migrate(&config).map_err(database)?;
         tracing::info!(schema = version, "database ready");
         let pool = Pool::new(&config);
         // One connection now: a wrong password or database fails the start, not the first request.
         pool.fill(1).map_err(database)?;
-        let (std_listener, addr) = mwserve::listen::bind(&config.server.listen)?;
         let results = mwserve::results::open_results(&config.stats)?;
         let workers = config.server.workers;
         let shared = Arc::new(Shared {
@@ -80,6 +91,7 @@ impl Service for Mq {
             started: Instant::now(),
             done: Mutex::new(None),
             port: addr.port(),
+            users,
             config,
         });
         let (front, waker) = Front::new(vec![(std_listener, false)], crate::net::TOO_MANY)?;

@@ -83,6 +83,8 @@ pub struct Shared {
     pub done: Mutex<Option<(Sender<Done>, Arc<Waker>)>>,
     /// The listening address.
     pub port: u16,
+    /// Who may connect (none configured: anyone).
+    pub users: crate::users::Users,
 }
 
 impl Shared {

@@ -14,7 +14,7 @@ use mwstats::clock::now_ns;
 use mwstats::slots::SlotWriter;
 use mwstats::stages::Timeline;
 
-use crate::command::{Command, MqOp};
+use crate::command::{Command, Credentials, MqOp};
 use crate::conn::{ClientConn, Delivered};
 use crate::db::{DbConn, DbError, LeaseRef, SendRow};
 use crate::job::{Done, Job, Work};
@@ -22,6 +22,7 @@ use crate::resp::Reply;
 use crate::shared::Shared;
 use crate::telemetry::MqAcc;
 use crate::telemetry::NetCounters;
+use crate::users::Right;
 
 /// What carrying out a command led to.
 enum Outcome {
@@ -48,7 +49,7 @@ impl Batch {
             Ok(Command::Send(s)) if s.key.is_none() => Some(Batch::Send),
             Ok(Command::Ack { .. }) => Some(Batch::Ack),
             Ok(Command::Pop { queue, from }) => {
-                Some(Batch::Pop { queue: queue.clone(), me: job.conn.name(), from: from.clone() })
+                Some(Batch::Pop { queue: queue.clone(), me: job.conn.identity(), from: from.clone() })
             }
             _ => None,
         }
@@ -108,12 +109,19 @@ impl Worker {
         }
     }
 
-    fn request(&mut self, job: Box<Job>) {
+    fn request(&mut self, mut job: Box<Job>) {
+        if let Some(refusal) = job.cmd.as_ref().ok().and_then(|c| self.gate(c, &job.conn)) {
+            job.cmd = Err(refusal);
+            return self.one(job);
+        }
         let batch = self.shared.config.server.batch;
         if batch > 1 {
             if let Some(kind) = Batch::of(&job) {
                 let more = self.shared.queue.take_matching(batch - 1, |w| match w {
-                    Work::Request(j) => Batch::of(j).as_ref() == Some(&kind),
+                    Work::Request(j) => {
+                        Batch::of(j).as_ref() == Some(&kind)
+                            && j.cmd.as_ref().ok().and_then(|c| self.gate(c, &j.conn)).is_none()
+                    }
                     Work::Release(_) => false,
                 });
                 if !more.is_empty() {
@@ -208,7 +216,7 @@ impl Worker {
     ) -> Result<(), DbError> {
         match kind {
             Batch::Send => {
-                let names: Vec<Option<String>> = live.iter().map(|i| jobs[*i].conn.name()).collect();
+                let names: Vec<Option<String>> = live.iter().map(|i| jobs[*i].conn.identity()).collect();
                 let rows: Vec<SendRow<'_>> = live
                     .iter()
                     .zip(&names)
@@ -420,7 +428,14 @@ impl Worker {
             Command::ClientId => return local(Reply::Int(conn.id as i64)),
             Command::CommandDocs => return local(Reply::Array(Vec::new())),
             Command::Info => return local(Reply::text(self.info())),
-            Command::Hello { proto, setname } => {
+            Command::Auth(credentials) => return local(self.log_in(conn, credentials)),
+            Command::Hello { proto, setname, auth } => {
+                if let Some(credentials) = auth {
+                    let reply = self.log_in(conn, credentials);
+                    if reply.is_error() {
+                        return local(reply);
+                    }
+                }
                 if let Some(p) = proto {
                     conn.set_resp3(*p == 3);
                 }
@@ -487,8 +502,71 @@ impl Worker {
         }
     }
 
+    /// With users configured: the refusal of a command this connection may
+    /// not run (not logged in, or no right on the queue), as Redis words it.
+    fn gate(&self, c: &Command, conn: &ClientConn) -> Option<Reply> {
+        if !self.shared.users.enabled() {
+            return None;
+        }
+        let Some(user) = conn.user() else {
+            return match c {
+                Command::Auth(_) | Command::Ping(_) | Command::Quit | Command::Hello { auth: Some(_), .. } => None,
+                Command::Hello { .. } => Some(Reply::Error(
+                    "NOAUTH HELLO must be called with the client already authenticated, otherwise the HELLO <proto> \
+                     AUTH <user> <pass> option can be used to authenticate the client and select the RESP protocol \
+                     version at the same time"
+                        .into(),
+                )),
+                _ => Some(Reply::Error("NOAUTH Authentication required.".into())),
+            };
+        };
+        let need =
+            |right: Right, queue: &str| (!user.may(right, queue)).then(|| Reply::Error(user.refusal(right, queue)));
+        match c {
+            Command::Send(s) => need(Right::Send, &s.queue),
+            Command::Recv(r) => need(Right::Receive, &r.queue),
+            Command::Pop { queue, .. }
+            | Command::Peek { queue, .. }
+            | Command::Ack { queue, .. }
+            | Command::Nack { queue, .. } => need(Right::Receive, queue),
+            Command::Create(q) | Command::Drop(q) => need(Right::Admin, q),
+            Command::Len(q) => need(Right::See, q),
+            _ => None,
+        }
+    }
+
+    /// `AUTH` and `HELLO ... AUTH`: the connection becomes the user, or
+    /// hears Redis's refusal; failed attempts are counted and make the
+    /// connection wait before the next one is checked.
+    fn log_in(&self, conn: &ClientConn, credentials: &Credentials) -> Reply {
+        let users = &self.shared.users;
+        if !users.enabled() {
+            return Reply::err(
+                "AUTH <password> called without any password configured for the default user. Are you sure your \
+                 configuration is correct?",
+            );
+        }
+        let wrong = || Reply::Error("WRONGPASS invalid username-password pair or user is disabled.".into());
+        if !conn.attempts.may_try() {
+            users.failures.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            return wrong();
+        }
+        match users.check(&credentials.user, &credentials.password) {
+            Some(user) => {
+                conn.attempts.succeeded();
+                conn.set_user(user);
+                Reply::Simple("OK")
+            }
+            None => {
+                conn.attempts.failed();
+                tracing::debug!(user = %credentials.user, "failed login");
+                wrong()
+            }
+        }
+    }
+
     fn statement(&self, pg: &mut DbConn, c: &Command, conn: &ClientConn, db: &mut DbFacts) -> Result<Outcome, DbError> {
-        let me = conn.name();
+        let me = conn.identity();
         let me = me.as_deref();
         let ok = |r: Reply| Ok(Outcome::Reply(r, Vec::new(), "ok"));
         db.statements = 1;
@@ -544,7 +622,10 @@ impl Worker {
             }
             Command::Len(q) => ok(Reply::Int(pg.len(q)?)),
             Command::List { pending } => {
-                let names = pg.list(pending.then_some(me))?;
+                let mut names = pg.list(pending.then_some(me))?;
+                if let Some(user) = conn.user() {
+                    names.retain(|q| user.may(Right::See, q));
+                }
                 ok(Reply::Array(names.into_iter().map(Reply::text).collect()))
             }
             _ => unreachable!("local commands are answered before borrowing a connection"),
@@ -581,6 +662,8 @@ impl Worker {
         line("total_net_output_bytes", net.bytes_out.to_string());
         line("queue_length", s.queue.len().to_string());
         line("leases_released", net.leases_released.to_string());
+        line("auth_users", if s.users.enabled() { "yes" } else { "no" }.to_string());
+        line("auth_failures", s.users.failures.load(std::sync::atomic::Ordering::Relaxed).to_string());
         line("\r\n# Database\r\npool_size", s.pool.size().to_string());
         line("pool_open", open.to_string());
         line("pool_idle", idle.to_string());

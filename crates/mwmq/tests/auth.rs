@@ -1,0 +1,187 @@
+//! Users, logins and rights with real clients (the `redis` crate, redis-cli):
+//! Redis's errors byte for byte, the logged-in user as the only identity
+//! (CLIENT SETNAME cannot impersonate), rights per queue, failed attempts
+//! counted and slowed, `mwmq user add`, and no unauthenticated listener
+//! beyond loopback unless asked for.
+
+mod common;
+
+use std::io::Write;
+use std::net::SocketAddr;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use common::*;
+use mwmq::users::{user_table, UserConfig};
+use mwmq::Service;
+
+fn user(name: &str, password: &str, send: &[&str], receive: &[&str], admin: &[&str]) -> UserConfig {
+    let v = |p: &[&str]| p.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    let table = user_table(name, password.as_bytes(), &v(send), &v(receive), &v(admin)).unwrap();
+    let doc: toml::Table = toml::from_str(&table).unwrap();
+    let mut users: Vec<UserConfig> = doc["users"].clone().try_into().unwrap();
+    users.pop().unwrap()
+}
+
+fn login(addr: SocketAddr, name: &str, password: &str) -> redis::Connection {
+    let client = redis::Client::open(format!("redis://{name}:{password}@{addr}/")).unwrap();
+    let c = client.get_connection_with_timeout(Duration::from_secs(5)).expect("logged in");
+    c.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    c
+}
+
+fn raw(c: &mut redis::Connection, args: &[&str]) -> Result<redis::Value, String> {
+    let mut cmd = redis::cmd(args[0]);
+    for a in &args[1..] {
+        cmd.arg(*a);
+    }
+    cmd.query::<redis::Value>(c).map_err(|e| format!("{} {}", e.code().unwrap_or("?"), e.detail().unwrap_or("")))
+}
+
+#[test]
+fn users_are_who_they_logged_in_as_and_may_only_what_they_were_given() {
+    let pg = Postgres::start().unwrap();
+    let mut cfg = config(&pg);
+    cfg.users = vec![
+        user("alice", "alice-pw", &["inbox"], &["inbox"], &["inbox", "jobs*"]),
+        user("bob", "bob-pw", &[], &["inbox"], &[]),
+        user("mallory", "mallory-pw", &["inbox"], &["inbox"], &[]),
+    ];
+    let mq = start(cfg);
+    let addr = mq.local_addr();
+
+    // Nobody yet: only AUTH, HELLO ... AUTH, PING and QUIT.
+    let mut anon = connect(addr);
+    assert_eq!(q::<String>(&mut anon, &["PING"]), "PONG");
+    assert_eq!(err(&mut anon, &["QLIST"]), "NOAUTH Authentication required.");
+    assert_eq!(err(&mut anon, &["SEND", "inbox", "x"]), "NOAUTH Authentication required.");
+    let hello = err(&mut anon, &["HELLO", "3"]);
+    assert!(hello.starts_with("NOAUTH HELLO must be called with the client already authenticated"), "{hello}");
+    assert_eq!(
+        err(&mut anon, &["AUTH", "alice", "nope"]),
+        "WRONGPASS invalid username-password pair or user is disabled."
+    );
+    // Right after a failure even the right password is not checked; a moment later it is.
+    assert!(err(&mut anon, &["AUTH", "alice", "alice-pw"]).starts_with("WRONGPASS"));
+    std::thread::sleep(Duration::from_millis(250));
+    assert_eq!(q::<String>(&mut anon, &["AUTH", "alice", "alice-pw"]), "OK");
+    assert_eq!(q::<String>(&mut anon, &["QCREATE", "inbox"]), "OK");
+
+    // alice writes to bob; mallory calls herself bob and gets nothing; bob gets it, from alice.
+    let mut alice = login(addr, "alice", "alice-pw");
+    let _: i64 = q(&mut alice, &["SEND", "inbox", "secret for bob", "TO", "bob"]);
+    let mut mallory = login(addr, "mallory", "mallory-pw");
+    assert_eq!(q::<String>(&mut mallory, &["CLIENT", "SETNAME", "bob"]), "OK");
+    assert!(recv(&mut mallory, "inbox", &[]).is_empty(), "SETNAME does not make mallory bob");
+    assert_eq!(q::<Option<String>>(&mut mallory, &["CLIENT", "GETNAME"]).as_deref(), Some("bob"), "a label only");
+    let mut bob = login(addr, "bob", "bob-pw");
+    let got = recv(&mut bob, "inbox", &[]);
+    assert_eq!(got.len(), 1);
+    assert_eq!((got[0].2.as_str(), got[0].3.as_slice()), ("alice", &b"secret for bob"[..]), "the sender is the user");
+
+    // Rights per queue, in Redis's words.
+    assert_eq!(err(&mut bob, &["SEND", "inbox", "x"]), "NOPERM User bob has no permissions to send to queue 'inbox'");
+    assert_eq!(err(&mut bob, &["QDROP", "inbox"]), "NOPERM User bob has no permissions to administer queue 'inbox'");
+    assert_eq!(
+        err(&mut mallory, &["QDROP", "inbox"]),
+        "NOPERM User mallory has no permissions to administer queue 'inbox'"
+    );
+    assert_eq!(q::<String>(&mut alice, &["QCREATE", "jobs-eu"]), "OK");
+    assert_eq!(
+        err(&mut alice, &["QCREATE", "payroll"]),
+        "NOPERM User alice has no permissions to administer queue 'payroll'"
+    );
+    assert_eq!(err(&mut bob, &["QLEN", "jobs-eu"]), "NOPERM User bob has no permissions to see queue 'jobs-eu'");
+    assert_eq!(q::<Vec<String>>(&mut bob, &["QLIST"]), ["inbox"], "bob sees his queues only");
+    assert_eq!(q::<Vec<String>>(&mut alice, &["QLIST"]).len(), 2);
+
+    // HELLO 3 AUTH logs in and switches the protocol; with a wrong password it does neither.
+    let mut h = connect(addr);
+    assert_eq!(
+        err(&mut h, &["HELLO", "3", "AUTH", "bob", "wrong"]),
+        "WRONGPASS invalid username-password pair or user is disabled."
+    );
+    std::thread::sleep(Duration::from_millis(250));
+    let map = raw(&mut h, &["HELLO", "3", "AUTH", "bob", "bob-pw"]).unwrap();
+    assert!(format!("{map:?}").contains("mwmq"), "{map:?}");
+    assert!(recv(&mut h, "inbox", &[]).is_empty());
+
+    // redis-cli --user --pass, as a user would.
+    let out = Command::new("redis-cli")
+        .args([
+            "-p",
+            &addr.port().to_string(),
+            "--user",
+            "alice",
+            "--pass",
+            "alice-pw",
+            "--no-auth-warning",
+            "QLEN",
+            "inbox",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "1", "bob's message, leased");
+    let info: String = q(&mut alice, &["INFO"]);
+    let failures: u64 = info.lines().find_map(|l| l.strip_prefix("auth_failures:")).unwrap().trim().parse().unwrap();
+    assert!(failures >= 3, "failed attempts are counted: {failures}");
+}
+
+#[test]
+fn without_users_auth_is_refused_and_only_loopback_is_served_unless_asked() {
+    let pg = Postgres::start().unwrap();
+    let mq = start(config(&pg));
+    let mut c = connect(mq.local_addr());
+    let no_password = "ERR AUTH <password> called without any password configured for the default user. Are you sure \
+                       your configuration is correct?";
+    assert_eq!(err(&mut c, &["AUTH", "x"]), no_password);
+    assert_eq!(err(&mut c, &["HELLO", "3", "AUTH", "x", "y"]), no_password, "HELLO AUTH does not pretend");
+    assert_eq!(err(&mut c, &["AUTH"]), "ERR wrong number of arguments for 'AUTH' command");
+    drop(mq);
+    let mut open = config(&pg);
+    open.server.listen = "0.0.0.0:0".into();
+    let why = mwmq::Mq::start(open.clone()).err().expect("refused").to_string();
+    assert!(why.contains("without users") && why.contains("--insecure-no-auth"), "{why}");
+    open.server.insecure_no_auth = true;
+    let mq = start(open);
+    assert_eq!(
+        q::<String>(&mut connect(SocketAddr::from(([127, 0, 0, 1], mq.local_addr().port()))), &["PING"]),
+        "PONG"
+    );
+}
+
+#[test]
+fn mwmq_user_add_prints_a_table_that_logs_in() {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_mwmq"))
+        .args(["user", "add", "carol", "--password-stdin", "--send", "orders.*", "--receive", "orders.*"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(b"carol pass phrase\n").unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success());
+    let table = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        table.contains("[[users]]") && table.contains("$argon2id$") && !table.contains("carol pass phrase"),
+        "{table}"
+    );
+    let doc: toml::Table = toml::from_str(&table).unwrap();
+    let users: Vec<UserConfig> = doc["users"].clone().try_into().unwrap();
+    let pg = Postgres::start().unwrap();
+    let mut cfg = config(&pg);
+    cfg.users = users;
+    let mq = start(cfg);
+    let mut carol = login(mq.local_addr(), "carol", "carol pass phrase");
+    assert_eq!(
+        err(&mut carol, &["QCREATE", "orders.eu"]),
+        "NOPERM User carol has no permissions to administer queue 'orders.eu'"
+    );
+    let empty = Command::new(env!("CARGO_BIN_EXE_mwmq"))
+        .args(["user", "add", "dave", "--password-stdin"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(empty.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&empty.stderr).contains("no password"));
+}
