@@ -1,7 +1,8 @@
 //! The HTTP admin endpoint (`--admin ADDR`, served by `mwserve::http`):
-//! `/metrics` in Prometheus text format, `/stats` as JSON (the window in
-//! progress and the last closed one), `/healthz` (503 while the database is
-//! unreachable).
+//! `/metrics` in Prometheus text format (with each queue's counters), `/stats`
+//! as JSON (the window in progress and the last closed one), `/healthz`
+//! (liveness: 200 while the process serves, 503 once it is stopping) and
+//! `/readyz` (readiness: 503 while the database cannot be reached).
 
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
@@ -16,12 +17,12 @@ use crate::shared::Shared;
 use crate::windows::current_record;
 
 /// The paths the endpoint serves.
-pub const PATHS: &[&str] = &["/metrics", "/stats", "/healthz"];
+pub const PATHS: &[&str] = &["/metrics", "/stats", "/healthz", "/readyz"];
 
 /// How long `/healthz` waits for the database's answer.
 const HEALTH_TIMEOUT: Duration = Duration::from_secs(2);
 
-/// What the endpoint serves for `shared`'s mwmq. `/healthz` asks the
+/// What the endpoint serves for `shared`'s mwmq. `/readyz` asks the
 /// database itself, on a connection of its own (opened on first use, opened
 /// again after a failure), so it answers 503 when the database cannot be
 /// reached or does not answer in time, whatever the pool holds.
@@ -33,12 +34,17 @@ pub fn handler(shared: Arc<Shared>) -> Handler {
             let (current, last) = current_record(&shared);
             Some(Page::ok("application/json", serde_json::json!({ "current": current, "last": last }).to_string()))
         }
-        ("GET", "/healthz") => Some(healthz(&shared, &mut check.lock().unwrap_or_else(|p| p.into_inner()))),
+        ("GET", "/healthz") => Some(if shared.stopping.load(Ordering::Relaxed) {
+            Page::text(503, "stopping\n".into())
+        } else {
+            Page::text(200, "ok\n".into())
+        }),
+        ("GET", "/readyz") => Some(readyz(&shared, &mut check.lock().unwrap_or_else(|p| p.into_inner()))),
         _ => None,
     })
 }
 
-fn healthz(shared: &Shared, conn: &mut Option<postgres::Client>) -> Page {
+fn readyz(shared: &Shared, conn: &mut Option<postgres::Client>) -> Page {
     let (open, idle) = shared.pool.occupancy();
     let pool = format!("pool {} open {open} idle {idle}\n", shared.pool.size());
     let answered = match conn.as_mut() {
@@ -105,5 +111,12 @@ fn metrics(shared: &Shared) -> String {
     p.counter("mwmq_protocol_errors_total", "Inputs that were not RESP.", &[], net.protocol_errors);
     p.counter("mwmq_queue_full_total", "Times the request queue was full.", &[], net.queue_full);
     p.counter("mwmq_leases_released_total", "Leases given back (reply not delivered).", &[], net.leases_released);
+    p.counter("mwmq_auth_failures_total", "Failed logins.", &[], shared.users.failures.load(Ordering::Relaxed));
+    for (queue, counts) in shared.queues.all() {
+        for (field, value) in counts.fields() {
+            let help = format!("Messages {} this queue since start.", field.replace('_', " "));
+            p.counter(&format!("mwmq_queue_{field}_total"), &help, &[("queue", queue.as_str())], value);
+        }
+    }
     p.render()
 }

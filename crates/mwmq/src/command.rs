@@ -43,8 +43,32 @@ pub enum Command {
     },
     /// `AUTH [user] password`
     Auth(Credentials),
-    /// `QCREATE q`
-    Create(String),
+    /// `QCREATE q [MAXDELIVERIES n] [DEADLETTER q2]`
+    Create(String, QueueOptions),
+    /// `QALTER q [MAXDELIVERIES n] [DEADLETTER q2 | NODEADLETTER]`
+    Alter(String, QueueOptions),
+    /// `QINFO q`
+    QueueInfo(String),
+    /// `REDRIVE q2 [TO q] [COUNT n]`
+    Redrive {
+        /// The dead-letter queue.
+        queue: String,
+        /// Where to (default: the queue each message came from).
+        to: Option<String>,
+        /// Most messages moved.
+        count: u32,
+    },
+    /// `TOUCH q id lease ms`
+    Touch {
+        /// Queue.
+        queue: String,
+        /// Message id.
+        id: i64,
+        /// The lease RECV gave.
+        lease: i64,
+        /// Invisible for this long from now.
+        ms: u64,
+    },
     /// `QDROP q`
     Drop(String),
     /// `QLEN q`
@@ -93,6 +117,21 @@ pub enum Command {
         from: Option<String>,
     },
 }
+
+/// Dead-letter settings of a queue (`QCREATE`, `QALTER`): `None` leaves a
+/// setting as it is (off, for a new queue).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct QueueOptions {
+    /// Deliveries without an ACK after which a message is dead-lettered (0: never).
+    pub max_deliveries: Option<u32>,
+    /// Where dead-lettered messages go (`Some(None)`: dropped and counted).
+    pub dead_letter: Option<Option<String>>,
+}
+
+/// Most deliveries a queue may allow before dead-lettering.
+pub const MAX_DELIVERIES: i64 = 1_000_000;
+/// Most messages one REDRIVE moves.
+pub const MAX_REDRIVE: u32 = 100_000;
 
 /// A user and a password (`AUTH`, `HELLO ... AUTH`).
 #[derive(Clone, PartialEq, Eq)]
@@ -152,7 +191,14 @@ impl Command {
             Command::Nack { .. } => MqOp::Nack,
             Command::Pop { .. } => MqOp::Pop,
             Command::Peek { .. } => MqOp::Peek,
-            Command::Create(_) | Command::Drop(_) | Command::Len(_) | Command::List { .. } => MqOp::Queue,
+            Command::Create(..)
+            | Command::Alter(..)
+            | Command::QueueInfo(_)
+            | Command::Redrive { .. }
+            | Command::Touch { .. }
+            | Command::Drop(_)
+            | Command::Len(_)
+            | Command::List { .. } => MqOp::Queue,
             _ => MqOp::Other,
         }
     }
@@ -288,15 +334,87 @@ pub fn parse(args: &[Vec<u8>], limits: &Limits) -> Result<Command, Refusal> {
             }),
             _ => return Err(syntax()),
         },
-        "QCREATE" | "QDROP" | "QLEN" => {
+        "QDROP" | "QLEN" | "QINFO" => {
             if n != 1 {
                 return Err(arity(&cmd));
             }
             let q = name(&rest[0], "a queue name")?;
             match cmd.as_str() {
-                "QCREATE" => Command::Create(q),
                 "QDROP" => Command::Drop(q),
+                "QINFO" => Command::QueueInfo(q),
                 _ => Command::Len(q),
+            }
+        }
+        "QCREATE" | "QALTER" => {
+            if n == 0 || (cmd == "QALTER" && n == 1) {
+                return Err(arity(&cmd));
+            }
+            let q = name(&rest[0], "a queue name")?;
+            let mut o = QueueOptions::default();
+            let mut i = 1;
+            while i < n {
+                match upper(&rest[i]).as_str() {
+                    "MAXDELIVERIES" if i + 1 < n => {
+                        let m = int(&rest[i + 1])?;
+                        if !(0..=MAX_DELIVERIES).contains(&m) {
+                            return Err(Reply::err(format!(
+                                "MAXDELIVERIES must be between 0 (never) and {MAX_DELIVERIES}"
+                            )));
+                        }
+                        o.max_deliveries = Some(m as u32);
+                        i += 2;
+                    }
+                    "DEADLETTER" if i + 1 < n => {
+                        let d = name(&rest[i + 1], "a queue name")?;
+                        if d == q {
+                            return Err(Reply::err("a queue cannot be its own dead-letter queue"));
+                        }
+                        o.dead_letter = Some(Some(d));
+                        i += 2;
+                    }
+                    "NODEADLETTER" if cmd == "QALTER" => {
+                        o.dead_letter = Some(None);
+                        i += 1;
+                    }
+                    _ => return Err(syntax()),
+                }
+            }
+            if cmd == "QCREATE" {
+                Command::Create(q, o)
+            } else {
+                Command::Alter(q, o)
+            }
+        }
+        "REDRIVE" => {
+            if n.is_multiple_of(2) {
+                return Err(arity("REDRIVE"));
+            }
+            let (mut to, mut count) = (None, MAX_REDRIVE);
+            let queue = name(&rest[0], "a queue name")?;
+            for pair in rest[1..].chunks(2) {
+                match upper(&pair[0]).as_str() {
+                    "TO" => to = Some(name(&pair[1], "a queue name")?),
+                    "COUNT" => {
+                        let c = int(&pair[1])?;
+                        if !(1..=i64::from(MAX_REDRIVE)).contains(&c) {
+                            return Err(Reply::err(format!("COUNT must be between 1 and {MAX_REDRIVE}")));
+                        }
+                        count = c as u32;
+                    }
+                    _ => return Err(syntax()),
+                }
+            }
+            Command::Redrive { queue, to, count }
+        }
+        "TOUCH" => {
+            if n != 4 {
+                return Err(arity("TOUCH"));
+            }
+            Command::Touch {
+                queue: name(&rest[0], "a queue name")?,
+                id: int(&rest[1])?,
+                lease: int(&rest[2])?,
+                ms: millis(&rest[3], "the lease", MAX_DELAY_MS)?,
             }
         }
         "QLIST" => match n {

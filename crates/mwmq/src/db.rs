@@ -23,6 +23,7 @@ use std::time::{Duration, Instant};
 use postgres::error::SqlState;
 use postgres::{Client, NoTls, Statement};
 
+use crate::command::QueueOptions;
 use crate::config::Config;
 
 /// Schema versions, applied in order, each in one transaction.
@@ -63,6 +64,10 @@ const MIGRATIONS: &[&str] = &[
         PRIMARY KEY (queue_id, key)
     );
     CREATE INDEX mwmq_keys_age ON mwmq_keys (created_at);",
+    // 2: dead letters: a queue's limit of deliveries and where what exceeds
+    // it goes; a dead-lettered message remembers its queue and why.
+    "ALTER TABLE mwmq_queues ADD COLUMN max_deliveries integer, ADD COLUMN dead_letter text;
+    ALTER TABLE mwmq_messages ADD COLUMN dead_from text, ADD COLUMN dead_reason text;",
 ];
 
 /// The advisory lock that serialises migrations of mwmq processes starting together.
@@ -87,6 +92,10 @@ struct Statements {
     peek: Statement,
     ack: Statement,
     nack: Statement,
+    touch: Statement,
+    alter: Statement,
+    info: Statement,
+    redrive: Statement,
     release: Statement,
     exists: Statement,
     create: Statement,
@@ -138,16 +147,35 @@ impl Statements {
                  RETURNING id",
             )?,
             key_lookup: c.prepare(&format!("SELECT message_id FROM mwmq_keys WHERE queue_id = {QUEUE} AND key = $2"))?,
+            // Of the first eligible messages, those delivered `max_deliveries`
+            // times already move to the dead-letter queue (or are dropped when
+            // it does not exist) in the same statement; the others are leased.
+            // The last row counts them: (NULL, moved out, moved in, NULL, NULL).
             recv: c.prepare(&format!(
-                "UPDATE mwmq_messages m
-                 SET lease = nextval('mwmq_leases'),
-                     visible_at = now() + interval '1 millisecond' * $5::float8,
-                     deliveries = m.deliveries + 1
-                 FROM (SELECT queue_id, id FROM mwmq_messages
-                       WHERE queue_id = {QUEUE} AND {ELIGIBLE}
-                       ORDER BY id LIMIT $4 FOR UPDATE SKIP LOCKED) c
-                 WHERE m.queue_id = c.queue_id AND m.id = c.id
-                 RETURNING m.queue_id, m.id, m.lease, m.sender, m.body"
+                "WITH q AS (SELECT id, max_deliveries, dead_letter FROM mwmq_queues
+                            WHERE name = $1 AND dropped_at IS NULL),
+                 c AS (SELECT m.queue_id, m.id, coalesce(m.deliveries >= (SELECT max_deliveries FROM q), false) AS dead
+                       FROM mwmq_messages m
+                       WHERE m.queue_id = (SELECT id FROM q) AND {ELIGIBLE}
+                       ORDER BY m.id LIMIT $4 FOR UPDATE OF m SKIP LOCKED),
+                 gone AS (DELETE FROM mwmq_messages m USING c
+                          WHERE c.dead AND m.queue_id = c.queue_id AND m.id = c.id
+                          RETURNING m.id, m.sender, m.receiver, m.body, m.sent_at, m.deliveries),
+                 moved AS (INSERT INTO mwmq_messages
+                             (queue_id, id, sender, receiver, body, sent_at, visible_at, deliveries, dead_from, dead_reason)
+                           SELECT dq.id, g.id, g.sender, g.receiver, g.body, g.sent_at, now(), g.deliveries, $1,
+                                  'max_deliveries'
+                           FROM gone g CROSS JOIN q JOIN mwmq_queues dq ON dq.name = q.dead_letter AND dq.dropped_at IS NULL
+                           RETURNING 1),
+                 leased AS (UPDATE mwmq_messages m
+                            SET lease = nextval('mwmq_leases'),
+                                visible_at = now() + interval '1 millisecond' * $5::float8,
+                                deliveries = m.deliveries + 1
+                            FROM c WHERE NOT c.dead AND m.queue_id = c.queue_id AND m.id = c.id
+                            RETURNING m.queue_id, m.id, m.lease, m.sender, m.body)
+                 SELECT queue_id, id, lease, sender, body FROM leased
+                 UNION ALL
+                 SELECT NULL::bigint, (SELECT count(*) FROM gone), (SELECT count(*) FROM moved), NULL::text, NULL::bytea"
             ))?,
             pop: c.prepare(&format!(
                 "DELETE FROM mwmq_messages m
@@ -166,6 +194,43 @@ impl Statements {
                 "UPDATE mwmq_messages SET lease = NULL, visible_at = now() + interval '1 millisecond' * $4::float8
                  WHERE queue_id = {QUEUE} AND id = $2 AND lease = $3"
             ))?,
+            touch: c.prepare(&format!(
+                "UPDATE mwmq_messages SET visible_at = now() + interval '1 millisecond' * $4::float8
+                 WHERE queue_id = {QUEUE} AND id = $2 AND lease = $3"
+            ))?,
+            alter: c.prepare(
+                "UPDATE mwmq_queues
+                 SET max_deliveries = CASE WHEN $2::bool THEN nullif($3::int, 0) ELSE max_deliveries END,
+                     dead_letter = CASE WHEN $4::bool THEN $5::text ELSE dead_letter END
+                 WHERE name = $1 AND dropped_at IS NULL RETURNING id",
+            )?,
+            info: c.prepare(
+                "SELECT coalesce(q.max_deliveries, 0), q.dead_letter,
+                        count(m.id) FILTER (WHERE m.visible_at <= now()),
+                        count(m.id) FILTER (WHERE m.visible_at > now() AND m.lease IS NULL),
+                        count(m.id) FILTER (WHERE m.visible_at > now() AND m.lease IS NOT NULL),
+                        count(m.id) FILTER (WHERE m.dead_from IS NOT NULL),
+                        coalesce(extract(epoch FROM now() - min(m.sent_at) FILTER (WHERE m.visible_at <= now()))
+                                 * 1000, 0)::float8
+                 FROM mwmq_queues q LEFT JOIN mwmq_messages m ON m.queue_id = q.id
+                 WHERE q.name = $1 AND q.dropped_at IS NULL GROUP BY q.id",
+            )?,
+            // Dead letters back: to TO, or to the queue each came from; what
+            // has nowhere to go (no such queue) stays.
+            redrive: c.prepare(
+                "WITH src AS (SELECT id FROM mwmq_queues WHERE name = $1 AND dropped_at IS NULL),
+                 c AS (SELECT m.queue_id, m.id, coalesce($2::text, m.dead_from) AS target
+                       FROM mwmq_messages m
+                       WHERE m.queue_id = (SELECT id FROM src) AND m.visible_at <= now()
+                       ORDER BY m.id LIMIT $3 FOR UPDATE OF m SKIP LOCKED),
+                 gone AS (DELETE FROM mwmq_messages m
+                          USING c JOIN mwmq_queues t ON t.name = c.target AND t.dropped_at IS NULL
+                          WHERE m.queue_id = c.queue_id AND m.id = c.id
+                          RETURNING t.id AS target_id, m.id, m.sender, m.receiver, m.body, m.sent_at),
+                 ins AS (INSERT INTO mwmq_messages (queue_id, id, sender, receiver, body, sent_at, visible_at)
+                         SELECT target_id, id, sender, receiver, body, sent_at, now() FROM gone RETURNING 1)
+                 SELECT (SELECT count(*) FROM ins), EXISTS (SELECT 1 FROM src)",
+            )?,
             release: c.prepare(
                 "UPDATE mwmq_messages m SET lease = NULL, visible_at = now(), deliveries = greatest(m.deliveries - 1, 0)
                  FROM unnest($1::bigint[], $2::bigint[], $3::bigint[]) AS r(queue_id, id, lease)
@@ -173,7 +238,7 @@ impl Statements {
             )?,
             exists: c.prepare("SELECT 1 FROM mwmq_queues WHERE name = $1 AND dropped_at IS NULL")?,
             create: c.prepare(
-                "INSERT INTO mwmq_queues (name) VALUES ($1)
+                "INSERT INTO mwmq_queues (name, max_deliveries, dead_letter) VALUES ($1, nullif($2::int, 0), $3)
                  ON CONFLICT (name) WHERE dropped_at IS NULL DO NOTHING RETURNING id",
             )?,
             drop: c.prepare(
@@ -283,6 +348,36 @@ pub struct Leased {
     pub body: Vec<u8>,
 }
 
+/// What a RECV got.
+#[derive(Debug, Default)]
+pub struct Received {
+    /// The messages it leased.
+    pub messages: Vec<Leased>,
+    /// Messages it found delivered too often and moved to the dead-letter queue.
+    pub dead_lettered: u64,
+    /// ... or dropped, there being no dead-letter queue.
+    pub dropped: u64,
+}
+
+/// What QINFO reports of the database.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QueueState {
+    /// Deliveries before dead-lettering (0: never).
+    pub max_deliveries: u32,
+    /// Where dead letters go.
+    pub dead_letter: Option<String>,
+    /// Visible now.
+    pub ready: i64,
+    /// Sent with a DELAY or NACKed with one, not visible yet.
+    pub delayed: i64,
+    /// Leased by a RECV.
+    pub leased: i64,
+    /// Messages here that were dead-lettered from another queue.
+    pub dead_letters_held: i64,
+    /// Age of the oldest visible message, ms (0 without one).
+    pub oldest_ready_ms: i64,
+}
+
 /// A message as POP and PEEK return it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Message {
@@ -377,7 +472,9 @@ impl DbConn {
         }
     }
 
-    /// RECV: up to `count` messages, leased for `vt_ms`, lowest id first.
+    /// RECV: up to `count` messages, leased for `vt_ms`, lowest id first;
+    /// and of the messages looked at, how many were dead-lettered (moved to
+    /// the dead-letter queue, or dropped when there is none).
     pub fn recv(
         &mut self,
         queue: &str,
@@ -385,19 +482,76 @@ impl DbConn {
         from: Option<&str>,
         count: u32,
         vt_ms: u64,
-    ) -> Result<Vec<Leased>, DbError> {
+    ) -> Result<Received, DbError> {
         let (count, vt) = (i64::from(count), vt_ms as f64);
         let r = self.client.query(&self.st.recv, &[&queue, &me, &from, &count, &vt]);
-        let rows = self.check(r)?;
-        if rows.is_empty() {
-            return self.or_no_queue(queue, Vec::new());
+        let mut rows = self.check(r)?;
+        let totals = rows.pop().expect("the statement's last row counts the dead letters");
+        let (dead, moved): (i64, i64) = (totals.get(1), totals.get(2));
+        if rows.is_empty() && dead == 0 {
+            return self.or_no_queue(queue, Received::default());
         }
-        let mut out: Vec<Leased> = rows
+        let mut messages: Vec<Leased> = rows
             .iter()
             .map(|r| Leased { queue_id: r.get(0), id: r.get(1), lease: r.get(2), sender: r.get(3), body: r.get(4) })
             .collect();
-        out.sort_by_key(|m| m.id);
-        Ok(out)
+        messages.sort_by_key(|m| m.id);
+        Ok(Received { messages, dead_lettered: moved as u64, dropped: (dead - moved) as u64 })
+    }
+
+    /// TOUCH: whether the lease was current (the message is now invisible for `ms` more).
+    pub fn touch(&mut self, queue: &str, id: i64, lease: i64, ms: u64) -> Result<bool, DbError> {
+        let ms = ms as f64;
+        let r = self.client.execute(&self.st.touch, &[&queue, &id, &lease, &ms]);
+        if self.check(r)? == 1 {
+            return Ok(true);
+        }
+        self.or_no_queue(queue, false)
+    }
+
+    /// QALTER
+    pub fn alter(&mut self, queue: &str, o: &QueueOptions) -> Result<(), DbError> {
+        let max = o.max_deliveries.map(|m| m as i32);
+        let dead = o.dead_letter.clone().flatten();
+        let r = self
+            .client
+            .query_opt(&self.st.alter, &[&queue, &max.is_some(), &max.unwrap_or(0), &o.dead_letter.is_some(), &dead]);
+        match self.check(r)? {
+            Some(_) => Ok(()),
+            None => Err(DbError::NoQueue(queue.to_string())),
+        }
+    }
+
+    /// QINFO: what the queue holds now.
+    pub fn info(&mut self, queue: &str) -> Result<QueueState, DbError> {
+        let r = self.client.query_opt(&self.st.info, &[&queue]);
+        match self.check(r)? {
+            Some(row) => Ok(QueueState {
+                max_deliveries: row.get::<_, i32>(0) as u32,
+                dead_letter: row.get(1),
+                ready: row.get(2),
+                delayed: row.get(3),
+                leased: row.get(4),
+                dead_letters_held: row.get(5),
+                oldest_ready_ms: row.get::<_, f64>(6) as i64,
+            }),
+            None => Err(DbError::NoQueue(queue.to_string())),
+        }
+    }
+
+    /// REDRIVE: messages moved back.
+    pub fn redrive(&mut self, queue: &str, to: Option<&str>, count: u32) -> Result<i64, DbError> {
+        if let Some(t) = to {
+            if !self.exists(t)? {
+                return Err(DbError::NoQueue(t.to_string()));
+            }
+        }
+        let r = self.client.query_one(&self.st.redrive, &[&queue, &to, &i64::from(count)]);
+        let row = self.check(r)?;
+        if !row.get::<_, bool>(1) {
+            return Err(DbError::NoQueue(queue.to_string()));
+        }
+        Ok(row.get(0))
     }
 
     /// POP (`take`) or PEEK: the first eligible message.
@@ -499,8 +653,10 @@ impl DbConn {
     }
 
     /// QCREATE
-    pub fn create(&mut self, queue: &str) -> Result<(), DbError> {
-        let r = self.client.query_opt(&self.st.create, &[&queue]);
+    pub fn create(&mut self, queue: &str, o: &QueueOptions) -> Result<(), DbError> {
+        let max = o.max_deliveries.unwrap_or(0) as i32;
+        let dead = o.dead_letter.clone().flatten();
+        let r = self.client.query_opt(&self.st.create, &[&queue, &max, &dead]);
         match self.check(r)? {
             Some(_) => Ok(()),
             None => Err(DbError::Exists(queue.to_string())),
@@ -561,11 +717,13 @@ pub fn connect(cfg: &Config) -> Result<Client, String> {
     // scans never mark the index entries of deleted messages dead, so every
     // POP would visit every message ever deleted until the next vacuum. An
     // index scan marks them as it passes, and costs the same when the table
-    // is small. (docs/mwmq.md)
+    // is small. (docs/mwmq.md) Those settings make any plan that would still
+    // need a disabled node look expensive, which would start the JIT
+    // compiler (hundreds of ms) on a statement that runs in one: off.
     client
         .batch_execute(&format!(
             "SET statement_timeout = {timeout}; SET lock_timeout = {timeout}; \
-             SET enable_bitmapscan = off; SET enable_seqscan = off; SET enable_sort = off"
+             SET enable_bitmapscan = off; SET enable_seqscan = off; SET enable_sort = off; SET jit = off"
         ))
         .map_err(|e| e.to_string())?;
     Ok(client)

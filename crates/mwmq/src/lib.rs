@@ -15,6 +15,7 @@ pub mod db;
 pub mod events;
 pub mod job;
 pub mod net;
+pub mod queues;
 pub mod resp;
 pub mod server;
 pub mod shared;

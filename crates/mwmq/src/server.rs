@@ -92,6 +92,7 @@ impl Service for Mq {
             done: Mutex::new(None),
             port: addr.port(),
             users,
+            queues: Default::default(),
             config,
         });
         let (front, waker) = Front::new(vec![(std_listener, false)], crate::net::TOO_MANY)?;

@@ -85,6 +85,8 @@ pub struct Shared {
     pub port: u16,
     /// Who may connect (none configured: anyone).
     pub users: crate::users::Users,
+    /// Each queue's counters since start.
+    pub queues: crate::queues::PerQueue,
 }
 
 impl Shared {

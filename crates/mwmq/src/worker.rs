@@ -239,6 +239,7 @@ impl Worker {
                             if woken.insert(row.queue) {
                                 self.shared.waiters.sent(&self.shared.queue, row.queue);
                             }
+                            self.shared.queues.add(row.queue, |c| c.sent += 1);
                             (Reply::Int(id), "ok", 0)
                         }
                         None => (DbError::NoQueue(row.queue.to_string()).reply(), "client_error", 0),
@@ -265,6 +266,9 @@ impl Worker {
                                 e
                             }
                         };
+                    if ok {
+                        self.shared.queues.add(a.0, |c| c.acked += 1);
+                    }
                     replies[*i] = Some(if known {
                         (Reply::Int(i64::from(ok)), "ok", 0)
                     } else {
@@ -274,6 +278,8 @@ impl Worker {
             }
             Batch::Pop { queue, me, from } => {
                 let msgs = pg.first_n(queue, me.as_deref(), from.as_deref(), true, live.len())?;
+                let n = msgs.len() as u64;
+                self.shared.queues.add(queue, |c| c.received += n);
                 let mut msgs = msgs.into_iter();
                 for i in live {
                     replies[*i] = Some(match msgs.next() {
@@ -529,9 +535,23 @@ impl Worker {
             | Command::Peek { queue, .. }
             | Command::Ack { queue, .. }
             | Command::Nack { queue, .. } => need(Right::Receive, queue),
-            Command::Create(q) | Command::Drop(q) => need(Right::Admin, q),
-            Command::Len(q) => need(Right::See, q),
+            Command::Touch { queue, .. } => need(Right::Receive, queue),
+            Command::Create(q, _) | Command::Alter(q, _) | Command::Drop(q) => need(Right::Admin, q),
+            Command::Redrive { queue, to, .. } => {
+                need(Right::Admin, queue).or_else(|| to.as_deref().and_then(|t| need(Right::Admin, t)))
+            }
+            Command::Len(q) | Command::QueueInfo(q) => need(Right::See, q),
             _ => None,
+        }
+    }
+
+    /// Counts what a RECV dead-lettered.
+    fn dead_lettered(&self, queue: &str, got: &crate::db::Received) {
+        if got.dead_lettered + got.dropped > 0 {
+            self.shared.queues.add(queue, |c| {
+                c.dead_lettered += got.dead_lettered;
+                c.dropped += got.dropped;
+            });
         }
     }
 
@@ -574,10 +594,24 @@ impl Worker {
             Command::Send(s) => {
                 let id = pg.send(&s.queue, me.unwrap_or(""), s.to.as_deref(), &s.body, s.delay_ms, s.key.as_deref())?;
                 self.shared.waiters.sent(&self.shared.queue, &s.queue);
+                self.shared.queues.add(&s.queue, |c| c.sent += 1);
                 ok(Reply::Int(id))
             }
             Command::Recv(r) => {
-                let msgs = pg.recv(&r.queue, me, r.from.as_deref(), r.count, r.vt_ms)?;
+                let mut got = pg.recv(&r.queue, me, r.from.as_deref(), r.count, r.vt_ms)?;
+                // Only dead letters at the front: look again (bounded), so that
+                // a poison message does not make a RECV come back empty-handed.
+                let mut again = 0;
+                while got.messages.is_empty() && got.dead_lettered + got.dropped > 0 && again < 8 {
+                    self.dead_lettered(&r.queue, &got);
+                    got = pg.recv(&r.queue, me, r.from.as_deref(), r.count, r.vt_ms)?;
+                    again += 1;
+                    db.statements += 1;
+                }
+                self.dead_lettered(&r.queue, &got);
+                let msgs = got.messages;
+                let n = msgs.len() as u64;
+                self.shared.queues.add(&r.queue, |c| c.received += n);
                 db.hits = msgs.len() as u64;
                 let leases = msgs.iter().map(|m| LeaseRef { queue_id: m.queue_id, id: m.id, lease: m.lease }).collect();
                 let items = msgs
@@ -598,26 +632,55 @@ impl Worker {
                 match pg.first(queue, me, from.as_deref(), take)? {
                     Some(m) => {
                         db.hits = 1;
+                        if take {
+                            self.shared.queues.add(queue, |c| c.received += 1);
+                        }
                         ok(Reply::Array(vec![Reply::Int(m.id), Reply::text(m.sender), Reply::Bulk(m.body)]))
                     }
                     None => ok(Reply::Nil),
                 }
             }
-            Command::Ack { queue, id, lease } => ok(Reply::Int(i64::from(pg.ack(queue, *id, *lease)?))),
+            Command::Ack { queue, id, lease } => {
+                let done = pg.ack(queue, *id, *lease)?;
+                if done {
+                    self.shared.queues.add(queue, |c| c.acked += 1);
+                }
+                ok(Reply::Int(i64::from(done)))
+            }
+            Command::Touch { queue, id, lease, ms } => ok(Reply::Int(i64::from(pg.touch(queue, *id, *lease, *ms)?))),
             Command::Nack { queue, id, lease, delay_ms } => {
                 let done = pg.nack(queue, *id, *lease, *delay_ms)?;
+                if done {
+                    self.shared.queues.add(queue, |c| c.nacked += 1);
+                }
                 if done && *delay_ms == 0 {
                     self.shared.waiters.sent(&self.shared.queue, queue);
                 }
                 ok(Reply::Int(i64::from(done)))
             }
-            Command::Create(q) => {
-                pg.create(q)?;
+            Command::Create(q, options) => {
+                pg.create(q, options)?;
                 ok(Reply::Simple("OK"))
+            }
+            Command::Alter(q, options) => {
+                pg.alter(q, options)?;
+                ok(Reply::Simple("OK"))
+            }
+            Command::Redrive { queue, to, count } => {
+                let moved = pg.redrive(queue, to.as_deref(), *count)?;
+                if let Some(t) = to {
+                    self.shared.waiters.sent(&self.shared.queue, t);
+                }
+                ok(Reply::Int(moved))
+            }
+            Command::QueueInfo(q) => {
+                let state = pg.info(q)?;
+                ok(queue_info(&state, &self.shared.queues.get(q)))
             }
             Command::Drop(q) => {
                 pg.drop_queue(q)?;
                 self.shared.waiters.dropped(&self.shared.queue, q);
+                self.shared.queues.forget(q);
                 ok(Reply::Simple("OK"))
             }
             Command::Len(q) => ok(Reply::Int(pg.len(q)?)),
@@ -672,4 +735,21 @@ impl Worker {
         line("db_unavailable", acc.db_unavailable.to_string());
         t
     }
+}
+
+/// QINFO's answer: what the queue holds now (from the database) and what
+/// this process has seen happen to it since start.
+fn queue_info(state: &crate::db::QueueState, counts: &crate::queues::Counts) -> Reply {
+    let t = Reply::text;
+    let mut fields = vec![
+        (t("ready"), Reply::Int(state.ready)),
+        (t("delayed"), Reply::Int(state.delayed)),
+        (t("leased"), Reply::Int(state.leased)),
+        (t("oldest_ready_ms"), Reply::Int(state.oldest_ready_ms)),
+        (t("max_deliveries"), Reply::Int(i64::from(state.max_deliveries))),
+        (t("dead_letter"), state.dead_letter.clone().map(Reply::text).unwrap_or(Reply::Nil)),
+        (t("dead_letters_held"), Reply::Int(state.dead_letters_held)),
+    ];
+    fields.extend(counts.fields().into_iter().map(|(k, v)| (t(k), Reply::Int(v as i64))));
+    Reply::Map(fields)
 }

@@ -343,14 +343,17 @@ fn results_files_and_admin_endpoint() {
     let admin = mq.admin_addr().unwrap();
     let (_, metrics) = http_get(admin, "/metrics");
     assert!(metrics.contains("mwmq_pool_size 4"), "{metrics}");
-    // /healthz asks the database itself: 503 while it is down, 200 once it is back.
-    let (status, health) = http_get(admin, "/healthz");
-    assert!(status.contains("200") && health.contains("database up"), "{status} {health}");
+    // /readyz asks the database itself: 503 while it is down, 200 once it is
+    // back; /healthz (liveness) stays 200 throughout.
+    let (status, ready) = http_get(admin, "/readyz");
+    assert!(status.contains("200") && ready.contains("database up"), "{status} {ready}");
     pg.stop().unwrap();
-    let (status, health) = http_get(admin, "/healthz");
-    assert!(status.contains("503") && health.contains("database down"), "{status} {health}");
+    let (status, ready) = http_get(admin, "/readyz");
+    assert!(status.contains("503") && ready.contains("database down"), "{status} {ready}");
+    let (status, live) = http_get(admin, "/healthz");
+    assert!(status.contains("200") && live.starts_with("ok"), "the process itself serves: {status} {live}");
     pg.restart("fast").unwrap();
-    let (status, _) = http_get(admin, "/healthz");
+    let (status, _) = http_get(admin, "/readyz");
     assert!(status.contains("200"), "{status}");
     mq.stopper().stop();
     mq.join();

@@ -4,7 +4,10 @@
 //! the pool's backends are terminated. Afterwards the queue is drained, and
 //! the history must show that every SEND that returned an id was received
 //! and acknowledged, that no ACK succeeded twice for one message, and that
-//! nothing was received that nobody sent. Also: SIGTERM finishes what is in
+//! nothing was received that nobody sent. Dead-lettering is on: receivers
+//! never acknowledge one message in ten (a poison message), which after three
+//! deliveries moves to the dead-letter queue — every message must end either
+//! acknowledged or there, never both. Also: SIGTERM finishes what is in
 //! flight and leaves no lease behind.
 
 mod common;
@@ -44,7 +47,8 @@ fn check_under(name: &str, args: &[&str], chaos: impl FnOnce(&Postgres, &mut Opt
     let mut mq = Some(MqProcess::start(&pg, port, args));
     let addr = mq.as_ref().unwrap().addr;
     let mut c = connect(addr);
-    let _: String = q(&mut c, &["QCREATE", "q"]);
+    let _: String = q(&mut c, &["QCREATE", "dlq"]);
+    let _: String = q(&mut c, &["QCREATE", "q", "MAXDELIVERIES", "3", "DEADLETTER", "dlq"]);
     let history = Arc::new(Mutex::new(History::default()));
     let sending = Arc::new(AtomicBool::new(true));
     let receiving = Arc::new(AtomicBool::new(true));
@@ -102,7 +106,12 @@ fn check_under(name: &str, args: &[&str], chaos: impl FnOnce(&Postgres, &mut Opt
                     }
                 };
                 for (id, lease, _, body) in msgs {
-                    h.lock().unwrap().received.push((id, String::from_utf8(body).unwrap()));
+                    let body = String::from_utf8(body).unwrap();
+                    let poison = body.ends_with('7');
+                    h.lock().unwrap().received.push((id, body));
+                    if poison {
+                        continue; // the receiver "crashes" on it: its lease expires
+                    }
                     match redis::cmd("ACK").arg("q").arg(id).arg(lease).query::<i64>(c) {
                         Ok(1) => h.lock().unwrap().acked.push(id),
                         Ok(_) => {} // the lease expired: someone else has it now
@@ -143,15 +152,25 @@ fn check_under(name: &str, args: &[&str], chaos: impl FnOnce(&Postgres, &mut Opt
     for t in threads {
         t.join().unwrap();
     }
+    // What was dead-lettered: drained from the dead-letter queue.
+    let mut dead = HashSet::new();
+    let c = check.get_or_insert_with(|| connect(addr));
+    while let Some((id, _, _)) = redis::cmd("POP").arg("dlq").query::<Option<(i64, String, Vec<u8>)>>(c).unwrap() {
+        assert!(dead.insert(id), "{name}: message {id} dead-lettered twice");
+    }
     let h = history.lock().unwrap();
     let mut once = HashSet::new();
     for id in &h.acked {
         assert!(once.insert(*id), "{name}: message {id} was acknowledged twice");
     }
     let acked: HashSet<i64> = h.acked.iter().copied().collect();
+    let both: Vec<&i64> = acked.intersection(&dead).collect();
+    assert!(both.is_empty(), "{name}: acknowledged and dead-lettered: {both:?}");
     let mut lost = Vec::new();
     for (body, id) in &h.sent {
-        if !acked.contains(id) && !h.maybe_acked.contains(id) {
+        if body.ends_with('7') {
+            assert!(dead.contains(id), "{name}: poison message {body} ({id}) is not in the dead-letter queue");
+        } else if !acked.contains(id) && !h.maybe_acked.contains(id) && !dead.contains(id) {
             lost.push((body.clone(), *id));
         }
     }
@@ -164,12 +183,14 @@ fn check_under(name: &str, args: &[&str], chaos: impl FnOnce(&Postgres, &mut Opt
     }
     let redelivered = h.received.len() - h.received.iter().map(|r| r.0).collect::<HashSet<_>>().len();
     eprintln!(
-        "{name}: {} SENDs acknowledged, {} unknown, {} received ({redelivered} redeliveries), {} ACKs, {} unknown",
+        "{name}: {} SENDs acknowledged, {} unknown, {} received ({redelivered} redeliveries), {} ACKs, {} unknown, \
+         {} dead-lettered",
         h.sent.len(),
         h.maybe_sent.len(),
         h.received.len(),
         h.acked.len(),
-        h.maybe_acked.len()
+        h.maybe_acked.len(),
+        dead.len()
     );
     assert!(h.sent.len() > 200, "{name}: too little traffic to mean anything ({})", h.sent.len());
     let rows: i64 = sql(&pg).query_one("SELECT count(*) FROM mwmq_messages", &[]).unwrap().get(0);

@@ -1,0 +1,135 @@
+//! Dead letters, lease extension and what a queue holds: a message handed
+//! out MAXDELIVERIES times without an ACK (lease expiries and NACKs) moves to
+//! the dead-letter queue, or is dropped and counted without one; REDRIVE
+//! moves it back; TOUCH keeps a message from a second receiver; QINFO's
+//! figures against a queue whose contents are known.
+
+mod common;
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use common::*;
+use mwmq::Service;
+
+fn info(c: &mut redis::Connection, queue: &str) -> HashMap<String, redis::Value> {
+    let flat: Vec<redis::Value> = q(c, &["QINFO", queue]);
+    flat.chunks(2).map(|kv| (redis::from_redis_value::<String>(&kv[0]).unwrap(), kv[1].clone())).collect()
+}
+
+fn int(m: &HashMap<String, redis::Value>, k: &str) -> i64 {
+    redis::from_redis_value(&m[k]).unwrap_or_else(|e| panic!("{k}: {e}"))
+}
+
+#[test]
+fn poison_messages_move_to_the_dead_letter_queue_and_back() {
+    let pg = Postgres::start().unwrap();
+    let mq = start(config(&pg));
+    let mut c = connect(mq.local_addr());
+    assert_eq!(q::<String>(&mut c, &["QCREATE", "jobs-dlq"]), "OK");
+    assert_eq!(q::<String>(&mut c, &["QCREATE", "jobs", "MAXDELIVERIES", "2", "DEADLETTER", "jobs-dlq"]), "OK");
+    assert_eq!(err(&mut c, &["QCREATE", "x", "DEADLETTER", "x"]), "ERR a queue cannot be its own dead-letter queue");
+    assert!(err(&mut c, &["QCREATE", "x", "MAXDELIVERIES", "-1"]).contains("MAXDELIVERIES must be between"));
+    let poison: i64 = q(&mut c, &["SEND", "jobs", "poison"]);
+    let fine: i64 = q(&mut c, &["SEND", "jobs", "fine"]);
+    // Two deliveries without an ACK: a lease that expires, then a NACK.
+    let first = recv(&mut c, "jobs", &["VT", "100"]);
+    assert_eq!(first[0].0, poison);
+    std::thread::sleep(Duration::from_millis(150));
+    let second = recv(&mut c, "jobs", &[]);
+    assert_eq!(second[0].0, poison, "redelivered after its lease expired");
+    assert_eq!(q::<i64>(&mut c, &["NACK", "jobs", &poison.to_string(), &second[0].1.to_string()]), 1);
+    // The third time it is not handed out: it moves, and the next message comes instead.
+    let third = recv(&mut c, "jobs", &[]);
+    assert_eq!(third.iter().map(|m| m.0).collect::<Vec<_>>(), [fine]);
+    let jobs = info(&mut c, "jobs");
+    assert_eq!((int(&jobs, "dead_lettered"), int(&jobs, "dropped"), int(&jobs, "leased")), (1, 0, 1));
+    let dlq = info(&mut c, "jobs-dlq");
+    assert_eq!((int(&dlq, "ready"), int(&dlq, "dead_letters_held")), (1, 1));
+    let dead: (i64, String, Vec<u8>) = q(&mut c, &["PEEK", "jobs-dlq"]);
+    assert_eq!((dead.0, dead.2.as_slice()), (poison, &b"poison"[..]), "the same message, the same id");
+    let row = sql(&pg)
+        .query_one("SELECT deliveries, dead_from, dead_reason FROM mwmq_messages WHERE id = $1", &[&poison])
+        .unwrap();
+    assert_eq!(
+        (row.get::<_, i32>(0), row.get::<_, String>(1), row.get::<_, String>(2)),
+        (2, "jobs".into(), "max_deliveries".into()),
+        "its delivery count and the reason go with it"
+    );
+    // REDRIVE sends it back where it came from, delivered afresh.
+    assert_eq!(q::<i64>(&mut c, &["REDRIVE", "jobs-dlq"]), 1);
+    assert_eq!(q::<i64>(&mut c, &["QLEN", "jobs-dlq"]), 0);
+    let back = recv(&mut c, "jobs", &[]);
+    assert_eq!(back[0].0, poison);
+    assert_eq!(q::<i64>(&mut c, &["ACK", "jobs", &poison.to_string(), &back[0].1.to_string()]), 1);
+    assert_eq!(err(&mut c, &["REDRIVE", "nope"]), "NOQUEUE no such queue 'nope'");
+    assert_eq!(err(&mut c, &["REDRIVE", "jobs-dlq", "TO", "nope"]), "NOQUEUE no such queue 'nope'");
+
+    // Without a dead-letter queue the message is dropped, and counted.
+    assert_eq!(q::<String>(&mut c, &["QALTER", "jobs", "MAXDELIVERIES", "1", "NODEADLETTER"]), "OK");
+    let doomed: i64 = q(&mut c, &["SEND", "jobs", "doomed"]);
+    let got = recv(&mut c, "jobs", &["COUNT", "10"]);
+    assert_eq!(got.iter().map(|m| m.0).collect::<Vec<_>>(), [doomed]);
+    assert_eq!(q::<i64>(&mut c, &["NACK", "jobs", &doomed.to_string(), &got[0].1.to_string()]), 1);
+    assert!(recv(&mut c, "jobs", &[]).is_empty());
+    let jobs = info(&mut c, "jobs");
+    assert_eq!((int(&jobs, "dropped"), int(&jobs, "max_deliveries")), (1, 1));
+    assert_eq!(jobs["dead_letter"], redis::Value::Nil);
+    assert_eq!(err(&mut c, &["QALTER", "nope", "MAXDELIVERIES", "1"]), "NOQUEUE no such queue 'nope'");
+}
+
+#[test]
+fn touch_keeps_a_message_from_a_second_receiver() {
+    let pg = Postgres::start().unwrap();
+    let mq = start(config(&pg));
+    let mut a = connect(mq.local_addr());
+    let mut b = connect(mq.local_addr());
+    let _: String = q(&mut a, &["QCREATE", "work"]);
+    let id: i64 = q(&mut a, &["SEND", "work", "long job"]);
+    let got = recv(&mut a, "work", &["VT", "300"]);
+    let lease = got[0].1.to_string();
+    for _ in 0..4 {
+        std::thread::sleep(Duration::from_millis(150));
+        assert_eq!(q::<i64>(&mut a, &["TOUCH", "work", &id.to_string(), &lease, "300"]), 1, "still mine");
+        assert!(recv(&mut b, "work", &[]).is_empty(), "nobody else gets it while it is touched");
+    }
+    // Not touched any more: it expires and goes to the next receiver; the old lease is dead.
+    std::thread::sleep(Duration::from_millis(400));
+    let other = recv(&mut b, "work", &[]);
+    assert_eq!(other[0].0, id);
+    assert_eq!(q::<i64>(&mut a, &["TOUCH", "work", &id.to_string(), &lease, "300"]), 0, "not current any more");
+    assert_eq!(err(&mut a, &["TOUCH", "nope", "1", "1", "10"]), "NOQUEUE no such queue 'nope'");
+    assert_eq!(err(&mut a, &["TOUCH", "work", "1", "1"]), "ERR wrong number of arguments for 'TOUCH' command");
+}
+
+#[test]
+fn qinfo_reports_ready_delayed_leased_and_the_oldest_age() {
+    let pg = Postgres::start().unwrap();
+    let mq = start(config(&pg));
+    let mut c = connect(mq.local_addr());
+    let _: String = q(&mut c, &["QCREATE", "known"]);
+    for i in 0..5 {
+        let _: i64 = q(&mut c, &["SEND", "known", &format!("ready {i}")]);
+    }
+    for _ in 0..2 {
+        let _: i64 = q(&mut c, &["SEND", "known", "later", "DELAY", "60000"]);
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    let leased = recv(&mut c, "known", &["COUNT", "3"]);
+    assert_eq!(leased.len(), 3);
+    let _: i64 = q(&mut c, &["ACK", "known", &leased[0].0.to_string(), &leased[0].1.to_string()]);
+    let m = info(&mut c, "known");
+    assert_eq!((int(&m, "ready"), int(&m, "delayed"), int(&m, "leased")), (2, 2, 2));
+    assert!(int(&m, "oldest_ready_ms") >= 250, "{}", int(&m, "oldest_ready_ms"));
+    assert_eq!((int(&m, "sent"), int(&m, "received"), int(&m, "acked")), (7, 3, 1));
+    assert_eq!(err(&mut c, &["QINFO", "nope"]), "NOQUEUE no such queue 'nope'");
+    // The same counters per queue on /metrics.
+    drop(mq);
+    let mut cfg = config(&pg);
+    cfg.stats.admin = Some("127.0.0.1:0".into());
+    let mq = start(cfg);
+    let mut c = connect(mq.local_addr());
+    let _: i64 = q(&mut c, &["SEND", "known", "one more"]);
+    let (_, page) = mctest::http_get(mq.admin_addr().unwrap(), "/metrics");
+    assert!(page.contains("mwmq_queue_sent_total{queue=\"known\"} 1"), "{page}");
+}
