@@ -44,17 +44,33 @@ pub fn handler(shared: Arc<Shared>) -> Handler {
     })
 }
 
+/// A connection being opened for `/readyz` (at most one at a time: a
+/// frozen database holds an opening until it runs again).
+static OPENING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 fn readyz(shared: &Shared, conn: &mut Option<postgres::Client>) -> Page {
     let (open, idle) = shared.pool.occupancy();
     let pool = format!("pool {} open {open} idle {idle}\n", shared.pool.size());
     let answered = match conn.as_mut() {
         Some(c) => c.is_valid(HEALTH_TIMEOUT).map_err(|e| e.to_string()),
-        None => crate::db::connect(&shared.config).map(|c| *conn = Some(c)),
+        None if OPENING.swap(true, Ordering::AcqRel) => Err("a connection is still being opened".into()),
+        None => {
+            let cfg = shared.config.clone();
+            let opened = crate::db::within(HEALTH_TIMEOUT, move || {
+                let c = crate::db::connect(&cfg);
+                OPENING.store(false, Ordering::Release);
+                c
+            });
+            opened.map(|c| *conn = Some(c))
+        }
     };
     match answered {
         Ok(()) => Page::text(200, format!("ok\ndatabase up\n{pool}")),
         Err(e) => {
-            *conn = None;
+            if let Some(c) = conn.take() {
+                // Closing waits for the server: not on this thread.
+                let _ = std::thread::Builder::new().name("db-close".into()).spawn(move || drop(c));
+            }
             Page::text(503, format!("unavailable\ndatabase down: {e}\n{pool}"))
         }
     }
@@ -111,6 +127,12 @@ fn metrics(shared: &Shared) -> String {
     p.counter("mwmq_protocol_errors_total", "Inputs that were not RESP.", &[], net.protocol_errors);
     p.counter("mwmq_queue_full_total", "Times the request queue was full.", &[], net.queue_full);
     p.counter("mwmq_leases_released_total", "Leases given back (reply not delivered).", &[], net.leases_released);
+    p.counter(
+        "mwmq_db_statements_cut_total",
+        "Connections cut because the database did not answer a statement in time.",
+        &[],
+        shared.pool.watch.cut.load(Ordering::Relaxed),
+    );
     p.counter("mwmq_auth_failures_total", "Failed logins.", &[], shared.users.failures.load(Ordering::Relaxed));
     for (queue, counts) in shared.queues.all() {
         for (field, value) in counts.fields() {

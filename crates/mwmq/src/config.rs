@@ -151,6 +151,14 @@ impl Default for QueuesConfig {
 }
 
 impl Config {
+    /// How long mwmq waits for a statement before it cuts the connection:
+    /// the server's `statement_timeout_ms` and one second more for the
+    /// server's own answer to arrive (none when statements never time out).
+    pub fn statement_deadline(&self) -> Option<std::time::Duration> {
+        let ms = self.database.statement_timeout_ms;
+        (ms > 0).then(|| std::time::Duration::from_millis(ms + 1_000))
+    }
+
     /// Connections in the pool (0 in the file means one per worker).
     pub fn pool_size(&self) -> usize {
         if self.database.pool == 0 {

@@ -23,8 +23,11 @@ use std::time::{Duration, Instant};
 use postgres::error::SqlState;
 use postgres::{Client, NoTls, Statement};
 
+use std::sync::Arc;
+
 use crate::command::QueueOptions;
 use crate::config::Config;
+use crate::deadline::{Armed, Watch};
 
 /// Schema versions, applied in order, each in one transaction.
 const MIGRATIONS: &[&str] = &[
@@ -406,14 +409,64 @@ pub struct DbConn {
     st: Statements,
     /// Set when a statement failed in a way that leaves the connection unusable.
     pub broken: bool,
+    /// Its socket, watched for the statement deadline (`deadline.rs`).
+    armed: Option<Arc<Armed>>,
+}
+
+impl Drop for DbConn {
+    fn drop(&mut self) {
+        // Closing politely waits for the server: a frozen one never answers.
+        if let Some(a) = &self.armed {
+            a.cut();
+        }
+    }
+}
+
+/// Runs `open` on a thread of its own and waits at most `limit` for it: a
+/// database that accepts connections but never answers (a frozen server)
+/// must not hold the caller. A connection that comes too late is closed.
+pub fn within<T: Send + 'static>(
+    limit: Duration,
+    open: impl FnOnce() -> Result<T, String> + Send + 'static,
+) -> Result<T, String> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::Builder::new()
+        .name("db-open".into())
+        .spawn(move || {
+            let _ = tx.send(open());
+        })
+        .map_err(|e| e.to_string())?;
+    rx.recv_timeout(limit)
+        .map_err(|_| format!("the database did not finish opening a connection within {} ms", limit.as_millis()))?
 }
 
 impl DbConn {
-    /// Opens a connection, sets its session up and prepares every statement.
-    pub fn open(cfg: &Config) -> Result<DbConn, String> {
-        let mut client = connect(cfg)?;
-        let st = Statements::prepare(&mut client).map_err(|e| format!("preparing statements: {e}"))?;
-        Ok(DbConn { client, st, broken: false })
+    /// Opens a connection, sets its session up and prepares every statement,
+    /// within the connect timeout and the statement deadline; its socket is
+    /// watched by `watch`.
+    pub fn open(cfg: &Config, watch: &Arc<Watch>) -> Result<DbConn, String> {
+        let limit = Duration::from_millis(cfg.database.connect_timeout_ms)
+            + cfg.statement_deadline().unwrap_or(Duration::from_secs(30));
+        let (cfg, watch) = (cfg.clone(), watch.clone());
+        within(limit, move || {
+            let (mut client, armed) = {
+                let _one_at_a_time = crate::deadline::OPENING.lock().unwrap_or_else(|p| p.into_inner());
+                let before = crate::deadline::sockets();
+                let client = connect_now(&cfg)?;
+                let after = crate::deadline::sockets();
+                let ports =
+                    cfg.database.url.parse::<postgres::Config>().map(|c| c.get_ports().to_vec()).unwrap_or_default();
+                let ports = if ports.is_empty() { vec![5432] } else { ports };
+                (client, crate::deadline::new_socket(&before, &after, &ports).map(|s| watch.watch(s)))
+            };
+            if armed.is_none() {
+                tracing::warn!(
+                    "could not tell this connection's socket apart: its statements have no client-side deadline"
+                );
+            }
+            let st = Statements::prepare(&mut client).map_err(|e| format!("preparing statements: {e}"))?;
+            Ok(DbConn { client, st, broken: false, armed })
+        })
     }
 
     fn check<T>(&mut self, r: Result<T, postgres::Error>) -> Result<T, DbError> {
@@ -704,6 +757,12 @@ impl DbConn {
 
 /// Connects with the configured timeouts and session settings.
 pub fn connect(cfg: &Config) -> Result<Client, String> {
+    let _one_at_a_time = crate::deadline::OPENING.lock().unwrap_or_else(|p| p.into_inner());
+    connect_now(cfg)
+}
+
+/// [`connect`], without waiting for other connections being opened.
+fn connect_now(cfg: &Config) -> Result<Client, String> {
     let mut pg: postgres::Config = cfg.database.url.parse().map_err(|e| format!("connection string: {e}"))?;
     pg.connect_timeout(Duration::from_millis(cfg.database.connect_timeout_ms));
     if pg.get_application_name().is_none() {
@@ -781,6 +840,8 @@ struct PoolState {
 
 /// The bounded pool of database connections.
 pub struct Pool {
+    /// The statement deadlines of its connections.
+    pub watch: Arc<Watch>,
     size: usize,
     state: Mutex<PoolState>,
     freed: Condvar,
@@ -793,6 +854,7 @@ impl Pool {
     /// An empty pool of `cfg.pool_size()` connections (opened on demand).
     pub fn new(cfg: &Config) -> Pool {
         Pool {
+            watch: Watch::start(),
             size: cfg.pool_size(),
             state: Mutex::new(PoolState {
                 idle: Vec::new(),
@@ -825,7 +887,7 @@ impl Pool {
     /// Opens connections until `n` are open (at start, so the first requests do not pay for it).
     pub fn fill(&self, n: usize) -> Result<(), String> {
         for _ in 0..n.min(self.size) {
-            let c = DbConn::open(&self.cfg)?;
+            let c = DbConn::open(&self.cfg, &self.watch)?;
             self.counters.connects.fetch_add(1, Ordering::Relaxed);
             let mut s = self.lock();
             s.open += 1;
@@ -841,19 +903,21 @@ impl Pool {
         let mut waited = false;
         loop {
             if let Some(c) = s.idle.pop() {
-                return Ok(c);
+                drop(s);
+                return Ok(self.armed(c));
             }
             let now = Instant::now();
             if s.open < self.size && now >= s.next_attempt {
                 s.open += 1;
                 drop(s);
-                match DbConn::open(&self.cfg) {
+                match DbConn::open(&self.cfg, &self.watch) {
                     Ok(c) => {
                         self.counters.connects.fetch_add(1, Ordering::Relaxed);
                         let mut s = self.lock();
                         s.backoff = Duration::from_millis(self.cfg.database.retry_min_ms);
                         s.last_error = None;
-                        return Ok(c);
+                        drop(s);
+                        return Ok(self.armed(c));
                     }
                     Err(e) => {
                         self.counters.connect_failures.fetch_add(1, Ordering::Relaxed);
@@ -895,6 +959,9 @@ impl Pool {
     /// (what killed one connection — a restart, a terminated backend — has
     /// usually killed them all); new ones are opened on demand.
     pub fn put(&self, c: DbConn) {
+        if let Some(a) = &c.armed {
+            self.watch.disarm(a);
+        }
         let mut s = self.lock();
         if c.broken {
             self.counters.lost.fetch_add(1, Ordering::Relaxed);
@@ -908,6 +975,14 @@ impl Pool {
             drop(s);
         }
         self.freed.notify_one();
+    }
+
+    /// `c`, its statements due within the deadline from now.
+    fn armed(&self, c: DbConn) -> DbConn {
+        if let (Some(a), Some(limit)) = (&c.armed, self.cfg.statement_deadline()) {
+            self.watch.arm(a, limit);
+        }
+        c
     }
 
     /// Closes every idle connection (at shutdown).

@@ -466,11 +466,15 @@ impl Worker {
             Command::Recv(r) if r.wait_ms > 0 && !job.last_try => Some(self.shared.waiters.seq(&r.queue)),
             _ => None,
         };
+        let waiting = seen.is_some() && job.wait_until.is_some_and(|u| Instant::now() < u);
         let mut pg = match self.shared.pool.get() {
             Ok(pg) => pg,
             Err(e) => {
                 db.unavailable = true;
                 db.failed = true;
+                if waiting {
+                    return Outcome::Park(seen.unwrap_or_default());
+                }
                 return Outcome::Reply(e.reply(), Vec::new(), "server_error");
             }
         };
@@ -490,6 +494,13 @@ impl Worker {
                 }
             }
             Ok(o) => o,
+            // A long poll that meets a database that cannot answer waits on
+            // (parked) until its wait is over, instead of failing.
+            Err(DbError::Unavailable(_)) if waiting => {
+                db.failed = true;
+                db.unavailable = true;
+                Outcome::Park(seen.unwrap_or_default())
+            }
             Err(e) => {
                 db.failed = true;
                 let status = match e {
@@ -725,6 +736,7 @@ impl Worker {
         line("total_net_output_bytes", net.bytes_out.to_string());
         line("queue_length", s.queue.len().to_string());
         line("leases_released", net.leases_released.to_string());
+        line("statements_cut", s.pool.watch.cut.load(std::sync::atomic::Ordering::Relaxed).to_string());
         line("auth_users", if s.users.enabled() { "yes" } else { "no" }.to_string());
         line("auth_failures", s.users.failures.load(std::sync::atomic::Ordering::Relaxed).to_string());
         line("\r\n# Database\r\npool_size", s.pool.size().to_string());

@@ -1,0 +1,141 @@
+//! A frozen database: every PostgreSQL process is stopped (SIGSTOP) for 5 s
+//! under load, sockets open and statements in flight. Requests are answered
+//! `-TRYAGAIN` in bounded time, mwmq itself keeps answering, a long poll
+//! stays parked, nothing acknowledged is lost, and service resumes by itself
+//! when the database runs again (SIGCONT).
+
+mod common;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::*;
+use mwmq::Service;
+
+/// The postmaster and every process it started.
+fn postgres_processes(pg: &Postgres) -> Vec<i32> {
+    let pid_file = std::fs::read_to_string(pg.dir().join("data").join("postmaster.pid")).expect("postmaster.pid");
+    let master: i32 = pid_file.lines().next().unwrap().trim().parse().unwrap();
+    let mut pids = vec![master];
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else { continue };
+        let Ok(stat) = std::fs::read_to_string(e.path().join("stat")) else { continue };
+        let after = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
+        if after.split_whitespace().nth(1).and_then(|p| p.parse::<i32>().ok()) == Some(master) {
+            pids.push(pid);
+        }
+    }
+    pids
+}
+
+/// Sends SIGCONT to the processes when dropped (also when the test fails).
+struct Thaw(Vec<i32>);
+
+impl Drop for Thaw {
+    fn drop(&mut self) {
+        signal(&self.0, rustix::process::Signal::CONT);
+    }
+}
+
+fn signal(pids: &[i32], sig: rustix::process::Signal) {
+    for &p in pids {
+        if let Some(pid) = rustix::process::Pid::from_raw(p) {
+            let _ = rustix::process::kill_process(pid, sig);
+        }
+    }
+}
+
+#[test]
+fn a_frozen_database_gets_tryagain_in_bounded_time_and_service_resumes() {
+    let pg = Postgres::start().unwrap();
+    let mut cfg = config(&pg);
+    cfg.database.statement_timeout_ms = 300;
+    cfg.database.pool_wait_ms = 300;
+    cfg.database.connect_timeout_ms = 300;
+    let mq = start(cfg);
+    let addr = mq.local_addr();
+    let mut c = connect(addr);
+    let _: String = q(&mut c, &["QCREATE", "q"]);
+    let _: String = q(&mut c, &["QCREATE", "idle"]);
+    // A long poll parked before the freeze, on a queue nobody sends to yet.
+    let poller = std::thread::spawn(move || {
+        let mut p = connect(addr);
+        let t = Instant::now();
+        let got = recv(&mut p, "idle", &["WAIT", "20000"]);
+        (got.len(), t.elapsed())
+    });
+    let go = Arc::new(AtomicBool::new(true));
+    let stats = Arc::new(Mutex::new((Vec::<i64>::new(), 0u64, Duration::ZERO)));
+    let senders: Vec<_> = (0..4)
+        .map(|t| {
+            let (go, stats) = (go.clone(), stats.clone());
+            std::thread::spawn(move || {
+                let mut s = connect(addr);
+                let mut n = 0;
+                while go.load(Ordering::Relaxed) {
+                    let t0 = Instant::now();
+                    let r = redis::cmd("SEND").arg("q").arg(format!("{t}-{n}")).query::<i64>(&mut s);
+                    let took = t0.elapsed();
+                    n += 1;
+                    let mut st = stats.lock().unwrap();
+                    st.2 = st.2.max(took);
+                    match r {
+                        Ok(id) => st.0.push(id),
+                        Err(e) => {
+                            assert_eq!(e.code(), Some("TRYAGAIN"), "{e}");
+                            st.1 += 1;
+                            drop(st);
+                            std::thread::sleep(Duration::from_millis(20));
+                        }
+                    }
+                }
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(500));
+    let pids = postgres_processes(&pg);
+    assert!(pids.len() > 3, "the postmaster and its backends: {pids:?}");
+    let thaw = Thaw(pids.clone());
+    signal(&pids, rustix::process::Signal::STOP);
+    std::thread::sleep(Duration::from_millis(1000));
+    // Frozen: mwmq itself answers, once a worker is free (each is held at
+    // most the statement deadline, 1.3 s).
+    let t0 = Instant::now();
+    assert_eq!(q::<String>(&mut c, &["PING"]), "PONG");
+    assert!(t0.elapsed() < Duration::from_secs(3), "PING took {:?}", t0.elapsed());
+    let frozen = stats.lock().unwrap().1;
+    std::thread::sleep(Duration::from_millis(4000));
+    let during = stats.lock().unwrap().1 - frozen;
+    assert!(during > 0, "requests were answered -TRYAGAIN while the database was frozen");
+    drop(thaw);
+    // Service resumes by itself.
+    let resumed = Instant::now();
+    let mut ok_after = false;
+    while resumed.elapsed() < Duration::from_secs(10) {
+        if redis::cmd("SEND").arg("q").arg("after").query::<i64>(&mut c).is_ok() {
+            ok_after = true;
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(ok_after, "SENDs succeed again after the freeze");
+    go.store(false, Ordering::Relaxed);
+    for s in senders {
+        s.join().unwrap();
+    }
+    let (sent, tryagain, slowest) = stats.lock().unwrap().clone();
+    eprintln!("frozen database: {} SENDs acknowledged, {tryagain} TRYAGAIN, slowest answer {slowest:?}", sent.len());
+    // Shorter than the 5 s freeze: a statement deadline (1.3 s), a pool wait
+    // (0.3 s) and a connection attempt (1.6 s) at most, and a turn in the queue.
+    assert!(slowest < Duration::from_millis(4500), "every request was answered in bounded time: {slowest:?}");
+    // The long poll stayed parked through the freeze and still gets its message.
+    let _: i64 = q(&mut c, &["SEND", "idle", "wake"]);
+    let (got, waited) = poller.join().unwrap();
+    assert_eq!(got, 1, "the parked RECV got the message sent after the freeze ({waited:?})");
+    let stored: i64 =
+        sql(&pg).query_one("SELECT count(*) FROM mwmq_messages WHERE id = ANY($1)", &[&sent]).unwrap().get(0);
+    assert_eq!(stored as usize, sent.len(), "every acknowledged SEND is in the table");
+    let info: String = q(&mut c, &["INFO"]);
+    assert!(info.contains("statements_cut:"), "{info}");
+}
