@@ -150,3 +150,72 @@ def test_client_certificates_and_a_login_over_tls(tmp_path, pki, start_proxy):
             assert call(s, b"set auth 0 0 17\r\napp correct-horse\r\n") == b"STORED\r\n"
             assert call(s, b"set k 0 0 1\r\nv\r\n") == b"STORED\r\n"
             assert call(s, b"get k\r\n", b"END\r\n") == b"VALUE k 0 1\r\nv\r\nEND\r\n"
+
+
+def test_redis_py_speaks_tls_to_mwmq_and_logs_in(tmp_path, pki):
+    """mwmq with TLS and a user: redis-py with `ssl=True`, `username=` and
+    `password=` (RESP2 and RESP3), as an application would connect."""
+    import redis
+
+    from mwlab.procs import Postgres, binary, wait_port
+
+    table = subprocess.run(
+        [
+            str(binary("mwmq")),
+            "user",
+            "add",
+            "app",
+            "--password-stdin",
+            "--send",
+            "jobs*",
+            "--receive",
+            "jobs*",
+            "--admin",
+            "jobs*",
+        ],
+        input=b"app-secret\n",
+        capture_output=True,
+        check=True,
+    ).stdout.decode()
+    config = tmp_path / "mwmq.toml"
+    config.write_text(table)
+    with Postgres(tmp_path / "pg") as pg, ProcessGroup(tmp_path / "mq") as group:
+        port = free_port()
+        cmd = [
+            str(binary("mwmq")),
+            "-c",
+            str(config),
+            "--listen",
+            f"127.0.0.1:{port}",
+            "--db",
+            pg.conninfo,
+            "--tls-cert",
+            str(pki["cert"]),
+            "--tls-key",
+            str(pki["key"]),
+            "--log",
+            "warn",
+        ]
+        group.start("mwmq", cmd)
+        wait_port(port)
+        for protocol in (2, 3):
+            r = redis.Redis(
+                port=port,
+                ssl=True,
+                ssl_ca_certs=str(pki["ca"]),
+                username="app",
+                password="app-secret",
+                protocol=protocol,
+            )
+            assert r.ping()
+            r.execute_command("QCREATE", f"jobs{protocol}")
+            msg_id = r.execute_command("SEND", f"jobs{protocol}", "over tls")
+            [[got_id, lease, sender, body]] = r.execute_command("RECV", f"jobs{protocol}")
+            assert (got_id, sender, body) == (msg_id, b"app", b"over tls")
+            assert r.execute_command("ACK", f"jobs{protocol}", got_id, lease) == 1
+            with pytest.raises(redis.exceptions.ResponseError, match="no permissions"):
+                r.execute_command("SEND", "payroll", "x")
+            r.close()
+        wrong = redis.Redis(port=port, ssl=True, ssl_ca_certs=str(pki["ca"]), username="app", password="nope")
+        with pytest.raises(redis.exceptions.AuthenticationError):
+            wrong.ping()

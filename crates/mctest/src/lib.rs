@@ -410,9 +410,13 @@ impl Certificates {
         let ca_key = rcgen::KeyPair::generate()?;
         let mut ca = rcgen::CertificateParams::new(Vec::<String>::new())?;
         ca.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        // Names of their own: a leaf whose issuer is its own name looks
+        // self-signed to OpenSSL (redis-cli, memcached).
+        ca.distinguished_name.push(rcgen::DnType::CommonName, "mctest CA");
         let ca = ca.self_signed(&ca_key)?;
         let key = rcgen::KeyPair::generate()?;
-        let leaf = rcgen::CertificateParams::new(vec!["localhost".into(), "127.0.0.1".into()])?;
+        let mut leaf = rcgen::CertificateParams::new(vec!["localhost".into(), "127.0.0.1".into()])?;
+        leaf.distinguished_name.push(rcgen::DnType::CommonName, "localhost");
         let leaf = leaf.signed_by(&key, &ca, &ca_key)?;
         std::fs::create_dir_all(dir)?;
         let c = Certificates { ca: dir.join("ca.pem"), cert: dir.join("cert.pem"), key: dir.join("key.pem") };

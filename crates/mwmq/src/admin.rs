@@ -133,6 +133,12 @@ fn metrics(shared: &Shared) -> String {
         &[],
         shared.pool.watch.cut.load(Ordering::Relaxed),
     );
+    p.counter(
+        "mwmq_tls_handshake_failures_total",
+        "Client connections whose TLS handshake failed.",
+        &[],
+        net.tls_handshake_failures,
+    );
     p.counter("mwmq_auth_failures_total", "Failed logins.", &[], shared.users.failures.load(Ordering::Relaxed));
     for (queue, counts) in shared.queues.all() {
         for (field, value) in counts.fields() {

@@ -4,7 +4,7 @@
 
 use serde::{Deserialize, Serialize};
 
-pub use mwserve::config::{ConfigError, ServiceConfig, StatsConfig};
+pub use mwserve::config::{ConfigError, ServiceConfig, StatsConfig, TlsConfig};
 
 /// Everything mwmq needs to run.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -18,6 +18,8 @@ pub struct Config {
     pub queues: QueuesConfig,
     /// Measurement outputs.
     pub stats: StatsConfig,
+    /// TLS on the clients' side (`--tls-cert`, `--tls-key`, `--tls-ca`, `--plain-listen`).
+    pub tls: TlsConfig,
     /// Who may connect (`[[users]]`; `mwmq user add` makes an entry). With
     /// none, anyone may, and mwmq listens on loopback only unless told
     /// `--insecure-no-auth`.
@@ -214,6 +216,7 @@ impl ServiceConfig for Config {
             return err("poll_ms and maintenance_s must be positive".into());
         }
         crate::users::Users::from_config(&self.users).map_err(ConfigError)?;
+        self.tls.validate()?;
         Ok(())
     }
 }

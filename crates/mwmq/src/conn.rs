@@ -13,12 +13,13 @@
 //! once) instead of leaving them invisible until their lease expires.
 
 use std::collections::VecDeque;
-use std::io::{self, Write};
+use std::io;
 use std::net::Shutdown;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
 use mio::net::TcpStream;
+use mwserve::listen::Transport;
 
 use crate::db::LeaseRef;
 
@@ -38,7 +39,7 @@ struct Output {
 pub struct ClientConn {
     /// Unique per process.
     pub id: u64,
-    stream: TcpStream,
+    transport: Transport,
     out: Mutex<Output>,
     name: Mutex<Option<String>>,
     /// The user it logged in as (with `[[users]]` configured).
@@ -68,11 +69,11 @@ pub enum Delivered {
 }
 
 impl ClientConn {
-    /// A connection over `stream`.
-    pub fn new(id: u64, stream: TcpStream) -> ClientConn {
+    /// A connection over `transport` (plain TCP, or TLS over it).
+    pub fn new(id: u64, transport: Transport) -> ClientConn {
         ClientConn {
             id,
-            stream,
+            transport,
             out: Mutex::new(Output {
                 buf: Vec::new(),
                 sent: 0,
@@ -97,7 +98,12 @@ impl ClientConn {
 
     /// The socket (for registration with the net thread's poll).
     pub fn stream(&self) -> &TcpStream {
-        &self.stream
+        self.transport.socket()
+    }
+
+    /// What it speaks over: plain TCP or TLS.
+    pub fn transport(&self) -> &Transport {
+        &self.transport
     }
 
     /// The name given with `CLIENT SETNAME` (a sender's name; a receiver's address).
@@ -211,7 +217,7 @@ impl ClientConn {
     fn flush_locked(&self, o: &mut Output) -> io::Result<usize> {
         let mut written = 0;
         while o.sent < o.buf.len() {
-            match (&self.stream).write(&o.buf[o.sent..]) {
+            match self.transport.write(&o.buf[o.sent..]) {
                 Ok(0) => return Err(io::Error::from(io::ErrorKind::WriteZero)),
                 Ok(n) => {
                     o.sent += n;
@@ -222,6 +228,11 @@ impl ClientConn {
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) => return Err(e),
             }
+        }
+        // What a TLS session still holds goes out as the socket takes it.
+        match self.transport.flush() {
+            Err(e) if e.kind() != io::ErrorKind::WouldBlock => return Err(e),
+            _ => {}
         }
         while o.leases.front().is_some_and(|(end, _)| *end <= o.written_total) {
             o.leases.pop_front();
@@ -267,7 +278,7 @@ impl ClientConn {
         if o.closed {
             return Vec::new();
         }
-        let _ = self.stream.shutdown(Shutdown::Both);
+        let _ = self.transport.socket().shutdown(Shutdown::Both);
         Self::fail(&mut o)
     }
 }

@@ -22,7 +22,7 @@
 //! Clients over the connection limit, or arriving when the process is out of
 //! file descriptors, get `-ERR max number of clients reached` and are closed.
 
-use std::io::{self, Read};
+use std::io;
 use std::os::fd::AsRawFd;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -31,7 +31,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::Receiver;
 use mio::unix::SourceFd;
 use mio::{Events, Token};
-use mwserve::listen::{Front, WAKER};
+use mwserve::listen::{Front, Transport, WAKER};
 use mwstats::clock::now_ns;
 
 use crate::command::{self, Command, Limits};
@@ -186,12 +186,20 @@ impl NetThread {
         let NetThread { front, shared, last_conn_id, .. } = self;
         let (open, net) = (&shared.open_connections, &shared.net);
         let full = || open.load(Ordering::Relaxed) >= shared.max_connections;
-        let conn = |stream, _tls| {
+        let tls_cfg = shared.tls.clone();
+        let conn = |stream, tls: bool| {
+            let transport = match Transport::new(stream, tls.then_some(tls_cfg.as_ref()).flatten()) {
+                Ok(t) => t,
+                Err(e) => {
+                    tracing::warn!("cannot start a TLS session: {e}");
+                    return None;
+                }
+            };
             *last_conn_id += 1;
             NetCounters::add(&net.accepted, 1);
             open.fetch_add(1, Ordering::Relaxed);
             Some(Conn {
-                shared: Arc::new(ClientConn::new(*last_conn_id, stream)),
+                shared: Arc::new(ClientConn::new(*last_conn_id, transport)),
                 parser: RequestParser::new(shared.config.server.max_body),
                 rbuf: Vec::new(),
                 unqueued: None,
@@ -321,7 +329,7 @@ impl NetThread {
             }
             // Read into the thread's scratch buffer: an idle connection holds no buffer at all.
             let stream = c.shared.clone();
-            let r = stream.stream().read(&mut self.scratch);
+            let r = stream.transport().read(&mut self.scratch);
             let c = self.front.clients.get_mut(token).expect("still there");
             match r {
                 Ok(0) => c.eof = true,
@@ -332,6 +340,12 @@ impl NetThread {
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => c.drained = true,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) if e.kind() == io::ErrorKind::InvalidData && stream.transport().is_tls() => {
+                    // A failed handshake, or plaintext sent to the TLS port.
+                    NetCounters::add(&self.shared.net.tls_handshake_failures, 1);
+                    self.shared.tls_log.note(&e);
+                    return Flow::Close;
+                }
                 Err(_) => return Flow::Close,
             }
         }

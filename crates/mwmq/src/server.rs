@@ -60,7 +60,26 @@ impl Service for Mq {
             );
         }
         let users = crate::users::Users::from_config(&config.users).map_err(|e| StartError::Config(ConfigError(e)))?;
+        let tls = match (&config.tls.cert, &config.tls.key) {
+            (Some(cert), Some(key)) => {
+                let ca = config.tls.ca.as_ref().map(std::path::Path::new);
+                let cfg = mwserve::tls::server_config(std::path::Path::new(cert), std::path::Path::new(key), ca);
+                Some(cfg.map_err(|e| StartError::Config(ConfigError(e)))?)
+            }
+            _ => None,
+        };
         let (std_listener, addr) = mwserve::listen::bind(&config.server.listen)?;
+        // The main listener speaks TLS when there is a certificate; a plain one may sit beside it.
+        let mut listeners = vec![(std_listener, tls.is_some())];
+        if let Some(plain) = &config.tls.plain_listen {
+            let (l, plain_addr) = mwserve::listen::bind(plain)?;
+            if !users.enabled() && !plain_addr.ip().is_loopback() && !config.server.insecure_no_auth {
+                return Err(StartError::Config(ConfigError(format!(
+                    "refusing a plaintext listener on {plain_addr} without users (see --insecure-no-auth)"
+                ))));
+            }
+            listeners.push((l, false));
+        }
         if !users.enabled() && !addr.ip().is_loopback() && !config.server.insecure_no_auth {
             return Err(StartError::Config(ConfigError(format!(
                 "refusing to listen on {addr} without users: anyone who reaches it could read and write every \
@@ -93,9 +112,11 @@ impl Service for Mq {
             port: addr.port(),
             users,
             queues: Default::default(),
+            tls,
+            tls_log: mwserve::process::Throttled::new("TLS handshakes failed", std::time::Duration::from_secs(10)),
             config,
         });
-        let (front, waker) = Front::new(vec![(std_listener, false)], crate::net::TOO_MANY)?;
+        let (front, waker) = Front::new(listeners, crate::net::TOO_MANY)?;
         // Stopping: no new connections or requests; parked RECVs are answered
         // now; in-flight requests finish.
         let (s, w) = (shared.clone(), waker.clone());

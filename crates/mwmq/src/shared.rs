@@ -87,6 +87,10 @@ pub struct Shared {
     pub users: crate::users::Users,
     /// Each queue's counters since start.
     pub queues: crate::queues::PerQueue,
+    /// The TLS listener's configuration (`--tls-cert`), when there is one.
+    pub tls: Option<Arc<rustls::ServerConfig>>,
+    /// Failed TLS handshakes, logged at most every 10 s.
+    pub tls_log: mwserve::process::Throttled,
 }
 
 impl Shared {

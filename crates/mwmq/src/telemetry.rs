@@ -126,6 +126,9 @@ pub struct NetCounters {
     pub queue_full: AtomicU64,
     /// Leases given back because their reply did not reach the client.
     pub leases_released: AtomicU64,
+    /// Client connections whose TLS handshake failed (plaintext to the TLS
+    /// port, a missing or foreign client certificate, ...).
+    pub tls_handshake_failures: AtomicU64,
 }
 
 impl NetCounters {
@@ -146,6 +149,7 @@ impl NetCounters {
             protocol_errors: v(&self.protocol_errors),
             queue_full: v(&self.queue_full),
             leases_released: v(&self.leases_released),
+            tls_handshake_failures: v(&self.tls_handshake_failures),
         }
     }
 }
@@ -169,4 +173,6 @@ pub struct NetSnapshot {
     pub queue_full: u64,
     /// See [`NetCounters`].
     pub leases_released: u64,
+    /// See [`NetCounters`].
+    pub tls_handshake_failures: u64,
 }

@@ -736,6 +736,7 @@ impl Worker {
         line("total_net_output_bytes", net.bytes_out.to_string());
         line("queue_length", s.queue.len().to_string());
         line("leases_released", net.leases_released.to_string());
+        line("tls_handshake_failures", net.tls_handshake_failures.to_string());
         line("statements_cut", s.pool.watch.cut.load(std::sync::atomic::Ordering::Relaxed).to_string());
         line("auth_users", if s.users.enabled() { "yes" } else { "no" }.to_string());
         line("auth_failures", s.users.failures.load(std::sync::atomic::Ordering::Relaxed).to_string());

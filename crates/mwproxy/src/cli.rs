@@ -80,18 +80,6 @@ pub struct Cli {
     /// Largest reply to one retrieval, in bytes [default: 32m].
     #[arg(long, value_name = "BYTES", value_parser = parse_size)]
     pub max_reply_size: Option<usize>,
-    /// Listener TLS: PEM certificate chain (with --tls-key, clients must speak TLS).
-    #[arg(long, value_name = "FILE")]
-    pub tls_cert: Option<String>,
-    /// Listener TLS: PEM private key.
-    #[arg(long, value_name = "FILE")]
-    pub tls_key: Option<String>,
-    /// Require client certificates signed by one of these PEM CA certificates.
-    #[arg(long, value_name = "FILE")]
-    pub tls_ca: Option<String>,
-    /// A plaintext listener beside the TLS one, host:port (e.g. on loopback).
-    #[arg(long, value_name = "ADDR")]
-    pub plain_listen: Option<String>,
     /// Clients must log in first, as with memcached -Y: a file of user:password lines.
     #[arg(long, value_name = "FILE")]
     pub auth_file: Option<String>,
@@ -159,10 +147,6 @@ impl Cli {
                 field.clone_from(flag);
             }
         };
-        some(&mut c.tls.cert, &self.tls_cert);
-        some(&mut c.tls.key, &self.tls_key);
-        some(&mut c.tls.ca, &self.tls_ca);
-        some(&mut c.tls.plain_listen, &self.plain_listen);
         some(&mut c.auth.file, &self.auth_file);
         some(&mut c.backend.tls_ca, &self.server_tls_ca);
         some(&mut c.backend.tls_server_name, &self.server_tls_name);

@@ -46,6 +46,18 @@ pub struct ServerArgs {
     /// Name of this process in results files.
     #[arg(long, value_name = "NAME")]
     pub instance: Option<String>,
+    /// Listener TLS: PEM certificate chain (with --tls-key, clients must speak TLS).
+    #[arg(long, value_name = "FILE")]
+    pub tls_cert: Option<String>,
+    /// Listener TLS: PEM private key.
+    #[arg(long, value_name = "FILE")]
+    pub tls_key: Option<String>,
+    /// Require client certificates signed by one of these PEM CA certificates.
+    #[arg(long, value_name = "FILE")]
+    pub tls_ca: Option<String>,
+    /// A plaintext listener beside the TLS one, host:port (e.g. on loopback).
+    #[arg(long, value_name = "ADDR")]
+    pub plain_listen: Option<String>,
     /// Print the effective configuration as TOML and exit.
     #[arg(long)]
     pub print_config: bool,
@@ -75,8 +87,13 @@ impl ServerArgs {
         put(&mut stats, "trace_every", self.trace_every.map(|n| toml::Value::Integer(n as i64)));
         put(&mut stats, "admin", self.admin.clone().map(toml::Value::String));
         put(&mut stats, "instance", self.instance.clone().map(toml::Value::String));
+        let mut tls = toml::Table::new();
+        put(&mut tls, "cert", self.tls_cert.clone().map(toml::Value::String));
+        put(&mut tls, "key", self.tls_key.clone().map(toml::Value::String));
+        put(&mut tls, "ca", self.tls_ca.clone().map(toml::Value::String));
+        put(&mut tls, "plain_listen", self.plain_listen.clone().map(toml::Value::String));
         let mut overlay = toml::Table::new();
-        for (name, t) in [(C::SECTION, section), ("stats", stats)] {
+        for (name, t) in [(C::SECTION, section), ("stats", stats), ("tls", tls)] {
             if !t.is_empty() {
                 overlay.insert(name.into(), toml::Value::Table(t));
             }
