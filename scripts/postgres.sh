@@ -9,7 +9,8 @@
 #
 # PostgreSQL refuses to run as root: when run as root, the server runs as the
 # `postgres` user (created by Debian's package), which owns DIR. Settings such
-# as fsync=off are passed to the server (`-c`). The database is `mwmq`, the
+# as fsync=off are passed to the server (`-c`); port=N changes the port (of the
+# socket, and of TCP when listen_addresses is given too). The database is `mwmq`, the
 # superuser `postgres`, authentication `trust` over the socket (nobody else can
 # reach a socket in DIR).
 set -euo pipefail
@@ -43,7 +44,9 @@ as_owner() {
   fi
 }
 
-conninfo() { echo "host=$dir port=5432 user=postgres dbname=mwmq"; }
+# The port (5432 unless a port=N setting is given at start, remembered for later).
+port() { cat "$dir/port" 2>/dev/null || echo 5432; }
+conninfo() { echo "host=$dir port=$(port) user=postgres dbname=mwmq"; }
 
 start() {
   mkdir -p "$dir"
@@ -64,17 +67,25 @@ start() {
       exit 1
     }
   fi
-  local opts="-c listen_addresses='' -c unix_socket_directories='$dir' -p 5432"
-  for s in "$@"; do opts="$opts -c $s"; done
+  local port=5432
+  local opts="-c listen_addresses='' -c unix_socket_directories='$dir'"
+  for s in "$@"; do
+    case $s in
+      port=*) port=${s#port=} ;;
+      *) opts="$opts -c $s" ;;
+    esac
+  done
+  opts="$opts -p $port"
+  echo "$port" >"$dir/port"
   as_owner "$bindir/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 60 -o "$opts" start >/dev/null || {
     echo "postgres.sh: the server did not start:" >&2
     tail -20 "$dir/server.log" >&2
     exit 1
   }
   echo "$opts" >"$dir/options"
-  if ! as_owner "$bindir/psql" -h "$dir" -p 5432 -U postgres -d postgres -tAc \
+  if ! as_owner "$bindir/psql" -h "$dir" -p "$port" -U postgres -d postgres -tAc \
     "SELECT 1 FROM pg_database WHERE datname = 'mwmq'" | grep -q 1; then
-    as_owner "$bindir/createdb" -h "$dir" -p 5432 -U postgres mwmq
+    as_owner "$bindir/createdb" -h "$dir" -p "$port" -U postgres mwmq
   fi
   conninfo
 }

@@ -196,7 +196,8 @@ impl ServiceConfig for Config {
                         'host=/run/postgresql dbname=mwmq')"
                 .into());
         }
-        if let Err(e) = d.url.parse::<postgres::Config>() {
+        let target = crate::dbtls::split(&d.url).map_err(ConfigError)?;
+        if let Err(e) = target.conninfo.parse::<postgres::Config>() {
             return err(format!("database connection string {:?}: {e}", d.url));
         }
         if self.pool_size() > 1024 {

@@ -454,8 +454,11 @@ impl DbConn {
                 let before = crate::deadline::sockets();
                 let client = connect_now(&cfg)?;
                 let after = crate::deadline::sockets();
-                let ports =
-                    cfg.database.url.parse::<postgres::Config>().map(|c| c.get_ports().to_vec()).unwrap_or_default();
+                let ports = crate::dbtls::split(&cfg.database.url)
+                    .ok()
+                    .and_then(|t| t.conninfo.parse::<postgres::Config>().ok())
+                    .map(|c| c.get_ports().to_vec())
+                    .unwrap_or_default();
                 let ports = if ports.is_empty() { vec![5432] } else { ports };
                 (client, crate::deadline::new_socket(&before, &after, &ports).map(|s| watch.watch(s)))
             };
@@ -763,12 +766,24 @@ pub fn connect(cfg: &Config) -> Result<Client, String> {
 
 /// [`connect`], without waiting for other connections being opened.
 fn connect_now(cfg: &Config) -> Result<Client, String> {
-    let mut pg: postgres::Config = cfg.database.url.parse().map_err(|e| format!("connection string: {e}"))?;
+    let target = crate::dbtls::split(&cfg.database.url)?;
+    let mut pg: postgres::Config = target.conninfo.parse().map_err(|e| format!("connection string: {e}"))?;
     pg.connect_timeout(Duration::from_millis(cfg.database.connect_timeout_ms));
     if pg.get_application_name().is_none() {
         pg.application_name("mwmq");
     }
-    let mut client = pg.connect(NoTls).map_err(|e| e.to_string())?;
+    // A Unix socket never carries TLS (libpq ignores sslmode there too).
+    let unix_only = pg.get_hosts().iter().all(|h| matches!(h, postgres::config::Host::Unix(_)));
+    let mut client = match target.mode {
+        _ if unix_only && !pg.get_hosts().is_empty() => pg.connect(NoTls),
+        crate::dbtls::Mode::Disable => pg.connect(NoTls),
+        _ => pg.connect(crate::dbtls::connector(&target)?),
+    }
+    .map_err(|e| match std::error::Error::source(&e) {
+        // "error performing TLS handshake" says little without its cause.
+        Some(cause) => format!("{e}: {cause}"),
+        None => e.to_string(),
+    })?;
     let timeout = cfg.database.statement_timeout_ms;
     // The statements find messages through the (queue_id, id) index, lowest
     // id first. Left to itself the planner may choose a bitmap scan and a

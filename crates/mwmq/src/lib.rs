@@ -12,6 +12,7 @@ pub mod command;
 pub mod config;
 pub mod conn;
 pub mod db;
+pub mod dbtls;
 pub mod deadline;
 pub mod events;
 pub mod job;
