@@ -19,13 +19,7 @@ WORKERS=${WORKERS:-8}
 CLIENTS=${CLIENTS:-8}
 BIN=target/release
 PY=.venv/bin/python
-work=$(mktemp -d /tmp/mwmq-bench.XXXXXX)
-chmod 755 "$work"
-pg="$work/pg"
-trap 'scripts/postgres.sh stop "$pg" >/dev/null 2>&1 || true; cleanup' EXIT INT TERM
-db=$(scripts/postgres.sh start "$pg")
-PGBIN=$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -1)
-as_pg() { if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi; }
+throwaway_postgres mwmq-bench
 
 MQ=$(free_port)
 "$BIN/mwmq" --listen "127.0.0.1:$MQ" --db "$db" --workers "$WORKERS" --db-pool "$WORKERS" --log warn & pids+=($!)

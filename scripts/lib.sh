@@ -51,3 +51,16 @@ start_twemproxy() {
   } > "$conf"
   nutcracker -c "$conf" -s "$(free_port)" -a 127.0.0.1 >/dev/null 2>&1 & pids+=($!)
 }
+
+# A throwaway PostgreSQL for a benchmark: sets work (a scratch directory under
+# /tmp, prefix $1), pg (its directory), db (the connection string), PGBIN and
+# as_pg (runs a command as the server's user); stopped on exit.
+throwaway_postgres() {
+  work=$(mktemp -d "/tmp/$1.XXXXXX")
+  chmod 755 "$work"
+  pg="$work/pg"
+  trap 'scripts/postgres.sh stop "$pg" >/dev/null 2>&1 || true; cleanup' EXIT INT TERM
+  db=$(scripts/postgres.sh start "$pg")
+  PGBIN=$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -1)
+}
+as_pg() { if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi; }
