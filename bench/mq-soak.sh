@@ -16,13 +16,7 @@ SHARE=${SHARE:-0.8}
 BIN=target/release
 PY=.venv/bin/python
 for b in "$BIN/mwmq" "$BIN/mwload"; do [ -x "$b" ] || { echo "$b is not built: run make build" >&2; exit 2; }; done
-work=$(mktemp -d /tmp/mwmq-soak.XXXXXX)
-chmod 755 "$work"
-pg="$work/pg"
-trap 'scripts/postgres.sh stop "$pg" >/dev/null 2>&1 || true; cleanup' EXIT INT TERM
-db=$(scripts/postgres.sh start "$pg")
-PGBIN=$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -1)
-as_pg() { if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi; }
+throwaway_postgres mwmq-soak
 psql_q() { as_pg "$PGBIN/psql" -h "$pg" -U postgres -d mwmq -qAtX -c "$1"; }
 
 MQ=$(free_port)
