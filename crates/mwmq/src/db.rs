@@ -91,6 +91,7 @@ struct Statements {
     send_key: Statement,
     key_lookup: Statement,
     recv: Statement,
+    recv_plain: Statement,
     pop: Statement,
     peek: Statement,
     ack: Statement,
@@ -150,6 +151,21 @@ impl Statements {
                  RETURNING id",
             )?,
             key_lookup: c.prepare(&format!("SELECT message_id FROM mwmq_keys WHERE queue_id = {QUEUE} AND key = $2"))?,
+            // A queue without a delivery limit: the plain lease of the first
+            // eligible messages (a queue with one finds nothing here).
+            recv_plain: c.prepare(&format!(
+                "UPDATE mwmq_messages m
+                 SET lease = nextval('mwmq_leases'),
+                     visible_at = now() + interval '1 millisecond' * $5::float8,
+                     deliveries = m.deliveries + 1
+                 FROM (SELECT queue_id, id FROM mwmq_messages
+                       WHERE queue_id = (SELECT id FROM mwmq_queues
+                                         WHERE name = $1 AND dropped_at IS NULL AND max_deliveries IS NULL)
+                         AND {ELIGIBLE}
+                       ORDER BY id LIMIT $4 FOR UPDATE SKIP LOCKED) c
+                 WHERE m.queue_id = c.queue_id AND m.id = c.id
+                 RETURNING m.queue_id, m.id, m.lease, m.sender, m.body"
+            ))?,
             // Of the first eligible messages, those delivered `max_deliveries`
             // times already move to the dead-letter queue (or are dropped when
             // it does not exist) in the same statement; the others are leased.
@@ -540,6 +556,18 @@ impl DbConn {
         vt_ms: u64,
     ) -> Result<Received, DbError> {
         let (count, vt) = (i64::from(count), vt_ms as f64);
+        // The common case in one plain statement; an empty answer may also
+        // mean a queue with a delivery limit (or none at all): then the full one.
+        let r = self.client.query(&self.st.recv_plain, &[&queue, &me, &from, &count, &vt]);
+        let plain = self.check(r)?;
+        if !plain.is_empty() {
+            let mut messages: Vec<Leased> = plain
+                .iter()
+                .map(|r| Leased { queue_id: r.get(0), id: r.get(1), lease: r.get(2), sender: r.get(3), body: r.get(4) })
+                .collect();
+            messages.sort_by_key(|m| m.id);
+            return Ok(Received { messages, dead_lettered: 0, dropped: 0 });
+        }
         let r = self.client.query(&self.st.recv, &[&queue, &me, &from, &count, &vt]);
         let mut rows = self.check(r)?;
         let totals = rows.pop().expect("the statement's last row counts the dead letters");
