@@ -60,35 +60,23 @@ impl Service for Mq {
             );
         }
         let users = crate::users::Users::from_config(&config.users).map_err(|e| StartError::Config(ConfigError(e)))?;
-        let tls = match (&config.tls.cert, &config.tls.key) {
-            (Some(cert), Some(key)) => {
-                let ca = config.tls.ca.as_ref().map(std::path::Path::new);
-                let cfg = mwserve::tls::server_config(std::path::Path::new(cert), std::path::Path::new(key), ca);
-                Some(cfg.map_err(|e| StartError::Config(ConfigError(e)))?)
-            }
-            _ => None,
-        };
+        let tls = config.tls.server_config()?;
         let (std_listener, addr) = mwserve::listen::bind(&config.server.listen)?;
         // The main listener speaks TLS when there is a certificate; a plain one may sit beside it.
         let mut listeners = vec![(std_listener, tls.is_some())];
         if let Some(plain) = &config.tls.plain_listen {
-            let (l, plain_addr) = mwserve::listen::bind(plain)?;
-            if !users.enabled() && !plain_addr.ip().is_loopback() && !config.server.insecure_no_auth {
+            listeners.push((mwserve::listen::bind(plain)?.0, false));
+        }
+        let open = listeners.iter().filter_map(|(l, _)| l.local_addr().ok()).find(|a| !a.ip().is_loopback());
+        if let (false, Some(open)) = (users.enabled(), open) {
+            if !config.server.insecure_no_auth {
                 return Err(StartError::Config(ConfigError(format!(
-                    "refusing a plaintext listener on {plain_addr} without users (see --insecure-no-auth)"
+                    "refusing to listen on {open} without users: anyone who reaches it could read and write every \
+                     queue. Add users (`mwmq user add NAME --password-stdin`, then the [[users]] table to the \
+                     configuration file), listen on loopback, or accept it with --insecure-no-auth"
                 ))));
             }
-            listeners.push((l, false));
-        }
-        if !users.enabled() && !addr.ip().is_loopback() && !config.server.insecure_no_auth {
-            return Err(StartError::Config(ConfigError(format!(
-                "refusing to listen on {addr} without users: anyone who reaches it could read and write every \
-                 queue. Add users (`mwmq user add NAME --password-stdin`, then the [[users]] table to the \
-                 configuration file), listen on loopback, or accept it with --insecure-no-auth"
-            ))));
-        }
-        if !users.enabled() && !addr.ip().is_loopback() {
-            tracing::warn!(%addr, "listening beyond loopback WITHOUT AUTHENTICATION (--insecure-no-auth): anyone who reaches this port may read and write every queue");
+            tracing::warn!(%open, "listening beyond loopback WITHOUT AUTHENTICATION (--insecure-no-auth): anyone who reaches this port may read and write every queue");
         }
         let version = crate::db::migrate(&config).map_err(database)?;
         tracing::info!(schema = version, "database ready");

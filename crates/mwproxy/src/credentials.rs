@@ -34,13 +34,7 @@ impl Credentials {
         let users = config.auth.file.as_ref().map(|f| Users::load(&path(f))).transpose().map_err(ConfigError)?;
         let login =
             config.backend.auth_file.as_ref().map(|f| server_login(&path(f))).transpose().map_err(ConfigError)?;
-        let tls = match (&config.tls.cert, &config.tls.key) {
-            (Some(cert), Some(key)) => {
-                let ca = config.tls.ca.as_ref().map(path);
-                Some(mwserve::tls::server_config(&path(cert), &path(key), ca.as_deref()).map_err(ConfigError)?)
-            }
-            _ => None,
-        };
+        let tls = config.tls.server_config()?;
         let b = &config.backend;
         let server_tls = match (&b.tls, &b.tls_ca) {
             (true, Some(ca)) => {

@@ -159,6 +159,15 @@ impl TlsConfig {
         }
         Ok(())
     }
+
+    /// The listener's rustls configuration, read from the files (`None`
+    /// without a certificate); a file that cannot be read refuses the
+    /// configuration, naming it.
+    pub fn server_config(&self) -> Result<Option<std::sync::Arc<rustls::ServerConfig>>, ConfigError> {
+        let (Some(cert), Some(key)) = (&self.cert, &self.key) else { return Ok(None) };
+        let ca = self.ca.as_deref().map(Path::new);
+        crate::tls::server_config(Path::new(cert), Path::new(key), ca).map(Some).map_err(ConfigError)
+    }
 }
 
 /// Where measurements go.
