@@ -150,48 +150,17 @@ fn key_values(s: &str) -> Result<Vec<(String, String)>, String> {
     }
 }
 
-/// Accepts any certificate: `prefer` and `require` without a root
-/// certificate, as libpq (encryption only).
+/// The checking libpq does below `verify-full`: none (`prefer`, `require`
+/// without a root certificate: encryption only), or the chain against the CA
+/// but not the name (`verify-ca`). Handshake signatures are always checked.
 #[derive(Debug)]
-struct Unchecked(Arc<rustls::crypto::CryptoProvider>);
-
-/// Checks the chain against the CA but not the name: `verify-ca`.
-#[derive(Debug)]
-struct ChainOnly(Arc<WebPkiServerVerifier>);
-
-impl ServerCertVerifier for Unchecked {
-    fn verify_server_cert(
-        &self,
-        _: &CertificateDer<'_>,
-        _: &[CertificateDer<'_>],
-        _: &ServerName<'_>,
-        _: &[u8],
-        _: UnixTime,
-    ) -> Result<ServerCertVerified, rustls::Error> {
-        Ok(ServerCertVerified::assertion())
-    }
-    fn verify_tls12_signature(
-        &self,
-        m: &[u8],
-        c: &CertificateDer<'_>,
-        d: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(m, c, d, &self.0.signature_verification_algorithms)
-    }
-    fn verify_tls13_signature(
-        &self,
-        m: &[u8],
-        c: &CertificateDer<'_>,
-        d: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(m, c, d, &self.0.signature_verification_algorithms)
-    }
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.0.signature_verification_algorithms.supported_schemes()
-    }
+struct Lenient {
+    /// The CA's verifier (`verify-ca`); `None`: any certificate.
+    chain: Option<Arc<WebPkiServerVerifier>>,
+    provider: Arc<rustls::crypto::CryptoProvider>,
 }
 
-impl ServerCertVerifier for ChainOnly {
+impl ServerCertVerifier for Lenient {
     fn verify_server_cert(
         &self,
         end: &CertificateDer<'_>,
@@ -200,7 +169,8 @@ impl ServerCertVerifier for ChainOnly {
         ocsp: &[u8],
         now: UnixTime,
     ) -> Result<ServerCertVerified, rustls::Error> {
-        match self.0.verify_server_cert(end, middle, name, ocsp, now) {
+        let Some(chain) = &self.chain else { return Ok(ServerCertVerified::assertion()) };
+        match chain.verify_server_cert(end, middle, name, ocsp, now) {
             Err(rustls::Error::InvalidCertificate(rustls::CertificateError::NotValidForName))
             | Err(rustls::Error::InvalidCertificate(rustls::CertificateError::NotValidForNameContext { .. })) => {
                 Ok(ServerCertVerified::assertion())
@@ -214,7 +184,7 @@ impl ServerCertVerifier for ChainOnly {
         c: &CertificateDer<'_>,
         d: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        self.0.verify_tls12_signature(m, c, d)
+        rustls::crypto::verify_tls12_signature(m, c, d, &self.provider.signature_verification_algorithms)
     }
     fn verify_tls13_signature(
         &self,
@@ -222,10 +192,10 @@ impl ServerCertVerifier for ChainOnly {
         c: &CertificateDer<'_>,
         d: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        self.0.verify_tls13_signature(m, c, d)
+        rustls::crypto::verify_tls13_signature(m, c, d, &self.provider.signature_verification_algorithms)
     }
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.0.supported_verify_schemes()
+        self.provider.signature_verification_algorithms.supported_schemes()
     }
 }
 
@@ -242,18 +212,20 @@ pub fn connector(t: &DbTarget) -> Result<MakeRustlsConnect, String> {
             for c in rustls::pki_types::pem::PemObject::pem_file_iter(Path::new(root)).map_err(|e| pem(&e))? {
                 roots.add(c.map_err(|e| pem(&e))?).map_err(|e| pem(&e))?;
             }
-            let verifier =
-                WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider).build().map_err(|e| pem(&e))?;
+            let verifier = WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider.clone())
+                .build()
+                .map_err(|e| pem(&e))?;
             if t.mode == Mode::VerifyFull {
                 builder.with_webpki_verifier(verifier).with_no_client_auth()
             } else {
-                builder
-                    .dangerous()
-                    .with_custom_certificate_verifier(Arc::new(ChainOnly(verifier)))
-                    .with_no_client_auth()
+                let lenient = Lenient { chain: Some(verifier), provider };
+                builder.dangerous().with_custom_certificate_verifier(Arc::new(lenient)).with_no_client_auth()
             }
         }
-        _ => builder.dangerous().with_custom_certificate_verifier(Arc::new(Unchecked(provider))).with_no_client_auth(),
+        _ => {
+            let lenient = Lenient { chain: None, provider };
+            builder.dangerous().with_custom_certificate_verifier(Arc::new(lenient)).with_no_client_auth()
+        }
     };
     Ok(MakeRustlsConnect::new(config))
 }
