@@ -34,19 +34,29 @@ fn p99(mut v: Vec<Duration>) -> Duration {
     v[(v.len() * 99 / 100).min(v.len() - 1)]
 }
 
-#[test]
-fn a_stalled_server_leaves_the_other_servers_keys_fast() {
+/// Three servers behind a proxy with 8 workers and a 1 s timeout, `n` keys
+/// `{prefix}{i}` stored through it, the ring, and the client that stored them.
+fn three_servers_with_keys(
+    prefix: &str,
+    n: usize,
+) -> (Vec<mctest::Memcached>, mwproxy::Proxy, Ring, Vec<String>, Client) {
     let servers = common::servers(3);
     let proxy = common::proxy(&servers, |c| {
         c.proxy.workers = 8;
         c.backend.timeout_ms = 1000;
     });
     let ring = ring_of(&endpoints(&servers));
-    let keys: Vec<String> = (0..300).map(|i| format!("stall{i}")).collect();
+    let keys: Vec<String> = (0..n).map(|i| format!("{prefix}{i}")).collect();
     let mut c = common::client(&proxy);
     for k in &keys {
         assert_eq!(c.call_str(&format!("set {k} 0 0 1\r\nx\r\n")).unwrap(), "STORED\r\n");
     }
+    (servers, proxy, ring, keys, c)
+}
+
+#[test]
+fn a_stalled_server_leaves_the_other_servers_keys_fast() {
+    let (servers, proxy, ring, keys, mut c) = three_servers_with_keys("stall", 300);
     let healthy: Vec<String> = keys.iter().filter(|k| ring.server_for(k.as_bytes()) != 0).cloned().collect();
     let addr = proxy.local_addr();
     let stop = Arc::new(AtomicBool::new(false));
@@ -122,17 +132,7 @@ fn many_clients_on_a_stalled_servers_hot_key_leave_the_other_servers_keys_fast()
     // Every carrier ends up waiting on the frozen server (16 clients keep
     // asking for its hot key, 8 workers): nobody else answers meanwhile, yet
     // the others' keys, queued behind them, must not wait for the timeout.
-    let servers = common::servers(3);
-    let proxy = common::proxy(&servers, |c| {
-        c.proxy.workers = 8;
-        c.backend.timeout_ms = 1000;
-    });
-    let ring = ring_of(&endpoints(&servers));
-    let keys: Vec<String> = (0..200).map(|i| format!("hot{i}")).collect();
-    let mut c = common::client(&proxy);
-    for k in &keys {
-        assert_eq!(c.call_str(&format!("set {k} 0 0 1\r\nx\r\n")).unwrap(), "STORED\r\n");
-    }
+    let (servers, proxy, ring, keys, mut c) = three_servers_with_keys("hot", 200);
     let hot = keys.iter().find(|k| ring.server_for(k.as_bytes()) == 0).unwrap().clone();
     let healthy: Vec<String> = keys.iter().filter(|k| ring.server_for(k.as_bytes()) != 0).cloned().collect();
     servers[0].pause().unwrap();
