@@ -50,7 +50,8 @@ pub struct Worker {
     /// By server number, opened as servers are first used.
     links: Vec<Link>,
     /// The configuration in use, as of the last batch.
-    current: Arc<Generation>,
+    /// (Taken out while a batch runs, so that no reference is counted per batch.)
+    current: Option<Arc<Generation>>,
     outbox: Outbox,
     /// For each call of the outbox, whose it is.
     owners: Vec<Tag>,
@@ -70,7 +71,7 @@ impl Worker {
         Worker {
             id,
             links: Vec::new(),
-            current: shared.generation(),
+            current: Some(shared.generation()),
             outbox: Outbox::new(0),
             owners: Vec::new(),
             out: Vec::new(),
@@ -101,16 +102,15 @@ impl Worker {
     /// Carries out one batch of a connection's requests and delivers the replies.
     fn serve(&mut self, conn: &ClientConn, jobs: Vec<Job>) {
         let t_dequeue = now_ns();
-        if self.shared.refresh(&mut self.current) {
+        let mut generation = self.current.take().expect("the configuration between batches");
+        if self.shared.refresh(&mut generation) {
             // Nothing is in flight between batches: connections to servers
             // a reload removed are closed now.
-            let current = &self.current;
-            for (s, link) in self.links.iter_mut().enumerate().filter(|(s, _)| !current.uses(*s)) {
+            for (s, link) in self.links.iter_mut().enumerate().filter(|(s, _)| !generation.uses(*s)) {
                 link.conn.close();
                 link.ex = Exchange::new(s);
             }
         }
-        let generation = self.current.clone();
         let waves = waves(&jobs, generation.router.replication);
         let mut entries: Vec<Entry> =
             jobs.into_iter().map(|job| Entry::begin(job, t_dequeue, &generation, &mut self.rr)).collect();
@@ -119,6 +119,7 @@ impl Worker {
             self.run_wave(&generation, entries);
             finish_wave(entries, &generation, conn, &self.shared, &mut self.writer, self.id);
         }
+        self.current = Some(generation);
         let busy = now_ns().saturating_sub(t_dequeue);
         self.writer.record(&self.shared.telemetry.slots, |acc| {
             acc.busy_ns += busy;
