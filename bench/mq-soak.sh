@@ -3,8 +3,10 @@
 # does p99 climb? A backlog of 100,000 messages is loaded; a closed-loop run
 # (SEND, then RECV and ACK, 16 clients) finds the maximum rate; then mwload
 # runs an open loop at 80% of it for MINUTES, the backlog staying about the
-# same. Printed per minute: the table's and its indexes' size, dead tuples,
-# autovacuum runs so far, and the minute's throughput and p99.
+# same. Printed per minute: the table's and its indexes' size, live, leased
+# and dead rows, autovacuum's and mwmq's own vacuums so far, and the minute's
+# throughput and p99. (The maximum is a 30 s run: a shorter one measures a
+# freshly vacuumed table and overstates what can be sustained.)
 #
 # Usage: bench/mq-soak.sh [MINUTES]   (default 30; env BACKLOG, SHARE (0.8))
 set -euo pipefail
@@ -30,7 +32,7 @@ psql_q "INSERT INTO mwmq_messages (queue_id, sender, body, visible_at)
 load() {  # extra mwload arguments
   "$BIN/mwload" -P mq -p "$MQ" -t 2 -c 8 --ratio 1:1 --receive recv -d 200 --progress never "$@"
 }
-load --test-time 10 --out "$work/max" > /dev/null
+load --test-time 30 --out "$work/max" > /dev/null
 # The open loop's rate counts SENDs and RECVs (each RECV's ACK follows it).
 max=$("$PY" -c "import json,sys; s=json.load(open(sys.argv[1])); o=s['ops']
 print((o['send']['count'] + o['recv']['count']) * 1000 / s['duration_ms'])" "$work/max/summary.json")
@@ -39,8 +41,13 @@ echo "maximum $(printf %.0f "$max") SENDs + RECVs/s (each RECV then ACKed; 16 cl
   "for $MINUTES min" >&2
 
 stats() {
-  psql_q "SELECT pg_relation_size('mwmq_messages'), pg_indexes_size('mwmq_messages'), n_live_tup, n_dead_tup,
-                 autovacuum_count, autoanalyze_count FROM pg_stat_user_tables WHERE relname = 'mwmq_messages'"
+  local db_row vacuums
+  db_row=$(psql_q "SELECT pg_relation_size('mwmq_messages'), pg_indexes_size('mwmq_messages'), n_live_tup,
+                          n_dead_tup, autovacuum_count, autoanalyze_count,
+                          (SELECT count(*) FROM mwmq_messages WHERE lease IS NOT NULL AND visible_at > now())
+                   FROM pg_stat_user_tables WHERE relname = 'mwmq_messages'")
+  vacuums=$(redis-cli -p "$MQ" INFO | tr -d '\r' | sed -n 's/^vacuums://p')
+  echo "$db_row|${vacuums:-0}"
 }
 : > "$work/stats"
 (
@@ -67,11 +74,12 @@ rows = {}
 for line in (work / "stats").read_text().splitlines():
     m, rest = line.split("|", 1)
     rows[int(m)] = [int(x) for x in rest.split("|")]
-print(f"{'minute':>6}{'table MB':>10}{'index MB':>10}{'live':>9}{'dead':>9}{'autovac':>9}{'req/s':>9}{'p99 ms':>9}")
-print("(requests: SENDs, RECVs and ACKs; p99 of all of them)")
+print(f"{'minute':>6}{'table MB':>10}{'index MB':>10}{'live':>9}{'leased':>9}{'dead':>9}{'autovac':>9}"
+      f"{'vacuums':>9}{'req/s':>9}{'p99 ms':>9}")
+print("(requests: SENDs, RECVs and ACKs; p99 of all of them; vacuums: mwmq's own, queues.vacuum_s)")
 for i, w in enumerate(windows):
     a = w["ops"]["all"]
     st = rows.get(i + 1) or rows.get(max(rows))
-    print(f"{i + 1:>6}{st[0] / 2**20:>10.1f}{st[1] / 2**20:>10.1f}{st[2]:>9}{st[3]:>9}{st[4]:>9}"
-          f"{a['count'] * 1000 / w['duration_ms']:>9.0f}{a['response_us']['p99'] / 1000:>9.2f}")
+    print(f"{i + 1:>6}{st[0] / 2**20:>10.1f}{st[1] / 2**20:>10.1f}{st[2]:>9}{st[6]:>9}{st[3]:>9}{st[4]:>9}"
+          f"{st[7]:>9}{a['count'] * 1000 / w['duration_ms']:>9.0f}{a['response_us']['p99'] / 1000:>9.2f}")
 PY

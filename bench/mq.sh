@@ -41,7 +41,7 @@ SQL
 cat >"$work/pop.sql" <<'SQL'
 DELETE FROM mwmq_messages m USING (SELECT queue_id, id FROM mwmq_messages
   WHERE queue_id = (SELECT id FROM mwmq_queues WHERE name = 'pg' AND dropped_at IS NULL)
-  AND visible_at <= now() AND receiver IS NULL ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED) c
+  AND visible_at <= now() AND receiver IS NULL ORDER BY visible_at, id LIMIT 1 FOR UPDATE SKIP LOCKED) c
 WHERE m.queue_id = c.queue_id AND m.id = c.id RETURNING m.id, m.sender, m.body;
 SQL
 cat >"$work/recvack.sql" <<'SQL'
@@ -49,7 +49,7 @@ UPDATE mwmq_messages m SET lease = nextval('mwmq_leases'), visible_at = now() + 
   deliveries = m.deliveries + 1
 FROM (SELECT queue_id, id FROM mwmq_messages
   WHERE queue_id = (SELECT id FROM mwmq_queues WHERE name = 'pg' AND dropped_at IS NULL)
-  AND visible_at <= now() AND receiver IS NULL ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED) c
+  AND visible_at <= now() AND receiver IS NULL ORDER BY visible_at, id LIMIT 1 FOR UPDATE SKIP LOCKED) c
 WHERE m.queue_id = c.queue_id AND m.id = c.id RETURNING m.queue_id AS qid, m.id AS mid, m.lease AS lease
 \gset
 DELETE FROM mwmq_messages WHERE queue_id = :qid AND id = :mid AND lease = :lease;

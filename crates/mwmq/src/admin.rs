@@ -128,6 +128,12 @@ fn metrics(shared: &Shared) -> String {
     p.counter("mwmq_queue_full_total", "Times the request queue was full.", &[], net.queue_full);
     p.counter("mwmq_leases_released_total", "Leases given back (reply not delivered).", &[], net.leases_released);
     p.counter(
+        "mwmq_db_vacuums_total",
+        "VACUUMs of the messages table run by this process (queues.vacuum_s).",
+        &[],
+        shared.vacuums.load(Ordering::Relaxed),
+    );
+    p.counter(
         "mwmq_db_statements_cut_total",
         "Connections cut because the database did not answer a statement in time.",
         &[],

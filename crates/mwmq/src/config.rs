@@ -138,6 +138,11 @@ pub struct QueuesConfig {
     pub dedup_window_s: u64,
     /// Dropped queues' messages and expired keys are removed this often (default 60 s).
     pub maintenance_s: u64,
+    /// The messages table is looked at this often and vacuumed when it holds
+    /// `vacuum_min_dead` dead rows or more (default 10 s; 0: leave it to autovacuum).
+    pub vacuum_s: u64,
+    /// Dead rows that make the table worth a vacuum (default 10000).
+    pub vacuum_min_dead: u64,
 }
 
 impl Default for QueuesConfig {
@@ -148,6 +153,8 @@ impl Default for QueuesConfig {
             poll_ms: 250,
             dedup_window_s: 86_400,
             maintenance_s: 60,
+            vacuum_s: 10,
+            vacuum_min_dead: 10_000,
         }
     }
 }

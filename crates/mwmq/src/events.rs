@@ -16,6 +16,17 @@
 //! The events thread also keeps the database tidy every `maintenance_s`:
 //! messages and keys of dropped queues, and deduplication keys older than
 //! `dedup_window_s`.
+//!
+//! The vacuum thread keeps the messages table from filling with dead rows:
+//! every message is inserted, leased (a new row version) and deleted, so a
+//! busy queue leaves thousands of dead rows a second at the head of the
+//! index every receiver walks. Autovacuum looks at a table at most once per
+//! `autovacuum_naptime` (a minute by default), and between two of its runs
+//! the receivers' walks grow longer and throughput sinks (measured: a third
+//! lower after 80 s; docs/mwmq.md). Every `vacuum_s` the thread asks the
+//! statistics how many dead rows there are and vacuums the table past
+//! `vacuum_min_dead` (`SKIP_LOCKED`: a vacuum already running, from
+//! autovacuum or another mwmq, is left to finish).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -200,4 +211,69 @@ pub fn maintenance(c: &mut postgres::Client, dedup_window_s: u64) -> Result<(), 
         &[],
     )?;
     Ok(())
+}
+
+/// The vacuum thread (`vacuum_s` > 0): vacuums `mwmq_messages` when it holds
+/// `vacuum_min_dead` dead rows or more, on its own connection.
+pub fn run_vacuum_thread(shared: Arc<Shared>) {
+    let cfg = &shared.config;
+    let w = &shared.waiters;
+    let every = Duration::from_secs(cfg.queues.vacuum_s);
+    let min_dead = i64::try_from(cfg.queues.vacuum_min_dead).unwrap_or(i64::MAX);
+    let mut conn: Option<postgres::Client> = None;
+    let mut warned = false;
+    loop {
+        sleep_on(w, every);
+        if w.lock().stopping {
+            return;
+        }
+        if conn.as_ref().is_none_or(|c| c.is_closed()) {
+            match crate::db::connect(cfg) {
+                Ok(c) => conn = Some(c),
+                Err(e) => {
+                    tracing::debug!("vacuum connection: {e}");
+                    continue;
+                }
+            }
+        }
+        let c = conn.as_mut().expect("connected above");
+        match vacuum_if_needed(c, min_dead) {
+            Ok(true) => {
+                shared.vacuums.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
+            Ok(false) => {}
+            // The database went away (a restart): open a new connection next time.
+            Err(e) if crate::db::connection_lost(&e) => {
+                tracing::debug!("vacuum: {e}");
+                conn = None;
+            }
+            Err(e) if !warned => {
+                // E.g. a database user that does not own the table may not vacuum it.
+                let why = e.as_db_error().map_or_else(|| e.to_string(), |d| d.message().to_string());
+                tracing::warn!("vacuum of mwmq_messages failed (left to autovacuum): {why}");
+                warned = true;
+            }
+            Err(e) => tracing::debug!("vacuum: {e}"),
+        }
+    }
+}
+
+/// Vacuums the messages table if it has `min_dead` dead rows or more; whether it did.
+pub fn vacuum_if_needed(c: &mut postgres::Client, min_dead: i64) -> Result<bool, postgres::Error> {
+    let dead: i64 = c
+        .query_one(
+            "SELECT coalesce((SELECT n_dead_tup FROM pg_stat_user_tables
+                              WHERE relid = 'mwmq_messages'::regclass), 0)",
+            &[],
+        )?
+        .get(0);
+    if dead < min_dead {
+        return Ok(false);
+    }
+    // Not bound by the statement deadline of the workers' connections: a
+    // vacuum of a large table may take longer, and nobody waits for it.
+    // (Two messages: VACUUM cannot run in the transaction a multi-statement query makes.)
+    c.batch_execute("SET statement_timeout = 0")?;
+    c.batch_execute("VACUUM (SKIP_LOCKED) mwmq_messages")?;
+    Ok(true)
 }

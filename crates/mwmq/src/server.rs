@@ -13,7 +13,7 @@ pub use mwserve::start::StartError;
 
 use crate::config::{Config, ConfigError};
 use crate::db::Pool;
-use crate::events::{run_listener_thread, run_notifier_thread, run_timer_thread};
+use crate::events::{run_listener_thread, run_notifier_thread, run_timer_thread, run_vacuum_thread};
 use crate::net::NetThread;
 use crate::shared::{InputBudget, Shared};
 use crate::telemetry::NetCounters;
@@ -100,6 +100,7 @@ impl Service for Mq {
             port: addr.port(),
             users,
             queues: Default::default(),
+            vacuums: Default::default(),
             tls,
             tls_log: mwserve::process::Throttled::new("TLS handshakes failed", std::time::Duration::from_secs(10)),
             config,
@@ -127,6 +128,12 @@ impl Service for Mq {
         background.push(spawn("timer", Box::new(move || run_timer_thread(s)))?);
         let s = shared.clone();
         background.push(spawn("notifier", Box::new(move || run_notifier_thread(s)))?);
+        if shared.config.queues.vacuum_s > 0 {
+            // Not joined: a long VACUUM need not hold up a stop; the thread
+            // ends by itself once it sees the stop.
+            let s = shared.clone();
+            spawn("vacuum", Box::new(move || run_vacuum_thread(s)))?;
+        }
         if shared.config.database.notify {
             let s = shared.clone();
             background.push(spawn("listener", Box::new(move || run_listener_thread(s)))?);

@@ -87,6 +87,8 @@ pub struct Shared {
     pub users: crate::users::Users,
     /// Each queue's counters since start.
     pub queues: crate::queues::PerQueue,
+    /// VACUUMs of the messages table this process ran.
+    pub vacuums: std::sync::atomic::AtomicU64,
     /// The TLS listener's configuration (`--tls-cert`), when there is one.
     pub tls: Option<Arc<rustls::ServerConfig>>,
     /// Failed TLS handshakes, logged at most every 10 s.

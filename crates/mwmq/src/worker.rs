@@ -746,6 +746,7 @@ impl Worker {
         line("db_statements", acc.db_requests.to_string());
         line("db_errors", acc.db_errors.to_string());
         line("db_unavailable", acc.db_unavailable.to_string());
+        line("vacuums", s.vacuums.load(std::sync::atomic::Ordering::Relaxed).to_string());
         t
     }
 }

@@ -31,11 +31,13 @@ fn poison_messages_move_to_the_dead_letter_queue_and_back() {
     assert_eq!(err(&mut c, &["QCREATE", "x", "DEADLETTER", "x"]), "ERR a queue cannot be its own dead-letter queue");
     assert!(err(&mut c, &["QCREATE", "x", "MAXDELIVERIES", "-1"]).contains("MAXDELIVERIES must be between"));
     let poison: i64 = q(&mut c, &["SEND", "jobs", "poison"]);
-    let fine: i64 = q(&mut c, &["SEND", "jobs", "fine"]);
     // Two deliveries without an ACK: a lease that expires, then a NACK.
     let first = recv(&mut c, "jobs", &["VT", "100"]);
     assert_eq!(first[0].0, poison);
     std::thread::sleep(Duration::from_millis(150));
+    // (Sent after the lease ran out, so it is visible later than the poison
+    // message: receivers take messages in the order they became visible.)
+    let fine: i64 = q(&mut c, &["SEND", "jobs", "fine"]);
     let second = recv(&mut c, "jobs", &[]);
     assert_eq!(second[0].0, poison, "redelivered after its lease expired");
     assert_eq!(q::<i64>(&mut c, &["NACK", "jobs", &poison.to_string(), &second[0].1.to_string()]), 1);
