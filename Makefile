@@ -74,7 +74,12 @@ run-mq: build
 bench: build python-deps
 	@command -v valgrind >/dev/null 2>&1 || { $(SUDO) apt-get update -q && \
 	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q --no-install-recommends valgrind; }
+	@# memtier_benchmark, the neutral client, where a build of it sits beside the checkout (../shared/tools)
+	@if ! command -v memtier_benchmark >/dev/null 2>&1 && [ -x ../shared/tools/memtier_benchmark ]; then \
+	  $(SUDO) apt-get update -q && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q --no-install-recommends \
+	    libevent-2.1-7 libevent-openssl-2.1-7 && $(SUDO) install -m 755 ../shared/tools/memtier_benchmark /usr/local/bin/; fi
 	bench/proxy.sh
+	bench/peers.sh
 	bench/load.sh
 	bench/fairness.sh
 	bench/instrumentation.sh

@@ -4,7 +4,7 @@
 #
 #   SEND       redis-benchmark, 8 connections, 128 B bodies   vs  pgbench -c 8 running mwmq's INSERT
 #   POP        redis-benchmark, 8 connections                 vs  pgbench -c 8 running mwmq's DELETE ... SKIP LOCKED
-#   RECV+ACK   8 redis-py clients, RECV then ACK               vs  pgbench -c 8 running the UPDATE, then the DELETE
+#   RECV+ACK   mwload -P mq, 8 connections, RECV then its ACK  vs  pgbench -c 8 running the UPDATE, then the DELETE
 #   SEND b32, POP b32: the same through a second mwmq with --batch 32
 #
 # Printed: requests (or message pairs) per second, p50 and p99 in ms, and
@@ -23,10 +23,12 @@ throwaway_postgres mwmq-bench
 
 MQ=$(free_port)
 "$BIN/mwmq" --listen "127.0.0.1:$MQ" --db "$db" --workers "$WORKERS" --db-pool "$WORKERS" --log warn & pids+=($!)
+MQPID=$!
 wait_port "$MQ"
 # The same with batching: a worker carries out up to 32 waiting SENDs (or POPs) in one statement.
 MQB=$(free_port)
 "$BIN/mwmq" --listen "127.0.0.1:$MQB" --db "$db" --workers "$WORKERS" --db-pool "$WORKERS" --batch 32 --log warn & pids+=($!)
+MQBPID=$!
 wait_port "$MQB"
 redis-cli -p "$MQ" QCREATE mq >/dev/null
 redis-cli -p "$MQ" QCREATE pg >/dev/null
@@ -80,58 +82,52 @@ rb_run() {  # redis-benchmark arguments -> "rate p50 p99" (env PORT: another mwm
     "$PY" -c "import csv,sys; r=next(csv.reader(sys.stdin)); print(f'{float(r[1]):.0f} {float(r[4]):.2f} {float(r[6]):.2f}')"
 }
 
-recvack_run() {  # -> "pairs/s p50 p99" with CLIENTS redis-py clients
-  "$PY" - "$MQ" "$CLIENTS" "$N" <<'PY'
-import sys, threading, time
-import redis
-port, clients, n = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
-lat, lock = [], threading.Lock()
-def work(k):
-    r = redis.Redis(port=port)
-    mine = []
-    for _ in range(k):
-        t = time.perf_counter()
-        got = r.execute_command("RECV", "mq")
-        if not got:
-            break
-        mid, lease = got[0][0], got[0][1]
-        r.execute_command("ACK", "mq", mid, lease)
-        mine.append(time.perf_counter() - t)
-    with lock:
-        lat.extend(mine)
-threads = [threading.Thread(target=work, args=(n // clients,)) for _ in range(clients)]
-t0 = time.perf_counter()
-for t in threads: t.start()
-for t in threads: t.join()
-el = time.perf_counter() - t0
-lat.sort()
-q = lambda p: lat[min(len(lat) - 1, int(p * len(lat)))] * 1000
-print(f"{len(lat) / el:.0f} {q(0.5):.2f} {q(0.99):.2f}")
+recvack_run() {  # -> "pairs/s p50 p99": mwload -P mq, CLIENTS connections, each RECV then its ACK
+  "$BIN/mwload" -P mq -p "$MQ" -t 2 -c $((CLIENTS / 2)) --ratio 0:1 --receive recv -n $((N / CLIENTS)) \
+    --progress never --out "$work/ra" >/dev/null
+  "$PY" - "$work/ra/summary.json" <<'PY'
+import json, sys
+s = json.load(open(sys.argv[1]))
+o = s["ops"]
+# A pair is a RECV and its ACK; the latency shown is per request (RECV or ACK).
+print(f"{o['recv']['count'] * 1000 / s['duration_ms']:.0f} {o['all']['response_us']['p50'] / 1000:.2f} "
+      f"{o['all']['response_us']['p99'] / 1000:.2f}")
 PY
 }
 
-row() {  # name "mq-rate p50 p99" "pg-rate p50 p99"
+row() {  # name "mq-rate p50 p99" "pg-rate p50 p99" [mwmq CPU us per request]
   read -r mr m50 m99 <<<"$2"
   read -r pr p50 p99 <<<"$3"
-  printf '%-10s %10s %8s %8s %12s %8s %8s %8s\n' "$1" "$mr" "$m50" "$m99" "$pr" "$p50" "$p99" \
-    "$("$PY" -c "print(f'{$mr/$pr:.2f}')")"
+  printf '%-10s %10s %8s %8s %12s %8s %8s %8s %10s\n' "$1" "$mr" "$m50" "$m99" "$pr" "$p50" "$p99" \
+    "$("$PY" -c "print(f'{$mr/$pr:.2f}')")" "${4:--}"
+}
+
+# cpu_per_request PID REQUESTS TICKS_BEFORE -> the process's CPU (user + system) per request, in us
+cpu_per_request() {
+  "$PY" -c "import os; print(f'{($(cpu_ticks "$1") - $3) / os.sysconf(\"SC_CLK_TCK\") * 1e6 / $2:.1f}')"
 }
 
 echo "mwmq ($WORKERS workers, pool $WORKERS) vs PostgreSQL's own rate for the same statements (pgbench -c $CLIENTS), $N requests each"
-printf '%-10s %10s %8s %8s %12s %8s %8s %8s\n' "" "mwmq/s" "p50 ms" "p99 ms" "postgres/s" "p50 ms" "p99 ms" "ratio"
-send_mq=$(rb_run SEND mq "$BODY")
+printf '%-10s %10s %8s %8s %12s %8s %8s %8s %10s\n' "" "mwmq/s" "p50 ms" "p99 ms" "postgres/s" "p50 ms" "p99 ms" "ratio" \
+  "mwmq CPU"
+t=$(cpu_ticks "$MQPID"); send_mq=$(rb_run SEND mq "$BODY"); send_cpu=$(cpu_per_request "$MQPID" "$N" "$t")
 send_pg=$(pgbench_run "$work/send.sql")
-row SEND "$send_mq" "$send_pg"
-row "SEND b32" "$(PORT=$MQB rb_run SEND mq "$BODY")" "$send_pg"
-pop_mq=$(rb_run POP mq)
+row SEND "$send_mq" "$send_pg" "$send_cpu"
+t=$(cpu_ticks "$MQBPID"); sb=$(PORT=$MQB rb_run SEND mq "$BODY")
+row "SEND b32" "$sb" "$send_pg" "$(cpu_per_request "$MQBPID" "$N" "$t")"
+t=$(cpu_ticks "$MQPID"); pop_mq=$(rb_run POP mq); pop_cpu=$(cpu_per_request "$MQPID" "$N" "$t")
 pop_pg=$(pgbench_run "$work/pop.sql")
-row POP "$pop_mq" "$pop_pg"
+row POP "$pop_mq" "$pop_pg" "$pop_cpu"
 rb_run SEND mq "$BODY" >/dev/null
-row "POP b32" "$(PORT=$MQB rb_run POP mq)" "$pop_pg"
-# Refill both queues for RECV+ACK.
-rb_run SEND mq "$BODY" >/dev/null
+t=$(cpu_ticks "$MQBPID"); pb=$(PORT=$MQB rb_run POP mq)
+row "POP b32" "$pb" "$pop_pg" "$(cpu_per_request "$MQBPID" "$N" "$t")"
+# Refill both queues for RECV+ACK (mwload receives from q0).
+redis-cli -p "$MQ" QCREATE q0 >/dev/null
+rb_run SEND q0 "$BODY" >/dev/null
 pgbench_run "$work/send.sql" >/dev/null
-ra_mq=$(recvack_run)
+t=$(cpu_ticks "$MQPID"); ra_mq=$(recvack_run); ra_cpu=$(cpu_per_request "$MQPID" $((2 * N)) "$t")
 ra_pg=$(pgbench_run "$work/recvack.sql")
-row RECV+ACK "$ra_mq" "$ra_pg"
-echo "(b32: mwmq --batch 32. RECV+ACK: message pairs per second, latency of the pair; the seed report's best: 937 requests/s)"
+row RECV+ACK "$ra_mq" "$ra_pg" "$ra_cpu"
+echo "(mwmq CPU: the mwmq process's user + system time per request, us; a RECV and its ACK are two requests)"
+echo "(b32: mwmq --batch 32. RECV+ACK: message pairs per second; latency per request for mwmq, per pair for"
+echo " PostgreSQL; the seed report's best: 937 requests/s)"

@@ -1,7 +1,18 @@
 # Shell helpers shared by scripts/ and bench/ (sourced, not run).
 
-# A TCP port on 127.0.0.1 that was free a moment ago.
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+# A TCP port on 127.0.0.1 that was free a moment ago and that this script
+# has not been given before (the kernel may hand out the same free port twice
+# in a row while the server given the first has not bound it yet; the list
+# is a file because the function runs in a subshell: p=$(free_port)).
+free_port() {
+  local p list="/tmp/.free-ports.$$"
+  while :; do
+    p=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+    grep -qx "$p" "$list" 2>/dev/null || break
+  done
+  echo "$p" >> "$list"
+  echo "$p"
+}
 
 # Whether something accepts connections on 127.0.0.1:$1.
 in_use() { (exec 3<>/dev/tcp/127.0.0.1/"$1") 2>/dev/null; }
@@ -13,6 +24,9 @@ wait_port() {
   exit 1
 }
 
+# CPU time (user + system) process $1 has used so far, in clock ticks (getconf CLK_TCK).
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+
 # memcached refuses to run as root without -u.
 user_flag=()
 if [ "$(id -u)" = 0 ]; then user_flag=(-u root); fi
@@ -21,6 +35,7 @@ if [ "$(id -u)" = 0 ]; then user_flag=(-u root); fi
 pids=()
 work=""
 cleanup() {
+  rm -f "/tmp/.free-ports.$$"
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
   wait 2>/dev/null || true
   if [ -n "$work" ]; then rm -rf "$work"; fi
@@ -37,7 +52,7 @@ start_memcached() {
 # Starts twemproxy (nutcracker, ketama/md5) on 127.0.0.1:$1 in front of the
 # memcached ports that follow; its config goes into $work.
 start_twemproxy() {
-  local port=$1 conf
+  local port=$1 conf p
   shift
   conf="$work/nutcracker-$port.yml"
   {

@@ -13,9 +13,7 @@ use mwmq::Service;
 /// statistics have them: a backend reports them when it goes idle).
 fn index_fetches(db: &mut postgres::Client) -> i64 {
     db.batch_execute("SELECT pg_stat_clear_snapshot()").unwrap();
-    db.query_one("SELECT idx_tup_fetch FROM pg_stat_user_tables WHERE relname = 'mwmq_messages'", &[])
-        .unwrap()
-        .get(0)
+    db.query_one("SELECT idx_tup_fetch FROM pg_stat_user_tables WHERE relname = 'mwmq_messages'", &[]).unwrap().get(0)
 }
 
 /// The counter once it has moved by at least `least` and then stood still
