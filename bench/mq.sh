@@ -5,7 +5,7 @@
 #   SEND       redis-benchmark, 8 connections, 128 B bodies   vs  pgbench -c 8 running mwmq's INSERT
 #   POP        redis-benchmark, 8 connections                 vs  pgbench -c 8 running mwmq's DELETE ... SKIP LOCKED
 #   RECV+ACK   mwload -P mq, 8 connections, RECV then its ACK  vs  pgbench -c 8 running the UPDATE, then the DELETE
-#   SEND b32, POP b32: the same through a second mwmq with --batch 32
+#   SEND b1, POP b1: the same through a second mwmq with --batch 1 (no batching; the default is 32)
 #
 # Printed: requests (or message pairs) per second, p50 and p99 in ms, and
 # mwmq / PostgreSQL. For scale: the seed report's best was 937 requests/s.
@@ -25,9 +25,10 @@ MQ=$(free_port)
 "$BIN/mwmq" --listen "127.0.0.1:$MQ" --db "$db" --workers "$WORKERS" --db-pool "$WORKERS" --log warn & pids+=($!)
 MQPID=$!
 wait_port "$MQ"
-# The same with batching: a worker carries out up to 32 waiting SENDs (or POPs) in one statement.
+# The same without batching (--batch 1, the seed's one statement per request); the
+# default carries out up to 32 waiting SENDs (or POPs, ACKs) in one statement.
 MQB=$(free_port)
-"$BIN/mwmq" --listen "127.0.0.1:$MQB" --db "$db" --workers "$WORKERS" --db-pool "$WORKERS" --batch 32 --log warn & pids+=($!)
+"$BIN/mwmq" --listen "127.0.0.1:$MQB" --db "$db" --workers "$WORKERS" --db-pool "$WORKERS" --batch 1 --log warn & pids+=($!)
 MQBPID=$!
 wait_port "$MQB"
 redis-cli -p "$MQ" QCREATE mq >/dev/null
@@ -114,13 +115,13 @@ t=$(cpu_ticks "$MQPID"); send_mq=$(rb_run SEND mq "$BODY"); send_cpu=$(cpu_per_r
 send_pg=$(pgbench_run "$work/send.sql")
 row SEND "$send_mq" "$send_pg" "$send_cpu"
 t=$(cpu_ticks "$MQBPID"); sb=$(PORT=$MQB rb_run SEND mq "$BODY")
-row "SEND b32" "$sb" "$send_pg" "$(cpu_per_request "$MQBPID" "$N" "$t")"
+row "SEND b1" "$sb" "$send_pg" "$(cpu_per_request "$MQBPID" "$N" "$t")"
 t=$(cpu_ticks "$MQPID"); pop_mq=$(rb_run POP mq); pop_cpu=$(cpu_per_request "$MQPID" "$N" "$t")
 pop_pg=$(pgbench_run "$work/pop.sql")
 row POP "$pop_mq" "$pop_pg" "$pop_cpu"
 rb_run SEND mq "$BODY" >/dev/null
 t=$(cpu_ticks "$MQBPID"); pb=$(PORT=$MQB rb_run POP mq)
-row "POP b32" "$pb" "$pop_pg" "$(cpu_per_request "$MQBPID" "$N" "$t")"
+row "POP b1" "$pb" "$pop_pg" "$(cpu_per_request "$MQBPID" "$N" "$t")"
 # Refill both queues for RECV+ACK (mwload receives from q0).
 redis-cli -p "$MQ" QCREATE q0 >/dev/null
 rb_run SEND q0 "$BODY" >/dev/null
@@ -129,5 +130,5 @@ t=$(cpu_ticks "$MQPID"); ra_mq=$(recvack_run); ra_cpu=$(cpu_per_request "$MQPID"
 ra_pg=$(pgbench_run "$work/recvack.sql")
 row RECV+ACK "$ra_mq" "$ra_pg" "$ra_cpu"
 echo "(mwmq CPU: the mwmq process's user + system time per request, us; a RECV and its ACK are two requests)"
-echo "(b32: mwmq --batch 32. RECV+ACK: message pairs per second; latency per request for mwmq, per pair for"
+echo "(b1: mwmq --batch 1, no batching; the default batches up to 32. RECV+ACK: message pairs per second; latency per request for mwmq, per pair for"
 echo " PostgreSQL; the seed report's best: 937 requests/s)"

@@ -51,10 +51,11 @@ pub struct ServerConfig {
     /// whose next argument does not fit waits until it does (default 256 MiB).
     pub input_budget: usize,
     /// Most requests a worker carries out together (1: one at a time, the
-    /// seed's architecture, which the lab's models assume). Above 1, a worker
-    /// that takes a SEND, ACK or POP also takes up to `batch - 1` more of the
-    /// same kind waiting in the queue and runs them as one statement: one
-    /// round trip and one commit for all (default 1).
+    /// seed's architecture, which the lab's models assume and ask for). Above
+    /// 1, a worker that takes a SEND, ACK or POP also takes up to `batch - 1`
+    /// more of the same kind waiting in the queue and runs them as one
+    /// statement: one round trip and one commit for all. Only what already
+    /// waits is taken, so a lone request is not delayed (default 32).
     pub batch: usize,
     /// A request that waited this long for a worker is answered `-TRYAGAIN`
     /// without touching the database, 0 = never (default 10000 ms).
@@ -75,7 +76,7 @@ impl Default for ServerConfig {
             max_body: 4 << 20,
             max_pending_output: 1 << 20,
             input_budget: 256 << 20,
-            batch: 1,
+            batch: 32,
             queue_timeout_ms: 10_000,
             insecure_no_auth: false,
         }
