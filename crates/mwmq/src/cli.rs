@@ -20,7 +20,7 @@ pub struct Cli {
     /// Database connections in the pool [default: one per worker].
     #[arg(long, value_name = "N")]
     pub db_pool: Option<usize>,
-    /// Most SENDs, ACKs or POPs a worker runs as one statement, 1 = one request at a time [default: 1].
+    /// Most waiting SENDs, ACKs or POPs a worker runs as one statement, 1 = one request at a time [default: 32].
     #[arg(long, value_name = "N")]
     pub batch: Option<usize>,
     /// Largest message body (any argument) in bytes; k and m suffixes [default: 4m].
