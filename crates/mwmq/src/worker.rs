@@ -41,6 +41,9 @@ enum Batch {
     Ack,
     /// POPs of one queue by one receiver with one FROM.
     Pop { queue: String, me: Option<String>, from: Option<String> },
+    /// RECVs of one message each (no COUNT, no WAIT), of one queue by one
+    /// receiver with one FROM and one lease length.
+    Recv { queue: String, me: Option<String>, from: Option<String>, vt_ms: u64 },
 }
 
 impl Batch {
@@ -51,6 +54,13 @@ impl Batch {
             Ok(Command::Pop { queue, from }) => {
                 Some(Batch::Pop { queue: queue.clone(), me: job.conn.identity(), from: from.clone() })
             }
+            // (A RECV that may wait is parked when it finds nothing: it goes alone.)
+            Ok(Command::Recv(r)) if r.count == 1 && r.wait_ms == 0 => Some(Batch::Recv {
+                queue: r.queue.clone(),
+                me: job.conn.identity(),
+                from: r.from.clone(),
+                vt_ms: r.vt_ms,
+            }),
             _ => None,
         }
     }
@@ -143,6 +153,8 @@ impl Worker {
         let t_dequeue = now_ns();
         let timeout_ns = self.shared.config.server.queue_timeout_ms * 1_000_000;
         let mut replies: Vec<Option<(Reply, &'static str, u64)>> = vec![None; jobs.len()];
+        // Leases each reply carries (RECV), given back if it cannot be delivered.
+        let mut leases: Vec<Vec<LeaseRef>> = vec![Vec::new(); jobs.len()];
         for (i, job) in jobs.iter().enumerate() {
             if timeout_ns > 0 && t_dequeue.saturating_sub(job.t_enqueue) > timeout_ns {
                 let msg = format!(
@@ -167,7 +179,7 @@ impl Worker {
                 db.t_pool = Some(now);
                 db.t_send = Some(now);
                 db.statements = 1;
-                let result = self.batch_statement(&mut pg, &kind, &jobs, &live, &mut replies);
+                let result = self.batch_statement(&mut pg, &kind, &jobs, &live, &mut replies, &mut leases);
                 db.t_done = Some(now_ns());
                 self.shared.pool.put(pg);
                 if let Err(e) = result {
@@ -186,7 +198,7 @@ impl Worker {
                 replies[i].take().unwrap_or((Reply::err("internal: no reply"), "server_error", 0));
             let cmd = std::mem::replace(&mut job.cmd, Err(Reply::Nil));
             let op = cmd.as_ref().map(Command::op).unwrap_or(MqOp::Other);
-            self.answer(job, &reply, Vec::new(), false);
+            self.answer(job, &reply, std::mem::take(&mut leases[i]), false);
             let t_reply = now_ns();
             let status = if reply.is_error() { status } else { "ok" };
             let facts = DbFacts {
@@ -213,6 +225,7 @@ impl Worker {
         jobs: &[Box<Job>],
         live: &[usize],
         replies: &mut [Option<(Reply, &'static str, u64)>],
+        leases: &mut [Vec<LeaseRef>],
     ) -> Result<(), DbError> {
         match kind {
             Batch::Send => {
@@ -287,6 +300,42 @@ impl Worker {
                             (Reply::Array(vec![Reply::Int(m.id), Reply::text(m.sender), Reply::Bulk(m.body)]), "ok", 1)
                         }
                         None => (Reply::Nil, "ok", 0),
+                    });
+                }
+            }
+            Batch::Recv { queue, me, from, vt_ms } => {
+                // One statement leases a message for each RECV; as for one
+                // RECV, dead letters met at the front are moved and the
+                // statement runs again (bounded) for those still without one.
+                let mut msgs = Vec::new();
+                let mut again = 0;
+                loop {
+                    let want = (live.len() - msgs.len()) as u32;
+                    let got = pg.recv(queue, me.as_deref(), from.as_deref(), want, *vt_ms)?;
+                    self.dead_lettered(queue, &got);
+                    let moved = got.dead_lettered + got.dropped;
+                    msgs.extend(got.messages);
+                    if msgs.len() == live.len() || moved == 0 || again == 8 {
+                        break;
+                    }
+                    again += 1;
+                }
+                let n = msgs.len() as u64;
+                self.shared.queues.add(queue, |c| c.received += n);
+                let mut msgs = msgs.into_iter();
+                for i in live {
+                    replies[*i] = Some(match msgs.next() {
+                        Some(m) => {
+                            leases[*i] = vec![LeaseRef { queue_id: m.queue_id, id: m.id, lease: m.lease }];
+                            let item = Reply::Array(vec![
+                                Reply::Int(m.id),
+                                Reply::Int(m.lease),
+                                Reply::text(m.sender),
+                                Reply::Bulk(m.body),
+                            ]);
+                            (Reply::Array(vec![item]), "ok", 1)
+                        }
+                        None => (Reply::Array(Vec::new()), "ok", 0),
                     });
                 }
             }

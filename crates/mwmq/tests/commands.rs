@@ -219,6 +219,62 @@ fn pops_and_recvs(batch: usize) {
 /// at a time, in order, none forgotten — the net thread holds the rest of a
 /// connection's input while its request is with a worker, and the worker
 /// tells it when it is done.
+/// RECVs waiting for a worker are carried out as one statement (the default
+/// `batch`): each gets a message of its own, with a lease of its own.
+#[test]
+fn waiting_recvs_are_leased_together_one_message_each() {
+    use std::io::{Read, Write};
+    let pg = Postgres::start().unwrap();
+    let mut cfg = config(&pg);
+    cfg.server.workers = 1;
+    let mq = start(cfg);
+    let mut c = connect(mq.local_addr());
+    let _: String = q(&mut c, &["QCREATE", "q"]);
+    let sent: HashSet<i64> = (0..8).map(|i| q::<i64>(&mut c, &["SEND", "q", &format!("m{i}")])).collect();
+    let statements = |c: &mut redis::Connection| -> u64 {
+        let info: String = q(c, &["INFO"]);
+        info.lines().find_map(|l| l.strip_prefix("db_statements:")).unwrap().trim().parse().unwrap()
+    };
+    let before = statements(&mut c);
+    // The only worker waits on a lock while eight RECVs queue up behind it.
+    let mut db = sql(&pg);
+    let mut lock = db.transaction().unwrap();
+    lock.batch_execute("LOCK TABLE mwmq_messages IN ACCESS EXCLUSIVE MODE").unwrap();
+    let mut socks: Vec<std::net::TcpStream> = (0..8)
+        .map(|_| {
+            let s = std::net::TcpStream::connect(mq.local_addr()).unwrap();
+            s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+            s
+        })
+        .collect();
+    for s in &mut socks {
+        s.write_all(b"*2\r\n$4\r\nRECV\r\n$1\r\nq\r\n").unwrap();
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    lock.commit().unwrap();
+    let mut got = HashSet::new();
+    for s in &mut socks {
+        // *1 *4 :id :lease $0 (no sender name) "" $2 mN: eight lines.
+        let mut reply = Vec::new();
+        let mut buf = [0u8; 512];
+        while reply.iter().filter(|b| **b == b'\n').count() < 8 {
+            let n = s.read(&mut buf).unwrap();
+            assert!(n > 0, "connection closed");
+            reply.extend_from_slice(&buf[..n]);
+        }
+        let text = String::from_utf8_lossy(&reply).to_string();
+        assert!(text.starts_with("*1\r\n*4\r\n:"), "one message each: {text:?}");
+        let id: i64 = text[9..].split("\r\n").next().unwrap().parse().unwrap();
+        assert!(got.insert(id), "message {id} handed to two RECVs");
+    }
+    assert_eq!(got, sent);
+    let used = statements(&mut c) - before;
+    // The first RECV alone (it was waiting on the lock), the other seven
+    // together, and the INFO itself.
+    assert!(used <= 4, "{used} statements for 8 RECVs");
+}
+
 #[test]
 fn pipelined_requests_are_all_answered_in_order() {
     let pg = Postgres::start().unwrap();
