@@ -218,6 +218,28 @@ impl Worker {
         }
     }
 
+    /// Hands one of `msgs` (taken from `queue`) to each request of `live`
+    /// in turn; those left without one get `empty`.
+    fn deal<M>(
+        &self,
+        queue: &str,
+        msgs: Vec<M>,
+        live: &[usize],
+        replies: &mut [Option<(Reply, &'static str, u64)>],
+        empty: Reply,
+        mut reply: impl FnMut(usize, M) -> Reply,
+    ) {
+        let n = msgs.len() as u64;
+        self.shared.queues.add(queue, |c| c.received += n);
+        let mut msgs = msgs.into_iter();
+        for &i in live {
+            replies[i] = Some(match msgs.next() {
+                Some(m) => (reply(i, m), "ok", 1),
+                None => (empty.clone(), "ok", 0),
+            });
+        }
+    }
+
     fn batch_statement(
         &self,
         pg: &mut DbConn,
@@ -291,17 +313,9 @@ impl Worker {
             }
             Batch::Pop { queue, me, from } => {
                 let msgs = pg.first_n(queue, me.as_deref(), from.as_deref(), true, live.len())?;
-                let n = msgs.len() as u64;
-                self.shared.queues.add(queue, |c| c.received += n);
-                let mut msgs = msgs.into_iter();
-                for i in live {
-                    replies[*i] = Some(match msgs.next() {
-                        Some(m) => {
-                            (Reply::Array(vec![Reply::Int(m.id), Reply::text(m.sender), Reply::Bulk(m.body)]), "ok", 1)
-                        }
-                        None => (Reply::Nil, "ok", 0),
-                    });
-                }
+                self.deal(queue, msgs, live, replies, Reply::Nil, |_, m| {
+                    Reply::Array(vec![Reply::Int(m.id), Reply::text(m.sender), Reply::Bulk(m.body)])
+                });
             }
             Batch::Recv { queue, me, from, vt_ms } => {
                 // One statement leases a message for each RECV; as for one
@@ -320,24 +334,11 @@ impl Worker {
                     }
                     again += 1;
                 }
-                let n = msgs.len() as u64;
-                self.shared.queues.add(queue, |c| c.received += n);
-                let mut msgs = msgs.into_iter();
-                for i in live {
-                    replies[*i] = Some(match msgs.next() {
-                        Some(m) => {
-                            leases[*i] = vec![LeaseRef { queue_id: m.queue_id, id: m.id, lease: m.lease }];
-                            let item = Reply::Array(vec![
-                                Reply::Int(m.id),
-                                Reply::Int(m.lease),
-                                Reply::text(m.sender),
-                                Reply::Bulk(m.body),
-                            ]);
-                            (Reply::Array(vec![item]), "ok", 1)
-                        }
-                        None => (Reply::Array(Vec::new()), "ok", 0),
-                    });
-                }
+                self.deal(queue, msgs, live, replies, Reply::Array(Vec::new()), |i, m| {
+                    leases[i] = vec![LeaseRef { queue_id: m.queue_id, id: m.id, lease: m.lease }];
+                    let item = vec![Reply::Int(m.id), Reply::Int(m.lease), Reply::text(m.sender), Reply::Bulk(m.body)];
+                    Reply::Array(vec![Reply::Array(item)])
+                });
             }
         }
         Ok(())
