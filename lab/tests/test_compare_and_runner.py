@@ -198,3 +198,10 @@ def test_until_ci_adds_repetitions_and_says_when_it_gives_up(tmp_path: Path):
     assert "until-ci: every point within ±99%" in loose.stdout, loose.stdout
     bad = subprocess.run([*cmd, "--until-ci", "0"], capture_output=True, text=True, timeout=60, env=env)
     assert bad.returncode == 2 and "--until-ci" in bad.stderr
+
+
+def test_free_port_never_hands_out_a_port_twice():
+    from mwlab.procs import free_port
+
+    ports = [free_port() for _ in range(300)]
+    assert len(set(ports)) == len(ports)

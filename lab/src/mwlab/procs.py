@@ -29,10 +29,22 @@ class LabError(RuntimeError):
     """Something the lab needs is missing or failed."""
 
 
+_GIVEN_PORTS: set[int] = set()
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A TCP port on 127.0.0.1 that was free a moment ago and that this
+    process has not handed out before: the kernel may give the same free port
+    twice in a row while the server that got it first has not bound it yet."""
+    while True:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port not in _GIVEN_PORTS:
+            if len(_GIVEN_PORTS) >= 10_000:  # servers long gone: start afresh
+                _GIVEN_PORTS.clear()
+            _GIVEN_PORTS.add(port)
+            return port
 
 
 def wait_port(
