@@ -228,7 +228,11 @@ pub fn run_vacuum_thread(shared: Arc<Shared>) {
             return;
         }
         if conn.as_ref().is_none_or(|c| c.is_closed()) {
-            match crate::db::connect(cfg) {
+            // Not bound by the statement deadline of the workers' connections:
+            // a vacuum of a large table may take longer, and nobody waits for it.
+            let opened = crate::db::connect(cfg)
+                .and_then(|mut c| c.batch_execute("SET statement_timeout = 0").map(|()| c).map_err(|e| e.to_string()));
+            match opened {
                 Ok(c) => conn = Some(c),
                 Err(e) => {
                     tracing::debug!("vacuum connection: {e}");
@@ -259,7 +263,7 @@ pub fn run_vacuum_thread(shared: Arc<Shared>) {
 }
 
 /// Vacuums the messages table if it has `min_dead` dead rows or more; whether it did.
-pub fn vacuum_if_needed(c: &mut postgres::Client, min_dead: i64) -> Result<bool, postgres::Error> {
+fn vacuum_if_needed(c: &mut postgres::Client, min_dead: i64) -> Result<bool, postgres::Error> {
     let dead: i64 = c
         .query_one(
             "SELECT coalesce((SELECT n_dead_tup FROM pg_stat_user_tables
@@ -270,10 +274,6 @@ pub fn vacuum_if_needed(c: &mut postgres::Client, min_dead: i64) -> Result<bool,
     if dead < min_dead {
         return Ok(false);
     }
-    // Not bound by the statement deadline of the workers' connections: a
-    // vacuum of a large table may take longer, and nobody waits for it.
-    // (Two messages: VACUUM cannot run in the transaction a multi-statement query makes.)
-    c.batch_execute("SET statement_timeout = 0")?;
     c.batch_execute("VACUUM (SKIP_LOCKED) mwmq_messages")?;
     Ok(true)
 }

@@ -14,9 +14,9 @@ use mwstats::clock::now_ns;
 use mwstats::slots::SlotWriter;
 use mwstats::stages::Timeline;
 
-use crate::command::{Command, Credentials, MqOp};
+use crate::command::{Command, Credentials, MqOp, Recv};
 use crate::conn::{ClientConn, Delivered};
-use crate::db::{DbConn, DbError, LeaseRef, SendRow};
+use crate::db::{DbConn, DbError, LeaseRef, Leased, SendRow};
 use crate::job::{Done, Job, Work};
 use crate::resp::Reply;
 use crate::shared::Shared;
@@ -43,7 +43,7 @@ enum Batch {
     Pop { queue: String, me: Option<String>, from: Option<String> },
     /// RECVs of one message each (no COUNT, no WAIT), of one queue by one
     /// receiver with one FROM and one lease length.
-    Recv { queue: String, me: Option<String>, from: Option<String>, vt_ms: u64 },
+    Recv { r: Recv, me: Option<String> },
 }
 
 impl Batch {
@@ -55,12 +55,9 @@ impl Batch {
                 Some(Batch::Pop { queue: queue.clone(), me: job.conn.identity(), from: from.clone() })
             }
             // (A RECV that may wait is parked when it finds nothing: it goes alone.)
-            Ok(Command::Recv(r)) if r.count == 1 && r.wait_ms == 0 => Some(Batch::Recv {
-                queue: r.queue.clone(),
-                me: job.conn.identity(),
-                from: r.from.clone(),
-                vt_ms: r.vt_ms,
-            }),
+            Ok(Command::Recv(r)) if r.count == 1 && r.wait_ms == 0 => {
+                Some(Batch::Recv { r: r.clone(), me: job.conn.identity() })
+            }
             _ => None,
         }
     }
@@ -182,12 +179,15 @@ impl Worker {
                 let result = self.batch_statement(&mut pg, &kind, &jobs, &live, &mut replies, &mut leases);
                 db.t_done = Some(now_ns());
                 self.shared.pool.put(pg);
-                if let Err(e) = result {
-                    db.failed = !matches!(e, DbError::NoQueue(_) | DbError::Exists(_));
-                    db.unavailable = matches!(e, DbError::Unavailable(_));
-                    let status = if db.failed { "server_error" } else { "client_error" };
-                    for i in &live {
-                        replies[*i] = Some((e.reply(), status, 0));
+                match result {
+                    Ok(n) => db.statements = n,
+                    Err(e) => {
+                        db.failed = !matches!(e, DbError::NoQueue(_) | DbError::Exists(_));
+                        db.unavailable = matches!(e, DbError::Unavailable(_));
+                        let status = if db.failed { "server_error" } else { "client_error" };
+                        for i in &live {
+                            replies[*i] = Some((e.reply(), status, 0));
+                        }
                     }
                 }
             }
@@ -240,6 +240,36 @@ impl Worker {
         }
     }
 
+    /// Leases up to `count` messages of `queue`. When the statement met only
+    /// dead letters at the front (moved or dropped in the same statement)
+    /// and leased fewer than `enough`, it runs again, at most 8 more times,
+    /// so that a poison message does not send receivers away empty-handed.
+    /// `statements` counts the statements run.
+    fn lease(
+        &self,
+        pg: &mut DbConn,
+        r: &Recv,
+        me: Option<&str>,
+        count: u32,
+        enough: usize,
+        statements: &mut u64,
+    ) -> Result<Vec<Leased>, DbError> {
+        let mut msgs = Vec::new();
+        for again in 0..=8 {
+            if again > 0 {
+                *statements += 1;
+            }
+            let got = pg.recv(&r.queue, me, r.from.as_deref(), count - msgs.len() as u32, r.vt_ms)?;
+            self.dead_lettered(&r.queue, &got);
+            let moved = got.dead_lettered + got.dropped;
+            msgs.extend(got.messages);
+            if msgs.len() >= enough || moved == 0 {
+                break;
+            }
+        }
+        Ok(msgs)
+    }
+
     fn batch_statement(
         &self,
         pg: &mut DbConn,
@@ -248,7 +278,8 @@ impl Worker {
         live: &[usize],
         replies: &mut [Option<(Reply, &'static str, u64)>],
         leases: &mut [Vec<LeaseRef>],
-    ) -> Result<(), DbError> {
+    ) -> Result<u64, DbError> {
+        let mut statements = 1;
         match kind {
             Batch::Send => {
                 let names: Vec<Option<String>> = live.iter().map(|i| jobs[*i].conn.identity()).collect();
@@ -317,31 +348,18 @@ impl Worker {
                     Reply::Array(vec![Reply::Int(m.id), Reply::text(m.sender), Reply::Bulk(m.body)])
                 });
             }
-            Batch::Recv { queue, me, from, vt_ms } => {
-                // One statement leases a message for each RECV; as for one
-                // RECV, dead letters met at the front are moved and the
-                // statement runs again (bounded) for those still without one.
-                let mut msgs = Vec::new();
-                let mut again = 0;
-                loop {
-                    let want = (live.len() - msgs.len()) as u32;
-                    let got = pg.recv(queue, me.as_deref(), from.as_deref(), want, *vt_ms)?;
-                    self.dead_lettered(queue, &got);
-                    let moved = got.dead_lettered + got.dropped;
-                    msgs.extend(got.messages);
-                    if msgs.len() == live.len() || moved == 0 || again == 8 {
-                        break;
-                    }
-                    again += 1;
-                }
-                self.deal(queue, msgs, live, replies, Reply::Array(Vec::new()), |i, m| {
-                    leases[i] = vec![LeaseRef { queue_id: m.queue_id, id: m.id, lease: m.lease }];
-                    let item = vec![Reply::Int(m.id), Reply::Int(m.lease), Reply::text(m.sender), Reply::Bulk(m.body)];
-                    Reply::Array(vec![Reply::Array(item)])
+            Batch::Recv { r, me } => {
+                // One statement leases a message for each RECV.
+                let n = live.len();
+                let msgs = self.lease(pg, r, me.as_deref(), n as u32, n, &mut statements)?;
+                self.deal(&r.queue, msgs, live, replies, Reply::Array(Vec::new()), |i, m| {
+                    let (item, lease) = leased_item(m);
+                    leases[i] = vec![lease];
+                    Reply::Array(vec![item])
                 });
             }
         }
-        Ok(())
+        Ok(statements)
     }
 
     fn one(&mut self, mut job: Box<Job>) {
@@ -659,33 +677,11 @@ impl Worker {
                 ok(Reply::Int(id))
             }
             Command::Recv(r) => {
-                let mut got = pg.recv(&r.queue, me, r.from.as_deref(), r.count, r.vt_ms)?;
-                // Only dead letters at the front: look again (bounded), so that
-                // a poison message does not make a RECV come back empty-handed.
-                let mut again = 0;
-                while got.messages.is_empty() && got.dead_lettered + got.dropped > 0 && again < 8 {
-                    self.dead_lettered(&r.queue, &got);
-                    got = pg.recv(&r.queue, me, r.from.as_deref(), r.count, r.vt_ms)?;
-                    again += 1;
-                    db.statements += 1;
-                }
-                self.dead_lettered(&r.queue, &got);
-                let msgs = got.messages;
+                let msgs = self.lease(pg, r, me, r.count, 1, &mut db.statements)?;
                 let n = msgs.len() as u64;
                 self.shared.queues.add(&r.queue, |c| c.received += n);
-                db.hits = msgs.len() as u64;
-                let leases = msgs.iter().map(|m| LeaseRef { queue_id: m.queue_id, id: m.id, lease: m.lease }).collect();
-                let items = msgs
-                    .into_iter()
-                    .map(|m| {
-                        Reply::Array(vec![
-                            Reply::Int(m.id),
-                            Reply::Int(m.lease),
-                            Reply::text(m.sender),
-                            Reply::Bulk(m.body),
-                        ])
-                    })
-                    .collect();
+                db.hits = n;
+                let (items, leases) = msgs.into_iter().map(leased_item).unzip();
                 Ok(Outcome::Reply(Reply::Array(items), leases, "ok"))
             }
             Command::Pop { queue, from } | Command::Peek { queue, from } => {
@@ -816,4 +812,11 @@ fn queue_info(state: &crate::db::QueueState, counts: &crate::queues::Counts) -> 
     ];
     fields.extend(counts.fields().into_iter().map(|(k, v)| (t(k), Reply::Int(v as i64))));
     Reply::Map(fields)
+}
+
+/// A leased message as RECV answers it (`[id, lease, sender, body]`) and the
+/// lease its reply carries.
+fn leased_item(m: Leased) -> (Reply, LeaseRef) {
+    let lease = LeaseRef { queue_id: m.queue_id, id: m.id, lease: m.lease };
+    (Reply::Array(vec![Reply::Int(m.id), Reply::Int(m.lease), Reply::text(m.sender), Reply::Bulk(m.body)]), lease)
 }

@@ -34,16 +34,6 @@ fn settled_fetches(db: &mut postgres::Client, before: i64, least: i64) -> i64 {
     }
 }
 
-fn info_field(c: &mut redis::Connection, field: &str) -> u64 {
-    let info: String = q(c, &["INFO"]);
-    info.lines()
-        .find_map(|l| l.strip_prefix(&format!("{field}:")))
-        .unwrap_or_else(|| panic!("INFO has no {field}"))
-        .trim()
-        .parse()
-        .unwrap()
-}
-
 #[test]
 fn leased_messages_do_not_slow_receivers_and_dead_rows_are_vacuumed() {
     let pg = Postgres::start().unwrap();

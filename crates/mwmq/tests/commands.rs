@@ -215,10 +215,6 @@ fn pops_and_recvs(batch: usize) {
     mq.join();
 }
 
-/// Pipelined requests (a client writes many before reading): served one
-/// at a time, in order, none forgotten — the net thread holds the rest of a
-/// connection's input while its request is with a worker, and the worker
-/// tells it when it is done.
 /// RECVs waiting for a worker are carried out as one statement (the default
 /// `batch`): each gets a message of its own, with a lease of its own.
 #[test]
@@ -231,11 +227,7 @@ fn waiting_recvs_are_leased_together_one_message_each() {
     let mut c = connect(mq.local_addr());
     let _: String = q(&mut c, &["QCREATE", "q"]);
     let sent: HashSet<i64> = (0..8).map(|i| q::<i64>(&mut c, &["SEND", "q", &format!("m{i}")])).collect();
-    let statements = |c: &mut redis::Connection| -> u64 {
-        let info: String = q(c, &["INFO"]);
-        info.lines().find_map(|l| l.strip_prefix("db_statements:")).unwrap().trim().parse().unwrap()
-    };
-    let before = statements(&mut c);
+    let before = info_field(&mut c, "db_statements");
     // The only worker waits on a lock while eight RECVs queue up behind it.
     let mut db = sql(&pg);
     let mut lock = db.transaction().unwrap();
@@ -269,12 +261,16 @@ fn waiting_recvs_are_leased_together_one_message_each() {
         assert!(got.insert(id), "message {id} handed to two RECVs");
     }
     assert_eq!(got, sent);
-    let used = statements(&mut c) - before;
+    let used = info_field(&mut c, "db_statements") - before;
     // The first RECV alone (it was waiting on the lock), the other seven
     // together, and the INFO itself.
     assert!(used <= 4, "{used} statements for 8 RECVs");
 }
 
+/// Pipelined requests (a client writes many before reading): served one
+/// at a time, in order, none forgotten — the net thread holds the rest of a
+/// connection's input while its request is with a worker, and the worker
+/// tells it when it is done.
 #[test]
 fn pipelined_requests_are_all_answered_in_order() {
     let pg = Postgres::start().unwrap();

@@ -54,6 +54,17 @@ pub fn q<T: redis::FromRedisValue>(c: &mut redis::Connection, args: &[&str]) -> 
     cmd.query(c).unwrap_or_else(|e| panic!("{args:?}: {e}"))
 }
 
+/// A number from INFO's `field:value` lines.
+pub fn info_field(c: &mut redis::Connection, field: &str) -> u64 {
+    let info: String = q(c, &["INFO"]);
+    info.lines()
+        .find_map(|l| l.strip_prefix(&format!("{field}:")))
+        .unwrap_or_else(|| panic!("INFO has no {field}"))
+        .trim()
+        .parse()
+        .unwrap()
+}
+
 /// Runs a command that must fail; returns the error's code and text.
 pub fn err(c: &mut redis::Connection, args: &[&str]) -> String {
     let mut cmd = redis::cmd(args[0]);
