@@ -66,27 +66,15 @@ for r in $(seq "$ROUNDS"); do
 done
 
 python3 - "$work" "$client" "${names[@]}" <<'PY'
-import json, statistics, sys
+import statistics, sys
 from pathlib import Path
+sys.path.insert(0, "bench")
+from figures import figures
 work, client, names = Path(sys.argv[1]), sys.argv[2], sys.argv[3:]
-
-def figures(path):
-    s = json.loads(path.read_text())
-    if client == "mwload":
-        a = s["ops"]["all"]
-        return a["count"] * 1000 / s["duration_ms"], a["response_us"]["p99"] / 1000
-    t = s["ALL STATS"]["Totals"]
-    # Ops/sec as memtier prints it sometimes misreports the run time: the
-    # per-second buckets of the time series instead, the last one (a partial
-    # second) left out.
-    counts = [v.get("Count", 0) for _, v in sorted((t.get("Time-Serie") or {}).items(), key=lambda kv: int(kv[0]))]
-    ops = sum(counts[:-1]) / len(counts[:-1]) if len(counts) > 1 else t["Ops/sec"]
-    p99 = t.get("Percentile Latencies", {}).get("p99.00", float("nan"))
-    return ops, p99
 
 med = {}
 for n in names:
-    runs = [figures(p) for p in sorted(work.glob(f"{n}-*.json"))]
+    runs = [figures(p, client) for p in sorted(work.glob(f"{n}-*.json"))]
     med[n] = (statistics.median(r[0] for r in runs), statistics.median(r[1] for r in runs), len(runs))
 print(f"{'target':<12}{'ops/s':>12}{'p99 ms':>9}{'runs':>6}")
 for n, (o, p, k) in med.items():

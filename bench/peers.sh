@@ -98,32 +98,21 @@ done
 python3 - "$work" "$CLIENT" "$SHAPES" "$(getconf CLK_TCK)" "${JSON:-}" "${names[@]}" <<'PY'
 import json, statistics, sys
 from pathlib import Path
+sys.path.insert(0, "bench")
+from figures import figures
 work, client, shapes, tck, json_out, names = (Path(sys.argv[1]), sys.argv[2], sys.argv[3].split(),
                                                int(sys.argv[4]), sys.argv[5], sys.argv[6:])
 
-def figures(path):
-    s = json.loads(path.read_text())
-    if client == "mwload":
-        a = s["ops"]["all"]
-        ops, p99, n = a["count"] * 1000 / s["duration_ms"], a["response_us"]["p99"] / 1000, a["count"]
-    else:
-        t = s["ALL STATS"]["Totals"]
-        # memtier's own Ops/sec sometimes misreports the run time here: count
-        # the per-second buckets of its time series instead (the last, partial
-        # second left out).
-        series = sorted((t.get("Time-Serie") or {}).items(), key=lambda kv: int(kv[0]))
-        counts = [v.get("Count", 0) for _, v in series]
-        ops = sum(counts[:-1]) / len(counts[:-1]) if len(counts) > 1 else t["Ops/sec"]
-        n = sum(counts) or ops
-        p99 = t.get("Percentile Latencies", {}).get("p99.00", float("nan"))
+def measured(path):
+    f = figures(path, client)
     cpu_s = int(Path(str(path) + ".cpu").read_text()) / tck
-    return ops, p99, cpu_s * 1e6 / max(n, 1)
+    return f.ops, f.p99_ms, cpu_s * 1e6 / max(f.requests, 1)
 
 label = {"1x32": "1 thread x 32 conns", "2x16": "2 threads x 16 conns", "1x8p16": "1 x 8 conns, pipeline 16"}
 med = {}
 for shape in shapes:
     for n in names:
-        runs = [figures(p) for p in sorted(work.glob(f"{shape}-{n}-*.json"))]
+        runs = [measured(p) for p in sorted(work.glob(f"{shape}-{n}-*.json"))]
         med[shape, n] = tuple(statistics.median(r[k] for r in runs) for k in range(3))
 print(f"client: {client}; medians of the rounds; /tw-3: against twemproxy with 3 servers; CPU: the target's "
       "own user + system time per request")

@@ -82,29 +82,19 @@ for r in $(seq "$ROUNDS"); do
 done
 
 python3 - "$work" "${names[@]}" <<'PY'
-import json, statistics, sys
+import statistics, sys
 from pathlib import Path
+sys.path.insert(0, "bench")
+from figures import figures
 work, names = Path(sys.argv[1]), sys.argv[2:]
-
-def figures(client, path):
-    s = json.loads(path.read_text())
-    if client == "mwload":
-        a = s["ops"]["all"]
-        return a["count"] * 1000 / s["duration_ms"], a["response_us"]["p99"] / 1000, a["errors"]
-    t = s["ALL STATS"]["Totals"]
-    # memtier's Ops/sec sometimes misreports the run time: the per-second
-    # buckets of the time series instead, the last (partial) one left out.
-    counts = [v.get("Count", 0) for _, v in sorted((t.get("Time-Serie") or {}).items(), key=lambda kv: int(kv[0]))]
-    ops = sum(counts[:-1]) / len(counts[:-1]) if len(counts) > 1 else t["Ops/sec"]
-    return ops, t.get("Percentile Latencies", {}).get("p99.00", float("nan")), 0
 
 print(f"{'client':<10}{'setup':<9}{'ops/s':>10}{'p99 ms':>9}{'x plain':>9}{'errors':>8}{'runs':>6}")
 for client in ("memtier", "mwload"):
     med = {}
     for n in names:
-        runs = [figures(client, p) for p in sorted(work.glob(f"{client}-{n}-*.json"))]
+        runs = [figures(p, client) for p in sorted(work.glob(f"{client}-{n}-*.json"))]
         med[n] = (statistics.median(r[0] for r in runs), statistics.median(r[1] for r in runs),
-                  sum(r[2] for r in runs), len(runs))
+                  sum(r.errors for r in runs), len(runs))
     for n, (o, p, e, k) in med.items():
         print(f"{client:<10}{n:<9}{o:>10.0f}{p:>9.3f}{o / med['plain'][0]:>9.3f}{e:>8}{k:>6}")
 PY
