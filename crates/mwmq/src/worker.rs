@@ -33,7 +33,7 @@ enum Outcome {
 }
 
 /// Requests a worker may carry out together (`batch` > 1).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 enum Batch {
     /// SENDs without a KEY, to any queues.
     Send,
@@ -59,6 +59,23 @@ impl Batch {
                 Some(Batch::Recv { r: r.clone(), me: job.conn.identity() })
             }
             _ => None,
+        }
+    }
+
+    /// Whether `job` may join a batch of this kind: `Batch::of(job) == self`,
+    /// without copying anything (the queue is scanned under its lock); the
+    /// connection's identity is looked at only once the command matches.
+    fn matches(&self, job: &Job) -> bool {
+        let me = |who: &Option<String>| job.conn.identity() == *who;
+        match (self, &job.cmd) {
+            (Batch::Send, Ok(Command::Send(s))) => s.key.is_none(),
+            (Batch::Ack, Ok(Command::Ack { .. })) => true,
+            (Batch::Pop { queue, me: who, from }, Ok(Command::Pop { queue: q, from: f })) => {
+                q == queue && f == from && me(who)
+            }
+            // (`r` has COUNT 1 and no WAIT, so equal arguments are batchable too.)
+            (Batch::Recv { r, me: who }, Ok(Command::Recv(x))) => x == r && me(who),
+            _ => false,
         }
     }
 }
@@ -126,8 +143,7 @@ impl Worker {
             if let Some(kind) = Batch::of(&job) {
                 let more = self.shared.queue.take_matching(batch - 1, |w| match w {
                     Work::Request(j) => {
-                        Batch::of(j).as_ref() == Some(&kind)
-                            && j.cmd.as_ref().ok().and_then(|c| self.gate(c, &j.conn)).is_none()
+                        kind.matches(j) && j.cmd.as_ref().ok().and_then(|c| self.gate(c, &j.conn)).is_none()
                     }
                     Work::Release(_) => false,
                 });
