@@ -11,7 +11,7 @@ import signal
 import sys
 from pathlib import Path
 
-from mwlab import model_cli, stats_cli
+from mwlab import model_cli, predict_cli, stats_cli
 from mwlab.analysis import summarize
 from mwlab.compare import CompareError, compare
 from mwlab.procs import REPO, LabError
@@ -160,12 +160,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--scale", default="quick")
     sub.add_parser("list", help="list the experiments in experiments/")
     model_cli.add_parser(sub)
+    predict_cli.add_parser(sub)
     stats_cli.add_parser(sub)
     args = parser.parse_args(argv)
     if args.command == "model":
         return model_cli.main(args)
     if args.command == "stats":
         return stats_cli.main(args)
+    if args.command == "predict":
+        return predict_cli.main(args)
     try:
         if args.command == "list":
             for n in _names():

@@ -27,6 +27,7 @@ from mwlab.fit import (
     queue_views,
     utilization_table,
 )
+from mwlab.heldout import Predictions, predictions
 from mwlab.plots import make_plots, model_vs_measured, save_figure, variation_chart
 from mwlab.spec import Settings
 
@@ -102,6 +103,7 @@ class Report:
     links: pd.DataFrame
     plots: list[tuple[str, Path, Path]]
     models: Models
+    predictions: Predictions
     failed: pd.DataFrame
     environment: dict[str, Any]
     spec: str
@@ -132,6 +134,7 @@ def compute(result: Path, summary: pd.DataFrame, aggregate: pd.DataFrame) -> Rep
         links=pd.DataFrame() if empty else link_table(aggregate),
         plots=make_plots(result, aggregate, factors),
         models=models(result, summary, aggregate, factors, meta.settings),
+        predictions=predictions(result, aggregate, meta),
         failed=failed[[c for c in ("point", "rep", "error") if c in failed]],
         environment=environment(result),
         spec=(result / "spec.yaml").read_text() if (result / "spec.yaml").exists() else "",

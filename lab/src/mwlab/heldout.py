@@ -1,0 +1,255 @@
+"""The report's Predictions section: the lab's predictions checked on points
+it did not calibrate on, and what-if curves for the next steps.
+
+- **Held-out populations**: in each configuration with at least three
+  populations, the demands are calibrated on every other population (the
+  lowest and the highest always among them) and the others are predicted.
+- **Held-out configurations**: for two configurations that differ in one
+  setting with a rule (workers, servers, middlewares, replication), one
+  calibrates and the other is predicted at every population it measured.
+- Beside them, the seed reports' single queue: the service time from the
+  run with the fewest clients, then M/M/1 at the measured arrival rate.
+- **What if**: the configuration with the most populations, predicted with
+  twice the clients, twice the workers, one more server and one more
+  middleware (where the result has what each needs; otherwise the reason).
+
+Errors are (predicted - measured) / measured; `predictions.csv` holds every
+held-out row.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from mwlab.fit import _num, devices, sweep_label
+from mwlab.plots import save_figure
+from mwlab.predict import (
+    STRUCTURAL,
+    Calibration,
+    PredictError,
+    bottleneck,
+    calibrate,
+    calibrations,
+    column,
+    config_settings,
+    predict_one,
+    seed_view,
+)
+from mwlab.spec import ExperimentInfo, canonical
+
+X_GOAL, R_GOAL = 0.10, 0.15
+
+
+@dataclass
+class Predictions:
+    """What the section shows."""
+
+    heldout: pd.DataFrame = field(default_factory=pd.DataFrame)
+    whatif: pd.DataFrame = field(default_factory=pd.DataFrame)
+    refused: list[str] = field(default_factory=list)
+    figure: Path | None = None
+    x_worst: float = float("nan")
+    r_worst: float = float("nan")
+    within: int = 0
+    bottleneck_agrees: int = 0
+
+    @property
+    def empty(self) -> bool:
+        return self.heldout.empty and self.whatif.empty
+
+
+def _groups(agg: pd.DataFrame, info: ExperimentInfo) -> dict[str, list[pd.Series]]:
+    out: dict[str, list[pd.Series]] = {}
+    for _, r in agg.iterrows():
+        if _num(r, "N", 0) >= 1 and not math.isnan(_num(r, "client_tput")):
+            out.setdefault(sweep_label(r, info.columns), []).append(r)
+    return out
+
+
+def _measured_bottleneck(row: pd.Series, info: ExperimentInfo) -> str:
+    """The bottleneck the point's own measured demands name."""
+    devs = devices(row, info.settings)
+    return bottleneck(devs) if devs else ""
+
+
+def _row(
+    kind: str, calibrated: str, predicted_for: str, p, row: pd.Series, info: ExperimentInfo, seed
+) -> dict:
+    x, r = _num(row, "client_tput"), _num(row, "client_rt_mean_us")
+    measured_b = _measured_bottleneck(row, info)
+    return {
+        "check": kind,
+        "calibrated on": calibrated,
+        "predicted": predicted_for,
+        "N": p.n,
+        "X measured (ops/s)": x,
+        "X predicted (ops/s)": p.x,
+        "X error": (p.x - x) / x,
+        "R measured (ms)": r / 1e3,
+        "R predicted (ms)": p.r_us / 1e3,
+        "R error": (p.r_us - r) / r,
+        "bottleneck predicted": p.bottleneck,
+        "bottleneck measured": measured_b,
+        "seed M/M/1 R": _seed_text(seed),
+    }
+
+
+def _seed_text(seed: dict | None) -> str:
+    if not seed:
+        return ""
+    if math.isinf(seed["r_us"]):
+        return f"unstable (ρ = {seed['rho']:.2f})"
+    return f"{seed['r_us'] / 1e3:.3f} ms ({seed['r_error']:+.0%})"
+
+
+def _held_out_populations(groups, info) -> list[dict]:
+    rows = []
+    for label, members in groups.items():
+        ns = sorted({int(_num(r, "N")) for r in members})
+        if len(ns) < 3:
+            continue
+        calib = {ns[i] for i in range(0, len(ns), 2)} | {ns[-1]}
+        try:
+            cal = calibrate([r for r in members if int(_num(r, "N")) in calib], info, label)
+        except PredictError:
+            continue
+        seeds = {s["N"]: s for s in seed_view(members)}
+        used = ", ".join(str(n) for n in sorted(calib))
+        for r in members:
+            n = int(_num(r, "N"))
+            if n in calib:
+                continue
+            p = predict_one(cal, n)
+            rows.append(
+                _row("populations", f"{label or 'N'} at N = {used}", f"N = {n}", p, r, info, seeds.get(n))
+            )
+    return rows
+
+
+def _one_change(a: Calibration, b: Calibration) -> str | None:
+    """The one factor two configurations differ in, if it has a rule."""
+    diff = [k for k in a.levels if a.levels.get(k) != b.levels.get(k)]
+    if len(diff) != 1:
+        return None
+    try:
+        key = canonical(diff[0])
+    except Exception:
+        return None
+    return diff[0] if key in STRUCTURAL else None
+
+
+def _held_out_configurations(groups, info) -> list[dict]:
+    rows = []
+    cals: dict[str, Calibration] = {}
+    for label, members in groups.items():
+        try:
+            cals[label] = calibrate(members, info, label)
+        except PredictError:
+            continue
+    labels = list(cals)
+    for i, la in enumerate(labels):
+        for lb in labels[i + 1 :]:
+            a, b = cals[la], cals[lb]
+            factor = _one_change(a, b)
+            if factor is None:
+                continue
+            for src, dst, dst_label in ((a, b, lb), (b, a, la)):
+                seeds = {s["N"]: s for s in seed_view(groups[dst_label])}
+                for r in groups[dst_label]:
+                    n = int(_num(r, "N"))
+                    try:
+                        p = predict_one(src, n, dst.settings, dict(dst.levels))
+                    except PredictError:
+                        break
+                    rows.append(_row(f"{factor}", src.sweep, dst.sweep, p, r, info, seeds.get(n)))
+    return rows
+
+
+WHATIF = (
+    ("2 x workers", "middleware.workers", lambda s: s.middleware.workers * 2),
+    ("+1 server", "topology.servers", lambda s: s.topology.servers + 1),
+    ("+1 middleware", "topology.middlewares", lambda s: s.topology.middlewares + 1),
+)
+
+
+def _whatif(agg: pd.DataFrame, info: ExperimentInfo, out: Path, pred: Predictions) -> None:
+    try:
+        cals = calibrations(agg, info)
+    except PredictError as e:
+        pred.refused.append(str(e))
+        return
+    if not cals:
+        return
+    base = max(cals, key=lambda c: (len(c.ns), c.ns[-1]))
+    top = base.ns[-1]
+    grid = sorted(set(base.ns) | {top * 2})
+    curves: list[tuple[str, list[int], list[float]]] = []
+    rows = []
+
+    def add(name: str, target, config: dict[str, Any]) -> None:
+        try:
+            preds = [predict_one(base, n, target, config) for n in grid]
+        except PredictError as e:
+            pred.refused.append(f"{name}: {e}")
+            return
+        curves.append((name, grid, [p.x for p in preds]))
+        for p in (preds[grid.index(top)], preds[-1]):
+            rows.append(
+                {
+                    "what if": name,
+                    "N": p.n,
+                    "X predicted (ops/s)": p.x,
+                    "R predicted (ms)": p.r_us / 1e3,
+                    "p99 predicted (ms)": p.p99_us / 1e3,
+                    "bottleneck": p.bottleneck,
+                }
+            )
+
+    label = base.sweep or "as measured"
+    add(f"{label} (2 x clients: N = {top * 2})", None, dict(base.levels))
+    for name, key, change in WHATIF:
+        value = change(base.settings)
+        levels = dict(base.levels)
+        levels[column(key)] = value
+        try:
+            target = config_settings(info.settings, levels)
+        except PredictError as e:
+            pred.refused.append(f"{name}: {e}")
+            continue
+        add(f"{name} ({column(key)}={value})", target, levels)
+    pred.whatif = pd.DataFrame(rows)
+    if curves:
+
+        def draw(ax, curves=curves):
+            for name, ns, xs in curves:
+                ax.plot(ns, xs, marker="o", label=name)
+            ax.set_xscale("log", base=2)
+            ax.set_xlabel("clients N")
+            ax.set_ylabel("predicted throughput (ops/s)")
+            ax.set_title(f"What if (calibrated on {label})")
+
+        pred.figure = save_figure(out / "plots", "predictions", draw)[0]
+
+
+def predictions(result: Path, agg: pd.DataFrame, info: ExperimentInfo) -> Predictions:
+    """The section's tables and figure; writes predictions.csv into `result`."""
+    pred = Predictions()
+    if agg.empty or "N" not in agg:
+        return pred
+    groups = _groups(agg, info)
+    rows = _held_out_populations(groups, info) + _held_out_configurations(groups, info)
+    if rows:
+        pred.heldout = pd.DataFrame(rows)
+        pred.heldout.to_csv(result / "predictions.csv", index=False)
+        h = pred.heldout
+        pred.x_worst = float(h["X error"].abs().max())
+        pred.r_worst = float(h["R error"].abs().max())
+        pred.within = int(((h["X error"].abs() <= X_GOAL) & (h["R error"].abs() <= R_GOAL)).sum())
+        pred.bottleneck_agrees = int((h["bottleneck predicted"] == h["bottleneck measured"]).sum())
+    _whatif(agg, info, result, pred)
+    return pred

@@ -1,0 +1,659 @@
+"""Predictions: what the measured points say about populations and
+configurations that were not measured (`mwlab predict`, and the report's
+Predictions section).
+
+**Calibration.** For each configuration of a result (its levels of the
+factors other than the clients) every device of [`mwlab.fit.devices`] gets a
+demand *curve*: its demand per request as a function of the population N
+through the demands measured at the calibration points. On a machine the load shares, CPU per request
+changes with concurrency (batching, contention), so a demand measured at one
+population is not carried to another as a constant. Between calibration
+points a curve is a straight line in ln N; outside them it is held at its
+end (no trend the data do not show is extrapolated). Its error is the
+leave-one-out error at the interior calibration points. The *offset* is what
+the devices do not account for (network stack, wake-ups, the client's own
+handling; negative where they count time twice, as a worker's holding time
+includes CPU time the host CPU counts too): at each calibration point the
+measured mean response time minus the network's, carried the same way.
+
+**Prediction.** At a population N the curves give the demands, the closed
+network of [`mwlab.fit`] is solved with exact MVA (the offset added to its
+response time, X = N / (R + Z)), and the bottleneck is the
+device with the largest demand per server (with those within 3% of it).
+p50 and p99 are the predicted mean response time times the ratio p50/mean
+and p99/mean measured at the nearest calibrated population.
+
+**Configurations not measured** are reached from the nearest measured one by
+rules that follow from how a request uses the devices (each rule names its
+assumption in the prediction's notes):
+
+- workers (`tmw`) and middlewares (`nmw`): the capacity of the worker pool
+  (net threads, event loops, database connections) changes, not the holding
+  time (on a shared machine it does change: more workers contend for the
+  same cores; the report's held-out check shows by how much);
+- event loops of the async engine (`middleware.threads`): their capacity;
+- servers (`nsvr`): ketama spreads the keys, so the servers' total demand is
+  shared by the new number of servers;
+- replication: a set touches r servers, so the servers' demand (and their
+  share of the host's CPU) scales with get share + set share x r; the
+  middleware's work is taken as half fixed per request and half per server
+  touched (an assumption, named in the notes);
+- any other numeric setting the experiment varied (value or message size):
+  each demand and the offset interpolated linearly between the two nearest
+  measured levels.
+
+Anything else needs a demand that was never observed (a device that did not
+exist in the run, a value size never measured) and is refused with the
+reason ([`PredictError`]).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import pandas as pd
+
+from mwlab.fit import CLIENT_FACTORS, TIE, US, Device, _network, _num, devices, sweep_label
+from mwlab.models import ModelError
+from mwlab.models.mva import mva
+from mwlab.spec import ExperimentInfo, Settings, SpecError, canonical, column_name, with_values
+
+# Devices whose capacity is the middleware's threads (per middleware).
+MIDDLEWARE_DEVICES = ("workers", "event loops", "net thread", "database connections")
+
+
+class PredictError(Exception):
+    """A prediction that cannot be made, with the reason."""
+
+
+@dataclass
+class Curve:
+    """A quantity per request as a function of the population N: straight
+    lines in ln N between the calibration points, held at the ends."""
+
+    knots: list[tuple[int, float]]
+
+    @classmethod
+    def fit(cls, ns: list[int], values: list[float]) -> Curve:
+        by_n: dict[int, list[float]] = {}
+        for n, v in zip(ns, values, strict=True):
+            if n >= 1 and not math.isnan(v):
+                by_n.setdefault(n, []).append(v)
+        if not by_n:
+            raise PredictError("no calibration point measured this quantity")
+        return cls(sorted((n, sum(v) / len(v)) for n, v in by_n.items()))
+
+    @property
+    def lo(self) -> int:
+        return self.knots[0][0]
+
+    @property
+    def hi(self) -> int:
+        return self.knots[-1][0]
+
+    def at(self, n: float) -> float:
+        k = self.knots
+        if n <= k[0][0]:
+            return k[0][1]
+        for (n0, v0), (n1, v1) in itertools.pairwise(k):
+            if n <= n1:
+                w = (math.log(n) - math.log(n0)) / (math.log(n1) - math.log(n0))
+                return v0 + w * (v1 - v0)
+        return k[-1][1]
+
+    @property
+    def error(self) -> float:
+        """The fit's own error: the mean relative error at each interior
+        calibration point when it is left out (nan with fewer than 3)."""
+        errs = []
+        for i in range(1, len(self.knots) - 1):
+            n, v = self.knots[i]
+            rest = Curve(self.knots[:i] + self.knots[i + 1 :])
+            if v:
+                errs.append(abs(rest.at(n) - v) / abs(v))
+        return sum(errs) / len(errs) if errs else float("nan")
+
+
+@dataclass
+class Calibration:
+    """One configuration's demand curves."""
+
+    sweep: str
+    levels: dict[str, Any]
+    settings: Settings
+    ns: list[int]
+    think_us: float
+    curves: dict[str, Curve]
+    servers: dict[str, float]
+    in_network: dict[str, bool]
+    # What the devices do not account for, added to the response time
+    # (negative where they count some time twice: a worker's holding time
+    # includes its own CPU time, which the host CPU counts too).
+    offset: Curve
+    # (N, p50 / mean, p99 / mean) at each calibration point
+    tails: list[tuple[int, float, float]] = field(default_factory=list)
+    # The workers' holding time as a + b k, k the busy workers (X S): on a
+    # shared machine a worker holds a request longer the more workers share
+    # the cores; None without a worker pool or with one busy level only.
+    holding: tuple[float, float] | None = None
+
+    def devices_at(self, n: float) -> list[Device]:
+        return [
+            Device(name, c.at(n), self.servers[name], in_network=self.in_network[name])
+            for name, c in self.curves.items()
+        ]
+
+
+@dataclass
+class Prediction:
+    """One predicted point."""
+
+    config: dict[str, Any]
+    n: int
+    x: float
+    r_us: float
+    p50_us: float
+    p99_us: float
+    bottleneck: str
+    basis: str
+    notes: list[str]
+    devices: list[Device]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "config": self.config,
+            "N": self.n,
+            "x": self.x,
+            "r_us": self.r_us,
+            "p50_us": self.p50_us,
+            "p99_us": self.p99_us,
+            "bottleneck": self.bottleneck,
+            "calibrated_on": self.basis,
+            "notes": self.notes,
+            "demands_us": {d.name: d.demand_us for d in self.devices},
+            "servers": {d.name: d.servers for d in self.devices},
+        }
+
+
+def column(key: str) -> str:
+    """A setting's column in result tables, or its dotted key where the short name is ambiguous."""
+    c = column_name(key)
+    try:
+        return c if canonical(c) == key else key
+    except SpecError:
+        return key
+
+
+def _levels(row: pd.Series, factors: list[str]) -> dict[str, Any]:
+    return {f: _plain(row[f]) for f in factors if f not in CLIENT_FACTORS and f in row}
+
+
+def _plain(v: Any) -> Any:
+    if hasattr(v, "item"):
+        v = v.item()
+    if isinstance(v, float) and v.is_integer():
+        return int(v)
+    return v
+
+
+def config_settings(base: Settings, levels: dict[str, Any]) -> Settings:
+    """The settings of a configuration: the experiment's with its factor levels."""
+    try:
+        s = with_values(base, levels, "configuration")
+    except SpecError as e:
+        raise PredictError(str(e)) from None
+    r = replication(s)
+    if s.mq and r != 1:
+        raise PredictError("the message-queue system has no replication")
+    if r > s.topology.servers:
+        raise PredictError(f"replication {r} needs at least as many servers (nsvr={s.topology.servers})")
+    return s
+
+
+def replication(s: Settings) -> int:
+    """Copies of each key: the seed levels none / half / all resolved."""
+    r, n = s.middleware.replication, s.topology.servers
+    return {"none": 1, "half": (n + 1) // 2, "all": n}.get(r, r) if isinstance(r, str) else int(r)
+
+
+def calibrate(rows: list[pd.Series], info: ExperimentInfo, sweep: str = "") -> Calibration:
+    """Demand curves from the measured points `rows` of one configuration."""
+    rows = [r for r in rows if _num(r, "N", 0) >= 1 and not math.isnan(_num(r, "client_tput"))]
+    if not rows:
+        raise PredictError(f"configuration {sweep or '(the only one)'}: no measured point to calibrate on")
+    base = info.settings
+    levels = _levels(rows[0], info.columns)
+    settings = config_settings(base, levels)
+    ns: list[int] = []
+    per: dict[str, list[float]] = {}
+    servers: dict[str, list[float]] = {}
+    in_network: dict[str, bool] = {}
+    offsets: list[float] = []
+    tails: list[tuple[int, float, float]] = []
+    busy: list[tuple[float, float]] = []
+    for row in rows:
+        devs = devices(row, base)
+        if not devs:
+            continue
+        n = int(_num(row, "N"))
+        ns.append(n)
+        for d in devs:
+            per.setdefault(d.name, [float("nan")] * (len(ns) - 1)).append(d.demand_us)
+            servers.setdefault(d.name, []).append(d.servers)
+            in_network[d.name] = d.in_network
+        for values in per.values():
+            if len(values) < len(ns):
+                values.append(float("nan"))
+        _, r_model = _solve(devs, n, _num(row, "Z_us", 0.0), 0.0)
+        offsets.append(_num(row, "client_rt_mean_us") - r_model)
+        for d in devs:
+            if d.name == "workers":
+                busy.append((_num(row, "client_tput") * d.demand_us * US, d.demand_us))
+        mean = _num(row, "client_rt_mean_us")
+        tails.append((n, _num(row, "client_rt_p50_us") / mean, _num(row, "client_rt_p99_us") / mean))
+    if not ns:
+        raise PredictError(f"configuration {sweep or '(the only one)'}: no device was measured")
+    curves = {
+        name: Curve.fit(ns, values) for name, values in per.items() if any(not math.isnan(v) for v in values)
+    }
+    return Calibration(
+        sweep=sweep,
+        levels=levels,
+        settings=settings,
+        ns=sorted(ns),
+        think_us=sum(_num(r, "Z_us", 0.0) for r in rows) / len(rows),
+        curves=curves,
+        servers={k: sum(v) / len(v) for k, v in servers.items()},
+        in_network=in_network,
+        offset=Curve.fit(ns, offsets),
+        tails=sorted(tails),
+        holding=_line(busy),
+    )
+
+
+def _line(points: list[tuple[float, float]]) -> tuple[float, float] | None:
+    """Least squares y = a + b x (b >= 0), or None when x does not vary."""
+    points = [(x, y) for x, y in points if not (math.isnan(x) or math.isnan(y))]
+    if len(points) < 2:
+        return None
+    mx = sum(x for x, _ in points) / len(points)
+    my = sum(y for _, y in points) / len(points)
+    sxx = sum((x - mx) ** 2 for x, _ in points)
+    if sxx < 0.25 * len(points) * 0.01:
+        return None
+    b = sum((x - mx) * (y - my) for x, y in points) / sxx
+    a = my - b * mx
+    # A holding time that shrinks with more busy workers, or that would be
+    # negative with none, is noise or a change this line cannot describe.
+    return (a, b) if a >= 0 and b >= 0 else None
+
+
+def calibrations(
+    agg: pd.DataFrame, info: ExperimentInfo, only_n: set[int] | None = None
+) -> list[Calibration]:
+    """A calibration per configuration of the result (optionally only on the populations `only_n`)."""
+    groups: dict[str, list[pd.Series]] = {}
+    for _, r in agg.iterrows():
+        if only_n is not None and int(_num(r, "N", 0)) not in only_n:
+            continue
+        groups.setdefault(sweep_label(r, info.columns), []).append(r)
+    return [calibrate(rows, info, label) for label, rows in groups.items()]
+
+
+def _set_fraction(s: Settings) -> float:
+    sets, gets = (float(x) for x in s.workload.ratio.split(":"))
+    return sets / (sets + gets) if sets + gets > 0 else 0.0
+
+
+def _capacity(devs: list[Device], names: tuple[str, ...], factor: float) -> None:
+    for d in devs:
+        if d.name in names:
+            d.servers *= factor
+
+
+def _emulated(devs: list[Device]) -> bool:
+    return any(d.name.startswith(("CPU of ", "link ")) for d in devs)
+
+
+STRUCTURAL = {
+    "topology.middlewares",
+    "middleware.workers",
+    "middleware.threads",
+    "topology.servers",
+    "middleware.replication",
+    "middleware.db_pool",
+}
+
+
+def transform(devs: list[Device], old: Settings, new: Settings, notes: list[str]) -> list[Device]:
+    """The devices of `old` as they would be under `new`, by the rules in the module's doc."""
+    devs = [Device(d.name, d.demand_us, d.servers, in_network=d.in_network) for d in devs]
+    names = {d.name for d in devs}
+    o, n = old, new
+    if n.topology.middlewares != o.topology.middlewares:
+        if _emulated(devs):
+            raise PredictError(
+                "a middleware on an emulated host of its own: that host's CPU and links were never observed"
+            )
+        if o.topology.middlewares < 1:
+            raise PredictError("no middleware in the measured configuration: its devices were never observed")
+        _capacity(devs, MIDDLEWARE_DEVICES, n.topology.middlewares / o.topology.middlewares)
+        notes.append(
+            f"middlewares {o.topology.middlewares} -> {n.topology.middlewares}: their threads' capacity"
+        )
+    if n.middleware.workers != o.middleware.workers:
+        if "workers" not in names:
+            raise PredictError(
+                "middleware.workers: the measured configuration has no worker pool"
+                + (
+                    " (the async engine's event loops are middleware.threads)"
+                    if "event loops" in names
+                    else ""
+                )
+            )
+        if n.mq and "database connections" not in names and n.db_pool < n.middleware.workers:
+            raise PredictError(
+                f"{n.middleware.workers} workers on a pool of {n.db_pool} database connections: the wait for "
+                "a connection was never observed (every worker had one); "
+                "measure with fewer connections than workers"
+            )
+        _capacity(devs, ("workers",), n.middleware.workers / o.middleware.workers)
+        notes.append(f"workers {o.middleware.workers} -> {n.middleware.workers}: the pool's capacity")
+    if n.middleware.db_pool != o.middleware.db_pool and n.mq:
+        if "database connections" not in names:
+            if n.db_pool < n.middleware.workers:
+                raise PredictError(
+                    "a pool smaller than the workers: the wait for a connection was never observed"
+                )
+        else:
+            _capacity(devs, ("database connections",), n.db_pool / o.db_pool)
+            notes.append(f"database connections {o.db_pool} -> {n.db_pool}")
+    if n.middleware.threads != o.middleware.threads:
+        if "event loops" not in names:
+            raise PredictError(
+                "middleware.threads: the measured configuration has no event loops (engine pool)"
+            )
+        if n.middleware.threads == 0:
+            raise PredictError("middleware.threads=0 (half the cores of the host): give the number of loops")
+        old_loops = next(d.servers for d in devs if d.name == "event loops") / max(o.topology.middlewares, 1)
+        _capacity(devs, ("event loops",), n.middleware.threads / old_loops)
+        notes.append(f"event loops {old_loops:g} -> {n.middleware.threads}: their capacity")
+    servers = [d for d in devs if d.name.startswith("server ")]
+    if n.topology.servers != o.topology.servers:
+        if n.mq:
+            raise PredictError("topology.servers: the message-queue system has no memcached servers")
+        if not servers:
+            raise PredictError("topology.servers: the servers' CPU was not measured in this result")
+        if _emulated(devs):
+            raise PredictError(
+                "a server on an emulated host of its own: that host's CPU and links were never observed"
+            )
+        total = sum(d.demand_us for d in servers)
+        devs = [d for d in devs if not d.name.startswith("server ")]
+        servers = [Device(f"server {i}", total / n.topology.servers, 1) for i in range(n.topology.servers)]
+        devs += servers
+        notes.append(
+            f"servers {o.topology.servers} -> {n.topology.servers}: "
+            "keys spread evenly, the servers' demand shared"
+        )
+    r_old, r_new = replication(o), replication(n)
+    if r_new != r_old:
+        if not servers:
+            raise PredictError("replication: the servers' CPU was not measured in this result")
+        f = _set_fraction(n)
+        scale = ((1 - f) + f * r_new) / ((1 - f) + f * r_old)
+        extra = sum(d.demand_us for d in servers) * (scale - 1)
+        for d in devs:
+            if d.name.startswith("server "):
+                d.demand_us *= scale
+            elif d.name == "host CPU":
+                d.demand_us += extra
+            elif d.name in MIDDLEWARE_DEVICES:
+                d.demand_us *= (1 + scale) / 2
+        notes.append(
+            f"replication {r_old} -> {r_new}: servers' demand x{scale:.3f} (set share {f:.3f}); "
+            "assumed: the middleware's work is half per request, half per server touched"
+        )
+    return devs
+
+
+def _solve(devs: list[Device], n: int, think_us: float, offset_us: float) -> tuple[float, float]:
+    """Throughput and mean response time (µs): MVA of the devices, the
+    offset added to the response time."""
+    try:
+        res = mva(_network(devs, 0.0), think_us * US, n)
+    except ModelError as e:
+        raise PredictError(f"the model cannot be solved: {e}") from None
+    r = max(res.response_time[-1] / US + offset_us, 1e-3)
+    return n / ((r + think_us) * US), r
+
+
+def bottleneck(devs: list[Device]) -> str:
+    top = max(d.per_server_us for d in devs)
+    return " = ".join(d.name for d in devs if d.per_server_us >= (1 - TIE) * top)
+
+
+def _tail(cal: Calibration, n: int) -> tuple[float, float]:
+    _, p50, p99 = min(cal.tails, key=lambda t: (abs(math.log(t[0]) - math.log(n)), t[0]))
+    return p50, p99
+
+
+def predict_one(
+    cal: Calibration, n: int, target: Settings | None = None, config: dict | None = None
+) -> Prediction:
+    """The prediction at population n under `target` (default: the calibrated configuration)."""
+    notes: list[str] = []
+    devs = cal.devices_at(n)
+    if target is not None:
+        devs = transform(devs, cal.settings, target, notes)
+    if n > cal.ns[-1] or n < cal.ns[0]:
+        notes.append(
+            f"N={n} outside the calibrated {cal.ns[0]}..{cal.ns[-1]}: demands held at the nearest end"
+        )
+    x, r = _solve(devs, n, cal.think_us, cal.offset.at(n))
+    pool = next((d for d in devs if d.name == "workers"), None)
+    if pool is not None and pool.servers != cal.servers.get("workers") and cal.holding is None:
+        notes.append(
+            "the workers' holding time as measured at this N "
+            "(it did not follow the busy workers closely enough to fit)"
+        )
+    elif pool is not None and pool.servers != cal.servers.get("workers"):
+        # Another pool size: the holding time follows the busy workers (fitted
+        # over the calibration points), found as a fixed point.
+        a, b = cal.holding
+        for _ in range(60):
+            want = a + b * x * pool.demand_us * US
+            if abs(want - pool.demand_us) < 0.001 * pool.demand_us:
+                break
+            pool.demand_us = 0.5 * (pool.demand_us + want)
+            x, r = _solve(devs, n, cal.think_us, cal.offset.at(n))
+        notes.append(f"the workers' holding time {a:.1f} + {b:.2f} µs per busy worker (fitted)")
+    for d in devs:
+        d.u_predicted = x * d.demand_us * US / d.servers if d.servers > 0 else float("nan")
+    p50, p99 = _tail(cal, n)
+    return Prediction(
+        config=config if config is not None else dict(cal.levels),
+        n=n,
+        x=x,
+        r_us=r,
+        p50_us=r * p50,
+        p99_us=r * p99,
+        bottleneck=bottleneck(devs),
+        basis=cal.sweep or "the measured configuration",
+        notes=notes,
+        devices=devs,
+    )
+
+
+def _interpolated(cals: list[Calibration], key: str, value: float, cal: Calibration) -> Calibration:
+    """A calibration at `key = value` from the two nearest measured levels (everything else as in `cal`)."""
+    col = column(key)
+    same = [
+        c
+        for c in cals
+        if all(v == cal.levels.get(k) for k, v in c.levels.items() if k != col)
+        and isinstance(c.levels.get(col), (int, float))
+    ]
+    levels = sorted({c.levels[col] for c in same})
+    if len(levels) < 2:
+        measured = levels[0] if levels else _setting(cal.settings, key)
+        raise PredictError(
+            f"{key}={value:g}: this result measured {col}={measured} only; what depends on it "
+            f"was never observed (measure at least two levels of {col} to predict others)"
+        )
+    near = sorted(levels, key=lambda v: (abs(v - value), v))[:2]
+    lo, hi = sorted(near)
+    a = next(c for c in same if c.levels[col] == lo)
+    b = next(c for c in same if c.levels[col] == hi)
+    w = (value - lo) / (hi - lo)
+    common = [k for k in a.curves if k in b.curves]
+    ns = sorted(set(a.ns) & set(b.ns)) or a.ns
+
+    def mix(ca: Curve, cb: Curve) -> Curve:
+        return Curve([(n, (1 - w) * ca.at(n) + w * cb.at(n)) for n in ns])
+
+    def clamp(c: Curve) -> Curve:
+        return Curve([(n, max(v, 0.0)) for n, v in c.knots])
+
+    levels_new = dict(cal.levels)
+    levels_new[col] = value
+    return Calibration(
+        sweep=f"{a.sweep} .. {b.sweep} (interpolated in {col})",
+        levels=levels_new,
+        settings=a.settings,
+        ns=ns,
+        think_us=(1 - w) * a.think_us + w * b.think_us,
+        curves={k: clamp(mix(a.curves[k], b.curves[k])) for k in common},
+        servers={k: a.servers[k] for k in common},
+        in_network={k: a.in_network[k] for k in common},
+        offset=mix(a.offset, b.offset),
+        tails=a.tails if w < 0.5 else b.tails,
+    )
+
+
+def parse_changes(items: list[str]) -> dict[str, Any]:
+    """KEY=VALUE strings into canonical keys and values (numbers as numbers)."""
+    out: dict[str, Any] = {}
+    for item in items:
+        if "=" not in item:
+            raise PredictError(
+                f"--set {item!r}: expected KEY=VALUE (e.g. tmw=8, nsvr=4, workload.value_size=4096)"
+            )
+        k, v = item.split("=", 1)
+        try:
+            key = canonical(k.strip())
+        except SpecError as e:
+            raise PredictError(str(e)) from None
+        if key.startswith("run.") or key.startswith("hosts."):
+            raise PredictError(f"--set {k}: {key} does not change the system; predictions are of the system")
+        if key in (
+            "topology.virtual_clients",
+            "topology.threads",
+            "topology.instances",
+            "topology.client_machines",
+        ):
+            raise PredictError(f"--set {k}: give the total number of clients with --clients N1,N2,...")
+        v = v.strip()
+        try:
+            out[key] = int(v)
+        except ValueError:
+            try:
+                out[key] = float(v)
+            except ValueError:
+                out[key] = v
+    return out
+
+
+def predict(
+    agg: pd.DataFrame,
+    info: ExperimentInfo,
+    changes: dict[str, Any] | None = None,
+    clients: list[int] | None = None,
+    only_n: set[int] | None = None,
+) -> list[Prediction]:
+    """Predictions for every configuration of the result with `changes`
+    applied, at the populations `clients` (default: those calibrated on)."""
+    changes = changes or {}
+    if clients is not None and any(n < 1 for n in clients):
+        raise PredictError("--clients: every population must be at least 1")
+    cals = calibrations(agg, info, only_n)
+    if not cals:
+        raise PredictError("the result has no measured point")
+    out: list[Prediction] = []
+    done: set[str] = set()
+    for cal in cals:
+        levels = dict(cal.levels)
+        for key, value in changes.items():
+            levels[column(key)] = value
+        label = ", ".join(f"{k}={v}" for k, v in sorted(levels.items()))
+        if label in done:
+            continue
+        done.add(label)
+        base, target = reach(cals, cal, changes, info)
+        for n in clients or base.ns:
+            out.append(predict_one(base, n, target, levels))
+    return out
+
+
+def _setting(s: Settings, key: str) -> Any:
+    section, name = key.split(".", 1)
+    return getattr(getattr(s, section), name)
+
+
+def reach(
+    cals: list[Calibration], cal: Calibration, changes: dict[str, Any], info: ExperimentInfo
+) -> tuple[Calibration, Settings | None]:
+    """The calibration a configuration (`cal`'s with `changes`) is predicted
+    from, and the settings the rules carry it to (None: it was measured)."""
+    levels = dict(cal.levels)
+    for key, value in changes.items():
+        levels[column(key)] = value
+    target = config_settings(info.settings, levels)
+    for c in cals:
+        if c.settings == target:
+            return c, None
+    start = max(cals, key=lambda c: (sum(levels.get(k) == v for k, v in c.levels.items()), c is cal))
+    free = [k for k in changes if k not in STRUCTURAL and _setting(start.settings, k) != _setting(target, k)]
+    if len(free) > 1:
+        raise PredictError(
+            f"{', '.join(free)}: only one setting without a rule can be interpolated at a time"
+        )
+    if free:
+        key = free[0]
+        value = changes[key]
+        if not isinstance(value, (int, float)) or isinstance(value, bool):
+            raise PredictError(
+                f"{key}={value}: a change of kind (not of size) was never observed in this result"
+            )
+        start = _interpolated(cals, key, float(value), start)
+        start.settings = config_settings(start.settings, {key: changes[key]})
+    return start, target
+
+
+def seed_view(rows: list[pd.Series]) -> list[dict[str, Any]]:
+    """The seed reports' single-queue prediction: the service time from the
+    run with the fewest clients, then M/M/1 with the measured arrival rate
+    (R = S / (1 - X S)), against the measured response time."""
+    rows = sorted(rows, key=lambda r: _num(r, "N", 0))
+    if not rows:
+        return []
+    s = _num(rows[0], "client_rt_mean_us") * US
+    out = []
+    for r in rows:
+        x, measured = _num(r, "client_tput"), _num(r, "client_rt_mean_us")
+        rho = x * s
+        pred = s / (1 - rho) / US if rho < 1 else float("inf")
+        out.append(
+            {
+                "N": int(_num(r, "N")),
+                "rho": rho,
+                "r_us": pred,
+                "r_error": (pred - measured) / measured
+                if measured and not math.isinf(pred)
+                else float("inf"),
+            }
+        )
+    return out
