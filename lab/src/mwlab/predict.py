@@ -421,14 +421,20 @@ def transform(devs: list[Device], old: Settings, new: Settings, notes: list[str]
 
 
 def _solve(devs: list[Device], n: int, think_us: float, offset_us: float) -> tuple[float, float]:
-    """Throughput and mean response time (µs): MVA of the devices, the
-    offset added to the response time."""
+    """Throughput and mean response time (µs): MVA of the devices in the
+    network, the offset added to the response time, and no device outside
+    the network past its capacity (X <= servers / demand for every device:
+    the host CPU of the message-queue system, a memcached server)."""
     try:
         res = mva(_network(devs, 0.0), think_us * US, n)
     except ModelError as e:
         raise PredictError(f"the model cannot be solved: {e}") from None
     r = max(res.response_time[-1] / US + offset_us, 1e-3)
-    return n / ((r + think_us) * US), r
+    x = n / ((r + think_us) * US)
+    cap = min((d.servers / (d.demand_us * US) for d in devs if d.demand_us > 0 and d.servers > 0), default=x)
+    if x > cap:
+        x, r = cap, n / cap / US - think_us
+    return x, r
 
 
 def bottleneck(devs: list[Device]) -> str:
