@@ -122,10 +122,30 @@ def test_report_renders_with_every_image(result: Path, tmp_path: Path):
     assert text.count("<img") >= 6
     assert "Closed network of every point" in text and "Operational laws per point" in text
     assert "Noise and saturation" in text
+    # The answer first: the summary, then plots, tables, models, predictions, checks.
+    order = [text.index(f'<h2 id="{s}"') for s in ("plots", "results", "models", "predictions", "checks")]
+    assert text.index('id="summary"') < order[0] and order == sorted(order)
+    assert "The highest throughput is" in text and "model's largest error" in text
+    assert (result / "plots" / "throughput.csv").is_file() and 'href="plots/throughput.csv"' in text
     profile = tmp_path / "profile"
+    browser = [
+        chromium(),
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--no-first-run",
+        f"--user-data-dir={tmp_path / 'shot-profile'}",
+        "--window-size=1280,900",
+    ]
+    shot = tmp_path / "report.png"
+    subprocess.run(
+        [*browser, f"--screenshot={shot}", report.as_uri()], capture_output=True, timeout=120, check=True
+    )
+    assert shot.stat().st_size > 10_000, "a screenshot of the page as a reader first sees it"
     dom = subprocess.run(
         [
             chromium(),
+            "--window-size=1280,900",
             "--headless",
             "--no-sandbox",
             "--disable-gpu",
@@ -148,6 +168,8 @@ def test_report_renders_with_every_image(result: Path, tmp_path: Path):
     assert m, "the page's load handler ran"
     loaded, total = int(m.group(1)), int(m.group(2))
     assert total >= 5 and loaded == total, f"{loaded} of {total} images loaded"
+    bottom = re.search(r'data-summary-bottom="(\d+)"', dom)
+    assert bottom and int(bottom.group(1)) <= 900, "the summary is above the fold of a 1280 x 900 window"
 
 
 def test_cli_analyze_and_compare(result: Path, capsys):

@@ -532,15 +532,16 @@ def trust_metrics(
     upto = len(phases) - (phases[::-1].index("measure") if "measure" in phases else 0)
     series, phases = series[:upto], phases[:upto]
     measured, _ = window_series(kept)
-    # MSER-5 on the windows' throughput, mean and p99 response time: the cut
-    # is the largest of the three.
-    detected = float("nan")
-    if len(series) >= 10:
-        rts = [window_rt(all_windows, stat, upto=len(series)) for stat in ("mean", "p99")]
-        detected = max(trust.mser5(x) for x in [series, *rts] if len(x) >= 10)
+    # MSER-5 on the windows' throughput, mean and p99 response time, each cut
+    # accepted where what it cuts differs from the rest; the largest counts.
+    rts = [window_rt(all_windows, stat, upto=len(series)) for stat in ("mean", "p99")]
+    w = trust.warmup(series, *[x for x in rts if len(x) == len(series)])
     out: dict[str, Any] = {
         "warmup_windows": sum(1 for p in phases if p == "warmup"),
-        "warmup_detected_windows": detected,
+        "warmup_detected_windows": float(w.cut) if w.judged else float("nan"),
+        "warmup_mser_windows": float(w.mser_cut) if w.judged else float("nan"),
+        "warmup_p": w.p,
+        "warmup_series_windows": len(series),
     }
     ci = trust.batch_means_ci(measured)
     out.update(
@@ -556,13 +557,31 @@ def trust_metrics(
         windows_kpss_p=st.kpss_p,
         windows_adf_p=st.adf_p,
         windows_trend_p=tr.p,
-        windows_stationary=float(st.stationary and not tr.trending) if st.n >= 8 else float("nan"),
+        windows_stationary=float(st.stationary and not tr.trending) if st.judged else float("nan"),
+        windows_measured=len(measured),
     )
     return out
 
 
 # Gaps between sends shorter than this are left out of the exponential test.
 GAP_RESOLUTION_US = 100.0
+
+
+def gap_fit(h: Any) -> tuple[trust.Fit, float, float]:
+    """Anderson-Darling test that the gaps in histogram `h` are exponential:
+    (the test, the mean gap, the resolution r). Gaps below the wake-up
+    resolution of a load thread (tens of µs) are distorted even when it keeps
+    up; exponential gaps are memoryless, so those above r, less r, are
+    exponential with the same mean: the test takes those."""
+    vals, counts = _recorded(h)
+    mean = h.get_mean_value()
+    r = min(GAP_RESOLUTION_US, mean / 2)
+    above = [(v - r, c) for v, c in zip(vals, counts, strict=True) if v > r]
+    # A sample no larger than the gaps recorded: drawing more from a small
+    # histogram repeats values and makes the test sure of what it never saw.
+    size = min(2000, sum(c for _, c in above))
+    sample = trust.sample_of_histogram([v for v, _ in above], [c for _, c in above], size)
+    return trust.anderson_exponential(sample, trust.AD_EXPON_2_5PCT), mean, r
 
 
 def generator_metrics(clients: Sequence[Sequence[Window]]) -> dict[str, Any]:
@@ -593,18 +612,7 @@ def generator_metrics(clients: Sequence[Sequence[Window]]) -> dict[str, Any]:
             out["gen_late_p99_us"] = float(merge_hists(lates).get_value_at_percentile(99.0))
         gaps = [w["client"]["send_gap_us"]["hdr"] for w in flat if (w.get("client") or {}).get("send_gap_us")]
         if gaps:
-            h = merge_hists(gaps)
-            vals, counts = _recorded(h)
-            # Gaps below the wake-up resolution of a load thread (tens of µs)
-            # are distorted even when it keeps up; exponential gaps are
-            # memoryless, so those above r, less r, are exponential with the
-            # same mean: the test takes those.
-            mean = h.get_mean_value()
-            r = min(GAP_RESOLUTION_US, mean / 2)
-            above = [(v - r, c) for v, c in zip(vals, counts, strict=True) if v > r]
-            fit = trust.anderson_exponential(
-                trust.sample_of_histogram([v for v, _ in above], [c for _, c in above])
-            )
+            fit, mean, r = gap_fit(merge_hists(gaps))
             out["gen_gap_ad"] = fit.statistic
             out["gen_gap_exponential"] = float(not fit.rejected) if fit.n >= 8 else float("nan")
             out["gen_gap_mean_us"] = mean

@@ -30,9 +30,18 @@ class Check:
     where: str
     ok: bool
     detail: str
+    # False where the data were too few to judge (the check then passes and
+    # says so, rather than failing).
+    judged: bool = True
+
+    @property
+    def verdict(self) -> str:
+        return (
+            "ok" if self.ok and self.judged else ("too short to judge" if self.judged is False else "CHECK")
+        )
 
 
-TREND_ALPHA = 0.05  # a Mann-Kendall p below this is a trend
+TREND_ALPHA = trust.TREND_ALPHA  # a Mann-Kendall p below this is a trend
 RATE_SHORTFALL = 0.05  # open loop: sending less than 95% of the target rate is the generator's doing
 LATE_SHARE_LIMIT = 0.01  # open loop: more than 1% of sends over 1 ms late
 WINDOW_LAW_TOLERANCE = 0.10  # closed loop: a window's R this far from N/X - Z
@@ -127,6 +136,16 @@ def run_checks(summary: pd.DataFrame, aggregate: pd.DataFrame) -> list[Check]:
                 )
             )
         p = a.get("reps_trend_p")
+        if _nan(p) and a.get("reps", 0) in (2, 3):
+            checks.append(
+                Check(
+                    "no drift across repetitions",
+                    str(a["point"]),
+                    True,
+                    f"too short to judge ({int(a['reps'])} repetitions; 4 needed)",
+                    judged=False,
+                )
+            )
         if not _nan(p):
             checks.append(
                 Check(
@@ -165,7 +184,7 @@ def generator_checks(r: pd.Series, where: str) -> list[Check]:
                     bool(exp),
                     f"gaps between sends over {r.get('gen_gap_resolution_us', float('nan')):.0f} us: "
                     f"Anderson-Darling A² = {r.get('gen_gap_ad', float('nan')):.2f} "
-                    f"(exponential rejected above {trust.AD_EXPON_5PCT}); mean gap "
+                    f"(exponential rejected above {trust.AD_EXPON_2_5PCT}); mean gap "
                     f"{r.get('gen_gap_mean_us', float('nan')):.0f} us",
                 )
             )
@@ -183,30 +202,61 @@ def generator_checks(r: pd.Series, where: str) -> list[Check]:
 
 
 def trust_checks(r: pd.Series, where: str) -> list[Check]:
-    """The warm-up MSER-5 finds against the configured one, and whether the
-    measured windows are stationary (`mwlab.stats`); skipped on runs too
-    short to judge (fewer than 10, or 8, windows)."""
+    """The warm-up the windows show against the configured one, and whether
+    the measured windows are stationary (`mwlab.stats`, each at most 5% false
+    alarms on steady series); "too short to judge" below 20 (warm-up) or 10
+    (stationarity) windows."""
     out: list[Check] = []
     detected, configured = r.get("warmup_detected_windows"), r.get("warmup_windows")
-    if not _nan(detected) and not _nan(configured):
+    windows = r.get("warmup_series_windows")
+    if not _nan(configured) and not _nan(windows):
+        if _nan(detected):
+            out.append(
+                Check(
+                    "warm-up long enough",
+                    where,
+                    True,
+                    f"too short to judge ({windows:.0f} windows; {trust.WARMUP_MIN} needed)",
+                    judged=False,
+                )
+            )
+        else:
+            mser, p = r.get("warmup_mser_windows", float("nan")), r.get("warmup_p", float("nan"))
+            why = (
+                f"the first {detected:.0f} windows differ from the rest (Welch p = {p:.2g})"
+                if detected
+                else "no window differs significantly from the rest"
+                + (f" (MSER-5 would cut {mser:.0f}, p = {p:.2g})" if mser else "")
+            )
+            out.append(
+                Check(
+                    "warm-up long enough",
+                    where,
+                    detected <= configured,
+                    f"{why}; the run discarded {configured:.0f}",
+                )
+            )
+    st = r.get("windows_stationary")
+    measured = r.get("windows_measured")
+    if _nan(st) and not _nan(measured):
         out.append(
             Check(
-                "warm-up long enough",
+                "stationary windows",
                 where,
-                detected <= configured,
-                f"MSER-5 cuts the first {detected:.0f} windows; the run discarded {configured:.0f}",
+                True,
+                f"too short to judge ({measured:.0f} windows; {trust.STATIONARITY_MIN} needed)",
+                judged=False,
             )
         )
-    st = r.get("windows_stationary")
-    if not _nan(st):
+    elif not _nan(st):
         out.append(
             Check(
                 "stationary windows",
                 where,
                 bool(st),
-                f"KPSS p = {r.get('windows_kpss_p', float('nan')):.3g} (stationary above 0.05), "
-                f"ADF p = {r.get('windows_adf_p', float('nan')):.3g} (unit root below 0.05), "
-                f"trend p = {r.get('windows_trend_p', float('nan')):.3g}",
+                f"KPSS p = {r.get('windows_kpss_p', float('nan')):.3g} (stationary above "
+                f"{trust.KPSS_ALPHA}), Mann-Kendall trend p = {r.get('windows_trend_p', float('nan')):.3g} "
+                f"(a trend below {trust.TREND_ALPHA}); ADF p = {r.get('windows_adf_p', float('nan')):.3g}",
             )
         )
     return out
@@ -283,4 +333,7 @@ def emulation_checks(r: pd.Series, where: str) -> list[Check]:
 
 
 def to_frame(checks: list[Check]) -> pd.DataFrame:
-    return pd.DataFrame([c.__dict__ for c in checks], columns=["name", "where", "ok", "detail"])
+    return pd.DataFrame(
+        [{**c.__dict__, "verdict": c.verdict} for c in checks],
+        columns=["name", "where", "ok", "verdict", "detail"],
+    )

@@ -234,6 +234,13 @@ def _whatif(agg: pd.DataFrame, info: ExperimentInfo, out: Path, pred: Prediction
             ax.set_title(f"What if (calibrated on {label})")
 
         pred.figure = save_figure(out / "plots", "predictions", draw)[0]
+        pd.DataFrame(
+            [
+                {"what if": name, "N": n, "X predicted (ops/s)": x}
+                for name, ns, xs in curves
+                for n, x in zip(ns, xs, strict=True)
+            ]
+        ).to_csv(out / "plots" / "predictions.csv", index=False)
 
 
 def predictions(result: Path, agg: pd.DataFrame, info: ExperimentInfo) -> Predictions:

@@ -369,12 +369,50 @@ def _measured_windows(first: dict[str, Path]) -> dict[str, list[dict]]:
     }
 
 
-def make_plots(result: Path, agg: pd.DataFrame, factors: list[str]) -> list[tuple[str, Path, Path]]:
-    """Every plot that applies; returns (title, png, svg)."""
+# The aggregate.csv columns each figure draws (by name prefix), written next
+# to it as plots/STEM.csv.
+FIGURE_COLUMNS = {
+    "throughput": ("client_tput",),
+    "response_time": ("client_rt_mean", "client_rt_sd"),
+    "percentiles": ("client_rt_p",),
+    "ops_throughput": ("client_get_tput", "client_set_tput"),
+    "ops_response_time": ("client_get_rt", "client_set_rt"),
+    "queue": ("mw_queue",),
+    "breakdown": (
+        "mw_net_us",
+        "mw_queue_us",
+        "mw_service_us",
+        "mw_server_us",
+        "mw_pool_us",
+        "client_rt_mean_us",
+    ),
+    "multiget_sizes": ("client_rt_mean", "client_tput"),
+}
+
+
+def figure_data(agg: pd.DataFrame, factors: list[str], stem: str) -> pd.DataFrame:
+    """The aggregate columns a figure draws, with the point, its factors and N."""
+    keep = [c for c in ("point", *factors, "N") if c in agg]
+    prefixes = FIGURE_COLUMNS.get(stem, ())
+    drawn = [c for c in agg.columns if c.startswith(prefixes) and c not in keep]
+    return agg[keep + drawn]
+
+
+def make_plots(
+    result: Path, agg: pd.DataFrame, factors: list[str]
+) -> list[tuple[str, Path, Path, Path | None]]:
+    """Every plot that applies; returns (title, png, svg, csv of the data drawn or None)."""
     out = result / "plots"
-    plots: list[tuple[str, Path, Path]] = []
+    plots: list[tuple[str, Path, Path, Path | None]] = []
     if agg.empty:
         return plots
+    out.mkdir(exist_ok=True)
+
+    def data(stem: str, frame: pd.DataFrame | None = None) -> Path:
+        path = out / f"{stem}.csv"
+        (figure_data(agg, factors, stem) if frame is None else frame).to_csv(path, index=False)
+        return path
+
     x, lines = axis_and_lines(agg, factors)
     xlabel = "clients (N)" if x == "N" else x
     # One panel per workload when the workload varies (seed 001's read-only and write-only).
@@ -389,6 +427,7 @@ def make_plots(result: Path, agg: pd.DataFrame, factors: list[str]) -> list[tupl
             (
                 title,
                 *save_panels(out, stem, [(name, lambda ax, g=g: draw(g, ax)) for name, g in panels], xlabel),
+                data(stem),
             )
         )
 
@@ -406,7 +445,11 @@ def make_plots(result: Path, agg: pd.DataFrame, factors: list[str]) -> list[tupl
     if "mw_queue_len" in agg and agg["mw_queue_len"].notna().any():
         figure("Queue", "queue", lambda g, ax: queue(g, ax, x, lines))
         plots.append(
-            ("Time breakdown", *save_figure(out, "breakdown", lambda ax: breakdown(agg, ax), xlabel))
+            (
+                "Time breakdown",
+                *save_figure(out, "breakdown", lambda ax: breakdown(agg, ax), xlabel),
+                data("breakdown"),
+            )
         )
     if "mgsize" in agg and agg["mgsize"].nunique() > 1:
         others = [f for f in lines if f != "mgsize"] or [
@@ -418,6 +461,7 @@ def make_plots(result: Path, agg: pd.DataFrame, factors: list[str]) -> list[tupl
             (
                 "Multi-get sizes",
                 *save_figure(out, "multiget_sizes", lambda ax: multiget_sizes(agg, ax, others)),
+                data("multiget_sizes"),
             )
         )
     first = {}
@@ -430,22 +474,32 @@ def make_plots(result: Path, agg: pd.DataFrame, factors: list[str]) -> list[tupl
             histograms(_measured_windows(first), ax)
             ax.set_title("Response-time histograms, common bins (first repetition)")
 
-        plots.append(("Response-time histograms", *save_figure(out, "histograms", draw_hists)))
+        plots.append(("Response-time histograms", *save_figure(out, "histograms", draw_hists), None))
     if first and "gen_late_p99_us" in agg and agg["gen_late_p99_us"].notna().any():
 
         def draw_lateness(ax):
             lateness(_measured_windows(first), ax)
             ax.set_title("How late the load generator sent (open loop, first repetition)")
 
-        plots.append(("Send lateness", *save_figure(out, "lateness", draw_lateness)))
+        plots.append(("Send lateness", *save_figure(out, "lateness", draw_lateness), None))
     if first:
-        plots.append(("Throughput over time", *save_figure(out, "timeline", lambda ax: timeline(first, ax))))
+        series = pd.concat(
+            [client_timeline(rdir).assign(point=name) for name, rdir in first.items()], ignore_index=True
+        )
+        plots.append(
+            (
+                "Throughput over time",
+                *save_figure(out, "timeline", lambda ax: timeline(first, ax)),
+                data("timeline", series),
+            )
+        )
         rdir = next(iter(first.values()))
         if (rdir / "resources.csv").exists():
             plots.append(
                 (
                     "Resource use",
                     *save_figure(out, "resources", lambda ax: resources(rdir / "resources.csv", ax)),
+                    data("resources", pd.read_csv(rdir / "resources.csv")),
                 )
             )
     return plots

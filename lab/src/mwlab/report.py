@@ -86,6 +86,101 @@ class Models:
 
 
 @dataclass
+class CheckGroup:
+    """One check over every run or point: how many passed, the ones that did
+    not, spelled out, and the rest (folded away on the page)."""
+
+    name: str
+    anchor: str
+    passed: int
+    judged: int
+    not_judged: int
+    failed: list[Check]
+    rest: list[Check]
+
+    @property
+    def line(self) -> str:
+        text = f"passed {self.passed} of {self.judged}"
+        if self.not_judged:
+            text += f"; {self.not_judged} too short to judge"
+        return text
+
+
+def group_checks(checks: list[Check]) -> list[CheckGroup]:
+    """The checks by name, the groups with failures first."""
+    names: dict[str, list[Check]] = {}
+    for c in checks:
+        names.setdefault(c.name, []).append(c)
+    groups = []
+    for name, cs in names.items():
+        failed = [c for c in cs if c.judged and not c.ok]
+        judged = [c for c in cs if c.judged]
+        groups.append(
+            CheckGroup(
+                name=name,
+                anchor="check-" + "".join(ch if ch.isalnum() else "-" for ch in name.lower()),
+                passed=len(judged) - len(failed),
+                judged=len(judged),
+                not_judged=len(cs) - len(judged),
+                failed=failed,
+                rest=[c for c in cs if c not in failed],
+            )
+        )
+    return sorted(groups, key=lambda g: (not g.failed, g.name))
+
+
+def summary_table(aggregate: pd.DataFrame, factors: list[str], fit: ExperimentFit | None) -> pd.DataFrame:
+    """Per configuration: the maximum throughput, where it is reached, the
+    response time there, what limits it, and how far the model is off."""
+    from mwlab.fit import CLIENT_FACTORS
+
+    if aggregate.empty or "client_tput" not in aggregate:
+        return pd.DataFrame()
+    others = [f for f in factors if f in aggregate and f not in CLIENT_FACTORS]
+    groups = [("", aggregate)] if not others else list(aggregate.groupby(others, sort=True))
+    points = {p.point: p for p in fit.points} if fit else {}
+    rows = []
+    for key, g in groups:
+        if g["client_tput"].isna().all():
+            continue
+        best = g.loc[g["client_tput"].idxmax()]
+        key = key if isinstance(key, tuple) else (key,)
+        label = ", ".join(f"{f}={v}" for f, v in zip(others, key, strict=False)) or "as measured"
+        p = points.get(str(best.get("point")))
+        errs = [
+            (max(abs(q.x_error), abs(q.r_error)), q)
+            for q in (points.get(str(pt)) for pt in g["point"])
+            if q is not None
+        ]
+        worst = max(errs, key=lambda e: e[0]) if errs else None
+        rows.append(
+            {
+                "configuration": label,
+                "max throughput (ops/s)": best["client_tput"],
+                "at N": int(best["N"]) if not pd.isna(best.get("N")) else "",
+                "mean R there (ms)": _ms(best.get("client_rt_mean_us", float("nan"))),
+                "p99 there (ms)": _ms(best.get("client_rt_p99_us", float("nan"))),
+                "bottleneck": p.bottleneck if p else "",
+                "model's largest error": f"{worst[0]:.1%} (N={worst[1].n})" if worst else "",
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def headline(summary: pd.DataFrame) -> str:
+    """The answer in one sentence."""
+    if summary.empty:
+        return "No point was measured."
+    best = summary.loc[summary["max throughput (ops/s)"].idxmax()]
+    where = "" if best["configuration"] == "as measured" else f" with {best['configuration']}"
+    limit = f", limited by the {best['bottleneck']}" if best["bottleneck"] else ""
+    return (
+        f"The highest throughput is {best['max throughput (ops/s)']:,.0f} ops/s{where}, reached at "
+        f"N = {best['at N']} clients with a mean response time of {best['mean R there (ms)']:.2f} ms{limit}."
+    )
+
+
+@dataclass
 class Report:
     """Everything report.html shows."""
 
@@ -97,11 +192,14 @@ class Report:
     noise: list[Note]
     noise_table: pd.DataFrame
     checks: list[Check]
+    check_groups: list[CheckGroup]
+    summary: pd.DataFrame
+    headline: str
     points: pd.DataFrame
     max_throughput: pd.DataFrame
     stages: pd.DataFrame
     links: pd.DataFrame
-    plots: list[tuple[str, Path, Path]]
+    plots: list[tuple[str, Path, Path, Path | None]]
     models: Models
     predictions: Predictions
     failed: pd.DataFrame
@@ -119,6 +217,8 @@ def compute(result: Path, summary: pd.DataFrame, aggregate: pd.DataFrame) -> Rep
     noise, noise_table = noise_notes(summary)
     failed = summary[summary.get("status", "ok") != "ok"] if "status" in summary else summary.iloc[0:0]
     empty = aggregate.empty
+    fitted = models(result, summary, aggregate, factors, meta.settings)
+    table = summary_table(aggregate, factors, fitted.fit)
     return Report(
         result=result,
         name=meta.name,
@@ -128,12 +228,15 @@ def compute(result: Path, summary: pd.DataFrame, aggregate: pd.DataFrame) -> Rep
         noise=noise,
         noise_table=noise_table,
         checks=sorted(checks, key=lambda c: (c.ok, c.name, c.where)),
+        check_groups=group_checks(checks),
+        summary=table,
+        headline=headline(table),
         points=readable_points(aggregate, factors),
         max_throughput=aggregate if empty else max_throughput_table(aggregate, factors),
         stages=aggregate if empty else stage_table(aggregate),
         links=pd.DataFrame() if empty else link_table(aggregate),
         plots=make_plots(result, aggregate, factors),
-        models=models(result, summary, aggregate, factors, meta.settings),
+        models=fitted,
         predictions=predictions(result, aggregate, meta),
         failed=failed[[c for c in ("point", "rep", "error") if c in failed]],
         environment=environment(result),

@@ -23,7 +23,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("stats", help="trust checks on a CSV column: warmup, ci, stationarity")
     ssub = p.add_subparsers(dest="stat", required=True)
     for name, text in (
-        ("warmup", "MSER-5 warm-up cut: the index of the first row to keep"),
+        ("warmup", "warm-up cut (MSER-5, accepted where the rows cut differ): the first row to keep"),
         ("ci", "confidence interval of the mean (batch means) or of a percentile (order statistics)"),
         ("stationarity", "KPSS and ADF tests, and a Mann-Kendall trend test, on the column"),
     ):
@@ -63,15 +63,18 @@ def _column(path: str, column: str) -> list[float]:
 def run(args: argparse.Namespace) -> dict[str, Any]:
     values = _column(args.file, args.column)
     if args.stat == "warmup":
-        cut = stats.mser5(values)
-        kept = values[cut:]
+        w = stats.warmup(values)
+        kept = values[w.cut :]
         return {
-            "cut": cut,
+            "cut": w.cut,
+            "mser5_cut": w.mser_cut,
+            "p": w.p,
+            "judged": w.judged,
             "rows": len(values),
             "kept": len(kept),
             "mean_all": sum(values) / len(values),
             "mean_kept": sum(kept) / len(kept) if kept else float("nan"),
-            "method": "MSER-5",
+            "method": w.method,
         }
     if args.stat == "ci":
         if not 0 < args.confidence < 1:
@@ -92,9 +95,16 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 def _text(args: argparse.Namespace, r: dict[str, Any]) -> str:
     if args.stat == "warmup":
+        if not r["judged"]:
+            return f"{r['method']}: nothing cut"
+        why = (
+            f" (MSER-5 would cut {r['mser5_cut']}, p = {r['p']:.2g})"
+            if r["mser5_cut"] and not r["cut"]
+            else ""
+        )
         return (
-            f"MSER-5: cut the first {r['cut']} of {r['rows']} rows; "
-            f"mean {r['mean_all']:.6g} -> {r['mean_kept']:.6g}"
+            f"warm-up: cut the first {r['cut']} of {r['rows']} rows{why}; "
+            f"mean {r['mean_all']:.6g} -> {r['mean_kept']:.6g} ({r['method']})"
         )
     if args.stat == "ci":
         what = f"p{args.percentile:g}" if args.percentile is not None else "mean"
