@@ -18,7 +18,7 @@ import yaml
 from test_analysis import window
 
 from mwlab.analysis import aggregate_runs
-from mwlab.compare import compare
+from mwlab.compare import compare, write_page
 from mwlab.spec import SpecError, parse
 
 
@@ -57,6 +57,25 @@ def test_a_known_difference_over_repetitions_is_found_and_noise_is_not(tmp_path:
     assert p["verdict"] == "different" and p["p"] < 0.001 and p["test"] == "repetitions"
     assert p["B/A"] == pytest.approx(1.4925, rel=0.01)
     assert df.loc[("q", "client_tput")]["verdict"] == "no significant difference"
+
+
+def test_the_comparison_page_shows_both_curves_the_verdicts_and_what_differs(tmp_path: Path, capsys):
+    from mwlab.cli import main
+
+    a = result_set(tmp_path / "a", {"p": [1000, 1010, 990, 1005], "q": [500, 520, 480, 510]})
+    b = result_set(tmp_path / "b", {"p": [1500, 1490, 1510, 1495], "q": [505, 490, 515, 500]})
+    meta = json.loads((b / "experiment.json").read_text())
+    meta["settings"] = {"middleware": {"workers": 16}}
+    (b / "experiment.json").write_text(json.dumps(meta))
+    page = write_page(a, b, compare(a, b))
+    assert page == b / "compare.html"
+    html = page.read_text()
+    assert "middleware.workers: 8 -&gt; 16" in html
+    assert html.count("data:image/png;base64,") == 1, "self-contained: the curves are inside the page"
+    assert "different" in html and "no significant difference" in html
+    assert main(["compare", str(a), str(a), "--html", str(tmp_path / "same.html")]) == 0
+    assert "page: " in capsys.readouterr().out
+    assert "the same experiment run twice" in (tmp_path / "same.html").read_text()
 
 
 def test_one_repetition_is_tested_over_its_windows_or_says_not_enough_data(tmp_path: Path):

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from mwlab import model_cli, predict_cli, stats_cli
 from mwlab.analysis import summarize
-from mwlab.compare import CompareError, compare
+from mwlab.compare import CompareError, compare, write_page
 from mwlab.procs import REPO, LabError
 from mwlab.render import write_report
 from mwlab.spec import ROLES, Settings, SpecError, load, run_seconds
@@ -155,6 +155,7 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("compare", help="compare two result sets of the same experiment")
     p.add_argument("a")
     p.add_argument("b")
+    p.add_argument("--html", help="where the comparison page goes (default: compare.html in B)")
     p = sub.add_parser("validate", help="check a spec and list its points")
     p.add_argument("spec")
     p.add_argument("--scale", default="quick")
@@ -218,6 +219,8 @@ def main(argv: list[str] | None = None) -> int:
                     index=False, float_format=lambda v: f"{v:,.2f}", formatters={"p": lambda v: f"{v:.3g}"}
                 )
             )
+            page = write_page(Path(args.a), Path(args.b), df, Path(args.html) if args.html else None)
+            print(f"page: {page}")
     except (SpecError, LabError, CompareError, FileNotFoundError) as e:
         print(f"mwlab: {e}", file=sys.stderr)
         return 2

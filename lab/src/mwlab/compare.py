@@ -119,3 +119,97 @@ def _reps(summary: pd.DataFrame, point: str, col: str) -> list[float]:
         return []
     ok = summary[(summary["point"] == point) & (summary.get("status", "ok") == "ok")]
     return [float(v) for v in ok[col] if not pd.isna(v)]
+
+
+def differences(a: Path, b: Path) -> list[str]:
+    """The settings and factor levels that differ between two result sets,
+    as `key: A -> B` (empty: the same experiment run twice)."""
+    from mwlab.spec import flatten
+
+    ma, mb = read_experiment(a), read_experiment(b)
+    fa, fb = flatten(ma.settings), flatten(mb.settings)
+    out = [f"{k}: {fa.get(k)} -> {fb.get(k)}" for k in sorted(set(fa) | set(fb)) if fa.get(k) != fb.get(k)]
+    for k in sorted(set(ma.factors) | set(mb.factors)):
+        if ma.factors.get(k) != mb.factors.get(k):
+            out.append(f"factor {k}: {ma.factors.get(k)} -> {mb.factors.get(k)}")
+    return out
+
+
+def write_page(a: Path, b: Path, table: pd.DataFrame, out: Path | None = None) -> Path:
+    """A self-contained HTML page: both result sets' curves on common axes with
+    their 95% intervals, the verdict per point and figure, and what differs.
+    Written to `out` (default: compare.html in B)."""
+    from mwlab.plots import _line as line
+    from mwlab.plots import axis_and_lines, error_label, save_panels
+    from mwlab.render import environment
+
+    out = out or b / "compare.html"
+    meta = read_experiment(a)
+    (_, da), (_, db) = _tables(a), _tables(b)
+    x, lines = axis_and_lines(da, meta.columns)
+    xlabel = "clients (N)" if x == "N" else x
+
+    def panel(y: str, ylabel: str, scale: float = 1.0):
+        def draw(ax):
+            line(ax, da, x, lines, y, "A", scale, "-o")
+            line(ax, db, x, lines, y, "B", scale, "--s")
+            ax.set_ylabel(ylabel)
+            ax.set_title(error_label(da, ci=True))
+
+        return draw
+
+    panels = [
+        (title, panel(*how))
+        for title, how in (
+            ("Throughput", ("client_tput", "throughput (ops/s)")),
+            ("Mean response time", ("client_rt_mean_us", "response time (ms)", 1e-3)),
+        )
+        if how[0] in da and how[0] in db
+    ]
+    plots = out.parent / f"{out.stem}-plots"
+    png, _ = save_panels(plots, "curves", panels, xlabel)
+    shown = table.copy()
+    shown["p"] = shown["p"].map(lambda v: "" if math.isnan(v) else f"{v:.3g}")
+    html = (
+        environment()
+        .from_string(PAGE)
+        .render(
+            name=meta.name,
+            a=a,
+            b=b,
+            png=png,
+            differs=differences(a, b),
+            table=shown,
+            counts=table["verdict"].value_counts().to_dict(),
+            alpha=ALPHA,
+        )
+    )
+    out.write_text(html, encoding="utf-8")
+    return out
+
+
+PAGE = """<!doctype html>
+<html><head><meta charset="utf-8"><title>{{ name }}: A against B</title>
+<style>
+body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}
+table{border-collapse:collapse;font-size:13px;margin:1em 0}
+td,th{border:1px solid #ccc;padding:3px 6px;text-align:right}
+th{background:#f3f3f3}td:first-child,th:first-child{text-align:left}
+img{max-width:100%}.wide{overflow-x:auto}
+.muted{color:#666}
+</style></head><body>
+<h1>{{ name }}: A against B</h1>
+<p class="muted">A: <code>{{ a }}</code><br>B: <code>{{ b }}</code></p>
+<h2>What differs</h2>
+{% if differs %}<ul>{% for d in differs %}<li><code>{{ d }}</code></li>{% endfor %}</ul>
+{% else %}<p>Nothing in the settings: the same experiment run twice
+(a difference is the machine's or chance's).</p>{% endif %}
+<h2>Verdict</h2>
+<p>{% for v, n in counts.items() %}{{ n }} {{ v }}{{ ", " if not loop.last }}{% endfor %}
+— Welch's t at {{ alpha }} over the repetitions of a point, or over its windows where a side has one
+repetition (optimistic: windows are correlated).</p>
+<figure><img alt="curves" src="{{ png | data_uri }}">
+<figcaption>A: solid, B: dashed; bars are 95% intervals.</figcaption></figure>
+{{ table | table(2) }}
+</body></html>
+"""
