@@ -114,16 +114,20 @@ def test_more_workers_follow_the_fitted_holding_time(tmp_path):
             s = 0.5 * s + 0.5 * (50 + 10 * x * s * US)
         return row(n, workers, 0.0, s)
 
-    rows = [measured(n, 2) for n in NS]
-    res = result_dir(tmp_path, rows, {"topology.virtual_clients": NS, "middleware.workers": [2]})
+    rows = [measured(n, 8) for n in NS]
+    res = result_dir(tmp_path, rows, {"topology.virtual_clients": NS, "middleware.workers": [8]})
     agg, info = pd.read_csv(res / "aggregate.csv"), info_of(res)
     cal = calibrate([r for _, r in agg.iterrows()], info)
-    a, b = cal.holding
-    assert a == pytest.approx(50, rel=0.01) and b == pytest.approx(10, rel=0.01)
-    for p in predict(agg, info, parse_changes(["tmw=8"]), clients=[4, 64]):
-        want = measured(p.n, 8)
+    k = (cal.holding[0][0] + cal.holding[-1][0]) / 2
+    assert cal.holding_at(k) == pytest.approx(50 + 10 * k, rel=0.01)
+    # Fewer workers: every busy level they reach was measured.
+    for p in predict(agg, info, parse_changes(["tmw=2"]), clients=[4, 64]):
+        want = measured(p.n, 2)
         assert p.x == pytest.approx(want["client_tput"], rel=0.02), p.n
-        assert p.config == {"tmw": 8}
+        assert p.config == {"tmw": 2}
+        assert any("follows the busy workers" in n for n in p.notes)
+    # Beyond the busy levels measured, the holding time is held at the last one.
+    assert cal.holding_at(100) == cal.holding[-1][1]
 
 
 def test_a_setting_the_result_varied_is_interpolated(tmp_path):

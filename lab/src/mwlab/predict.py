@@ -28,9 +28,11 @@ rules that follow from how a request uses the devices (each rule names its
 assumption in the prediction's notes):
 
 - workers (`tmw`) and middlewares (`nmw`): the capacity of the worker pool
-  (net threads, event loops, database connections) changes, not the holding
-  time (on a shared machine it does change: more workers contend for the
-  same cores; the report's held-out check shows by how much);
+  (net threads, event loops, database connections) changes; with another
+  number of workers the holding time follows the busy workers k = X · holding
+  (on a shared machine a worker holds a request longer the more workers share
+  the cores): the calibration points' (k, holding) pairs, straight lines
+  between them and held at the ends, solved as a fixed point;
 - event loops of the async engine (`middleware.threads`): their capacity;
 - servers (`nsvr`): ketama spreads the keys, so the servers' total demand is
   shared by the new number of servers;
@@ -41,6 +43,12 @@ assumption in the prediction's notes):
 - any other numeric setting the experiment varied (value or message size):
   each demand and the offset interpolated linearly between the two nearest
   measured levels.
+
+A configuration reached by rules keeps the offset of the lightest calibrated
+load (the network stack's part); the offset's growth with N is queueing the
+calibrated configuration's own network did not capture, not the target's.
+No device may pass its capacity (X <= servers / demand for every device,
+also those outside the network: mwmq's host CPU, a memcached server).
 
 Anything else needs a demand that was never observed (a device that did not
 exist in the run, a value size never measured) and is refused with the
@@ -135,10 +143,25 @@ class Calibration:
     offset: Curve
     # (N, p50 / mean, p99 / mean) at each calibration point
     tails: list[tuple[int, float, float]] = field(default_factory=list)
-    # The workers' holding time as a + b k, k the busy workers (X S): on a
-    # shared machine a worker holds a request longer the more workers share
-    # the cores; None without a worker pool or with one busy level only.
-    holding: tuple[float, float] | None = None
+    # The workers' holding time against the busy workers k = X S, one pair
+    # per calibration point, by k: on a shared machine a worker holds a
+    # request longer the more workers share the cores.
+    holding: list[tuple[float, float]] = field(default_factory=list)
+
+    def holding_at(self, k: float) -> float | None:
+        """The holding time (µs) with k busy workers: straight lines between the
+        calibration points, held at the ends (as the demand curves are: a
+        slope measured over a narrow range of k, extrapolated to four times
+        the workers, was off by 60%); None with fewer than two busy levels."""
+        pts = self.holding
+        if len(pts) < 2:
+            return None
+        if k <= pts[0][0]:
+            return pts[0][1]
+        for (k0, h0), (k1, h1) in itertools.pairwise(pts):
+            if k <= k1:
+                return h0 + (k - k0) / (k1 - k0) * (h1 - h0)
+        return pts[-1][1]
 
     def devices_at(self, n: float) -> list[Device]:
         return [
@@ -270,25 +293,22 @@ def calibrate(rows: list[pd.Series], info: ExperimentInfo, sweep: str = "") -> C
         in_network=in_network,
         offset=Curve.fit(ns, offsets),
         tails=sorted(tails),
-        holding=_line(busy),
+        holding=_busy_levels(busy),
     )
 
 
-def _line(points: list[tuple[float, float]]) -> tuple[float, float] | None:
-    """Least squares y = a + b x (b >= 0), or None when x does not vary."""
-    points = [(x, y) for x, y in points if not (math.isnan(x) or math.isnan(y))]
-    if len(points) < 2:
-        return None
-    mx = sum(x for x, _ in points) / len(points)
-    my = sum(y for _, y in points) / len(points)
-    sxx = sum((x - mx) ** 2 for x, _ in points)
-    if sxx < 0.25 * len(points) * 0.01:
-        return None
-    b = sum((x - mx) * (y - my) for x, y in points) / sxx
-    a = my - b * mx
-    # A holding time that shrinks with more busy workers, or that would be
-    # negative with none, is noise or a change this line cannot describe.
-    return (a, b) if a >= 0 and b >= 0 else None
+def _busy_levels(points: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """(busy workers, holding time) pairs by busy workers, pairs closer than a
+    tenth of a worker averaged."""
+    points = sorted((k, h) for k, h in points if not (math.isnan(k) or math.isnan(h)))
+    out: list[list[float]] = []
+    for k, h in points:
+        if out and k - out[-1][0] < 0.1:
+            n = out[-1][2]
+            out[-1] = [(out[-1][0] * n + k) / (n + 1), (out[-1][1] * n + h) / (n + 1), n + 1]
+        else:
+            out.append([k, h, 1])
+    return [(k, h) for k, h, _ in out]
 
 
 def calibrations(
@@ -459,24 +479,25 @@ def predict_one(
         notes.append(
             f"N={n} outside the calibrated {cal.ns[0]}..{cal.ns[-1]}: demands held at the nearest end"
         )
-    x, r = _solve(devs, n, cal.think_us, cal.offset.at(n))
+    offset = cal.offset.at(n) if target is None else cal.offset.at(cal.ns[0])
+    x, r = _solve(devs, n, cal.think_us, offset)
     pool = next((d for d in devs if d.name == "workers"), None)
-    if pool is not None and pool.servers != cal.servers.get("workers") and cal.holding is None:
+    if pool is not None and pool.servers != cal.servers.get("workers") and len(cal.holding) < 2:
         notes.append(
-            "the workers' holding time as measured at this N "
-            "(it did not follow the busy workers closely enough to fit)"
+            "the workers' holding time as measured at this N (one busy level calibrated: "
+            "how it changes with the busy workers was never observed)"
         )
     elif pool is not None and pool.servers != cal.servers.get("workers"):
-        # Another pool size: the holding time follows the busy workers (fitted
-        # over the calibration points), found as a fixed point.
-        a, b = cal.holding
-        for _ in range(60):
-            want = a + b * x * pool.demand_us * US
+        # Another pool size: the holding time follows the busy workers k
+        # (measured at the calibration points), found as a fixed point.
+        for _ in range(100):
+            want = cal.holding_at(x * pool.demand_us * US) or pool.demand_us
             if abs(want - pool.demand_us) < 0.001 * pool.demand_us:
                 break
             pool.demand_us = 0.5 * (pool.demand_us + want)
-            x, r = _solve(devs, n, cal.think_us, cal.offset.at(n))
-        notes.append(f"the workers' holding time {a:.1f} + {b:.2f} µs per busy worker (fitted)")
+            x, r = _solve(devs, n, cal.think_us, offset)
+        k = ", ".join(f"{k:.1f} -> {h:.0f} µs" for k, h in cal.holding)
+        notes.append(f"the workers' holding time follows the busy workers (calibrated: {k})")
     for d in devs:
         d.u_predicted = x * d.demand_us * US / d.servers if d.servers > 0 else float("nan")
     p50, p99 = _tail(cal, n)
