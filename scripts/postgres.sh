@@ -12,7 +12,9 @@
 # as fsync=off are passed to the server (`-c`); port=N changes the port (of the
 # socket, and of TCP when listen_addresses is given too). The database is `mwmq`, the
 # superuser `postgres`, authentication `trust` over the socket (nobody else can
-# reach a socket in DIR).
+# reach a socket in DIR). hba=CIDR (with listen_addresses=ADDR) also trusts TCP
+# connections from CIDR: for a database on an emulated host of the lab, whose
+# network is private to this machine.
 set -euo pipefail
 
 usage() {
@@ -72,6 +74,10 @@ start() {
   for s in "$@"; do
     case $s in
       port=*) port=${s#port=} ;;
+      hba=*)
+        line="host all all ${s#hba=} trust"
+        grep -qxF "$line" "$dir/data/pg_hba.conf" || echo "$line" | as_owner tee -a "$dir/data/pg_hba.conf" >/dev/null
+        ;;
       *) opts="$opts -c $s" ;;
     esac
   done

@@ -151,6 +151,8 @@ def test_specs_of_the_mq_experiments_and_refusals():
             assert all(p.settings.mq for p in exp.points())
     full = load(ROOT / "experiments" / "mq-scaleup.yaml", "full")
     assert [(p.get("tmw"), p.get("vcli")) for p in full.points()] == [(1, 5), (2, 10), (4, 20), (8, 40)]
+    scaleout = load(ROOT / "experiments" / "mq-scaleout.yaml", "full")
+    assert {p.settings.hosts.emulation for p in scaleout.points()} == {"netns"}, "seed 004's hosts"
     crossed = load(ROOT / "experiments" / "mq-factorial-2k.yaml", "full")
     assert len(crossed.points()) == 8
     base = {"name": "x", "system": "mq", "topology": {"middlewares": 1, "threads": 2}}
@@ -162,6 +164,10 @@ def test_specs_of_the_mq_experiments_and_refusals():
         ({"topology": {"middlewares": 1, "threads": 1, "virtual_clients": 3}}, "even number"),
         ({"factors": {"together": {"tmw": [1, 2], "vcli": [1]}}}, "as many levels"),
         ({"system": "redis"}, "topology.system: Input should be 'memcached' or 'mq'"),
+        (
+            {"hosts": {"emulation": "ssh", "ssh": {"server0": "db.example"}}},
+            "leave server0 \\(the database host\\) out of hosts.ssh",
+        ),
     ]:
         with pytest.raises(SpecError, match=needle):
             parse({**base, **extra})

@@ -4,6 +4,7 @@ and the network-limit experiment saturates at the server's link."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -217,3 +218,35 @@ def test_the_generator_checks_fire_on_a_throttled_load_generator(tmp_path: Path)
     # an A² far from the throttled one rather than a pass.
     assert h["gen_gap_ad"] < 10 * 1.321, verdicts["healthy gaps"].detail
     assert not verdicts["throttled gaps"].ok and t["gen_gap_ad"] > 100, verdicts["throttled gaps"].detail
+
+
+def test_the_message_queue_system_on_emulated_hosts(tmp_path: Path):
+    """PostgreSQL inside the database host's namespace on TCP, mwmq on a host
+    with a CPU quota, clients on theirs; the links are centers of the model."""
+    from mwlab.analysis import summarize
+    from mwlab.render import write_report
+    from mwlab.runner import prepare, run_experiment
+    from mwlab.spec import parse
+
+    spec = {
+        "name": "mq-hosts",
+        "system": "mq",
+        "topology": {"middlewares": 1, "threads": 2, "virtual_clients": 2},
+        "middleware": {"workers": 2, "db_pool": 2},
+        "workload": {"ratio": "1:1", "value_size": 200, "receive": "pop"},
+        "hosts": {"emulation": "netns", "server_link": "200mbit", "middleware_cpus": 1},
+        "run": {"duration": 2, "warmup": 1, "cooldown": 0, "repetitions": 1, "window_ms": 500},
+    }
+    exp = parse(spec)
+    exp.source = spec
+    out = run_experiment(exp, prepare(exp, tmp_path))
+    summary, aggregate = summarize(out)
+    write_report(out, summary, aggregate)
+    assert (summary["status"] == "ok").all(), summary.get("error")
+    run = json.loads(next(out.glob("*/rep-1/run.json")).read_text())
+    hosts = run["placement"]["hosts"]
+    assert run["placement"]["processes"]["pg0"] == "server0" and "server0" in hosts
+    assert aggregate["client_tput"].iloc[0] > 100
+    util = pd.read_csv(out / "utilization.csv")
+    assert {"link server0 sends", "link server0 receives", "CPU of mw0", "workers"} <= set(util["device"])
+    assert leftovers(f"mwlab-{os.getpid()}-") == []

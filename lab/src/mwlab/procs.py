@@ -17,6 +17,7 @@ import socket
 import subprocess
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -160,11 +161,33 @@ class Postgres:
     `postgres` user in a scratch directory, unix socket only), stopped on exit.
     Its server log is copied into the run's logs."""
 
-    def __init__(self, logs: Path, settings: list[str] | None = None):
+    def __init__(
+        self,
+        logs: Path,
+        settings: list[str] | None = None,
+        listen: str | None = None,
+        wrap: Callable[[list[str]], list[str]] | None = None,
+        trust: list[str] | None = None,
+    ):
+        """`listen`: also accept TCP on this address (a free port), trusting
+        connections from the networks or hosts `trust` (CIDR or host names;
+        nobody else); `wrap`: how to run the
+        start command on its host (an emulated host's namespace and cgroups,
+        which the server's processes inherit)."""
         self.logs = logs
         self.settings = settings or []
+        self.listen = listen
+        self.wrap = wrap or (lambda cmd: cmd)
         self.dir: Path | None = None
         self.conninfo = ""
+        if listen:
+            self.port = free_port()
+            self.settings = [
+                *self.settings,
+                f"listen_addresses={listen}",
+                f"port={self.port}",
+                *[f"hba={t}" for t in trust or []],
+            ]
 
     def __enter__(self) -> Postgres:
         import tempfile
@@ -175,7 +198,9 @@ class Postgres:
         self.dir.chmod(0o755)
         try:
             r = subprocess.run(
-                [str(REPO / "scripts" / "postgres.sh"), "start", str(self.dir / "pg"), *self.settings],
+                self.wrap(
+                    [str(REPO / "scripts" / "postgres.sh"), "start", str(self.dir / "pg"), *self.settings]
+                ),
                 capture_output=True,
                 text=True,
                 timeout=120,
@@ -187,6 +212,8 @@ class Postgres:
             self.__exit__()
             raise LabError(f"PostgreSQL did not start: {r.stderr.strip() or r.stdout.strip()}")
         self.conninfo = r.stdout.strip().splitlines()[-1]
+        if self.listen:
+            self.conninfo = f"host={self.listen} port={self.port} user=postgres dbname=mwmq"
         return self
 
     def pid(self) -> int | None:

@@ -183,6 +183,10 @@ def _mwproxy_cmd(s: Settings, index: int, listen: str, servers: list[str], out: 
 
 def _mwmq_cmd(s: Settings, index: int, listen: str, db: str, out: Path) -> list[str]:
     pool = s.db_pool
+    # Beyond loopback (emulated hosts: a network inside this machine; SSH
+    # hosts: the lab's own) the clients have no logins yet: mwmq is told so,
+    # and says so loudly in its log.
+    beyond = [] if listen.startswith("127.") else ["--insecure-no-auth"]
     return [
         str(binary("mwmq")),
         "--listen",
@@ -207,6 +211,7 @@ def _mwmq_cmd(s: Settings, index: int, listen: str, db: str, out: Path) -> list[
         str(s.run.window_ms),
         "--log",
         "warn",
+        *beyond,
     ]
 
 
@@ -324,6 +329,28 @@ def _placement(s: Settings, stack: contextlib.ExitStack, out: Path):
     return Local()
 
 
+def _database(place, host: str, out: Path) -> Postgres:
+    """The message-queue system's PostgreSQL on its host: this machine's unix
+    socket when every host is local; inside the database host's namespace and
+    cgroups, on TCP at its address, on emulated hosts; on TCP at this
+    machine's address when the other hosts are real ones over SSH (the
+    database host must then be this machine)."""
+    if isinstance(place, Emulated):
+        addr = place.addr(host)
+        subnet = addr.rsplit(".", 1)[0] + ".0/24"
+        return Postgres(out / "logs", listen=addr, wrap=lambda cmd: place.emu.wrap(host, cmd), trust=[subnet])
+    if isinstance(place, Local):
+        return Postgres(out / "logs")
+    if host in place.dests:
+        raise LabError(
+            f"{host} (the database) is a remote host: the lab starts PostgreSQL on this machine only; "
+            f"leave {host} out of hosts.ssh"
+        )
+    # Trusted: the remote hosts of the run, each by its address or name.
+    others = [d.host + ("/32" if d.host.replace(".", "").isdigit() else "") for d in place.dests.values()]
+    return Postgres(out / "logs", listen=place.addr(host), trust=others)
+
+
 def run_once(run: Run, out: Path) -> dict[str, Any]:
     """Runs one repetition of one point; returns what run.json records."""
     s = run.point.settings
@@ -335,7 +362,7 @@ def run_once(run: Run, out: Path) -> dict[str, Any]:
     mq = s.mq
     with contextlib.ExitStack() as stack:
         place = _placement(s, stack, out)
-        pg = stack.enter_context(Postgres(out / "logs")) if mq else None
+        pg = stack.enter_context(_database(place, hosts["server"][0], out)) if mq else None
         g = stack.enter_context(ProcessGroup(out / "logs"))
         m = s.middleware
         secrets = None

@@ -256,7 +256,9 @@ class Settings(BaseModel):
                 "pairs need an even number of clients per instance (threads x vcli)",
             )
             need(
-                h.emulation == "local", "system mq runs on local hosts only so far (hosts: emulation: local)"
+                h.emulation != "ssh" or "server0" not in (h.ssh or {}),
+                "system mq starts PostgreSQL on this machine: "
+                "leave server0 (the database host) out of hosts.ssh",
             )
             need(not (m.tls or m.server_tls or m.auth), "system mq has no TLS or logins yet")
         if m.tls or m.server_tls or m.auth:
