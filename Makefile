@@ -20,7 +20,7 @@ all: build
 ## redis-tools (redis-cli, redis-benchmark) to talk to mwmq.
 deps:
 	@missing=""; \
-	for b in memcached:memcached nutcracker:nutcracker memcslap:libmemcached-tools ip:iproute2 tc:iproute2 ethtool:ethtool pg_ctlcluster:postgresql redis-cli:redis-tools; do \
+	for b in memcached:memcached nutcracker:nutcracker memcslap:libmemcached-tools ip:iproute2 tc:iproute2 ethtool:ethtool ping:iputils-ping pg_ctlcluster:postgresql redis-cli:redis-tools; do \
 	  cmd=$${b%%:*}; pkg=$${b##*:}; \
 	  command -v $$cmd >/dev/null 2>&1 || [ -x /usr/sbin/$$cmd ] || missing="$$missing $$pkg"; \
 	done; \

@@ -670,6 +670,19 @@ def run_metrics(rdir: Path, trim_start: int = 0, trim_end: int = 0) -> dict[str,
     if "cpu_cl_load_cores" in row:
         row["cl_load_threads"] = threads
         row["cl_load_thread_util"] = row["cpu_cl_load_cores"] / threads
+    delay = record.get("delay")
+    if delay:
+        # Link delays: what they add to a request's round trips, and the
+        # worst probe against what it should have measured.
+        row["delay_rtt_us"] = float(delay.get("rtt_per_request_us", 0.0))
+        row["delay_client_rtt_us"] = float(delay.get("client_rtt_us", row["delay_rtt_us"]))
+        row["delay_backend_rtt_us"] = float(delay.get("backend_rtt_us", 0.0))
+        row["delay_method"] = delay.get("method", "")
+        probes = delay.get("probes") or []
+        if probes:
+            worst = max(probes, key=lambda p: abs(p["measured_us"] - p["expected_us"]))
+            row["delay_probe_expected_us"] = worst["expected_us"]
+            row["delay_probe_measured_us"] = worst["measured_us"]
     placement = record.get("placement") or {}
     row.update(link_metrics(rdir, span, int(row.get("client_requests", 0)), placement))
     cpu = read_cpu(rdir)

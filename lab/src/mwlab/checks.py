@@ -99,6 +99,18 @@ def run_checks(summary: pd.DataFrame, aggregate: pd.DataFrame) -> list[Check]:
                 )
             )
         checks += noise_checks(r, where)
+        expected, measured = r.get("delay_probe_expected_us"), r.get("delay_probe_measured_us")
+        if not _nan(expected) and not _nan(measured):
+            off = measured - expected
+            checks.append(
+                Check(
+                    "link delay as configured",
+                    where,
+                    abs(off) <= max(0.10 * expected, 200.0),
+                    f"a probe's round trip through the delayed link ({r.get('delay_method', '')}) added "
+                    f"{measured / 1e3:.2f} ms, configured {expected / 1e3:.2f} ms ({off / expected:+.1%})",
+                )
+            )
         checks += trust_checks(r, where)
         checks += generator_checks(r, where)
         errors, unsent = _count(r, "client_errors"), _count(r, "client_unsent")

@@ -62,9 +62,13 @@ class Device:
     u_measured: float = float("nan")
     u_predicted: float = float("nan")
     in_network: bool = False
+    # A pure delay (link delay): no queue, never the bottleneck.
+    delay: bool = False
 
     @property
     def per_server_us(self) -> float:
+        if self.delay:
+            return 0.0
         return self.demand_us / self.servers if self.servers > 0 else float("inf")
 
 
@@ -238,13 +242,24 @@ def devices(row: pd.Series, settings: Settings) -> list[Device]:
     links = [d for d in out if d.name.startswith("link ")]
     if links:
         max(links, key=lambda d: d.demand_us).in_network = True
+    # Delays added to the links (netem or relays): a delay center of the
+    # round trips a request crosses that no measured time holds already (a
+    # worker holds its request through the server's or database's round
+    # trip; an event loop does not).
+    added = _num(row, "delay_client_rtt_us", 0.0)
+    if any(d.name == "event loops" for d in out):
+        added += _num(row, "delay_backend_rtt_us", 0.0)
+    if added > 0:
+        out.append(Device("link delay", added, 1, in_network=True, delay=True))
     return out
 
 
 def _network(devs: list[Device], delay_us: float) -> list[Center]:
     centers = [Center("delay", max(delay_us, 0.0) * US, "delay")]
     for d in devs:
-        if d.in_network and d.demand_us > 0:
+        if d.in_network and d.demand_us > 0 and d.delay:
+            centers.append(Center(d.name, d.demand_us * US, "delay"))
+        elif d.in_network and d.demand_us > 0:
             if d.servers == 1:
                 centers.append(Center(d.name, d.demand_us * US, "queue"))
             elif d.servers > 1:

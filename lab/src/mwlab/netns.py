@@ -98,6 +98,7 @@ class HostSpec:
     down_bps: float | None = None  # what it receives
     cpus: float | str | None = None
     delay_s: float | None = None
+    jitter_s: float | None = None
 
     @property
     def shaped(self) -> bool:
@@ -232,14 +233,18 @@ class Emulation:
                     check=False,
                 )
             if spec.down_bps or spec.delay_s:
-                self._shape(["tc"], veth, spec.down_bps, spec.delay_s)
+                self._shape(["tc"], veth, spec.down_bps, spec.delay_s, spec.jitter_s)
             if spec.up_bps or spec.delay_s:
-                self._shape(["ip", "netns", "exec", ns, "tc"], "eth0", spec.up_bps, spec.delay_s)
+                self._shape(
+                    ["ip", "netns", "exec", ns, "tc"], "eth0", spec.up_bps, spec.delay_s, spec.jitter_s
+                )
             if spec.cpus is not None:
                 host.cgroups = self._cgroup(ns, spec.cpus)
 
     @staticmethod
-    def _shape(tc: list[str], dev: str, rate_bps: float | None, delay_s: float | None) -> None:
+    def _shape(
+        tc: list[str], dev: str, rate_bps: float | None, delay_s: float | None, jitter_s: float | None = None
+    ) -> None:
         parent = ["root"]
         if delay_s:
             _run(
@@ -255,6 +260,7 @@ class Emulation:
                     "netem",
                     "delay",
                     f"{delay_s * 1e6:.0f}us",
+                    *([f"{jitter_s * 1e6:.0f}us"] if jitter_s else []),
                 ]
             )
             parent = ["parent", "1:1"]
@@ -322,6 +328,16 @@ class Emulation:
 
     def addr(self, host: str) -> str:
         return self.hosts[host].addr
+
+    def ping(self, host: str, count: int = 20) -> float | None:
+        """The mean round trip (µs) from `host` to the bridge: its own link's
+        delay both ways (what netem added, plus microseconds of path)."""
+        out = _run(
+            self.wrap(host, ["ping", "-q", "-n", "-c", str(count), "-i", "0.01", f"{self.subnet}.254"]),
+            check=False,
+        ).stdout
+        m = re.search(r"= [0-9.]+/([0-9.]+)/", out)
+        return float(m.group(1)) * 1000 if m else None
 
     def wrap(self, host: str, cmd: list[str]) -> list[str]:
         """`cmd` run inside `host`: its namespace and its cgroups."""

@@ -165,7 +165,13 @@ class Calibration:
 
     def devices_at(self, n: float) -> list[Device]:
         return [
-            Device(name, c.at(n), self.servers[name], in_network=self.in_network[name])
+            Device(
+                name,
+                c.at(n),
+                self.servers[name],
+                in_network=self.in_network[name],
+                delay=name == "link delay",
+            )
             for name, c in self.curves.items()
         ]
 
@@ -350,7 +356,7 @@ STRUCTURAL = {
 
 def transform(devs: list[Device], old: Settings, new: Settings, notes: list[str]) -> list[Device]:
     """The devices of `old` as they would be under `new`, by the rules in the module's doc."""
-    devs = [Device(d.name, d.demand_us, d.servers, in_network=d.in_network) for d in devs]
+    devs = [Device(d.name, d.demand_us, d.servers, in_network=d.in_network, delay=d.delay) for d in devs]
     names = {d.name for d in devs}
     o, n = old, new
     if n.topology.middlewares != o.topology.middlewares:
@@ -451,7 +457,10 @@ def _solve(devs: list[Device], n: int, think_us: float, offset_us: float) -> tup
         raise PredictError(f"the model cannot be solved: {e}") from None
     r = max(res.response_time[-1] / US + offset_us, 1e-3)
     x = n / ((r + think_us) * US)
-    cap = min((d.servers / (d.demand_us * US) for d in devs if d.demand_us > 0 and d.servers > 0), default=x)
+    cap = min(
+        (d.servers / (d.demand_us * US) for d in devs if d.demand_us > 0 and d.servers > 0 and not d.delay),
+        default=x,
+    )
     if x > cap:
         x, r = cap, n / cap / US - think_us
     return x, r

@@ -86,17 +86,38 @@ class Emulated:
         }
 
 
-def host_specs(s: Settings):
-    """The emulated hosts of a point with their links and CPUs."""
-    from mwlab.netns import HostSpec, parse_delay
+def host_delays(s: Settings) -> dict[str, tuple[float, float]]:
+    """Each emulated host's link's one-way delay and jitter (seconds): its
+    role's `delay`/`jitter`, else `hosts.delay`; hosts without one left out."""
+    from mwlab.netns import parse_delay
+    from mwlab.spec import link_delay
+
+    if s.hosts.emulation != "netns":
+        return {}
+    every = (parse_delay(s.hosts.delay), 0.0) if s.hosts.delay else (0.0, 0.0)
+    out = {}
+    for role, names in host_names(s).items():
+        d = link_delay(s.hosts.link(role))
+        d = d if d[0] else every
+        for name in names:
+            if d[0]:
+                out[name] = d
+    return out
+
+
+def host_specs(s: Settings, netem: bool = True):
+    """The emulated hosts of a point with their links and CPUs (and, with
+    `netem`, their delays; without, the relays add them)."""
+    from mwlab.netns import HostSpec
     from mwlab.spec import link_rates
 
+    delays = host_delays(s) if netem else {}
     specs = []
-    delay = parse_delay(s.hosts.delay) if s.hosts.delay else None
     for role, names in host_names(s).items():
         up, down = link_rates(s.hosts.link(role))
         for name in names:
-            specs.append(HostSpec(name, up, down, s.hosts.cpus(role), delay))
+            d, j = delays.get(name, (None, None))
+            specs.append(HostSpec(name, up, down, s.hosts.cpus(role), d or None, j or None))
     return specs
 
 
@@ -315,18 +336,87 @@ def _prefill(place, g: ProcessGroup, s: Settings, host: str, targets: list[list[
             raise LabError(f"prefill through {' '.join(target)} failed; see {p.log}")
 
 
-def _placement(s: Settings, stack: contextlib.ExitStack, out: Path):
+def _placement(s: Settings, stack: contextlib.ExitStack, out: Path, netem: bool = True):
     emulation = s.hosts.emulation
     if emulation == "netns":
         from mwlab.netns import Emulation
 
-        return Emulated(stack.enter_context(Emulation(host_specs(s))))
+        return Emulated(stack.enter_context(Emulation(host_specs(s, netem))))
     if emulation == "ssh":
         from mwlab.ssh import Remote
 
         limit = s.run.seconds + 60
         return stack.enter_context(Remote(s.hosts.ssh, out, limit))
     return Local()
+
+
+def _netem() -> bool:
+    from mwlab.netns import netem_available
+
+    return netem_available()
+
+
+def _conninfo_via(conninfo: str, via) -> str:
+    """A libpq connection string with its host and port replaced by `via(host:port)`."""
+    parts = dict(p.split("=", 1) for p in conninfo.split())
+    if "port" not in parts or parts.get("host", "/").startswith("/"):
+        return conninfo
+    host, port = via(f"{parts['host']}:{parts['port']}").rsplit(":", 1)
+    parts.update(host=host, port=port)
+    return " ".join(f"{k}={v}" for k, v in parts.items())
+
+
+def _delay_record(s: Settings, delays, hosts, place, relays, middleware: bool) -> dict[str, Any]:
+    """What the run records of its link delays: how they were added, the
+    round-trip time they add to a request (the client's exchange with its
+    target, and the middleware's with a server or the database), and what a
+    probe measured of each."""
+    from mwlab.relay import combined
+
+    def rtt(a: str, b: str) -> float:
+        return 2 * combined(delays.get(a, (0.0, 0.0)), delays.get(b, (0.0, 0.0)))[0] * 1e6
+
+    client = hosts["client"][0]
+    server = hosts["server"][0]
+    if middleware:
+        mw = hosts["middleware"][0]
+        front, back = rtt(client, mw), rtt(mw, server)
+    else:
+        front, back = rtt(client, server), 0.0
+    probes = []
+    if relays is not None:
+        pairs = {combined(delays.get(a, (0.0, 0.0)), delays.get(b, (0.0, 0.0))) for a, b in _pairs(hosts)}
+        for d, j in sorted(p for p in pairs if p[0]):
+            probes.append(
+                {
+                    "what": f"relay {d * 1e3:g} ms",
+                    "expected_us": 2 * d * 1e6,
+                    "measured_us": relays.probe(d, j),
+                }
+            )
+    else:
+        for host, (d, _) in sorted(delays.items()):
+            measured = place.emu.ping(host)
+            if measured is not None:
+                probes.append(
+                    {"what": f"netem on {host}", "expected_us": 2 * d * 1e6, "measured_us": measured}
+                )
+    return {
+        "method": "relay" if relays is not None else "netem",
+        "relay_overhead_us": relays.overhead_us if relays is not None else None,
+        "rtt_per_request_us": front + back,
+        "client_rtt_us": front,
+        "backend_rtt_us": back,
+        "probes": probes,
+    }
+
+
+def _pairs(hosts: dict[str, list[str]]) -> list[tuple[str, str]]:
+    """The (connecting, listening) host pairs of a run."""
+    mws, servers, clients = hosts["middleware"], hosts["server"], hosts["client"]
+    if mws:
+        return [(c, m) for c in clients for m in mws] + [(m, sv) for m in mws for sv in servers]
+    return [(c, sv) for c in clients for sv in servers]
 
 
 def _database(place, host: str, out: Path) -> Postgres:
@@ -360,8 +450,25 @@ def run_once(run: Run, out: Path) -> dict[str, Any]:
     started = time.time()
     hosts = host_names(s)
     mq = s.mq
+    delays = host_delays(s)
+    netem = not delays or _netem()
     with contextlib.ExitStack() as stack:
-        place = _placement(s, stack, out)
+        place = _placement(s, stack, out, netem)
+        relays = None
+        if not netem:
+            from mwlab.relay import Relays
+
+            relays = stack.enter_context(Relays(out / "logs", place.emu.subnet + ".254"))
+
+        def via(src: str, dst: str, addr: str) -> str:
+            """The address `src` reaches `addr` on `dst` by (a relay when one adds the delay)."""
+            if relays is None:
+                return addr
+            from mwlab.relay import combined
+
+            d, j = combined(delays.get(src, (0.0, 0.0)), delays.get(dst, (0.0, 0.0)))
+            return relays.route(src, dst, addr, d, j) if d else addr
+
         pg = stack.enter_context(_database(place, hosts["server"][0], out)) if mq else None
         g = stack.enter_context(ProcessGroup(out / "logs"))
         m = s.middleware
@@ -381,14 +488,17 @@ def run_once(run: Run, out: Path) -> dict[str, Any]:
             port = free_port()
             listen = f"{place.addr(host)}:{port}"
             if pg is not None:
-                place.start(g, f"mw{i}", host, _mwmq_cmd(s, i, listen, pg.conninfo, out), port)
+                db = _conninfo_via(pg.conninfo, lambda a, host=host: via(host, hosts["server"][0], a))
+                place.start(g, f"mw{i}", host, _mwmq_cmd(s, i, listen, db, out), port)
             else:
                 extra = secrets.proxy_args(m) if secrets else []
-                place.start(g, f"mw{i}", host, _mwproxy_cmd(s, i, listen, servers, out) + extra, port)
+                mine = [via(host, hosts["server"][k], a) for k, a in enumerate(servers)]
+                place.start(g, f"mw{i}", host, _mwproxy_cmd(s, i, listen, mine, out) + extra, port)
             mws.append(listen)
         instances = s.topology.client_machines * s.topology.instances
         all_targets = s.topology.client_targets == "all"
         endpoints = mws or servers
+        endpoint_hosts = hosts["middleware"] if mws else hosts["server"]
         client_host = [hosts["client"][j // s.topology.instances] for j in range(instances)]
         secure = secrets.client_args(m) if secrets else []
         if s.workload.prefill and not mq:
@@ -413,7 +523,18 @@ def run_once(run: Run, out: Path) -> dict[str, Any]:
                 g,
                 f"cl{j}",
                 client_host[j],
-                _mwload_cmd(s, j, instances, _target_args(endpoints, all_targets, j), out) + secure,
+                _mwload_cmd(
+                    s,
+                    j,
+                    instances,
+                    _target_args(
+                        [via(client_host[j], h, e) for h, e in zip(endpoint_hosts, endpoints, strict=True)],
+                        all_targets,
+                        j,
+                    ),
+                    out,
+                )
+                + secure,
             )
             for j in range(instances)
         ]
@@ -443,6 +564,7 @@ def run_once(run: Run, out: Path) -> dict[str, Any]:
         }
         if hasattr(place, "fetch"):
             place.fetch(out)
+        delay = _delay_record(s, delays, hosts, place, relays, bool(mws)) if delays else None
     failed = {k: v for k, v in codes.items() if v != 0}
     record = {
         "point": run.point.name,
@@ -456,6 +578,8 @@ def run_once(run: Run, out: Path) -> dict[str, Any]:
         "placement": placement,
         "status": "failed" if failed else "ok",
     }
+    if delay:
+        record["delay"] = delay
     if failed:
         record["error"] = "processes exited abnormally: " + ", ".join(f"{k}={v}" for k, v in failed.items())
     return record

@@ -569,24 +569,39 @@ def host_names(s: Settings) -> dict[str, list[str]]:
 
 def link_rates(link: Any) -> tuple[float | None, float | None]:
     """A host's link as (up, down) bits per second, None where unshaped: a rate
-    (`100mbit`, both directions) or a mapping `{up: 100mbit, down: 1gbit}`
-    (what the host sends, what it receives; either may be left out)."""
+    (`100mbit`, both directions) or a mapping `{up: 100mbit, down: 1gbit,
+    delay: 2ms, jitter: 0.5ms}` (what the host sends, what it receives, the
+    one-way delay each way and its jitter; any may be left out)."""
     from mwlab.netns import parse_rate
 
     if link is None:
         return None, None
     if isinstance(link, dict):
-        extra = set(link) - {"up", "down"}
+        extra = set(link) - {"up", "down", "delay", "jitter"}
         if extra:
             raise ValueError(
-                f"a link is a rate or {{up: RATE, down: RATE}}; unknown {', '.join(sorted(extra))}"
+                "a link is a rate or {up: RATE, down: RATE, delay: TIME, jitter: TIME}; "
+                f"unknown {', '.join(sorted(extra))}"
             )
+        link_delay(link)
         rates = tuple(None if link.get(k) is None else parse_rate(link[k]) for k in ("up", "down"))
     else:
         rates = (parse_rate(link),) * 2
     if any(r is not None and r <= 0 for r in rates):
         raise ValueError("a link rate must be positive")
     return rates  # type: ignore[return-value]
+
+
+def link_delay(link: Any) -> tuple[float, float]:
+    """A host's link's one-way delay and jitter in seconds (0 where not given)."""
+    from mwlab.netns import parse_delay
+
+    if not isinstance(link, dict):
+        return 0.0, 0.0
+    d, j = (parse_delay(link[k]) if link.get(k) is not None else 0.0 for k in ("delay", "jitter"))
+    if j > d:
+        raise ValueError(f"a link's jitter ({j * 1e3:g} ms) cannot exceed its delay ({d * 1e3:g} ms)")
+    return d, j
 
 
 # ---- reading specs ----
