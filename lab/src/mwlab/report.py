@@ -129,23 +129,34 @@ def group_checks(checks: list[Check]) -> list[CheckGroup]:
     return sorted(groups, key=lambda g: (not g.failed, g.name))
 
 
-def summary_table(aggregate: pd.DataFrame, factors: list[str], fit: ExperimentFit | None) -> pd.DataFrame:
-    """Per configuration: the maximum throughput, where it is reached, the
-    response time there, what limits it, and how far the model is off."""
+def best_points(
+    aggregate: pd.DataFrame, factors: list[str], whole: str
+) -> list[tuple[str, pd.DataFrame, pd.Series]]:
+    """Per configuration (the factors other than the client counts): its
+    label (`whole` when there is one), its points, and the point of largest
+    throughput."""
     from mwlab.fit import CLIENT_FACTORS
 
-    if aggregate.empty or "client_tput" not in aggregate:
-        return pd.DataFrame()
     others = [f for f in factors if f in aggregate and f not in CLIENT_FACTORS]
-    groups = [("", aggregate)] if not others else list(aggregate.groupby(others, sort=True))
-    points = {p.point: p for p in fit.points} if fit else {}
-    rows = []
+    groups = [((), aggregate)] if not others else list(aggregate.groupby(others, sort=True))
+    out = []
     for key, g in groups:
         if g["client_tput"].isna().all():
             continue
-        best = g.loc[g["client_tput"].idxmax()]
         key = key if isinstance(key, tuple) else (key,)
-        label = ", ".join(f"{f}={v}" for f, v in zip(others, key, strict=False)) or "as measured"
+        label = ", ".join(f"{f}={v}" for f, v in zip(others, key, strict=False)) or whole
+        out.append((label, g, g.loc[g["client_tput"].idxmax()]))
+    return out
+
+
+def summary_table(aggregate: pd.DataFrame, factors: list[str], fit: ExperimentFit | None) -> pd.DataFrame:
+    """Per configuration: the maximum throughput, where it is reached, the
+    response time there, what limits it, and how far the model is off."""
+    if aggregate.empty or "client_tput" not in aggregate:
+        return pd.DataFrame()
+    points = {p.point: p for p in fit.points} if fit else {}
+    rows = []
+    for label, g, best in best_points(aggregate, factors, "as measured"):
         p = points.get(str(best.get("point")))
         errs = [
             (max(abs(q.x_error), abs(q.r_error)), q)
@@ -439,17 +450,9 @@ def link_table(aggregate: pd.DataFrame) -> pd.DataFrame:
 def max_throughput_table(aggregate: pd.DataFrame, factors: list[str]) -> pd.DataFrame:
     """Per configuration (the factors other than the client counts), the point
     of largest throughput, measured on the clients and on the middleware (seed 001)."""
-    from mwlab.fit import CLIENT_FACTORS
-
-    others = [f for f in factors if f in aggregate and f not in CLIENT_FACTORS]
-    groups = [("all", aggregate)] if not others else list(aggregate.groupby(others, sort=True))
     rows = []
-    for key, g in groups:
-        if g["client_tput"].isna().all():
-            continue
-        best = g.loc[g["client_tput"].idxmax()]
-        key = key if isinstance(key, tuple) else (key,)
-        row = {"configuration": ", ".join(f"{f}={v}" for f, v in zip(others, key, strict=False)) or "all"}
+    for label, _, best in best_points(aggregate, factors, "all"):
+        row = {"configuration": label}
         row.update(
             {
                 "N": best.get("N"),
