@@ -270,7 +270,7 @@ def test_a_delay_on_the_database_link_adds_its_round_trip(tmp_path: Path):
             # SENDs only: one statement, one round trip to the database, each.
             "workload": {"ratio": "1:0", "value_size": 200, "pairs": False},
             "hosts": {"emulation": "netns", "server_link": link, "client_link": client_link},
-            "run": {"duration": 3, "warmup": 1, "cooldown": 0, "repetitions": 1, "window_ms": 500},
+            "run": {"duration": 4, "warmup": 1, "cooldown": 0, "repetitions": 1, "window_ms": 500},
         }
         exp = parse(spec)
         exp.source = spec
