@@ -284,15 +284,21 @@ def test_a_delay_on_the_database_link_adds_its_round_trip(tmp_path: Path):
     # 2 ms on the database's link, 1 ms on the clients': +4 ms per statement,
     # +6 ms per request.
     delayed, out = run("delayed", {"delay": "2ms"}, {"delay": "1ms"})
-    # The distribution of the database time moves by the round trip (its
-    # lower quartile: a mean also carries the odd slow wake-up of a thread
-    # that slept 4 ms, within 20% here).
+    # A request's round trip through the database's link (PostgreSQL
+    # answering an SSLRequest through the relay, against directly).
+    record = json.loads(next(out.glob("*/rep-1/run.json")).read_text())["delay"]
+    (db,) = [p for p in record["probes"] if p["what"].startswith("postgres ping from mw0")]
+    assert db["expected_us"] == pytest.approx(4000)
+    assert db["measured_us"] == pytest.approx(4000, rel=0.10), record["probes"]
+    # mwmq's database time per statement and the clients' response time move
+    # by the round trips (lower quartiles within 15%; means within 20%: they
+    # also carry the odd late wake-up of a thread that slept 4 ms).
     added = delayed["mw_server_p25_us"] - plain["mw_server_p25_us"]
-    assert added == pytest.approx(4000, rel=0.10), (plain["mw_server_p25_us"], delayed["mw_server_p25_us"])
+    assert added == pytest.approx(4000, rel=0.15), (plain["mw_server_p25_us"], delayed["mw_server_p25_us"])
     mean = delayed["mw_server_us"] - plain["mw_server_us"]
     assert mean == pytest.approx(4000, rel=0.20), (plain["mw_server_us"], delayed["mw_server_us"])
     client = delayed["client_rt_p25_us"] - plain["client_rt_p25_us"]
-    assert client == pytest.approx(6000, rel=0.10), (plain["client_rt_p25_us"], delayed["client_rt_p25_us"])
+    assert client == pytest.approx(6000, rel=0.15), (plain["client_rt_p25_us"], delayed["client_rt_p25_us"])
     assert delayed["delay_rtt_us"] == pytest.approx(6000)
     assert delayed["delay_probe_measured_us"] == pytest.approx(delayed["delay_probe_expected_us"], rel=0.10)
     checks = pd.read_csv(out / "checks.csv")

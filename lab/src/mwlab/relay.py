@@ -107,6 +107,47 @@ class Relays:
         return (statistics.median(relayed) - statistics.median(direct)) * 1e6
 
 
+# A PostgreSQL SSLRequest: the server answers one byte at once, before any login.
+_PG_PING = (8).to_bytes(4, "big") + (80877103).to_bytes(4, "big")
+
+
+def ping(addr: str, kind: str, rounds: int = 20) -> float:
+    """The median round trip (seconds) of a request the server at `addr`
+    answers at once: `version` for memcached, an SSLRequest for PostgreSQL
+    (one connection each, timed from the request to the answer, once the
+    backend for it has started)."""
+    host, port = addr.rsplit(":", 1)
+    times = []
+    if kind == "memcached":
+        with socket.create_connection((host, int(port)), timeout=10) as s:
+            s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            for _ in range(rounds):
+                t = time.perf_counter()
+                s.sendall(b"version\r\n")
+                got = b""
+                while not got.endswith(b"\r\n"):
+                    more = s.recv(256)
+                    if not more:
+                        raise LabError(f"{addr} closed the connection during a ping")
+                    got += more
+                times.append(time.perf_counter() - t)
+    elif kind == "postgres":
+        for _ in range(rounds):
+            with socket.create_connection((host, int(port)), timeout=10) as s:
+                s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                # PostgreSQL starts a backend for each connection; let it be
+                # ready (a relay would hide that start in its delay).
+                time.sleep(0.02)
+                t = time.perf_counter()
+                s.sendall(_PG_PING)
+                if s.recv(1) not in (b"N", b"S"):
+                    raise LabError(f"{addr} did not answer a PostgreSQL SSLRequest")
+                times.append(time.perf_counter() - t)
+    else:
+        raise ValueError(f"no ping for {kind}")
+    return statistics.median(times)
+
+
 def _round_trips(addr: str, rounds: int) -> list[float]:
     host, port = addr.rsplit(":", 1)
     out = []

@@ -366,12 +366,16 @@ def _conninfo_via(conninfo: str, via) -> str:
     return " ".join(f"{k}={v}" for k, v in parts.items())
 
 
-def _delay_record(s: Settings, delays, hosts, place, relays, middleware: bool) -> dict[str, Any]:
+def _delay_record(
+    s: Settings, delays, hosts, place, relays, middleware: bool, servers: dict[str, str]
+) -> dict[str, Any]:
     """What the run records of its link delays: how they were added, the
     round-trip time they add to a request (the client's exchange with its
-    target, and the middleware's with a server or the database), and what a
-    probe measured of each."""
-    from mwlab.relay import combined
+    target, and the middleware's with a server or the database), and what
+    probes measured: pings of the servers (memcached `version`, PostgreSQL's
+    SSLRequest) through each delayed route against direct ones, and each
+    delay through a twin relay to an echo server."""
+    from mwlab.relay import combined, ping
 
     def rtt(a: str, b: str) -> float:
         return 2 * combined(delays.get(a, (0.0, 0.0)), delays.get(b, (0.0, 0.0)))[0] * 1e6
@@ -385,6 +389,22 @@ def _delay_record(s: Settings, delays, hosts, place, relays, middleware: bool) -
         front, back = rtt(client, server), 0.0
     probes = []
     if relays is not None:
+        for (src, upstream), relayed in sorted(relays.routes.items()):
+            kind = servers.get(upstream)
+            if kind is None:
+                continue  # a middleware: stopped by now, probed through a twin relay below
+            dst = next((h for h in hosts["server"] if place.addr(h) == upstream.rsplit(":", 1)[0]), "")
+            try:
+                measured = (ping(relayed, kind) - ping(upstream, kind)) * 1e6
+            except (LabError, OSError):
+                continue  # a server behind TLS or logins answers no plain ping
+            probes.append(
+                {
+                    "what": f"{kind} ping from {src} to {dst}",
+                    "expected_us": rtt(src, dst),
+                    "measured_us": measured,
+                }
+            )
         pairs = {combined(delays.get(a, (0.0, 0.0)), delays.get(b, (0.0, 0.0))) for a, b in _pairs(hosts)}
         for d, j in sorted(p for p in pairs if p[0]):
             probes.append(
@@ -564,7 +584,10 @@ def run_once(run: Run, out: Path) -> dict[str, Any]:
         }
         if hasattr(place, "fetch"):
             place.fetch(out)
-        delay = _delay_record(s, delays, hosts, place, relays, bool(mws)) if delays else None
+        kinds = {a: "memcached" for a in servers}
+        if pg is not None:
+            kinds[f"{pg.listen}:{pg.port}"] = "postgres"
+        delay = _delay_record(s, delays, hosts, place, relays, bool(mws), kinds) if delays else None
     failed = {k: v for k, v in codes.items() if v != 0}
     record = {
         "point": run.point.name,
