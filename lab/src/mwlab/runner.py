@@ -585,7 +585,7 @@ def run_once(run: Run, out: Path) -> dict[str, Any]:
         if hasattr(place, "fetch"):
             place.fetch(out)
         kinds = {a: "memcached" for a in servers}
-        if pg is not None:
+        if pg is not None and pg.listen:
             kinds[f"{pg.listen}:{pg.port}"] = "postgres"
         delay = _delay_record(s, delays, hosts, place, relays, bool(mws), kinds) if delays else None
     failed = {k: v for k, v in codes.items() if v != 0}
