@@ -156,7 +156,25 @@ impl Memcached {
 
     /// Freezes the process (SIGSTOP): connections open, nothing answered.
     pub fn pause(&self) -> Result<()> {
-        self.signal("-STOP")
+        self.signal("-STOP")?;
+        // Return once every thread is stopped: a thread already running could
+        // otherwise still answer the next request.
+        let pid = self.child.as_ref().context("memcached is not running")?.id();
+        let deadline = Instant::now() + Duration::from_secs(2);
+        while Instant::now() < deadline {
+            let tasks = std::fs::read_dir(format!("/proc/{pid}/task"))?;
+            let stopped = tasks.flatten().all(|t| {
+                std::fs::read_to_string(t.path().join("stat"))
+                    .ok()
+                    .and_then(|s| s.rsplit_once(") ").map(|(_, rest)| rest.starts_with('T') || rest.starts_with('t')))
+                    .unwrap_or(true)
+            });
+            if stopped {
+                return Ok(());
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        bail!("memcached {pid} did not stop within 2 s of SIGSTOP")
     }
 
     /// Thaws a paused process (SIGCONT).
