@@ -257,17 +257,25 @@ def devices(row: pd.Series, settings: Settings) -> list[Device]:
 def _network(devs: list[Device], delay_us: float) -> list[Center]:
     centers = [Center("delay", max(delay_us, 0.0) * US, "delay")]
     for d in devs:
-        if d.in_network and d.demand_us > 0 and d.delay:
+        if not d.in_network or d.demand_us <= 0:
+            continue
+        if d.delay:
             centers.append(Center(d.name, d.demand_us * US, "delay"))
-        elif d.in_network and d.demand_us > 0:
-            if d.servers == 1:
-                centers.append(Center(d.name, d.demand_us * US, "queue"))
-            elif d.servers > 1:
-                centers.append(Center(d.name, d.demand_us * US, "multi", d.servers))
-            else:
-                # Less than one core left: one server that much slower.
-                centers.append(Center(d.name, d.demand_us / d.servers * US, "queue"))
+        elif d.servers == 1:
+            centers.append(Center(d.name, d.demand_us * US, "queue"))
+        elif d.servers > 1:
+            centers.append(Center(d.name, d.demand_us * US, "multi", d.servers))
+        else:
+            # Less than one core left: one server that much slower.
+            centers.append(Center(d.name, d.demand_us / d.servers * US, "queue"))
     return centers
+
+
+def bottleneck(devs: list[Device]) -> str:
+    """The device with the largest demand per server, and every device within
+    3% of it, joined with " = "."""
+    top = max(d.per_server_us for d in devs)
+    return " = ".join(d.name for d in devs if d.per_server_us >= (1 - TIE) * top)
 
 
 def solve_point(row: pd.Series, settings: Settings, delay_us: float, sweep: str = "") -> PointFit | None:
@@ -287,7 +295,6 @@ def solve_point(row: pd.Series, settings: Settings, delay_us: float, sweep: str 
     for d in devs:
         d.u_predicted = x_model * d.demand_us * US / d.servers
     top = max(d.per_server_us for d in devs)
-    named = [d.name for d in devs if d.per_server_us >= (1 - TIE) * top]
     total = sum(c.demand for c in centers) / US
     return PointFit(
         str(row.get("point", "")),
@@ -299,7 +306,7 @@ def solve_point(row: pd.Series, settings: Settings, delay_us: float, sweep: str 
         x_model,
         r_model,
         devs,
-        " = ".join(named),
+        bottleneck(devs),
         total,
         top,
     )

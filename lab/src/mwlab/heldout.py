@@ -26,21 +26,21 @@ from typing import Any
 
 import pandas as pd
 
-from mwlab.fit import _num, devices, sweep_label
+from mwlab.fit import _num, bottleneck, devices
 from mwlab.plots import save_figure
 from mwlab.predict import (
     STRUCTURAL,
     Calibration,
     PredictError,
-    bottleneck,
     calibrate,
-    calibrations,
     column,
     config_settings,
+    configurations,
     predict_one,
     seed_view,
+    with_changes,
 )
-from mwlab.spec import ExperimentInfo, canonical
+from mwlab.spec import ExperimentInfo, SpecError, canonical
 
 X_GOAL, R_GOAL = 0.10, 0.15
 
@@ -61,14 +61,6 @@ class Predictions:
     @property
     def empty(self) -> bool:
         return self.heldout.empty and self.whatif.empty
-
-
-def _groups(agg: pd.DataFrame, info: ExperimentInfo) -> dict[str, list[pd.Series]]:
-    out: dict[str, list[pd.Series]] = {}
-    for _, r in agg.iterrows():
-        if _num(r, "N", 0) >= 1 and not math.isnan(_num(r, "client_tput")):
-            out.setdefault(sweep_label(r, info.columns), []).append(r)
-    return out
 
 
 def _measured_bottleneck(row: pd.Series, info: ExperimentInfo) -> str:
@@ -138,19 +130,13 @@ def _one_change(a: Calibration, b: Calibration) -> str | None:
         return None
     try:
         key = canonical(diff[0])
-    except Exception:
+    except SpecError:
         return None
     return diff[0] if key in STRUCTURAL else None
 
 
-def _held_out_configurations(groups, info) -> list[dict]:
+def _held_out_configurations(groups, cals: dict[str, Calibration], info) -> list[dict]:
     rows = []
-    cals: dict[str, Calibration] = {}
-    for label, members in groups.items():
-        try:
-            cals[label] = calibrate(members, info, label)
-        except PredictError:
-            continue
     labels = list(cals)
     for i, la in enumerate(labels):
         for lb in labels[i + 1 :]:
@@ -177,12 +163,7 @@ WHATIF = (
 )
 
 
-def _whatif(agg: pd.DataFrame, info: ExperimentInfo, out: Path, pred: Predictions) -> None:
-    try:
-        cals = calibrations(agg, info)
-    except PredictError as e:
-        pred.refused.append(str(e))
-        return
+def _whatif(cals: list[Calibration], info: ExperimentInfo, out: Path, pred: Predictions) -> None:
     if not cals:
         return
     base = max(cals, key=lambda c: (len(c.ns), c.ns[-1]))
@@ -214,8 +195,7 @@ def _whatif(agg: pd.DataFrame, info: ExperimentInfo, out: Path, pred: Prediction
     add(f"{label} (2 x clients: N = {top * 2})", None, dict(base.levels))
     for name, key, change in WHATIF:
         value = change(base.settings)
-        levels = dict(base.levels)
-        levels[column(key)] = value
+        levels = with_changes(base.levels, {key: value})
         try:
             target = config_settings(info.settings, levels)
         except PredictError as e:
@@ -248,8 +228,18 @@ def predictions(result: Path, agg: pd.DataFrame, info: ExperimentInfo) -> Predic
     pred = Predictions()
     if agg.empty or "N" not in agg:
         return pred
-    groups = _groups(agg, info)
-    rows = _held_out_populations(groups, info) + _held_out_configurations(groups, info)
+    groups = configurations(agg, info)
+    # Every configuration calibrated once, on all its points (the held-out
+    # configurations and the what-ifs start from these); the what-ifs are
+    # refused as a whole when one cannot be.
+    cals: dict[str, Calibration] = {}
+    refusal = ""
+    for label, members in groups.items():
+        try:
+            cals[label] = calibrate(members, info, label)
+        except PredictError as e:
+            refusal = refusal or str(e)
+    rows = _held_out_populations(groups, info) + _held_out_configurations(groups, cals, info)
     if rows:
         pred.heldout = pd.DataFrame(rows)
         pred.heldout.to_csv(result / "predictions.csv", index=False)
@@ -258,5 +248,8 @@ def predictions(result: Path, agg: pd.DataFrame, info: ExperimentInfo) -> Predic
         pred.r_worst = float(h["R error"].abs().max())
         pred.within = int(((h["X error"].abs() <= X_GOAL) & (h["R error"].abs() <= R_GOAL)).sum())
         pred.bottleneck_agrees = int((h["bottleneck predicted"] == h["bottleneck measured"]).sum())
-    _whatif(agg, info, result, pred)
+    if refusal:
+        pred.refused.append(refusal)
+    else:
+        _whatif(list(cals.values()), info, result, pred)
     return pred

@@ -64,10 +64,18 @@ from typing import Any
 
 import pandas as pd
 
-from mwlab.fit import CLIENT_FACTORS, TIE, US, Device, _network, _num, devices, sweep_label
+from mwlab.fit import CLIENT_FACTORS, US, Device, _network, _num, bottleneck, devices, sweep_label
 from mwlab.models import ModelError
 from mwlab.models.mva import mva
-from mwlab.spec import ExperimentInfo, Settings, SpecError, canonical, column_name, with_values
+from mwlab.spec import (
+    ExperimentInfo,
+    Settings,
+    SpecError,
+    canonical,
+    column_name,
+    replication_copies,
+    with_values,
+)
 
 # Devices whose capacity is the middleware's threads (per middleware).
 MIDDLEWARE_DEVICES = ("workers", "event loops", "net thread", "database connections")
@@ -75,6 +83,16 @@ MIDDLEWARE_DEVICES = ("workers", "event loops", "net thread", "database connecti
 
 class PredictError(Exception):
     """A prediction that cannot be made, with the reason."""
+
+
+def _between(points: list[tuple[float, float]], x: float) -> float:
+    """Straight lines between `points` (sorted by x), held at the ends."""
+    if x <= points[0][0]:
+        return points[0][1]
+    for (x0, y0), (x1, y1) in itertools.pairwise(points):
+        if x <= x1:
+            return y0 + (x - x0) / (x1 - x0) * (y1 - y0)
+    return points[-1][1]
 
 
 @dataclass
@@ -85,32 +103,18 @@ class Curve:
     knots: list[tuple[int, float]]
 
     @classmethod
-    def fit(cls, ns: list[int], values: list[float]) -> Curve:
+    def fit(cls, pairs: list[tuple[int, float]]) -> Curve:
+        """The curve through (N, value) pairs, values at the same N averaged."""
         by_n: dict[int, list[float]] = {}
-        for n, v in zip(ns, values, strict=True):
+        for n, v in pairs:
             if n >= 1 and not math.isnan(v):
                 by_n.setdefault(n, []).append(v)
         if not by_n:
             raise PredictError("no calibration point measured this quantity")
         return cls(sorted((n, sum(v) / len(v)) for n, v in by_n.items()))
 
-    @property
-    def lo(self) -> int:
-        return self.knots[0][0]
-
-    @property
-    def hi(self) -> int:
-        return self.knots[-1][0]
-
     def at(self, n: float) -> float:
-        k = self.knots
-        if n <= k[0][0]:
-            return k[0][1]
-        for (n0, v0), (n1, v1) in itertools.pairwise(k):
-            if n <= n1:
-                w = (math.log(n) - math.log(n0)) / (math.log(n1) - math.log(n0))
-                return v0 + w * (v1 - v0)
-        return k[-1][1]
+        return _between([(math.log(k), v) for k, v in self.knots], math.log(n))
 
     @property
     def error(self) -> float:
@@ -153,15 +157,7 @@ class Calibration:
         calibration points, held at the ends (as the demand curves are: a
         slope measured over a narrow range of k, extrapolated to four times
         the workers, was off by 60%); None with fewer than two busy levels."""
-        pts = self.holding
-        if len(pts) < 2:
-            return None
-        if k <= pts[0][0]:
-            return pts[0][1]
-        for (k0, h0), (k1, h1) in itertools.pairwise(pts):
-            if k <= k1:
-                return h0 + (k - k0) / (k1 - k0) * (h1 - h0)
-        return pts[-1][1]
+        return _between(self.holding, k) if len(self.holding) >= 2 else None
 
     def devices_at(self, n: float) -> list[Device]:
         return [
@@ -244,8 +240,7 @@ def config_settings(base: Settings, levels: dict[str, Any]) -> Settings:
 
 def replication(s: Settings) -> int:
     """Copies of each key: the seed levels none / half / all resolved."""
-    r, n = s.middleware.replication, s.topology.servers
-    return {"none": 1, "half": (n + 1) // 2, "all": n}.get(r, r) if isinstance(r, str) else int(r)
+    return int(replication_copies(s.middleware.replication, s.topology.servers))
 
 
 def calibrate(rows: list[pd.Series], info: ExperimentInfo, sweep: str = "") -> Calibration:
@@ -257,10 +252,10 @@ def calibrate(rows: list[pd.Series], info: ExperimentInfo, sweep: str = "") -> C
     levels = _levels(rows[0], info.columns)
     settings = config_settings(base, levels)
     ns: list[int] = []
-    per: dict[str, list[float]] = {}
+    per: dict[str, list[tuple[int, float]]] = {}
     servers: dict[str, list[float]] = {}
     in_network: dict[str, bool] = {}
-    offsets: list[float] = []
+    offsets: list[tuple[int, float]] = []
     tails: list[tuple[int, float, float]] = []
     busy: list[tuple[float, float]] = []
     for row in rows:
@@ -270,23 +265,19 @@ def calibrate(rows: list[pd.Series], info: ExperimentInfo, sweep: str = "") -> C
         n = int(_num(row, "N"))
         ns.append(n)
         for d in devs:
-            per.setdefault(d.name, [float("nan")] * (len(ns) - 1)).append(d.demand_us)
+            per.setdefault(d.name, []).append((n, d.demand_us))
             servers.setdefault(d.name, []).append(d.servers)
             in_network[d.name] = d.in_network
-        for values in per.values():
-            if len(values) < len(ns):
-                values.append(float("nan"))
-        _, r_model = _solve(devs, n, _num(row, "Z_us", 0.0), 0.0)
-        offsets.append(_num(row, "client_rt_mean_us") - r_model)
-        for d in devs:
             if d.name == "workers":
                 busy.append((_num(row, "client_tput") * d.demand_us * US, d.demand_us))
         mean = _num(row, "client_rt_mean_us")
+        _, r_model = _solve(devs, n, _num(row, "Z_us", 0.0), 0.0)
+        offsets.append((n, mean - r_model))
         tails.append((n, _num(row, "client_rt_p50_us") / mean, _num(row, "client_rt_p99_us") / mean))
     if not ns:
         raise PredictError(f"configuration {sweep or '(the only one)'}: no device was measured")
     curves = {
-        name: Curve.fit(ns, values) for name, values in per.items() if any(not math.isnan(v) for v in values)
+        name: Curve.fit(pairs) for name, pairs in per.items() if any(not math.isnan(v) for _, v in pairs)
     }
     return Calibration(
         sweep=sweep,
@@ -297,7 +288,7 @@ def calibrate(rows: list[pd.Series], info: ExperimentInfo, sweep: str = "") -> C
         curves=curves,
         servers={k: sum(v) / len(v) for k, v in servers.items()},
         in_network=in_network,
-        offset=Curve.fit(ns, offsets),
+        offset=Curve.fit(offsets),
         tails=sorted(tails),
         holding=_busy_levels(busy),
     )
@@ -317,16 +308,29 @@ def _busy_levels(points: list[tuple[float, float]]) -> list[tuple[float, float]]
     return [(k, h) for k, h, _ in out]
 
 
+def configurations(agg: pd.DataFrame, info: ExperimentInfo) -> dict[str, list[pd.Series]]:
+    """The measured points of a result by configuration (its levels of every
+    factor but the clients)."""
+    groups: dict[str, list[pd.Series]] = {}
+    for _, r in agg.iterrows():
+        if _num(r, "N", 0) >= 1 and not math.isnan(_num(r, "client_tput")):
+            groups.setdefault(sweep_label(r, info.columns), []).append(r)
+    return groups
+
+
 def calibrations(
     agg: pd.DataFrame, info: ExperimentInfo, only_n: set[int] | None = None
 ) -> list[Calibration]:
     """A calibration per configuration of the result (optionally only on the populations `only_n`)."""
-    groups: dict[str, list[pd.Series]] = {}
-    for _, r in agg.iterrows():
-        if only_n is not None and int(_num(r, "N", 0)) not in only_n:
-            continue
-        groups.setdefault(sweep_label(r, info.columns), []).append(r)
-    return [calibrate(rows, info, label) for label, rows in groups.items()]
+    return [
+        calibrate([r for r in rows if only_n is None or int(_num(r, "N")) in only_n], info, label)
+        for label, rows in configurations(agg, info).items()
+    ]
+
+
+def with_changes(levels: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any]:
+    """Factor levels with `changes` (canonical keys) applied, under their column names."""
+    return {**levels, **{column(k): v for k, v in changes.items()}}
 
 
 def _set_fraction(s: Settings) -> float:
@@ -466,11 +470,6 @@ def _solve(devs: list[Device], n: int, think_us: float, offset_us: float) -> tup
     return x, r
 
 
-def bottleneck(devs: list[Device]) -> str:
-    top = max(d.per_server_us for d in devs)
-    return " = ".join(d.name for d in devs if d.per_server_us >= (1 - TIE) * top)
-
-
 def _tail(cal: Calibration, n: int) -> tuple[float, float]:
     _, p50, p99 = min(cal.tails, key=lambda t: (abs(math.log(t[0]) - math.log(n)), t[0]))
     return p50, p99
@@ -491,22 +490,23 @@ def predict_one(
     offset = cal.offset.at(n) if target is None else cal.offset.at(cal.ns[0])
     x, r = _solve(devs, n, cal.think_us, offset)
     pool = next((d for d in devs if d.name == "workers"), None)
-    if pool is not None and pool.servers != cal.servers.get("workers") and len(cal.holding) < 2:
-        notes.append(
-            "the workers' holding time as measured at this N (one busy level calibrated: "
-            "how it changes with the busy workers was never observed)"
-        )
-    elif pool is not None and pool.servers != cal.servers.get("workers"):
-        # Another pool size: the holding time follows the busy workers k
-        # (measured at the calibration points), found as a fixed point.
-        for _ in range(100):
-            want = cal.holding_at(x * pool.demand_us * US) or pool.demand_us
-            if abs(want - pool.demand_us) < 0.001 * pool.demand_us:
-                break
-            pool.demand_us = 0.5 * (pool.demand_us + want)
-            x, r = _solve(devs, n, cal.think_us, offset)
-        k = ", ".join(f"{k:.1f} -> {h:.0f} µs" for k, h in cal.holding)
-        notes.append(f"the workers' holding time follows the busy workers (calibrated: {k})")
+    if pool is not None and pool.servers != cal.servers.get("workers"):
+        if len(cal.holding) < 2:
+            notes.append(
+                "the workers' holding time as measured at this N (one busy level calibrated: "
+                "how it changes with the busy workers was never observed)"
+            )
+        else:
+            # Another pool size: the holding time follows the busy workers k
+            # (measured at the calibration points), found as a fixed point.
+            for _ in range(100):
+                want = cal.holding_at(x * pool.demand_us * US)
+                if abs(want - pool.demand_us) < 0.001 * pool.demand_us:
+                    break
+                pool.demand_us = 0.5 * (pool.demand_us + want)
+                x, r = _solve(devs, n, cal.think_us, offset)
+            k = ", ".join(f"{k:.1f} -> {h:.0f} µs" for k, h in cal.holding)
+            notes.append(f"the workers' holding time follows the busy workers (calibrated: {k})")
     for d in devs:
         d.u_predicted = x * d.demand_us * US / d.servers if d.servers > 0 else float("nan")
     p50, p99 = _tail(cal, n)
@@ -621,9 +621,7 @@ def predict(
     out: list[Prediction] = []
     done: set[str] = set()
     for cal in cals:
-        levels = dict(cal.levels)
-        for key, value in changes.items():
-            levels[column(key)] = value
+        levels = with_changes(cal.levels, changes)
         label = ", ".join(f"{k}={v}" for k, v in sorted(levels.items()))
         if label in done:
             continue
@@ -644,9 +642,7 @@ def reach(
 ) -> tuple[Calibration, Settings | None]:
     """The calibration a configuration (`cal`'s with `changes`) is predicted
     from, and the settings the rules carry it to (None: it was measured)."""
-    levels = dict(cal.levels)
-    for key, value in changes.items():
-        levels[column(key)] = value
+    levels = with_changes(cal.levels, changes)
     target = config_settings(info.settings, levels)
     for c in cals:
         if c.settings == target:

@@ -514,7 +514,7 @@ class Experiment:
             merged = {k: v for part in combo for k, v in part.items()}
             chosen = {n: merged[n] for n in order}
             flat = {**base, **chosen}
-            flat["middleware.replication"] = _replication(
+            flat["middleware.replication"] = replication_copies(
                 flat["middleware.replication"], flat["topology.servers"]
             )
             label = ",".join(f"{column_name(n)}={_label(v)}" for n, v in chosen.items()) or "default"
@@ -548,7 +548,7 @@ def run_seconds(settings: Settings) -> float:
     return settings.run.seconds + RUN_OVERHEAD_S
 
 
-def _replication(value: Any, servers: int) -> Any:
+def replication_copies(value: Any, servers: int) -> Any:
     """The seed reports' replication levels: none (1), half (ceil(n/2)), all (n)."""
     return {"none": 1, "half": (servers + 1) // 2, "all": servers}.get(value, value)
 
