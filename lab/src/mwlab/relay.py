@@ -44,7 +44,8 @@ class Relays:
         self.logs = logs
         self.listen_ip = listen_ip
         self.procs: list[subprocess.Popen] = []
-        self.routes: dict[tuple[str, str], str] = {}
+        # (connecting host, upstream) -> (the upstream's host, the relay's address)
+        self.routes: dict[tuple[str, str], tuple[str, str]] = {}
 
     def __enter__(self) -> Relays:
         binary("mwrelay")  # a clear message now if it is not built
@@ -94,16 +95,16 @@ class Relays:
         """The address `src` should use to reach `upstream` on `dst` (one relay per pair)."""
         key = (src, upstream)
         if key not in self.routes:
-            self.routes[key] = self.relay(upstream, delay_s, jitter_s)
-        return self.routes[key]
+            self.routes[key] = (dst, self.relay(upstream, delay_s, jitter_s))
+        return self.routes[key][1]
 
     def probe(self, delay_s: float, jitter_s: float = 0.0, rounds: int = 30) -> float:
         """The round-trip time (µs) a relay with these delays adds, measured:
         median of `rounds` echoes through a twin relay less the direct ones."""
         with _Echo() as echo:
             via = self.relay(echo.addr, delay_s, jitter_s, "127.0.0.1")
-            direct = _round_trips(echo.addr, rounds)
-            relayed = _round_trips(via, rounds)
+            direct = _round_trips(echo.addr, rounds, b"p", b"p")
+            relayed = _round_trips(via, rounds, b"p", b"p")
         return (statistics.median(relayed) - statistics.median(direct)) * 1e6
 
 
@@ -119,18 +120,7 @@ def ping(addr: str, kind: str, rounds: int = 20) -> float:
     host, port = addr.rsplit(":", 1)
     times = []
     if kind == "memcached":
-        with socket.create_connection((host, int(port)), timeout=10) as s:
-            s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            for _ in range(rounds):
-                t = time.perf_counter()
-                s.sendall(b"version\r\n")
-                got = b""
-                while not got.endswith(b"\r\n"):
-                    more = s.recv(256)
-                    if not more:
-                        raise LabError(f"{addr} closed the connection during a ping")
-                    got += more
-                times.append(time.perf_counter() - t)
+        times = _round_trips(addr, rounds, b"version\r\n", b"\r\n")
     elif kind == "postgres":
         for _ in range(rounds):
             with socket.create_connection((host, int(port)), timeout=10) as s:
@@ -148,16 +138,22 @@ def ping(addr: str, kind: str, rounds: int = 20) -> float:
     return statistics.median(times)
 
 
-def _round_trips(addr: str, rounds: int) -> list[float]:
+def _round_trips(addr: str, rounds: int, request: bytes, end: bytes) -> list[float]:
+    """`rounds` times on one connection: send `request`, read until the answer
+    ends with `end`; the seconds each took."""
     host, port = addr.rsplit(":", 1)
     out = []
     with socket.create_connection((host, int(port)), timeout=10) as s:
         s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         for _ in range(rounds):
             t = time.perf_counter()
-            s.sendall(b"p")
-            if s.recv(1) != b"p":
-                raise LabError("the relay probe's echo answered something else")
+            s.sendall(request)
+            got = b""
+            while not got.endswith(end):
+                more = s.recv(256)
+                if not more:
+                    raise LabError(f"{addr} closed the connection during a round trip")
+                got += more
             out.append(time.perf_counter() - t)
     return out
 
@@ -189,7 +185,9 @@ class _Echo:
         self.sock.close()
 
 
-def combined(a: tuple[float, float], b: tuple[float, float]) -> tuple[float, float]:
-    """Two links' (delay, jitter) in series: delays add, and so do the jitters
-    (a bound: the relay draws one jitter per chunk and direction)."""
-    return a[0] + b[0], a[1] + b[1]
+def path_delay(delays: dict[str, tuple[float, float]], a: str, b: str) -> tuple[float, float]:
+    """The (delay, jitter) one way between hosts `a` and `b`: their links'
+    delays add, and so do their jitters (a bound: the relay draws one jitter
+    per chunk and direction)."""
+    (da, ja), (db, jb) = delays.get(a, (0.0, 0.0)), delays.get(b, (0.0, 0.0))
+    return da + db, ja + jb

@@ -38,6 +38,7 @@ from mwlab.procs import (
     memcached_cmd,
     usable_cores,
 )
+from mwlab.relay import Relays, path_delay, ping
 from mwlab.spec import Experiment, Run, Settings, host_names, run_seconds
 
 Progress = Callable[[int, int, str, float], None]
@@ -350,12 +351,6 @@ def _placement(s: Settings, stack: contextlib.ExitStack, out: Path, netem: bool 
     return Local()
 
 
-def _netem() -> bool:
-    from mwlab.netns import netem_available
-
-    return netem_available()
-
-
 def _conninfo_via(conninfo: str, via) -> str:
     """A libpq connection string with its host and port replaced by `via(host:port)`."""
     parts = dict(p.split("=", 1) for p in conninfo.split())
@@ -375,10 +370,9 @@ def _delay_record(
     probes measured: pings of the servers (memcached `version`, PostgreSQL's
     SSLRequest) through each delayed route against direct ones, and each
     delay through a twin relay to an echo server."""
-    from mwlab.relay import combined, ping
 
     def rtt(a: str, b: str) -> float:
-        return 2 * combined(delays.get(a, (0.0, 0.0)), delays.get(b, (0.0, 0.0)))[0] * 1e6
+        return 2 * path_delay(delays, a, b)[0] * 1e6
 
     client = hosts["client"][0]
     server = hosts["server"][0]
@@ -389,11 +383,10 @@ def _delay_record(
         front, back = rtt(client, server), 0.0
     probes = []
     if relays is not None:
-        for (src, upstream), relayed in sorted(relays.routes.items()):
+        for (src, upstream), (dst, relayed) in sorted(relays.routes.items()):
             kind = servers.get(upstream)
             if kind is None:
                 continue  # a middleware: stopped by now, probed through a twin relay below
-            dst = next((h for h in hosts["server"] if place.addr(h) == upstream.rsplit(":", 1)[0]), "")
             try:
                 measured = (ping(relayed, kind) - ping(upstream, kind)) * 1e6
             except (LabError, OSError):
@@ -405,7 +398,7 @@ def _delay_record(
                     "measured_us": measured,
                 }
             )
-        pairs = {combined(delays.get(a, (0.0, 0.0)), delays.get(b, (0.0, 0.0))) for a, b in _pairs(hosts)}
+        pairs = {path_delay(delays, a, b) for a, b in _pairs(hosts)}
         for d, j in sorted(p for p in pairs if p[0]):
             probes.append(
                 {
@@ -471,22 +464,22 @@ def run_once(run: Run, out: Path) -> dict[str, Any]:
     hosts = host_names(s)
     mq = s.mq
     delays = host_delays(s)
-    netem = not delays or _netem()
+    netem = True
+    if delays:
+        from mwlab.netns import netem_available
+
+        netem = netem_available()
     with contextlib.ExitStack() as stack:
         place = _placement(s, stack, out, netem)
         relays = None
         if not netem:
-            from mwlab.relay import Relays
-
             relays = stack.enter_context(Relays(out / "logs", place.emu.subnet + ".254"))
 
         def via(src: str, dst: str, addr: str) -> str:
             """The address `src` reaches `addr` on `dst` by (a relay when one adds the delay)."""
             if relays is None:
                 return addr
-            from mwlab.relay import combined
-
-            d, j = combined(delays.get(src, (0.0, 0.0)), delays.get(dst, (0.0, 0.0)))
+            d, j = path_delay(delays, src, dst)
             return relays.route(src, dst, addr, d, j) if d else addr
 
         pg = stack.enter_context(_database(place, hosts["server"][0], out)) if mq else None
