@@ -675,7 +675,7 @@ def run_metrics(rdir: Path, trim_start: int = 0, trim_end: int = 0) -> dict[str,
         # Link delays: what they add to a request's round trips, and the
         # worst probe against what it should have measured.
         row["delay_rtt_us"] = float(delay.get("rtt_per_request_us", 0.0))
-        row["delay_client_rtt_us"] = float(delay.get("client_rtt_us", row["delay_rtt_us"]))
+        row["delay_client_rtt_us"] = float(delay.get("client_rtt_us", 0.0))
         row["delay_backend_rtt_us"] = float(delay.get("backend_rtt_us", 0.0))
         row["delay_method"] = delay.get("method", "")
         probes = delay.get("probes") or []

@@ -36,8 +36,15 @@ class Check:
 
     @property
     def verdict(self) -> str:
-        return (
-            "ok" if self.ok and self.judged else ("too short to judge" if self.judged is False else "CHECK")
+        if not self.judged:
+            return "too short to judge"
+        return "ok" if self.ok else "CHECK"
+
+    @staticmethod
+    def too_short(name: str, where: str, have: float, unit: str, need: int) -> Check:
+        """A check the data were too few to judge: it passes and says so."""
+        return Check(
+            name, where, True, f"too short to judge ({have:.0f} {unit}; {need} needed)", judged=False
         )
 
 
@@ -150,13 +157,7 @@ def run_checks(summary: pd.DataFrame, aggregate: pd.DataFrame) -> list[Check]:
         p = a.get("reps_trend_p")
         if _nan(p) and a.get("reps", 0) in (2, 3):
             checks.append(
-                Check(
-                    "no drift across repetitions",
-                    str(a["point"]),
-                    True,
-                    f"too short to judge ({int(a['reps'])} repetitions; 4 needed)",
-                    judged=False,
-                )
+                Check.too_short("no drift across repetitions", str(a["point"]), a["reps"], "repetitions", 4)
             )
         if not _nan(p):
             checks.append(
@@ -223,19 +224,11 @@ def trust_checks(r: pd.Series, where: str) -> list[Check]:
     windows = r.get("warmup_series_windows")
     if not _nan(configured) and not _nan(windows):
         if _nan(detected):
-            out.append(
-                Check(
-                    "warm-up long enough",
-                    where,
-                    True,
-                    f"too short to judge ({windows:.0f} windows; {trust.WARMUP_MIN} needed)",
-                    judged=False,
-                )
-            )
+            out.append(Check.too_short("warm-up long enough", where, windows, "windows", trust.WARMUP_MIN))
         else:
             mser, p = r.get("warmup_mser_windows", float("nan")), r.get("warmup_p", float("nan"))
             why = (
-                f"the first {detected:.0f} windows differ from the rest (Welch p = {p:.2g})"
+                f"the first {detected:.0f} windows differ from the rest (p = {p:.2g})"
                 if detected
                 else "no window differs significantly from the rest"
                 + (f" (MSER-5 would cut {mser:.0f}, p = {p:.2g})" if mser else "")
@@ -251,15 +244,7 @@ def trust_checks(r: pd.Series, where: str) -> list[Check]:
     st = r.get("windows_stationary")
     measured = r.get("windows_measured")
     if _nan(st) and not _nan(measured):
-        out.append(
-            Check(
-                "stationary windows",
-                where,
-                True,
-                f"too short to judge ({measured:.0f} windows; {trust.STATIONARITY_MIN} needed)",
-                judged=False,
-            )
-        )
+        out.append(Check.too_short("stationary windows", where, measured, "windows", trust.STATIONARITY_MIN))
     elif not _nan(st):
         out.append(
             Check(
