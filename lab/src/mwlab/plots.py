@@ -6,6 +6,7 @@ PNG and SVG files."""
 from __future__ import annotations
 
 import json
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 
@@ -273,13 +274,12 @@ def client_timeline(rdir: Path) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def timeline(runs: dict[str, Path], ax: Axes) -> None:
-    """Throughput per window over each run (first repetition of each point);
-    windows with failed requests are marked with an x, warm-up and cool-down
-    windows are shaded."""
+def timeline(runs: dict[str, pd.DataFrame], ax: Axes) -> None:
+    """Throughput per window over each run (first repetition of each point,
+    as [`client_timeline`] reads them); windows with failed requests are
+    marked with an x, warm-up and cool-down windows are shaded."""
     shaded = set()
-    for name, rdir in list(runs.items())[:8]:
-        df = client_timeline(rdir)
+    for name, df in list(runs.items())[:8]:
         if df.empty:
             continue
         (line,) = ax.plot(df["t"], df["tput"], label=name, linewidth=1.2)
@@ -483,14 +483,14 @@ def make_plots(
 
         plots.append(("Send lateness", *save_figure(out, "lateness", draw_lateness), None))
     if first:
-        series = pd.concat(
-            [client_timeline(rdir).assign(point=name) for name, rdir in first.items()], ignore_index=True
-        )
+        series = {name: client_timeline(rdir) for name, rdir in first.items()}
         plots.append(
             (
                 "Throughput over time",
-                *save_figure(out, "timeline", lambda ax: timeline(first, ax)),
-                data("timeline", series),
+                *save_figure(out, "timeline", lambda ax: timeline(series, ax)),
+                data(
+                    "timeline", pd.concat([df.assign(point=n) for n, df in series.items()], ignore_index=True)
+                ),
             )
         )
         rdir = next(iter(first.values()))
@@ -499,7 +499,7 @@ def make_plots(
                 (
                     "Resource use",
                     *save_figure(out, "resources", lambda ax: resources(rdir / "resources.csv", ax)),
-                    data("resources", pd.read_csv(rdir / "resources.csv")),
+                    Path(shutil.copyfile(rdir / "resources.csv", out / "resources.csv")),
                 )
             )
     return plots
