@@ -727,6 +727,13 @@ def summarize(result: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
     return summary, aggregate
 
 
+def tables(result: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """summary.csv and aggregate.csv of a result, computed when missing."""
+    if not (result / "summary.csv").exists() or not (result / "aggregate.csv").exists():
+        return summarize(result)
+    return pd.read_csv(result / "summary.csv"), pd.read_csv(result / "aggregate.csv")
+
+
 def add_repetition_trust(aggregate: pd.DataFrame, summary: pd.DataFrame) -> pd.DataFrame:
     """Across repetitions, the unit of variance between runs: a Student-t
     interval of throughput and of p99 per point, and a Mann-Kendall test of

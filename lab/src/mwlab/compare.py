@@ -17,7 +17,7 @@ from pathlib import Path
 import pandas as pd
 from scipy import stats
 
-from mwlab.analysis import read_experiment, summarize, trim_client
+from mwlab.analysis import read_experiment, tables, trim_client
 from mwlab.results import read_windows
 
 COLUMNS = ("client_tput", "client_rt_mean_us", "client_rt_p99_us", "mw_tput", "mw_queue_us")
@@ -27,12 +27,6 @@ ALPHA = 0.05
 
 class CompareError(ValueError):
     """Two result sets that cannot be compared."""
-
-
-def _tables(result: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
-    if not (result / "summary.csv").exists() or not (result / "aggregate.csv").exists():
-        return summarize(result)
-    return pd.read_csv(result / "summary.csv"), pd.read_csv(result / "aggregate.csv")
 
 
 def window_values(result: Path, point: str, figure: str) -> list[float]:
@@ -78,7 +72,7 @@ def compare(a: Path, b: Path) -> pd.DataFrame:
     ma, mb = (read_experiment(r) for r in (a, b))
     if ma.name != mb.name:
         raise CompareError(f"different experiments: {ma.name!r} and {mb.name!r}")
-    (sa, da), (sb, db) = _tables(a), _tables(b)
+    (sa, da), (sb, db) = tables(a), tables(b)
     rows = []
     for _, ra in da.iterrows():
         match = db[db["point"] == ra["point"]]
@@ -145,7 +139,7 @@ def write_page(a: Path, b: Path, table: pd.DataFrame, out: Path | None = None) -
 
     out = out or b / "compare.html"
     meta = read_experiment(a)
-    (_, da), (_, db) = _tables(a), _tables(b)
+    (_, da), (_, db) = tables(a), tables(b)
     x, lines = axis_and_lines(da, meta.columns)
     xlabel = "clients (N)" if x == "N" else x
 

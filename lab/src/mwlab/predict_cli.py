@@ -56,9 +56,7 @@ def aggregate_of(result: Path) -> pd.DataFrame:
     """The per-point table of a result (aggregate.csv, computed when missing)."""
     read_experiment(result)  # a clear message for a directory that is not a result
     path = result / "aggregate.csv"
-    if path.is_file():
-        return pd.read_csv(path)
-    return summarize(result)[1]
+    return pd.read_csv(path) if path.is_file() else summarize(result)[1]
 
 
 def _human(preds: list[Prediction]) -> str:

@@ -171,9 +171,9 @@ class Postgres:
     ):
         """`listen`: also accept TCP on this address (a free port), trusting
         connections from the networks or hosts `trust` (CIDR or host names;
-        nobody else); `wrap`: how to run the
-        start command on its host (an emulated host's namespace and cgroups,
-        which the server's processes inherit)."""
+        nobody else); `wrap`: how to run the start command on its host (an
+        emulated host's namespace and cgroups, which the server's processes
+        inherit)."""
         self.logs = logs
         self.settings = settings or []
         self.listen = listen
