@@ -151,7 +151,8 @@ fn pump(mut from: TcpStream, mut to: TcpStream, delay: Duration, jitter: Duratio
                 last = due;
                 held.push_back((due, buf[..n].to_vec()));
             }
-            Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {}
+            // (A blocking socket without a timeout: only a signal interrupts a read.)
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
             Err(_) => open = false,
         }
     }
