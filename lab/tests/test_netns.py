@@ -213,11 +213,14 @@ def test_the_generator_checks_fire_on_a_throttled_load_generator(tmp_path: Path)
     assert not throttled.ok, throttled.detail
     assert t["gen_late_share"] > 0.05 or t["gen_rate_ratio"] < 0.95
     assert t["gen_late_p99_us"] > h["gen_late_p99_us"]
-    # Measured here: A² 0.13 healthy, 2,615 throttled (5% point 1.321). A
-    # healthy run is rejected 5% of the time by design, so the test asks for
-    # an A² far from the throttled one rather than a pass.
+    # Measured here: A² 0.13 healthy; throttled 20 to 2,615 from run to run
+    # (how far a 3% CPU quota bends the gaps varies; the check rejects above
+    # 1.591). A healthy run may be rejected by design now and then, so the test
+    # asks for A² well apart on each side rather than for the verdicts alone.
     assert h["gen_gap_ad"] < 10 * 1.321, verdicts["healthy gaps"].detail
-    assert not verdicts["throttled gaps"].ok and t["gen_gap_ad"] > 20, verdicts["throttled gaps"].detail
+    assert not verdicts["throttled gaps"].ok and t["gen_gap_ad"] > 4 * 1.591, verdicts[
+        "throttled gaps"
+    ].detail
 
 
 def test_the_message_queue_system_on_emulated_hosts(tmp_path: Path):
