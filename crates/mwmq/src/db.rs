@@ -6,9 +6,10 @@
 //! committed. Receivers that run at the same time never take the same
 //! message: RECV and POP pick their rows with `FOR UPDATE SKIP LOCKED`,
 //! lowest id first, so a receiver sees one sender's messages in the order
-//! they were sent. A RECV leases what it takes: a new lease number and a
-//! visibility deadline on the row; ACK deletes the row only while the lease
-//! is the current one, NACK makes it visible again. See docs/mwmq.md.
+//! they were sent. A RECV leases what it takes: a new random lease token, the
+//! receiver it went to and a visibility deadline on the row; ACK deletes the
+//! row only while the lease is the current one and, with users, only for the
+//! receiver it went to or an admin of the queue; NACK makes it visible again. See docs/mwmq.md.
 //!
 //! The pool holds at most `pool` connections. A worker that finds none free
 //! waits (the wait is measured) up to `pool_wait_ms`; a connection that fails
@@ -75,6 +76,17 @@ const MIGRATIONS: &[&str] = &[
     // index that has the leased ones (visible later) at its far end: a RECV
     // no longer steps over every message under lease to find a ready one.
     "CREATE INDEX mwmq_messages_ready ON mwmq_messages (queue_id, visible_at, id);",
+    // 4: a lease is a random 64-bit token, not a sequence, and names whom
+    // the message was delivered to (only they, or an admin of the queue, may
+    // ACK, NACK or TOUCH it). The token is the two halves of a random UUID
+    // XORed: each half has its fixed version or variant bits elsewhere, so
+    // all 64 bits come from the server's strong random source.
+    "ALTER TABLE mwmq_messages ADD COLUMN leased_to text;
+    CREATE FUNCTION mwmq_lease_token() RETURNS bigint LANGUAGE sql VOLATILE PARALLEL SAFE AS $$
+        SELECT ('x' || encode(substring(u FROM 1 FOR 8), 'hex'))::bit(64)::bigint
+             # ('x' || encode(substring(u FROM 9 FOR 8), 'hex'))::bit(64)::bigint
+        FROM uuid_send(gen_random_uuid()) AS u
+    $$;",
 ];
 
 /// The advisory lock that serialises migrations of mwmq processes starting together.
@@ -82,6 +94,10 @@ const MIGRATION_LOCK: i64 = 0x6d77_6d71; // "mwmq"
 
 /// The queue's id, if it exists (reused by most statements).
 const QUEUE: &str = "(SELECT id FROM mwmq_queues WHERE name = $1 AND dropped_at IS NULL)";
+
+/// ACK's check of who holds the delivery: `$4`, the receiver it was leased
+/// to, or NULL for a caller that may act on any delivery of the queue.
+const HELD: &str = "AND ($4::text IS NULL OR leased_to = $4)";
 
 /// Which messages a receiver may take: visible, addressed to it or to no one, from the sender asked for.
 const ELIGIBLE: &str =
@@ -136,10 +152,12 @@ impl Statements {
             )?,
             ack_many: c.prepare(
                 "DELETE FROM mwmq_messages m
-                 USING (SELECT q.id AS queue_id, t.id, t.lease, t.n
-                        FROM unnest($1::text[], $2::bigint[], $3::bigint[]) WITH ORDINALITY AS t(queue, id, lease, n)
+                 USING (SELECT q.id AS queue_id, t.id, t.lease, t.holder, t.n
+                        FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::text[])
+                             WITH ORDINALITY AS t(queue, id, lease, holder, n)
                         JOIN mwmq_queues q ON q.name = t.queue AND q.dropped_at IS NULL) r
                  WHERE m.queue_id = r.queue_id AND m.id = r.id AND m.lease = r.lease
+                   AND (r.holder IS NULL OR m.leased_to = r.holder)
                  RETURNING r.n",
             )?,
             send_key: c.prepare(
@@ -159,7 +177,7 @@ impl Statements {
             // eligible messages (a queue with one finds nothing here).
             recv_plain: c.prepare(&format!(
                 "UPDATE mwmq_messages m
-                 SET lease = nextval('mwmq_leases'),
+                 SET lease = mwmq_lease_token(), leased_to = $2,
                      visible_at = now() + interval '1 millisecond' * $5::float8,
                      deliveries = m.deliveries + 1
                  FROM (SELECT queue_id, id FROM mwmq_messages
@@ -191,7 +209,7 @@ impl Statements {
                            FROM gone g CROSS JOIN q JOIN mwmq_queues dq ON dq.name = q.dead_letter AND dq.dropped_at IS NULL
                            RETURNING 1),
                  leased AS (UPDATE mwmq_messages m
-                            SET lease = nextval('mwmq_leases'),
+                            SET lease = mwmq_lease_token(), leased_to = $2,
                                 visible_at = now() + interval '1 millisecond' * $5::float8,
                                 deliveries = m.deliveries + 1
                             FROM c WHERE NOT c.dead AND m.queue_id = c.queue_id AND m.id = c.id
@@ -212,16 +230,16 @@ impl Statements {
                 "SELECT id, sender, body FROM mwmq_messages
                  WHERE queue_id = {QUEUE} AND {ELIGIBLE} ORDER BY visible_at, id LIMIT $4"
             ))?,
-            ack: c.prepare(&format!("DELETE FROM mwmq_messages WHERE queue_id = {QUEUE} AND id = $2 AND lease = $3"))?,
+            ack: c.prepare(&format!("DELETE FROM mwmq_messages WHERE queue_id = {QUEUE} AND id = $2 AND lease = $3 {HELD}"))?,
             nack: c.prepare(&format!(
-                "UPDATE mwmq_messages SET lease = NULL,
+                "UPDATE mwmq_messages SET lease = NULL, leased_to = NULL,
                         visible_at = CASE WHEN $4::float8 > 0 THEN now() + interval '1 millisecond' * $4::float8
                                           ELSE least(sent_at, now()) END
-                 WHERE queue_id = {QUEUE} AND id = $2 AND lease = $3"
+                 WHERE queue_id = {QUEUE} AND id = $2 AND lease = $3 AND ($5::text IS NULL OR leased_to = $5)"
             ))?,
             touch: c.prepare(&format!(
                 "UPDATE mwmq_messages SET visible_at = now() + interval '1 millisecond' * $4::float8
-                 WHERE queue_id = {QUEUE} AND id = $2 AND lease = $3"
+                 WHERE queue_id = {QUEUE} AND id = $2 AND lease = $3 AND ($5::text IS NULL OR leased_to = $5)"
             ))?,
             alter: c.prepare(
                 "UPDATE mwmq_queues
@@ -257,7 +275,7 @@ impl Statements {
                  SELECT (SELECT count(*) FROM ins), EXISTS (SELECT 1 FROM src)",
             )?,
             release: c.prepare(
-                "UPDATE mwmq_messages m SET lease = NULL, visible_at = least(m.sent_at, now()), deliveries = greatest(m.deliveries - 1, 0)
+                "UPDATE mwmq_messages m SET lease = NULL, leased_to = NULL, visible_at = least(m.sent_at, now()), deliveries = greatest(m.deliveries - 1, 0)
                  FROM unnest($1::bigint[], $2::bigint[], $3::bigint[]) AS r(queue_id, id, lease)
                  WHERE m.queue_id = r.queue_id AND m.id = r.id AND m.lease = r.lease",
             )?,
@@ -590,9 +608,10 @@ impl DbConn {
     }
 
     /// TOUCH: whether the lease was current (the message is now invisible for `ms` more).
-    pub fn touch(&mut self, queue: &str, id: i64, lease: i64, ms: u64) -> Result<bool, DbError> {
+    /// `holder`: the receiver the delivery must have gone to (`None`: anyone's).
+    pub fn touch(&mut self, queue: &str, id: i64, lease: i64, ms: u64, holder: Option<&str>) -> Result<bool, DbError> {
         let ms = ms as f64;
-        let r = self.client.execute(&self.st.touch, &[&queue, &id, &lease, &ms]);
+        let r = self.client.execute(&self.st.touch, &[&queue, &id, &lease, &ms, &holder]);
         if self.check(r)? == 1 {
             return Ok(true);
         }
@@ -696,11 +715,13 @@ impl DbConn {
 
     /// Several ACKs in one statement: whether each lease was current. A
     /// `false` may also mean that the queue does not exist ([`DbConn::queue_exists`]).
-    pub fn ack_many(&mut self, acks: &[(&str, i64, i64)]) -> Result<Vec<bool>, DbError> {
+    /// Each ACK is (queue, id, lease, holder) as for [`DbConn::ack`].
+    pub fn ack_many(&mut self, acks: &[(&str, i64, i64, Option<&str>)]) -> Result<Vec<bool>, DbError> {
         let queues: Vec<&str> = acks.iter().map(|a| a.0).collect();
         let ids: Vec<i64> = acks.iter().map(|a| a.1).collect();
         let leases: Vec<i64> = acks.iter().map(|a| a.2).collect();
-        let r = self.client.query(&self.st.ack_many, &[&queues, &ids, &leases]);
+        let holders: Vec<Option<&str>> = acks.iter().map(|a| a.3).collect();
+        let r = self.client.query(&self.st.ack_many, &[&queues, &ids, &leases, &holders]);
         let mut out = vec![false; acks.len()];
         for row in self.check(r)? {
             let n: i64 = row.get(0);
@@ -715,8 +736,9 @@ impl DbConn {
     }
 
     /// ACK: whether the lease was current (and the message is now gone).
-    pub fn ack(&mut self, queue: &str, id: i64, lease: i64) -> Result<bool, DbError> {
-        let r = self.client.execute(&self.st.ack, &[&queue, &id, &lease]);
+    /// `holder`: the receiver the delivery must have gone to (`None`: anyone's).
+    pub fn ack(&mut self, queue: &str, id: i64, lease: i64, holder: Option<&str>) -> Result<bool, DbError> {
+        let r = self.client.execute(&self.st.ack, &[&queue, &id, &lease, &holder]);
         if self.check(r)? == 1 {
             return Ok(true);
         }
@@ -724,9 +746,17 @@ impl DbConn {
     }
 
     /// NACK: whether the lease was current (and the message is visible again after `delay_ms`).
-    pub fn nack(&mut self, queue: &str, id: i64, lease: i64, delay_ms: u64) -> Result<bool, DbError> {
+    /// `holder`: the receiver the delivery must have gone to (`None`: anyone's).
+    pub fn nack(
+        &mut self,
+        queue: &str,
+        id: i64,
+        lease: i64,
+        delay_ms: u64,
+        holder: Option<&str>,
+    ) -> Result<bool, DbError> {
         let delay = delay_ms as f64;
-        let r = self.client.execute(&self.st.nack, &[&queue, &id, &lease, &delay]);
+        let r = self.client.execute(&self.st.nack, &[&queue, &id, &lease, &delay, &holder]);
         if self.check(r)? == 1 {
             return Ok(true);
         }

@@ -329,10 +329,18 @@ impl Worker {
                 }
             }
             Batch::Ack => {
-                let acks: Vec<(&str, i64, i64)> = live
+                let holders: Vec<Option<String>> = live
                     .iter()
                     .map(|i| match &jobs[*i].cmd {
-                        Ok(Command::Ack { queue, id, lease }) => (queue.as_str(), *id, *lease),
+                        Ok(Command::Ack { queue, .. }) => self.holder(&jobs[*i].conn, queue),
+                        _ => unreachable!("an ACK batch holds ACKs"),
+                    })
+                    .collect();
+                let acks: Vec<(&str, i64, i64, Option<&str>)> = live
+                    .iter()
+                    .zip(&holders)
+                    .map(|(i, holder)| match &jobs[*i].cmd {
+                        Ok(Command::Ack { queue, id, lease }) => (queue.as_str(), *id, *lease, holder.as_deref()),
                         _ => unreachable!("an ACK batch holds ACKs"),
                     })
                     .collect();
@@ -626,18 +634,35 @@ impl Worker {
         match c {
             Command::Send(s) => need(Right::Send, &s.queue),
             Command::Recv(r) => need(Right::Receive, &r.queue),
-            Command::Pop { queue, .. }
-            | Command::Peek { queue, .. }
-            | Command::Ack { queue, .. }
-            | Command::Nack { queue, .. } => need(Right::Receive, queue),
-            Command::Touch { queue, .. } => need(Right::Receive, queue),
-            Command::Create(q, _) | Command::Alter(q, _) | Command::Drop(q) => need(Right::Admin, q),
+            Command::Pop { queue, .. } | Command::Peek { queue, .. } => need(Right::Receive, queue),
+            // On a delivery: its receiver's, or any for an admin of the queue (see `holder`).
+            Command::Ack { queue, .. } | Command::Nack { queue, .. } | Command::Touch { queue, .. } => {
+                need(Right::Receive, queue).filter(|_| !user.may(Right::Admin, queue))
+            }
+            // Dead letters are sends into the target: its send right too.
+            Command::Create(q, o) | Command::Alter(q, o) => need(Right::Admin, q).or_else(|| match &o.dead_letter {
+                Some(Some(target)) => need(Right::Send, target),
+                _ => None,
+            }),
+            Command::Drop(q) => need(Right::Admin, q),
             Command::Redrive { queue, to, .. } => {
                 need(Right::Admin, queue).or_else(|| to.as_deref().and_then(|t| need(Right::Admin, t)))
             }
             Command::Len(q) | Command::QueueInfo(q) => need(Right::See, q),
             _ => None,
         }
+    }
+
+    /// Whose delivery an ACK, NACK or TOUCH of `queue` by this connection
+    /// may act on: with users, the connection's own (the receiver a lease
+    /// went to) unless it is an admin of the queue; `None`: any delivery
+    /// whose id and lease it names (no users: identities are only names).
+    fn holder(&self, conn: &ClientConn, queue: &str) -> Option<String> {
+        if !self.shared.users.enabled() {
+            return None;
+        }
+        let user = conn.user()?;
+        (!user.may(Right::Admin, queue)).then(|| user.name.clone())
     }
 
     /// Counts what a RECV dead-lettered.
@@ -714,15 +739,18 @@ impl Worker {
                 }
             }
             Command::Ack { queue, id, lease } => {
-                let done = pg.ack(queue, *id, *lease)?;
+                let done = pg.ack(queue, *id, *lease, self.holder(conn, queue).as_deref())?;
                 if done {
                     self.shared.queues.add(queue, |c| c.acked += 1);
                 }
                 ok(Reply::Int(i64::from(done)))
             }
-            Command::Touch { queue, id, lease, ms } => ok(Reply::Int(i64::from(pg.touch(queue, *id, *lease, *ms)?))),
+            Command::Touch { queue, id, lease, ms } => {
+                let held = pg.touch(queue, *id, *lease, *ms, self.holder(conn, queue).as_deref())?;
+                ok(Reply::Int(i64::from(held)))
+            }
             Command::Nack { queue, id, lease, delay_ms } => {
-                let done = pg.nack(queue, *id, *lease, *delay_ms)?;
+                let done = pg.nack(queue, *id, *lease, *delay_ms, self.holder(conn, queue).as_deref())?;
                 if done {
                     self.shared.queues.add(queue, |c| c.nacked += 1);
                 }
@@ -730,6 +758,9 @@ impl Worker {
                     self.shared.waiters.sent(&self.shared.queue, queue);
                 }
                 ok(Reply::Int(i64::from(done)))
+            }
+            Command::Create(_, options) | Command::Alter(_, options) if dead_letter_missing(pg, options)? => {
+                Err(DbError::NoQueue(options.dead_letter.clone().flatten().unwrap_or_default()))
             }
             Command::Create(q, options) => {
                 pg.create(q, options)?;
@@ -810,6 +841,14 @@ impl Worker {
         line("db_unavailable", acc.db_unavailable.to_string());
         line("vacuums", s.vacuums.load(std::sync::atomic::Ordering::Relaxed).to_string());
         t
+    }
+}
+
+/// Whether QCREATE or QALTER names a dead-letter queue that does not exist.
+fn dead_letter_missing(pg: &mut DbConn, options: &crate::command::QueueOptions) -> Result<bool, DbError> {
+    match &options.dead_letter {
+        Some(Some(target)) => Ok(!pg.queue_exists(target)?),
+        _ => Ok(false),
     }
 }
 
