@@ -146,6 +146,19 @@ fn metrics(shared: &Shared) -> String {
         net.tls_handshake_failures,
     );
     p.counter("mwmq_auth_failures_total", "Failed logins.", &[], shared.users.failures.load(Ordering::Relaxed));
+    p.counter(
+        "mwmq_auth_throttled_total",
+        "Logins refused unchecked (their address failed too often).",
+        &[],
+        shared.logins.throttle.refused.load(Ordering::Relaxed),
+    );
+    for (name, help, value) in [
+        ("mwmq_handshake_timeouts_total", "Connections closed for not finishing TLS in time.", net.handshake_timeouts),
+        ("mwmq_handshake_refused_total", "Connections closed: too many others handshaking.", net.handshake_refused),
+        ("mwmq_login_timeouts_total", "Connections closed for not logging in in time.", net.login_timeouts),
+    ] {
+        p.counter(name, help, &[], value);
+    }
     for (queue, counts) in shared.queues.all() {
         for (field, value) in counts.fields() {
             let help = format!("Messages {} this queue since start.", field.replace('_', " "));

@@ -20,11 +20,46 @@ pub struct Config {
     pub stats: StatsConfig,
     /// TLS on the clients' side (`--tls-cert`, `--tls-key`, `--tls-ca`, `--plain-listen`).
     pub tls: TlsConfig,
+    /// How logins are checked and throttled (with `[[users]]`).
+    pub auth: AuthConfig,
     /// Who may connect (`[[users]]`; `mwmq user add` makes an entry). With
     /// none, anyone may, and mwmq listens on loopback only unless told
     /// `--insecure-no-auth`.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub users: Vec<crate::users::UserConfig>,
+}
+
+/// Password checks: argon2 on threads of their own, never a worker's, each
+/// with one block of memory for its hashes; failures throttled per
+/// connection and per source address; a deadline to log in.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AuthConfig {
+    /// Threads that check passwords (default 1). Each holds one argon2
+    /// memory block (19 MiB with `mwmq user add`'s hashes).
+    pub login_threads: usize,
+    /// Logins that may wait for a check; more get `-TRYAGAIN` (default 64).
+    pub login_queue: usize,
+    /// Failed logins a source address may have in a row before its logins
+    /// are refused unchecked (default 10).
+    pub address_burst: u32,
+    /// Failed logins per second a source address earns back (default 1).
+    pub address_per_sec: f64,
+    /// Seconds a connection may take to log in before it is closed, where
+    /// users are configured (default 30; 0: no limit).
+    pub login_timeout_secs: u64,
+}
+
+impl Default for AuthConfig {
+    fn default() -> Self {
+        AuthConfig {
+            login_threads: 1,
+            login_queue: 64,
+            address_burst: 10,
+            address_per_sec: 1.0,
+            login_timeout_secs: 30,
+        }
+    }
 }
 
 /// The listening side.
@@ -225,6 +260,9 @@ impl ServiceConfig for Config {
             return err("poll_ms and maintenance_s must be positive".into());
         }
         crate::users::Users::from_config(&self.users).map_err(ConfigError)?;
+        if self.auth.login_threads == 0 || self.auth.login_queue == 0 {
+            return Err(ConfigError("auth: login_threads and login_queue must be at least 1".into()));
+        }
         self.tls.validate()?;
         Ok(())
     }

@@ -46,6 +46,10 @@ pub struct ClientConn {
     user: Mutex<Option<std::sync::Arc<crate::users::User>>>,
     /// Its failed logins.
     pub attempts: crate::users::Attempts,
+    /// The client's address (failed logins are throttled by it).
+    pub peer: Option<std::net::IpAddr>,
+    /// When it was accepted (the handshake and login deadlines run from here).
+    pub accepted: std::time::Instant,
     /// Close once every reply is written (QUIT, a protocol error).
     closing: AtomicBool,
     /// The client asked for RESP3 (`HELLO 3`).
@@ -71,6 +75,7 @@ pub enum Delivered {
 impl ClientConn {
     /// A connection over `transport` (plain TCP, or TLS over it).
     pub fn new(id: u64, transport: Transport) -> ClientConn {
+        let peer = transport.socket().peer_addr().ok().map(|a| a.ip());
         ClientConn {
             id,
             transport,
@@ -85,6 +90,8 @@ impl ClientConn {
             name: Mutex::new(None),
             user: Mutex::new(None),
             attempts: crate::users::Attempts::default(),
+            peer,
+            accepted: std::time::Instant::now(),
             closing: AtomicBool::new(false),
             resp3: AtomicBool::new(false),
             busy: AtomicBool::new(false),

@@ -16,6 +16,7 @@ pub mod dbtls;
 pub mod deadline;
 pub mod events;
 pub mod job;
+pub mod logins;
 pub mod net;
 pub mod queues;
 pub mod resp;

@@ -48,6 +48,8 @@ pub const READ_AHEAD: usize = 64 * 1024;
 const SMALL: usize = 64 * 1024;
 /// Redis' answer to a client over the limit.
 pub const TOO_MANY: &[u8] = b"-ERR max number of clients reached\r\n";
+/// How often connections are checked against the handshake and login deadlines.
+const SWEEP: Duration = Duration::from_millis(250);
 /// How long shutdown waits for in-flight requests and unread replies.
 const DRAIN: Duration = Duration::from_secs(5);
 
@@ -95,6 +97,11 @@ pub struct NetThread {
     limits: Limits,
     last_conn_id: u64,
     next_request_id: u64,
+    /// TLS connections accepted and maybe still handshaking, oldest first
+    /// (with their ids: a token is used again after a close).
+    handshakes: std::collections::VecDeque<(Token, u64)>,
+    /// When connections are next checked against their deadlines.
+    next_sweep: Instant,
 }
 
 impl NetThread {
@@ -112,6 +119,8 @@ impl NetThread {
             limits,
             last_conn_id: 0,
             next_request_id: 0,
+            handshakes: Default::default(),
+            next_sweep: Instant::now() + SWEEP,
         }
     }
 
@@ -120,8 +129,12 @@ impl NetThread {
         let mut events = Events::with_capacity(1024);
         let mut drain_until: Option<Instant> = None;
         loop {
-            let timeout =
-                if !self.blocked.is_empty() || drain_until.is_some() { Some(Duration::from_millis(1)) } else { None };
+            // (Woken at least every SWEEP for the connections' deadlines.)
+            let timeout = if !self.blocked.is_empty() || drain_until.is_some() {
+                Some(Duration::from_millis(1))
+            } else {
+                Some(SWEEP)
+            };
             if !self.front.wait(&mut events, timeout) {
                 break;
             }
@@ -152,6 +165,7 @@ impl NetThread {
             for token in blocked {
                 self.service(token);
             }
+            self.sweep();
             if self.shared.stopping.load(Ordering::Relaxed) {
                 let until = *drain_until.get_or_insert_with(|| {
                     self.front.stop_accepting();
@@ -210,8 +224,72 @@ impl NetThread {
             })
         };
         // Accepted first, served after: serving needs the whole thread.
-        for token in front.accept(full, || NetCounters::add(&net.rejected, 1), conn) {
+        let accepted = front.accept(full, || NetCounters::add(&net.rejected, 1), conn);
+        for &token in &accepted {
+            if let Some(c) = self.conn(token).filter(|c| c.shared.transport().is_tls()) {
+                let id = c.shared.id;
+                self.handshakes.push_back((token, id));
+            }
+        }
+        self.cap_handshakes();
+        for token in accepted {
             self.service(token);
+        }
+    }
+
+    /// Whether `token` is still connection `id` and in its TLS handshake.
+    fn still_handshaking(&mut self, token: Token, id: u64) -> bool {
+        self.conn(token).is_some_and(|c| c.shared.id == id && c.shared.transport().handshaking())
+    }
+
+    /// Past `[tls] max_handshaking`, closes the connections that have been
+    /// handshaking longest: silent sockets cannot hold every slot, and a
+    /// client that completes its handshake promptly always gets in.
+    fn cap_handshakes(&mut self) {
+        let cap = self.shared.config.tls.max_handshaking.max(1);
+        if self.handshakes.len() <= cap {
+            return;
+        }
+        let entries = std::mem::take(&mut self.handshakes);
+        self.handshakes = entries.into_iter().filter(|&(t, id)| self.still_handshaking(t, id)).collect();
+        while self.handshakes.len() > cap {
+            let (token, _) = self.handshakes.pop_front().expect("over the cap");
+            NetCounters::add(&self.shared.net.handshake_refused, 1);
+            self.close(token);
+        }
+    }
+
+    /// Closes connections past their deadlines: a TLS handshake not finished
+    /// within `[tls] handshake_timeout_secs`, a login not done within
+    /// `[auth] login_timeout_secs` (where users are configured).
+    fn sweep(&mut self) {
+        let now = Instant::now();
+        if now < self.next_sweep {
+            return;
+        }
+        self.next_sweep = now + SWEEP;
+        let handshake = Duration::from_secs(self.shared.config.tls.handshake_timeout_secs);
+        let auth = &self.shared.config.auth;
+        let login = (self.shared.users.enabled() && auth.login_timeout_secs > 0)
+            .then(|| Duration::from_secs(auth.login_timeout_secs));
+        let shared = self.shared.clone();
+        let mut late = Vec::new();
+        for token in self.front.clients.tokens() {
+            let Some(c) = self.front.clients.get_mut(token) else { continue };
+            let age = now.saturating_duration_since(c.shared.accepted);
+            if !handshake.is_zero() && age > handshake && c.shared.transport().handshaking() {
+                late.push((token, &shared.net.handshake_timeouts));
+            } else if login.is_some_and(|l| age > l) && c.shared.user().is_none() && !c.shared.busy() {
+                late.push((token, &shared.net.login_timeouts));
+            }
+        }
+        for (token, counter) in late {
+            NetCounters::add(counter, 1);
+            self.close(token);
+        }
+        if self.handshakes.len() > 64 {
+            let entries = std::mem::take(&mut self.handshakes);
+            self.handshakes = entries.into_iter().filter(|&(t, id)| self.still_handshaking(t, id)).collect();
         }
     }
 
@@ -416,6 +494,7 @@ impl NetThread {
                 parked_ns: 0,
                 parked_at: None,
                 last_try: false,
+                login: None,
             });
             c.shared.set_busy();
             if let Err(Work::Request(job)) = shared.queue.push_fresh(Work::Request(job)) {

@@ -99,6 +99,13 @@ impl Service for Mq {
             done: Mutex::new(None),
             port: addr.port(),
             users,
+            logins: crate::logins::Logins::new(
+                config.auth.login_queue,
+                mwserve::throttle::Limits {
+                    burst: f64::from(config.auth.address_burst.max(1)),
+                    per_sec: config.auth.address_per_sec,
+                },
+            ),
             queues: Default::default(),
             vacuums: Default::default(),
             tls,
@@ -124,6 +131,12 @@ impl Service for Mq {
             handles.push(spawn(&format!("worker-{id}"), Box::new(move || w.run()))?);
         }
         let mut background = Vec::new();
+        if shared.users.enabled() {
+            for i in 0..shared.config.auth.login_threads {
+                let s = shared.clone();
+                background.push(spawn(&format!("login-{i}"), Box::new(move || crate::logins::run_login_thread(s)))?);
+            }
+        }
         let s = shared.clone();
         background.push(spawn("timer", Box::new(move || run_timer_thread(s)))?);
         let s = shared.clone();

@@ -85,6 +85,8 @@ pub struct Shared {
     pub port: u16,
     /// Who may connect (none configured: anyone).
     pub users: crate::users::Users,
+    /// Logins waiting for the login threads, and failures by source address.
+    pub logins: crate::logins::Logins,
     /// Each queue's counters since start.
     pub queues: crate::queues::PerQueue,
     /// VACUUMs of the messages table this process ran.

@@ -129,6 +129,12 @@ pub struct NetCounters {
     /// Client connections whose TLS handshake failed (plaintext to the TLS
     /// port, a missing or foreign client certificate, ...).
     pub tls_handshake_failures: AtomicU64,
+    /// Connections closed for not finishing the TLS handshake within `[tls] handshake_timeout_secs`.
+    pub handshake_timeouts: AtomicU64,
+    /// Connections closed because too many others were handshaking (`[tls] max_handshaking`).
+    pub handshake_refused: AtomicU64,
+    /// Connections closed for not logging in within `[auth] login_timeout_secs`.
+    pub login_timeouts: AtomicU64,
 }
 
 impl NetCounters {
@@ -150,6 +156,9 @@ impl NetCounters {
             queue_full: v(&self.queue_full),
             leases_released: v(&self.leases_released),
             tls_handshake_failures: v(&self.tls_handshake_failures),
+            handshake_timeouts: v(&self.handshake_timeouts),
+            handshake_refused: v(&self.handshake_refused),
+            login_timeouts: v(&self.login_timeouts),
         }
     }
 }
@@ -175,4 +184,10 @@ pub struct NetSnapshot {
     pub leases_released: u64,
     /// See [`NetCounters`].
     pub tls_handshake_failures: u64,
+    /// See [`NetCounters`].
+    pub handshake_timeouts: u64,
+    /// See [`NetCounters`].
+    pub handshake_refused: u64,
+    /// See [`NetCounters`].
+    pub login_timeouts: u64,
 }

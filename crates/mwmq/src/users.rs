@@ -7,16 +7,18 @@
 //! AUTH`) names a user and the right password; from then on it **is** that
 //! user: its messages carry the user's name as their sender, and `TO` names
 //! users. Checking a password costs an argon2 hash on purpose (and the same
-//! cost for a user who does not exist); a connection's failed attempts also
-//! make it wait (see `Attempts`).
+//! cost for a user who does not exist), paid on the login threads
+//! (`logins.rs`), each with one argon2 memory block it keeps ([`Verifier`]);
+//! a connection's failed attempts also make it wait (see `Attempts`), and so
+//! do its source address's (`mwserve::throttle`).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use argon2::password_hash::{rand_core::OsRng, PasswordHash, PasswordHasher, PasswordVerifier, SaltString};
-use argon2::Argon2;
+use argon2::password_hash::{rand_core::OsRng, PasswordHash, PasswordHasher, SaltString};
+use argon2::{Argon2, Block, Params, Version};
 use serde::{Deserialize, Serialize};
 
 /// A `[[users]]` table of the configuration file.
@@ -171,16 +173,59 @@ impl Users {
         !self.by_name.is_empty()
     }
 
-    /// The user `name` if `password` is its password (counted when not).
-    pub fn check(&self, name: &str, password: &[u8]) -> Option<Arc<User>> {
+    /// The user `name` if `password` is its password (counted when not),
+    /// hashed in `memory`.
+    pub fn check_with(&self, name: &str, password: &[u8], memory: &mut Verifier) -> Option<Arc<User>> {
         let user = self.by_name.get(name);
         let hash = user.map_or(self.decoy.as_str(), |u| u.hash.as_str());
-        let ok = PasswordHash::new(hash).is_ok_and(|h| Argon2::default().verify_password(password, &h).is_ok());
-        if ok && user.is_some() {
+        if memory.verify(hash, password) && user.is_some() {
             return user.cloned();
         }
         self.failures.fetch_add(1, Ordering::Relaxed);
         None
+    }
+
+    /// [`Users::check_with`] in memory of its own.
+    pub fn check(&self, name: &str, password: &[u8]) -> Option<Arc<User>> {
+        self.check_with(name, password, &mut Verifier::default())
+    }
+}
+
+/// Checks passwords against argon2 PHC hashes in one block of memory kept
+/// from check to check (as large as the largest hash checked needs), so a
+/// login thread's memory does not grow with the logins it checks.
+#[derive(Default)]
+pub struct Verifier {
+    blocks: Vec<Block>,
+}
+
+impl Verifier {
+    /// Whether `password` hashes to the PHC string `phc` (compared in constant time).
+    pub fn verify(&mut self, phc: &str, password: &[u8]) -> bool {
+        let Ok(h) = PasswordHash::new(phc) else { return false };
+        let (Ok(algorithm), Ok(params), Some(expected), Some(salt)) =
+            (argon2::Algorithm::try_from(h.algorithm), Params::try_from(&h), h.hash, h.salt)
+        else {
+            return false;
+        };
+        let version = h.version.map_or(Ok(Version::V0x13), Version::try_from);
+        let mut salt_buf = [0u8; 64];
+        let (Ok(version), Ok(salt)) = (version, salt.decode_b64(&mut salt_buf)) else { return false };
+        let n = params.block_count();
+        if self.blocks.len() < n {
+            self.blocks.resize(n, Block::default());
+        }
+        let mut out = vec![0u8; expected.len()];
+        let argon = Argon2::new(algorithm, version, params);
+        if argon.hash_password_into_with_memory(password, salt, &mut out, &mut self.blocks[..n]).is_err() {
+            return false;
+        }
+        out.iter().zip(expected.as_bytes()).fold(0u8, |acc, (a, b)| acc | (a ^ b)) == 0
+    }
+
+    /// Bytes of argon2 memory it holds.
+    pub fn held(&self) -> usize {
+        self.blocks.len() * std::mem::size_of::<Block>()
     }
 }
 
@@ -261,6 +306,13 @@ mod tests {
         assert!(users.check("alice", b"wrong").is_none());
         assert!(users.check("mallory", b"s3cret").is_none());
         assert_eq!(users.failures.load(Ordering::Relaxed), 2);
+        // One verifier's memory: one argon2 block set, however many checks.
+        let mut v = Verifier::default();
+        for _ in 0..3 {
+            assert!(users.check_with("alice", b"s3cret", &mut v).is_some());
+            assert!(users.check_with("alice", b"s3cres", &mut v).is_none());
+        }
+        assert_eq!(v.held(), 19_456 * 1024, "argon2's default 19 MiB, kept");
         assert!(alice.may(Right::Send, "orders.eu") && !alice.may(Right::Send, "inbox"));
         assert!(alice.may(Right::Receive, "inbox") && !alice.may(Right::Admin, "inbox"));
         assert!(alice.may(Right::See, "inbox") && !alice.may(Right::See, "payroll"));

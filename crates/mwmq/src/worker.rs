@@ -30,6 +30,8 @@ enum Outcome {
     Reply(Reply, Vec<LeaseRef>, &'static str),
     /// The RECV found nothing and may wait: park it.
     Park(u64),
+    /// A login whose password the login threads must check.
+    Verify,
 }
 
 /// Requests a worker may carry out together (`batch` > 1).
@@ -390,7 +392,7 @@ impl Worker {
         let t_dequeue = now_ns();
         let mut db = DbFacts::default();
         let timeout_ns = self.shared.config.server.queue_timeout_ms * 1_000_000;
-        let cmd = std::mem::replace(&mut job.cmd, Err(Reply::Nil));
+        let mut cmd = std::mem::replace(&mut job.cmd, Err(Reply::Nil));
         let op = cmd.as_ref().map(Command::op).unwrap_or(MqOp::Other);
         let (outcome, keys) = match &cmd {
             Err(refusal) => (Outcome::Reply(refusal.clone(), Vec::new(), "client_error"), 0),
@@ -413,7 +415,24 @@ impl Worker {
                 (self.execute(c, &job, &mut db), keys)
             }
         };
+        let outcome = match outcome {
+            Outcome::Verify => {
+                job.cmd = cmd;
+                self.record_busy(t_dequeue);
+                match self.shared.logins.submit(job) {
+                    Ok(()) => return,
+                    Err(back) => {
+                        job = back;
+                        cmd = std::mem::replace(&mut job.cmd, Err(Reply::Nil));
+                        let busy = Reply::Error("TRYAGAIN too many logins are waiting to be checked".into());
+                        Outcome::Reply(busy, Vec::new(), "server_error")
+                    }
+                }
+            }
+            o => o,
+        };
         match outcome {
+            Outcome::Verify => unreachable!("handed to the login threads above"),
             Outcome::Park(seen) => {
                 let queue = match &cmd {
                     Ok(Command::Recv(r)) => r.queue.clone(),
@@ -526,12 +545,18 @@ impl Worker {
             Command::ClientId => return local(Reply::Int(conn.id as i64)),
             Command::CommandDocs => return local(Reply::Array(Vec::new())),
             Command::Info => return local(Reply::text(self.info())),
-            Command::Auth(credentials) => return local(self.log_in(conn, credentials)),
+            Command::Auth(credentials) => {
+                return match self.log_in(conn, credentials, job) {
+                    Some(reply) => local(reply),
+                    None => Outcome::Verify,
+                }
+            }
             Command::Hello { proto, setname, auth } => {
                 if let Some(credentials) = auth {
-                    let reply = self.log_in(conn, credentials);
-                    if reply.is_error() {
-                        return local(reply);
+                    match self.log_in(conn, credentials, job) {
+                        None => return Outcome::Verify,
+                        Some(reply) if reply.is_error() => return local(reply),
+                        Some(_) => {}
                     }
                 }
                 if let Some(p) = proto {
@@ -676,32 +701,40 @@ impl Worker {
     }
 
     /// `AUTH` and `HELLO ... AUTH`: the connection becomes the user, or
-    /// hears Redis's refusal; failed attempts are counted and make the
-    /// connection wait before the next one is checked.
-    fn log_in(&self, conn: &ClientConn, credentials: &Credentials) -> Reply {
+    /// hears Redis's refusal; `None`: the password is to be checked on the
+    /// login threads (the request comes back with the outcome in
+    /// `job.login`). Failed attempts are counted, make the connection wait
+    /// before its next one is checked, and count against its source address;
+    /// a throttled attempt is refused without a check.
+    fn log_in(&self, conn: &ClientConn, credentials: &Credentials, job: &Job) -> Option<Reply> {
         let users = &self.shared.users;
         if !users.enabled() {
-            return Reply::err(
+            return Some(Reply::err(
                 "AUTH <password> called without any password configured for the default user. Are you sure your \
                  configuration is correct?",
-            );
+            ));
         }
         let wrong = || Reply::Error("WRONGPASS invalid username-password pair or user is disabled.".into());
-        if !conn.attempts.may_try() {
-            users.failures.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            return wrong();
-        }
-        match users.check(&credentials.user, &credentials.password) {
-            Some(user) => {
+        let throttle = &self.shared.logins.throttle;
+        match &job.login {
+            Some(Some(user)) => {
                 conn.attempts.succeeded();
-                conn.set_user(user);
-                Reply::Simple("OK")
+                conn.set_user(user.clone());
+                Some(Reply::Simple("OK"))
             }
-            None => {
+            Some(None) => {
                 conn.attempts.failed();
+                if let Some(a) = conn.peer {
+                    throttle.failed(a);
+                }
                 tracing::debug!(user = %credentials.user, "failed login");
-                wrong()
+                Some(wrong())
             }
+            None if !conn.attempts.may_try() || conn.peer.is_some_and(|a| !throttle.may_try(a)) => {
+                users.failures.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                Some(wrong())
+            }
+            None => None,
         }
     }
 
@@ -830,9 +863,14 @@ impl Worker {
         line("queue_length", s.queue.len().to_string());
         line("leases_released", net.leases_released.to_string());
         line("tls_handshake_failures", net.tls_handshake_failures.to_string());
+        line("handshake_timeouts", net.handshake_timeouts.to_string());
+        line("handshake_refused", net.handshake_refused.to_string());
+        line("login_timeouts", net.login_timeouts.to_string());
         line("statements_cut", s.pool.watch.cut.load(std::sync::atomic::Ordering::Relaxed).to_string());
         line("auth_users", if s.users.enabled() { "yes" } else { "no" }.to_string());
         line("auth_failures", s.users.failures.load(std::sync::atomic::Ordering::Relaxed).to_string());
+        line("auth_throttled", s.logins.throttle.refused.load(std::sync::atomic::Ordering::Relaxed).to_string());
+        line("logins_waiting", s.logins.waiting().to_string());
         line("\r\n# Database\r\npool_size", s.pool.size().to_string());
         line("pool_open", open.to_string());
         line("pool_idle", idle.to_string());

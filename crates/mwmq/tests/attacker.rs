@@ -150,3 +150,180 @@ fn dead_letters_go_only_where_the_admin_may_send() {
     assert_eq!(q::<i64>(&mut root, &["QLEN", "secret"]), 0);
     assert_eq!(q::<i64>(&mut carol, &["QLEN", "carol.dlq"]), 1);
 }
+
+fn info_of(c: &mut redis::Connection, field: &str) -> u64 {
+    let info: String = q(c, &["INFO"]);
+    info.lines().find_map(|l| l.strip_prefix(&format!("{field}:"))).unwrap().trim().parse().unwrap()
+}
+
+fn rss_mib(pid: u32) -> f64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let kib: f64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:").map(|v| v.trim().trim_end_matches(" kB").trim().parse().unwrap()))
+        .unwrap();
+    kib / 1024.0
+}
+
+/// Sends a RESP command on a raw socket and reads one reply line.
+fn raw_call(s: &mut std::net::TcpStream, args: &[&str]) -> std::io::Result<String> {
+    use std::io::{BufRead, Write};
+    let mut frame = format!("*{}\r\n", args.len());
+    for a in args {
+        frame.push_str(&format!("${}\r\n{a}\r\n", a.len()));
+    }
+    s.write_all(frame.as_bytes())?;
+    let mut line = String::new();
+    std::io::BufReader::new(s).read_line(&mut line)?;
+    Ok(line)
+}
+
+/// 100 failed logins from 16 connections took mwmq from 64 MB to 1.74 GB
+/// (argon2's 19 MiB per hashing worker, kept by the allocator), and 16
+/// unauthenticated connections raised a logged-in client's SEND median from
+/// 0.7 to 94 ms: passwords were hashed by the workers. Now they are hashed on
+/// one login thread with one memory block, failures are throttled per
+/// connection and per address, and workers never hash.
+#[test]
+fn failed_logins_cost_bounded_memory_and_leave_logged_in_clients_alone() {
+    let pg = Postgres::start().unwrap();
+    let dir = std::env::temp_dir().join(format!("mwmq-attacker-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let table = user_table("app", b"app-pw", &["*".into()], &["*".into()], &["*".into()]).unwrap();
+    let file = dir.join("mwmq.toml");
+    // The address may fail often here (all clients are 127.0.0.1): the
+    // per-connection throttle and the login thread are what is measured.
+    std::fs::write(&file, format!("[auth]\naddress_burst = 100000\n\n{table}")).unwrap();
+    let mq = MqProcess::start(&pg, 0, &["--config", file.to_str().unwrap()]);
+    let pid = mq.child.id();
+    let mut app = login(mq.addr, "app", "app-pw");
+    assert_eq!(q::<String>(&mut app, &["QCREATE", "work"]), "OK");
+    let send_times = |c: &mut redis::Connection, n: usize| {
+        let mut t: Vec<Duration> = (0..n)
+            .map(|_| {
+                let t0 = std::time::Instant::now();
+                let _: i64 = q(c, &["SEND", "work", "x"]);
+                t0.elapsed()
+            })
+            .collect();
+        t.sort();
+        t
+    };
+    let quiet = send_times(&mut app, 200);
+    let before = rss_mib(pid);
+
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let attackers: Vec<_> = (0..16)
+        .map(|i| {
+            let (addr, stop) = (mq.addr, stop.clone());
+            std::thread::spawn(move || {
+                let mut s = std::net::TcpStream::connect(addr).unwrap();
+                s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+                let mut tries = 0u32;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) && tries < 400 {
+                    let reply = raw_call(&mut s, &["AUTH", "app", &format!("guess-{i}-{tries}")]).unwrap();
+                    assert!(reply.starts_with("-WRONGPASS") || reply.starts_with("-TRYAGAIN"), "{reply}");
+                    tries += 1;
+                }
+                tries
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(500));
+    let attacked = send_times(&mut app, 200);
+    std::thread::sleep(Duration::from_secs(3));
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let tries: u32 = attackers.into_iter().map(|a| a.join().unwrap()).sum();
+    let failures = info_of(&mut app, "auth_failures");
+    let after = rss_mib(pid);
+    let (p50, p99) = (attacked[100], attacked[197]);
+    eprintln!(
+        "quiet SEND p50 {:?} p99 {:?}; under attack p50 {p50:?} p99 {p99:?}; {tries} tries, {failures} failures; \
+         RSS {before:.0} -> {after:.0} MiB",
+        quiet[100], quiet[197]
+    );
+    assert!(failures >= 100, "at least 100 failed logins: {failures}");
+    assert!(after - before < 50.0, "RSS {before:.0} -> {after:.0} MiB after {failures} failed logins");
+    assert!(p50 < Duration::from_millis(30), "a logged-in client's SEND median under attack: {p50:?}");
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// Failed logins per source address: past the burst, even the right
+/// password is refused unchecked until the address earns an attempt back.
+#[test]
+fn an_address_that_fails_too_often_is_refused_unchecked() {
+    let pg = Postgres::start().unwrap();
+    let mut cfg = config(&pg);
+    cfg.users = vec![user("app", "app-pw", &["*"], &["*"], &["*"])];
+    cfg.auth.address_burst = 5;
+    cfg.auth.address_per_sec = 2.0;
+    let mq = start(cfg);
+    let addr = mq.local_addr();
+    for i in 0..5 {
+        let mut s = std::net::TcpStream::connect(addr).unwrap();
+        assert!(raw_call(&mut s, &["AUTH", "app", &format!("wrong{i}")]).unwrap().starts_with("-WRONGPASS"));
+    }
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    assert!(raw_call(&mut s, &["AUTH", "app", "app-pw"]).unwrap().starts_with("-WRONGPASS"), "locked out");
+    std::thread::sleep(Duration::from_millis(600));
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    assert_eq!(raw_call(&mut s, &["AUTH", "app", "app-pw"]).unwrap(), "+OK\r\n", "an attempt earned back");
+    let mut app = login(addr, "app", "app-pw");
+    assert!(info_of(&mut app, "auth_throttled") >= 1);
+}
+
+/// Connections that never started TLS held a slot forever: with
+/// `--max-connections 50`, 50 silent sockets locked out a client with a
+/// valid certificate. Now a handshake not done within
+/// `handshake_timeout_secs` is closed, past `max_handshaking` the oldest
+/// handshake makes room, and a connection that never logs in is closed after
+/// `login_timeout_secs`.
+#[test]
+fn silent_sockets_and_connections_that_never_log_in_are_closed() {
+    use std::io::Read;
+    let dir = std::env::temp_dir().join(format!("mwmq-silent-{}", std::process::id()));
+    let certs = mctest::Certificates::make(&dir).unwrap();
+    let pg = Postgres::start().unwrap();
+    let mut cfg = config(&pg);
+    let plain = mctest::free_port();
+    cfg.tls.cert = Some(certs.cert.display().to_string());
+    cfg.tls.key = Some(certs.key.display().to_string());
+    cfg.tls.plain_listen = Some(format!("127.0.0.1:{plain}"));
+    cfg.tls.handshake_timeout_secs = 1;
+    cfg.tls.max_handshaking = 8;
+    cfg.server.max_connections = 50;
+    cfg.auth.login_timeout_secs = 2;
+    cfg.users = vec![user("app", "app-pw", &["*"], &["*"], &["*"])];
+    let mq = start(cfg);
+    let port = mq.local_addr().port();
+    let silent: Vec<std::net::TcpStream> =
+        (0..50).map(|_| std::net::TcpStream::connect(mq.local_addr()).unwrap()).collect();
+    std::thread::sleep(Duration::from_millis(300));
+    let out = std::process::Command::new("redis-cli")
+        .args(["-p", &port.to_string(), "--no-auth-warning", "--tls", "--cacert"])
+        .arg(&certs.ca)
+        .args(["--user", "app", "--pass", "app-pw", "PING"])
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "PONG", "{}", String::from_utf8_lossy(&out.stderr));
+    let t0 = std::time::Instant::now();
+    for mut s in silent {
+        s.set_read_timeout(Some(Duration::from_secs(4))).unwrap();
+        let mut buf = [0u8; 16];
+        let r = s.read(&mut buf);
+        assert!(matches!(r, Ok(0)) || r.is_err() && t0.elapsed() < Duration::from_secs(4), "closed: {r:?}");
+    }
+    assert!(t0.elapsed() < Duration::from_secs(2), "all closed by the 1 s deadline: {:?}", t0.elapsed());
+    // A plaintext connection that never logs in: closed after 2 s.
+    let mut idle = std::net::TcpStream::connect(format!("127.0.0.1:{plain}")).unwrap();
+    idle.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
+    let t0 = std::time::Instant::now();
+    let mut buf = [0u8; 16];
+    assert!(matches!(idle.read(&mut buf), Ok(0)), "closed for not logging in");
+    assert!(t0.elapsed() < Duration::from_millis(2600), "{:?}", t0.elapsed());
+    let mut app = login(format!("127.0.0.1:{plain}").parse().unwrap(), "app", "app-pw");
+    let (refused, timeouts) = (info_of(&mut app, "handshake_refused"), info_of(&mut app, "handshake_timeouts"));
+    assert!(refused >= 40 && refused + timeouts >= 50, "refused {refused}, timeouts {timeouts}");
+    assert_eq!(info_of(&mut app, "login_timeouts"), 1);
+    std::fs::remove_dir_all(&dir).ok();
+}

@@ -147,6 +147,31 @@ fn metrics(shared: &Shared) -> String {
     p.counter("mwproxy_auth_commands_total", "Login attempts (--auth-file).", &[], v("auth_cmds"));
     p.counter("mwproxy_auth_errors_total", "Login attempts with wrong credentials.", &[], v("auth_errors"));
     p.counter(
+        "mwproxy_auth_throttled_total",
+        "Login attempts refused unchecked (their address failed too often).",
+        &[],
+        v("auth_throttled"),
+    );
+    p.counter("mwproxy_auth_closed_total", "Connections closed after failed logins.", &[], v("auth_closed"));
+    p.counter(
+        "mwproxy_login_timeouts_total",
+        "Connections closed for not logging in in time.",
+        &[],
+        v("login_timeouts"),
+    );
+    p.counter(
+        "mwproxy_handshake_timeouts_total",
+        "Connections closed for not finishing the TLS handshake in time.",
+        &[],
+        v("handshake_timeouts"),
+    );
+    p.counter(
+        "mwproxy_handshake_refused_total",
+        "Connections closed because too many others were handshaking.",
+        &[],
+        v("handshake_refused"),
+    );
+    p.counter(
         "mwproxy_tls_handshake_failures_total",
         "Client connections whose TLS handshake failed.",
         &[],

@@ -29,7 +29,7 @@ pub struct Config {
 }
 
 /// Client authentication as memcached's `-Y` does it.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct AuthConfig {
     /// A file of `user:password` lines; a client must log in (`set <key> 0 0
@@ -37,6 +37,29 @@ pub struct AuthConfig {
     /// everyone is let in).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub file: Option<String>,
+    /// Failed logins after which a connection is closed (default 3).
+    pub max_failures: u32,
+    /// Failed logins a source address may have in a row before its logins
+    /// are refused unchecked (default 10).
+    pub address_burst: u32,
+    /// Failed logins per second a source address earns back (default 1).
+    pub address_per_sec: f64,
+    /// Seconds a connection may take to log in before it is closed, where
+    /// users are configured (default 30; 0: no limit).
+    pub login_timeout_secs: u64,
+}
+
+impl Default for AuthConfig {
+    fn default() -> Self {
+        AuthConfig { file: None, max_failures: 3, address_burst: 10, address_per_sec: 1.0, login_timeout_secs: 30 }
+    }
+}
+
+impl AuthConfig {
+    /// The per-address limits of failed logins.
+    pub fn throttle(&self) -> mwserve::throttle::Limits {
+        mwserve::throttle::Limits { burst: f64::from(self.address_burst.max(1)), per_sec: self.address_per_sec }
+    }
 }
 
 /// The listening side.

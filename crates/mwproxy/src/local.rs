@@ -235,6 +235,9 @@ pub fn general_stats(shared: &Shared, generation: &Generation, backends: &Backen
     put("binary_protocol_refused", net("binary_protocol_refused").to_string());
     put("auth_cmds", net("auth_cmds").to_string());
     put("auth_errors", net("auth_errors").to_string());
+    for k in ["auth_throttled", "auth_closed", "login_timeouts", "handshake_timeouts", "handshake_refused"] {
+        put(k, net(k).to_string());
+    }
     put("tls_handshake_failures", net("tls_handshake_failures").to_string());
     put("config_generation", generation.id.to_string());
     put("config_reloads", net("config_reloads").to_string());

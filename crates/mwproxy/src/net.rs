@@ -43,6 +43,8 @@ const READ_BUDGET: usize = 16;
 const READ_CHUNK: usize = 16 * 1024;
 /// The first byte of every request of memcached's binary protocol.
 const BINARY_MAGIC: u8 = 0x80;
+/// How often connections are checked against the handshake and login deadlines.
+const SWEEP: Duration = Duration::from_millis(250);
 /// memcached's answer to a client over the connection limit.
 pub const TOO_MANY: &[u8] = b"SERVER_ERROR Too many open connections\r\n";
 
@@ -67,6 +69,12 @@ pub(crate) struct Conn {
     last_read_ns: u64,
     /// Logged in, or no login asked for (`--auth-file`).
     authenticated: bool,
+    /// Failed logins on this connection.
+    login_failures: u32,
+    /// The client's address (failed logins are throttled by it).
+    peer: Option<std::net::IpAddr>,
+    /// When it was accepted (the handshake and login deadlines run from here).
+    accepted: Instant,
 }
 
 /// What reading a connection led to.
@@ -98,6 +106,11 @@ pub struct NetThread {
     pipeline: Option<Pipeline>,
     /// Where reads land before they are kept in their connection's buffer.
     scratch: Vec<u8>,
+    /// TLS connections accepted and maybe still handshaking, oldest first
+    /// (with when they were accepted: a token is used again after a close).
+    handshakes: VecDeque<(Token, Instant)>,
+    /// When connections are next checked against their deadlines.
+    next_sweep: Instant,
 }
 
 /// Hands out process-wide unique request ids without sharing a counter.
@@ -134,6 +147,8 @@ impl NetThread {
             shared,
             blocked: Vec::new(),
             ready: VecDeque::new(),
+            handshakes: VecDeque::new(),
+            next_sweep: Instant::now() + SWEEP,
         }
     }
 
@@ -148,7 +163,8 @@ impl NetThread {
             } else if !self.blocked.is_empty() || grace_deadline.is_some() {
                 Some(Duration::from_millis(1))
             } else {
-                pipelined.and_then(Pipeline::sleep_limit)
+                // (Woken at least every SWEEP for the connections' deadlines.)
+                Some(pipelined.and_then(Pipeline::sleep_limit).map_or(SWEEP, |t| t.min(SWEEP)))
             };
             if !self.front.wait(&mut events, timeout) {
                 break;
@@ -186,6 +202,7 @@ impl NetThread {
                 }
             }
             self.retry_blocked(&mut removed);
+            self.sweep(&mut removed);
             for _ in 0..self.ready.len() {
                 let token = self.ready.pop_front().expect("non-empty");
                 self.service(token);
@@ -258,6 +275,7 @@ impl NetThread {
                 }
             };
             bump(&net.total_connections);
+            let peer = transport.socket().peer_addr().ok().map(|a| a.ip());
             Some(Conn {
                 shared: Arc::new(ClientConn::new(transport, shared.budget.clone())),
                 // Grown on the first read: an idle connection costs a few bytes.
@@ -270,9 +288,88 @@ impl NetThread {
                 peer_closed: false,
                 last_read_ns: 0,
                 authenticated: generation.users.is_none(),
+                login_failures: 0,
+                peer,
+                accepted: Instant::now(),
             })
         };
-        ready.extend(front.accept(full, || bump(&net.rejected_connections), conn));
+        let accepted = front.accept(full, || bump(&net.rejected_connections), conn);
+        for &token in &accepted {
+            if let Some(c) = front.clients.get_mut(token).filter(|c| c.shared.transport().is_tls()) {
+                self.handshakes.push_back((token, c.accepted));
+            }
+        }
+        ready.extend(accepted);
+        self.cap_handshakes();
+    }
+
+    /// Whether `token` is still the connection accepted at `at` and in its TLS handshake.
+    fn still_handshaking(&mut self, token: Token, at: Instant) -> bool {
+        self.conn(token).is_some_and(|c| c.accepted == at && !c.done && c.shared.transport().handshaking())
+    }
+
+    /// Past `[tls] max_handshaking` (this loop's share of it), closes the
+    /// connections that have been handshaking longest: silent sockets cannot
+    /// hold every slot, and a client that completes its handshake promptly
+    /// always gets in.
+    fn cap_handshakes(&mut self) {
+        let loops = match self.pipeline {
+            Some(_) => self.shared.config.proxy.loops(),
+            None => self.shared.config.proxy.net_threads,
+        };
+        let cap = self.shared.config.tls.max_handshaking.div_ceil(loops.max(1)).max(1);
+        if self.handshakes.len() <= cap {
+            return;
+        }
+        let entries = std::mem::take(&mut self.handshakes);
+        let live: VecDeque<_> = entries.into_iter().filter(|&(t, at)| self.still_handshaking(t, at)).collect();
+        self.handshakes = live;
+        while self.handshakes.len() > cap {
+            let (token, _) = self.handshakes.pop_front().expect("over the cap");
+            bump(&self.shared.net.handshake_refused);
+            self.remove(token);
+        }
+    }
+
+    /// Closes connections past their deadlines: a TLS handshake not finished
+    /// within `[tls] handshake_timeout_secs`, a login not done within
+    /// `[auth] login_timeout_secs` (where users are configured).
+    fn sweep(&mut self, removed: &mut Vec<Token>) {
+        let now = Instant::now();
+        if now < self.next_sweep {
+            return;
+        }
+        self.next_sweep = now + SWEEP;
+        self.shared.refresh(&mut self.current);
+        let handshake = Duration::from_secs(self.shared.config.tls.handshake_timeout_secs);
+        let auth = &self.current.config.auth;
+        let login = (self.current.users.is_some() && auth.login_timeout_secs > 0)
+            .then(|| Duration::from_secs(auth.login_timeout_secs));
+        let net = &self.shared.net;
+        for token in self.front.clients.tokens() {
+            let Some(c) = self.front.clients.get_mut(token) else { continue };
+            if c.done {
+                continue;
+            }
+            let age = now.saturating_duration_since(c.accepted);
+            let late = if !handshake.is_zero() && age > handshake && c.shared.transport().handshaking() {
+                Some(&net.handshake_timeouts)
+            } else if login.is_some_and(|l| age > l) && !c.authenticated {
+                Some(&net.login_timeouts)
+            } else {
+                None
+            };
+            if let Some(counter) = late {
+                bump(counter);
+                c.done = true;
+                c.shared.close();
+                removed.push(token);
+            }
+        }
+        if self.handshakes.len() > 64 {
+            let entries = std::mem::take(&mut self.handshakes);
+            self.handshakes = entries.into_iter().filter(|&(t, at)| self.still_handshaking(t, at)).collect();
+        }
     }
 
     fn remove(&mut self, token: Token) {
@@ -504,10 +601,18 @@ fn parse_all(
 /// last one's reply (a client that pipelines a refused command and its data
 /// block hears one refusal, not two). `None`: logged in, go on; `Some(flow)`:
 /// stop (`None` inside: more bytes are needed).
+///
+/// Beyond memcached, guessing is made expensive: whatever was pipelined
+/// behind a failed login is dropped unread (it was sent before the client
+/// could know the login failed), the connection is closed at its
+/// `[auth] max_failures`-th failure, and a source address that failed too
+/// often (`mwserve::throttle`) has its logins refused unchecked, and the
+/// connection closed.
 fn log_in(conn: &mut Conn, shared: &Shared, generation: &Generation) -> Option<Option<Flow>> {
     let net = &shared.net;
     let users = generation.users.as_ref()?;
     let mut reply: Option<&'static [u8]> = None;
+    let mut close = false;
     let flow = loop {
         let consumed = match mcproto::auth::parse_auth(conn.rbuf.filled()) {
             Auth::Incomplete => break Some(None),
@@ -522,11 +627,23 @@ fn log_in(conn: &mut Conn, shared: &Shared, generation: &Generation) -> Option<O
             }
             Auth::Credentials { consumed, user, password } => {
                 bump(&net.auth_cmds);
-                let ok = users.check(user, password);
+                let locked = conn.peer.is_some_and(|a| !shared.logins.may_try(a));
+                let ok = !locked && users.check(user, password);
                 reply = Some(if ok { mcproto::auth::STORED } else { mcproto::auth::FAILURE });
                 conn.authenticated = ok;
                 if !ok {
                     bump(&net.auth_errors);
+                    if locked {
+                        bump(&net.auth_throttled);
+                    } else if let Some(a) = conn.peer {
+                        shared.logins.failed(a);
+                    }
+                    conn.login_failures += 1;
+                    // Nothing sent behind a failed login is read.
+                    let rest = conn.rbuf.len();
+                    conn.rbuf.consume(rest);
+                    close = locked || conn.login_failures >= generation.config.auth.max_failures.max(1);
+                    break Some(None);
                 }
                 consumed
             }
@@ -537,8 +654,13 @@ fn log_in(conn: &mut Conn, shared: &Shared, generation: &Generation) -> Option<O
         }
     };
     if let Some(r) = reply {
-        conn.shared.deliver(conn.issued, r.to_vec(), false, net);
+        conn.shared.deliver(conn.issued, r.to_vec(), close, net);
         conn.issued += 1;
+    }
+    if close {
+        bump(&net.auth_closed);
+        conn.done = true;
+        return Some(Some(Flow::Finished));
     }
     flow
 }

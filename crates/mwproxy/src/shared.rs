@@ -51,6 +51,8 @@ pub struct Shared {
     /// Client connections served at once (`max_connections`, lowered to fit
     /// the file descriptor limit).
     pub max_connections: usize,
+    /// Failed logins per source address.
+    pub logins: mwserve::throttle::Throttle,
     /// Where a reload reads the configuration (set by `main`).
     source: Mutex<Option<Source<Config>>>,
 }
@@ -75,6 +77,7 @@ impl Shared {
             stopping: AtomicBool::new(false),
             max_connections,
             tls_log: Throttled::new("TLS handshakes failed", std::time::Duration::from_secs(10)),
+            logins: mwserve::throttle::Throttle::new(config.auth.throttle()),
             servers,
             installed: AtomicU64::new(generation.id),
             generation: ArcSwap::from_pointee(generation),

@@ -140,6 +140,17 @@ atomic_block! {
         auth_cmds,
         /// Login attempts with wrong credentials (memcached's `auth_errors`).
         auth_errors,
+        /// Login attempts refused unchecked: their source address failed too often.
+        auth_throttled,
+        /// Connections closed after `[auth] max_failures` failed logins, or
+        /// a login from a throttled address.
+        auth_closed,
+        /// Connections closed because they had not logged in within `[auth] login_timeout_secs`.
+        login_timeouts,
+        /// Connections closed because their TLS handshake did not finish within `[tls] handshake_timeout_secs`.
+        handshake_timeouts,
+        /// Connections closed because too many others were still handshaking (`[tls] max_handshaking`).
+        handshake_refused,
         /// Client connections whose TLS handshake failed (plaintext to the TLS
         /// port, an unknown or missing client certificate, ...).
         tls_handshake_failures,

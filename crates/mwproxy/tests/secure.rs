@@ -76,13 +76,29 @@ fn authentication_answers_as_memcached_with_an_auth_file() {
     let proxy = common::proxy(&backend, |c| c.auth.file = Some(users.to_string_lossy().into_owned()));
     let got = sessions(proxy.local_addr());
     for (i, (e, g)) in expected.iter().zip(&got).enumerate() {
+        if i == 4 {
+            // Beyond memcached: what was pipelined behind a failed login is
+            // dropped, so one write of many guesses tries one.
+            assert_eq!(e, &["STORED\r\nEND\r\n"], "memcached takes a password pipelined behind a wrong one");
+            assert_eq!(g, &["CLIENT_ERROR authentication failure\r\n"], "mwproxy drops it");
+            continue;
+        }
+        if i == 5 {
+            // The same: the `get` behind the failed login is dropped, and the
+            // client hears that its login failed (memcached answers the `get`).
+            assert_eq!(e[0], "CLIENT_ERROR unauthenticated\r\n");
+            assert_eq!(g[0], "CLIENT_ERROR authentication failure\r\n");
+            assert_eq!(e[1..], g[1..]);
+            continue;
+        }
         assert_eq!(e, g, "session {i}");
     }
     // Attempts and failures are counted, as memcached counts them.
     let mut c = common::client(&proxy);
     assert_eq!(c.call_str("set a 0 0 12\r\nalice secret\r\n").unwrap(), "STORED\r\n");
     let stats = c.call_str("stats\r\n").unwrap();
-    assert_eq!(common::stat(&stats, "auth_cmds"), 11, "{stats}");
+    // (memcached counts 11: the attempt dropped behind a failed one is not made.)
+    assert_eq!(common::stat(&stats, "auth_cmds"), 10, "{stats}");
     assert_eq!(common::stat(&stats, "auth_errors"), 4);
     drop(c);
     common::stop(proxy);

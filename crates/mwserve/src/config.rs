@@ -120,9 +120,16 @@ impl Common {
 
 /// TLS for the clients (rustls). With `cert` and `key` the listener speaks
 /// TLS only; `plain_listen` adds a plaintext listener beside it.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct TlsConfig {
+    /// Seconds a client may take to finish its TLS handshake before it is
+    /// closed (default 10; 0: no limit).
+    pub handshake_timeout_secs: u64,
+    /// Connections that may be in their TLS handshake at once; past it the
+    /// one that has been handshaking longest is closed, so that silent
+    /// sockets cannot take every connection slot (default 256).
+    pub max_handshaking: usize,
     /// PEM certificate chain of the listener (default: no TLS).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cert: Option<String>,
@@ -136,6 +143,19 @@ pub struct TlsConfig {
     /// A plaintext listener beside the TLS one, host:port (default: none).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub plain_listen: Option<String>,
+}
+
+impl Default for TlsConfig {
+    fn default() -> Self {
+        TlsConfig {
+            handshake_timeout_secs: 10,
+            max_handshaking: 256,
+            cert: None,
+            key: None,
+            ca: None,
+            plain_listen: None,
+        }
+    }
 }
 
 impl TlsConfig {
@@ -156,6 +176,9 @@ impl TlsConfig {
         }
         if let Some(a) = &self.plain_listen {
             check_addr("tls plain_listen", a)?;
+        }
+        if self.max_handshaking == 0 {
+            return Err(ConfigError("tls: max_handshaking must be at least 1".into()));
         }
         Ok(())
     }

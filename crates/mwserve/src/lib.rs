@@ -14,6 +14,7 @@
 //! - [`results`]: the stats thread's window loop and the results directory;
 //! - [`shell`]: what a running middleware has besides its own threads
 //!   (address, stats thread, admin endpoint);
+//! - [`throttle`]: failed logins per source address (both middlewares);
 //! - [`process`]: logging, stopping on SIGTERM/SIGINT, size and boolean flags.
 
 pub mod cli;
@@ -26,4 +27,5 @@ pub mod queue;
 pub mod results;
 pub mod shell;
 pub mod start;
+pub mod throttle;
 pub mod tls;

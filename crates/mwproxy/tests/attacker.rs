@@ -1,0 +1,244 @@
+//! mwproxy as an attacker on the network would try it: pipelined password
+//! guesses, guesses from connection after connection, sockets that never
+//! finish a TLS handshake or never log in. Each test failed on the code
+//! before the fix it names; both engines (`MWPROXY_TEST_ENGINE`).
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use mwproxy::Service;
+
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("mwproxy-attacker-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn users_file(dir: &Path) -> String {
+    let path = dir.join("users");
+    std::fs::write(&path, "alice:correct-horse\n").unwrap();
+    path.to_string_lossy().into_owned()
+}
+
+/// A login attempt as memcached's `-Y` takes it.
+fn attempt(user: &str, password: &str) -> String {
+    let data = format!("{user} {password}");
+    format!("set auth 0 0 {}\r\n{data}\r\n", data.len())
+}
+
+/// Reads until the server closes the connection or `within` passes; what came.
+fn read_until_closed(s: &mut TcpStream, within: Duration) -> (String, bool) {
+    s.set_read_timeout(Some(Duration::from_millis(50))).unwrap();
+    let deadline = Instant::now() + within;
+    let mut out = Vec::new();
+    let mut buf = [0u8; 4096];
+    while Instant::now() < deadline {
+        match s.read(&mut buf) {
+            Ok(0) => return (String::from_utf8_lossy(&out).into_owned(), true),
+            Ok(n) => out.extend_from_slice(&buf[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {
+                return (String::from_utf8_lossy(&out).into_owned(), true)
+            }
+            Err(_) => {}
+        }
+    }
+    (String::from_utf8_lossy(&out).into_owned(), false)
+}
+
+fn stats(addr: SocketAddr) -> String {
+    let mut c = mctest::Client::connect(addr).unwrap();
+    c.call_str(&attempt("alice", "correct-horse")).unwrap();
+    c.call_str("stats\r\n").unwrap()
+}
+
+/// One write of 2,000 guesses followed by `get` logged in whenever any guess
+/// was right (about 1.9 million guesses a second on one connection). Now a
+/// failed login drops what was pipelined behind it, a connection is closed at
+/// its third failure, and a source address that failed 10 times in a row has
+/// its logins refused unchecked, then earns back one a second.
+#[test]
+fn password_guessing_is_slowed_to_the_address_rate() {
+    let dir = scratch("guess");
+    let backend = common::servers(1);
+    let users = users_file(&dir);
+    let proxy = common::proxy(&backend, |c| {
+        c.auth.file = Some(users.clone());
+        c.auth.address_burst = 10;
+        c.auth.address_per_sec = 2.0;
+    });
+    let addr = proxy.local_addr();
+
+    // 2,000 guesses in one write, the right password among them, then a get.
+    let mut burst = String::new();
+    for i in 0..2000 {
+        let password = if i == 1500 { "correct-horse".to_string() } else { format!("guess{i}") };
+        burst.push_str(&attempt("alice", &password));
+    }
+    burst.push_str("get secret\r\n");
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.write_all(burst.as_bytes()).unwrap();
+    let (reply, _) = read_until_closed(&mut s, Duration::from_secs(2));
+    assert!(!reply.contains("STORED") && !reply.contains("END"), "not logged in, nothing served: {reply:?}");
+    assert!(reply.starts_with("CLIENT_ERROR authentication failure\r\n"), "{reply:?}");
+
+    // Three guesses a connection, then closed.
+    let mut s = TcpStream::connect(addr).unwrap();
+    for i in 0..3 {
+        s.write_all(attempt("alice", &format!("again{i}")).as_bytes()).unwrap();
+        std::thread::sleep(Duration::from_millis(30));
+    }
+    let (reply, closed) = read_until_closed(&mut s, Duration::from_secs(2));
+    assert!(closed, "closed after the third failure: {reply:?}");
+    assert_eq!(reply.matches("CLIENT_ERROR authentication failure").count(), 3);
+
+    // Connection after connection from one address, as fast as it goes, for 3 s.
+    let t0 = Instant::now();
+    let mut tries = 0;
+    let mut locked_out_right_password = false;
+    while t0.elapsed() < Duration::from_secs(3) {
+        let Ok(mut s) = TcpStream::connect(addr) else { continue };
+        let _ = s.write_all(attempt("alice", &format!("spray{tries}")).as_bytes());
+        tries += 1;
+        let (reply, _) = read_until_closed(&mut s, Duration::from_millis(200));
+        assert!(!reply.contains("STORED"));
+        if tries == 50 {
+            // Even the right password is refused while the address is locked out.
+            let mut s = TcpStream::connect(addr).unwrap();
+            s.write_all(attempt("alice", "correct-horse").as_bytes()).unwrap();
+            let (reply, closed) = read_until_closed(&mut s, Duration::from_secs(1));
+            locked_out_right_password = reply.starts_with("CLIENT_ERROR authentication failure") && closed;
+        }
+    }
+    assert!(tries > 50, "the attack ran: {tries} tries");
+    assert!(locked_out_right_password, "a locked-out address is refused unchecked");
+    // Wait for one attempt to be earned back, then log in and count.
+    std::thread::sleep(Duration::from_millis(700));
+    let stats = stats(addr);
+    let checked = common::stat(&stats, "auth_cmds") - common::stat(&stats, "auth_throttled");
+    // 1 (the burst write) + 3 + the address's 10 + 2/s over ~4 s, + the final login.
+    assert!(checked <= 1 + 3 + 10 + 2 * 5 + 1, "passwords checked: {checked} of {tries} tries\n{stats}");
+    assert!(common::stat(&stats, "auth_throttled") >= 30, "{stats}");
+    assert!(common::stat(&stats, "auth_closed") >= 30, "{stats}");
+    common::stop(proxy);
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// Writes a CA and a certificate for 127.0.0.1 signed by it: (ca, cert, key).
+fn certificates(dir: &Path) -> (PathBuf, PathBuf, PathBuf) {
+    let ca_key = rcgen::KeyPair::generate().unwrap();
+    let mut ca = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    let ca = ca.self_signed(&ca_key).unwrap();
+    let key = rcgen::KeyPair::generate().unwrap();
+    let leaf = rcgen::CertificateParams::new(vec!["127.0.0.1".into()]).unwrap().signed_by(&key, &ca, &ca_key).unwrap();
+    let paths = (dir.join("ca.pem"), dir.join("cert.pem"), dir.join("key.pem"));
+    std::fs::write(&paths.0, ca.pem()).unwrap();
+    std::fs::write(&paths.1, leaf.pem()).unwrap();
+    std::fs::write(&paths.2, key.serialize_pem()).unwrap();
+    paths
+}
+
+fn tls_version(addr: SocketAddr, ca: &Path) -> std::io::Result<String> {
+    use rustls::pki_types::pem::PemObject;
+    let mut roots = rustls::RootCertStore::empty();
+    for c in rustls::pki_types::CertificateDer::pem_file_iter(ca).unwrap() {
+        roots.add(c.unwrap()).unwrap();
+    }
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let name = rustls::pki_types::ServerName::try_from("127.0.0.1").unwrap();
+    let conn = rustls::ClientConnection::new(std::sync::Arc::new(config), name).unwrap();
+    let sock = TcpStream::connect(addr)?;
+    sock.set_read_timeout(Some(Duration::from_secs(5)))?;
+    let mut s = rustls::StreamOwned::new(conn, sock);
+    s.write_all(b"version\r\n")?;
+    let mut buf = [0u8; 256];
+    let n = s.read(&mut buf)?;
+    Ok(String::from_utf8_lossy(&buf[..n]).into_owned())
+}
+
+/// With `--max-connections 50`, 50 sockets that never started TLS locked out
+/// a client with a valid certificate, forever. Now a handshake not finished
+/// within `handshake_timeout_secs` is closed, and past `max_handshaking` the
+/// connection handshaking longest makes room.
+#[test]
+fn sockets_that_never_finish_a_handshake_are_closed_and_cannot_take_every_slot() {
+    let dir = scratch("handshake");
+    let (ca, cert, key) = certificates(&dir);
+    let backend = common::servers(1);
+    let plain = format!("127.0.0.1:{}", mctest::free_port());
+    let proxy = common::proxy(&backend, |c| {
+        c.tls.plain_listen = Some(plain.clone());
+        c.tls.cert = Some(cert.to_string_lossy().into_owned());
+        c.tls.key = Some(key.to_string_lossy().into_owned());
+        c.tls.handshake_timeout_secs = 2;
+        c.tls.max_handshaking = 8;
+        c.proxy.max_connections = 50;
+    });
+    let addr = proxy.local_addr();
+    let silent: Vec<TcpStream> = (0..50).map(|_| TcpStream::connect(addr).unwrap()).collect();
+    std::thread::sleep(Duration::from_millis(300));
+    // A real client gets in at once, while the silent ones are still there.
+    let v = tls_version(addr, &ca).expect("a TLS client is served");
+    assert!(v.starts_with("VERSION "), "{v}");
+    // The silent sockets beyond the cap were closed at once; the rest at the deadline.
+    let t0 = Instant::now();
+    let mut closed_at = Vec::new();
+    for mut s in silent {
+        let (_, closed) = read_until_closed(&mut s, Duration::from_secs(4).saturating_sub(t0.elapsed()));
+        assert!(closed, "a silent socket is closed");
+        closed_at.push(t0.elapsed());
+    }
+    let last = closed_at.iter().max().unwrap();
+    assert!(*last < Duration::from_secs(3), "closed within the 2 s handshake deadline: {last:?}");
+    let stats = {
+        let mut s = String::new();
+        for _ in 0..20 {
+            s = mctest::Client::connect(plain.parse().unwrap()).unwrap().call_str("stats\r\n").unwrap();
+            if common::stat(&s, "handshake_timeouts") > 0 {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        s
+    };
+    let (timeouts, refused) = (common::stat(&stats, "handshake_timeouts"), common::stat(&stats, "handshake_refused"));
+    assert!(refused >= 40, "sockets over the cap made room: {refused}\n{stats}");
+    assert!(timeouts >= 1 && timeouts + refused >= 50, "timeouts {timeouts}, refused {refused}");
+    common::stop(proxy);
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// A connection that never logs in held its slot forever. Now it is closed
+/// after `login_timeout_secs`; one that logged in stays.
+#[test]
+fn a_connection_that_never_logs_in_is_closed() {
+    let dir = scratch("login-timeout");
+    let backend = common::servers(1);
+    let users = users_file(&dir);
+    let proxy = common::proxy(&backend, |c| {
+        c.auth.file = Some(users.clone());
+        c.auth.login_timeout_secs = 1;
+    });
+    let addr = proxy.local_addr();
+    let mut idle = TcpStream::connect(addr).unwrap();
+    let mut member = mctest::Client::connect(addr).unwrap();
+    assert_eq!(member.call_str(&attempt("alice", "correct-horse")).unwrap(), "STORED\r\n");
+    let t0 = Instant::now();
+    let (_, closed) = read_until_closed(&mut idle, Duration::from_secs(3));
+    assert!(closed, "closed for not logging in");
+    assert!(t0.elapsed() < Duration::from_millis(1600), "{:?}", t0.elapsed());
+    std::thread::sleep(Duration::from_millis(500));
+    let stats = member.call_str("stats\r\n").expect("the logged-in client is still served");
+    assert_eq!(common::stat(&stats, "login_timeouts"), 1);
+    common::stop(proxy);
+    std::fs::remove_dir_all(&dir).ok();
+}
