@@ -118,6 +118,7 @@ def test_tls_on_both_sides_with_pymemcache_python_ssl_and_openssl(tmp_path, pki,
 def test_client_certificates_and_a_login_over_tls(tmp_path, pki, start_proxy):
     users = tmp_path / "users"
     users.write_text("app:correct-horse\n")
+    users.chmod(0o600)
     with ProcessGroup(tmp_path / "servers") as group:
         port = group.memcached("mc0").port
         proxy = start_proxy(
@@ -179,6 +180,7 @@ def test_redis_py_speaks_tls_to_mwmq_and_logs_in(tmp_path, pki):
     ).stdout.decode()
     config = tmp_path / "mwmq.toml"
     config.write_text(table)
+    config.chmod(0o600)
     with Postgres(tmp_path / "pg") as pg, ProcessGroup(tmp_path / "mq") as group:
         port = free_port()
         cmd = [

@@ -159,11 +159,40 @@ fn metrics(shared: &Shared) -> String {
     ] {
         p.counter(name, help, &[], value);
     }
-    for (queue, counts) in shared.queues.all() {
-        for (field, value) in counts.fields() {
+    for (queue, fields) in queue_series(shared) {
+        for (field, value) in fields {
             let help = format!("Messages {} this queue since start.", field.replace('_', " "));
             p.counter(&format!("mwmq_queue_{field}_total"), &help, &[("queue", queue.as_str())], value);
         }
     }
     p.render()
+}
+
+/// The per-queue series /metrics shows: the queues `[queues] metrics_queues`
+/// names, in name order, at most `metrics_max_queues` of them; the rest added
+/// up as `_other` (so /metrics neither names every queue nor grows without bound).
+fn queue_series(shared: &Shared) -> Vec<(String, Vec<(&'static str, u64)>)> {
+    let q = &shared.config.queues;
+    let mut all = shared.queues.all();
+    all.sort_by(|a, b| a.0.cmp(&b.0));
+    let mut shown = Vec::new();
+    let mut other: Vec<(&'static str, u64)> = Vec::new();
+    for (queue, counts) in all {
+        let named = q.metrics_queues.iter().any(|p| crate::users::matches(p, &queue));
+        if named && shown.len() < q.metrics_max_queues {
+            shown.push((queue, counts.fields().to_vec()));
+        } else {
+            let fields = counts.fields();
+            if other.is_empty() {
+                other = fields.iter().map(|(k, _)| (*k, 0)).collect();
+            }
+            for (o, (_, v)) in other.iter_mut().zip(fields) {
+                o.1 += v;
+            }
+        }
+    }
+    if !other.is_empty() {
+        shown.push(("_other".to_string(), other));
+    }
+    shown
 }

@@ -29,6 +29,9 @@ pub struct Cli {
     /// Listen beyond loopback without [[users]]: anyone who reaches the port may use every queue.
     #[arg(long)]
     pub insecure_no_auth: bool,
+    /// Accept a configuration file with secrets that every user of this machine may read (refused otherwise).
+    #[arg(long)]
+    pub allow_readable_secrets: bool,
     /// `mwmq user add ...`: make a user entry for the configuration file.
     #[command(subcommand)]
     pub command: Option<Sub>,
@@ -82,6 +85,8 @@ impl Cli {
     /// The configuration: the file (if any), then every flag given.
     pub fn to_config(&self) -> Result<Config, ConfigError> {
         let mut c: Config = self.server.load()?;
+        // (What the file holds, before --db.)
+        let file_has_secrets = c.has_secrets();
         if let Some(db) = &self.db {
             c.database.url = db.clone();
         }
@@ -93,6 +98,15 @@ impl Cli {
         }
         if c.server.input_budget < c.server.max_body {
             c.server.input_budget = c.server.max_body;
+        }
+        if self.allow_readable_secrets {
+            c.server.allow_readable_secrets = true;
+        }
+        if let Some(file) = &self.server.config {
+            if file_has_secrets && !c.server.allow_readable_secrets {
+                mwserve::config::check_private(file, "configuration file", "--allow-readable-secrets")
+                    .map_err(ConfigError)?;
+            }
         }
         Ok(c)
     }

@@ -29,6 +29,14 @@ pub struct Config {
     pub users: Vec<crate::users::UserConfig>,
 }
 
+impl Config {
+    /// Whether the configuration holds secrets: users' password hashes, or a
+    /// password in the database connection string.
+    pub fn has_secrets(&self) -> bool {
+        !self.users.is_empty() || mwstats::redact::redact(&self.database.url) != self.database.url
+    }
+}
+
 /// Password checks: argon2 on threads of their own, never a worker's, each
 /// with one block of memory for its hashes; failures throttled per
 /// connection and per source address; a deadline to log in.
@@ -99,6 +107,9 @@ pub struct ServerConfig {
     /// that anyone who reaches the port can read and write every queue
     /// (default false: mwmq refuses to start so).
     pub insecure_no_auth: bool,
+    /// Accept a configuration file holding secrets (users, a database
+    /// password) that every user of the machine may read (default false: refused).
+    pub allow_readable_secrets: bool,
 }
 
 impl Default for ServerConfig {
@@ -114,6 +125,7 @@ impl Default for ServerConfig {
             batch: 32,
             queue_timeout_ms: 10_000,
             insecure_no_auth: false,
+            allow_readable_secrets: false,
         }
     }
 }
@@ -179,6 +191,12 @@ pub struct QueuesConfig {
     pub vacuum_s: u64,
     /// Dead rows that make the table worth a vacuum (default 10000).
     pub vacuum_min_dead: u64,
+    /// Queues with series of their own on /metrics: names or patterns (`*`
+    /// for any run of characters; default `["*"]`), at most
+    /// `metrics_max_queues` of them; the others are added up as `queue="_other"`.
+    pub metrics_queues: Vec<String>,
+    /// Most queues with series of their own on /metrics (default 100).
+    pub metrics_max_queues: usize,
 }
 
 impl Default for QueuesConfig {
@@ -191,6 +209,8 @@ impl Default for QueuesConfig {
             maintenance_s: 60,
             vacuum_s: 10,
             vacuum_min_dead: 10_000,
+            metrics_queues: vec!["*".into()],
+            metrics_max_queues: 100,
         }
     }
 }
@@ -218,6 +238,15 @@ impl ServiceConfig for Config {
     const INSTANCE: &'static str = "mq0";
     const SECTION: &'static str = "server";
 
+    /// The database password (in the connection string) and the users'
+    /// password hashes (see also [`Config::has_secrets`]).
+    fn redact(&mut self) {
+        self.database.url = mwstats::redact::redact(&self.database.url);
+        for u in &mut self.users {
+            u.password_hash = mwstats::redact::MASK.into();
+        }
+    }
+
     fn check(&self) -> Result<(), ConfigError> {
         let err = |m: String| Err(ConfigError(m));
         let s = &self.server;
@@ -241,7 +270,7 @@ impl ServiceConfig for Config {
         }
         let target = crate::dbtls::split(&d.url).map_err(ConfigError)?;
         if let Err(e) = target.conninfo.parse::<postgres::Config>() {
-            return err(format!("database connection string {:?}: {e}", d.url));
+            return err(format!("database connection string {:?}: {e}", mwstats::redact::redact(&d.url)));
         }
         if self.pool_size() > 1024 {
             return err(format!("the pool must have 1..=1024 connections, not {}", self.pool_size()));

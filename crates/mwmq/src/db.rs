@@ -833,6 +833,12 @@ fn connect_now(cfg: &Config) -> Result<Client, String> {
     let target = crate::dbtls::split(&cfg.database.url)?;
     let mut pg: postgres::Config = target.conninfo.parse().map_err(|e| format!("connection string: {e}"))?;
     pg.connect_timeout(Duration::from_millis(cfg.database.connect_timeout_ms));
+    if pg.get_password().is_none() {
+        // PGPASSWORD, passfile, PGPASSFILE, ~/.pgpass, as libpq.
+        if let Some(p) = crate::pgpass::password_for(&pg, target.passfile.as_deref()) {
+            pg.password(p);
+        }
+    }
     if pg.get_application_name().is_none() {
         pg.application_name("mwmq");
     }

@@ -47,6 +47,8 @@ pub struct DbTarget {
     pub mode: Mode,
     /// `sslrootcert`.
     pub root: Option<String>,
+    /// `passfile`: where to look for the password (`pgpass.rs`).
+    pub passfile: Option<String>,
 }
 
 fn mode_of(v: &str) -> Result<Mode, String> {
@@ -60,10 +62,11 @@ fn mode_of(v: &str) -> Result<Mode, String> {
     })
 }
 
-/// Reads `sslmode` and `sslrootcert` out of a key=value string or a URL.
+/// Reads `sslmode`, `sslrootcert` and `passfile` out of a key=value string or a URL.
 pub fn split(url: &str) -> Result<DbTarget, String> {
     let mut mode = None;
     let mut root = None;
+    let mut passfile = None;
     let conninfo = if url.starts_with("postgres://") || url.starts_with("postgresql://") {
         let (base, query) = url.split_once('?').unwrap_or((url, ""));
         let mut kept = Vec::new();
@@ -71,6 +74,7 @@ pub fn split(url: &str) -> Result<DbTarget, String> {
             match pair.split_once('=') {
                 Some(("sslmode", v)) => mode = Some(mode_of(v)?),
                 Some(("sslrootcert", v)) => root = Some(v.to_string()),
+                Some(("passfile", v)) => passfile = Some(v.to_string()),
                 _ => kept.push(pair),
             }
         }
@@ -85,6 +89,7 @@ pub fn split(url: &str) -> Result<DbTarget, String> {
             match k.as_str() {
                 "sslmode" => mode = Some(mode_of(&v)?),
                 "sslrootcert" => root = Some(v),
+                "passfile" => passfile = Some(v),
                 _ => kept.push(format!("{k}='{}'", v.replace('\\', "\\\\").replace('\'', "\\'"))),
             }
         }
@@ -108,7 +113,7 @@ pub fn split(url: &str) -> Result<DbTarget, String> {
     } else {
         format!("{conninfo} sslmode={lib_mode}").trim().to_string()
     };
-    Ok(DbTarget { conninfo, mode, root })
+    Ok(DbTarget { conninfo, mode, root, passfile })
 }
 
 /// `key=value` pairs of a libpq string (values may be quoted with `'`).

@@ -18,6 +18,7 @@ pub mod events;
 pub mod job;
 pub mod logins;
 pub mod net;
+pub mod pgpass;
 pub mod queues;
 pub mod resp;
 pub mod server;

@@ -169,7 +169,7 @@ pub fn summary_record(shared: &Shared) -> WindowRecord {
         (run.extra.0, NetSnapshot::default()),
         (run.extra.1, PoolSnapshot::default()),
     );
-    let config = serde_json::to_value(&shared.config).unwrap_or_default();
+    let config = serde_json::to_value(shared.config.redacted()).unwrap_or_default();
     r.metadata = Some(Metadata::of_run(crate::VERSION, config, run.start_unix_ms, end));
     r
 }

@@ -194,6 +194,7 @@ fn failed_logins_cost_bounded_memory_and_leave_logged_in_clients_alone() {
     // The address may fail often here (all clients are 127.0.0.1): the
     // per-connection throttle and the login thread are what is measured.
     std::fs::write(&file, format!("[auth]\naddress_burst = 100000\n\n{table}")).unwrap();
+    std::fs::set_permissions(&file, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
     let mq = MqProcess::start(&pg, 0, &["--config", file.to_str().unwrap()]);
     let pid = mq.child.id();
     let mut app = login(mq.addr, "app", "app-pw");
@@ -326,4 +327,34 @@ fn silent_sockets_and_connections_that_never_log_in_are_closed() {
     assert!(refused >= 40 && refused + timeouts >= 50, "refused {refused}, timeouts {timeouts}");
     assert_eq!(info_of(&mut app, "login_timeouts"), 1);
     std::fs::remove_dir_all(&dir).ok();
+}
+
+/// /metrics named every queue, and grew with them. Now only the queues
+/// `[queues] metrics_queues` names have series of their own, at most
+/// `metrics_max_queues`; the rest are added up as `_other`.
+#[test]
+fn metrics_name_only_the_queues_configured_and_a_bounded_number() {
+    let pg = Postgres::start().unwrap();
+    let mut cfg = config(&pg);
+    cfg.stats.admin = Some("127.0.0.1:0".into());
+    cfg.queues.metrics_queues = vec!["public.*".into()];
+    cfg.queues.metrics_max_queues = 2;
+    let mq = start(cfg);
+    let mut c = connect(mq.local_addr());
+    for q in ["public.a", "public.b", "public.c", "payroll"] {
+        assert_eq!(common::q::<String>(&mut c, &["QCREATE", q]), "OK");
+        let _: i64 = common::q(&mut c, &["SEND", q, "x"]);
+    }
+    let (_, page) = mctest::http_get(mq.admin_addr().unwrap(), "/metrics");
+    let sent: Vec<&str> = page.lines().filter(|l| l.starts_with("mwmq_queue_sent_total{")).collect();
+    assert_eq!(
+        sent,
+        [
+            "mwmq_queue_sent_total{queue=\"public.a\"} 1",
+            "mwmq_queue_sent_total{queue=\"public.b\"} 1",
+            "mwmq_queue_sent_total{queue=\"_other\"} 2"
+        ],
+        "{page}"
+    );
+    assert!(!page.contains("payroll"));
 }

@@ -23,8 +23,11 @@ impl std::fmt::Debug for Users {
 /// The largest users file read (memcached keeps a handful of entries).
 const MAX_FILE: u64 = 1 << 20;
 
-fn entries(path: &Path) -> Result<Vec<Entry>, String> {
+fn entries(path: &Path, allow_readable: bool) -> Result<Vec<Entry>, String> {
     let what = |e: &dyn std::fmt::Display| format!("auth file {}: {e}", path.display());
+    if !allow_readable {
+        mwserve::config::check_private(path, "auth file", "--allow-readable-secrets")?;
+    }
     let size = std::fs::metadata(path).map_err(|e| what(&e))?.len();
     if size > MAX_FILE {
         return Err(what(&format!("larger than {MAX_FILE} bytes")));
@@ -54,8 +57,9 @@ fn entries(path: &Path) -> Result<Vec<Entry>, String> {
 
 impl Users {
     /// The users of a file of `user:password` lines (memcached's `-Y` format).
-    pub fn load(path: &Path) -> Result<Users, String> {
-        entries(path).map(|entries| Users { entries })
+    /// A file others may read is refused unless `allow_readable`.
+    pub fn load(path: &Path, allow_readable: bool) -> Result<Users, String> {
+        entries(path, allow_readable).map(|entries| Users { entries })
     }
 
     /// Whether `user` may log in with `password` (compared in constant time).
@@ -78,8 +82,8 @@ fn same(a: &[u8], b: &[u8]) -> bool {
 
 /// The login for servers that require authentication: the first line of a
 /// `user:password` file, as `mcproto::auth::login` bytes.
-pub fn server_login(path: &Path) -> Result<Vec<u8>, String> {
-    let (user, password) = entries(path)?.swap_remove(0);
+pub fn server_login(path: &Path, allow_readable: bool) -> Result<Vec<u8>, String> {
+    let (user, password) = entries(path, allow_readable)?.swap_remove(0);
     Ok(mcproto::auth::login(&user, &password))
 }
 
@@ -93,17 +97,21 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("users");
         std::fs::write(&path, "alice:secret\r\nbob:p:w\n\n").unwrap();
-        let users = Users::load(&path).unwrap();
+        let readable = Users::load(&path, false).unwrap_err();
+        assert!(readable.contains("every user of this machine may read it") && readable.contains("chmod 600"));
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let users = Users::load(&path, false).unwrap();
         assert!(users.check(b"alice", b"secret") && users.check(b"bob", b"p:w"));
         assert!(
             !users.check(b"alice", b"secre") && !users.check(b"alice", b"secrex") && !users.check(b"eve", b"secret")
         );
-        assert_eq!(server_login(&path).unwrap(), b"set auth 0 0 12\r\nalice secret\r\n");
+        assert_eq!(server_login(&path, false).unwrap(), b"set auth 0 0 12\r\nalice secret\r\n");
         std::fs::write(&path, "alice\n").unwrap();
-        assert!(Users::load(&path).unwrap_err().contains("line 1 is not user:password"));
+        assert!(Users::load(&path, true).unwrap_err().contains("line 1 is not user:password"));
         std::fs::write(&path, "\n").unwrap();
-        assert!(Users::load(&path).unwrap_err().contains("no user:password"));
-        assert!(Users::load(&dir.join("missing")).is_err());
+        assert!(Users::load(&path, true).unwrap_err().contains("no user:password"));
+        assert!(Users::load(&dir.join("missing"), true).is_err());
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

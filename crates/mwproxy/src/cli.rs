@@ -95,6 +95,9 @@ pub struct Cli {
     /// Log in to servers started with memcached -Y: a file whose first line is user:password.
     #[arg(long, value_name = "FILE")]
     pub server_auth_file: Option<String>,
+    /// Accept users files that every user of this machine may read (refused otherwise).
+    #[arg(long)]
+    pub allow_readable_secrets: bool,
     /// Largest value in bytes; k and m suffixes allowed [default: 1m].
     #[arg(long, value_name = "BYTES", value_parser = parse_size)]
     pub max_value_size: Option<usize>,
@@ -151,6 +154,9 @@ impl Cli {
         some(&mut c.backend.tls_ca, &self.server_tls_ca);
         some(&mut c.backend.tls_server_name, &self.server_tls_name);
         some(&mut c.backend.auth_file, &self.server_auth_file);
+        if self.allow_readable_secrets {
+            c.auth.allow_readable_secrets = true;
+        }
         if self.server_tls {
             c.backend.tls = true;
         }

@@ -47,11 +47,21 @@ pub struct AuthConfig {
     /// Seconds a connection may take to log in before it is closed, where
     /// users are configured (default 30; 0: no limit).
     pub login_timeout_secs: u64,
+    /// Accept users files (`file`, `[backend] auth_file`) that every user
+    /// of the machine may read (default false: refused).
+    pub allow_readable_secrets: bool,
 }
 
 impl Default for AuthConfig {
     fn default() -> Self {
-        AuthConfig { file: None, max_failures: 3, address_burst: 10, address_per_sec: 1.0, login_timeout_secs: 30 }
+        AuthConfig {
+            file: None,
+            max_failures: 3,
+            address_burst: 10,
+            address_per_sec: 1.0,
+            login_timeout_secs: 30,
+            allow_readable_secrets: false,
+        }
     }
 }
 

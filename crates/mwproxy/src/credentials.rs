@@ -31,9 +31,10 @@ impl Credentials {
     /// Reads every file `config` names.
     pub fn load(config: &Config) -> Result<Credentials, ConfigError> {
         let path = |p: &String| Path::new(p).to_path_buf();
-        let users = config.auth.file.as_ref().map(|f| Users::load(&path(f))).transpose().map_err(ConfigError)?;
+        let open = config.auth.allow_readable_secrets;
+        let users = config.auth.file.as_ref().map(|f| Users::load(&path(f), open)).transpose().map_err(ConfigError)?;
         let login =
-            config.backend.auth_file.as_ref().map(|f| server_login(&path(f))).transpose().map_err(ConfigError)?;
+            config.backend.auth_file.as_ref().map(|f| server_login(&path(f), open)).transpose().map_err(ConfigError)?;
         let tls = config.tls.server_config()?;
         let b = &config.backend;
         let server_tls = match (&b.tls, &b.tls_ca) {

@@ -21,6 +21,8 @@ fn scratch(name: &str) -> PathBuf {
 fn users_file(dir: &Path) -> String {
     let path = dir.join("users");
     std::fs::write(&path, "alice:correct-horse\n").unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
     path.to_string_lossy().into_owned()
 }
 

@@ -59,9 +59,16 @@ fn sessions(addr: SocketAddr) -> Vec<Vec<String>> {
         .collect()
 }
 
+/// Only its owner may read it (mwproxy refuses users files others may read).
+fn private(path: &std::path::Path) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).unwrap();
+}
+
 fn users_file(dir: &std::path::Path) -> PathBuf {
     let path = dir.join("users");
     std::fs::write(&path, "alice:secret\nbob:pw2\n").unwrap();
+    private(&path);
     path
 }
 
@@ -124,6 +131,7 @@ fn mwproxy_logs_in_to_servers_that_require_it() {
     // Wrong credentials: the servers refuse, and the client hears it from the proxy.
     let wrong = dir.join("wrong");
     std::fs::write(&wrong, "alice:nope\n").unwrap();
+    private(&wrong);
     let proxy = common::proxy(&guarded, |c| c.backend.auth_file = Some(wrong.to_string_lossy().into_owned()));
     let mut c = common::client(&proxy);
     let reply = c.call_str("get k1\r\n").unwrap();

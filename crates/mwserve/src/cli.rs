@@ -182,7 +182,8 @@ pub fn serve<S: Service>(
         }
     };
     if args.print_config {
-        print!("{}", config.to_toml());
+        // Secrets masked: a configuration printed is one shown to others.
+        print!("{}", config.redacted().to_toml());
         return ExitCode::SUCCESS;
     }
     let service = match S::start(config) {

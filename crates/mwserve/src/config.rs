@@ -19,7 +19,7 @@ pub struct ConfigError(pub String);
 /// `queue_capacity`, `max_connections` in the section [`ServiceConfig::SECTION`],
 /// and the `[stats]` section — are read and set through the configuration's
 /// TOML form, so the shared flags and checks need nothing else from it.
-pub trait ServiceConfig: Serialize + DeserializeOwned + Default {
+pub trait ServiceConfig: Serialize + DeserializeOwned + Default + Clone {
     /// The process's name in results files unless `[stats] instance` says otherwise.
     const INSTANCE: &'static str;
     /// The section that holds the settings every middleware has (`proxy`, `server`).
@@ -54,10 +54,39 @@ pub trait ServiceConfig: Serialize + DeserializeOwned + Default {
         Self::deserialize(doc).map_err(|e| ConfigError(format!("config file: {e}")))
     }
 
-    /// The configuration as TOML (what `--print-config` shows).
+    /// The configuration as TOML.
     fn to_toml(&self) -> String {
         toml::to_string_pretty(self).expect("config serializes")
     }
+
+    /// Masks the secrets it holds (passwords, password hashes), for
+    /// `--print-config` and the results' metadata.
+    fn redact(&mut self) {}
+
+    /// A copy with its secrets masked ([`ServiceConfig::redact`]).
+    fn redacted(&self) -> Self {
+        let mut shown = self.clone();
+        shown.redact();
+        shown
+    }
+}
+
+/// Refuses a file holding secrets (passwords, password hashes) that every
+/// user of the machine may read, as PostgreSQL refuses such a key file; the
+/// message says how to fix it, or how to accept it (`flag`).
+pub fn check_private(path: &Path, what: &str, flag: &str) -> Result<(), String> {
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(path).map_err(|e| format!("{what} {}: {e}", path.display()))?.permissions().mode();
+    if mode & 0o007 != 0 {
+        return Err(format!(
+            "{what} {} holds secrets and every user of this machine may read it (mode {:o}): `chmod 600 {}`, \
+             or accept it with {flag}",
+            path.display(),
+            mode & 0o777,
+            path.display()
+        ));
+    }
+    Ok(())
 }
 
 /// Puts `overlay`'s values into `doc`, section by section.
@@ -212,12 +241,24 @@ pub struct StatsConfig {
     /// `mq0` for mwmq).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub instance: Option<String>,
+    /// A file whose first line is the token that requests changing anything
+    /// on the admin endpoint (`POST /reload`) must carry as `Authorization:
+    /// Bearer TOKEN` (default: none; then anyone who reaches the endpoint may).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub admin_token_file: Option<String>,
 }
 
 impl Default for StatsConfig {
     /// 1-second windows, every 100th request traced, no files, no admin endpoint.
     fn default() -> Self {
-        StatsConfig { out: None, window_ms: 1000, trace_every: 100, admin: None, instance: None }
+        StatsConfig {
+            out: None,
+            window_ms: 1000,
+            trace_every: 100,
+            admin: None,
+            instance: None,
+            admin_token_file: None,
+        }
     }
 }
 

@@ -135,17 +135,33 @@ impl Session {
     }
 
     /// Takes as much plaintext as the session buffers (64 KiB) and writes
-    /// what the socket takes; `WouldBlock` when it took nothing.
+    /// what the socket takes; `WouldBlock` only when the socket said so.
+    ///
+    /// A session whose buffer was full takes nothing; if the socket then
+    /// takes every record the session held, there is room again and the
+    /// plaintext is offered once more. Answering `WouldBlock` there instead
+    /// (as this once did) stalled large replies: the caller waits for the
+    /// socket to become writable, but a socket that never filled up raises no
+    /// such event, so the rest of the reply waited for the client's next
+    /// request.
     pub fn write(&mut self, mut sock: impl Read + Write, buf: &[u8]) -> io::Result<usize> {
-        let n = self.0.writer().write(buf)?;
-        match self.flush(&mut sock) {
-            Err(e) if !quiet(&e) => return Err(e),
-            _ => {}
+        loop {
+            let n = self.0.writer().write(buf)?;
+            let drained = match self.flush(&mut sock) {
+                Ok(drained) => drained,
+                Err(e) if quiet(&e) => false,
+                Err(e) => return Err(e),
+            };
+            if n > 0 || buf.is_empty() {
+                return Ok(n);
+            }
+            if !drained || self.0.is_handshaking() {
+                // The socket is full (it will say when it takes more), or the
+                // handshake holds the plaintext back (it is written when the
+                // handshake ends, on the read path).
+                return Err(io::ErrorKind::WouldBlock.into());
+            }
         }
-        if n == 0 && !buf.is_empty() {
-            return Err(io::ErrorKind::WouldBlock.into());
-        }
-        Ok(n)
     }
 
     /// Writes the records the session holds; true when none is left.
@@ -219,6 +235,77 @@ pub(crate) mod tests {
         // A client that does not trust the CA fails the handshake, with a TLS error.
         assert!(server_config(&ca, &key, None).is_err(), "a key that does not match the certificate");
         assert!(client_config(&dir.join("missing.pem")).is_err());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A socket that takes nothing while closed (`WouldBlock`) and everything once open.
+    struct Gate {
+        open: bool,
+        taken: usize,
+    }
+
+    impl Read for Gate {
+        fn read(&mut self, _: &mut [u8]) -> io::Result<usize> {
+            Err(io::ErrorKind::WouldBlock.into())
+        }
+    }
+
+    impl Write for Gate {
+        fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+            if !self.open {
+                return Err(io::ErrorKind::WouldBlock.into());
+            }
+            self.taken += buf.len();
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    /// Moves records from `from` to `to` until neither has anything to say.
+    fn pump(from: &mut rustls::Connection, to: &mut rustls::Connection) {
+        let mut bytes = Vec::new();
+        while from.wants_write() {
+            from.write_tls(&mut bytes).unwrap();
+        }
+        let mut slice = &bytes[..];
+        while !slice.is_empty() {
+            to.read_tls(&mut slice).unwrap();
+            to.process_new_packets().unwrap();
+        }
+    }
+
+    /// After the socket was full, the first write once it drains must take
+    /// more plaintext: it once answered `WouldBlock` although the socket had
+    /// just taken every record, and a socket that never fills again raises
+    /// no writable event, so the rest of a large reply waited for the
+    /// client's next request.
+    #[test]
+    fn a_write_after_the_socket_drained_takes_more() {
+        let dir = std::env::temp_dir().join(format!("mwserve-tls-gate-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (ca, cert, key) = certificates(&dir);
+        let mut server = Session::accept(&server_config(&cert, &key, None).unwrap()).unwrap();
+        let mut client = Session::connect(&client_config(&ca).unwrap(), server_name("127.0.0.1").unwrap()).unwrap();
+        while client.0.is_handshaking() || server.0.is_handshaking() {
+            pump(&mut client.0, &mut server.0);
+            pump(&mut server.0, &mut client.0);
+        }
+        let reply = vec![b'v'; 1 << 20];
+        let mut sock = Gate { open: false, taken: 0 };
+        let first = server.write(&mut sock, &reply).unwrap();
+        assert!(first > 0, "the session buffers some");
+        let full = server.write(&mut sock, &reply[first..]).unwrap_err();
+        assert_eq!(full.kind(), io::ErrorKind::WouldBlock, "the session is full and the socket too");
+        // The socket drains: every write takes more, to the end, without a WouldBlock.
+        sock.open = true;
+        let mut sent = first;
+        while sent < reply.len() {
+            sent += server.write(&mut sock, &reply[sent..]).expect("an open socket never blocks");
+        }
+        assert!(server.flush(&mut sock).unwrap());
+        assert!(sock.taken > reply.len(), "every byte went out, encrypted");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

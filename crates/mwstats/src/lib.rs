@@ -16,6 +16,7 @@ pub mod ops;
 pub mod prom;
 pub mod reader;
 pub mod record;
+pub mod redact;
 pub mod slots;
 pub mod stages;
 pub mod totals;

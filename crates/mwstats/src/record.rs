@@ -226,7 +226,8 @@ impl Metadata {
         Metadata {
             version: version.into(),
             git_revision: crate::GIT_REVISION.into(),
-            command_line: std::env::args().collect(),
+            // Passwords in connection strings are never written to results.
+            command_line: crate::redact::redact_args(std::env::args()),
             config,
             host,
             cpu_model,
