@@ -244,3 +244,64 @@ fn a_connection_that_never_logs_in_is_closed() {
     common::stop(proxy);
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// An 80,000-key multi-get over TLS (a 10 MB reply) stalled with its last
+/// 89 KB to 1 MB unsent until the client sent something else, in 2 to 4 of 6
+/// runs: a TLS write answered `WouldBlock` although the socket had taken
+/// every record. Now every run arrives whole.
+#[test]
+fn large_replies_over_tls_arrive_whole_without_the_client_sending_again() {
+    use rustls::pki_types::pem::PemObject;
+    let dir = scratch("large-tls");
+    let (ca, cert, key) = certificates(&dir);
+    let backend = common::servers(1);
+    let n = 80_000;
+    let value = "v".repeat(100);
+    let mut fill = mctest::Client::connect(backend[0].addr()).unwrap();
+    let mut batch = String::new();
+    for i in 0..n {
+        batch.push_str(&format!("set k{i} 0 0 100 noreply\r\n{value}\r\n"));
+    }
+    fill.send(batch.as_bytes()).unwrap();
+    assert!(fill.call_str("version\r\n").unwrap().starts_with("VERSION"));
+    let proxy = common::proxy(&backend, |c| {
+        c.tls.cert = Some(cert.to_string_lossy().into_owned());
+        c.tls.key = Some(key.to_string_lossy().into_owned());
+    });
+    let mut roots = rustls::RootCertStore::empty();
+    for c in rustls::pki_types::CertificateDer::pem_file_iter(&ca).unwrap() {
+        roots.add(c.unwrap()).unwrap();
+    }
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let config = std::sync::Arc::new(
+        rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_root_certificates(roots)
+            .with_no_client_auth(),
+    );
+    let request = format!("get {}\r\n", (0..n).map(|i| format!("k{i}")).collect::<Vec<_>>().join(" "));
+    let expected = n * (format!("VALUE k0 0 100\r\n{value}\r\n").len() - 1)
+        + (0..n).map(|i| i.to_string().len()).sum::<usize>()
+        + 5;
+    for run in 0..6 {
+        let name = rustls::pki_types::ServerName::try_from("127.0.0.1").unwrap();
+        let conn = rustls::ClientConnection::new(config.clone(), name).unwrap();
+        let sock = TcpStream::connect(proxy.local_addr()).unwrap();
+        sock.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let mut s = rustls::StreamOwned::new(conn, sock);
+        s.write_all(request.as_bytes()).unwrap();
+        let mut got = Vec::with_capacity(expected);
+        let mut buf = vec![0u8; 1 << 16];
+        while !got.ends_with(b"END\r\n") {
+            match s.read(&mut buf) {
+                Ok(0) => panic!("run {run}: closed after {} bytes", got.len()),
+                Ok(k) => got.extend_from_slice(&buf[..k]),
+                Err(e) => panic!("run {run}: stalled with {} of {expected} bytes: {e}", got.len()),
+            }
+        }
+        assert_eq!(got.len(), expected, "run {run}");
+    }
+    common::stop(proxy);
+    std::fs::remove_dir_all(&dir).ok();
+}
