@@ -309,6 +309,63 @@ proptest! {
     }
 }
 
+/// A request line (and data block) built from generated parts.
+fn generated_request() -> impl Strategy<Value = Vec<u8>> {
+    let key = "[a-zA-Z0-9_:.-]{1,20}";
+    prop_oneof![
+        (key, proptest::collection::vec(any::<u8>(), 0..100), any::<u16>(), 0u32..100_000).prop_map(
+            |(k, data, flags, exp)| {
+                let mut r = format!("set {k} {flags} {exp} {}\r\n", data.len()).into_bytes();
+                r.extend_from_slice(&data);
+                r.extend_from_slice(b"\r\n");
+                r
+            }
+        ),
+        proptest::collection::vec(key, 1..8).prop_map(|ks| format!("get {}\r\n", ks.join(" ")).into_bytes()),
+        (key, 0u64..1000).prop_map(|(k, n)| format!("incr {k} {n}\r\n").into_bytes()),
+        key.prop_map(|k| format!("delete {k} noreply\r\n").into_bytes()),
+        (key, "[vtfsq]{0,4}").prop_map(|(k, f)| {
+            let flags: Vec<String> = f.chars().map(String::from).collect();
+            format!("mg {k} {}\r\n", flags.join(" ")).into_bytes()
+        }),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 500, ..ProptestConfig::default() })]
+
+    /// A generated request split at every byte boundary: every strict prefix
+    /// asks for more bytes, the whole is one request of exactly its length.
+    #[test]
+    fn generated_requests_split_anywhere(r in generated_request()) {
+        for cut in 0..r.len() {
+            prop_assert!(matches!(parse_request(&r[..cut], &lim()), Parsed::Incomplete), "prefix of {}", cut);
+        }
+        match parse_request(&r, &lim()) {
+            Parsed::Request { consumed, .. } => prop_assert_eq!(consumed, r.len()),
+            other => prop_assert!(false, "{:?} from {:?}", other, String::from_utf8_lossy(&r)),
+        }
+    }
+
+    /// The login parser (memcached's `-Y` exchange) never panics nor claims
+    /// more than it was given.
+    #[test]
+    fn random_logins_never_panic(input in proptest::collection::vec(
+        prop_oneof![
+            Just(b"set ".to_vec()), Just(b"auth ".to_vec()), Just(b"0 ".to_vec()), Just(b"12".to_vec()),
+            Just(b"\r\n".to_vec()), Just(b"alice secret".to_vec()), Just(b"-1 ".to_vec()),
+            proptest::collection::vec(any::<u8>(), 0..20),
+        ], 0..20)) {
+        let input = input.concat();
+        match crate::auth::parse_auth(&input) {
+            crate::auth::Auth::Refused { consumed, .. } | crate::auth::Auth::Credentials { consumed, .. } => {
+                prop_assert!(consumed > 0 && consumed <= input.len());
+            }
+            crate::auth::Auth::Incomplete | crate::auth::Auth::Close => {}
+        }
+    }
+}
+
 fn check_consumed(input: &[u8]) {
     let l = Limits { max_value_len: 64, max_line_len: 128, ..lim() };
     let mut at = 0;
