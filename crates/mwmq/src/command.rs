@@ -126,6 +126,10 @@ pub struct QueueOptions {
     pub max_deliveries: Option<u32>,
     /// Where dead-lettered messages go (`Some(None)`: dropped and counted).
     pub dead_letter: Option<Option<String>>,
+    /// Most messages the queue may hold (`Some(0)`: no limit).
+    pub max_messages: Option<u64>,
+    /// Most bytes of bodies the queue may hold (`Some(0)`: no limit).
+    pub max_bytes: Option<u64>,
 }
 
 /// Most deliveries a queue may allow before dead-lettering.
@@ -370,6 +374,18 @@ pub fn parse(args: &[Vec<u8>], limits: &Limits) -> Result<Command, Refusal> {
                             return Err(Reply::err("a queue cannot be its own dead-letter queue"));
                         }
                         o.dead_letter = Some(Some(d));
+                        i += 2;
+                    }
+                    q @ ("MAXMESSAGES" | "MAXBYTES") if i + 1 < n => {
+                        let m = int(&rest[i + 1])?;
+                        if m < 0 {
+                            return Err(Reply::err(format!("{q} must be 0 (no limit) or more")));
+                        }
+                        if q == "MAXMESSAGES" {
+                            o.max_messages = Some(m as u64);
+                        } else {
+                            o.max_bytes = Some(m as u64);
+                        }
                         i += 2;
                     }
                     "NODEADLETTER" if cmd == "QALTER" => {

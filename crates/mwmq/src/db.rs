@@ -87,6 +87,53 @@ const MIGRATIONS: &[&str] = &[
              # ('x' || encode(substring(u FROM 9 FOR 8), 'hex'))::bit(64)::bigint
         FROM uuid_send(gen_random_uuid()) AS u
     $$;",
+    // 5: quotas. A queue may hold at most max_messages messages and
+    // max_bytes bytes of bodies; the queues with a quota have their messages
+    // and bytes counted as messages come and go, in stripes (one per backend,
+    // so concurrent statements do not wait for each other's counter row), by
+    // statement-level triggers that skip queues without a quota. A queue
+    // remembers who created it (users may create at most so many). Dead
+    // letters held are counted from an index of their own.
+    "ALTER TABLE mwmq_queues ADD COLUMN max_messages bigint, ADD COLUMN max_bytes bigint, ADD COLUMN created_by text;
+    CREATE INDEX mwmq_queues_created_by ON mwmq_queues (created_by) WHERE dropped_at IS NULL;
+    CREATE INDEX mwmq_messages_dead ON mwmq_messages (queue_id) WHERE dead_from IS NOT NULL;
+    CREATE TABLE mwmq_queue_counts (
+        queue_id bigint NOT NULL,
+        stripe integer NOT NULL,
+        messages bigint NOT NULL DEFAULT 0,
+        bytes bigint NOT NULL DEFAULT 0,
+        PRIMARY KEY (queue_id, stripe)
+    );
+    CREATE FUNCTION mwmq_count(rows_in bigint, ids bigint[], sizes bigint[]) RETURNS void LANGUAGE sql AS $$
+        INSERT INTO mwmq_queue_counts AS c (queue_id, stripe, messages, bytes)
+        SELECT t.queue_id, pg_backend_pid() % 16, rows_in * count(*), rows_in * sum(t.size)
+        FROM unnest(ids, sizes) AS t(queue_id, size)
+        JOIN mwmq_queues q ON q.id = t.queue_id AND (q.max_messages IS NOT NULL OR q.max_bytes IS NOT NULL)
+        GROUP BY t.queue_id
+        ON CONFLICT (queue_id, stripe) DO UPDATE
+            SET messages = c.messages + EXCLUDED.messages, bytes = c.bytes + EXCLUDED.bytes
+    $$;
+    CREATE FUNCTION mwmq_count_in() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+        PERFORM mwmq_count(1, array_agg(queue_id), array_agg(octet_length(body)::bigint)) FROM new_rows;
+        RETURN NULL;
+    END $$;
+    CREATE FUNCTION mwmq_count_out() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+        PERFORM mwmq_count(-1, array_agg(queue_id), array_agg(octet_length(body)::bigint)) FROM old_rows;
+        RETURN NULL;
+    END $$;
+    CREATE TRIGGER mwmq_messages_in AFTER INSERT ON mwmq_messages
+        REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION mwmq_count_in();
+    CREATE TRIGGER mwmq_messages_out AFTER DELETE ON mwmq_messages
+        REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION mwmq_count_out();
+    CREATE FUNCTION mwmq_room(q_id bigint, max_messages bigint, max_bytes bigint, size bigint) RETURNS boolean
+    LANGUAGE sql STABLE AS $$
+        SELECT (max_messages IS NULL AND max_bytes IS NULL) OR (
+            SELECT coalesce(sum(c.messages), 0) + 1 <= coalesce(max_messages, 9223372036854775807)
+               AND coalesce(sum(c.bytes), 0) + size <= coalesce(max_bytes, 9223372036854775807)
+            FROM mwmq_queue_counts c WHERE c.queue_id = q_id)
+    $$;",
 ];
 
 /// The advisory lock that serialises migrations of mwmq processes starting together.
@@ -118,7 +165,9 @@ struct Statements {
     nack: Statement,
     touch: Statement,
     alter: Statement,
+    recount: Statement,
     info: Statement,
+    quota: Statement,
     redrive: Statement,
     release: Statement,
     exists: Statement,
@@ -136,6 +185,7 @@ impl Statements {
                 "INSERT INTO mwmq_messages (queue_id, sender, receiver, body, visible_at)
                  SELECT id, $2::text, $3::text, $4::bytea, now() + interval '1 millisecond' * $5::float8
                  FROM mwmq_queues WHERE name = $1 AND dropped_at IS NULL
+                   AND mwmq_room(id, max_messages, max_bytes, octet_length($4::bytea))
                  RETURNING id",
             )?,
             send_many: c.prepare(
@@ -144,7 +194,8 @@ impl Statements {
                            t.body, t.delay
                     FROM unnest($1::text[], $2::text[], $3::text[], $4::bytea[], $5::float8[])
                          WITH ORDINALITY AS t(queue, sender, receiver, body, delay, n)
-                    JOIN mwmq_queues q ON q.name = t.queue AND q.dropped_at IS NULL),
+                    JOIN mwmq_queues q ON q.name = t.queue AND q.dropped_at IS NULL
+                    WHERE mwmq_room(q.id, q.max_messages, q.max_bytes, octet_length(t.body))),
                  ins AS (
                     INSERT INTO mwmq_messages (queue_id, id, sender, receiver, body, visible_at)
                     SELECT queue_id, id, sender, receiver, body, now() + interval '1 millisecond' * delay FROM r)
@@ -165,6 +216,7 @@ impl Statements {
                     INSERT INTO mwmq_keys (queue_id, key, message_id)
                     SELECT id, $6::text, nextval('mwmq_message_ids') FROM mwmq_queues
                     WHERE name = $1 AND dropped_at IS NULL
+                      AND mwmq_room(id, max_messages, max_bytes, octet_length($4::bytea))
                     ON CONFLICT DO NOTHING
                     RETURNING queue_id, message_id)
                  INSERT INTO mwmq_messages (queue_id, id, sender, receiver, body, visible_at)
@@ -244,19 +296,46 @@ impl Statements {
             alter: c.prepare(
                 "UPDATE mwmq_queues
                  SET max_deliveries = CASE WHEN $2::bool THEN nullif($3::int, 0) ELSE max_deliveries END,
-                     dead_letter = CASE WHEN $4::bool THEN $5::text ELSE dead_letter END
+                     dead_letter = CASE WHEN $4::bool THEN $5::text ELSE dead_letter END,
+                     max_messages = CASE WHEN $6::bool THEN nullif($7::bigint, 0) ELSE max_messages END,
+                     max_bytes = CASE WHEN $8::bool THEN nullif($9::bigint, 0) ELSE max_bytes END
                  WHERE name = $1 AND dropped_at IS NULL RETURNING id",
             )?,
+            // A quota set or lifted: the queue's count starts from what it holds.
+            recount: c.prepare(
+                "WITH q AS (SELECT id, (max_messages IS NOT NULL OR max_bytes IS NOT NULL) AS counted
+                            FROM mwmq_queues WHERE name = $1 AND dropped_at IS NULL),
+                 d AS (DELETE FROM mwmq_queue_counts c USING q
+                       WHERE c.queue_id = q.id AND (c.stripe <> 0 OR NOT q.counted))
+                 INSERT INTO mwmq_queue_counts AS c (queue_id, stripe, messages, bytes)
+                 SELECT q.id, 0, count(m.id), coalesce(sum(octet_length(m.body)), 0)
+                 FROM q LEFT JOIN mwmq_messages m ON m.queue_id = q.id WHERE q.counted GROUP BY q.id
+                 ON CONFLICT (queue_id, stripe) DO UPDATE SET messages = EXCLUDED.messages, bytes = EXCLUDED.bytes",
+            )?,
+            // Counts from the indexes (ready, not yet visible, dead letters)
+            // and the quota's counters; the age of the message next in line.
             info: c.prepare(
                 "SELECT coalesce(q.max_deliveries, 0), q.dead_letter,
-                        count(m.id) FILTER (WHERE m.visible_at <= now()),
-                        count(m.id) FILTER (WHERE m.visible_at > now() AND m.lease IS NULL),
-                        count(m.id) FILTER (WHERE m.visible_at > now() AND m.lease IS NOT NULL),
-                        count(m.id) FILTER (WHERE m.dead_from IS NOT NULL),
-                        coalesce(extract(epoch FROM now() - min(m.sent_at) FILTER (WHERE m.visible_at <= now()))
-                                 * 1000, 0)::float8
-                 FROM mwmq_queues q LEFT JOIN mwmq_messages m ON m.queue_id = q.id
-                 WHERE q.name = $1 AND q.dropped_at IS NULL GROUP BY q.id",
+                        (SELECT count(*) FROM mwmq_messages m WHERE m.queue_id = q.id AND m.visible_at <= now()),
+                        (SELECT count(*) FROM mwmq_messages m
+                         WHERE m.queue_id = q.id AND m.visible_at > now() AND m.lease IS NULL),
+                        (SELECT count(*) FROM mwmq_messages m
+                         WHERE m.queue_id = q.id AND m.visible_at > now() AND m.lease IS NOT NULL),
+                        (SELECT count(*) FROM mwmq_messages m WHERE m.queue_id = q.id AND m.dead_from IS NOT NULL),
+                        coalesce(extract(epoch FROM now() - (
+                            SELECT m.sent_at FROM mwmq_messages m WHERE m.queue_id = q.id AND m.visible_at <= now()
+                            ORDER BY m.visible_at, m.id LIMIT 1)) * 1000, 0)::float8,
+                        coalesce(q.max_messages, 0), coalesce(q.max_bytes, 0),
+                        (SELECT coalesce(sum(c.messages), 0)::bigint FROM mwmq_queue_counts c WHERE c.queue_id = q.id),
+                        (SELECT coalesce(sum(c.bytes), 0)::bigint FROM mwmq_queue_counts c WHERE c.queue_id = q.id)
+                 FROM mwmq_queues q WHERE q.name = $1 AND q.dropped_at IS NULL",
+            )?,
+            // Why a SEND stored nothing: no such queue (no row), or its quota.
+            quota: c.prepare(
+                "SELECT coalesce(q.max_messages, 0), coalesce(q.max_bytes, 0),
+                        (SELECT coalesce(sum(c.messages), 0)::bigint FROM mwmq_queue_counts c WHERE c.queue_id = q.id),
+                        (SELECT coalesce(sum(c.bytes), 0)::bigint FROM mwmq_queue_counts c WHERE c.queue_id = q.id)
+                 FROM mwmq_queues q WHERE q.name = $1 AND q.dropped_at IS NULL",
             )?,
             // Dead letters back: to TO, or to the queue each came from; what
             // has nowhere to go (no such queue) stays.
@@ -280,8 +359,12 @@ impl Statements {
                  WHERE m.queue_id = r.queue_id AND m.id = r.id AND m.lease = r.lease",
             )?,
             exists: c.prepare("SELECT 1 FROM mwmq_queues WHERE name = $1 AND dropped_at IS NULL")?,
+            // A user creates at most $7 queues (NULL: no limit).
             create: c.prepare(
-                "INSERT INTO mwmq_queues (name, max_deliveries, dead_letter) VALUES ($1, nullif($2::int, 0), $3)
+                "INSERT INTO mwmq_queues (name, max_deliveries, dead_letter, max_messages, max_bytes, created_by)
+                 SELECT $1, nullif($2::int, 0), $3, nullif($4::bigint, 0), nullif($5::bigint, 0), $6::text
+                 WHERE $7::bigint IS NULL
+                    OR (SELECT count(*) FROM mwmq_queues WHERE created_by = $6::text AND dropped_at IS NULL) < $7::bigint
                  ON CONFLICT (name) WHERE dropped_at IS NULL DO NOTHING RETURNING id",
             )?,
             drop: c.prepare(
@@ -311,6 +394,8 @@ pub enum DbError {
     NoQueue(String),
     /// `-EXISTS queue 'q' already exists`
     Exists(String),
+    /// `-OVERQUOTA ...`: a queue's or a user's quota.
+    OverQuota(String),
     /// Anything else the database refused (`-ERR database: ...`).
     Failed(String),
 }
@@ -323,6 +408,7 @@ impl DbError {
             DbError::Unavailable(m) => Reply::Error(format!("TRYAGAIN {m}")),
             DbError::NoQueue(q) => Reply::Error(format!("NOQUEUE no such queue '{q}'")),
             DbError::Exists(q) => Reply::Error(format!("EXISTS queue '{q}' already exists")),
+            DbError::OverQuota(m) => Reply::Error(format!("OVERQUOTA {m}")),
             DbError::Failed(m) => Reply::err(format!("database: {m}")),
         }
     }
@@ -417,8 +503,16 @@ pub struct QueueState {
     pub leased: i64,
     /// Messages here that were dead-lettered from another queue.
     pub dead_letters_held: i64,
-    /// Age of the oldest visible message, ms (0 without one).
+    /// Age of the visible message next in line, ms (0 without one).
     pub oldest_ready_ms: i64,
+    /// Most messages it may hold (0: no limit).
+    pub max_messages: i64,
+    /// Most bytes of bodies it may hold (0: no limit).
+    pub max_bytes: i64,
+    /// Messages it holds, as its quota counts them (0 without a quota).
+    pub counted_messages: i64,
+    /// Bytes of bodies it holds, as its quota counts them (0 without a quota).
+    pub counted_bytes: i64,
 }
 
 /// A message as POP and PEEK return it.
@@ -550,7 +644,7 @@ impl DbConn {
                 let r = self.client.query_opt(&self.st.send, &[&queue, &sender, &to, &body, &delay]);
                 match self.check(r)? {
                     Some(row) => Ok(row.get(0)),
-                    None => Err(DbError::NoQueue(queue.to_string())),
+                    None => Err(self.not_sent(queue)?),
                 }
             }
             Some(k) => {
@@ -558,11 +652,11 @@ impl DbConn {
                 if let Some(row) = self.check(r)? {
                     return Ok(row.get(0));
                 }
-                // Either the key is known (a retry) or the queue does not exist.
+                // The key is known (a retry), the queue is full, or it does not exist.
                 let r = self.client.query_opt(&self.st.key_lookup, &[&queue, &k]);
                 match self.check(r)? {
                     Some(row) => Ok(row.get(0)),
-                    None => Err(DbError::NoQueue(queue.to_string())),
+                    None => Err(self.not_sent(queue)?),
                 }
             }
         }
@@ -622,13 +716,45 @@ impl DbConn {
     pub fn alter(&mut self, queue: &str, o: &QueueOptions) -> Result<(), DbError> {
         let max = o.max_deliveries.map(|m| m as i32);
         let dead = o.dead_letter.clone().flatten();
-        let r = self
-            .client
-            .query_opt(&self.st.alter, &[&queue, &max.is_some(), &max.unwrap_or(0), &o.dead_letter.is_some(), &dead]);
-        match self.check(r)? {
-            Some(_) => Ok(()),
-            None => Err(DbError::NoQueue(queue.to_string())),
+        let (msgs, bytes) = (o.max_messages.map(|m| m as i64), o.max_bytes.map(|m| m as i64));
+        let r = self.client.query_opt(
+            &self.st.alter,
+            &[
+                &queue,
+                &max.is_some(),
+                &max.unwrap_or(0),
+                &o.dead_letter.is_some(),
+                &dead,
+                &msgs.is_some(),
+                &msgs.unwrap_or(0),
+                &bytes.is_some(),
+                &bytes.unwrap_or(0),
+            ],
+        );
+        if self.check(r)?.is_none() {
+            return Err(DbError::NoQueue(queue.to_string()));
         }
+        if msgs.is_some() || bytes.is_some() {
+            let r = self.client.execute(&self.st.recount, &[&queue]);
+            self.check(r)?;
+        }
+        Ok(())
+    }
+
+    /// Why a SEND to `queue` stored nothing: the queue does not exist, or is full.
+    pub fn not_sent(&mut self, queue: &str) -> Result<DbError, DbError> {
+        let r = self.client.query_opt(&self.st.quota, &[&queue]);
+        Ok(match self.check(r)? {
+            None => DbError::NoQueue(queue.to_string()),
+            Some(row) => {
+                let (max_messages, max_bytes, messages, bytes): (i64, i64, i64, i64) =
+                    (row.get(0), row.get(1), row.get(2), row.get(3));
+                DbError::OverQuota(format!(
+                    "queue '{queue}' is full: {messages} messages, {bytes} bytes (MAXMESSAGES {max_messages}, \
+                     MAXBYTES {max_bytes}; 0 is no limit)"
+                ))
+            }
+        })
     }
 
     /// QINFO: what the queue holds now.
@@ -643,6 +769,10 @@ impl DbConn {
                 leased: row.get(4),
                 dead_letters_held: row.get(5),
                 oldest_ready_ms: row.get::<_, f64>(6) as i64,
+                max_messages: row.get(7),
+                max_bytes: row.get(8),
+                counted_messages: row.get(9),
+                counted_bytes: row.get(10),
             }),
             None => Err(DbError::NoQueue(queue.to_string())),
         }
@@ -773,14 +903,30 @@ impl DbConn {
     }
 
     /// QCREATE
-    pub fn create(&mut self, queue: &str, o: &QueueOptions) -> Result<(), DbError> {
+    /// `creator` may have at most `max_queues` queues (`None`: no limit).
+    pub fn create(
+        &mut self,
+        queue: &str,
+        o: &QueueOptions,
+        creator: Option<&str>,
+        max_queues: Option<u64>,
+    ) -> Result<(), DbError> {
         let max = o.max_deliveries.unwrap_or(0) as i32;
         let dead = o.dead_letter.clone().flatten();
-        let r = self.client.query_opt(&self.st.create, &[&queue, &max, &dead]);
-        match self.check(r)? {
-            Some(_) => Ok(()),
-            None => Err(DbError::Exists(queue.to_string())),
+        let (msgs, bytes) = (o.max_messages.unwrap_or(0) as i64, o.max_bytes.unwrap_or(0) as i64);
+        let cap = max_queues.map(|m| m as i64);
+        let r = self.client.query_opt(&self.st.create, &[&queue, &max, &dead, &msgs, &bytes, &creator, &cap]);
+        if self.check(r)?.is_some() {
+            return Ok(());
         }
+        if self.exists(queue)? {
+            return Err(DbError::Exists(queue.to_string()));
+        }
+        Err(DbError::OverQuota(format!(
+            "user {} may create at most {} queues (max_queues)",
+            creator.unwrap_or("?"),
+            max_queues.unwrap_or(0)
+        )))
     }
 
     /// QDROP: the queue disappears at once; its messages are removed in the background.

@@ -38,6 +38,16 @@ pub struct UserConfig {
     /// Queues it may create, drop, change and redrive.
     #[serde(default)]
     pub admin: Vec<String>,
+    /// Most queues it may have created (and not dropped) at once (default 1000).
+    #[serde(default = "default_max_queues")]
+    pub max_queues: u64,
+    /// Largest message body it may send, in bytes (default: the server's `max_body`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_body: Option<usize>,
+}
+
+fn default_max_queues() -> u64 {
+    1000
 }
 
 /// What a command does to a queue.
@@ -73,6 +83,10 @@ pub struct User {
     send: Vec<String>,
     receive: Vec<String>,
     admin: Vec<String>,
+    /// Most queues it may have created at once.
+    pub max_queues: u64,
+    /// Largest body it may send (`None`: the server's limit).
+    pub max_body: Option<usize>,
 }
 
 impl User {
@@ -159,6 +173,8 @@ impl Users {
                 send: u.send.clone(),
                 receive: u.receive.clone(),
                 admin: u.admin.clone(),
+                max_queues: u.max_queues,
+                max_body: u.max_body,
             };
             if by_name.insert(u.name.clone(), Arc::new(user)).is_some() {
                 return Err(format!("users: {} is configured twice", u.name));
@@ -272,6 +288,8 @@ pub fn user_table(
         send: send.to_vec(),
         receive: receive.to_vec(),
         admin: admin.to_vec(),
+        max_queues: default_max_queues(),
+        max_body: None,
     };
     Users::from_config(std::slice::from_ref(&u))?;
     let mut doc = toml::Table::new();

@@ -200,7 +200,7 @@ impl Worker {
                 match result {
                     Ok(n) => db.statements = n,
                     Err(e) => {
-                        db.failed = !matches!(e, DbError::NoQueue(_) | DbError::Exists(_));
+                        db.failed = !matches!(e, DbError::NoQueue(_) | DbError::Exists(_) | DbError::OverQuota(_));
                         db.unavailable = matches!(e, DbError::Unavailable(_));
                         let status = if db.failed { "server_error" } else { "client_error" };
                         for i in &live {
@@ -326,7 +326,7 @@ impl Worker {
                             self.shared.queues.add(row.queue, |c| c.sent += 1);
                             (Reply::Int(id), "ok", 0)
                         }
-                        None => (DbError::NoQueue(row.queue.to_string()).reply(), "client_error", 0),
+                        None => (pg.not_sent(row.queue)?.reply(), "client_error", 0),
                     });
                 }
             }
@@ -625,9 +625,9 @@ impl Worker {
                         db.unavailable = matches!(e, DbError::Unavailable(_));
                         "server_error"
                     }
-                    DbError::NoQueue(_) | DbError::Exists(_) => "client_error",
+                    DbError::NoQueue(_) | DbError::Exists(_) | DbError::OverQuota(_) => "client_error",
                 };
-                if matches!(e, DbError::NoQueue(_) | DbError::Exists(_)) {
+                if matches!(e, DbError::NoQueue(_) | DbError::Exists(_) | DbError::OverQuota(_)) {
                     // The database answered; the request was wrong.
                     db.failed = false;
                 }
@@ -657,7 +657,14 @@ impl Worker {
         let need =
             |right: Right, queue: &str| (!user.may(right, queue)).then(|| Reply::Error(user.refusal(right, queue)));
         match c {
-            Command::Send(s) => need(Right::Send, &s.queue),
+            Command::Send(s) => need(Right::Send, &s.queue).or_else(|| match user.max_body {
+                Some(max) if s.body.len() > max => Some(Reply::Error(format!(
+                    "OVERQUOTA a body of {} bytes is over user {}'s limit of {max} bytes (max_body)",
+                    s.body.len(),
+                    user.name
+                ))),
+                _ => None,
+            }),
             Command::Recv(r) => need(Right::Receive, &r.queue),
             Command::Pop { queue, .. } | Command::Peek { queue, .. } => need(Right::Receive, queue),
             // On a delivery: its receiver's, or any for an admin of the queue (see `holder`).
@@ -796,7 +803,8 @@ impl Worker {
                 Err(DbError::NoQueue(options.dead_letter.clone().flatten().unwrap_or_default()))
             }
             Command::Create(q, options) => {
-                pg.create(q, options)?;
+                let user = conn.user();
+                pg.create(q, options, user.as_ref().map(|u| u.name.as_str()), user.as_ref().map(|u| u.max_queues))?;
                 ok(Reply::Simple("OK"))
             }
             Command::Alter(q, options) => {
@@ -902,6 +910,10 @@ fn queue_info(state: &crate::db::QueueState, counts: &crate::queues::Counts) -> 
         (t("max_deliveries"), Reply::Int(i64::from(state.max_deliveries))),
         (t("dead_letter"), state.dead_letter.clone().map(Reply::text).unwrap_or(Reply::Nil)),
         (t("dead_letters_held"), Reply::Int(state.dead_letters_held)),
+        (t("max_messages"), Reply::Int(state.max_messages)),
+        (t("max_bytes"), Reply::Int(state.max_bytes)),
+        (t("counted_messages"), Reply::Int(state.counted_messages)),
+        (t("counted_bytes"), Reply::Int(state.counted_bytes)),
     ];
     fields.extend(counts.fields().into_iter().map(|(k, v)| (t(k), Reply::Int(v as i64))));
     Reply::Map(fields)

@@ -396,3 +396,75 @@ fn a_large_recv_over_tls_arrives_whole() {
     }
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// No quotas: a send-only user wrote 95 MB/s of 4 MiB bodies and created
+/// 3,000 queues in a second. Now a queue holds at most MAXMESSAGES messages
+/// and MAXBYTES bytes (`-OVERQUOTA` on SEND), a user creates at most
+/// `max_queues` queues and sends bodies of at most `max_body` bytes.
+#[test]
+fn quotas_per_queue_and_per_user() {
+    let pg = Postgres::start().unwrap();
+    let mut cfg = config(&pg);
+    let mut small = user("small", "small-pw", &["*"], &["*"], &["small.*"]);
+    small.max_queues = 3;
+    small.max_body = Some(100);
+    cfg.users = vec![user("ops", "ops-pw", &["*"], &["*"], &["*"]), small];
+    let mq = start(cfg);
+    let addr = mq.local_addr();
+    let mut ops = login(addr, "ops", "ops-pw");
+
+    // A queue's messages and bytes.
+    assert_eq!(q::<String>(&mut ops, &["QCREATE", "capped", "MAXMESSAGES", "3", "MAXBYTES", "1000"]), "OK");
+    for _ in 0..3 {
+        let _: i64 = q(&mut ops, &["SEND", "capped", "x"]);
+    }
+    let full = err(&mut ops, &["SEND", "capped", "x"]);
+    assert!(full.starts_with("OVERQUOTA queue 'capped' is full: 3 messages"), "{full}");
+    let got = recv(&mut ops, "capped", &[]);
+    assert_eq!(q::<i64>(&mut ops, &["ACK", "capped", &got[0].0.to_string(), &got[0].1.to_string()]), 1);
+    let _: i64 = q(&mut ops, &["SEND", "capped", "x"]);
+    assert!(err(&mut ops, &["SEND", "capped", "y", "KEY", "k1"]).starts_with("OVERQUOTA"), "with a KEY too");
+    // Pipelined SENDs (carried out together): the ones past the quota are refused.
+    assert_eq!(q::<String>(&mut ops, &["QALTER", "capped", "MAXMESSAGES", "6"]), "OK");
+    let replies = {
+        use std::io::{BufRead, Write};
+        let mut raw = std::net::TcpStream::connect(addr).unwrap();
+        assert_eq!(raw_call(&mut raw, &["AUTH", "ops", "ops-pw"]).unwrap(), "+OK\r\n");
+        raw.write_all(&b"*3\r\n$4\r\nSEND\r\n$6\r\ncapped\r\n$1\r\np\r\n".repeat(5)).unwrap();
+        let mut lines = std::io::BufReader::new(raw).lines();
+        (0..5).map(|_| lines.next().unwrap().unwrap()).collect::<Vec<_>>()
+    };
+    let refused = replies.iter().filter(|r| r.starts_with("-OVERQUOTA")).count();
+    assert!((2..=4).contains(&refused), "3 fit, the rest are refused: {replies:?}");
+    // Bytes.
+    assert_eq!(q::<String>(&mut ops, &["QALTER", "capped", "MAXMESSAGES", "0"]), "OK");
+    let big = "b".repeat(600);
+    let _: i64 = q(&mut ops, &["SEND", "capped", &big]);
+    assert!(err(&mut ops, &["SEND", "capped", &big]).starts_with("OVERQUOTA"), "1000 bytes at most");
+    // A quota set on a queue that already holds messages counts them.
+    assert_eq!(q::<String>(&mut ops, &["QCREATE", "later"]), "OK");
+    for _ in 0..5 {
+        let _: i64 = q(&mut ops, &["SEND", "later", "m"]);
+    }
+    assert_eq!(q::<String>(&mut ops, &["QALTER", "later", "MAXMESSAGES", "5"]), "OK");
+    assert!(err(&mut ops, &["SEND", "later", "m"]).starts_with("OVERQUOTA"));
+    let info: std::collections::HashMap<String, redis::Value> = q(&mut ops, &["QINFO", "later"]);
+    assert_eq!(redis::from_redis_value::<i64>(&info["counted_messages"]).unwrap(), 5);
+    assert_eq!(redis::from_redis_value::<i64>(&info["max_messages"]).unwrap(), 5);
+    let popped: (i64, String, Vec<u8>) = q(&mut ops, &["POP", "later"]);
+    assert_eq!(popped.2, b"m");
+    let _: i64 = q(&mut ops, &["SEND", "later", "m"]);
+
+    // A user's queues and bodies.
+    let mut s = login(addr, "small", "small-pw");
+    for i in 0..3 {
+        assert_eq!(q::<String>(&mut s, &["QCREATE", &format!("small.{i}")]), "OK");
+    }
+    let e = err(&mut s, &["QCREATE", "small.3"]);
+    assert_eq!(e, "OVERQUOTA user small may create at most 3 queues (max_queues)");
+    assert_eq!(q::<String>(&mut s, &["QDROP", "small.0"]), "OK");
+    assert_eq!(q::<String>(&mut s, &["QCREATE", "small.3"]), "OK", "a dropped queue frees its place");
+    let _: i64 = q(&mut s, &["SEND", "small.1", &"x".repeat(100)]);
+    let e = err(&mut s, &["SEND", "small.1", &"x".repeat(101)]);
+    assert_eq!(e, "OVERQUOTA a body of 101 bytes is over user small's limit of 100 bytes (max_body)");
+}
