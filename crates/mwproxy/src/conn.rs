@@ -19,7 +19,7 @@
 use std::collections::VecDeque;
 use std::io::{self, Write};
 use std::net::Shutdown;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use mwserve::listen::Transport;
@@ -58,11 +58,18 @@ pub struct ClientConn {
     out: Mutex<Output>,
     line: Mutex<Line>,
     budget: Arc<Budget>,
-    /// Mean reply size (bytes), to size batches. It starts at the output
-    /// budget, so a new connection's first batches are single requests, and
-    /// halves its distance to each batch's mean: a client whose replies are
-    /// small gets full batches after a few.
-    reply_avg: AtomicUsize,
+    /// The size (bytes) batches are planned with: the largest recent reply,
+    /// and when it was seen. It starts at the output budget, so a new
+    /// connection's first batches are single requests; a batch's largest
+    /// reply raises it at once, and it halves with every second without so
+    /// large a reply: a client whose replies are small gets full batches
+    /// within seconds, and one that asks for large values keeps small
+    /// batches however many short replies come in between (failures
+    /// answered at once), so what a batch brings back stays near the output
+    /// budget. (The mean it once was fell with a burst of short error
+    /// replies; the next batch then asked for 64 large values at once, past
+    /// every budget.)
+    planned: Mutex<(usize, std::time::Instant)>,
 }
 
 /// Requests waiting for a worker.
@@ -118,9 +125,14 @@ impl ClientConn {
             transport,
             out: Mutex::new(Output::default()),
             line: Mutex::new(Line::default()),
-            reply_avg: AtomicUsize::new(budget.output_per_conn),
+            planned: Mutex::new((budget.output_per_conn, std::time::Instant::now())),
             budget,
         }
+    }
+
+    /// The reply size batches are planned with now.
+    fn planned_size(&self) -> usize {
+        decayed(*self.planned.lock().unwrap_or_else(|p| p.into_inner()))
     }
 
     fn line(&self) -> MutexGuard<'_, Line> {
@@ -161,7 +173,7 @@ impl ClientConn {
             self.forget_waiting();
             return Vec::new();
         }
-        let avg = self.reply_avg.load(Ordering::Relaxed).max(1);
+        let avg = self.planned_size().max(1);
         let limit = (self.budget.output_per_conn / avg).clamp(1, MAX_BATCH);
         let mut l = self.line();
         let n = l.waiting.len().min(limit);
@@ -215,15 +227,16 @@ impl ClientConn {
     /// Files the replies of a batch, in any order, and writes what is in line.
     pub fn deliver_all(&self, replies: impl IntoIterator<Item = (u64, Vec<u8>)>, net: &NetCounters) {
         let mut out = self.lock();
-        let (mut n, mut bytes) = (0, 0);
+        let mut largest = None;
         for (seq, reply) in replies {
-            n += 1;
-            bytes += reply.len();
+            largest = largest.max(Some(reply.len()));
             self.file(&mut out, seq, reply, false);
         }
-        if let Some(mean) = bytes.checked_div(n) {
-            let avg = self.reply_avg.load(Ordering::Relaxed);
-            self.reply_avg.store((avg + mean) / 2, Ordering::Relaxed);
+        if let Some(largest) = largest {
+            let mut p = self.planned.lock().unwrap_or_else(|p| p.into_inner());
+            if largest >= decayed(*p) {
+                *p = (largest, std::time::Instant::now());
+            }
         }
         self.flush_locked(&mut out, net);
     }
@@ -351,6 +364,11 @@ impl ClientConn {
         let mut out = self.lock();
         self.close_locked(&mut out);
     }
+}
+
+/// A planned reply size, halved for every second since it was seen.
+fn decayed((size, seen): (usize, std::time::Instant)) -> usize {
+    size >> seen.elapsed().as_secs().min(63)
 }
 
 /// Writes as much of `buf` as a non-blocking socket takes now and removes it

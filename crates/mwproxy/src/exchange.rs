@@ -272,6 +272,9 @@ pub struct Exchange<T> {
     probe: bool,
     /// When the server last sent bytes, or calls started waiting (ns).
     progress: u64,
+    /// When the server last completed a reply (ns): it answers in order, so
+    /// the oldest call's wait for its own reply starts then at the earliest.
+    answered_at: u64,
     /// The last connection failed: the next one opened is a reconnection.
     failed_before: bool,
     /// Reconnections not yet reported in a fact.
@@ -287,6 +290,7 @@ impl<T: Copy> Exchange<T> {
             calls: 0,
             probe: false,
             progress: 0,
+            answered_at: 0,
             failed_before: false,
             reconnects: 0,
         }
@@ -389,6 +393,7 @@ impl<T: Copy> Exchange<T> {
                 Err(e) => return Err(BackendError::Protocol(e.to_string())),
             };
             at += n;
+            self.answered_at = now;
             match head {
                 Pending::Repair { left, .. } if *left > 1 => *left -= 1,
                 Pending::Repair { .. } => {
@@ -505,8 +510,13 @@ impl<T: Copy> Exchange<T> {
         Duration::from_nanos(left.min(servers.slice_ns()))
     }
 
+    /// Whether the oldest call has waited for its reply longer than the
+    /// timeout: since it was sent, or since the server completed the reply
+    /// before it if that was later — a server streaming a long pipeline of
+    /// large replies is working, not timing out, while the calls at the back
+    /// wait their turn.
     fn overdue(&self, servers: &Servers, now: u64) -> bool {
-        self.fifo.front().is_some_and(|p| now.saturating_sub(p.sent()) >= servers.timeout_ns())
+        self.fifo.front().is_some_and(|p| now.saturating_sub(p.sent().max(self.answered_at)) >= servers.timeout_ns())
     }
 
     fn quiet(&self, servers: &Servers, now: u64) -> bool {

@@ -119,6 +119,12 @@ pub struct Pipeline {
     busy_flushed: Instant,
     /// Unsent bytes to the servers beyond which no new batch starts.
     unsent_limit: usize,
+    /// Links whose last read stopped at its budget with bytes still there:
+    /// read again on the next turn. (The socket is edge-triggered: bytes
+    /// left unread raise no new event, and a server whose replies then fill
+    /// the socket sends nothing more to raise one; its calls waited for the
+    /// stall check, 25 ms a turn, and large replies timed out.)
+    unread: Vec<usize>,
 }
 
 /// Hands a call's end to its request; a request whose round is complete
@@ -150,6 +156,7 @@ impl Pipeline {
             busy: 0,
             busy_flushed: Instant::now(),
             unsent_limit: shared.config.proxy.memory_budget / shared.config.proxy.loops(),
+            unread: Vec::new(),
             shared,
         }
     }
@@ -161,7 +168,7 @@ impl Pipeline {
 
     /// Whether the next poll must not sleep.
     pub fn has_work(&self) -> bool {
-        !self.runnable.is_empty() && !self.saturated()
+        (!self.runnable.is_empty() && !self.saturated()) || !self.unread.is_empty()
     }
 
     /// Whether the servers' connections hold so many unsent bytes (servers
@@ -228,6 +235,11 @@ impl Pipeline {
     /// connections' batches and send every round that is ready, until
     /// nothing more can go out before replies come.
     pub fn pump(&mut self, registry: &Registry) {
+        for s in std::mem::take(&mut self.unread) {
+            if self.links[s].stream.is_some() && self.links[s].connecting.is_none() {
+                self.read_link(s);
+            }
+        }
         self.check_deadlines();
         loop {
             while !self.saturated() {
@@ -413,11 +425,12 @@ impl Pipeline {
 
     /// Reads the server's replies and hands each to its request.
     fn read_link(&mut self, s: usize) {
-        let Pipeline { links, runs, advance, shared, generations, .. } = self;
+        let Pipeline { links, runs, advance, shared, generations, unread, .. } = self;
         let servers = &shared.servers;
         let mut ended = |end: Ended<'_, Tag>| absorb(runs, generations, advance, end);
         let link = &mut links[s];
         let mut closed = None;
+        let mut drained = false;
         for _ in 0..READS_PER_EVENT {
             let Some(stream) = link.stream.as_mut() else { return };
             link.rbuf.shrink_to(READ_CHUNK);
@@ -437,10 +450,14 @@ impl Pipeline {
                     link.ex.progress(servers, now_ns());
                     // A short read empties a plain socket; TLS may hold more records.
                     if n < room && link.session.is_none() {
+                        drained = true;
                         break;
                     }
                 }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    drained = true;
+                    break;
+                }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) if e.kind() == io::ErrorKind::InvalidData => {
                     closed = Some(BackendError::Protocol(e.to_string()));
@@ -451,6 +468,9 @@ impl Pipeline {
                     break;
                 }
             }
+        }
+        if !drained && closed.is_none() && !unread.contains(&s) {
+            unread.push(s);
         }
         match link.ex.replies(servers, link.rbuf.filled(), now_ns(), &mut ended) {
             Ok(used) => link.rbuf.consume(used),
