@@ -85,6 +85,7 @@ bench: build python-deps
 	bench/instrumentation.sh
 	bench/tls.sh
 	bench/mq.sh
+	bench/mq-quota.sh
 
 lint: rust-deps python-deps
 	$(CARGO) fmt --all -- --check

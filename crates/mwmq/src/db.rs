@@ -88,13 +88,19 @@ const MIGRATIONS: &[&str] = &[
         FROM uuid_send(gen_random_uuid()) AS u
     $$;",
     // 5: quotas. A queue may hold at most max_messages messages and
-    // max_bytes bytes of bodies; the queues with a quota have their messages
-    // and bytes counted as messages come and go, in stripes (one per backend,
-    // so concurrent statements do not wait for each other's counter row), by
-    // statement-level triggers that skip queues without a quota. A queue
-    // remembers who created it (users may create at most so many). Dead
-    // letters held are counted from an index of their own.
+    // max_bytes bytes of bodies. A message of a queue with a quota is marked
+    // `counted` when it is stored, and row triggers that fire only for
+    // counted rows (their WHEN is checked without calling anything) count
+    // its queue's messages and bytes as they come and go, in stripes (one
+    // per backend, so concurrent statements do not wait for each other's
+    // counter row); setting a quota marks what the queue holds and counts
+    // it. Other queues pay nothing: statement triggers with transition
+    // tables, tried first, halved every queue's SENDs and POPs (pgbench, 8
+    // clients: 4,850 against 8,950 INSERTs/s) as soon as one queue had a
+    // quota. A queue remembers who created it (users may create at most so
+    // many). Dead letters held are counted from an index of their own.
     "ALTER TABLE mwmq_queues ADD COLUMN max_messages bigint, ADD COLUMN max_bytes bigint, ADD COLUMN created_by text;
+    ALTER TABLE mwmq_messages ADD COLUMN counted boolean NOT NULL DEFAULT false;
     CREATE INDEX mwmq_queues_created_by ON mwmq_queues (created_by) WHERE dropped_at IS NULL;
     CREATE INDEX mwmq_messages_dead ON mwmq_messages (queue_id) WHERE dead_from IS NOT NULL;
     CREATE TABLE mwmq_queue_counts (
@@ -104,35 +110,30 @@ const MIGRATIONS: &[&str] = &[
         bytes bigint NOT NULL DEFAULT 0,
         PRIMARY KEY (queue_id, stripe)
     );
-    CREATE FUNCTION mwmq_count(rows_in bigint, ids bigint[], sizes bigint[]) RETURNS void LANGUAGE sql AS $$
-        INSERT INTO mwmq_queue_counts AS c (queue_id, stripe, messages, bytes)
-        SELECT t.queue_id, pg_backend_pid() % 16, rows_in * count(*), rows_in * sum(t.size)
-        FROM unnest(ids, sizes) AS t(queue_id, size)
-        JOIN mwmq_queues q ON q.id = t.queue_id AND (q.max_messages IS NOT NULL OR q.max_bytes IS NOT NULL)
-        GROUP BY t.queue_id
-        ON CONFLICT (queue_id, stripe) DO UPDATE
-            SET messages = c.messages + EXCLUDED.messages, bytes = c.bytes + EXCLUDED.bytes
-    $$;
     CREATE FUNCTION mwmq_count_in() RETURNS trigger LANGUAGE plpgsql AS $$
     BEGIN
-        PERFORM mwmq_count(1, array_agg(queue_id), array_agg(octet_length(body)::bigint)) FROM new_rows;
+        INSERT INTO mwmq_queue_counts AS c (queue_id, stripe, messages, bytes)
+        VALUES (NEW.queue_id, pg_backend_pid() % 16, 1, octet_length(NEW.body))
+        ON CONFLICT (queue_id, stripe) DO UPDATE SET messages = c.messages + 1, bytes = c.bytes + EXCLUDED.bytes;
         RETURN NULL;
     END $$;
     CREATE FUNCTION mwmq_count_out() RETURNS trigger LANGUAGE plpgsql AS $$
     BEGIN
-        PERFORM mwmq_count(-1, array_agg(queue_id), array_agg(octet_length(body)::bigint)) FROM old_rows;
+        INSERT INTO mwmq_queue_counts AS c (queue_id, stripe, messages, bytes)
+        VALUES (OLD.queue_id, pg_backend_pid() % 16, -1, -octet_length(OLD.body))
+        ON CONFLICT (queue_id, stripe) DO UPDATE SET messages = c.messages - 1, bytes = c.bytes + EXCLUDED.bytes;
         RETURN NULL;
     END $$;
     CREATE TRIGGER mwmq_messages_in AFTER INSERT ON mwmq_messages
-        REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION mwmq_count_in();
+        FOR EACH ROW WHEN (NEW.counted) EXECUTE FUNCTION mwmq_count_in();
     CREATE TRIGGER mwmq_messages_out AFTER DELETE ON mwmq_messages
-        REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION mwmq_count_out();
+        FOR EACH ROW WHEN (OLD.counted) EXECUTE FUNCTION mwmq_count_out();
     CREATE FUNCTION mwmq_room(q_id bigint, max_messages bigint, max_bytes bigint, size bigint) RETURNS boolean
     LANGUAGE sql STABLE AS $$
-        SELECT (max_messages IS NULL AND max_bytes IS NULL) OR (
+        SELECT CASE WHEN max_messages IS NULL AND max_bytes IS NULL THEN true ELSE (
             SELECT coalesce(sum(c.messages), 0) + 1 <= coalesce(max_messages, 9223372036854775807)
                AND coalesce(sum(c.bytes), 0) + size <= coalesce(max_bytes, 9223372036854775807)
-            FROM mwmq_queue_counts c WHERE c.queue_id = q_id)
+            FROM mwmq_queue_counts c WHERE c.queue_id = q_id) END
     $$;",
 ];
 
@@ -166,6 +167,7 @@ struct Statements {
     touch: Statement,
     alter: Statement,
     recount: Statement,
+    mark: Statement,
     info: Statement,
     quota: Statement,
     redrive: Statement,
@@ -182,8 +184,9 @@ impl Statements {
     fn prepare(c: &mut Client) -> Result<Statements, postgres::Error> {
         Ok(Statements {
             send: c.prepare(
-                "INSERT INTO mwmq_messages (queue_id, sender, receiver, body, visible_at)
-                 SELECT id, $2::text, $3::text, $4::bytea, now() + interval '1 millisecond' * $5::float8
+                "INSERT INTO mwmq_messages (queue_id, sender, receiver, body, visible_at, counted)
+                 SELECT id, $2::text, $3::text, $4::bytea, now() + interval '1 millisecond' * $5::float8,
+                        (max_messages IS NOT NULL OR max_bytes IS NOT NULL)
                  FROM mwmq_queues WHERE name = $1 AND dropped_at IS NULL
                    AND mwmq_room(id, max_messages, max_bytes, octet_length($4::bytea))
                  RETURNING id",
@@ -191,14 +194,15 @@ impl Statements {
             send_many: c.prepare(
                 "WITH r AS (
                     SELECT nextval('mwmq_message_ids') AS id, q.id AS queue_id, t.n, t.sender, t.receiver,
-                           t.body, t.delay
+                           t.body, t.delay, (q.max_messages IS NOT NULL OR q.max_bytes IS NOT NULL) AS counted
                     FROM unnest($1::text[], $2::text[], $3::text[], $4::bytea[], $5::float8[])
                          WITH ORDINALITY AS t(queue, sender, receiver, body, delay, n)
                     JOIN mwmq_queues q ON q.name = t.queue AND q.dropped_at IS NULL
                     WHERE mwmq_room(q.id, q.max_messages, q.max_bytes, octet_length(t.body))),
                  ins AS (
-                    INSERT INTO mwmq_messages (queue_id, id, sender, receiver, body, visible_at)
-                    SELECT queue_id, id, sender, receiver, body, now() + interval '1 millisecond' * delay FROM r)
+                    INSERT INTO mwmq_messages (queue_id, id, sender, receiver, body, visible_at, counted)
+                    SELECT queue_id, id, sender, receiver, body, now() + interval '1 millisecond' * delay, counted
+                    FROM r)
                  SELECT n, id FROM r",
             )?,
             ack_many: c.prepare(
@@ -219,9 +223,11 @@ impl Statements {
                       AND mwmq_room(id, max_messages, max_bytes, octet_length($4::bytea))
                     ON CONFLICT DO NOTHING
                     RETURNING queue_id, message_id)
-                 INSERT INTO mwmq_messages (queue_id, id, sender, receiver, body, visible_at)
-                 SELECT queue_id, message_id, $2::text, $3::text, $4::bytea,
-                        now() + interval '1 millisecond' * $5::float8 FROM k
+                 INSERT INTO mwmq_messages (queue_id, id, sender, receiver, body, visible_at, counted)
+                 SELECT k.queue_id, k.message_id, $2::text, $3::text, $4::bytea,
+                        now() + interval '1 millisecond' * $5::float8,
+                        (q.max_messages IS NOT NULL OR q.max_bytes IS NOT NULL)
+                 FROM k JOIN mwmq_queues q ON q.id = k.queue_id
                  RETURNING id",
             )?,
             key_lookup: c.prepare(&format!("SELECT message_id FROM mwmq_keys WHERE queue_id = {QUEUE} AND key = $2"))?,
@@ -255,9 +261,10 @@ impl Statements {
                           WHERE c.dead AND m.queue_id = c.queue_id AND m.id = c.id
                           RETURNING m.id, m.sender, m.receiver, m.body, m.sent_at, m.deliveries),
                  moved AS (INSERT INTO mwmq_messages
-                             (queue_id, id, sender, receiver, body, sent_at, visible_at, deliveries, dead_from, dead_reason)
+                             (queue_id, id, sender, receiver, body, sent_at, visible_at, deliveries, dead_from, dead_reason,
+                              counted)
                            SELECT dq.id, g.id, g.sender, g.receiver, g.body, g.sent_at, now(), g.deliveries, $1,
-                                  'max_deliveries'
+                                  'max_deliveries', (dq.max_messages IS NOT NULL OR dq.max_bytes IS NOT NULL)
                            FROM gone g CROSS JOIN q JOIN mwmq_queues dq ON dq.name = q.dead_letter AND dq.dropped_at IS NULL
                            RETURNING 1),
                  leased AS (UPDATE mwmq_messages m
@@ -302,6 +309,13 @@ impl Statements {
                  WHERE name = $1 AND dropped_at IS NULL RETURNING id",
             )?,
             // A quota set or lifted: the queue's count starts from what it holds.
+            // A quota set or lifted: the queue's messages are marked counted, or not.
+            mark: c.prepare(
+                "UPDATE mwmq_messages m SET counted = q.quota
+                 FROM (SELECT id, (max_messages IS NOT NULL OR max_bytes IS NOT NULL) AS quota
+                       FROM mwmq_queues WHERE name = $1 AND dropped_at IS NULL) q
+                 WHERE m.queue_id = q.id AND m.counted <> q.quota",
+            )?,
             recount: c.prepare(
                 "WITH q AS (SELECT id, (max_messages IS NOT NULL OR max_bytes IS NOT NULL) AS counted
                             FROM mwmq_queues WHERE name = $1 AND dropped_at IS NULL),
@@ -348,9 +362,10 @@ impl Statements {
                  gone AS (DELETE FROM mwmq_messages m
                           USING c JOIN mwmq_queues t ON t.name = c.target AND t.dropped_at IS NULL
                           WHERE m.queue_id = c.queue_id AND m.id = c.id
-                          RETURNING t.id AS target_id, m.id, m.sender, m.receiver, m.body, m.sent_at),
-                 ins AS (INSERT INTO mwmq_messages (queue_id, id, sender, receiver, body, sent_at, visible_at)
-                         SELECT target_id, id, sender, receiver, body, sent_at, now() FROM gone RETURNING 1)
+                          RETURNING t.id AS target_id, m.id, m.sender, m.receiver, m.body, m.sent_at,
+                                    (t.max_messages IS NOT NULL OR t.max_bytes IS NOT NULL) AS counted),
+                 ins AS (INSERT INTO mwmq_messages (queue_id, id, sender, receiver, body, sent_at, visible_at, counted)
+                         SELECT target_id, id, sender, receiver, body, sent_at, now(), counted FROM gone RETURNING 1)
                  SELECT (SELECT count(*) FROM ins), EXISTS (SELECT 1 FROM src)",
             )?,
             release: c.prepare(
@@ -735,6 +750,9 @@ impl DbConn {
             return Err(DbError::NoQueue(queue.to_string()));
         }
         if msgs.is_some() || bytes.is_some() {
+            // Its messages marked first (they count from now on), then what it holds now.
+            let r = self.client.execute(&self.st.mark, &[&queue]);
+            self.check(r)?;
             let r = self.client.execute(&self.st.recount, &[&queue]);
             self.check(r)?;
         }
@@ -917,6 +935,13 @@ impl DbConn {
         let cap = max_queues.map(|m| m as i64);
         let r = self.client.query_opt(&self.st.create, &[&queue, &max, &dead, &msgs, &bytes, &creator, &cap]);
         if self.check(r)?.is_some() {
+            if msgs > 0 || bytes > 0 {
+                // What SENDs may have put in before they saw its quota.
+                let r = self.client.execute(&self.st.mark, &[&queue]);
+                self.check(r)?;
+                let r = self.client.execute(&self.st.recount, &[&queue]);
+                self.check(r)?;
+            }
             return Ok(());
         }
         if self.exists(queue)? {
@@ -932,10 +957,10 @@ impl DbConn {
     /// QDROP: the queue disappears at once; its messages are removed in the background.
     pub fn drop_queue(&mut self, queue: &str) -> Result<(), DbError> {
         let r = self.client.query_opt(&self.st.drop, &[&queue]);
-        match self.check(r)? {
-            Some(_) => Ok(()),
-            None => Err(DbError::NoQueue(queue.to_string())),
+        if self.check(r)?.is_none() {
+            return Err(DbError::NoQueue(queue.to_string()));
         }
+        Ok(())
     }
 
     /// QLEN: messages in the queue, leased or not.

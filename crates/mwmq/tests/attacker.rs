@@ -454,6 +454,29 @@ fn quotas_per_queue_and_per_user() {
     let popped: (i64, String, Vec<u8>) = q(&mut ops, &["POP", "later"]);
     assert_eq!(popped.2, b"m");
     let _: i64 = q(&mut ops, &["SEND", "later", "m"]);
+    // Only the messages of queues with a quota are counted: the others pay nothing.
+    let counted = |pg: &Postgres, queue: &str| -> i64 {
+        sql(pg)
+            .query_one(
+                "SELECT count(*) FROM mwmq_messages m JOIN mwmq_queues q ON q.id = m.queue_id
+                 WHERE q.name = $1 AND m.counted",
+                &[&queue],
+            )
+            .unwrap()
+            .get(0)
+    };
+    assert_eq!(counted(&pg, "later"), 5);
+    assert_eq!(q::<String>(&mut ops, &["QCREATE", "free"]), "OK");
+    let _: i64 = q(&mut ops, &["SEND", "free", "x"]);
+    assert_eq!(counted(&pg, "free"), 0);
+    assert_eq!(q::<String>(&mut ops, &["QALTER", "later", "MAXMESSAGES", "0"]), "OK");
+    assert_eq!(counted(&pg, "later"), 0, "a quota lifted: no more counting");
+    for _ in 0..3 {
+        let _: i64 = q(&mut ops, &["SEND", "later", "m"]);
+    }
+    assert_eq!(q::<String>(&mut ops, &["QCREATE", "again", "MAXMESSAGES", "1"]), "OK");
+    let _: i64 = q(&mut ops, &["SEND", "again", "one"]);
+    assert!(err(&mut ops, &["SEND", "again", "two"]).starts_with("OVERQUOTA"));
 
     // A user's queues and bodies.
     let mut s = login(addr, "small", "small-pw");
