@@ -268,10 +268,10 @@ impl ClientConn {
         self.flush_locked(&mut o).map_err(|_| Self::fail(&mut o))
     }
 
-    /// Bytes of replies not yet written.
+    /// Bytes of replies not yet written (with what a TLS session holds for the socket).
     pub fn pending_output(&self) -> usize {
         let o = self.out();
-        o.buf.len() - o.sent
+        o.buf.len() - o.sent + self.transport.held()
     }
 
     /// Whether the connection was closed.

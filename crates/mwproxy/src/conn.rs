@@ -193,7 +193,7 @@ impl ClientConn {
             return After::Idle;
         }
         let mut out = self.lock();
-        if self.budget.may_run(out.buf.len()) {
+        if self.budget.may_run(out.accounted) {
             After::Again
         } else {
             out.parked = true;
@@ -276,7 +276,7 @@ impl ClientConn {
     pub fn flush(&self, net: &NetCounters) -> bool {
         let mut out = self.lock();
         self.flush_locked(&mut out, net);
-        if out.parked && (out.closed || self.budget.may_run(out.buf.len())) {
+        if out.parked && (out.closed || self.budget.may_run(out.accounted)) {
             out.parked = false;
             return true;
         }
@@ -315,9 +315,12 @@ impl ClientConn {
         self.account(out);
     }
 
+    /// Counts the unwritten replies in the budgets: those waiting here and
+    /// those a TLS session holds for the socket, as a plaintext connection's.
     fn account(&self, out: &mut Output) {
-        self.budget.output_moved(out.accounted, out.buf.len());
-        out.accounted = out.buf.len();
+        let now = out.buf.len() + self.transport.held();
+        self.budget.output_moved(out.accounted, now);
+        out.accounted = now;
     }
 
     /// Shuts the socket so the net thread sees the connection end and cleans up.
@@ -337,9 +340,9 @@ impl ClientConn {
         self.flush_locked(&mut out, net);
     }
 
-    /// Bytes of replies the client has not read yet.
+    /// Bytes of replies the client has not read yet (with what a TLS session holds).
     pub fn pending_output(&self) -> usize {
-        self.lock().buf.len()
+        self.lock().accounted
     }
 
     /// Whether the connection may be read: its waiting requests and its

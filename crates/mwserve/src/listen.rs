@@ -180,6 +180,12 @@ impl Transport {
         }
     }
 
+    /// About how many bytes of replies the TLS session holds for the socket
+    /// (0 for plain TCP), counted by the memory budgets as unwritten replies.
+    pub fn held(&self) -> usize {
+        self.session().map_or(0, |s| s.held())
+    }
+
     /// Writes what the TLS session still holds; true when nothing waits.
     pub fn flush(&self) -> io::Result<bool> {
         match self {

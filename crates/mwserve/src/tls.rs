@@ -77,18 +77,20 @@ pub fn quiet(e: &io::Error) -> bool {
     matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut)
 }
 
-/// One TLS connection's state, carried over a socket the caller owns.
-pub struct Session(rustls::Connection);
+/// One TLS connection's state, carried over a socket the caller owns, and
+/// about how many bytes of it wait in the session for the socket (plaintext
+/// taken, less records written; see [`Session::held`]).
+pub struct Session(rustls::Connection, usize);
 
 impl Session {
     /// The server's side of a connection a TLS listener accepted.
     pub fn accept(cfg: &Arc<ServerConfig>) -> io::Result<Session> {
-        ServerConnection::new(cfg.clone()).map(|c| Session(c.into())).map_err(io::Error::other)
+        ServerConnection::new(cfg.clone()).map(|c| Session(c.into(), 0)).map_err(io::Error::other)
     }
 
     /// The client's side of a connection to `name`.
     pub fn connect(cfg: &Arc<ClientConfig>, name: ServerName<'static>) -> io::Result<Session> {
-        ClientConnection::new(cfg.clone(), name).map(|c| Session(c.into())).map_err(io::Error::other)
+        ClientConnection::new(cfg.clone(), name).map(|c| Session(c.into(), 0)).map_err(io::Error::other)
     }
 
     /// Completes the handshake over a blocking socket (with its timeouts).
@@ -147,6 +149,7 @@ impl Session {
     pub fn write(&mut self, mut sock: impl Read + Write, buf: &[u8]) -> io::Result<usize> {
         loop {
             let n = self.0.writer().write(buf)?;
+            self.1 += n;
             let drained = match self.flush(&mut sock) {
                 Ok(drained) => drained,
                 Err(e) if quiet(&e) => false,
@@ -169,7 +172,7 @@ impl Session {
         while self.0.wants_write() {
             match self.0.write_tls(&mut sock) {
                 Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
-                Ok(_) => {}
+                Ok(n) => self.1 = self.1.saturating_sub(n),
                 Err(e) if quiet(&e) => return Ok(false),
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => return Err(e),
@@ -181,6 +184,18 @@ impl Session {
     /// Whether records wait to be written.
     pub fn wants_write(&self) -> bool {
         self.0.wants_write()
+    }
+
+    /// About how many bytes of replies the session holds for the socket
+    /// (at most rustls's 64 KiB buffer, plus a record's overhead): memory
+    /// budgets count them as they count a plaintext connection's unwritten
+    /// bytes. 0 once every record is written.
+    pub fn held(&self) -> usize {
+        if self.0.wants_write() {
+            self.1
+        } else {
+            0
+        }
     }
 }
 
@@ -298,6 +313,7 @@ pub(crate) mod tests {
         assert!(first > 0, "the session buffers some");
         let full = server.write(&mut sock, &reply[first..]).unwrap_err();
         assert_eq!(full.kind(), io::ErrorKind::WouldBlock, "the session is full and the socket too");
+        assert_eq!(server.held(), first, "what the session holds is counted");
         // The socket drains: every write takes more, to the end, without a WouldBlock.
         sock.open = true;
         let mut sent = first;
@@ -306,6 +322,7 @@ pub(crate) mod tests {
         }
         assert!(server.flush(&mut sock).unwrap());
         assert!(sock.taken > reply.len(), "every byte went out, encrypted");
+        assert_eq!(server.held(), 0);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }
