@@ -304,7 +304,10 @@ def test_a_delay_on_the_database_link_adds_its_round_trip(tmp_path: Path):
     client = delayed["client_rt_p25_us"] - plain["client_rt_p25_us"]
     assert 5400 <= client <= 7800, (plain["client_rt_p25_us"], delayed["client_rt_p25_us"])
     assert delayed["delay_rtt_us"] == pytest.approx(6000)
-    assert delayed["delay_probe_measured_us"] == pytest.approx(delayed["delay_probe_expected_us"], rel=0.10)
+    # (10%, or 0.4 ms as for the database's 4-ms probe above: a 2-ms probe
+    # measured 2.25 ms once in a clean-checkout run on the loaded machine.)
+    probe = delayed["delay_probe_expected_us"]
+    assert delayed["delay_probe_measured_us"] == pytest.approx(probe, rel=0.10, abs=400)
     checks = pd.read_csv(out / "checks.csv")
     assert checks[checks["name"] == "link delay as configured"]["ok"].all()
     util = pd.read_csv(out / "utilization.csv")
