@@ -5,27 +5,11 @@
 
 mod common;
 
-use std::net::SocketAddr;
 use std::time::Duration;
 
 use common::*;
-use mwmq::users::{user_table, UserConfig};
+use mwmq::users::user_table;
 use mwmq::Service;
-
-fn user(name: &str, password: &str, send: &[&str], receive: &[&str], admin: &[&str]) -> UserConfig {
-    let v = |p: &[&str]| p.iter().map(|s| s.to_string()).collect::<Vec<_>>();
-    let table = user_table(name, password.as_bytes(), &v(send), &v(receive), &v(admin)).unwrap();
-    let doc: toml::Table = toml::from_str(&table).unwrap();
-    let mut users: Vec<UserConfig> = doc["users"].clone().try_into().unwrap();
-    users.pop().unwrap()
-}
-
-fn login(addr: SocketAddr, name: &str, password: &str) -> redis::Connection {
-    let client = redis::Client::open(format!("redis://{name}:{password}@{addr}/")).unwrap();
-    let c = client.get_connection_with_timeout(Duration::from_secs(10)).expect("logged in");
-    c.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
-    c
-}
 
 /// Leases were a global sequence: a receiver who knew its own lease found a
 /// neighbour's within 125 TOUCH tries and could hide or delete the message.
@@ -282,14 +266,9 @@ fn an_address_that_fails_too_often_is_refused_unchecked() {
 #[test]
 fn silent_sockets_and_connections_that_never_log_in_are_closed() {
     use std::io::Read;
-    let dir = std::env::temp_dir().join(format!("mwmq-silent-{}", std::process::id()));
-    let certs = mctest::Certificates::make(&dir).unwrap();
     let pg = Postgres::start().unwrap();
     let mut cfg = config(&pg);
-    let plain = mctest::free_port();
-    cfg.tls.cert = Some(certs.cert.display().to_string());
-    cfg.tls.key = Some(certs.key.display().to_string());
-    cfg.tls.plain_listen = Some(format!("127.0.0.1:{plain}"));
+    let (certs, plain) = with_tls(&mut cfg, "silent");
     cfg.tls.handshake_timeout_secs = 1;
     cfg.tls.max_handshaking = 8;
     cfg.server.max_connections = 50;
@@ -326,7 +305,7 @@ fn silent_sockets_and_connections_that_never_log_in_are_closed() {
     let (refused, timeouts) = (info_of(&mut app, "handshake_refused"), info_of(&mut app, "handshake_timeouts"));
     assert!(refused >= 40 && refused + timeouts >= 50, "refused {refused}, timeouts {timeouts}");
     assert_eq!(info_of(&mut app, "login_timeouts"), 1);
-    std::fs::remove_dir_all(&dir).ok();
+    std::fs::remove_dir_all(certs.ca.parent().unwrap()).ok();
 }
 
 /// /metrics named every queue, and grew with them. Now only the queues
@@ -364,14 +343,9 @@ fn metrics_name_only_the_queues_configured_and_a_bounded_number() {
 /// messages stayed leased. Now each arrives whole (redis-cli over TLS).
 #[test]
 fn a_large_recv_over_tls_arrives_whole() {
-    let dir = std::env::temp_dir().join(format!("mwmq-large-tls-{}", std::process::id()));
-    let certs = mctest::Certificates::make(&dir).unwrap();
     let pg = Postgres::start().unwrap();
     let mut cfg = config(&pg);
-    let plain = mctest::free_port();
-    cfg.tls.cert = Some(certs.cert.display().to_string());
-    cfg.tls.key = Some(certs.key.display().to_string());
-    cfg.tls.plain_listen = Some(format!("127.0.0.1:{plain}"));
+    let (certs, plain) = with_tls(&mut cfg, "large-tls");
     let mq = start(cfg);
     let mut c = connect(format!("127.0.0.1:{plain}").parse().unwrap());
     assert_eq!(q::<String>(&mut c, &["QCREATE", "big"]), "OK");
@@ -394,7 +368,7 @@ fn a_large_recv_over_tls_arrives_whole() {
         let bodies = String::from_utf8_lossy(&out.stdout).matches(body.as_str()).count();
         assert_eq!(bodies, 1000, "run {run}");
     }
-    std::fs::remove_dir_all(&dir).ok();
+    std::fs::remove_dir_all(certs.ca.parent().unwrap()).ok();
 }
 
 /// No quotas: a send-only user wrote 95 MB/s of 4 MiB bodies and created

@@ -12,23 +12,8 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use common::*;
-use mwmq::users::{user_table, UserConfig};
+use mwmq::users::UserConfig;
 use mwmq::Service;
-
-fn user(name: &str, password: &str, send: &[&str], receive: &[&str], admin: &[&str]) -> UserConfig {
-    let v = |p: &[&str]| p.iter().map(|s| s.to_string()).collect::<Vec<_>>();
-    let table = user_table(name, password.as_bytes(), &v(send), &v(receive), &v(admin)).unwrap();
-    let doc: toml::Table = toml::from_str(&table).unwrap();
-    let mut users: Vec<UserConfig> = doc["users"].clone().try_into().unwrap();
-    users.pop().unwrap()
-}
-
-fn login(addr: SocketAddr, name: &str, password: &str) -> redis::Connection {
-    let client = redis::Client::open(format!("redis://{name}:{password}@{addr}/")).unwrap();
-    let c = client.get_connection_with_timeout(Duration::from_secs(5)).expect("logged in");
-    c.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
-    c
-}
 
 fn raw(c: &mut redis::Connection, args: &[&str]) -> Result<redis::Value, String> {
     let mut cmd = redis::cmd(args[0]);

@@ -23,14 +23,10 @@ fn cli(port: u16, args: &[&str], cmd: &[&str]) -> (bool, String) {
 
 #[test]
 fn clients_speak_tls_log_in_and_plaintext_is_refused() {
-    let dir = std::env::temp_dir().join(format!("mwmq-tls-{}", std::process::id()));
-    let certs = mctest::Certificates::make(&dir).unwrap();
     let pg = Postgres::start().unwrap();
     let mut cfg = config(&pg);
-    let plain = mctest::free_port();
-    cfg.tls.cert = Some(certs.cert.display().to_string());
-    cfg.tls.key = Some(certs.key.display().to_string());
-    cfg.tls.plain_listen = Some(format!("127.0.0.1:{plain}"));
+    let (certs, plain) = with_tls(&mut cfg, "tls");
+    let dir = certs.ca.parent().unwrap().to_path_buf();
     let table = mwmq::users::user_table("app", b"app-pw", &["*".into()], &["*".into()], &["*".into()]).unwrap();
     let doc: toml::Table = toml::from_str(&table).unwrap();
     cfg.users = doc["users"].clone().try_into().unwrap();

@@ -145,22 +145,7 @@ fn certificates(dir: &Path) -> (PathBuf, PathBuf, PathBuf) {
 }
 
 fn tls_version(addr: SocketAddr, ca: &Path) -> std::io::Result<String> {
-    use rustls::pki_types::pem::PemObject;
-    let mut roots = rustls::RootCertStore::empty();
-    for c in rustls::pki_types::CertificateDer::pem_file_iter(ca).unwrap() {
-        roots.add(c.unwrap()).unwrap();
-    }
-    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
-    let config = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    let name = rustls::pki_types::ServerName::try_from("127.0.0.1").unwrap();
-    let conn = rustls::ClientConnection::new(std::sync::Arc::new(config), name).unwrap();
-    let sock = TcpStream::connect(addr)?;
-    sock.set_read_timeout(Some(Duration::from_secs(5)))?;
-    let mut s = rustls::StreamOwned::new(conn, sock);
+    let mut s = tls_stream(addr, ca);
     s.write_all(b"version\r\n")?;
     let mut buf = [0u8; 256];
     let n = s.read(&mut buf)?;
@@ -251,7 +236,6 @@ fn a_connection_that_never_logs_in_is_closed() {
 /// every record. Now every run arrives whole.
 #[test]
 fn large_replies_over_tls_arrive_whole_without_the_client_sending_again() {
-    use rustls::pki_types::pem::PemObject;
     let dir = scratch("large-tls");
     let (ca, cert, key) = certificates(&dir);
     let backend = common::servers(1);
@@ -268,28 +252,12 @@ fn large_replies_over_tls_arrive_whole_without_the_client_sending_again() {
         c.tls.cert = Some(cert.to_string_lossy().into_owned());
         c.tls.key = Some(key.to_string_lossy().into_owned());
     });
-    let mut roots = rustls::RootCertStore::empty();
-    for c in rustls::pki_types::CertificateDer::pem_file_iter(&ca).unwrap() {
-        roots.add(c.unwrap()).unwrap();
-    }
-    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
-    let config = std::sync::Arc::new(
-        rustls::ClientConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()
-            .unwrap()
-            .with_root_certificates(roots)
-            .with_no_client_auth(),
-    );
     let request = format!("get {}\r\n", (0..n).map(|i| format!("k{i}")).collect::<Vec<_>>().join(" "));
     let expected = n * (format!("VALUE k0 0 100\r\n{value}\r\n").len() - 1)
         + (0..n).map(|i| i.to_string().len()).sum::<usize>()
         + 5;
     for run in 0..6 {
-        let name = rustls::pki_types::ServerName::try_from("127.0.0.1").unwrap();
-        let conn = rustls::ClientConnection::new(config.clone(), name).unwrap();
-        let sock = TcpStream::connect(proxy.local_addr()).unwrap();
-        sock.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-        let mut s = rustls::StreamOwned::new(conn, sock);
+        let mut s = tls_stream(proxy.local_addr(), &ca);
         s.write_all(request.as_bytes()).unwrap();
         let mut got = Vec::with_capacity(expected);
         let mut buf = vec![0u8; 1 << 16];

@@ -143,3 +143,32 @@ impl Drop for MqProcess {
 pub fn sql(pg: &Postgres) -> postgres::Client {
     postgres::Client::connect(pg.conninfo(), postgres::NoTls).expect("sql connection")
 }
+
+/// A `[[users]]` entry as `mwmq user add` makes it.
+pub fn user(name: &str, password: &str, send: &[&str], receive: &[&str], admin: &[&str]) -> mwmq::users::UserConfig {
+    let v = |p: &[&str]| p.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    let table = mwmq::users::user_table(name, password.as_bytes(), &v(send), &v(receive), &v(admin)).unwrap();
+    let doc: toml::Table = toml::from_str(&table).unwrap();
+    let mut users: Vec<mwmq::users::UserConfig> = doc["users"].clone().try_into().unwrap();
+    users.pop().unwrap()
+}
+
+/// A connection logged in as `name` (the redis crate sends `AUTH name password`).
+pub fn login(addr: SocketAddr, name: &str, password: &str) -> redis::Connection {
+    let client = redis::Client::open(format!("redis://{name}:{password}@{addr}/")).unwrap();
+    let c = client.get_connection_with_timeout(Duration::from_secs(10)).expect("logged in");
+    c.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    c
+}
+
+/// Certificates made in a scratch directory named after `name`, and `cfg`
+/// set to listen with TLS and on a plaintext port beside it (returned).
+pub fn with_tls(cfg: &mut Config, name: &str) -> (mctest::Certificates, u16) {
+    let dir = std::env::temp_dir().join(format!("mwmq-{name}-{}", std::process::id()));
+    let certs = mctest::Certificates::make(&dir).unwrap();
+    let plain = mctest::free_port();
+    cfg.tls.cert = Some(certs.cert.display().to_string());
+    cfg.tls.key = Some(certs.key.display().to_string());
+    cfg.tls.plain_listen = Some(format!("127.0.0.1:{plain}"));
+    (certs, plain)
+}
