@@ -86,6 +86,7 @@ bench: build python-deps
 	bench/tls.sh
 	bench/mq.sh
 	bench/mq-quota.sh
+	bench/mq-peers.sh
 
 lint: rust-deps python-deps
 	$(CARGO) fmt --all -- --check

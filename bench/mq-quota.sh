@@ -15,20 +15,11 @@ target/release/mwmq --listen "127.0.0.1:$MQ" --db "$db" --log warn & pids+=($!)
 wait_port "$MQ"
 redis-cli -p "$MQ" QCREATE pg >/dev/null
 redis-cli -p "$MQ" QCREATE other >/dev/null
-HEX=$(printf '78%.0s' $(seq 128))
-cat >"$work/send.sql" <<SQL
-INSERT INTO mwmq_messages (queue_id, sender, receiver, body, visible_at, counted)
-SELECT id, '', NULL, '\\x$HEX'::bytea, now(), (max_messages IS NOT NULL OR max_bytes IS NOT NULL)
-FROM mwmq_queues WHERE name = 'pg' AND dropped_at IS NULL AND mwmq_room(id, max_messages, max_bytes, 128) RETURNING id;
-SQL
+N=20000 CLIENTS=8 PY=.venv/bin/python
+. bench/mqlib.sh
+mq_statements
 sed 's/name = '"'"'pg'"'"'/name = '"'"'other'"'"'/' "$work/send.sql" >"$work/sendq.sql"
-cat >"$work/pop.sql" <<'SQL'
-DELETE FROM mwmq_messages m USING (SELECT queue_id, id FROM mwmq_messages
-  WHERE queue_id = (SELECT id FROM mwmq_queues WHERE name = 'pg' AND dropped_at IS NULL)
-  AND visible_at <= now() AND receiver IS NULL ORDER BY visible_at, id LIMIT 1 FOR UPDATE SKIP LOCKED) c
-WHERE m.queue_id = c.queue_id AND m.id = c.id RETURNING m.id, m.sender, m.body;
-SQL
-chmod 644 "$work"/*.sql
+chmod 644 "$work/sendq.sql"
 run() {
   as_pg env PGOPTIONS="-c enable_bitmapscan=off -c enable_seqscan=off -c enable_sort=off" \
     "$PGBIN/pgbench" -n -h "$pg" -U postgres -M prepared -c 8 -j 2 -t 2500 -f "$1" mwmq 2>&1 |

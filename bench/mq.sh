@@ -33,68 +33,8 @@ MQBPID=$!
 wait_port "$MQB"
 redis-cli -p "$MQ" QCREATE mq >/dev/null
 redis-cli -p "$MQ" QCREATE pg >/dev/null
-BODY=$(printf 'x%.0s' $(seq 128))
-HEX=$(printf '78%.0s' $(seq 128))
-
-# mwmq's statements, as pgbench scripts on queue "pg".
-cat >"$work/send.sql" <<SQL
-INSERT INTO mwmq_messages (queue_id, sender, receiver, body, visible_at)
-SELECT id, '', NULL, '\\x$HEX'::bytea, now() FROM mwmq_queues WHERE name = 'pg' AND dropped_at IS NULL RETURNING id;
-SQL
-cat >"$work/pop.sql" <<'SQL'
-DELETE FROM mwmq_messages m USING (SELECT queue_id, id FROM mwmq_messages
-  WHERE queue_id = (SELECT id FROM mwmq_queues WHERE name = 'pg' AND dropped_at IS NULL)
-  AND visible_at <= now() AND receiver IS NULL ORDER BY visible_at, id LIMIT 1 FOR UPDATE SKIP LOCKED) c
-WHERE m.queue_id = c.queue_id AND m.id = c.id RETURNING m.id, m.sender, m.body;
-SQL
-cat >"$work/recvack.sql" <<'SQL'
-UPDATE mwmq_messages m SET lease = nextval('mwmq_leases'), visible_at = now() + interval '30 seconds',
-  deliveries = m.deliveries + 1
-FROM (SELECT queue_id, id FROM mwmq_messages
-  WHERE queue_id = (SELECT id FROM mwmq_queues WHERE name = 'pg' AND dropped_at IS NULL)
-  AND visible_at <= now() AND receiver IS NULL ORDER BY visible_at, id LIMIT 1 FOR UPDATE SKIP LOCKED) c
-WHERE m.queue_id = c.queue_id AND m.id = c.id RETURNING m.queue_id AS qid, m.id AS mid, m.lease AS lease
-\gset
-DELETE FROM mwmq_messages WHERE queue_id = :qid AND id = :mid AND lease = :lease;
-SQL
-chmod 644 "$work"/*.sql
-mkdir "$work/pgb"
-if [ "$(id -u)" = 0 ]; then chown postgres "$work/pgb"; fi
-
-pgbench_run() {  # script -> "rate p50 p99" (transactions per second, ms)
-  local script=$1
-  rm -f "$work"/pgb/log*
-  as_pg env PGOPTIONS="-c enable_bitmapscan=off -c enable_seqscan=off -c enable_sort=off" \
-    "$PGBIN/pgbench" -n -h "$pg" -U postgres -M prepared -c "$CLIENTS" -j 2 -t $((N / CLIENTS)) \
-    -f "$script" -l --log-prefix="$work/pgb/log" mwmq >"$work/pgb.out" 2>&1 || { cat "$work/pgb.out" >&2; exit 1; }
-  "$PY" - "$work" <<'PY'
-import glob, re, sys
-work = sys.argv[1]
-out = open(f"{work}/pgb.out").read()
-rate = float(re.search(r"tps = ([0-9.]+) \(without initial connection time\)", out).group(1))
-lat = sorted(int(l.split()[2]) for f in glob.glob(f"{work}/pgb/log*") for l in open(f))
-q = lambda p: lat[min(len(lat) - 1, int(p * len(lat)))] / 1000
-print(f"{rate:.0f} {q(0.5):.2f} {q(0.99):.2f}")
-PY
-}
-
-rb_run() {  # redis-benchmark arguments -> "rate p50 p99" (env PORT: another mwmq)
-  redis-benchmark -p "${PORT:-$MQ}" -c "$CLIENTS" -n "$N" --csv "$@" 2>/dev/null | tail -1 |
-    "$PY" -c "import csv,sys; r=next(csv.reader(sys.stdin)); print(f'{float(r[1]):.0f} {float(r[4]):.2f} {float(r[6]):.2f}')"
-}
-
-recvack_run() {  # -> "pairs/s p50 p99": mwload -P mq, CLIENTS connections, each RECV then its ACK
-  "$BIN/mwload" -P mq -p "$MQ" -t 2 -c $((CLIENTS / 2)) --ratio 0:1 --receive recv -n $((N / CLIENTS)) \
-    --progress never --out "$work/ra" >/dev/null
-  "$PY" - "$work/ra/summary.json" <<'PY'
-import json, sys
-s = json.load(open(sys.argv[1]))
-o = s["ops"]
-# A pair is a RECV and its ACK; the latency shown is per request (RECV or ACK).
-print(f"{o['recv']['count'] * 1000 / s['duration_ms']:.0f} {o['all']['response_us']['p50'] / 1000:.2f} "
-      f"{o['all']['response_us']['p99'] / 1000:.2f}")
-PY
-}
+. bench/mqlib.sh
+mq_statements
 
 row() {  # name "mq-rate p50 p99" "pg-rate p50 p99" [mwmq CPU us per request]
   read -r mr m50 m99 <<<"$2"
