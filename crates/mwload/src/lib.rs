@@ -12,7 +12,8 @@
 pub mod acc;
 pub mod config;
 pub mod engine;
-pub mod resp;
+/// RESP as mwload speaks it to mwmq (the client side of `respproto`).
+pub use respproto::client as resp;
 pub mod rng;
 pub mod run;
 pub mod secure;

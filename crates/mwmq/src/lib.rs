@@ -20,7 +20,8 @@ pub mod logins;
 pub mod net;
 pub mod pgpass;
 pub mod queues;
-pub mod resp;
+/// RESP as mwmq speaks it (the server side of `respproto`).
+pub use respproto::server as resp;
 pub mod server;
 pub mod shared;
 pub mod telemetry;

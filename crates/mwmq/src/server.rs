@@ -134,7 +134,7 @@ impl Service for Mq {
         if shared.users.enabled() {
             for i in 0..shared.config.auth.login_threads {
                 let s = shared.clone();
-                background.push(spawn(&format!("login-{i}"), Box::new(move || crate::logins::run_login_thread(s)))?);
+                background.push(spawn(&format!("login-{i}"), Box::new(move || crate::worker::run_login_thread(s)))?);
             }
         }
         let s = shared.clone();

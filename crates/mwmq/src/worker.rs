@@ -925,3 +925,25 @@ fn leased_item(m: Leased) -> (Reply, LeaseRef) {
     let lease = LeaseRef { queue_id: m.queue_id, id: m.id, lease: m.lease };
     (Reply::Array(vec![Reply::Int(m.id), Reply::Int(m.lease), Reply::text(m.sender), Reply::Bulk(m.body)]), lease)
 }
+
+/// A login thread (`logins.rs`): checks the passwords of the logins handed to
+/// it, in one argon2 memory block of its own, and puts each request back on
+/// the request queue with the outcome, until mwmq stops.
+pub fn run_login_thread(shared: Arc<Shared>) {
+    let mut memory = crate::users::Verifier::default();
+    let rx = shared.logins.receiver();
+    loop {
+        let mut job = match rx.recv_timeout(std::time::Duration::from_millis(100)) {
+            Ok(job) => job,
+            Err(_) if shared.stopping.load(std::sync::atomic::Ordering::Relaxed) && rx.is_empty() => return,
+            Err(_) => continue,
+        };
+        let credentials = match &job.cmd {
+            Ok(Command::Auth(c)) | Ok(Command::Hello { auth: Some(c), .. }) => c,
+            _ => unreachable!("only logins are queued for the login threads"),
+        };
+        job.login = Some(shared.users.check_with(&credentials.user, &credentials.password, &mut memory));
+        job.t_enqueue = now_ns();
+        shared.queue.push_again(Work::Request(job));
+    }
+}

@@ -14,8 +14,20 @@ pub fn push_request(out: &mut Vec<u8>, args: &[&[u8]]) {
     }
 }
 
+/// Appends `n` in decimal and a line end, without allocating.
 fn push_num(out: &mut Vec<u8>, n: u64) {
-    mcproto::number::push_u64(out, n);
+    let mut digits = [0u8; 20];
+    let mut i = digits.len();
+    let mut v = n;
+    loop {
+        i -= 1;
+        digits[i] = b'0' + (v % 10) as u8;
+        v /= 10;
+        if v == 0 {
+            break;
+        }
+    }
+    out.extend_from_slice(&digits[i..]);
     out.extend_from_slice(b"\r\n");
 }
 
@@ -100,15 +112,20 @@ fn value(buf: &[u8], at: usize, depth: usize) -> Result<Option<(Val, usize)>, St
     }
     let Some((l, next)) = line(buf, at + 1)? else { return Ok(None) };
     match buf[at] {
-        b'+' => Ok(Some((Val::Simple, next))),
+        // (RESP3's booleans, doubles and big numbers read as simple strings, its null as nil.)
+        b'+' | b'#' | b',' | b'(' => Ok(Some((Val::Simple, next))),
         b'-' => Ok(Some((Val::Error, next))),
         b':' => Ok(Some((Val::Int(number(l)?), next))),
+        b'_' => Ok(Some((Val::Nil, next))),
         b'$' => {
             let n = number(l)?;
             if n < 0 {
                 return Ok(Some((Val::Nil, next)));
             }
-            let end = next + n as usize + 2;
+            let end = usize::try_from(n)
+                .ok()
+                .and_then(|n| next.checked_add(n)?.checked_add(2))
+                .ok_or_else(|| format!("a bulk string of {n} bytes"))?;
             if buf.len() < end {
                 return Ok(None);
             }
@@ -117,11 +134,13 @@ fn value(buf: &[u8], at: usize, depth: usize) -> Result<Option<(Val, usize)>, St
             }
             Ok(Some((Val::Bulk, end)))
         }
-        b'*' => {
+        // (A RESP3 map's keys and values, and a set's members, read as an array's items.)
+        kind @ (b'*' | b'%' | b'~') => {
             let n = number(l)?;
             if n < 0 {
                 return Ok(Some((Val::Nil, next)));
             }
+            let n = if kind == b'%' { n.saturating_mul(2) } else { n };
             let mut items = Vec::with_capacity((n as usize).min(1024));
             let mut pos = next;
             for _ in 0..n {
@@ -136,7 +155,7 @@ fn value(buf: &[u8], at: usize, depth: usize) -> Result<Option<(Val, usize)>, St
             }
             Ok(Some((Val::Array(items), pos)))
         }
-        b => Err(format!("not a RESP2 reply: starts with {:?}", b as char)),
+        b => Err(format!("not a RESP reply: starts with {:?}", b as char)),
     }
 }
 

@@ -5,8 +5,8 @@
 //! — arrays of bulk strings and inline commands — come back as the
 //! arguments they were made of, split at every byte boundary.
 
-use mwmq::resp::{Request, RequestParser};
 use proptest::prelude::*;
+use respproto::server::{Request, RequestParser};
 
 /// What a parser reads from `input` delivered in `chunks` (lengths, cycled):
 /// the requests, then the protocol error that ended it, if any.
@@ -120,5 +120,67 @@ fn inline_commands_split_anywhere() {
         assert_eq!(err, None, "split at {cut}");
         assert_eq!(got.len(), 2, "split at {cut}: {got:?}");
         assert_eq!(got[0], Request::Args(vec![b"PING".to_vec()]));
+    }
+}
+
+/// What the client side reads of a server reply, split at every byte boundary.
+fn client_read(input: &[u8], cut: usize) -> Vec<respproto::client::MqReply> {
+    let mut buf = Vec::new();
+    let mut out = Vec::new();
+    for piece in [&input[..cut], &input[cut..]] {
+        buf.extend_from_slice(piece);
+        while let Ok(Some((reply, used))) = respproto::client::parse(&buf) {
+            assert!(used > 0 && used <= buf.len());
+            out.push(reply);
+            buf.drain(..used);
+        }
+    }
+    out
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 1000, ..ProptestConfig::default() })]
+
+    /// The client's reply reader never panics on random bytes, nor claims more than it was given.
+    #[test]
+    fn client_reads_random_bytes_safely(input in proptest::collection::vec(any::<u8>(), 0..400)) {
+        if let Ok(Some((_, used))) = respproto::client::parse(&input) {
+            prop_assert!(used > 0 && used <= input.len());
+        }
+    }
+
+    /// Requests the client writes are the arguments the server reads back.
+    #[test]
+    fn client_requests_round_trip_through_the_server_parser(
+        requests in proptest::collection::vec(proptest::collection::vec(arg(), 1..6), 1..4),
+    ) {
+        let mut input = Vec::new();
+        for r in &requests {
+            let args: Vec<&[u8]> = r.iter().map(Vec::as_slice).collect();
+            respproto::client::push_request(&mut input, &args);
+        }
+        let expected: Vec<Request> = requests.iter().map(|r| Request::Args(r.clone())).collect();
+        prop_assert_eq!(read(&input, &[7], 1 << 20), (expected, None));
+    }
+
+    /// Replies the server encodes are read whole by the client, split anywhere.
+    #[test]
+    fn server_replies_are_read_by_the_client_split_anywhere(
+        ids in proptest::collection::vec(any::<i64>(), 0..5), resp3 in any::<bool>(),
+    ) {
+        use respproto::server::Reply;
+        let recv = Reply::Array(ids.iter().map(|id| Reply::Array(vec![
+            Reply::Int(*id), Reply::Int(id.wrapping_mul(7)), Reply::text("sender"), Reply::Bulk(b"body\r\n".to_vec()),
+        ])).collect());
+        let replies = [recv, Reply::Int(42), Reply::Nil, Reply::Error("NOQUEUE no such queue 'q'".into())];
+        let input: Vec<u8> = replies.iter().flat_map(|r| r.to_bytes_as(resp3)).collect();
+        for cut in 0..=input.len() {
+            let got = client_read(&input, cut);
+            prop_assert_eq!(got.len(), 4, "split at {}", cut);
+            prop_assert_eq!(got[0].messages as usize, ids.len());
+            prop_assert_eq!(got[0].lease, ids.first().map(|id| (*id, id.wrapping_mul(7))));
+            prop_assert_eq!(got[1].integer, Some(42));
+            prop_assert!(got[3].error);
+        }
     }
 }
