@@ -151,7 +151,12 @@ impl Service for Mq {
             let s = shared.clone();
             background.push(spawn("listener", Box::new(move || run_listener_thread(s)))?);
         }
-        let (tx, rx) = crossbeam_channel::unbounded();
+        // Bounded: a connection has at most one request with the workers, so
+        // at most a word or two about it wait here (the net thread may hand
+        // out the next request before it reads the word about the last); a
+        // send into a full channel waits rather than growing memory. (Its
+        // slots are allocated up front: 16 bytes each.)
+        let (tx, rx) = crossbeam_channel::bounded(4 * shared.max_connections.max(1));
         *shared.done.lock().unwrap_or_else(|p| p.into_inner()) = Some((tx, waker));
         let net = NetThread::new(front, shared.clone(), rx);
         let net = Some(spawn("net", Box::new(move || net.run()))?);
