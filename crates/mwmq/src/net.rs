@@ -237,6 +237,12 @@ impl NetThread {
         }
     }
 
+    /// Forgets the connections that finished their handshake or went away.
+    fn prune_handshakes(&mut self) {
+        let entries = std::mem::take(&mut self.handshakes);
+        self.handshakes = entries.into_iter().filter(|&(t, id)| self.still_handshaking(t, id)).collect();
+    }
+
     /// Whether `token` is still connection `id` and in its TLS handshake.
     fn still_handshaking(&mut self, token: Token, id: u64) -> bool {
         self.conn(token).is_some_and(|c| c.shared.id == id && c.shared.transport().handshaking())
@@ -250,8 +256,7 @@ impl NetThread {
         if self.handshakes.len() <= cap {
             return;
         }
-        let entries = std::mem::take(&mut self.handshakes);
-        self.handshakes = entries.into_iter().filter(|&(t, id)| self.still_handshaking(t, id)).collect();
+        self.prune_handshakes();
         while self.handshakes.len() > cap {
             let (token, _) = self.handshakes.pop_front().expect("over the cap");
             NetCounters::add(&self.shared.net.handshake_refused, 1);
@@ -288,8 +293,7 @@ impl NetThread {
             self.close(token);
         }
         if self.handshakes.len() > 64 {
-            let entries = std::mem::take(&mut self.handshakes);
-            self.handshakes = entries.into_iter().filter(|&(t, id)| self.still_handshaking(t, id)).collect();
+            self.prune_handshakes();
         }
     }
 

@@ -109,6 +109,8 @@ pub struct NetThread {
     /// TLS connections accepted and maybe still handshaking, oldest first
     /// (with when they were accepted: a token is used again after a close).
     handshakes: VecDeque<(Token, Instant)>,
+    /// This loop's share of `[tls] max_handshaking`.
+    handshake_cap: usize,
     /// When connections are next checked against their deadlines.
     next_sweep: Instant,
 }
@@ -138,7 +140,9 @@ impl NetThread {
             None => shared.config.proxy.net_threads,
         };
         let ids = RequestIds { next: 0, index: index as u64, stride: loops as u64 };
+        let handshake_cap = shared.config.tls.max_handshaking.div_ceil(loops.max(1)).max(1);
         NetThread {
+            handshake_cap,
             pipeline,
             scratch: vec![0; READ_CHUNK],
             ids,
@@ -303,6 +307,12 @@ impl NetThread {
         self.cap_handshakes();
     }
 
+    /// Forgets the connections that finished their handshake or went away.
+    fn prune_handshakes(&mut self) {
+        let entries = std::mem::take(&mut self.handshakes);
+        self.handshakes = entries.into_iter().filter(|&(t, at)| self.still_handshaking(t, at)).collect();
+    }
+
     /// Whether `token` is still the connection accepted at `at` and in its TLS handshake.
     fn still_handshaking(&mut self, token: Token, at: Instant) -> bool {
         self.conn(token).is_some_and(|c| c.accepted == at && !c.done && c.shared.transport().handshaking())
@@ -313,18 +323,11 @@ impl NetThread {
     /// hold every slot, and a client that completes its handshake promptly
     /// always gets in.
     fn cap_handshakes(&mut self) {
-        let loops = match self.pipeline {
-            Some(_) => self.shared.config.proxy.loops(),
-            None => self.shared.config.proxy.net_threads,
-        };
-        let cap = self.shared.config.tls.max_handshaking.div_ceil(loops.max(1)).max(1);
-        if self.handshakes.len() <= cap {
+        if self.handshakes.len() <= self.handshake_cap {
             return;
         }
-        let entries = std::mem::take(&mut self.handshakes);
-        let live: VecDeque<_> = entries.into_iter().filter(|&(t, at)| self.still_handshaking(t, at)).collect();
-        self.handshakes = live;
-        while self.handshakes.len() > cap {
+        self.prune_handshakes();
+        while self.handshakes.len() > self.handshake_cap {
             let (token, _) = self.handshakes.pop_front().expect("over the cap");
             bump(&self.shared.net.handshake_refused);
             self.remove(token);
@@ -367,8 +370,7 @@ impl NetThread {
             }
         }
         if self.handshakes.len() > 64 {
-            let entries = std::mem::take(&mut self.handshakes);
-            self.handshakes = entries.into_iter().filter(|&(t, at)| self.still_handshaking(t, at)).collect();
+            self.prune_handshakes();
         }
     }
 
