@@ -191,6 +191,10 @@ pub struct QueuesConfig {
     pub vacuum_s: u64,
     /// Dead rows that make the table worth a vacuum (default 10000).
     pub vacuum_min_dead: u64,
+    /// QINFO's figures from the database are kept this long per queue, so
+    /// that clients looping on QINFO cost one count per queue per period;
+    /// 0 reads them for every QINFO (default 1000 ms).
+    pub info_cache_ms: u64,
     /// Queues with series of their own on /metrics: names or patterns (`*`
     /// for any run of characters; default `["*"]`), at most
     /// `metrics_max_queues` of them; the others are added up as `queue="_other"`.
@@ -209,6 +213,7 @@ impl Default for QueuesConfig {
             maintenance_s: 60,
             vacuum_s: 10,
             vacuum_min_dead: 10_000,
+            info_cache_ms: 1000,
             metrics_queues: vec!["*".into()],
             metrics_max_queues: 100,
         }

@@ -70,3 +70,38 @@ impl PerQueue {
         self.lock().remove(queue);
     }
 }
+
+/// QINFO's database figures per queue, kept for `[queues] info_cache_ms`:
+/// clients looping on QINFO cost the database one count a queue per period,
+/// not one per request (8 of them pushed a neighbour's SEND to 276 ms). At
+/// most [`INFO_CACHE_MAX`] queues are kept; past that, expired entries go.
+#[derive(Debug, Default)]
+pub struct InfoCache(Mutex<std::collections::HashMap<String, (std::time::Instant, crate::db::QueueState)>>);
+
+/// Queues whose QINFO figures are kept at most.
+pub const INFO_CACHE_MAX: usize = 10_000;
+
+impl InfoCache {
+    /// `queue`'s figures if they are younger than `ttl`.
+    pub fn get(&self, queue: &str, ttl: std::time::Duration) -> Option<crate::db::QueueState> {
+        let m = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        m.get(queue).filter(|(at, _)| at.elapsed() < ttl).map(|(_, s)| s.clone())
+    }
+
+    /// Keeps `queue`'s figures, read just now.
+    pub fn put(&self, queue: &str, state: crate::db::QueueState, ttl: std::time::Duration) {
+        let mut m = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if m.len() >= INFO_CACHE_MAX {
+            m.retain(|_, (at, _)| at.elapsed() < ttl);
+            if m.len() >= INFO_CACHE_MAX {
+                return;
+            }
+        }
+        m.insert(queue.to_string(), (std::time::Instant::now(), state));
+    }
+
+    /// A dropped or changed queue's figures are forgotten.
+    pub fn forget(&self, queue: &str) {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).remove(queue);
+    }
+}

@@ -89,6 +89,8 @@ pub struct Shared {
     pub logins: crate::logins::Logins,
     /// Each queue's counters since start.
     pub queues: crate::queues::PerQueue,
+    /// QINFO's recent database figures.
+    pub info_cache: crate::queues::InfoCache,
     /// VACUUMs of the messages table this process ran.
     pub vacuums: std::sync::atomic::AtomicU64,
     /// The TLS listener's configuration (`--tls-cert`), when there is one.

@@ -578,6 +578,12 @@ impl Worker {
             }
             _ => {}
         }
+        // QINFO's database figures, if read lately: no connection needed.
+        if let Command::QueueInfo(q) = c {
+            if let Some(state) = self.shared.info_cache.get(q, self.info_ttl()) {
+                return local(queue_info(&state, &self.shared.queues.get(q)));
+            }
+        }
         // A RECV that may wait notes the queue's wake-ups before looking.
         let seen = match c {
             Command::Recv(r) if r.wait_ms > 0 && !job.last_try => Some(self.shared.waiters.seq(&r.queue)),
@@ -697,6 +703,11 @@ impl Worker {
         (!user.may(Right::Admin, queue)).then(|| user.name.clone())
     }
 
+    /// How long QINFO's database figures are kept.
+    fn info_ttl(&self) -> std::time::Duration {
+        std::time::Duration::from_millis(self.shared.config.queues.info_cache_ms)
+    }
+
     /// Counts what a RECV dead-lettered.
     fn dead_lettered(&self, queue: &str, got: &crate::db::Received) {
         if got.dead_lettered + got.dropped > 0 {
@@ -809,6 +820,7 @@ impl Worker {
             }
             Command::Alter(q, options) => {
                 pg.alter(q, options)?;
+                self.shared.info_cache.forget(q);
                 ok(Reply::Simple("OK"))
             }
             Command::Redrive { queue, to, count } => {
@@ -820,12 +832,14 @@ impl Worker {
             }
             Command::QueueInfo(q) => {
                 let state = pg.info(q)?;
+                self.shared.info_cache.put(q, state.clone(), self.info_ttl());
                 ok(queue_info(&state, &self.shared.queues.get(q)))
             }
             Command::Drop(q) => {
                 pg.drop_queue(q)?;
                 self.shared.waiters.dropped(&self.shared.queue, q);
                 self.shared.queues.forget(q);
+                self.shared.info_cache.forget(q);
                 ok(Reply::Simple("OK"))
             }
             Command::Len(q) => ok(Reply::Int(pg.len(q)?)),

@@ -465,3 +465,35 @@ fn quotas_per_queue_and_per_user() {
     let e = err(&mut s, &["SEND", "small.1", &"x".repeat(101)]);
     assert_eq!(e, "OVERQUOTA a body of 101 bytes is over user small's limit of 100 bytes (max_body)");
 }
+
+/// QINFO read the whole queue for every request: 8 clients looping on it
+/// pushed a neighbour's SEND to 276 ms. Its database figures are now kept
+/// for `info_cache_ms`: a loop of QINFOs costs one count a second.
+#[test]
+fn qinfo_in_a_loop_costs_one_count_a_period() {
+    let pg = Postgres::start().unwrap();
+    let mut cfg = config(&pg);
+    cfg.queues.info_cache_ms = 1000;
+    let mq = start(cfg);
+    let mut c = connect(mq.local_addr());
+    assert_eq!(q::<String>(&mut c, &["QCREATE", "watched"]), "OK");
+    let ready = |c: &mut redis::Connection| -> i64 {
+        let info: std::collections::HashMap<String, redis::Value> = q(c, &["QINFO", "watched"]);
+        redis::from_redis_value(&info["ready"]).unwrap()
+    };
+    assert_eq!(ready(&mut c), 0);
+    let before = info_of(&mut c, "db_statements");
+    let _: i64 = q(&mut c, &["SEND", "watched", "x"]);
+    for _ in 0..50 {
+        assert_eq!(ready(&mut c), 0, "the figures of the last second");
+    }
+    std::thread::sleep(Duration::from_millis(1100));
+    assert_eq!(ready(&mut c), 1, "read again after the period");
+    // (The SEND and one QINFO reached the database, not 51 QINFOs; a window of statements may still be open.)
+    let statements = info_of(&mut c, "db_statements") - before;
+    assert!(statements <= 3, "statements: {statements}");
+    // A change to the queue forgets its figures.
+    assert_eq!(q::<String>(&mut c, &["QALTER", "watched", "MAXMESSAGES", "10"]), "OK");
+    let info: std::collections::HashMap<String, redis::Value> = q(&mut c, &["QINFO", "watched"]);
+    assert_eq!(redis::from_redis_value::<i64>(&info["max_messages"]).unwrap(), 10);
+}

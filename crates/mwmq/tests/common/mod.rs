@@ -11,7 +11,8 @@ use std::time::{Duration, Instant};
 pub use mctest::Postgres;
 use mwmq::{Config, Mq};
 
-/// A configuration for tests: a free port, small windows, quick polls.
+/// A configuration for tests: a free port, small windows, quick polls, and
+/// QINFO read fresh every time (tests look right after a change).
 pub fn config(pg: &Postgres) -> Config {
     let mut c = Config::default();
     c.server.listen = "127.0.0.1:0".into();
@@ -20,6 +21,7 @@ pub fn config(pg: &Postgres) -> Config {
     c.database.retry_min_ms = 20;
     c.database.retry_max_ms = 200;
     c.queues.poll_ms = 100;
+    c.queues.info_cache_ms = 0;
     c.stats.window_ms = 200;
     c
 }
