@@ -59,17 +59,17 @@ pub struct ClientConn {
     line: Mutex<Line>,
     budget: Arc<Budget>,
     /// The size (bytes) batches are planned with: the largest recent reply,
-    /// and when it was seen. It starts at the output budget, so a new
-    /// connection's first batches are single requests; a batch's largest
-    /// reply raises it at once, and it halves with every second without so
-    /// large a reply: a client whose replies are small gets full batches
-    /// within seconds, and one that asks for large values keeps small
-    /// batches however many short replies come in between (failures
-    /// answered at once), so what a batch brings back stays near the output
-    /// budget. (The mean it once was fell with a burst of short error
-    /// replies; the next batch then asked for 64 large values at once, past
-    /// every budget.)
-    planned: Mutex<(usize, std::time::Instant)>,
+    /// and when it was seen. Before any reply it is the output budget, so a
+    /// new connection's first batch is a single request; the first batch's
+    /// largest reply sets it, a later batch's raises it at once, and it
+    /// halves every [`PLAN_HALF_LIFE`] without so large a reply. Error
+    /// replies (failures answered at once) are not looked at. So a client
+    /// whose replies are small gets full batches at once, and one that asks
+    /// for large values keeps small batches through a burst of failures:
+    /// what a batch brings back stays near the output budget. (The mean it
+    /// once was fell with such a burst; the next batch then asked for 64
+    /// large values at once, past every budget.)
+    planned: Mutex<Option<(usize, std::time::Instant)>>,
 }
 
 /// Requests waiting for a worker.
@@ -125,14 +125,14 @@ impl ClientConn {
             transport,
             out: Mutex::new(Output::default()),
             line: Mutex::new(Line::default()),
-            planned: Mutex::new((budget.output_per_conn, std::time::Instant::now())),
+            planned: Mutex::new(None),
             budget,
         }
     }
 
     /// The reply size batches are planned with now.
     fn planned_size(&self) -> usize {
-        decayed(*self.planned.lock().unwrap_or_else(|p| p.into_inner()))
+        self.planned.lock().unwrap_or_else(|p| p.into_inner()).map_or(self.budget.output_per_conn, decayed)
     }
 
     fn line(&self) -> MutexGuard<'_, Line> {
@@ -229,13 +229,15 @@ impl ClientConn {
         let mut out = self.lock();
         let mut largest = None;
         for (seq, reply) in replies {
-            largest = largest.max(Some(reply.len()));
+            if !reply.starts_with(b"SERVER_ERROR") && !reply.starts_with(b"CLIENT_ERROR") {
+                largest = largest.max(Some(reply.len()));
+            }
             self.file(&mut out, seq, reply, false);
         }
         if let Some(largest) = largest {
             let mut p = self.planned.lock().unwrap_or_else(|p| p.into_inner());
-            if largest >= decayed(*p) {
-                *p = (largest, std::time::Instant::now());
+            if p.is_none_or(|seen| largest >= decayed(seen)) {
+                *p = Some((largest, std::time::Instant::now()));
             }
         }
         self.flush_locked(&mut out, net);
@@ -369,9 +371,13 @@ impl ClientConn {
     }
 }
 
-/// A planned reply size, halved for every second since it was seen.
+/// How fast a large reply is forgotten when planning batches.
+const PLAN_HALF_LIFE: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// A planned reply size, halved for every [`PLAN_HALF_LIFE`] since it was seen.
 fn decayed((size, seen): (usize, std::time::Instant)) -> usize {
-    size >> seen.elapsed().as_secs().min(63)
+    let halvings = seen.elapsed().as_millis() / PLAN_HALF_LIFE.as_millis();
+    size >> halvings.min(63)
 }
 
 /// Writes as much of `buf` as a non-blocking socket takes now and removes it
