@@ -14,6 +14,14 @@ pub struct Cli {
     /// The flags every middleware has (config file, listen address, results, admin, logs).
     #[command(flatten)]
     pub server: ServerArgs,
+    /// How requests are carried out: async (event loops with pipelined
+    /// database connections) or pool (net thread, queue, workers, pool: the
+    /// seed reports' architecture) [default: async].
+    #[arg(long, value_enum)]
+    pub engine: Option<mwserve::config::Engine>,
+    /// Event loops of the async engine, 0 = half the cores (at least one) [default: 0].
+    #[arg(long, value_name = "N")]
+    pub threads: Option<usize>,
     /// PostgreSQL connection string, e.g. 'host=/run/postgresql dbname=mwmq user=mwmq'.
     #[arg(long, value_name = "CONNINFO")]
     pub db: Option<String>,
@@ -90,6 +98,8 @@ impl Cli {
         if let Some(db) = &self.db {
             c.database.url = db.clone();
         }
+        set(&mut c.server.engine, self.engine);
+        set(&mut c.server.threads, self.threads);
         set(&mut c.database.pool, self.db_pool);
         set(&mut c.server.batch, self.batch);
         set(&mut c.server.max_body, self.max_body);

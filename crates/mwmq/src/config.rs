@@ -76,6 +76,15 @@ impl Default for AuthConfig {
 pub struct ServerConfig {
     /// Address clients connect to (default `127.0.0.1:6380`).
     pub listen: String,
+    /// How requests are carried out (default async): `async`, event loops
+    /// that own their clients and pipelined database connections, or
+    /// `pool`, the seed's net thread, request queue, workers and pool.
+    pub engine: mwserve::config::Engine,
+    /// Event loops of the async engine, 0 = half the cores, at least one (default 0).
+    pub threads: usize,
+    /// Database connections of each event loop (default 2): statements
+    /// are pipelined on each, several in flight at once.
+    pub loop_db: usize,
     /// Worker threads; each carries one request at a time (default 8).
     pub workers: usize,
     /// Requests that may wait for a worker; when full, mwmq stops reading
@@ -116,6 +125,9 @@ impl Default for ServerConfig {
     fn default() -> Self {
         ServerConfig {
             listen: "127.0.0.1:6380".into(),
+            engine: mwserve::config::Engine::Async,
+            threads: 0,
+            loop_db: 2,
             workers: 8,
             queue_capacity: 1024,
             max_connections: 10_000,

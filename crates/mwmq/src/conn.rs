@@ -289,3 +289,36 @@ impl ClientConn {
         Self::fail(&mut o)
     }
 }
+
+impl crate::commands::Session for ClientConn {
+    fn id(&self) -> u64 {
+        self.id
+    }
+    fn name(&self) -> Option<String> {
+        ClientConn::name(self)
+    }
+    fn set_name(&self, name: String) {
+        ClientConn::set_name(self, name)
+    }
+    fn user(&self) -> Option<std::sync::Arc<crate::users::User>> {
+        ClientConn::user(self)
+    }
+    fn set_user(&self, user: std::sync::Arc<crate::users::User>) {
+        ClientConn::set_user(self, user)
+    }
+    fn resp3(&self) -> bool {
+        ClientConn::resp3(self)
+    }
+    fn set_resp3(&self, on: bool) {
+        ClientConn::set_resp3(self, on)
+    }
+    fn attempts(&self) -> &crate::users::Attempts {
+        &self.attempts
+    }
+    fn peer(&self) -> Option<std::net::IpAddr> {
+        self.peer
+    }
+    fn identity(&self) -> Option<String> {
+        ClientConn::identity(self)
+    }
+}

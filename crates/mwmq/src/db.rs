@@ -17,7 +17,7 @@
 //! all dead), and new ones are opened on demand with exponential backoff
 //! between failed attempts. A request caught by a failure gets `-TRYAGAIN`.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -181,7 +181,7 @@ struct Statements {
 }
 
 impl Statements {
-    fn prepare(c: &mut Client) -> Result<Statements, postgres::Error> {
+    async fn prepare(c: &tokio_postgres::Client) -> Result<Statements, postgres::Error> {
         Ok(Statements {
             send: c.prepare(
                 "INSERT INTO mwmq_messages (queue_id, sender, receiver, body, visible_at, counted)
@@ -190,7 +190,7 @@ impl Statements {
                  FROM mwmq_queues WHERE name = $1 AND dropped_at IS NULL
                    AND mwmq_room(id, max_messages, max_bytes, octet_length($4::bytea))
                  RETURNING id",
-            )?,
+            ).await?,
             send_many: c.prepare(
                 "WITH r AS (
                     SELECT nextval('mwmq_message_ids') AS id, q.id AS queue_id, t.n, t.sender, t.receiver,
@@ -204,7 +204,7 @@ impl Statements {
                     SELECT queue_id, id, sender, receiver, body, now() + interval '1 millisecond' * delay, counted
                     FROM r)
                  SELECT n, id FROM r",
-            )?,
+            ).await?,
             ack_many: c.prepare(
                 "DELETE FROM mwmq_messages m
                  USING (SELECT q.id AS queue_id, t.id, t.lease, t.holder, t.n
@@ -214,7 +214,7 @@ impl Statements {
                  WHERE m.queue_id = r.queue_id AND m.id = r.id AND m.lease = r.lease
                    AND (r.holder IS NULL OR m.leased_to = r.holder)
                  RETURNING r.n",
-            )?,
+            ).await?,
             send_key: c.prepare(
                 "WITH k AS (
                     INSERT INTO mwmq_keys (queue_id, key, message_id)
@@ -229,8 +229,8 @@ impl Statements {
                         (q.max_messages IS NOT NULL OR q.max_bytes IS NOT NULL)
                  FROM k JOIN mwmq_queues q ON q.id = k.queue_id
                  RETURNING id",
-            )?,
-            key_lookup: c.prepare(&format!("SELECT message_id FROM mwmq_keys WHERE queue_id = {QUEUE} AND key = $2"))?,
+            ).await?,
+            key_lookup: c.prepare(&format!("SELECT message_id FROM mwmq_keys WHERE queue_id = {QUEUE} AND key = $2")).await?,
             // A queue without a delivery limit: the plain lease of the first
             // eligible messages (a queue with one finds nothing here).
             recv_plain: c.prepare(&format!(
@@ -245,7 +245,7 @@ impl Statements {
                        ORDER BY visible_at, id LIMIT $4 FOR UPDATE SKIP LOCKED) c
                  WHERE m.queue_id = c.queue_id AND m.id = c.id
                  RETURNING m.queue_id, m.id, m.lease, m.sender, m.body"
-            ))?,
+            )).await?,
             // Of the first eligible messages, those delivered `max_deliveries`
             // times already move to the dead-letter queue (or are dropped when
             // it does not exist) in the same statement; the others are leased.
@@ -276,7 +276,7 @@ impl Statements {
                  SELECT queue_id, id, lease, sender, body FROM leased
                  UNION ALL
                  SELECT NULL::bigint, (SELECT count(*) FROM gone), (SELECT count(*) FROM moved), NULL::text, NULL::bytea"
-            ))?,
+            )).await?,
             pop: c.prepare(&format!(
                 "DELETE FROM mwmq_messages m
                  USING (SELECT queue_id, id FROM mwmq_messages
@@ -284,22 +284,22 @@ impl Statements {
                         ORDER BY visible_at, id LIMIT $4 FOR UPDATE SKIP LOCKED) c
                  WHERE m.queue_id = c.queue_id AND m.id = c.id
                  RETURNING m.id, m.sender, m.body"
-            ))?,
+            )).await?,
             peek: c.prepare(&format!(
                 "SELECT id, sender, body FROM mwmq_messages
                  WHERE queue_id = {QUEUE} AND {ELIGIBLE} ORDER BY visible_at, id LIMIT $4"
-            ))?,
-            ack: c.prepare(&format!("DELETE FROM mwmq_messages WHERE queue_id = {QUEUE} AND id = $2 AND lease = $3 {HELD}"))?,
+            )).await?,
+            ack: c.prepare(&format!("DELETE FROM mwmq_messages WHERE queue_id = {QUEUE} AND id = $2 AND lease = $3 {HELD}")).await?,
             nack: c.prepare(&format!(
                 "UPDATE mwmq_messages SET lease = NULL, leased_to = NULL,
                         visible_at = CASE WHEN $4::float8 > 0 THEN now() + interval '1 millisecond' * $4::float8
                                           ELSE least(sent_at, now()) END
                  WHERE queue_id = {QUEUE} AND id = $2 AND lease = $3 AND ($5::text IS NULL OR leased_to = $5)"
-            ))?,
+            )).await?,
             touch: c.prepare(&format!(
                 "UPDATE mwmq_messages SET visible_at = now() + interval '1 millisecond' * $4::float8
                  WHERE queue_id = {QUEUE} AND id = $2 AND lease = $3 AND ($5::text IS NULL OR leased_to = $5)"
-            ))?,
+            )).await?,
             alter: c.prepare(
                 "UPDATE mwmq_queues
                  SET max_deliveries = CASE WHEN $2::bool THEN nullif($3::int, 0) ELSE max_deliveries END,
@@ -307,7 +307,7 @@ impl Statements {
                      max_messages = CASE WHEN $6::bool THEN nullif($7::bigint, 0) ELSE max_messages END,
                      max_bytes = CASE WHEN $8::bool THEN nullif($9::bigint, 0) ELSE max_bytes END
                  WHERE name = $1 AND dropped_at IS NULL RETURNING id",
-            )?,
+            ).await?,
             // A quota set or lifted: the queue's count starts from what it holds.
             // A quota set or lifted: the queue's messages are marked counted, or not.
             mark: c.prepare(
@@ -315,7 +315,7 @@ impl Statements {
                  FROM (SELECT id, (max_messages IS NOT NULL OR max_bytes IS NOT NULL) AS quota
                        FROM mwmq_queues WHERE name = $1 AND dropped_at IS NULL) q
                  WHERE m.queue_id = q.id AND m.counted <> q.quota",
-            )?,
+            ).await?,
             recount: c.prepare(
                 "WITH q AS (SELECT id, (max_messages IS NOT NULL OR max_bytes IS NOT NULL) AS counted
                             FROM mwmq_queues WHERE name = $1 AND dropped_at IS NULL),
@@ -325,7 +325,7 @@ impl Statements {
                  SELECT q.id, 0, count(m.id), coalesce(sum(octet_length(m.body)), 0)
                  FROM q LEFT JOIN mwmq_messages m ON m.queue_id = q.id WHERE q.counted GROUP BY q.id
                  ON CONFLICT (queue_id, stripe) DO UPDATE SET messages = EXCLUDED.messages, bytes = EXCLUDED.bytes",
-            )?,
+            ).await?,
             // Counts from the indexes (ready, not yet visible, dead letters)
             // and the quota's counters; the age of the message next in line.
             info: c.prepare(
@@ -343,14 +343,14 @@ impl Statements {
                         (SELECT coalesce(sum(c.messages), 0)::bigint FROM mwmq_queue_counts c WHERE c.queue_id = q.id),
                         (SELECT coalesce(sum(c.bytes), 0)::bigint FROM mwmq_queue_counts c WHERE c.queue_id = q.id)
                  FROM mwmq_queues q WHERE q.name = $1 AND q.dropped_at IS NULL",
-            )?,
+            ).await?,
             // Why a SEND stored nothing: no such queue (no row), or its quota.
             quota: c.prepare(
                 "SELECT coalesce(q.max_messages, 0), coalesce(q.max_bytes, 0),
                         (SELECT coalesce(sum(c.messages), 0)::bigint FROM mwmq_queue_counts c WHERE c.queue_id = q.id),
                         (SELECT coalesce(sum(c.bytes), 0)::bigint FROM mwmq_queue_counts c WHERE c.queue_id = q.id)
                  FROM mwmq_queues q WHERE q.name = $1 AND q.dropped_at IS NULL",
-            )?,
+            ).await?,
             // Dead letters back: to TO, or to the queue each came from; what
             // has nowhere to go (no such queue) stays.
             redrive: c.prepare(
@@ -367,13 +367,13 @@ impl Statements {
                  ins AS (INSERT INTO mwmq_messages (queue_id, id, sender, receiver, body, sent_at, visible_at, counted)
                          SELECT target_id, id, sender, receiver, body, sent_at, now(), counted FROM gone RETURNING 1)
                  SELECT (SELECT count(*) FROM ins), EXISTS (SELECT 1 FROM src)",
-            )?,
+            ).await?,
             release: c.prepare(
                 "UPDATE mwmq_messages m SET lease = NULL, leased_to = NULL, visible_at = least(m.sent_at, now()), deliveries = greatest(m.deliveries - 1, 0)
                  FROM unnest($1::bigint[], $2::bigint[], $3::bigint[]) AS r(queue_id, id, lease)
                  WHERE m.queue_id = r.queue_id AND m.id = r.id AND m.lease = r.lease",
-            )?,
-            exists: c.prepare("SELECT 1 FROM mwmq_queues WHERE name = $1 AND dropped_at IS NULL")?,
+            ).await?,
+            exists: c.prepare("SELECT 1 FROM mwmq_queues WHERE name = $1 AND dropped_at IS NULL").await?,
             // A user creates at most $7 queues (NULL: no limit).
             create: c.prepare(
                 "INSERT INTO mwmq_queues (name, max_deliveries, dead_letter, max_messages, max_bytes, created_by)
@@ -381,21 +381,21 @@ impl Statements {
                  WHERE $7::bigint IS NULL
                     OR (SELECT count(*) FROM mwmq_queues WHERE created_by = $6::text AND dropped_at IS NULL) < $7::bigint
                  ON CONFLICT (name) WHERE dropped_at IS NULL DO NOTHING RETURNING id",
-            )?,
+            ).await?,
             drop: c.prepare(
                 "UPDATE mwmq_queues SET dropped_at = now() WHERE name = $1 AND dropped_at IS NULL RETURNING id",
-            )?,
+            ).await?,
             len: c.prepare(
                 "SELECT (SELECT count(*) FROM mwmq_messages m WHERE m.queue_id = q.id)
                  FROM mwmq_queues q WHERE q.name = $1 AND q.dropped_at IS NULL",
-            )?,
-            list: c.prepare("SELECT name FROM mwmq_queues WHERE dropped_at IS NULL ORDER BY name")?,
+            ).await?,
+            list: c.prepare("SELECT name FROM mwmq_queues WHERE dropped_at IS NULL ORDER BY name").await?,
             pending: c.prepare(
                 "SELECT q.name FROM mwmq_queues q WHERE q.dropped_at IS NULL AND EXISTS (
                     SELECT 1 FROM mwmq_messages m WHERE m.queue_id = q.id AND m.visible_at <= now()
                     AND (m.receiver IS NULL OR m.receiver = $1))
                  ORDER BY q.name",
-            )?,
+            ).await?,
         })
     }
 }
@@ -552,23 +552,16 @@ pub struct LeaseRef {
     pub lease: i64,
 }
 
-/// One open connection with its statements.
-pub struct DbConn {
-    client: Client,
+/// One open connection with its statements, spoken asynchronously: several
+/// statements may be in flight on it at once (pipelined, each its own
+/// transaction, each answered only after its commit: tokio-postgres reads a
+/// statement's result up to the ReadyForQuery that follows the commit, and
+/// an error there fails the statement).
+pub struct PgConn {
+    client: tokio_postgres::Client,
     st: Statements,
     /// Set when a statement failed in a way that leaves the connection unusable.
-    pub broken: bool,
-    /// Its socket, watched for the statement deadline (`deadline.rs`).
-    armed: Option<Arc<Armed>>,
-}
-
-impl Drop for DbConn {
-    fn drop(&mut self) {
-        // Closing politely waits for the server: a frozen one never answers.
-        if let Some(a) = &self.armed {
-            a.cut();
-        }
-    }
+    broken: AtomicBool,
 }
 
 /// Runs `open` on a thread of its own and waits at most `limit` for it: a
@@ -589,54 +582,23 @@ pub fn within<T: Send + 'static>(
         .map_err(|_| format!("the database did not finish opening a connection within {} ms", limit.as_millis()))?
 }
 
-impl DbConn {
-    /// Opens a connection, sets its session up and prepares every statement,
-    /// within the connect timeout and the statement deadline; its socket is
-    /// watched by `watch`.
-    pub fn open(cfg: &Config, watch: &Arc<Watch>) -> Result<DbConn, String> {
-        let limit = Duration::from_millis(cfg.database.connect_timeout_ms)
-            + cfg.statement_deadline().unwrap_or(Duration::from_secs(30));
-        let (cfg, watch) = (cfg.clone(), watch.clone());
-        within(limit, move || {
-            let (mut client, armed) = {
-                let _one_at_a_time = crate::deadline::OPENING.lock().unwrap_or_else(|p| p.into_inner());
-                let before = crate::deadline::sockets();
-                let client = connect_now(&cfg)?;
-                let after = crate::deadline::sockets();
-                let ports = crate::dbtls::split(&cfg.database.url)
-                    .ok()
-                    .and_then(|t| t.conninfo.parse::<postgres::Config>().ok())
-                    .map(|c| c.get_ports().to_vec())
-                    .unwrap_or_default();
-                let ports = if ports.is_empty() { vec![5432] } else { ports };
-                (client, crate::deadline::new_socket(&before, &after, &ports).map(|s| watch.watch(s)))
-            };
-            if armed.is_none() {
-                tracing::warn!(
-                    "could not tell this connection's socket apart: its statements have no client-side deadline"
-                );
-            }
-            let st = Statements::prepare(&mut client).map_err(|e| format!("preparing statements: {e}"))?;
-            Ok(DbConn { client, st, broken: false, armed })
-        })
-    }
-
-    fn check<T>(&mut self, r: Result<T, postgres::Error>) -> Result<T, DbError> {
+impl PgConn {
+    fn check<T>(&self, r: Result<T, postgres::Error>) -> Result<T, DbError> {
         r.map_err(|e| {
             if connection_lost(&e) {
-                self.broken = true;
+                self.broken.store(true, Ordering::Relaxed);
             }
             classify(e)
         })
     }
 
-    fn exists(&mut self, queue: &str) -> Result<bool, DbError> {
-        let r = self.client.query_opt(&self.st.exists, &[&queue]);
+    async fn exists(&self, queue: &str) -> Result<bool, DbError> {
+        let r = self.client.query_opt(&self.st.exists, &[&queue]).await;
         Ok(self.check(r)?.is_some())
     }
 
-    fn or_no_queue<T>(&mut self, queue: &str, empty: T) -> Result<T, DbError> {
-        if self.exists(queue)? {
+    async fn or_no_queue<T>(&self, queue: &str, empty: T) -> Result<T, DbError> {
+        if self.exists(queue).await? {
             Ok(empty)
         } else {
             Err(DbError::NoQueue(queue.to_string()))
@@ -644,8 +606,8 @@ impl DbConn {
     }
 
     /// SEND: the new message's id (or, with a key seen before, the first one's).
-    pub fn send(
-        &mut self,
+    pub async fn send(
+        &self,
         queue: &str,
         sender: &str,
         to: Option<&str>,
@@ -656,22 +618,22 @@ impl DbConn {
         let delay = delay_ms as f64;
         match key {
             None => {
-                let r = self.client.query_opt(&self.st.send, &[&queue, &sender, &to, &body, &delay]);
+                let r = self.client.query_opt(&self.st.send, &[&queue, &sender, &to, &body, &delay]).await;
                 match self.check(r)? {
                     Some(row) => Ok(row.get(0)),
-                    None => Err(self.not_sent(queue)?),
+                    None => Err(self.not_sent(queue).await?),
                 }
             }
             Some(k) => {
-                let r = self.client.query_opt(&self.st.send_key, &[&queue, &sender, &to, &body, &delay, &k]);
+                let r = self.client.query_opt(&self.st.send_key, &[&queue, &sender, &to, &body, &delay, &k]).await;
                 if let Some(row) = self.check(r)? {
                     return Ok(row.get(0));
                 }
                 // The key is known (a retry), the queue is full, or it does not exist.
-                let r = self.client.query_opt(&self.st.key_lookup, &[&queue, &k]);
+                let r = self.client.query_opt(&self.st.key_lookup, &[&queue, &k]).await;
                 match self.check(r)? {
                     Some(row) => Ok(row.get(0)),
-                    None => Err(self.not_sent(queue)?),
+                    None => Err(self.not_sent(queue).await?),
                 }
             }
         }
@@ -680,8 +642,8 @@ impl DbConn {
     /// RECV: up to `count` messages, leased for `vt_ms`, lowest id first;
     /// and of the messages looked at, how many were dead-lettered (moved to
     /// the dead-letter queue, or dropped when there is none).
-    pub fn recv(
-        &mut self,
+    pub async fn recv(
+        &self,
         queue: &str,
         me: Option<&str>,
         from: Option<&str>,
@@ -691,7 +653,7 @@ impl DbConn {
         let (count, vt) = (i64::from(count), vt_ms as f64);
         // The common case in one plain statement; an empty answer may also
         // mean a queue with a delivery limit (or none at all): then the full one.
-        let r = self.client.query(&self.st.recv_plain, &[&queue, &me, &from, &count, &vt]);
+        let r = self.client.query(&self.st.recv_plain, &[&queue, &me, &from, &count, &vt]).await;
         let plain = self.check(r)?;
         if !plain.is_empty() {
             let mut messages: Vec<Leased> = plain
@@ -701,12 +663,12 @@ impl DbConn {
             messages.sort_by_key(|m| m.id);
             return Ok(Received { messages, dead_lettered: 0, dropped: 0 });
         }
-        let r = self.client.query(&self.st.recv, &[&queue, &me, &from, &count, &vt]);
+        let r = self.client.query(&self.st.recv, &[&queue, &me, &from, &count, &vt]).await;
         let mut rows = self.check(r)?;
         let totals = rows.pop().expect("the statement's last row counts the dead letters");
         let (dead, moved): (i64, i64) = (totals.get(1), totals.get(2));
         if rows.is_empty() && dead == 0 {
-            return self.or_no_queue(queue, Received::default());
+            return self.or_no_queue(queue, Received::default()).await;
         }
         let mut messages: Vec<Leased> = rows
             .iter()
@@ -718,50 +680,60 @@ impl DbConn {
 
     /// TOUCH: whether the lease was current (the message is now invisible for `ms` more).
     /// `holder`: the receiver the delivery must have gone to (`None`: anyone's).
-    pub fn touch(&mut self, queue: &str, id: i64, lease: i64, ms: u64, holder: Option<&str>) -> Result<bool, DbError> {
+    pub async fn touch(
+        &self,
+        queue: &str,
+        id: i64,
+        lease: i64,
+        ms: u64,
+        holder: Option<&str>,
+    ) -> Result<bool, DbError> {
         let ms = ms as f64;
-        let r = self.client.execute(&self.st.touch, &[&queue, &id, &lease, &ms, &holder]);
+        let r = self.client.execute(&self.st.touch, &[&queue, &id, &lease, &ms, &holder]).await;
         if self.check(r)? == 1 {
             return Ok(true);
         }
-        self.or_no_queue(queue, false)
+        self.or_no_queue(queue, false).await
     }
 
     /// QALTER
-    pub fn alter(&mut self, queue: &str, o: &QueueOptions) -> Result<(), DbError> {
+    pub async fn alter(&self, queue: &str, o: &QueueOptions) -> Result<(), DbError> {
         let max = o.max_deliveries.map(|m| m as i32);
         let dead = o.dead_letter.clone().flatten();
         let (msgs, bytes) = (o.max_messages.map(|m| m as i64), o.max_bytes.map(|m| m as i64));
-        let r = self.client.query_opt(
-            &self.st.alter,
-            &[
-                &queue,
-                &max.is_some(),
-                &max.unwrap_or(0),
-                &o.dead_letter.is_some(),
-                &dead,
-                &msgs.is_some(),
-                &msgs.unwrap_or(0),
-                &bytes.is_some(),
-                &bytes.unwrap_or(0),
-            ],
-        );
+        let r = self
+            .client
+            .query_opt(
+                &self.st.alter,
+                &[
+                    &queue,
+                    &max.is_some(),
+                    &max.unwrap_or(0),
+                    &o.dead_letter.is_some(),
+                    &dead,
+                    &msgs.is_some(),
+                    &msgs.unwrap_or(0),
+                    &bytes.is_some(),
+                    &bytes.unwrap_or(0),
+                ],
+            )
+            .await;
         if self.check(r)?.is_none() {
             return Err(DbError::NoQueue(queue.to_string()));
         }
         if msgs.is_some() || bytes.is_some() {
             // Its messages marked first (they count from now on), then what it holds now.
-            let r = self.client.execute(&self.st.mark, &[&queue]);
+            let r = self.client.execute(&self.st.mark, &[&queue]).await;
             self.check(r)?;
-            let r = self.client.execute(&self.st.recount, &[&queue]);
+            let r = self.client.execute(&self.st.recount, &[&queue]).await;
             self.check(r)?;
         }
         Ok(())
     }
 
     /// Why a SEND to `queue` stored nothing: the queue does not exist, or is full.
-    pub fn not_sent(&mut self, queue: &str) -> Result<DbError, DbError> {
-        let r = self.client.query_opt(&self.st.quota, &[&queue]);
+    pub async fn not_sent(&self, queue: &str) -> Result<DbError, DbError> {
+        let r = self.client.query_opt(&self.st.quota, &[&queue]).await;
         Ok(match self.check(r)? {
             None => DbError::NoQueue(queue.to_string()),
             Some(row) => {
@@ -776,8 +748,8 @@ impl DbConn {
     }
 
     /// QINFO: what the queue holds now.
-    pub fn info(&mut self, queue: &str) -> Result<QueueState, DbError> {
-        let r = self.client.query_opt(&self.st.info, &[&queue]);
+    pub async fn info(&self, queue: &str) -> Result<QueueState, DbError> {
+        let r = self.client.query_opt(&self.st.info, &[&queue]).await;
         match self.check(r)? {
             Some(row) => Ok(QueueState {
                 max_deliveries: row.get::<_, i32>(0) as u32,
@@ -797,13 +769,13 @@ impl DbConn {
     }
 
     /// REDRIVE: messages moved back.
-    pub fn redrive(&mut self, queue: &str, to: Option<&str>, count: u32) -> Result<i64, DbError> {
+    pub async fn redrive(&self, queue: &str, to: Option<&str>, count: u32) -> Result<i64, DbError> {
         if let Some(t) = to {
-            if !self.exists(t)? {
+            if !self.exists(t).await? {
                 return Err(DbError::NoQueue(t.to_string()));
             }
         }
-        let r = self.client.query_one(&self.st.redrive, &[&queue, &to, &i64::from(count)]);
+        let r = self.client.query_one(&self.st.redrive, &[&queue, &to, &i64::from(count)]).await;
         let row = self.check(r)?;
         if !row.get::<_, bool>(1) {
             return Err(DbError::NoQueue(queue.to_string()));
@@ -812,19 +784,19 @@ impl DbConn {
     }
 
     /// POP (`take`) or PEEK: the first eligible message.
-    pub fn first(
-        &mut self,
+    pub async fn first(
+        &self,
         queue: &str,
         me: Option<&str>,
         from: Option<&str>,
         take: bool,
     ) -> Result<Option<Message>, DbError> {
-        Ok(self.first_n(queue, me, from, take, 1)?.pop())
+        Ok(self.first_n(queue, me, from, take, 1).await?.pop())
     }
 
     /// The first `n` eligible messages, taken (POP) or not (PEEK), lowest id first.
-    pub fn first_n(
-        &mut self,
+    pub async fn first_n(
+        &self,
         queue: &str,
         me: Option<&str>,
         from: Option<&str>,
@@ -833,10 +805,10 @@ impl DbConn {
     ) -> Result<Vec<Message>, DbError> {
         let st = if take { &self.st.pop } else { &self.st.peek };
         let limit = n as i64;
-        let r = self.client.query(st, &[&queue, &me, &from, &limit]);
+        let r = self.client.query(st, &[&queue, &me, &from, &limit]).await;
         let rows = self.check(r)?;
         if rows.is_empty() {
-            return self.or_no_queue(queue, Vec::new());
+            return self.or_no_queue(queue, Vec::new()).await;
         }
         let mut out: Vec<Message> =
             rows.iter().map(|r| Message { id: r.get(0), sender: r.get(1), body: r.get(2) }).collect();
@@ -846,13 +818,13 @@ impl DbConn {
 
     /// Several SENDs (without keys) in one statement and one commit: each
     /// one's id, or `None` when its queue does not exist.
-    pub fn send_many(&mut self, sends: &[SendRow<'_>]) -> Result<Vec<Option<i64>>, DbError> {
+    pub async fn send_many(&self, sends: &[SendRow<'_>]) -> Result<Vec<Option<i64>>, DbError> {
         let queues: Vec<&str> = sends.iter().map(|s| s.queue).collect();
         let senders: Vec<&str> = sends.iter().map(|s| s.sender).collect();
         let to: Vec<Option<&str>> = sends.iter().map(|s| s.to).collect();
         let bodies: Vec<&[u8]> = sends.iter().map(|s| s.body).collect();
         let delays: Vec<f64> = sends.iter().map(|s| s.delay_ms as f64).collect();
-        let r = self.client.query(&self.st.send_many, &[&queues, &senders, &to, &bodies, &delays]);
+        let r = self.client.query(&self.st.send_many, &[&queues, &senders, &to, &bodies, &delays]).await;
         let mut out = vec![None; sends.len()];
         for row in self.check(r)? {
             let n: i64 = row.get(0);
@@ -864,12 +836,12 @@ impl DbConn {
     /// Several ACKs in one statement: whether each lease was current. A
     /// `false` may also mean that the queue does not exist ([`DbConn::queue_exists`]).
     /// Each ACK is (queue, id, lease, holder) as for [`DbConn::ack`].
-    pub fn ack_many(&mut self, acks: &[(&str, i64, i64, Option<&str>)]) -> Result<Vec<bool>, DbError> {
+    pub async fn ack_many(&self, acks: &[(&str, i64, i64, Option<&str>)]) -> Result<Vec<bool>, DbError> {
         let queues: Vec<&str> = acks.iter().map(|a| a.0).collect();
         let ids: Vec<i64> = acks.iter().map(|a| a.1).collect();
         let leases: Vec<i64> = acks.iter().map(|a| a.2).collect();
         let holders: Vec<Option<&str>> = acks.iter().map(|a| a.3).collect();
-        let r = self.client.query(&self.st.ack_many, &[&queues, &ids, &leases, &holders]);
+        let r = self.client.query(&self.st.ack_many, &[&queues, &ids, &leases, &holders]).await;
         let mut out = vec![false; acks.len()];
         for row in self.check(r)? {
             let n: i64 = row.get(0);
@@ -879,24 +851,24 @@ impl DbConn {
     }
 
     /// Whether a queue exists.
-    pub fn queue_exists(&mut self, queue: &str) -> Result<bool, DbError> {
-        self.exists(queue)
+    pub async fn queue_exists(&self, queue: &str) -> Result<bool, DbError> {
+        self.exists(queue).await
     }
 
     /// ACK: whether the lease was current (and the message is now gone).
     /// `holder`: the receiver the delivery must have gone to (`None`: anyone's).
-    pub fn ack(&mut self, queue: &str, id: i64, lease: i64, holder: Option<&str>) -> Result<bool, DbError> {
-        let r = self.client.execute(&self.st.ack, &[&queue, &id, &lease, &holder]);
+    pub async fn ack(&self, queue: &str, id: i64, lease: i64, holder: Option<&str>) -> Result<bool, DbError> {
+        let r = self.client.execute(&self.st.ack, &[&queue, &id, &lease, &holder]).await;
         if self.check(r)? == 1 {
             return Ok(true);
         }
-        self.or_no_queue(queue, false)
+        self.or_no_queue(queue, false).await
     }
 
     /// NACK: whether the lease was current (and the message is visible again after `delay_ms`).
     /// `holder`: the receiver the delivery must have gone to (`None`: anyone's).
-    pub fn nack(
-        &mut self,
+    pub async fn nack(
+        &self,
         queue: &str,
         id: i64,
         lease: i64,
@@ -904,26 +876,26 @@ impl DbConn {
         holder: Option<&str>,
     ) -> Result<bool, DbError> {
         let delay = delay_ms as f64;
-        let r = self.client.execute(&self.st.nack, &[&queue, &id, &lease, &delay, &holder]);
+        let r = self.client.execute(&self.st.nack, &[&queue, &id, &lease, &delay, &holder]).await;
         if self.check(r)? == 1 {
             return Ok(true);
         }
-        self.or_no_queue(queue, false)
+        self.or_no_queue(queue, false).await
     }
 
     /// Gives leases back: the messages are visible again at once, as if never received.
-    pub fn release(&mut self, leases: &[LeaseRef]) -> Result<u64, DbError> {
+    pub async fn release(&self, leases: &[LeaseRef]) -> Result<u64, DbError> {
         let q: Vec<i64> = leases.iter().map(|l| l.queue_id).collect();
         let i: Vec<i64> = leases.iter().map(|l| l.id).collect();
         let l: Vec<i64> = leases.iter().map(|l| l.lease).collect();
-        let r = self.client.execute(&self.st.release, &[&q, &i, &l]);
+        let r = self.client.execute(&self.st.release, &[&q, &i, &l]).await;
         self.check(r)
     }
 
     /// QCREATE
     /// `creator` may have at most `max_queues` queues (`None`: no limit).
-    pub fn create(
-        &mut self,
+    pub async fn create(
+        &self,
         queue: &str,
         o: &QueueOptions,
         creator: Option<&str>,
@@ -933,18 +905,18 @@ impl DbConn {
         let dead = o.dead_letter.clone().flatten();
         let (msgs, bytes) = (o.max_messages.unwrap_or(0) as i64, o.max_bytes.unwrap_or(0) as i64);
         let cap = max_queues.map(|m| m as i64);
-        let r = self.client.query_opt(&self.st.create, &[&queue, &max, &dead, &msgs, &bytes, &creator, &cap]);
+        let r = self.client.query_opt(&self.st.create, &[&queue, &max, &dead, &msgs, &bytes, &creator, &cap]).await;
         if self.check(r)?.is_some() {
             if msgs > 0 || bytes > 0 {
                 // What SENDs may have put in before they saw its quota.
-                let r = self.client.execute(&self.st.mark, &[&queue]);
+                let r = self.client.execute(&self.st.mark, &[&queue]).await;
                 self.check(r)?;
-                let r = self.client.execute(&self.st.recount, &[&queue]);
+                let r = self.client.execute(&self.st.recount, &[&queue]).await;
                 self.check(r)?;
             }
             return Ok(());
         }
-        if self.exists(queue)? {
+        if self.exists(queue).await? {
             return Err(DbError::Exists(queue.to_string()));
         }
         Err(DbError::OverQuota(format!(
@@ -955,8 +927,8 @@ impl DbConn {
     }
 
     /// QDROP: the queue disappears at once; its messages are removed in the background.
-    pub fn drop_queue(&mut self, queue: &str) -> Result<(), DbError> {
-        let r = self.client.query_opt(&self.st.drop, &[&queue]);
+    pub async fn drop_queue(&self, queue: &str) -> Result<(), DbError> {
+        let r = self.client.query_opt(&self.st.drop, &[&queue]).await;
         if self.check(r)?.is_none() {
             return Err(DbError::NoQueue(queue.to_string()));
         }
@@ -964,8 +936,8 @@ impl DbConn {
     }
 
     /// QLEN: messages in the queue, leased or not.
-    pub fn len(&mut self, queue: &str) -> Result<i64, DbError> {
-        let r = self.client.query_opt(&self.st.len, &[&queue]);
+    pub async fn len(&self, queue: &str) -> Result<i64, DbError> {
+        let r = self.client.query_opt(&self.st.len, &[&queue]).await;
         match self.check(r)? {
             Some(row) => Ok(row.get(0)),
             None => Err(DbError::NoQueue(queue.to_string())),
@@ -973,23 +945,116 @@ impl DbConn {
     }
 
     /// QLIST, or QLIST PENDING for `me`.
-    pub fn list(&mut self, pending_for: Option<Option<&str>>) -> Result<Vec<String>, DbError> {
+    pub async fn list(&self, pending_for: Option<Option<&str>>) -> Result<Vec<String>, DbError> {
         let r = match pending_for {
-            None => self.client.query(&self.st.list, &[]),
-            Some(me) => self.client.query(&self.st.pending, &[&me]),
+            None => self.client.query(&self.st.list, &[]).await,
+            Some(me) => self.client.query(&self.st.pending, &[&me]).await,
         };
         Ok(self.check(r)?.iter().map(|r| r.get(0)).collect())
     }
 
-    /// Runs SQL without results (maintenance, notifications).
-    pub fn batch(&mut self, sql: &str) -> Result<(), DbError> {
-        let r = self.client.batch_execute(sql);
-        self.check(r)
+    /// Whether a statement failed in a way that leaves the connection unusable.
+    pub fn broken(&self) -> bool {
+        self.broken.load(Ordering::Relaxed) || self.client.is_closed()
     }
 
-    /// The client, for what the statements above do not cover (LISTEN, maintenance).
-    pub fn client(&mut self) -> &mut Client {
-        &mut self.client
+    /// Marks the connection unusable (its statement ran past the deadline).
+    pub fn set_broken(&self) {
+        self.broken.store(true, Ordering::Relaxed);
+    }
+
+    /// Opens a connection (it works once the returned driver runs: spawn
+    /// it), sets the session up and prepares every statement.
+    pub async fn open(cfg: &Config) -> Result<(PgConn, Driver), String> {
+        let (client, driver) = connect_async(cfg).await?;
+        let mut driver = driver;
+        // The session's settings and the statements, while the driver runs.
+        let st = {
+            let ready = async {
+                client.batch_execute(&session_settings(cfg)).await.map_err(|e| e.to_string())?;
+                Statements::prepare(&client).await.map_err(|e| format!("preparing statements: {e}"))
+            };
+            tokio::pin!(ready);
+            tokio::select! {
+                st = &mut ready => st?,
+                end = &mut driver => return Err(match end {
+                    Err(e) => format!("the database closed the connection: {e}"),
+                    Ok(()) => "the database closed the connection".into(),
+                }),
+            }
+        };
+        Ok((PgConn { client, st, broken: AtomicBool::new(false) }, driver))
+    }
+}
+
+/// What keeps a connection's socket going: it must run (spawned on a
+/// runtime, or polled beside the statements) for the client to work.
+pub type Driver = std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), postgres::Error>> + Send>>;
+
+/// A pooled connection for the pool engine's workers: the connection with a
+/// runtime of its own, on which a worker blocks for its statements (as the
+/// `postgres` crate does); the statement deadline watches its socket.
+pub struct DbConn {
+    pg: PgConn,
+    rt: tokio::runtime::Runtime,
+    /// Its socket, watched for the statement deadline (`deadline.rs`).
+    armed: Option<Arc<Armed>>,
+}
+
+impl Drop for DbConn {
+    fn drop(&mut self) {
+        // Closing politely waits for the server: a frozen one never answers.
+        if let Some(a) = &self.armed {
+            a.cut();
+        }
+    }
+}
+
+impl DbConn {
+    /// Opens a connection, sets its session up and prepares every statement,
+    /// within the connect timeout and the statement deadline; its socket is
+    /// watched by `watch`.
+    pub fn open(cfg: &Config, watch: &Arc<Watch>) -> Result<DbConn, String> {
+        let limit = Duration::from_millis(cfg.database.connect_timeout_ms)
+            + cfg.statement_deadline().unwrap_or(Duration::from_secs(30));
+        let (cfg, watch) = (cfg.clone(), watch.clone());
+        within(limit, move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .map_err(|e| format!("a runtime for the connection: {e}"))?;
+            let (pg, armed) = {
+                let _one_at_a_time = crate::deadline::OPENING.lock().unwrap_or_else(|p| p.into_inner());
+                let before = crate::deadline::sockets();
+                let (pg, driver) = rt.block_on(PgConn::open(&cfg))?;
+                rt.spawn(driver);
+                let after = crate::deadline::sockets();
+                let ports = crate::dbtls::split(&cfg.database.url)
+                    .ok()
+                    .and_then(|t| t.conninfo.parse::<postgres::Config>().ok())
+                    .map(|c| c.get_ports().to_vec())
+                    .unwrap_or_default();
+                let ports = if ports.is_empty() { vec![5432] } else { ports };
+                (pg, crate::deadline::new_socket(&before, &after, &ports).map(|s| watch.watch(s)))
+            };
+            if armed.is_none() {
+                tracing::warn!(
+                    "could not tell this connection's socket apart: its statements have no client-side deadline"
+                );
+            }
+            Ok(DbConn { pg, rt, armed })
+        })
+    }
+
+    /// Runs `f` on the connection, blocking until it is done.
+    pub fn run<T>(&mut self, f: impl AsyncFnOnce(&PgConn) -> T) -> T {
+        let pg = &self.pg;
+        self.rt.block_on(f(pg))
+    }
+
+    /// Whether a statement failed in a way that leaves the connection unusable.
+    pub fn broken(&self) -> bool {
+        self.pg.broken()
     }
 }
 
@@ -999,13 +1064,15 @@ pub fn connect(cfg: &Config) -> Result<Client, String> {
     connect_now(cfg)
 }
 
-/// [`connect`], without waiting for other connections being opened.
-fn connect_now(cfg: &Config) -> Result<Client, String> {
+/// Where and how to connect: the libpq settings with the password found
+/// (PGPASSWORD, passfile, PGPASSFILE, ~/.pgpass, as libpq), mwmq's name,
+/// and whether TLS is spoken (never over a Unix socket: libpq ignores
+/// sslmode there too).
+fn target(cfg: &Config) -> Result<(tokio_postgres::Config, Option<crate::dbtls::DbTarget>), String> {
     let target = crate::dbtls::split(&cfg.database.url)?;
-    let mut pg: postgres::Config = target.conninfo.parse().map_err(|e| format!("connection string: {e}"))?;
+    let mut pg: tokio_postgres::Config = target.conninfo.parse().map_err(|e| format!("connection string: {e}"))?;
     pg.connect_timeout(Duration::from_millis(cfg.database.connect_timeout_ms));
     if pg.get_password().is_none() {
-        // PGPASSWORD, passfile, PGPASSFILE, ~/.pgpass, as libpq.
         if let Some(p) = crate::pgpass::password_for(&pg, target.passfile.as_deref()) {
             pg.password(p);
         }
@@ -1013,35 +1080,62 @@ fn connect_now(cfg: &Config) -> Result<Client, String> {
     if pg.get_application_name().is_none() {
         pg.application_name("mwmq");
     }
-    // A Unix socket never carries TLS (libpq ignores sslmode there too).
-    let unix_only = pg.get_hosts().iter().all(|h| matches!(h, postgres::config::Host::Unix(_)));
-    let mut client = match target.mode {
-        _ if unix_only && !pg.get_hosts().is_empty() => pg.connect(NoTls),
-        crate::dbtls::Mode::Disable => pg.connect(NoTls),
-        _ => pg.connect(crate::dbtls::connector(&target)?),
-    }
-    .map_err(|e| match std::error::Error::source(&e) {
-        // "error performing TLS handshake" says little without its cause.
+    let unix_only = pg.get_hosts().iter().all(|h| matches!(h, tokio_postgres::config::Host::Unix(_)));
+    let tls = !(unix_only && !pg.get_hosts().is_empty()) && target.mode != crate::dbtls::Mode::Disable;
+    Ok((pg, tls.then_some(target)))
+}
+
+/// "error performing TLS handshake" says little without its cause.
+fn connect_error(e: postgres::Error) -> String {
+    match std::error::Error::source(&e) {
         Some(cause) => format!("{e}: {cause}"),
         None => e.to_string(),
-    })?;
+    }
+}
+
+/// The session's settings. The statements find messages through the
+/// (queue_id, id) index, lowest id first. Left to itself the planner may
+/// choose a bitmap scan and a sort while the table's statistics are those of
+/// an empty table; bitmap scans never mark the index entries of deleted
+/// messages dead, so every POP would visit every message ever deleted until
+/// the next vacuum. An index scan marks them as it passes, and costs the same
+/// when the table is small. (docs/mwmq.md) Those settings make any plan that
+/// would still need a disabled node look expensive, which would start the
+/// JIT compiler (hundreds of ms) on a statement that runs in one: off.
+fn session_settings(cfg: &Config) -> String {
     let timeout = cfg.database.statement_timeout_ms;
-    // The statements find messages through the (queue_id, id) index, lowest
-    // id first. Left to itself the planner may choose a bitmap scan and a
-    // sort while the table's statistics are those of an empty table; bitmap
-    // scans never mark the index entries of deleted messages dead, so every
-    // POP would visit every message ever deleted until the next vacuum. An
-    // index scan marks them as it passes, and costs the same when the table
-    // is small. (docs/mwmq.md) Those settings make any plan that would still
-    // need a disabled node look expensive, which would start the JIT
-    // compiler (hundreds of ms) on a statement that runs in one: off.
-    client
-        .batch_execute(&format!(
-            "SET statement_timeout = {timeout}; SET lock_timeout = {timeout}; \
-             SET enable_bitmapscan = off; SET enable_seqscan = off; SET enable_sort = off; SET jit = off"
-        ))
-        .map_err(|e| e.to_string())?;
+    format!(
+        "SET statement_timeout = {timeout}; SET lock_timeout = {timeout}; \
+         SET enable_bitmapscan = off; SET enable_seqscan = off; SET enable_sort = off; SET jit = off"
+    )
+}
+
+/// [`connect`], without waiting for other connections being opened.
+fn connect_now(cfg: &Config) -> Result<Client, String> {
+    let (pg, tls) = target(cfg)?;
+    let pg = postgres::Config::from(pg);
+    let mut client = match &tls {
+        None => pg.connect(NoTls),
+        Some(t) => pg.connect(crate::dbtls::connector(t)?),
+    }
+    .map_err(connect_error)?;
+    client.batch_execute(&session_settings(cfg)).map_err(|e| e.to_string())?;
     Ok(client)
+}
+
+/// Connects asynchronously: the client, and the driver that must run for it to work.
+async fn connect_async(cfg: &Config) -> Result<(tokio_postgres::Client, Driver), String> {
+    let (pg, tls) = target(cfg)?;
+    match &tls {
+        None => {
+            let (c, conn) = pg.connect(tokio_postgres::NoTls).await.map_err(connect_error)?;
+            Ok((c, Box::pin(conn)))
+        }
+        Some(t) => {
+            let (c, conn) = pg.connect(crate::dbtls::connector(t)?).await.map_err(connect_error)?;
+            Ok((c, Box::pin(conn)))
+        }
+    }
 }
 
 /// Creates or migrates the schema; refuses a database whose schema is newer than this program.
@@ -1219,7 +1313,7 @@ impl Pool {
             self.watch.disarm(a);
         }
         let mut s = self.lock();
-        if c.broken {
+        if c.broken() {
             self.counters.lost.fetch_add(1, Ordering::Relaxed);
             let idle = std::mem::take(&mut s.idle);
             s.open -= 1 + idle.len();

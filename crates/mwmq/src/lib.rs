@@ -9,6 +9,7 @@
 pub mod admin;
 pub mod cli;
 pub mod command;
+pub mod commands;
 pub mod config;
 pub mod conn;
 pub mod db;

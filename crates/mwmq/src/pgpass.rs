@@ -8,10 +8,10 @@
 
 use std::path::{Path, PathBuf};
 
-use postgres::config::Host;
+use tokio_postgres::config::Host;
 
 /// The password for the connection `pg` describes, or `None`.
-pub fn password_for(pg: &postgres::Config, passfile: Option<&str>) -> Option<String> {
+pub fn password_for(pg: &tokio_postgres::Config, passfile: Option<&str>) -> Option<String> {
     if let Ok(p) = std::env::var("PGPASSWORD") {
         if !p.is_empty() {
             return Some(p);
@@ -27,7 +27,7 @@ pub fn password_for(pg: &postgres::Config, passfile: Option<&str>) -> Option<Str
     lookup(&path, pg)
 }
 
-fn lookup(path: &Path, pg: &postgres::Config) -> Option<String> {
+fn lookup(path: &Path, pg: &tokio_postgres::Config) -> Option<String> {
     use std::os::unix::fs::PermissionsExt;
     let meta = std::fs::metadata(path).ok()?;
     if meta.permissions().mode() & 0o077 != 0 {
@@ -87,7 +87,7 @@ mod tests {
         )
         .unwrap();
         std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
-        let cfg = |s: &str| s.parse::<postgres::Config>().unwrap();
+        let cfg = |s: &str| s.parse::<tokio_postgres::Config>().unwrap();
         let f = file.to_str();
         assert_eq!(password_for(&cfg("host=db.example user=app dbname=mq"), f).as_deref(), Some("pa:ss"));
         assert_eq!(password_for(&cfg("host=db.example user=app dbname=other"), f).as_deref(), Some("fallback"));

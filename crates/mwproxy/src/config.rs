@@ -293,27 +293,7 @@ pub enum HashKind {
     Modula,
 }
 
-/// How a proxy carries requests out.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
-#[serde(rename_all = "kebab-case")]
-pub enum Engine {
-    /// Net threads parse, a bounded queue hands connections to workers that
-    /// block on the servers (the architecture the lab's models describe).
-    Pool,
-    /// One event loop per thread owns its clients and a pipelined connection
-    /// to every server; no hand-off between threads on the request path.
-    Async,
-}
-
-impl Engine {
-    /// The name used in results files and `stats`.
-    pub fn name(self) -> &'static str {
-        match self {
-            Engine::Pool => "pool",
-            Engine::Async => "async",
-        }
-    }
-}
+pub use mwserve::config::Engine;
 
 /// Which replica answers a read.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]

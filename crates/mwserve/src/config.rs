@@ -329,3 +329,31 @@ mod tests {
         assert!(check_addr("listen address", "127.0.0.1:0").is_ok());
     }
 }
+
+/// How a middleware carries requests out (mwproxy's and mwmq's engines).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum Engine {
+    /// Net threads parse, a bounded queue hands requests to workers that
+    /// block on the servers or the database (the architecture the lab's models describe).
+    Pool,
+    /// One event loop per thread owns its clients and pipelined connections
+    /// to the servers or the database; no hand-off between threads on the request path.
+    Async,
+}
+
+impl Engine {
+    /// The name used in results files and `stats`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Engine::Pool => "pool",
+            Engine::Async => "async",
+        }
+    }
+}
+
+impl std::fmt::Display for Engine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}

@@ -1,0 +1,295 @@
+//! SEND, RECV, POP, PEEK, ACK, NACK, TOUCH: one request at a time, and the
+//! batches (many SENDs, ACKs, POPs or single RECVs as one statement).
+
+use std::collections::{HashMap, HashSet};
+
+use super::{Answer, Core, DbFacts, Outcome, Session};
+use crate::command::{Command, Recv, Send};
+use crate::db::{DbError, LeaseRef, Leased, PgConn, Received, SendRow};
+use crate::resp::Reply;
+
+/// A leased message as RECV answers it (`[id, lease, sender, body]`) and the
+/// lease its reply carries.
+pub fn leased_item(m: Leased) -> (Reply, LeaseRef) {
+    let lease = LeaseRef { queue_id: m.queue_id, id: m.id, lease: m.lease };
+    (Reply::Array(vec![Reply::Int(m.id), Reply::Int(m.lease), Reply::text(m.sender), Reply::Bulk(m.body)]), lease)
+}
+
+/// A message as POP and PEEK answer it: `[id, sender, body]`.
+fn message_item(m: crate::db::Message) -> Reply {
+    Reply::Array(vec![Reply::Int(m.id), Reply::text(m.sender), Reply::Bulk(m.body)])
+}
+
+impl Core<'_> {
+    pub(super) async fn send<S: Session + ?Sized>(&self, pg: &PgConn, x: &Send, s: &S) -> Result<Outcome, DbError> {
+        let me = s.identity();
+        let id = pg
+            .send(&x.queue, me.as_deref().unwrap_or(""), x.to.as_deref(), &x.body, x.delay_ms, x.key.as_deref())
+            .await?;
+        self.sent(&x.queue);
+        self.shared.queues.add(&x.queue, |c| c.sent += 1);
+        Ok(Outcome::ok(Reply::Int(id)))
+    }
+
+    pub(super) async fn recv<S: Session + ?Sized>(
+        &self,
+        pg: &PgConn,
+        r: &Recv,
+        s: &S,
+        db: &mut DbFacts,
+    ) -> Result<Outcome, DbError> {
+        let me = s.identity();
+        let msgs = self.lease(pg, r, me.as_deref(), r.count, 1, &mut db.statements).await?;
+        let n = msgs.len() as u64;
+        self.shared.queues.add(&r.queue, |c| c.received += n);
+        db.hits = n;
+        let (items, leases) = msgs.into_iter().map(leased_item).unzip();
+        Ok(Outcome::Reply(Reply::Array(items), leases, "ok"))
+    }
+
+    pub(super) async fn pop_or_peek<S: Session + ?Sized>(
+        &self,
+        pg: &PgConn,
+        queue: &str,
+        from: Option<&str>,
+        take: bool,
+        s: &S,
+        db: &mut DbFacts,
+    ) -> Result<Outcome, DbError> {
+        let me = s.identity();
+        Ok(Outcome::ok(match pg.first(queue, me.as_deref(), from, take).await? {
+            Some(m) => {
+                db.hits = 1;
+                if take {
+                    self.shared.queues.add(queue, |c| c.received += 1);
+                }
+                message_item(m)
+            }
+            None => Reply::Nil,
+        }))
+    }
+
+    pub(super) async fn ack<S: Session + ?Sized>(
+        &self,
+        pg: &PgConn,
+        queue: &str,
+        id: i64,
+        lease: i64,
+        s: &S,
+    ) -> Result<Outcome, DbError> {
+        let done = pg.ack(queue, id, lease, self.holder(s, queue).as_deref()).await?;
+        if done {
+            self.shared.queues.add(queue, |c| c.acked += 1);
+        }
+        Ok(Outcome::ok(Reply::Int(i64::from(done))))
+    }
+
+    pub(super) async fn nack<S: Session + ?Sized>(
+        &self,
+        pg: &PgConn,
+        queue: &str,
+        id: i64,
+        lease: i64,
+        delay_ms: u64,
+        s: &S,
+    ) -> Result<Outcome, DbError> {
+        let done = pg.nack(queue, id, lease, delay_ms, self.holder(s, queue).as_deref()).await?;
+        if done {
+            self.shared.queues.add(queue, |c| c.nacked += 1);
+        }
+        if done && delay_ms == 0 {
+            self.sent(queue);
+        }
+        Ok(Outcome::ok(Reply::Int(i64::from(done))))
+    }
+
+    pub(super) async fn touch<S: Session + ?Sized>(
+        &self,
+        pg: &PgConn,
+        queue: &str,
+        id: i64,
+        lease: i64,
+        ms: u64,
+        s: &S,
+    ) -> Result<Outcome, DbError> {
+        let held = pg.touch(queue, id, lease, ms, self.holder(s, queue).as_deref()).await?;
+        Ok(Outcome::ok(Reply::Int(i64::from(held))))
+    }
+
+    /// Counts what a RECV dead-lettered.
+    fn dead_lettered(&self, queue: &str, got: &Received) {
+        if got.dead_lettered + got.dropped > 0 {
+            self.shared.queues.add(queue, |c| {
+                c.dead_lettered += got.dead_lettered;
+                c.dropped += got.dropped;
+            });
+        }
+    }
+
+    /// Leases up to `count` messages of `queue`. When the statement met only
+    /// dead letters at the front (moved or dropped in the same statement)
+    /// and leased fewer than `enough`, it runs again, at most 8 more times,
+    /// so that a poison message does not send receivers away empty-handed.
+    /// `statements` counts the statements run.
+    async fn lease(
+        &self,
+        pg: &PgConn,
+        r: &Recv,
+        me: Option<&str>,
+        count: u32,
+        enough: usize,
+        statements: &mut u64,
+    ) -> Result<Vec<Leased>, DbError> {
+        let mut msgs = Vec::new();
+        for again in 0..=8 {
+            if again > 0 {
+                *statements += 1;
+            }
+            let got = pg.recv(&r.queue, me, r.from.as_deref(), count - msgs.len() as u32, r.vt_ms).await?;
+            self.dead_lettered(&r.queue, &got);
+            let moved = got.dead_lettered + got.dropped;
+            msgs.extend(got.messages);
+            if msgs.len() >= enough || moved == 0 {
+                break;
+            }
+        }
+        Ok(msgs)
+    }
+
+    /// Hands one of `msgs` (taken from `queue`) to each request in turn;
+    /// those left without one get `empty`.
+    fn deal<M>(
+        &self,
+        queue: &str,
+        msgs: Vec<M>,
+        replies: &mut [Answer],
+        empty: Reply,
+        mut reply: impl FnMut(usize, M) -> Reply,
+    ) {
+        let n = msgs.len() as u64;
+        self.shared.queues.add(queue, |c| c.received += n);
+        let mut msgs = msgs.into_iter();
+        for (i, slot) in replies.iter_mut().enumerate() {
+            *slot = Some(match msgs.next() {
+                Some(m) => (reply(i, m), "ok", 1),
+                None => (empty.clone(), "ok", 0),
+            });
+        }
+    }
+
+    pub(super) async fn send_batch<S: Session + ?Sized>(
+        &self,
+        pg: &PgConn,
+        items: &[(&Command, &S)],
+        replies: &mut [Answer],
+    ) -> Result<(), DbError> {
+        let names: Vec<Option<String>> = items.iter().map(|(_, s)| s.identity()).collect();
+        let rows: Vec<SendRow<'_>> = items
+            .iter()
+            .zip(&names)
+            .map(|((c, _), me)| match c {
+                Command::Send(x) => SendRow {
+                    queue: &x.queue,
+                    sender: me.as_deref().unwrap_or(""),
+                    to: x.to.as_deref(),
+                    body: &x.body,
+                    delay_ms: x.delay_ms,
+                },
+                _ => unreachable!("a SEND batch holds SENDs"),
+            })
+            .collect();
+        let ids = pg.send_many(&rows).await?;
+        let mut woken = HashSet::new();
+        for ((slot, id), row) in replies.iter_mut().zip(ids).zip(&rows) {
+            *slot = Some(match id {
+                Some(id) => {
+                    if woken.insert(row.queue) {
+                        self.sent(row.queue);
+                    }
+                    self.shared.queues.add(row.queue, |c| c.sent += 1);
+                    (Reply::Int(id), "ok", 0)
+                }
+                None => (pg.not_sent(row.queue).await?.reply(), "client_error", 0),
+            });
+        }
+        Ok(())
+    }
+
+    pub(super) async fn ack_batch<S: Session + ?Sized>(
+        &self,
+        pg: &PgConn,
+        items: &[(&Command, &S)],
+        replies: &mut [Answer],
+    ) -> Result<(), DbError> {
+        let holders: Vec<Option<String>> = items
+            .iter()
+            .map(|(c, s)| match c {
+                Command::Ack { queue, .. } => self.holder(*s, queue),
+                _ => unreachable!("an ACK batch holds ACKs"),
+            })
+            .collect();
+        let acks: Vec<(&str, i64, i64, Option<&str>)> = items
+            .iter()
+            .zip(&holders)
+            .map(|((c, _), holder)| match c {
+                Command::Ack { queue, id, lease } => (queue.as_str(), *id, *lease, holder.as_deref()),
+                _ => unreachable!("an ACK batch holds ACKs"),
+            })
+            .collect();
+        let done = pg.ack_many(&acks).await?;
+        let mut exists = HashMap::new();
+        for ((slot, ok), a) in replies.iter_mut().zip(done).zip(&acks) {
+            let known = ok
+                || match exists.get(a.0) {
+                    Some(e) => *e,
+                    None => {
+                        let e = pg.queue_exists(a.0).await?;
+                        exists.insert(a.0, e);
+                        e
+                    }
+                };
+            if ok {
+                self.shared.queues.add(a.0, |c| c.acked += 1);
+            }
+            *slot = Some(if known {
+                (Reply::Int(i64::from(ok)), "ok", 0)
+            } else {
+                (DbError::NoQueue(a.0.to_string()).reply(), "client_error", 0)
+            });
+        }
+        Ok(())
+    }
+
+    pub(super) async fn pop_batch(
+        &self,
+        pg: &PgConn,
+        queue: &str,
+        me: Option<&str>,
+        from: Option<&str>,
+        replies: &mut [Answer],
+    ) -> Result<(), DbError> {
+        let msgs = pg.first_n(queue, me, from, true, replies.len()).await?;
+        self.deal(queue, msgs, replies, Reply::Nil, |_, m| message_item(m));
+        Ok(())
+    }
+
+    /// One statement leases a message for each RECV; the statements run.
+    pub(super) async fn recv_batch(
+        &self,
+        pg: &PgConn,
+        r: &Recv,
+        me: Option<&str>,
+        replies: &mut [Answer],
+        leases: &mut [Vec<LeaseRef>],
+    ) -> Result<u64, DbError> {
+        let n = replies.len();
+        let mut statements = 1;
+        let msgs = self.lease(pg, r, me, n as u32, n, &mut statements).await?;
+        self.deal(&r.queue, msgs, replies, Reply::Array(Vec::new()), |i, m| {
+            let (item, lease) = leased_item(m);
+            leases[i] = vec![lease];
+            Reply::Array(vec![item])
+        });
+        Ok(statements)
+    }
+}

@@ -1,0 +1,295 @@
+//! What every command does, whichever engine runs it: the rights it needs,
+//! the statement(s) it becomes, which requests may share one statement, and
+//! its reply. The engines only move bytes and requests: the pool engine's
+//! workers block on these functions, the async engine awaits them.
+//!
+//! One file per family: `connection.rs` (PING, QUIT, CLIENT, SELECT,
+//! COMMAND, INFO, HELLO, AUTH: answered without the database), `messages.rs`
+//! (SEND, RECV, POP, PEEK, ACK, NACK, TOUCH, and their batches), `queues.rs`
+//! (QCREATE, QALTER, QDROP, QLEN, QINFO, QLIST, REDRIVE). A new command is
+//! its parse in `command.rs`, its function in its family's file and a line
+//! in [`Core::statement`] (or [`Core::local`]).
+
+use std::sync::Arc;
+
+use crate::command::{Command, Recv};
+use crate::db::{DbError, LeaseRef, PgConn};
+use crate::resp::Reply;
+use crate::shared::Shared;
+use crate::users::{Right, User};
+
+pub mod connection;
+pub mod messages;
+pub mod queues;
+
+/// A client connection as the commands see it, in either engine.
+pub trait Session {
+    /// Unique per process (`CLIENT ID`).
+    fn id(&self) -> u64;
+    /// The name given with `CLIENT SETNAME`.
+    fn name(&self) -> Option<String>;
+    /// Sets the name.
+    fn set_name(&self, name: String);
+    /// The user it logged in as.
+    fn user(&self) -> Option<Arc<User>>;
+    /// It logged in as `user`.
+    fn set_user(&self, user: Arc<User>);
+    /// Whether replies are encoded in RESP3.
+    fn resp3(&self) -> bool;
+    /// Switches the protocol of the replies that follow.
+    fn set_resp3(&self, on: bool);
+    /// Its failed logins.
+    fn attempts(&self) -> &crate::users::Attempts;
+    /// The client's address (failed logins are throttled by it).
+    fn peer(&self) -> Option<std::net::IpAddr>;
+    /// Who it is as a sender and a receiver: the user it logged in as, else
+    /// the name it gave itself (`CLIENT SETNAME`: only without users).
+    fn identity(&self) -> Option<String> {
+        match self.user() {
+            Some(u) => Some(u.name.clone()),
+            None => self.name(),
+        }
+    }
+}
+
+/// What carrying out a command led to.
+pub enum Outcome {
+    /// Answer with this reply; the leases travel in it.
+    Reply(Reply, Vec<LeaseRef>, &'static str),
+    /// The RECV found nothing and may wait (the queue's wake-up number when it looked).
+    Park(u64),
+    /// A login whose password must be checked (off the event loop or worker).
+    Verify,
+}
+
+impl Outcome {
+    /// A successful reply without leases.
+    pub fn ok(r: Reply) -> Outcome {
+        Outcome::Reply(r, Vec::new(), "ok")
+    }
+}
+
+/// Database facts of one request, for its measurements.
+#[derive(Default, Clone, Copy, Debug)]
+pub struct DbFacts {
+    /// When it had a connection (ns).
+    pub t_pool: Option<u64>,
+    /// When its statement was sent.
+    pub t_send: Option<u64>,
+    /// When the database answered.
+    pub t_done: Option<u64>,
+    /// Statements run.
+    pub statements: u64,
+    /// The database failed it.
+    pub failed: bool,
+    /// ... by being unreachable.
+    pub unavailable: bool,
+    /// Messages it got.
+    pub hits: u64,
+}
+
+impl DbFacts {
+    /// Notes how a statement failed; the reply's status.
+    pub fn failed_with(&mut self, e: &DbError) -> &'static str {
+        match e {
+            // The database answered; the request was wrong.
+            DbError::NoQueue(_) | DbError::Exists(_) | DbError::OverQuota(_) => "client_error",
+            DbError::Unavailable(_) | DbError::Failed(_) => {
+                self.failed = true;
+                self.unavailable = matches!(e, DbError::Unavailable(_));
+                "server_error"
+            }
+        }
+    }
+}
+
+/// Requests that may be carried out together, as one statement.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Batch {
+    /// SENDs without a KEY, to any queues.
+    Send,
+    /// ACKs, of any queues.
+    Ack,
+    /// POPs of one queue by one receiver with one FROM.
+    Pop {
+        /// Queue.
+        queue: String,
+        /// Receiver.
+        me: Option<String>,
+        /// Sender asked for.
+        from: Option<String>,
+    },
+    /// RECVs of one message each (no COUNT, no WAIT), of one queue by one
+    /// receiver with one FROM and one lease length.
+    Recv {
+        /// The request (its COUNT is 1).
+        r: Recv,
+        /// Receiver.
+        me: Option<String>,
+    },
+}
+
+impl Batch {
+    /// The batch `c` of `s` may join, if any.
+    pub fn of<S: Session + ?Sized>(c: &Command, s: &S) -> Option<Batch> {
+        match c {
+            Command::Send(x) if x.key.is_none() => Some(Batch::Send),
+            Command::Ack { .. } => Some(Batch::Ack),
+            Command::Pop { queue, from } => {
+                Some(Batch::Pop { queue: queue.clone(), me: s.identity(), from: from.clone() })
+            }
+            // (A RECV that may wait is parked when it finds nothing: it goes alone.)
+            Command::Recv(r) if r.count == 1 && r.wait_ms == 0 => Some(Batch::Recv { r: r.clone(), me: s.identity() }),
+            _ => None,
+        }
+    }
+
+    /// Whether `c` of `s` may join a batch of this kind: `Batch::of(c) ==
+    /// self`, without copying anything; the identity is looked at only once
+    /// the command matches.
+    pub fn matches<S: Session + ?Sized>(&self, c: &Command, s: &S) -> bool {
+        let me = |who: &Option<String>| s.identity() == *who;
+        match (self, c) {
+            (Batch::Send, Command::Send(x)) => x.key.is_none(),
+            (Batch::Ack, Command::Ack { .. }) => true,
+            (Batch::Pop { queue, me: who, from }, Command::Pop { queue: q, from: f }) => {
+                q == queue && f == from && me(who)
+            }
+            // (`r` has COUNT 1 and no WAIT, so equal arguments are batchable too.)
+            (Batch::Recv { r, me: who }, Command::Recv(x)) => x == r && me(who),
+            _ => false,
+        }
+    }
+}
+
+/// One reply of a batch: the reply, its status and messages it got.
+pub type Answer = Option<(Reply, &'static str, u64)>;
+
+/// The commands of one process: what they need from the shared state.
+#[derive(Clone, Copy)]
+pub struct Core<'a> {
+    /// The process's shared state.
+    pub shared: &'a Shared,
+}
+
+impl<'a> Core<'a> {
+    /// Over `shared`.
+    pub fn new(shared: &'a Shared) -> Core<'a> {
+        Core { shared }
+    }
+
+    /// With users configured: the refusal of a command this connection may
+    /// not run (not logged in, or no right on the queue), as Redis words it.
+    pub fn gate<S: Session + ?Sized>(&self, c: &Command, s: &S) -> Option<Reply> {
+        if !self.shared.users.enabled() {
+            return None;
+        }
+        let Some(user) = s.user() else {
+            return match c {
+                Command::Auth(_) | Command::Ping(_) | Command::Quit | Command::Hello { auth: Some(_), .. } => None,
+                Command::Hello { .. } => Some(Reply::Error(
+                    "NOAUTH HELLO must be called with the client already authenticated, otherwise the HELLO <proto> \
+                     AUTH <user> <pass> option can be used to authenticate the client and select the RESP protocol \
+                     version at the same time"
+                        .into(),
+                )),
+                _ => Some(Reply::Error("NOAUTH Authentication required.".into())),
+            };
+        };
+        let need =
+            |right: Right, queue: &str| (!user.may(right, queue)).then(|| Reply::Error(user.refusal(right, queue)));
+        match c {
+            Command::Send(x) => need(Right::Send, &x.queue).or_else(|| match user.max_body {
+                Some(max) if x.body.len() > max => Some(Reply::Error(format!(
+                    "OVERQUOTA a body of {} bytes is over user {}'s limit of {max} bytes (max_body)",
+                    x.body.len(),
+                    user.name
+                ))),
+                _ => None,
+            }),
+            Command::Recv(r) => need(Right::Receive, &r.queue),
+            Command::Pop { queue, .. } | Command::Peek { queue, .. } => need(Right::Receive, queue),
+            // On a delivery: its receiver's, or any for an admin of the queue (see `holder`).
+            Command::Ack { queue, .. } | Command::Nack { queue, .. } | Command::Touch { queue, .. } => {
+                need(Right::Receive, queue).filter(|_| !user.may(Right::Admin, queue))
+            }
+            // Dead letters are sends into the target: its send right too.
+            Command::Create(q, o) | Command::Alter(q, o) => need(Right::Admin, q).or_else(|| match &o.dead_letter {
+                Some(Some(target)) => need(Right::Send, target),
+                _ => None,
+            }),
+            Command::Drop(q) => need(Right::Admin, q),
+            Command::Redrive { queue, to, .. } => {
+                need(Right::Admin, queue).or_else(|| to.as_deref().and_then(|t| need(Right::Admin, t)))
+            }
+            Command::Len(q) | Command::QueueInfo(q) => need(Right::See, q),
+            _ => None,
+        }
+    }
+
+    /// Whose delivery an ACK, NACK or TOUCH of `queue` by this connection
+    /// may act on: with users, the connection's own (the receiver a lease
+    /// went to) unless it is an admin of the queue; `None`: any delivery
+    /// whose id and lease it names (no users: identities are only names).
+    pub fn holder<S: Session + ?Sized>(&self, s: &S, queue: &str) -> Option<String> {
+        if !self.shared.users.enabled() {
+            return None;
+        }
+        let user = s.user()?;
+        (!user.may(Right::Admin, queue)).then(|| user.name.clone())
+    }
+
+    /// A message may be there for `queue`'s waiting RECVs (a SEND committed, a NACK).
+    pub fn sent(&self, queue: &str) {
+        self.shared.waiters.sent(&self.shared.queue, queue);
+    }
+
+    /// Carries out a command that needs the database.
+    pub async fn statement<S: Session + ?Sized>(
+        &self,
+        pg: &PgConn,
+        c: &Command,
+        s: &S,
+        db: &mut DbFacts,
+    ) -> Result<Outcome, DbError> {
+        db.statements = 1;
+        match c {
+            Command::Send(x) => self.send(pg, x, s).await,
+            Command::Recv(r) => self.recv(pg, r, s, db).await,
+            Command::Pop { queue, from } => self.pop_or_peek(pg, queue, from.as_deref(), true, s, db).await,
+            Command::Peek { queue, from } => self.pop_or_peek(pg, queue, from.as_deref(), false, s, db).await,
+            Command::Ack { queue, id, lease } => self.ack(pg, queue, *id, *lease, s).await,
+            Command::Nack { queue, id, lease, delay_ms } => self.nack(pg, queue, *id, *lease, *delay_ms, s).await,
+            Command::Touch { queue, id, lease, ms } => self.touch(pg, queue, *id, *lease, *ms, s).await,
+            Command::Create(q, o) => self.create(pg, q, o, s).await,
+            Command::Alter(q, o) => self.alter(pg, q, o).await,
+            Command::Redrive { queue, to, count } => self.redrive(pg, queue, to.as_deref(), *count).await,
+            Command::QueueInfo(q) => self.queue_info(pg, q).await,
+            Command::Drop(q) => self.drop_queue(pg, q).await,
+            Command::Len(q) => Ok(Outcome::ok(Reply::Int(pg.len(q).await?))),
+            Command::List { pending } => self.list(pg, *pending, s).await,
+            _ => unreachable!("local commands are answered without the database"),
+        }
+    }
+
+    /// Carries out a batch (`items`: the requests of `live`) as one
+    /// statement; each request's answer goes to `replies`, the leases its
+    /// reply carries to `leases`. The statements run.
+    pub async fn batch_statement<S: Session + ?Sized>(
+        &self,
+        pg: &PgConn,
+        kind: &Batch,
+        items: &[(&Command, &S)],
+        replies: &mut [Answer],
+        leases: &mut [Vec<LeaseRef>],
+    ) -> Result<u64, DbError> {
+        match kind {
+            Batch::Send => self.send_batch(pg, items, replies).await.map(|()| 1),
+            Batch::Ack => self.ack_batch(pg, items, replies).await.map(|()| 1),
+            Batch::Pop { queue, me, from } => {
+                self.pop_batch(pg, queue, me.as_deref(), from.as_deref(), replies).await.map(|()| 1)
+            }
+            Batch::Recv { r, me } => self.recv_batch(pg, r, me.as_deref(), replies, leases).await,
+        }
+    }
+}

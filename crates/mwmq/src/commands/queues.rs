@@ -1,0 +1,120 @@
+//! QCREATE, QALTER, QDROP, QLEN, QINFO, QLIST, REDRIVE.
+
+use super::{Core, Outcome, Session};
+use crate::command::QueueOptions;
+use crate::db::{DbError, PgConn, QueueState};
+use crate::queues::Counts;
+use crate::resp::Reply;
+use crate::users::Right;
+
+/// QINFO's answer: what the queue holds now (from the database) and what
+/// this process has seen happen to it since start.
+pub fn queue_info(state: &QueueState, counts: &Counts) -> Reply {
+    let t = Reply::text;
+    let mut fields = vec![
+        (t("ready"), Reply::Int(state.ready)),
+        (t("delayed"), Reply::Int(state.delayed)),
+        (t("leased"), Reply::Int(state.leased)),
+        (t("oldest_ready_ms"), Reply::Int(state.oldest_ready_ms)),
+        (t("max_deliveries"), Reply::Int(i64::from(state.max_deliveries))),
+        (t("dead_letter"), state.dead_letter.clone().map(Reply::text).unwrap_or(Reply::Nil)),
+        (t("dead_letters_held"), Reply::Int(state.dead_letters_held)),
+        (t("max_messages"), Reply::Int(state.max_messages)),
+        (t("max_bytes"), Reply::Int(state.max_bytes)),
+        (t("counted_messages"), Reply::Int(state.counted_messages)),
+        (t("counted_bytes"), Reply::Int(state.counted_bytes)),
+    ];
+    fields.extend(counts.fields().into_iter().map(|(k, v)| (t(k), Reply::Int(v as i64))));
+    Reply::Map(fields)
+}
+
+/// Whether QCREATE or QALTER names a dead-letter queue that does not exist.
+async fn dead_letter_missing(pg: &PgConn, options: &QueueOptions) -> Result<bool, DbError> {
+    match &options.dead_letter {
+        Some(Some(target)) => Ok(!pg.queue_exists(target).await?),
+        _ => Ok(false),
+    }
+}
+
+fn no_dead_letter(options: &QueueOptions) -> DbError {
+    DbError::NoQueue(options.dead_letter.clone().flatten().unwrap_or_default())
+}
+
+impl Core<'_> {
+    /// How long QINFO's database figures are kept.
+    pub fn info_ttl(&self) -> std::time::Duration {
+        std::time::Duration::from_millis(self.shared.config.queues.info_cache_ms)
+    }
+
+    /// QINFO from its recent database figures, if it was asked lately: no database needed.
+    pub fn cached_info(&self, q: &str) -> Option<Reply> {
+        let state = self.shared.info_cache.get(q, self.info_ttl())?;
+        Some(queue_info(&state, &self.shared.queues.get(q)))
+    }
+
+    pub(super) async fn create<S: Session + ?Sized>(
+        &self,
+        pg: &PgConn,
+        q: &str,
+        options: &QueueOptions,
+        s: &S,
+    ) -> Result<Outcome, DbError> {
+        if dead_letter_missing(pg, options).await? {
+            return Err(no_dead_letter(options));
+        }
+        let user = s.user();
+        pg.create(q, options, user.as_ref().map(|u| u.name.as_str()), user.as_ref().map(|u| u.max_queues)).await?;
+        Ok(Outcome::ok(Reply::Simple("OK")))
+    }
+
+    pub(super) async fn alter(&self, pg: &PgConn, q: &str, options: &QueueOptions) -> Result<Outcome, DbError> {
+        if dead_letter_missing(pg, options).await? {
+            return Err(no_dead_letter(options));
+        }
+        pg.alter(q, options).await?;
+        self.shared.info_cache.forget(q);
+        Ok(Outcome::ok(Reply::Simple("OK")))
+    }
+
+    pub(super) async fn redrive(
+        &self,
+        pg: &PgConn,
+        queue: &str,
+        to: Option<&str>,
+        count: u32,
+    ) -> Result<Outcome, DbError> {
+        let moved = pg.redrive(queue, to, count).await?;
+        if let Some(t) = to {
+            self.sent(t);
+        }
+        Ok(Outcome::ok(Reply::Int(moved)))
+    }
+
+    pub(super) async fn queue_info(&self, pg: &PgConn, q: &str) -> Result<Outcome, DbError> {
+        let state = pg.info(q).await?;
+        self.shared.info_cache.put(q, state.clone(), self.info_ttl());
+        Ok(Outcome::ok(queue_info(&state, &self.shared.queues.get(q))))
+    }
+
+    pub(super) async fn drop_queue(&self, pg: &PgConn, q: &str) -> Result<Outcome, DbError> {
+        pg.drop_queue(q).await?;
+        self.shared.waiters.dropped(&self.shared.queue, q);
+        self.shared.queues.forget(q);
+        self.shared.info_cache.forget(q);
+        Ok(Outcome::ok(Reply::Simple("OK")))
+    }
+
+    pub(super) async fn list<S: Session + ?Sized>(
+        &self,
+        pg: &PgConn,
+        pending: bool,
+        s: &S,
+    ) -> Result<Outcome, DbError> {
+        let me = s.identity();
+        let mut names = pg.list(pending.then_some(me.as_deref())).await?;
+        if let Some(user) = s.user() {
+            names.retain(|q| user.may(Right::See, q));
+        }
+        Ok(Outcome::ok(Reply::Array(names.into_iter().map(Reply::text).collect())))
+    }
+}
