@@ -241,6 +241,15 @@ impl Config {
         (ms > 0).then(|| std::time::Duration::from_millis(ms + 1_000))
     }
 
+    /// Event loops of the async engine: `threads`, or half the cores (at least one).
+    pub fn loops(&self) -> usize {
+        if self.server.threads > 0 {
+            self.server.threads
+        } else {
+            (std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1) / 2).max(1)
+        }
+    }
+
     /// Connections in the pool (0 in the file means one per worker).
     pub fn pool_size(&self) -> usize {
         if self.database.pool == 0 {

@@ -1081,7 +1081,7 @@ fn target(cfg: &Config) -> Result<(tokio_postgres::Config, Option<crate::dbtls::
         pg.application_name("mwmq");
     }
     let unix_only = pg.get_hosts().iter().all(|h| matches!(h, tokio_postgres::config::Host::Unix(_)));
-    let tls = !(unix_only && !pg.get_hosts().is_empty()) && target.mode != crate::dbtls::Mode::Disable;
+    let tls = (pg.get_hosts().is_empty() || !unix_only) && target.mode != crate::dbtls::Mode::Disable;
     Ok((pg, tls.then_some(target)))
 }
 

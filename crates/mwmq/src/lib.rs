@@ -7,6 +7,7 @@
 //! format that mwproxy and mwload write. See docs/mwmq.md.
 
 pub mod admin;
+pub mod aio;
 pub mod cli;
 pub mod command;
 pub mod commands;

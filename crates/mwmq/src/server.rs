@@ -31,6 +31,7 @@ pub struct Mq {
     shared: Arc<Shared>,
     net: Option<JoinHandle<()>>,
     workers: Vec<JoinHandle<()>>,
+    engine: Option<crate::aio::Engine>,
     background: Vec<JoinHandle<()>>,
 }
 
@@ -84,7 +85,9 @@ impl Service for Mq {
         // One connection now: a wrong password or database fails the start, not the first request.
         pool.fill(1).map_err(database)?;
         let results = mwserve::results::open_results(&config.stats)?;
-        let workers = config.server.workers;
+        let async_engine = config.server.engine == mwserve::config::Engine::Async;
+        // The measurement slots: one per worker, or one per event loop.
+        let workers = if async_engine { config.loops() } else { config.server.workers };
         let shared = Arc::new(Shared {
             queue: mwserve::queue::WorkQueue::new(config.server.queue_capacity),
             pool,
@@ -113,6 +116,21 @@ impl Service for Mq {
             tls_log: mwserve::process::Throttled::new("TLS handshakes failed", std::time::Duration::from_secs(10)),
             config,
         });
+        if async_engine {
+            let engine = crate::aio::Engine::start(shared.clone(), listeners, workers)?;
+            let (s, stop_loops) = (shared.clone(), engine.stopper());
+            let stopper = Stopper::new(move || {
+                s.stopping.store(true, Ordering::Relaxed);
+                s.waiters.stop(&s.queue);
+                stop_loops();
+            });
+            let admin = (crate::admin::PATHS, crate::admin::handler(shared.clone()));
+            let s = shared.clone();
+            let shell = Shell::start(addr, &shared.config.stats, admin, move || run_stats_thread(s, results), stopper)?;
+            let background = start_background(&shared)?;
+            tracing::info!(%addr, loops = workers, "mwmq listening (async engine)");
+            return Ok(Mq { shell, shared, net: None, workers: Vec::new(), engine: Some(engine), background });
+        }
         let (front, waker) = Front::new(listeners, crate::net::TOO_MANY)?;
         // Stopping: no new connections or requests; parked RECVs are answered
         // now; in-flight requests finish.
@@ -131,26 +149,12 @@ impl Service for Mq {
             let w = Worker::new(id, shared.clone());
             handles.push(spawn(&format!("worker-{id}"), Box::new(move || w.run()))?);
         }
-        let mut background = Vec::new();
+        let mut background = start_background(&shared)?;
         if shared.users.enabled() {
             for i in 0..shared.config.auth.login_threads {
                 let s = shared.clone();
                 background.push(spawn(&format!("login-{i}"), Box::new(move || crate::worker::run_login_thread(s)))?);
             }
-        }
-        let s = shared.clone();
-        background.push(spawn("timer", Box::new(move || run_timer_thread(s)))?);
-        let s = shared.clone();
-        background.push(spawn("notifier", Box::new(move || run_notifier_thread(s)))?);
-        if shared.config.queues.vacuum_s > 0 {
-            // Not joined: a long VACUUM need not hold up a stop; the thread
-            // ends by itself once it sees the stop.
-            let s = shared.clone();
-            spawn("vacuum", Box::new(move || run_vacuum_thread(s)))?;
-        }
-        if shared.config.database.notify {
-            let s = shared.clone();
-            background.push(spawn("listener", Box::new(move || run_listener_thread(s)))?);
         }
         // Bounded: a connection has at most one request with the workers, so
         // at most a word or two about it wait here (the net thread may hand
@@ -162,7 +166,7 @@ impl Service for Mq {
         let net = NetThread::new(front, shared.clone(), rx);
         let net = Some(spawn("net", Box::new(move || net.run()))?);
         tracing::info!(%addr, "mwmq listening");
-        Ok(Mq { shell, shared, net, workers: handles, background })
+        Ok(Mq { shell, shared, net, workers: handles, engine: None, background })
     }
 
     fn shell(&self) -> &Shell {
@@ -177,6 +181,9 @@ impl Service for Mq {
         if let Some(t) = self.net.take() {
             let _ = t.join();
         }
+        if let Some(e) = self.engine.take() {
+            e.join();
+        }
         self.shared.queue.close();
         for t in self.workers.drain(..) {
             let _ = t.join();
@@ -187,4 +194,26 @@ impl Service for Mq {
         self.shared.pool.close();
         self.shell.finish(|| self.shared.telemetry.stop());
     }
+}
+
+/// The threads both engines have: the timer (the poll of waiting RECVs),
+/// the notifier and listener (other processes' messages), the vacuum.
+fn start_background(shared: &Arc<Shared>) -> std::io::Result<Vec<JoinHandle<()>>> {
+    let spawn = |name: &str, f: Box<dyn FnOnce() + Send>| std::thread::Builder::new().name(name.into()).spawn(f);
+    let mut background = Vec::new();
+    let s = shared.clone();
+    background.push(spawn("timer", Box::new(move || run_timer_thread(s)))?);
+    let s = shared.clone();
+    background.push(spawn("notifier", Box::new(move || run_notifier_thread(s)))?);
+    if shared.config.queues.vacuum_s > 0 {
+        // Not joined: a long VACUUM need not hold up a stop; the thread
+        // ends by itself once it sees the stop.
+        let s = shared.clone();
+        spawn("vacuum", Box::new(move || run_vacuum_thread(s)))?;
+    }
+    if shared.config.database.notify {
+        let s = shared.clone();
+        background.push(spawn("listener", Box::new(move || run_listener_thread(s)))?);
+    }
+    Ok(background)
 }

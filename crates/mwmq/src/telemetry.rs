@@ -6,7 +6,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use mwstats::slots::Accumulator;
+use mwstats::slots::{Accumulator, SlotWriter};
 use mwstats::stages::Stages;
 use mwstats::writer::TraceRow;
 use mwstats::Hist;
@@ -190,4 +190,81 @@ pub struct NetSnapshot {
     pub handshake_refused: u64,
     /// See [`NetCounters`].
     pub login_timeouts: u64,
+}
+
+/// When a request arrived and was parsed and queued, and how long it was parked.
+#[derive(Debug, Clone, Copy)]
+pub struct Stamps {
+    /// Unique per process (trace sampling uses it).
+    pub request_id: u64,
+    /// When the read that completed it returned (ns, `mwstats::clock`).
+    pub t_recv: u64,
+    /// Parsed.
+    pub t_parsed: u64,
+    /// Queued for a worker or a database connection.
+    pub t_enqueue: u64,
+    /// Time spent parked waiting for messages (a long poll), ns.
+    pub parked_ns: u64,
+}
+
+/// How a request ended.
+#[derive(Debug, Clone, Copy)]
+pub struct Done {
+    /// Its operation.
+    pub op: MqOp,
+    /// Keys (messages asked for).
+    pub keys: u64,
+    /// `ok`, `client_error` or `server_error`.
+    pub status: &'static str,
+    /// When a worker or a connection took it up.
+    pub t_dequeue: u64,
+    /// When its reply was written.
+    pub t_reply: u64,
+    /// The carrier's busy time for it (shared by a batch), if not `t_reply - t_dequeue`.
+    pub busy: Option<u64>,
+}
+
+/// Records one request's stages in `carrier`'s slot (a worker of the pool
+/// engine, a loop of the async engine).
+pub fn record_request(
+    writer: &mut SlotWriter<MqAcc>,
+    shared: &crate::shared::Shared,
+    carrier: u32,
+    s: &Stamps,
+    d: &Done,
+    db: &crate::commands::DbFacts,
+) {
+    // A long poll's wait is not part of its response time: measured from
+    // when it was last queued, as if it had arrived then.
+    let shift = s.parked_ns;
+    let t = mwstats::stages::Timeline {
+        request_id: s.request_id,
+        op: d.op,
+        keys: d.keys,
+        hits: db.hits,
+        status: d.status,
+        worker: carrier,
+        servers: u32::from(db.statements > 0),
+        t_recv: s.t_recv + shift,
+        t_parsed: s.t_parsed + shift,
+        t_enqueue: s.t_enqueue.max(s.t_parsed + shift),
+        t_dequeue: d.t_dequeue,
+        t_pool: db.t_pool,
+        t_send: db.t_send.unwrap_or(d.t_dequeue),
+        t_backend_done: db.t_done.or(db.t_send).unwrap_or(d.t_dequeue),
+        t_reply: d.t_reply,
+    };
+    let trace_every = shared.config.stats.trace_every;
+    let busy = d.busy.unwrap_or_else(|| d.t_reply.saturating_sub(d.t_dequeue));
+    writer.record(&shared.telemetry.slots, |acc| {
+        acc.stages.record(&t, trace_every);
+        acc.stages.busy_ns += busy;
+        acc.db_requests += db.statements;
+        acc.db_errors += u64::from(db.failed);
+        acc.db_unavailable += u64::from(db.unavailable);
+        if shift > 0 {
+            acc.long_polls += 1;
+            acc.long_poll.record_ns(shift);
+        }
+    });
 }

@@ -39,12 +39,21 @@ pub struct Waiters {
     pub(crate) announced: Condvar,
     /// Other processes on the database hear of new messages (`database.notify`).
     notify: bool,
+    /// Rung at every wake-up and at the stop: the async engine's waiting
+    /// RECVs look at their queue's wake-up number again.
+    pub bell: tokio::sync::Notify,
 }
 
 impl Waiters {
     /// Nobody waiting; new messages are announced to other processes when `notify`.
     pub fn new(notify: bool) -> Waiters {
-        Waiters { state: Mutex::default(), changed: Condvar::new(), announced: Condvar::new(), notify }
+        Waiters {
+            state: Mutex::default(),
+            changed: Condvar::new(),
+            announced: Condvar::new(),
+            notify,
+            bell: Default::default(),
+        }
     }
 
     pub(crate) fn lock(&self) -> MutexGuard<'_, State> {
@@ -81,6 +90,7 @@ impl Waiters {
             *s.seq.entry(queue.to_string()).or_insert(0) += 1;
             s.parked.remove(queue)
         };
+        self.bell.notify_waiters();
         for job in jobs.into_iter().flatten() {
             requeue(queue_of_work, job);
         }
@@ -113,6 +123,7 @@ impl Waiters {
         };
         self.changed.notify_all();
         self.announced.notify_all();
+        self.bell.notify_waiters();
         for mut job in all {
             job.last_try = true;
             requeue(queue_of_work, job);

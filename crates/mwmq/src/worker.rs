@@ -12,7 +12,6 @@ use std::time::Instant;
 
 use mwstats::clock::now_ns;
 use mwstats::slots::SlotWriter;
-use mwstats::stages::Timeline;
 
 use crate::command::{Command, MqOp};
 use crate::commands::{Answer, Batch, Core, DbFacts, Outcome};
@@ -282,39 +281,15 @@ impl Worker {
         t_reply: u64,
         busy: Option<u64>,
     ) {
-        // A long poll's wait is not part of its response time: measured from
-        // when it was last queued, as if it had arrived then.
-        let shift = job.parked_ns;
-        let t = Timeline {
+        let stamps = crate::telemetry::Stamps {
             request_id: job.request_id,
-            op,
-            keys,
-            hits: db.hits,
-            status,
-            worker: self.id as u32,
-            servers: u32::from(db.statements > 0),
-            t_recv: job.t_recv + shift,
-            t_parsed: job.t_parsed + shift,
-            t_enqueue: job.t_enqueue.max(job.t_parsed + shift),
-            t_dequeue,
-            t_pool: db.t_pool,
-            t_send: db.t_send.unwrap_or(t_dequeue),
-            t_backend_done: db.t_done.or(db.t_send).unwrap_or(t_dequeue),
-            t_reply,
+            t_recv: job.t_recv,
+            t_parsed: job.t_parsed,
+            t_enqueue: job.t_enqueue,
+            parked_ns: job.parked_ns,
         };
-        let trace_every = self.shared.config.stats.trace_every;
-        let busy = busy.unwrap_or_else(|| t_reply.saturating_sub(t_dequeue));
-        self.writer.record(&self.shared.telemetry.slots, |acc| {
-            acc.stages.record(&t, trace_every);
-            acc.stages.busy_ns += busy;
-            acc.db_requests += db.statements;
-            acc.db_errors += u64::from(db.failed);
-            acc.db_unavailable += u64::from(db.unavailable);
-            if shift > 0 {
-                acc.long_polls += 1;
-                acc.long_poll.record_ns(shift);
-            }
-        });
+        let done = crate::telemetry::Done { op, keys, status, t_dequeue, t_reply, busy };
+        crate::telemetry::record_request(&mut self.writer, &self.shared, self.id as u32, &stamps, &done, db);
     }
 
     /// Carries out a command; database work borrows a pooled connection.

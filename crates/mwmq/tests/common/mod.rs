@@ -11,12 +11,23 @@ use std::time::{Duration, Instant};
 pub use mctest::Postgres;
 use mwmq::{Config, Mq};
 
+/// The engine the tests run against: `MWMQ_TEST_ENGINE=pool|async`
+/// (default: mwmq's default, async).
+pub fn engine() -> mwserve::config::Engine {
+    match std::env::var("MWMQ_TEST_ENGINE").as_deref() {
+        Ok("pool") => mwserve::config::Engine::Pool,
+        Ok("async") | Err(_) => mwserve::config::Engine::Async,
+        Ok(other) => panic!("MWMQ_TEST_ENGINE must be pool or async, not {other:?}"),
+    }
+}
+
 /// A configuration for tests: a free port, small windows, quick polls, and
 /// QINFO read fresh every time (tests look right after a change).
 pub fn config(pg: &Postgres) -> Config {
     let mut c = Config::default();
     c.server.listen = "127.0.0.1:0".into();
     c.server.workers = 4;
+    c.server.engine = engine();
     c.database.url = pg.conninfo().to_string();
     c.database.retry_min_ms = 20;
     c.database.retry_max_ms = 200;
@@ -105,6 +116,7 @@ impl MqProcess {
         let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
         let child = Command::new(env!("CARGO_BIN_EXE_mwmq"))
             .args(["--listen", &addr.to_string(), "--db", pg.conninfo(), "--workers", "4", "--log", "warn"])
+            .args(["--engine", engine().name()])
             .args(extra)
             .stdout(Stdio::null())
             .spawn()

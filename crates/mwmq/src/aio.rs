@@ -1,0 +1,885 @@
+//! The async engine (the default): one event loop per thread (a tokio
+//! current-thread runtime) owns its clients and a few database connections.
+//! A client's request is read, parsed, checked and answered on the same
+//! thread; a request that needs the database joins the loop's waiting
+//! requests, and whenever a statement may start, every waiting request that
+//! can share it goes with it (many SENDs, ACKs, POPs of one queue or single
+//! RECVs of one queue as one statement). Statements are pipelined: several
+//! are in flight on each connection at once (`loop_db` connections, two
+//! statements each), each its own transaction, each answered only once its
+//! commit is confirmed (tokio-postgres reads a statement's answer up to the
+//! ReadyForQuery that follows the commit). A lone request never waits for
+//! company: with a statement slot free it goes at once.
+//!
+//! What each command does is `commands/`, shared with the pool engine.
+//! See docs/mwmq.md ("Engines").
+
+use std::cell::{Cell, RefCell};
+use std::collections::VecDeque;
+use std::net::IpAddr;
+use std::rc::Rc;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use mwstats::clock::now_ns;
+use mwstats::slots::SlotWriter;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::sync::{oneshot, watch};
+
+use crate::command::{self, Command, Limits, MqOp};
+use crate::commands::{Answer, Batch, Core, DbFacts, Outcome, Session};
+use crate::db::{DbError, LeaseRef, PgConn};
+use crate::resp::{Reply, Request, RequestParser};
+use crate::shared::Shared;
+use crate::telemetry::{MqAcc, NetCounters, Stamps};
+use crate::users::{Attempts, User};
+
+/// Statements in flight on one database connection at once.
+const DEPTH: usize = 2;
+/// A request larger than this takes its size from the input budget first.
+const SMALL: usize = 64 * 1024;
+
+/// A client connection of the async engine.
+struct Sess {
+    id: u64,
+    name: RefCell<Option<String>>,
+    user: RefCell<Option<Arc<User>>>,
+    resp3: Cell<bool>,
+    attempts: Attempts,
+    peer: Option<IpAddr>,
+}
+
+impl Session for Sess {
+    fn id(&self) -> u64 {
+        self.id
+    }
+    fn name(&self) -> Option<String> {
+        self.name.borrow().clone()
+    }
+    fn set_name(&self, name: String) {
+        *self.name.borrow_mut() = Some(name);
+    }
+    fn user(&self) -> Option<Arc<User>> {
+        self.user.borrow().clone()
+    }
+    fn set_user(&self, user: Arc<User>) {
+        *self.user.borrow_mut() = Some(user);
+    }
+    fn resp3(&self) -> bool {
+        self.resp3.get()
+    }
+    fn set_resp3(&self, on: bool) {
+        self.resp3.set(on);
+    }
+    fn attempts(&self) -> &Attempts {
+        &self.attempts
+    }
+    fn peer(&self) -> Option<IpAddr> {
+        self.peer
+    }
+}
+
+/// A request waiting for a statement.
+struct Pending {
+    cmd: Command,
+    sess: Rc<Sess>,
+    t_enqueue: u64,
+    tx: oneshot::Sender<Carried>,
+}
+
+/// A request carried out.
+struct Carried {
+    outcome: Outcome,
+    db: DbFacts,
+    t_dequeue: u64,
+    /// The loop's time for it (a batch's shared out).
+    busy: u64,
+}
+
+/// One database connection of a loop, opened on demand, opened again
+/// (after a backoff) when it broke.
+#[derive(Default)]
+struct Slot {
+    pg: Option<(Rc<PgConn>, tokio::task::AbortHandle)>,
+    opening: bool,
+    next_attempt: Option<Instant>,
+    backoff: Duration,
+    last_error: Option<String>,
+}
+
+/// One event loop.
+struct Loop {
+    id: usize,
+    shared: Arc<Shared>,
+    slots: RefCell<Vec<Slot>>,
+    /// A slot became usable (or failed to): statements waiting for one look again.
+    slot_changed: tokio::sync::Notify,
+    next_slot: Cell<usize>,
+    inflight: Cell<usize>,
+    max_inflight: usize,
+    pending: RefCell<VecDeque<Pending>>,
+    writer: RefCell<SlotWriter<MqAcc>>,
+    /// Client connections open on this loop.
+    clients: Cell<usize>,
+    /// Handshakes under way, oldest first, each with its cancel.
+    handshaking: RefCell<VecDeque<(u64, oneshot::Sender<()>)>>,
+    next_handshake: Cell<u64>,
+    logins: tokio::sync::Semaphore,
+    logins_waiting: Cell<usize>,
+    stop: watch::Receiver<bool>,
+    limits: Limits,
+}
+
+/// A running async engine: its loops' threads.
+pub struct Engine {
+    threads: Vec<std::thread::JoinHandle<()>>,
+    stop: watch::Sender<bool>,
+}
+
+impl Engine {
+    /// Starts `loops` event loops serving `listeners` (each with whether it speaks TLS).
+    pub fn start(
+        shared: Arc<Shared>,
+        listeners: Vec<(std::net::TcpListener, bool)>,
+        loops: usize,
+    ) -> std::io::Result<Engine> {
+        let (stop, stop_rx) = watch::channel(false);
+        let mut threads = Vec::new();
+        for id in 0..loops.max(1) {
+            let mut mine = Vec::new();
+            for (l, tls) in &listeners {
+                l.set_nonblocking(true)?;
+                mine.push((l.try_clone()?, *tls));
+            }
+            let (shared, stop_rx) = (shared.clone(), stop_rx.clone());
+            threads.push(
+                std::thread::Builder::new()
+                    .name(format!("loop-{id}"))
+                    .spawn(move || run_loop(id, shared, mine, stop_rx))?,
+            );
+        }
+        Ok(Engine { threads, stop })
+    }
+
+    /// A handle that stops the loops (they answer what is in flight, then end).
+    pub fn stopper(&self) -> impl Fn() + Send + Sync + 'static {
+        let tx = self.stop.clone();
+        move || {
+            let _ = tx.send(true);
+        }
+    }
+
+    /// Waits for the loops to end.
+    pub fn join(self) {
+        for t in self.threads {
+            let _ = t.join();
+        }
+    }
+}
+
+fn run_loop(
+    id: usize,
+    shared: Arc<Shared>,
+    listeners: Vec<(std::net::TcpListener, bool)>,
+    stop: watch::Receiver<bool>,
+) {
+    let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            tracing::error!("event loop {id}: no runtime: {e}");
+            return;
+        }
+    };
+    let local = tokio::task::LocalSet::new();
+    local.block_on(&rt, async move {
+        let cfg = &shared.config;
+        let q = &cfg.queues;
+        let db = cfg.server.loop_db.max(1);
+        let lp = Rc::new(Loop {
+            id,
+            shared: shared.clone(),
+            slots: RefCell::new((0..db).map(|_| Slot::default()).collect()),
+            slot_changed: tokio::sync::Notify::new(),
+            next_slot: Cell::new(0),
+            inflight: Cell::new(0),
+            max_inflight: db * DEPTH,
+            pending: RefCell::new(VecDeque::new()),
+            writer: RefCell::new(SlotWriter::new(id, MqAcc::default())),
+            clients: Cell::new(0),
+            handshaking: RefCell::new(VecDeque::new()),
+            next_handshake: Cell::new(0),
+            logins: tokio::sync::Semaphore::new(cfg.auth.login_threads.max(1)),
+            logins_waiting: Cell::new(0),
+            stop: stop.clone(),
+            limits: Limits { default_vt_ms: q.default_vt_ms, max_wait_ms: q.max_wait_ms },
+        });
+        let mut accepting = Vec::new();
+        for (l, tls) in listeners {
+            match tokio::net::TcpListener::from_std(l) {
+                Ok(l) => accepting.push(tokio::task::spawn_local(accept(lp.clone(), l, tls))),
+                Err(e) => tracing::error!("event loop {id}: cannot listen: {e}"),
+            }
+        }
+        for a in accepting {
+            let _ = a.await;
+        }
+        // Stopping: the clients answer what they have and close.
+        let until = Instant::now() + Duration::from_secs(30);
+        while (lp.clients.get() > 0 || lp.inflight.get() > 0) && Instant::now() < until {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        lp.writer.borrow_mut().settle(&lp.shared.telemetry.slots);
+    });
+}
+
+async fn stopped(stop: &mut watch::Receiver<bool>) {
+    let _ = stop.wait_for(|s| *s).await;
+}
+
+async fn accept(lp: Rc<Loop>, l: tokio::net::TcpListener, tls: bool) {
+    let mut stop = lp.stop.clone();
+    loop {
+        let (stream, _) = tokio::select! {
+            r = l.accept() => match r {
+                Ok(s) => s,
+                Err(e) => {
+                    // Out of descriptors or the like: try again soon.
+                    tracing::debug!("accept: {e}");
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                    continue;
+                }
+            },
+            _ = stopped(&mut stop) => return,
+        };
+        let shared = &lp.shared;
+        NetCounters::add(&shared.net.accepted, 1);
+        if shared.open_connections.fetch_add(1, Ordering::AcqRel) >= shared.max_connections {
+            shared.open_connections.fetch_sub(1, Ordering::AcqRel);
+            NetCounters::add(&shared.net.rejected, 1);
+            tokio::task::spawn_local(async move {
+                let mut stream = stream;
+                let _ = tokio::time::timeout(Duration::from_secs(1), stream.write_all(crate::net::TOO_MANY)).await;
+            });
+            continue;
+        }
+        let _ = stream.set_nodelay(true);
+        lp.clients.set(lp.clients.get() + 1);
+        let lp2 = lp.clone();
+        tokio::task::spawn_local(async move {
+            let peer = stream.peer_addr().ok().map(|a| a.ip());
+            let accepted = Instant::now();
+            match (tls, lp2.shared.tls.clone()) {
+                (true, Some(cfg)) => {
+                    if let Some(io) = Box::pin(handshake(&lp2, stream, cfg)).await {
+                        Box::pin(serve(&lp2, io, peer, accepted)).await;
+                    }
+                }
+                _ => Box::pin(serve(&lp2, stream, peer, accepted)).await,
+            }
+            lp2.clients.set(lp2.clients.get() - 1);
+            lp2.shared.open_connections.fetch_sub(1, Ordering::AcqRel);
+            NetCounters::add(&lp2.shared.net.closed, 1);
+        });
+    }
+}
+
+/// A TLS handshake within `[tls] handshake_timeout_secs`, at most
+/// `max_handshaking` at once (shared out between the loops).
+async fn handshake(
+    lp: &Loop,
+    stream: tokio::net::TcpStream,
+    cfg: Arc<rustls::ServerConfig>,
+) -> Option<tokio_rustls::server::TlsStream<tokio::net::TcpStream>> {
+    let tls = &lp.shared.config.tls;
+    let loops = lp.shared.config.loops();
+    let cap = (tls.max_handshaking / loops).max(1);
+    let net = &lp.shared.net;
+    let (cancel, cancelled) = oneshot::channel();
+    let me = lp.next_handshake.get();
+    lp.next_handshake.set(me + 1);
+    {
+        let mut h = lp.handshaking.borrow_mut();
+        // Past the cap the oldest handshake makes room: silent sockets cannot lock clients out.
+        while h.len() >= cap {
+            if let Some((_, oldest)) = h.pop_front() {
+                NetCounters::add(&net.handshake_refused, 1);
+                let _ = oldest.send(());
+            }
+        }
+        h.push_back((me, cancel));
+    }
+    let limit = Duration::from_secs(tls.handshake_timeout_secs.max(1));
+    let r = tokio::select! {
+        r = tokio::time::timeout(limit, tokio_rustls::TlsAcceptor::from(cfg).accept(stream)) => r,
+        _ = cancelled => return None,
+    };
+    lp.handshaking.borrow_mut().retain(|(id, _)| *id != me);
+    match r {
+        Ok(Ok(s)) => Some(s),
+        Ok(Err(e)) => {
+            NetCounters::add(&net.tls_handshake_failures, 1);
+            lp.shared.tls_log.note(&e);
+            None
+        }
+        Err(_) => {
+            NetCounters::add(&net.handshake_timeouts, 1);
+            None
+        }
+    }
+}
+
+/// Request ids of the async engine (unique per process).
+static NEXT_REQUEST: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+
+/// Serves one client until it leaves, breaks the protocol, QUITs, or mwmq stops.
+async fn serve<IO: AsyncRead + AsyncWrite + Unpin>(lp: &Rc<Loop>, io: IO, peer: Option<IpAddr>, accepted: Instant) {
+    static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    let shared = lp.shared.clone();
+    let sess = Rc::new(Sess {
+        id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+        name: RefCell::new(None),
+        user: RefCell::new(None),
+        resp3: Cell::new(false),
+        attempts: Attempts::default(),
+        peer,
+    });
+    let (mut rd, mut wr) = tokio::io::split(io);
+    let mut parser = RequestParser::new(shared.config.server.max_body);
+    // Small while the client is idle (10,000 idle clients cost little), grown when reads fill it.
+    let mut rbuf = vec![0u8; 512];
+    let (mut have, mut pos) = (0usize, 0usize);
+    let mut out: Vec<u8> = Vec::new();
+    let mut out_leases: Vec<LeaseRef> = Vec::new();
+    let mut reserved = 0usize;
+    let mut last_read_ns = 0u64;
+    let mut stop = lp.stop.clone();
+    let login_deadline = (shared.users.enabled() && shared.config.auth.login_timeout_secs > 0)
+        .then(|| accepted + Duration::from_secs(shared.config.auth.login_timeout_secs));
+    let mut closing = false;
+    loop {
+        if pos == have {
+            // Everything read is parsed: the replies go out, then more is read.
+            if !out.is_empty() && !Box::pin(flush(lp, &mut wr, &mut out, &mut out_leases)).await {
+                break;
+            }
+            if closing || *stop.borrow() {
+                break;
+            }
+            let deadline = login_deadline.filter(|_| sess.user.borrow().is_none());
+            let read = async {
+                match deadline {
+                    Some(d) => tokio::time::timeout_at(d.into(), rd.read(&mut rbuf)).await.ok(),
+                    None => Some(rd.read(&mut rbuf).await),
+                }
+            };
+            let n = tokio::select! {
+                r = read => r,
+                _ = stopped(&mut stop) => break,
+            };
+            match n {
+                None => {
+                    NetCounters::add(&shared.net.login_timeouts, 1);
+                    break;
+                }
+                Some(Ok(0)) | Some(Err(_)) => break,
+                Some(Ok(n)) => {
+                    NetCounters::add(&shared.net.bytes_in, n as u64);
+                    if n == rbuf.len() && rbuf.len() < 16 * 1024 {
+                        rbuf.resize(rbuf.len() * 4, 0);
+                    }
+                    last_read_ns = now_ns();
+                    (have, pos) = (n, 0);
+                }
+            }
+        }
+        // Budget a large request before its bytes are held.
+        let want = parser.held() + parser.need();
+        if want > SMALL && want > reserved {
+            let more = want - reserved;
+            while !shared.input.take(more) {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            reserved += more;
+        }
+        let (n, result) = parser.feed(&rbuf[pos..have]);
+        pos += n;
+        let request = match result {
+            Ok(None) | Ok(Some(Request::Empty)) => continue,
+            Ok(Some(r)) => r,
+            Err(e) => {
+                NetCounters::add(&shared.net.protocol_errors, 1);
+                Reply::err(e.0).encode(&mut out);
+                let _ = Box::pin(flush(lp, &mut wr, &mut out, &mut out_leases)).await;
+                break;
+            }
+        };
+        let t_parsed = now_ns();
+        let cmd = match request {
+            Request::Args(args) => command::parse(&args, &lp.limits),
+            Request::TooLarge { len, .. } => Err(Reply::err(format!(
+                "an argument of {len} bytes is over the limit of {} bytes (max_body)",
+                shared.config.server.max_body
+            ))),
+            Request::Empty => continue,
+        };
+        closing = matches!(cmd, Ok(Command::Quit));
+        let stamps = Stamps {
+            request_id: NEXT_REQUEST.fetch_add(1, Ordering::Relaxed),
+            t_recv: if last_read_ns == 0 { t_parsed } else { last_read_ns.min(t_parsed) },
+            t_parsed,
+            t_enqueue: t_parsed,
+            parked_ns: 0,
+        };
+        // (Boxed: an idle client's task holds only what reading needs.)
+        Box::pin(answer(lp, &sess, cmd, stamps, &mut out, &mut out_leases)).await;
+        shared.input.give(std::mem::take(&mut reserved));
+        if out.len() >= SMALL && !Box::pin(flush(lp, &mut wr, &mut out, &mut out_leases)).await {
+            break;
+        }
+    }
+    shared.input.give(reserved);
+    if !out_leases.is_empty() {
+        release(lp, std::mem::take(&mut out_leases));
+    }
+    let _ = tokio::time::timeout(Duration::from_secs(1), wr.shutdown()).await;
+}
+
+/// Writes the replies; false when the client is gone (the leases they
+/// carried are given back).
+async fn flush<W: AsyncWrite + Unpin>(
+    lp: &Rc<Loop>,
+    wr: &mut W,
+    out: &mut Vec<u8>,
+    leases: &mut Vec<LeaseRef>,
+) -> bool {
+    // A client that does not read holds only itself, until mwmq stops:
+    // then it has a second more.
+    let mut stop = lp.stop.clone();
+    let write = async { wr.write_all(out).await.is_ok() && wr.flush().await.is_ok() };
+    let ok = tokio::select! {
+        ok = write => ok,
+        _ = async {
+            stopped(&mut stop).await;
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        } => false,
+    };
+    if ok {
+        NetCounters::add(&lp.shared.net.bytes_out, out.len() as u64);
+        leases.clear();
+    } else if !leases.is_empty() {
+        release(lp, std::mem::take(leases));
+    }
+    out.clear();
+    if out.capacity() > SMALL {
+        out.shrink_to(SMALL);
+    }
+    ok
+}
+
+/// Gives back leases whose replies never reached their client.
+fn release(lp: &Rc<Loop>, leases: Vec<LeaseRef>) {
+    let lp = lp.clone();
+    lp.inflight.set(lp.inflight.get() + 1);
+    tokio::task::spawn_local(async move {
+        let r = match lp.connection().await {
+            Ok(pg) => pg.release(&leases).await,
+            Err(e) => Err(e),
+        };
+        match r {
+            Ok(n) => NetCounters::add(&lp.shared.net.leases_released, n),
+            // They expire by themselves after their visibility timeout.
+            Err(e) => tracing::warn!("could not give back {} leases: {e:?}", leases.len()),
+        }
+        lp.inflight.set(lp.inflight.get() - 1);
+    });
+}
+
+/// Carries out one request and encodes its reply into `out`.
+async fn answer(
+    lp: &Rc<Loop>,
+    sess: &Rc<Sess>,
+    cmd: Result<Command, Reply>,
+    stamps: Stamps,
+    out: &mut Vec<u8>,
+    out_leases: &mut Vec<LeaseRef>,
+) {
+    let shared = lp.shared.clone();
+    let core = Core::new(&shared);
+    let t_start = now_ns();
+    let op = cmd.as_ref().map(Command::op).unwrap_or(MqOp::Other);
+    let keys = match &cmd {
+        Ok(Command::Recv(r)) => u64::from(r.count),
+        _ => 1,
+    };
+    let mut stamps = stamps;
+    let (outcome, db, t_dequeue, busy) = match cmd {
+        Err(refusal) => (Outcome::Reply(refusal, Vec::new(), "client_error"), DbFacts::default(), t_start, None),
+        Ok(c) => match core.gate(&c, &**sess) {
+            Some(refusal) => (Outcome::Reply(refusal, Vec::new(), "client_error"), DbFacts::default(), t_start, None),
+            None => match core.local(&c, &**sess, None) {
+                Some(Outcome::Verify) => (log_in(lp, &c, sess).await, DbFacts::default(), t_start, None),
+                Some(o) => (o, DbFacts::default(), t_start, None),
+                None => {
+                    let (carried, parked) = database(lp, c, sess).await;
+                    stamps.parked_ns = parked;
+                    stamps.t_enqueue += parked;
+                    (carried.outcome, carried.db, carried.t_dequeue, Some(carried.busy))
+                }
+            },
+        },
+    };
+    let (reply, leases, status) = match outcome {
+        Outcome::Reply(r, l, s) => (r, l, s),
+        Outcome::Park(_) | Outcome::Verify => (Reply::err("internal: no reply"), Vec::new(), "server_error"),
+    };
+    reply.encode_as(out, sess.resp3());
+    out_leases.extend(leases);
+    let status = if reply.is_error() { status } else { "ok" };
+    let done = crate::telemetry::Done { op, keys, status, t_dequeue, t_reply: now_ns(), busy };
+    let mut w = lp.writer.borrow_mut();
+    crate::telemetry::record_request(&mut w, &shared, lp.id as u32, &stamps, &done, &db);
+    w.settle(&shared.telemetry.slots);
+}
+
+thread_local! {
+    /// A login thread's argon2 memory, kept from check to check.
+    static VERIFIER: RefCell<crate::users::Verifier> = RefCell::new(crate::users::Verifier::default());
+}
+
+/// A login's password, checked on a blocking thread (at most
+/// `[auth] login_threads` per loop at once, `login_queue` more waiting).
+async fn log_in(lp: &Rc<Loop>, c: &Command, sess: &Rc<Sess>) -> Outcome {
+    let credentials = match c {
+        Command::Auth(x) | Command::Hello { auth: Some(x), .. } => x.clone(),
+        _ => unreachable!("only logins are checked"),
+    };
+    let cfg = &lp.shared.config.auth;
+    if lp.logins_waiting.get() >= cfg.login_queue {
+        return Outcome::Reply(
+            Reply::Error("TRYAGAIN too many logins are waiting to be checked".into()),
+            Vec::new(),
+            "server_error",
+        );
+    }
+    lp.logins_waiting.set(lp.logins_waiting.get() + 1);
+    let permit = lp.logins.acquire().await;
+    lp.logins_waiting.set(lp.logins_waiting.get() - 1);
+    let shared = lp.shared.clone();
+    let checked = tokio::task::spawn_blocking(move || {
+        VERIFIER.with(|m| shared.users.check_with(&credentials.user, &credentials.password, &mut m.borrow_mut()))
+    })
+    .await
+    .unwrap_or(None);
+    drop(permit);
+    let core = Core::new(&lp.shared);
+    core.local(c, &**sess, Some(checked)).unwrap_or_else(|| Outcome::ok(Reply::Simple("OK")))
+}
+
+/// Carries out a command that needs the database; a `RECV ... WAIT` that
+/// finds nothing waits for a wake-up (a SEND here, another process's
+/// notification, the poll) and looks again until its wait is over. The
+/// time it waited is returned beside.
+async fn database(lp: &Rc<Loop>, c: Command, sess: &Rc<Sess>) -> (Carried, u64) {
+    let wait = match &c {
+        Command::Recv(r) if r.wait_ms > 0 => Some((r.queue.clone(), Instant::now() + Duration::from_millis(r.wait_ms))),
+        _ => None,
+    };
+    let Some((queue, until)) = wait else {
+        return (lp.submit(c, sess.clone()).await, 0);
+    };
+    let waiters = &lp.shared.waiters;
+    let poll = Duration::from_millis(lp.shared.config.queues.poll_ms.max(10));
+    let mut parked = 0u64;
+    let mut stop = lp.stop.clone();
+    loop {
+        let seen = waiters.seq(&queue);
+        let carried = lp.submit(c.clone(), sess.clone()).await;
+        let empty = matches!(&carried.outcome, Outcome::Reply(Reply::Array(items), _, _) if items.is_empty());
+        let unavailable = carried.db.unavailable;
+        let now = Instant::now();
+        if (!empty && !unavailable) || now >= until || *stop.borrow() {
+            return (carried, parked);
+        }
+        // Nothing yet: wait for a wake-up of this queue, the poll, or the end.
+        let t0 = now_ns();
+        let bell = waiters.bell.notified();
+        tokio::pin!(bell);
+        bell.as_mut().enable();
+        if waiters.seq(&queue) == seen {
+            let nap = poll.min(until - now);
+            tokio::select! {
+                _ = &mut bell => {}
+                _ = tokio::time::sleep(nap) => {}
+                _ = stopped(&mut stop) => {}
+            }
+        }
+        parked += now_ns().saturating_sub(t0);
+    }
+}
+
+impl Loop {
+    /// Hands a request to the statements; its outcome.
+    async fn submit(self: &Rc<Self>, cmd: Command, sess: Rc<Sess>) -> Carried {
+        let (tx, rx) = oneshot::channel();
+        self.pending.borrow_mut().push_back(Pending { cmd, sess, t_enqueue: now_ns(), tx });
+        self.kick();
+        rx.await.unwrap_or_else(|_| Carried {
+            outcome: Outcome::Reply(Reply::err("internal: the request was dropped"), Vec::new(), "server_error"),
+            db: DbFacts::default(),
+            t_dequeue: now_ns(),
+            busy: 0,
+        })
+    }
+
+    /// Starts statements for waiting requests while there is room: each
+    /// takes every waiting request that can share it.
+    fn kick(self: &Rc<Self>) {
+        let batch = self.shared.config.server.batch.max(1);
+        while self.inflight.get() < self.max_inflight {
+            let group = {
+                let mut p = self.pending.borrow_mut();
+                let Some(first) = p.pop_front() else { return };
+                let kind = if batch > 1 { Batch::of(&first.cmd, &*first.sess) } else { None };
+                let mut group = vec![first];
+                if let Some(kind) = &kind {
+                    let mut i = 0;
+                    while i < p.len() && group.len() < batch {
+                        if kind.matches(&p[i].cmd, &*p[i].sess) {
+                            group.extend(p.remove(i));
+                        } else {
+                            i += 1;
+                        }
+                    }
+                }
+                (kind, group)
+            };
+            self.inflight.set(self.inflight.get() + 1);
+            let lp = self.clone();
+            tokio::task::spawn_local(async move {
+                match group {
+                    (Some(kind), g) if g.len() > 1 => lp.run_batch(kind, g).await,
+                    (_, mut g) => lp.run_one(g.pop().expect("a group has a request")).await,
+                }
+                lp.inflight.set(lp.inflight.get() - 1);
+                lp.kick();
+            });
+        }
+    }
+
+    /// A request waited longer than `queue_timeout_ms` for a statement.
+    fn too_late(&self, p: &Pending, now: u64) -> Option<Reply> {
+        let ms = self.shared.config.server.queue_timeout_ms;
+        (ms > 0 && now.saturating_sub(p.t_enqueue) > ms * 1_000_000)
+            .then(|| Reply::Error(format!("TRYAGAIN the request waited more than {ms} ms for the database")))
+    }
+
+    async fn run_one(self: &Rc<Self>, p: Pending) {
+        let t_dequeue = now_ns();
+        let mut db = DbFacts::default();
+        let outcome = match self.too_late(&p, t_dequeue) {
+            Some(r) => Outcome::Reply(r, Vec::new(), "server_error"),
+            None => {
+                let shared = self.shared.clone();
+                let core = Core::new(&shared);
+                let r = match self.connection().await {
+                    Err(e) => Err(e),
+                    Ok(pg) => {
+                        let now = now_ns();
+                        db.t_pool = Some(now);
+                        db.t_send = Some(now);
+                        self.deadline(&pg, core.statement(&pg, &p.cmd, &*p.sess, &mut db)).await
+                    }
+                };
+                db.t_done = Some(now_ns());
+                match r {
+                    Ok(o) => o,
+                    Err(e) => {
+                        if db.t_send.is_none() {
+                            db.statements = 0;
+                        }
+                        let status = db.failed_with(&e);
+                        Outcome::Reply(e.reply(), Vec::new(), status)
+                    }
+                }
+            }
+        };
+        let busy = now_ns().saturating_sub(t_dequeue);
+        self.deliver(p.tx, Carried { outcome, db, t_dequeue, busy });
+    }
+
+    #[allow(clippy::vec_box)]
+    async fn run_batch(self: &Rc<Self>, kind: Batch, group: Vec<Pending>) {
+        let t_dequeue = now_ns();
+        let n = group.len();
+        let mut replies: Vec<Answer> =
+            group.iter().map(|p| self.too_late(p, t_dequeue).map(|r| (r, "server_error", 0))).collect();
+        let live: Vec<usize> = (0..n).filter(|i| replies[*i].is_none()).collect();
+        let mut leases: Vec<Vec<LeaseRef>> = vec![Vec::new(); n];
+        let mut db = DbFacts::default();
+        if !live.is_empty() {
+            let shared = self.shared.clone();
+            let core = Core::new(&shared);
+            let items: Vec<(&Command, &Sess)> = live.iter().map(|i| (&group[*i].cmd, &*group[*i].sess)).collect();
+            let mut got: Vec<Answer> = vec![None; live.len()];
+            let mut got_leases: Vec<Vec<LeaseRef>> = vec![Vec::new(); live.len()];
+            let r = match self.connection().await {
+                Err(e) => Err(e),
+                Ok(pg) => {
+                    let now = now_ns();
+                    db.t_pool = Some(now);
+                    db.t_send = Some(now);
+                    self.deadline(&pg, core.batch_statement(&pg, &kind, &items, &mut got, &mut got_leases)).await
+                }
+            };
+            db.t_done = Some(now_ns());
+            match r {
+                Ok(statements) => {
+                    db.statements = statements;
+                    for ((i, a), l) in live.iter().zip(got).zip(got_leases) {
+                        replies[*i] = a;
+                        leases[*i] = l;
+                    }
+                }
+                Err(e) => {
+                    db.statements = u64::from(db.t_send.is_some());
+                    let status = db.failed_with(&e);
+                    for i in &live {
+                        replies[*i] = Some((e.reply(), status, 0));
+                    }
+                }
+            }
+        }
+        let busy = now_ns().saturating_sub(t_dequeue) / n as u64;
+        for (i, (p, l)) in group.into_iter().zip(leases).enumerate() {
+            let (reply, status, hits) =
+                replies[i].take().unwrap_or((Reply::err("internal: no reply"), "server_error", 0));
+            let facts = DbFacts {
+                hits,
+                statements: u64::from(i == 0) * db.statements,
+                failed: i == 0 && db.failed,
+                unavailable: i == 0 && db.unavailable,
+                ..db
+            };
+            self.deliver(p.tx, Carried { outcome: Outcome::Reply(reply, l, status), db: facts, t_dequeue, busy });
+        }
+    }
+
+    /// Hands a request's outcome to its client; leases of a client that left are given back.
+    fn deliver(self: &Rc<Self>, tx: oneshot::Sender<Carried>, carried: Carried) {
+        if let Err(Carried { outcome: Outcome::Reply(_, leases, _), .. }) = tx.send(carried) {
+            if !leases.is_empty() {
+                release(self, leases);
+            }
+        }
+    }
+
+    /// Runs `f` within the statement deadline; past it the connection is
+    /// given up (its socket closed) and the request told to try again.
+    async fn deadline<T>(
+        &self,
+        pg: &PgConn,
+        f: impl std::future::Future<Output = Result<T, DbError>>,
+    ) -> Result<T, DbError> {
+        match self.shared.config.statement_deadline() {
+            None => f.await,
+            Some(limit) => match tokio::time::timeout(limit, f).await {
+                Ok(r) => r,
+                Err(_) => {
+                    pg.set_broken();
+                    self.shared.pool.watch.cut.fetch_add(1, Ordering::Relaxed);
+                    self.forget_broken();
+                    Err(DbError::Unavailable(format!("the database did not answer within {} ms", limit.as_millis())))
+                }
+            },
+        }
+    }
+
+    /// Drops broken connections (their sockets close at once).
+    fn forget_broken(&self) {
+        for s in self.slots.borrow_mut().iter_mut() {
+            if s.pg.as_ref().is_some_and(|(pg, _)| pg.broken()) {
+                if let Some((_, driver)) = s.pg.take() {
+                    driver.abort();
+                }
+                NetCounters::add(&self.shared.pool.counters.lost, 1);
+            }
+        }
+    }
+
+    /// A database connection for a statement: the next one in turn, opened
+    /// first when it is not open (after a failure, not before its backoff).
+    async fn connection(self: &Rc<Self>) -> Result<Rc<PgConn>, DbError> {
+        self.forget_broken();
+        let n = self.slots.borrow().len();
+        let i = self.next_slot.get() % n;
+        self.next_slot.set(i + 1);
+        loop {
+            let wait = {
+                let mut slots = self.slots.borrow_mut();
+                if let Some((pg, _)) = &slots[i].pg {
+                    return Ok(pg.clone());
+                }
+                // Any open connection will do while this one is not.
+                let other = slots.iter().find_map(|s| s.pg.as_ref().map(|(pg, _)| pg.clone()));
+                let s = &mut slots[i];
+                if s.next_attempt.is_some_and(|t| Instant::now() < t) {
+                    let e = s.last_error.clone().unwrap_or_else(|| "reconnecting".into());
+                    return other.ok_or_else(|| DbError::Unavailable(format!("the database is unavailable: {e}")));
+                }
+                if s.opening {
+                    if let Some(pg) = other {
+                        return Ok(pg);
+                    }
+                    true
+                } else {
+                    s.opening = true;
+                    false
+                }
+            };
+            if !wait {
+                break;
+            }
+            // Another statement opens this slot: wait for it.
+            self.slot_changed.notified().await;
+        }
+        let cfg = self.shared.config.clone();
+        let limit = Duration::from_millis(cfg.database.connect_timeout_ms)
+            + cfg.statement_deadline().unwrap_or(Duration::from_secs(30));
+        let opened = match tokio::time::timeout(limit, PgConn::open(&cfg)).await {
+            Ok(r) => r,
+            Err(_) => Err(format!("the database did not finish opening a connection within {} ms", limit.as_millis())),
+        };
+        let counters = &self.shared.pool.counters;
+        let result = {
+            let mut slots = self.slots.borrow_mut();
+            let s = &mut slots[i];
+            s.opening = false;
+            match opened {
+                Ok((pg, driver)) => {
+                    counters.connects.fetch_add(1, Ordering::Relaxed);
+                    let driver = tokio::task::spawn_local(driver).abort_handle();
+                    let pg = Rc::new(pg);
+                    s.pg = Some((pg.clone(), driver));
+                    s.next_attempt = None;
+                    s.backoff = Duration::from_millis(cfg.database.retry_min_ms);
+                    s.last_error = None;
+                    Ok(pg)
+                }
+                Err(e) => {
+                    counters.connect_failures.fetch_add(1, Ordering::Relaxed);
+                    if s.last_error.as_deref() != Some(e.as_str()) {
+                        tracing::warn!("cannot connect to the database: {e}");
+                    }
+                    s.backoff = s.backoff.max(Duration::from_millis(cfg.database.retry_min_ms));
+                    s.next_attempt = Some(Instant::now() + s.backoff);
+                    s.backoff = (s.backoff * 2).min(Duration::from_millis(cfg.database.retry_max_ms));
+                    s.last_error = Some(e.clone());
+                    Err(DbError::Unavailable(format!("the database is unavailable: {e}")))
+                }
+            }
+        };
+        self.slot_changed.notify_waiters();
+        result
+    }
+}
