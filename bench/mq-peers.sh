@@ -14,7 +14,7 @@
 # ms, and CPU per message of mwmq, of PostgreSQL (all its processes) and of
 # the client. Then mwmq / PGMQ and mwmq / raw.
 #
-# Usage: bench/mq-peers.sh [messages per run]   (env: CLIENTS=8, ROUNDS=3, PGMQ_DIR)
+# Usage: bench/mq-peers.sh [messages per run]   (env: CLIENTS=8, ROUNDS=3, PGMQ_DIR, MQ_ENGINE=async|pool)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
@@ -27,7 +27,7 @@ PGMQ_DIR=${PGMQ_DIR:-../shared/tools/pgmq}
 throwaway_postgres mwmq-peers
 . bench/mqlib.sh
 MQ=$(free_port)
-"$BIN/mwmq" --listen "127.0.0.1:$MQ" --db "$db" --log warn & pids+=($!)
+"$BIN/mwmq" --listen "127.0.0.1:$MQ" --db "$db" --engine "${MQ_ENGINE:-async}" --log warn & pids+=($!)
 MQPID=$!
 wait_port "$MQ"
 for q in mq pg q0; do redis-cli -p "$MQ" QCREATE "$q" >/dev/null; done

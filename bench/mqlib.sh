@@ -11,7 +11,8 @@ mq_statements() {
   cat >"$work/send.sql" <<SQL
 INSERT INTO mwmq_messages (queue_id, sender, receiver, body, visible_at, counted)
 SELECT id, '', NULL, '\\x$HEX'::bytea, now(), (max_messages IS NOT NULL OR max_bytes IS NOT NULL)
-FROM mwmq_queues WHERE name = 'pg' AND dropped_at IS NULL AND mwmq_room(id, max_messages, max_bytes, 128) RETURNING id;
+FROM mwmq_queues WHERE name = 'pg' AND dropped_at IS NULL
+  AND (max_messages IS NULL AND max_bytes IS NULL OR mwmq_room(id, max_messages, max_bytes, 128)) RETURNING id;
 SQL
   cat >"$work/pop.sql" <<'SQL'
 DELETE FROM mwmq_messages m USING (SELECT queue_id, id FROM mwmq_messages

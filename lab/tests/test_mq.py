@@ -171,3 +171,38 @@ def test_specs_of_the_mq_experiments_and_refusals():
     ]:
         with pytest.raises(SpecError, match=needle):
             parse({**base, **extra})
+
+
+ENGINES = {
+    "name": "mq-engines",
+    "system": "mq",
+    "topology": {"middlewares": 1, "threads": 2},
+    "middleware": {"workers": 2, "threads": 1},
+    "workload": {"ratio": "1:1", "value_size": 200, "receive": "recv"},
+    "factors": {"engine": ["pool", "async"], "vcli": [4]},
+    "run": {"duration": 2, "warmup": 1, "cooldown": 0, "repetitions": 1, "window_ms": 500},
+}
+
+
+def test_the_engine_is_a_factor_and_both_are_modelled(tmp_path: Path):
+    """mwmq's two engines as a factor: the async one runs on its event
+    loops (their threads' CPU is measured), and the model has a center for
+    the loops where the pool engine has its workers."""
+    exp = parse(ENGINES)
+    exp.source = ENGINES
+    result = run_experiment(exp, prepare(exp, tmp_path))
+    summary, aggregate = summarize(result)
+    assert len(summary) == 2 and (summary["status"] == "ok").all(), summary
+    for _, r in summary.iterrows():
+        assert r["client_errors"] == 0 and r["client_tput"] > 0
+        assert abs(r["mw_tput"] - r["client_tput"]) / r["client_tput"] < 0.05
+    rows = {r["engine"]: r for _, r in summary.iterrows()}
+    assert rows["async"]["cpu_mw_loop_cores"] > 0, "the loops' threads are sampled"
+    from mwlab.analysis import read_experiment
+    from mwlab.fit import fit_experiment
+
+    meta = read_experiment(result)
+    fit = fit_experiment(aggregate, meta.columns, meta.settings)
+    devices = {p.point: {d.name for d in p.devices} for p in fit.points}
+    assert "event loops" in devices["engine=async,vcli=4"], devices
+    assert "workers" in devices["engine=pool,vcli=4"], devices

@@ -35,8 +35,6 @@ use crate::shared::Shared;
 use crate::telemetry::{MqAcc, NetCounters, Stamps};
 use crate::users::{Attempts, User};
 
-/// Statements in flight on one database connection at once.
-const DEPTH: usize = 2;
 /// A request larger than this takes its size from the input budget first.
 const SMALL: usize = 64 * 1024;
 
@@ -102,10 +100,28 @@ struct Carried {
 #[derive(Default)]
 struct Slot {
     pg: Option<(Rc<PgConn>, tokio::task::AbortHandle)>,
+    /// Statements in flight on it.
+    busy: Rc<Cell<usize>>,
     opening: bool,
     next_attempt: Option<Instant>,
     backoff: Duration,
     last_error: Option<String>,
+}
+
+/// A statement in flight on a connection (counted while it lives).
+struct Busy(Rc<Cell<usize>>);
+
+impl Busy {
+    fn on(count: &Rc<Cell<usize>>) -> Busy {
+        count.set(count.get() + 1);
+        Busy(count.clone())
+    }
+}
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        self.0.set(self.0.get() - 1);
+    }
 }
 
 /// One event loop.
@@ -115,9 +131,13 @@ struct Loop {
     slots: RefCell<Vec<Slot>>,
     /// A slot became usable (or failed to): statements waiting for one look again.
     slot_changed: tokio::sync::Notify,
-    next_slot: Cell<usize>,
     inflight: Cell<usize>,
     max_inflight: usize,
+    /// When the last statement started (a second one waits `loop_patience_us` after it).
+    last_start: Cell<Instant>,
+    patience: Duration,
+    /// A kick is scheduled for when the patience is over.
+    rekick: Cell<bool>,
     pending: RefCell<VecDeque<Pending>>,
     writer: RefCell<SlotWriter<MqAcc>>,
     /// Client connections open on this loop.
@@ -201,9 +221,11 @@ fn run_loop(
             shared: shared.clone(),
             slots: RefCell::new((0..db).map(|_| Slot::default()).collect()),
             slot_changed: tokio::sync::Notify::new(),
-            next_slot: Cell::new(0),
             inflight: Cell::new(0),
-            max_inflight: db * DEPTH,
+            max_inflight: db * cfg.server.loop_pipeline.max(1),
+            last_start: Cell::new(Instant::now()),
+            patience: Duration::from_micros(cfg.server.loop_patience_us),
+            rekick: Cell::new(false),
             pending: RefCell::new(VecDeque::new()),
             writer: RefCell::new(SlotWriter::new(id, MqAcc::default())),
             clients: Cell::new(0),
@@ -483,7 +505,7 @@ fn release(lp: &Rc<Loop>, leases: Vec<LeaseRef>) {
     lp.inflight.set(lp.inflight.get() + 1);
     tokio::task::spawn_local(async move {
         let r = match lp.connection().await {
-            Ok(pg) => pg.release(&leases).await,
+            Ok((pg, _busy)) => pg.release(&leases).await,
             Err(e) => Err(e),
         };
         match r {
@@ -637,6 +659,27 @@ impl Loop {
     fn kick(self: &Rc<Self>) {
         let batch = self.shared.config.server.batch.max(1);
         while self.inflight.get() < self.max_inflight {
+            if self.pending.borrow().is_empty() {
+                return;
+            }
+            if self.inflight.get() > 0 {
+                // Patience: what arrives meanwhile goes in one batch, unless
+                // the statement in flight is slow.
+                let since = self.last_start.get().elapsed();
+                if since < self.patience {
+                    if !self.rekick.replace(true) {
+                        let lp = self.clone();
+                        let wait = self.patience - since;
+                        tokio::task::spawn_local(async move {
+                            tokio::time::sleep(wait).await;
+                            lp.rekick.set(false);
+                            lp.kick();
+                        });
+                    }
+                    return;
+                }
+            }
+            self.last_start.set(Instant::now());
             let group = {
                 let mut p = self.pending.borrow_mut();
                 let Some(first) = p.pop_front() else { return };
@@ -684,7 +727,7 @@ impl Loop {
                 let core = Core::new(&shared);
                 let r = match self.connection().await {
                     Err(e) => Err(e),
-                    Ok(pg) => {
+                    Ok((pg, _busy)) => {
                         let now = now_ns();
                         db.t_pool = Some(now);
                         db.t_send = Some(now);
@@ -725,7 +768,7 @@ impl Loop {
             let mut got_leases: Vec<Vec<LeaseRef>> = vec![Vec::new(); live.len()];
             let r = match self.connection().await {
                 Err(e) => Err(e),
-                Ok(pg) => {
+                Ok((pg, _busy)) => {
                     let now = now_ns();
                     db.t_pool = Some(now);
                     db.t_send = Some(now);
@@ -809,19 +852,25 @@ impl Loop {
 
     /// A database connection for a statement: the next one in turn, opened
     /// first when it is not open (after a failure, not before its backoff).
-    async fn connection(self: &Rc<Self>) -> Result<Rc<PgConn>, DbError> {
+    async fn connection(self: &Rc<Self>) -> Result<(Rc<PgConn>, Busy), DbError> {
         self.forget_broken();
         let n = self.slots.borrow().len();
-        let i = self.next_slot.get() % n;
-        self.next_slot.set(i + 1);
+        // The first idle connection (the first one, unless a statement is
+        // slow): else the one with the fewest statements in flight.
+        let i = {
+            let slots = self.slots.borrow();
+            let idle = slots.iter().position(|s| s.pg.is_some() && s.busy.get() == 0);
+            let closed = slots.iter().position(|s| s.pg.is_none());
+            idle.or(closed).unwrap_or_else(|| (0..n).min_by_key(|i| slots[*i].busy.get()).unwrap_or(0))
+        };
         loop {
             let wait = {
                 let mut slots = self.slots.borrow_mut();
                 if let Some((pg, _)) = &slots[i].pg {
-                    return Ok(pg.clone());
+                    return Ok((pg.clone(), Busy::on(&slots[i].busy)));
                 }
                 // Any open connection will do while this one is not.
-                let other = slots.iter().find_map(|s| s.pg.as_ref().map(|(pg, _)| pg.clone()));
+                let other = slots.iter().find_map(|s| s.pg.as_ref().map(|(pg, _)| (pg.clone(), Busy::on(&s.busy))));
                 let s = &mut slots[i];
                 if s.next_attempt.is_some_and(|t| Instant::now() < t) {
                     let e = s.last_error.clone().unwrap_or_else(|| "reconnecting".into());
@@ -864,7 +913,7 @@ impl Loop {
                     s.next_attempt = None;
                     s.backoff = Duration::from_millis(cfg.database.retry_min_ms);
                     s.last_error = None;
-                    Ok(pg)
+                    Ok((pg, Busy::on(&s.busy)))
                 }
                 Err(e) => {
                     counters.connect_failures.fetch_add(1, Ordering::Relaxed);

@@ -85,6 +85,14 @@ pub struct ServerConfig {
     /// Database connections of each event loop (default 2): statements
     /// are pipelined on each, several in flight at once.
     pub loop_db: usize,
+    /// Statements in flight at once on each of those connections
+    /// (pipelined), at most (default 2).
+    pub loop_pipeline: usize,
+    /// A loop starts a statement while another is in flight only once the
+    /// last one started this long ago (default 2 ms; 0: whenever there is
+    /// room): one statement at a time gathers the largest batches, and a
+    /// slow one does not hold the others (docs/mwmq.md, Engines).
+    pub loop_patience_us: u64,
     /// Worker threads; each carries one request at a time (default 8).
     pub workers: usize,
     /// Requests that may wait for a worker; when full, mwmq stops reading
@@ -128,6 +136,8 @@ impl Default for ServerConfig {
             engine: mwserve::config::Engine::Async,
             threads: 0,
             loop_db: 2,
+            loop_pipeline: 2,
+            loop_patience_us: 2000,
             workers: 8,
             queue_capacity: 1024,
             max_connections: 10_000,

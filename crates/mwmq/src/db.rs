@@ -188,7 +188,8 @@ impl Statements {
                  SELECT id, $2::text, $3::text, $4::bytea, now() + interval '1 millisecond' * $5::float8,
                         (max_messages IS NOT NULL OR max_bytes IS NOT NULL)
                  FROM mwmq_queues WHERE name = $1 AND dropped_at IS NULL
-                   AND mwmq_room(id, max_messages, max_bytes, octet_length($4::bytea))
+                   AND (max_messages IS NULL AND max_bytes IS NULL
+                        OR mwmq_room(id, max_messages, max_bytes, octet_length($4::bytea)))
                  RETURNING id",
             ).await?,
             send_many: c.prepare(
@@ -198,7 +199,8 @@ impl Statements {
                     FROM unnest($1::text[], $2::text[], $3::text[], $4::bytea[], $5::float8[])
                          WITH ORDINALITY AS t(queue, sender, receiver, body, delay, n)
                     JOIN mwmq_queues q ON q.name = t.queue AND q.dropped_at IS NULL
-                    WHERE mwmq_room(q.id, q.max_messages, q.max_bytes, octet_length(t.body))),
+                    WHERE q.max_messages IS NULL AND q.max_bytes IS NULL
+                       OR mwmq_room(q.id, q.max_messages, q.max_bytes, octet_length(t.body))),
                  ins AS (
                     INSERT INTO mwmq_messages (queue_id, id, sender, receiver, body, visible_at, counted)
                     SELECT queue_id, id, sender, receiver, body, now() + interval '1 millisecond' * delay, counted
@@ -220,7 +222,8 @@ impl Statements {
                     INSERT INTO mwmq_keys (queue_id, key, message_id)
                     SELECT id, $6::text, nextval('mwmq_message_ids') FROM mwmq_queues
                     WHERE name = $1 AND dropped_at IS NULL
-                      AND mwmq_room(id, max_messages, max_bytes, octet_length($4::bytea))
+                      AND (max_messages IS NULL AND max_bytes IS NULL
+                           OR mwmq_room(id, max_messages, max_bytes, octet_length($4::bytea)))
                     ON CONFLICT DO NOTHING
                     RETURNING queue_id, message_id)
                  INSERT INTO mwmq_messages (queue_id, id, sender, receiver, body, visible_at, counted)

@@ -126,6 +126,11 @@ class ExperimentFit:
     delays: dict[str, float] = field(default_factory=dict)
 
 
+# mwmq's async engine: database connections per loop and statements in flight on each.
+MQ_LOOP_DB = 2
+MQ_DEPTH = 2
+
+
 def _num(row: pd.Series, col: str, default: float = float("nan")) -> float:
     v = row.get(col, default)
     try:
@@ -178,7 +183,19 @@ def devices(row: pd.Series, settings: Settings) -> list[Device]:
             if d.name == "host CPU":
                 d.in_network = False
         x = _num(row, "client_tput")
-        if pool >= workers:
+        if _factor(row, "engine", settings.middleware.engine) == "async":
+            # mwmq's async engine: its loops hold no request while the
+            # database answers (one center, their CPU time per request); the
+            # statements run on each loop's connections, two in flight on
+            # each (pipelined), so the database time has that many servers.
+            loops = settings.middleware.threads or max(1, int(_num(row, "cores", 1.0)) // 2)
+            loop = _num(row, "cpu_mw_loop_us")
+            if not math.isnan(loop):
+                m = loops * middlewares
+                out.append(Device("event loops", loop, m, _num(row, "cpu_mw_loop_cores") / m, in_network=True))
+            conns = loops * MQ_LOOP_DB * MQ_DEPTH * middlewares
+            out.append(Device("database connections", db, conns, x * db * US / conns, in_network=True))
+        elif pool >= workers:
             # A connection per worker: the workers (holding their connection
             # through the statement) are the one constraint.
             busy = service - pool_wait
