@@ -133,9 +133,13 @@ struct Loop {
     slot_changed: tokio::sync::Notify,
     inflight: Cell<usize>,
     max_inflight: usize,
+    /// The batch kinds of the statements in flight.
+    kinds: RefCell<Vec<Batch>>,
     /// When the last statement started (a second one waits `loop_patience_us` after it).
     last_start: Cell<Instant>,
     patience: Duration,
+    /// Statements that start without patience (one connection's pipeline).
+    eager: usize,
     /// A kick is scheduled for when the patience is over.
     rekick: Cell<bool>,
     pending: RefCell<VecDeque<Pending>>,
@@ -223,8 +227,10 @@ fn run_loop(
             slot_changed: tokio::sync::Notify::new(),
             inflight: Cell::new(0),
             max_inflight: db * cfg.server.loop_pipeline.max(1),
+            kinds: RefCell::new(Vec::new()),
             last_start: Cell::new(Instant::now()),
             patience: Duration::from_micros(cfg.server.loop_patience_us),
+            eager: cfg.server.loop_pipeline.max(1),
             rekick: Cell::new(false),
             pending: RefCell::new(VecDeque::new()),
             writer: RefCell::new(SlotWriter::new(id, MqAcc::default())),
@@ -659,34 +665,42 @@ impl Loop {
     fn kick(self: &Rc<Self>) {
         let batch = self.shared.config.server.batch.max(1);
         while self.inflight.get() < self.max_inflight {
-            if self.pending.borrow().is_empty() {
-                return;
-            }
-            if self.inflight.get() > 0 {
-                // Patience: what arrives meanwhile goes in one batch, unless
-                // the statement in flight is slow.
-                let since = self.last_start.get().elapsed();
-                if since < self.patience {
-                    if !self.rekick.replace(true) {
-                        let lp = self.clone();
-                        let wait = self.patience - since;
-                        tokio::task::spawn_local(async move {
-                            tokio::time::sleep(wait).await;
-                            lp.rekick.set(false);
-                            lp.kick();
-                        });
-                    }
+            // Patience: past `eager` statements of a kind in flight, what
+            // arrives meanwhile goes in the next one, unless they are slow.
+            // Requests that share no statement (RECVs of receivers with
+            // other names, QINFO) or whose kind has room go first.
+            let patient = self.last_start.get().elapsed() < self.patience;
+            let next = {
+                let pending = self.pending.borrow();
+                let kinds = self.kinds.borrow();
+                if pending.is_empty() {
                     return;
                 }
-            }
+                pending.iter().position(|p| {
+                    let kind = if batch > 1 { Batch::of(&p.cmd, &*p.sess) } else { None };
+                    !patient || kind.is_none_or(|k| kinds.iter().filter(|x| **x == k).count() < self.eager)
+                })
+            };
+            let Some(next) = next else {
+                if !self.rekick.replace(true) {
+                    let lp = self.clone();
+                    let wait = self.patience.saturating_sub(self.last_start.get().elapsed());
+                    tokio::task::spawn_local(async move {
+                        tokio::time::sleep(wait).await;
+                        lp.rekick.set(false);
+                        lp.kick();
+                    });
+                }
+                return;
+            };
             self.last_start.set(Instant::now());
             let group = {
                 let mut p = self.pending.borrow_mut();
-                let Some(first) = p.pop_front() else { return };
+                let Some(first) = p.remove(next) else { return };
                 let kind = if batch > 1 { Batch::of(&first.cmd, &*first.sess) } else { None };
                 let mut group = vec![first];
                 if let Some(kind) = &kind {
-                    let mut i = 0;
+                    let mut i = next;
                     while i < p.len() && group.len() < batch {
                         if kind.matches(&p[i].cmd, &*p[i].sess) {
                             group.extend(p.remove(i));
@@ -698,11 +712,21 @@ impl Loop {
                 (kind, group)
             };
             self.inflight.set(self.inflight.get() + 1);
+            if let Some(k) = &group.0 {
+                self.kinds.borrow_mut().push(k.clone());
+            }
             let lp = self.clone();
             tokio::task::spawn_local(async move {
+                let kind = group.0.clone();
                 match group {
                     (Some(kind), g) if g.len() > 1 => lp.run_batch(kind, g).await,
                     (_, mut g) => lp.run_one(g.pop().expect("a group has a request")).await,
+                }
+                if let Some(k) = kind {
+                    let mut kinds = lp.kinds.borrow_mut();
+                    if let Some(i) = kinds.iter().position(|x| *x == k) {
+                        kinds.swap_remove(i);
+                    }
                 }
                 lp.inflight.set(lp.inflight.get() - 1);
                 lp.kick();
@@ -855,11 +879,12 @@ impl Loop {
     async fn connection(self: &Rc<Self>) -> Result<(Rc<PgConn>, Busy), DbError> {
         self.forget_broken();
         let n = self.slots.borrow().len();
-        // The first idle connection (the first one, unless a statement is
-        // slow): else the one with the fewest statements in flight.
+        // The first connection with room in its pipeline (the first one,
+        // unless statements are slow): else the one with the fewest in flight.
         let i = {
             let slots = self.slots.borrow();
-            let idle = slots.iter().position(|s| s.pg.is_some() && s.busy.get() == 0);
+            let pipeline = self.eager;
+            let idle = slots.iter().position(|s| s.pg.is_some() && s.busy.get() < pipeline);
             let closed = slots.iter().position(|s| s.pg.is_none());
             idle.or(closed).unwrap_or_else(|| (0..n).min_by_key(|i| slots[*i].busy.get()).unwrap_or(0))
         };

@@ -86,12 +86,13 @@ pub struct ServerConfig {
     /// are pipelined on each, several in flight at once.
     pub loop_db: usize,
     /// Statements in flight at once on each of those connections
-    /// (pipelined), at most (default 2).
+    /// (pipelined), at most (default 2). A loop keeps up to this many in
+    /// flight on its first connection.
     pub loop_pipeline: usize,
-    /// A loop starts a statement while another is in flight only once the
-    /// last one started this long ago (default 2 ms; 0: whenever there is
-    /// room): one statement at a time gathers the largest batches, and a
-    /// slow one does not hold the others (docs/mwmq.md, Engines).
+    /// Beyond `loop_pipeline` statements in flight, a loop starts another
+    /// only once the last one started this long ago (default 2 ms; 0:
+    /// whenever there is room): few statements in flight gather large
+    /// batches, and slow ones do not hold the others (docs/mwmq.md, Engines).
     pub loop_patience_us: u64,
     /// Worker threads; each carries one request at a time (default 8).
     pub workers: usize,

@@ -160,6 +160,7 @@ struct Statements {
     key_lookup: Statement,
     recv: Statement,
     recv_plain: Statement,
+    recv_many: Statement,
     pop: Statement,
     peek: Statement,
     ack: Statement,
@@ -236,6 +237,44 @@ impl Statements {
             key_lookup: c.prepare(&format!("SELECT message_id FROM mwmq_keys WHERE queue_id = {QUEUE} AND key = $2")).await?,
             // A queue without a delivery limit: the plain lease of the first
             // eligible messages (a queue with one finds nothing here).
+            // One message each for several receivers (any names) of a queue
+            // without a delivery limit: the first eligible messages are
+            // locked; each receiver gets the first one addressed to it, if
+            // any, and the others the messages addressed to no one, in
+            // order. The last row counts the messages locked, and says
+            // whether the queue is one this statement serves
+            // (NULL, NULL, count, 1 or 0, NULL, NULL).
+            recv_many: c.prepare(
+                "WITH r AS (SELECT t.n, t.me FROM unnest($2::text[]) WITH ORDINALITY AS t(me, n)),
+                 c AS (SELECT m.queue_id, m.id, m.receiver, m.visible_at FROM mwmq_messages m
+                       WHERE m.queue_id = (SELECT id FROM mwmq_queues
+                                           WHERE name = $1 AND dropped_at IS NULL AND max_deliveries IS NULL)
+                         AND m.visible_at <= now() AND (m.receiver IS NULL OR m.receiver = ANY($2::text[]))
+                         AND ($3::text IS NULL OR m.sender = $3)
+                       ORDER BY m.visible_at, m.id LIMIT $4 FOR UPDATE SKIP LOCKED),
+                 mine AS (SELECT a.queue_id, a.id, b.n, b.me
+                          FROM (SELECT c.queue_id, c.id, c.receiver,
+                                       row_number() OVER (PARTITION BY c.receiver ORDER BY c.visible_at, c.id) AS j
+                                FROM c WHERE c.receiver IS NOT NULL) a
+                          JOIN (SELECT r.n, r.me, row_number() OVER (PARTITION BY r.me ORDER BY r.n) AS j
+                                FROM r WHERE r.me IS NOT NULL) b ON b.me = a.receiver AND b.j = a.j),
+                 anyone AS (SELECT u.queue_id, u.id, w.n, w.me
+                            FROM (SELECT c.queue_id, c.id, row_number() OVER (ORDER BY c.visible_at, c.id) AS j
+                                  FROM c WHERE c.receiver IS NULL) u
+                            JOIN (SELECT r.n, r.me, row_number() OVER (ORDER BY r.n) AS j
+                                  FROM r WHERE r.n NOT IN (SELECT n FROM mine)) w ON w.j = u.j),
+                 p AS (SELECT * FROM mine UNION ALL SELECT * FROM anyone),
+                 leased AS (UPDATE mwmq_messages m
+                            SET lease = mwmq_lease_token(), leased_to = p.me,
+                                visible_at = now() + interval '1 millisecond' * $5::float8,
+                                deliveries = m.deliveries + 1
+                            FROM p WHERE m.queue_id = p.queue_id AND m.id = p.id
+                            RETURNING p.n, m.queue_id, m.id, m.lease, m.sender, m.body)
+                 SELECT n, queue_id, id, lease, sender, body FROM leased
+                 UNION ALL SELECT NULL, NULL, (SELECT count(*) FROM c),
+                                  (SELECT count(*) FROM mwmq_queues
+                                   WHERE name = $1 AND dropped_at IS NULL AND max_deliveries IS NULL), NULL, NULL",
+            ).await?,
             recv_plain: c.prepare(&format!(
                 "UPDATE mwmq_messages m
                  SET lease = mwmq_lease_token(), leased_to = $2,
@@ -679,6 +718,36 @@ impl PgConn {
             .collect();
         messages.sort_by_key(|m| m.id);
         Ok(Received { messages, dead_lettered: moved as u64, dropped: (dead - moved) as u64 })
+    }
+
+    /// One message each for several RECVs of `queue` by `receivers`
+    /// (any names, repeated or not) with one FROM and lease length, looking
+    /// at most at `limit` messages: each receiver's message, by its index in
+    /// `receivers`, how many messages were looked at, and whether the queue
+    /// is one this serves (it exists and has no delivery limit).
+    pub async fn recv_many(
+        &self,
+        queue: &str,
+        receivers: &[Option<&str>],
+        from: Option<&str>,
+        limit: usize,
+        vt_ms: u64,
+    ) -> Result<(Vec<(usize, Leased)>, i64, bool), DbError> {
+        let (limit, vt) = (limit as i64, vt_ms as f64);
+        let r = self.client.query(&self.st.recv_many, &[&queue, &receivers, &from, &limit, &vt]).await;
+        let mut rows = self.check(r)?;
+        let totals = rows.pop().expect("the statement's last row counts the messages looked at");
+        let (looked, served): (i64, i64) = (totals.get(2), totals.get(3));
+        let mut out: Vec<(usize, Leased)> = rows
+            .iter()
+            .map(|r| {
+                let n: i64 = r.get(0);
+                let m = Leased { queue_id: r.get(1), id: r.get(2), lease: r.get(3), sender: r.get(4), body: r.get(5) };
+                (n as usize - 1, m)
+            })
+            .collect();
+        out.sort_by_key(|(_, m)| m.id);
+        Ok((out, looked, served == 1))
     }
 
     /// TOUCH: whether the lease was current (the message is now invisible for `ms` more).

@@ -457,3 +457,95 @@ fn redis_cli_speaks_to_it() {
     mq.stopper().stop();
     mq.join();
 }
+
+/// RECVs of receivers with different names share one statement too, and
+/// each gets only what it may take: a message addressed to it, or to no
+/// one; never one addressed to somebody else. A queue with a delivery limit
+/// is served the same way (each name on its own statement).
+#[test]
+fn recvs_of_different_receivers_share_a_statement_and_get_only_theirs() {
+    use std::io::{Read, Write};
+    let pg = Postgres::start().unwrap();
+    let mut cfg = config(&pg);
+    cfg.server.workers = 1;
+    cfg.server.threads = 1;
+    cfg.server.loop_db = 1;
+    let mq = start(cfg);
+    let mut c = connect(mq.local_addr());
+    for (queue, extra) in [("q", &[][..]), ("limited", &["MAXDELIVERIES", "3"][..])] {
+        let mut create = vec!["QCREATE", queue];
+        create.extend_from_slice(extra);
+        let _: String = q(&mut c, &create);
+        // For a: two addressed to it; for nobody in particular: three; for z (not here): two.
+        for (body, to) in [("a1", "a"), ("z1", "z"), ("any1", ""), ("a2", "a"), ("any2", ""), ("z2", "z"), ("any3", "")]
+        {
+            let mut args = vec!["SEND", queue, body];
+            if !to.is_empty() {
+                args.extend_from_slice(&["TO", to]);
+            }
+            let _: i64 = q(&mut c, &args);
+        }
+        let before = info_field(&mut c, "db_statements");
+        let mut db = sql(&pg);
+        let mut lock = db.transaction().unwrap();
+        lock.batch_execute("LOCK TABLE mwmq_messages IN ACCESS EXCLUSIVE MODE").unwrap();
+        // Receivers a, a, b, b and two without a name.
+        let names = ["a", "a", "b", "b", "", ""];
+        let mut socks: Vec<(std::net::TcpStream, &str)> = names
+            .iter()
+            .map(|name| {
+                let mut s = std::net::TcpStream::connect(mq.local_addr()).unwrap();
+                s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+                if !name.is_empty() {
+                    let frame = format!("*3\r\n$6\r\nCLIENT\r\n$7\r\nSETNAME\r\n${}\r\n{name}\r\n", name.len());
+                    s.write_all(frame.as_bytes()).unwrap();
+                    let mut ok = [0u8; 5];
+                    s.read_exact(&mut ok).unwrap();
+                    assert_eq!(&ok, b"+OK\r\n");
+                }
+                (s, *name)
+            })
+            .collect();
+        for (s, _) in &mut socks {
+            let frame = format!("*2\r\n$4\r\nRECV\r\n${}\r\n{queue}\r\n", queue.len());
+            s.write_all(frame.as_bytes()).unwrap();
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        std::thread::sleep(Duration::from_millis(300));
+        lock.commit().unwrap();
+        let mut got = Vec::new();
+        for (s, name) in &mut socks {
+            let mut reply = Vec::new();
+            let mut buf = [0u8; 512];
+            while !(reply.starts_with(b"*0\r\n") || reply.iter().filter(|b| **b == b'\n').count() >= 8) {
+                let n = s.read(&mut buf).unwrap();
+                assert!(n > 0, "connection closed");
+                reply.extend_from_slice(&buf[..n]);
+            }
+            let text = String::from_utf8_lossy(&reply).to_string();
+            let body = text.trim_end().rsplit("\r\n").next().unwrap().to_string();
+            if text.starts_with("*0") {
+                continue;
+            }
+            if name.is_empty() || *name == "b" {
+                assert!(body.starts_with("any"), "{name:?} got {body}");
+            } else {
+                assert!(body.starts_with('a'), "{name:?} got {body} (its own or anyone's)");
+            }
+            got.push(body);
+        }
+        let unique: HashSet<&String> = got.iter().collect();
+        assert_eq!(unique.len(), got.len(), "a message went to two receivers: {got:?}");
+        // Four receivers may only take the three messages for anyone: all
+        // three are taken, and a gets one of its own at least.
+        for m in ["any1", "any2", "any3", "a1"] {
+            assert!(got.iter().any(|b| b == m), "{m} was not received: {got:?}");
+        }
+        assert!(got.iter().all(|b| !b.starts_with('z')), "{got:?}");
+        let used = info_field(&mut c, "db_statements") - before;
+        if queue == "q" {
+            // The first RECV or two alone (waiting on the lock), the rest together.
+            assert!(used <= 4, "{used} statements for 6 RECVs of 3 names");
+        }
+    }
+}

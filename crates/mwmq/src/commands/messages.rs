@@ -273,23 +273,67 @@ impl Core<'_> {
         Ok(())
     }
 
-    /// One statement leases a message for each RECV; the statements run.
-    pub(super) async fn recv_batch(
+    /// One statement leases a message for each RECV, whoever the
+    /// receivers are; the statements run. Receivers left without one while
+    /// the statement may not have seen everything (it looked at as many
+    /// messages as it could), or when it does not serve the queue (one with
+    /// a delivery limit, or none), look again, each name on its own.
+    pub(super) async fn recv_batch<S: Session + ?Sized>(
         &self,
         pg: &PgConn,
         r: &Recv,
-        me: Option<&str>,
+        items: &[(&Command, &S)],
         replies: &mut [Answer],
         leases: &mut [Vec<LeaseRef>],
     ) -> Result<u64, DbError> {
-        let n = replies.len();
+        let names: Vec<Option<String>> = items.iter().map(|(_, s)| s.identity()).collect();
+        let receivers: Vec<Option<&str>> = names.iter().map(Option::as_deref).collect();
+        let limit = 2 * receivers.len();
+        let (got, looked, served) = pg.recv_many(&r.queue, &receivers, r.from.as_deref(), limit, r.vt_ms).await?;
         let mut statements = 1;
-        let msgs = self.lease(pg, r, me, n as u32, n, &mut statements).await?;
-        self.deal(&r.queue, msgs, replies, Reply::Array(Vec::new()), |i, m| {
+        let n = got.len() as u64;
+        self.shared.queues.add(&r.queue, |c| c.received += n);
+        for (i, m) in got {
             let (item, lease) = leased_item(m);
             leases[i] = vec![lease];
-            Reply::Array(vec![item])
-        });
+            replies[i] = Some((Reply::Array(vec![item]), "ok", 1));
+        }
+        let left: Vec<usize> = (0..replies.len()).filter(|i| replies[*i].is_none()).collect();
+        if left.is_empty() {
+            return Ok(statements);
+        }
+        if !served || looked as usize >= limit {
+            // Each name on its own, as many as it has requests.
+            let mut by_name: Vec<(Option<&str>, Vec<usize>)> = Vec::new();
+            for i in left {
+                match by_name.iter_mut().find(|(name, _)| *name == receivers[i]) {
+                    Some((_, is)) => is.push(i),
+                    None => by_name.push((receivers[i], vec![i])),
+                }
+            }
+            for (me, is) in by_name {
+                statements += 1;
+                let k = is.len();
+                let msgs = self.lease(pg, r, me, k as u32, k, &mut statements).await?;
+                let n = msgs.len() as u64;
+                self.shared.queues.add(&r.queue, |c| c.received += n);
+                let mut msgs = msgs.into_iter();
+                for i in is {
+                    replies[i] = Some(match msgs.next() {
+                        Some(m) => {
+                            let (item, lease) = leased_item(m);
+                            leases[i] = vec![lease];
+                            (Reply::Array(vec![item]), "ok", 1)
+                        }
+                        None => (Reply::Array(Vec::new()), "ok", 0),
+                    });
+                }
+            }
+        } else {
+            for i in left {
+                replies[i] = Some((Reply::Array(Vec::new()), "ok", 0));
+            }
+        }
         Ok(statements)
     }
 }

@@ -119,13 +119,11 @@ pub enum Batch {
         /// Sender asked for.
         from: Option<String>,
     },
-    /// RECVs of one message each (no COUNT, no WAIT), of one queue by one
-    /// receiver with one FROM and one lease length.
+    /// RECVs of one message each (no COUNT, no WAIT), of one queue with
+    /// one FROM and one lease length, by any receivers.
     Recv {
         /// The request (its COUNT is 1).
         r: Recv,
-        /// Receiver.
-        me: Option<String>,
     },
 }
 
@@ -139,7 +137,7 @@ impl Batch {
                 Some(Batch::Pop { queue: queue.clone(), me: s.identity(), from: from.clone() })
             }
             // (A RECV that may wait is parked when it finds nothing: it goes alone.)
-            Command::Recv(r) if r.count == 1 && r.wait_ms == 0 => Some(Batch::Recv { r: r.clone(), me: s.identity() }),
+            Command::Recv(r) if r.count == 1 && r.wait_ms == 0 => Some(Batch::Recv { r: r.clone() }),
             _ => None,
         }
     }
@@ -156,7 +154,7 @@ impl Batch {
                 q == queue && f == from && me(who)
             }
             // (`r` has COUNT 1 and no WAIT, so equal arguments are batchable too.)
-            (Batch::Recv { r, me: who }, Command::Recv(x)) => x == r && me(who),
+            (Batch::Recv { r }, Command::Recv(x)) => x == r,
             _ => false,
         }
     }
@@ -289,7 +287,7 @@ impl<'a> Core<'a> {
             Batch::Pop { queue, me, from } => {
                 self.pop_batch(pg, queue, me.as_deref(), from.as_deref(), replies).await.map(|()| 1)
             }
-            Batch::Recv { r, me } => self.recv_batch(pg, r, me.as_deref(), replies, leases).await,
+            Batch::Recv { r } => self.recv_batch(pg, r, items, replies, leases).await,
         }
     }
 }
