@@ -138,8 +138,8 @@ struct Loop {
     /// When the last statement started (a second one waits `loop_patience_us` after it).
     last_start: Cell<Instant>,
     patience: Duration,
-    /// Statements that start without patience (one connection's pipeline).
-    eager: usize,
+    /// Statements a connection takes at once (pipelined).
+    pipeline: usize,
     /// A kick is scheduled for when the patience is over.
     rekick: Cell<bool>,
     pending: RefCell<VecDeque<Pending>>,
@@ -230,7 +230,7 @@ fn run_loop(
             kinds: RefCell::new(Vec::new()),
             last_start: Cell::new(Instant::now()),
             patience: Duration::from_micros(cfg.server.loop_patience_us),
-            eager: cfg.server.loop_pipeline.max(1),
+            pipeline: cfg.server.loop_pipeline.max(1),
             rekick: Cell::new(false),
             pending: RefCell::new(VecDeque::new()),
             writer: RefCell::new(SlotWriter::new(id, MqAcc::default())),
@@ -665,8 +665,8 @@ impl Loop {
     fn kick(self: &Rc<Self>) {
         let batch = self.shared.config.server.batch.max(1);
         while self.inflight.get() < self.max_inflight {
-            // Patience: past `eager` statements of a kind in flight, what
-            // arrives meanwhile goes in the next one, unless they are slow.
+            // Patience: while a statement of a kind is in flight, what
+            // arrives meanwhile goes in the next one, unless it is slow.
             // Requests that share no statement (RECVs of receivers with
             // other names, QINFO) or whose kind has room go first.
             let patient = self.last_start.get().elapsed() < self.patience;
@@ -678,7 +678,7 @@ impl Loop {
                 }
                 pending.iter().position(|p| {
                     let kind = if batch > 1 { Batch::of(&p.cmd, &*p.sess) } else { None };
-                    !patient || kind.is_none_or(|k| kinds.iter().filter(|x| **x == k).count() < self.eager)
+                    !patient || kind.is_none_or(|k| !kinds.contains(&k))
                 })
             };
             let Some(next) = next else {
@@ -883,7 +883,7 @@ impl Loop {
         // unless statements are slow): else the one with the fewest in flight.
         let i = {
             let slots = self.slots.borrow();
-            let pipeline = self.eager;
+            let pipeline = self.pipeline;
             let idle = slots.iter().position(|s| s.pg.is_some() && s.busy.get() < pipeline);
             let closed = slots.iter().position(|s| s.pg.is_none());
             idle.or(closed).unwrap_or_else(|| (0..n).min_by_key(|i| slots[*i].busy.get()).unwrap_or(0))

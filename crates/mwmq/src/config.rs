@@ -86,13 +86,14 @@ pub struct ServerConfig {
     /// are pipelined on each, several in flight at once.
     pub loop_db: usize,
     /// Statements in flight at once on each of those connections
-    /// (pipelined), at most (default 2). A loop keeps up to this many in
-    /// flight on its first connection.
+    /// (pipelined), at most (default 2). A loop fills its first connection
+    /// before the next.
     pub loop_pipeline: usize,
-    /// Beyond `loop_pipeline` statements in flight, a loop starts another
-    /// only once the last one started this long ago (default 2 ms; 0:
-    /// whenever there is room): few statements in flight gather large
-    /// batches, and slow ones do not hold the others (docs/mwmq.md, Engines).
+    /// While a statement of one kind (SENDs, ACKs, POPs or RECVs of one
+    /// queue) is in flight, the next of that kind waits for it, up to this
+    /// long after the last statement started (default 2 ms; 0: never):
+    /// what arrives meanwhile goes in one batch, and a slow statement does
+    /// not hold the others back (docs/mwmq.md, Engines).
     pub loop_patience_us: u64,
     /// Worker threads; each carries one request at a time (default 8).
     pub workers: usize,

@@ -457,20 +457,6 @@ pub enum DbError {
     Failed(String),
 }
 
-impl DbError {
-    /// The reply a client gets.
-    pub fn reply(&self) -> crate::resp::Reply {
-        use crate::resp::Reply;
-        match self {
-            DbError::Unavailable(m) => Reply::Error(format!("TRYAGAIN {m}")),
-            DbError::NoQueue(q) => Reply::Error(format!("NOQUEUE no such queue '{q}'")),
-            DbError::Exists(q) => Reply::Error(format!("EXISTS queue '{q}' already exists")),
-            DbError::OverQuota(m) => Reply::Error(format!("OVERQUOTA {m}")),
-            DbError::Failed(m) => Reply::err(format!("database: {m}")),
-        }
-    }
-}
-
 /// Whether an error means the connection cannot be used any more.
 pub(crate) fn connection_lost(e: &postgres::Error) -> bool {
     if e.is_closed() {

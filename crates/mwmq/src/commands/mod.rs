@@ -52,6 +52,21 @@ pub trait Session {
     }
 }
 
+/// The database's refusals as a Redis user reads them (the database layer
+/// builds no replies).
+impl DbError {
+    /// The reply a client gets.
+    pub fn reply(&self) -> Reply {
+        match self {
+            DbError::Unavailable(m) => Reply::Error(format!("TRYAGAIN {m}")),
+            DbError::NoQueue(q) => Reply::Error(format!("NOQUEUE no such queue '{q}'")),
+            DbError::Exists(q) => Reply::Error(format!("EXISTS queue '{q}' already exists")),
+            DbError::OverQuota(m) => Reply::Error(format!("OVERQUOTA {m}")),
+            DbError::Failed(m) => Reply::err(format!("database: {m}")),
+        }
+    }
+}
+
 /// What carrying out a command led to.
 pub enum Outcome {
     /// Answer with this reply; the leases travel in it.
