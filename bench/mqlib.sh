@@ -62,7 +62,7 @@ rb_run() {
 # recvack_run QUEUE -> "pairs/s p50 p99": mwload -P mq, CLIENTS connections, each RECV then its ACK
 recvack_run() {
   rm -rf "$work/ra"
-  "$BIN/mwload" -P mq -p "$MQ" -t 2 -c $((CLIENTS / 2)) --ratio 0:1 --receive recv -n $((N / CLIENTS)) \
+  "$BIN/mwload" -P mq -p "${PORT:-$MQ}" -t 2 -c $((CLIENTS / 2)) --ratio 0:1 --receive recv -n $((N / CLIENTS)) \
     --progress never --out "$work/ra" >/dev/null
   "$PY" - "$work/ra/summary.json" <<'PY'
 import json, sys
