@@ -192,7 +192,8 @@ def devices(row: pd.Series, settings: Settings) -> list[Device]:
             loop = _num(row, "cpu_mw_loop_us")
             if not math.isnan(loop):
                 m = loops * middlewares
-                out.append(Device("event loops", loop, m, _num(row, "cpu_mw_loop_cores") / m, in_network=True))
+                util = _num(row, "cpu_mw_loop_cores") / m
+                out.append(Device("event loops", loop, m, util, in_network=True))
             conns = loops * MQ_LOOP_DB * MQ_DEPTH * middlewares
             out.append(Device("database connections", db, conns, x * db * US / conns, in_network=True))
         elif pool >= workers:
