@@ -66,10 +66,15 @@ row "POP pool" "$pb" "$pop_pg" "$(cpu_per_request "$MQBPID" "$N" "$t")"
 redis-cli -p "$MQ" QCREATE q0 >/dev/null
 rb_run SEND q0 "$BODY" >/dev/null
 pgbench_run "$work/send.sql" >/dev/null
+# Dead rows of the runs before are vacuumed first, so that no VACUUM (the
+# autovacuum's or an mwmq's) lands in one engine's run and not the other's.
+vacuum_now() { as_pg "$PGBIN/psql" -h "$pg" -U postgres -d mwmq -qAtX -c "VACUUM mwmq_messages" >/dev/null; }
+vacuum_now
 t=$(cpu_ticks "$MQPID"); ra_mq=$(recvack_run); ra_cpu=$(cpu_per_request "$MQPID" $((2 * N)) "$t")
 ra_pg=$(pgbench_run "$work/recvack.sql")
 row RECV+ACK "$ra_mq" "$ra_pg" "$ra_cpu"
 rb_run SEND q0 "$BODY" >/dev/null
+vacuum_now
 t=$(cpu_ticks "$MQBPID"); ra_pool=$(PORT=$MQB recvack_run)
 row "RECV+ACK pool" "$ra_pool" "$ra_pg" "$(cpu_per_request "$MQBPID" $((2 * N)) "$t")"
 echo "(mwmq CPU: the mwmq process's user + system time per request, us; a RECV and its ACK are two requests)"
