@@ -385,7 +385,7 @@ async fn serve<IO: AsyncRead + AsyncWrite + Unpin>(lp: &Rc<Loop>, io: IO, peer: 
     let login_deadline = (shared.users.enabled() && shared.config.auth.login_timeout_secs > 0)
         .then(|| accepted + Duration::from_secs(shared.config.auth.login_timeout_secs));
     let mut closing = false;
-    loop {
+    'serve: loop {
         if pos == have {
             // Everything read is parsed: the replies go out, then more is read.
             if !out.is_empty() && !Box::pin(flush(lp, &mut wr, &mut out, &mut out_leases)).await {
@@ -426,6 +426,9 @@ async fn serve<IO: AsyncRead + AsyncWrite + Unpin>(lp: &Rc<Loop>, io: IO, peer: 
         if want > SMALL && want > reserved {
             let more = want - reserved;
             while !shared.input.take(more) {
+                if *stop.borrow() {
+                    break 'serve;
+                }
                 tokio::time::sleep(Duration::from_millis(5)).await;
             }
             reserved += more;
@@ -462,6 +465,11 @@ async fn serve<IO: AsyncRead + AsyncWrite + Unpin>(lp: &Rc<Loop>, io: IO, peer: 
         // (Boxed: an idle client's task holds only what reading needs.)
         Box::pin(answer(lp, &sess, cmd, stamps, &mut out, &mut out_leases)).await;
         shared.input.give(std::mem::take(&mut reserved));
+        if closing {
+            // QUIT: its OK goes out, what was pipelined after it is not read (as Redis).
+            let _ = Box::pin(flush(lp, &mut wr, &mut out, &mut out_leases)).await;
+            break;
+        }
         if out.len() >= SMALL && !Box::pin(flush(lp, &mut wr, &mut out, &mut out_leases)).await {
             break;
         }

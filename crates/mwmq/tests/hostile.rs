@@ -64,6 +64,11 @@ fn malformed_input_gets_redis_errors_and_others_are_served() {
         assert!(got.starts_with(want), "{input:?}: {got:?}");
         assert_eq!(q::<String>(&mut good, &["PING"]), "PONG");
     }
+    // QUIT answers OK and closes; what was pipelined after it is not run (as Redis).
+    let mut s = raw(mq.addr);
+    s.write_all(b"PING\r\nQUIT\r\nSEND q after-quit\r\n").unwrap();
+    assert_eq!(read_to_close(&mut s), "+PONG\r\n+OK\r\n");
+    assert_eq!(q::<i64>(&mut good, &["QLEN", "q"]), 0, "nothing after QUIT was run");
     // Garbage that parses as an inline command is an unknown command; the connection stays.
     let mut s = raw(mq.addr);
     s.write_all(b"\x00\x01\xfe\xff garbage\r\nPING\r\n").unwrap();
