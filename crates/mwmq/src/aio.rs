@@ -757,16 +757,8 @@ impl Loop {
             None => {
                 let shared = self.shared.clone();
                 let core = Core::new(&shared);
-                let r = match self.connection().await {
-                    Err(e) => Err(e),
-                    Ok((pg, _busy)) => {
-                        let now = now_ns();
-                        db.t_pool = Some(now);
-                        db.t_send = Some(now);
-                        self.deadline(&pg, core.statement(&pg, &p.cmd, &*p.sess, &mut db)).await
-                    }
-                };
-                db.t_done = Some(now_ns());
+                let r =
+                    self.on_connection(&mut db, async |pg, db| core.statement(pg, &p.cmd, &*p.sess, db).await).await;
                 match r {
                     Ok(o) => o,
                     Err(e) => {
@@ -798,16 +790,11 @@ impl Loop {
             let items: Vec<(&Command, &Sess)> = live.iter().map(|i| (&group[*i].cmd, &*group[*i].sess)).collect();
             let mut got: Vec<Answer> = vec![None; live.len()];
             let mut got_leases: Vec<Vec<LeaseRef>> = vec![Vec::new(); live.len()];
-            let r = match self.connection().await {
-                Err(e) => Err(e),
-                Ok((pg, _busy)) => {
-                    let now = now_ns();
-                    db.t_pool = Some(now);
-                    db.t_send = Some(now);
-                    self.deadline(&pg, core.batch_statement(&pg, &kind, &items, &mut got, &mut got_leases)).await
-                }
-            };
-            db.t_done = Some(now_ns());
+            let r = self
+                .on_connection(&mut db, async |pg, _| {
+                    core.batch_statement(pg, &kind, &items, &mut got, &mut got_leases).await
+                })
+                .await;
             match r {
                 Ok(statements) => {
                     db.statements = statements;
@@ -829,13 +816,7 @@ impl Loop {
         for (i, (p, l)) in group.into_iter().zip(leases).enumerate() {
             let (reply, status, hits) =
                 replies[i].take().unwrap_or((Reply::err("internal: no reply"), "server_error", 0));
-            let facts = DbFacts {
-                hits,
-                statements: u64::from(i == 0) * db.statements,
-                failed: i == 0 && db.failed,
-                unavailable: i == 0 && db.unavailable,
-                ..db
-            };
+            let facts = db.share(i, hits);
             self.deliver(p.tx, Carried { outcome: Outcome::Reply(reply, l, status), db: facts, t_dequeue, busy });
         }
     }
@@ -847,6 +828,26 @@ impl Loop {
                 release(self, leases);
             }
         }
+    }
+
+    /// Runs `f` on a connection within the statement deadline, noting
+    /// when it had the connection and when the database answered.
+    async fn on_connection<T>(
+        self: &Rc<Self>,
+        db: &mut DbFacts,
+        f: impl AsyncFnOnce(&PgConn, &mut DbFacts) -> Result<T, DbError>,
+    ) -> Result<T, DbError> {
+        let r = match self.connection().await {
+            Err(e) => Err(e),
+            Ok((pg, _busy)) => {
+                let now = now_ns();
+                db.t_pool = Some(now);
+                db.t_send = Some(now);
+                self.deadline(&pg, f(&pg, db)).await
+            }
+        };
+        db.t_done = Some(now_ns());
+        r
     }
 
     /// Runs `f` within the statement deadline; past it the connection is

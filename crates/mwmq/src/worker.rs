@@ -158,13 +158,7 @@ impl Worker {
             self.answer(job, &reply, std::mem::take(&mut leases[i]), false);
             let t_reply = now_ns();
             let status = if reply.is_error() { status } else { "ok" };
-            let facts = DbFacts {
-                hits,
-                statements: u64::from(i == 0) * db.statements,
-                failed: i == 0 && db.failed,
-                unavailable: i == 0 && db.unavailable,
-                ..db
-            };
+            let facts = db.share(i, hits);
             // The worker's time is counted once, shared by the batch.
             let busy = t_reply.saturating_sub(t_dequeue) / n;
             self.record(job, op, 1, status, t_dequeue, &facts, t_reply, Some(busy));

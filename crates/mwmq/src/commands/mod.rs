@@ -104,6 +104,18 @@ pub struct DbFacts {
 }
 
 impl DbFacts {
+    /// The facts of a batch's `i`-th request: its own hits; the statements
+    /// and a failure counted once, on the first.
+    pub fn share(&self, i: usize, hits: u64) -> DbFacts {
+        DbFacts {
+            hits,
+            statements: u64::from(i == 0) * self.statements,
+            failed: i == 0 && self.failed,
+            unavailable: i == 0 && self.unavailable,
+            ..*self
+        }
+    }
+
     /// Notes how a statement failed; the reply's status.
     pub fn failed_with(&mut self, e: &DbError) -> &'static str {
         match e {
