@@ -62,6 +62,14 @@ impl Service for Mq {
         }
         let users = crate::users::Users::from_config(&config.users).map_err(|e| StartError::Config(ConfigError(e)))?;
         let tls = config.tls.server_config()?;
+        // The database first: a wrong password or database fails the start
+        // before the port is bound (a client never reaches a process that
+        // is about to exit), and so does the schema.
+        let version = crate::db::migrate(&config).map_err(database)?;
+        tracing::info!(schema = version, "database ready");
+        let pool = Pool::new(&config);
+        // One connection now, as the workers will open them.
+        pool.fill(1).map_err(database)?;
         let (std_listener, addr) = mwserve::listen::bind(&config.server.listen)?;
         // The main listener speaks TLS when there is a certificate; a plain one may sit beside it.
         let mut listeners = vec![(std_listener, tls.is_some())];
@@ -79,11 +87,6 @@ impl Service for Mq {
             }
             tracing::warn!(%open, "listening beyond loopback WITHOUT AUTHENTICATION (--insecure-no-auth): anyone who reaches this port may read and write every queue");
         }
-        let version = crate::db::migrate(&config).map_err(database)?;
-        tracing::info!(schema = version, "database ready");
-        let pool = Pool::new(&config);
-        // One connection now: a wrong password or database fails the start, not the first request.
-        pool.fill(1).map_err(database)?;
         let results = mwserve::results::open_results(&config.stats)?;
         let async_engine = config.server.engine == mwserve::config::Engine::Async;
         // The measurement slots: one per worker, or one per event loop.
