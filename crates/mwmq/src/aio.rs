@@ -82,6 +82,8 @@ impl Session for Sess {
 struct Pending {
     cmd: Command,
     sess: Rc<Sess>,
+    /// The statement it may share (`Batch::of`, once), when batching is on.
+    kind: Option<Batch>,
     t_enqueue: u64,
     tx: oneshot::Sender<Carried>,
 }
@@ -132,7 +134,6 @@ struct Loop {
     /// A slot became usable (or failed to): statements waiting for one look again.
     slot_changed: tokio::sync::Notify,
     inflight: Cell<usize>,
-    max_inflight: usize,
     /// The batch kinds of the statements in flight.
     kinds: RefCell<Vec<Batch>>,
     /// When the last statement started (a second one waits `loop_patience_us` after it).
@@ -149,6 +150,8 @@ struct Loop {
     /// Handshakes under way, oldest first, each with its cancel.
     handshaking: RefCell<VecDeque<(u64, oneshot::Sender<()>)>>,
     next_handshake: Cell<u64>,
+    /// This loop's share of `max_handshaking`.
+    handshake_cap: usize,
     logins: tokio::sync::Semaphore,
     logins_waiting: Cell<usize>,
     stop: watch::Receiver<bool>,
@@ -226,7 +229,6 @@ fn run_loop(
             slots: RefCell::new((0..db).map(|_| Slot::default()).collect()),
             slot_changed: tokio::sync::Notify::new(),
             inflight: Cell::new(0),
-            max_inflight: db * cfg.server.loop_pipeline.max(1),
             kinds: RefCell::new(Vec::new()),
             last_start: Cell::new(Instant::now()),
             patience: Duration::from_micros(cfg.server.loop_patience_us),
@@ -237,6 +239,7 @@ fn run_loop(
             clients: Cell::new(0),
             handshaking: RefCell::new(VecDeque::new()),
             next_handshake: Cell::new(0),
+            handshake_cap: (cfg.tls.max_handshaking / cfg.loops()).max(1),
             logins: tokio::sync::Semaphore::new(cfg.auth.login_threads.max(1)),
             logins_waiting: Cell::new(0),
             stop: stop.clone(),
@@ -320,8 +323,7 @@ async fn handshake(
     cfg: Arc<rustls::ServerConfig>,
 ) -> Option<tokio_rustls::server::TlsStream<tokio::net::TcpStream>> {
     let tls = &lp.shared.config.tls;
-    let loops = lp.shared.config.loops();
-    let cap = (tls.max_handshaking / loops).max(1);
+    let cap = lp.handshake_cap;
     let net = &lp.shared.net;
     let (cancel, cancelled) = oneshot::channel();
     let me = lp.next_handshake.get();
@@ -540,8 +542,8 @@ async fn answer(
     out: &mut Vec<u8>,
     out_leases: &mut Vec<LeaseRef>,
 ) {
-    let shared = lp.shared.clone();
-    let core = Core::new(&shared);
+    let shared = &*lp.shared;
+    let core = Core::new(shared);
     let t_start = now_ns();
     let op = cmd.as_ref().map(Command::op).unwrap_or(MqOp::Other);
     let keys = match &cmd {
@@ -574,7 +576,7 @@ async fn answer(
     let status = if reply.is_error() { status } else { "ok" };
     let done = crate::telemetry::Done { op, keys, status, t_dequeue, t_reply: now_ns(), busy };
     let mut w = lp.writer.borrow_mut();
-    crate::telemetry::record_request(&mut w, &shared, lp.id as u32, &stamps, &done, &db);
+    crate::telemetry::record_request(&mut w, shared, lp.id as u32, &stamps, &done, &db);
     w.settle(&shared.telemetry.slots);
 }
 
@@ -658,7 +660,8 @@ impl Loop {
     /// Hands a request to the statements; its outcome.
     async fn submit(self: &Rc<Self>, cmd: Command, sess: Rc<Sess>) -> Carried {
         let (tx, rx) = oneshot::channel();
-        self.pending.borrow_mut().push_back(Pending { cmd, sess, t_enqueue: now_ns(), tx });
+        let kind = (self.shared.config.server.batch > 1).then(|| Batch::of(&cmd, &*sess)).flatten();
+        self.pending.borrow_mut().push_back(Pending { cmd, sess, kind, t_enqueue: now_ns(), tx });
         self.kick();
         rx.await.unwrap_or_else(|_| Carried {
             outcome: Outcome::Reply(Reply::err("internal: the request was dropped"), Vec::new(), "server_error"),
@@ -672,7 +675,8 @@ impl Loop {
     /// takes every waiting request that can share it.
     fn kick(self: &Rc<Self>) {
         let batch = self.shared.config.server.batch.max(1);
-        while self.inflight.get() < self.max_inflight {
+        let room = self.slots.borrow().len() * self.pipeline;
+        while self.inflight.get() < room {
             // Patience: while a statement of a kind is in flight, what
             // arrives meanwhile goes in the next one, unless it is slow.
             // Requests that share no statement (RECVs of receivers with
@@ -684,10 +688,7 @@ impl Loop {
                 if pending.is_empty() {
                     return;
                 }
-                pending.iter().position(|p| {
-                    let kind = if batch > 1 { Batch::of(&p.cmd, &*p.sess) } else { None };
-                    !patient || kind.is_none_or(|k| !kinds.contains(&k))
-                })
+                pending.iter().position(|p| !patient || p.kind.as_ref().is_none_or(|k| !kinds.contains(k)))
             };
             let Some(next) = next else {
                 if !self.rekick.replace(true) {
@@ -702,15 +703,15 @@ impl Loop {
                 return;
             };
             self.last_start.set(Instant::now());
-            let group = {
+            let (kind, group) = {
                 let mut p = self.pending.borrow_mut();
                 let Some(first) = p.remove(next) else { return };
-                let kind = if batch > 1 { Batch::of(&first.cmd, &*first.sess) } else { None };
+                let kind = first.kind.clone();
                 let mut group = vec![first];
-                if let Some(kind) = &kind {
+                if kind.is_some() {
                     let mut i = next;
                     while i < p.len() && group.len() < batch {
-                        if kind.matches(&p[i].cmd, &*p[i].sess) {
+                        if p[i].kind == kind {
                             group.extend(p.remove(i));
                         } else {
                             i += 1;
@@ -720,15 +721,15 @@ impl Loop {
                 (kind, group)
             };
             self.inflight.set(self.inflight.get() + 1);
-            if let Some(k) = &group.0 {
+            if let Some(k) = &kind {
                 self.kinds.borrow_mut().push(k.clone());
             }
             let lp = self.clone();
             tokio::task::spawn_local(async move {
-                let kind = group.0.clone();
-                match group {
-                    (Some(kind), g) if g.len() > 1 => lp.run_batch(kind, g).await,
-                    (_, mut g) => lp.run_one(g.pop().expect("a group has a request")).await,
+                let mut group = group;
+                match &kind {
+                    Some(k) if group.len() > 1 => lp.run_batch(k, group).await,
+                    _ => lp.run_one(group.pop().expect("a group has a request")).await,
                 }
                 if let Some(k) = kind {
                     let mut kinds = lp.kinds.borrow_mut();
@@ -755,8 +756,7 @@ impl Loop {
         let outcome = match self.too_late(&p, t_dequeue) {
             Some(r) => Outcome::Reply(r, Vec::new(), "server_error"),
             None => {
-                let shared = self.shared.clone();
-                let core = Core::new(&shared);
+                let core = Core::new(&self.shared);
                 let r =
                     self.on_connection(&mut db, async |pg, db| core.statement(pg, &p.cmd, &*p.sess, db).await).await;
                 match r {
@@ -776,7 +776,7 @@ impl Loop {
     }
 
     #[allow(clippy::vec_box)]
-    async fn run_batch(self: &Rc<Self>, kind: Batch, group: Vec<Pending>) {
+    async fn run_batch(self: &Rc<Self>, kind: &Batch, group: Vec<Pending>) {
         let t_dequeue = now_ns();
         let n = group.len();
         let mut replies: Vec<Answer> =
@@ -785,14 +785,13 @@ impl Loop {
         let mut leases: Vec<Vec<LeaseRef>> = vec![Vec::new(); n];
         let mut db = DbFacts::default();
         if !live.is_empty() {
-            let shared = self.shared.clone();
-            let core = Core::new(&shared);
+            let core = Core::new(&self.shared);
             let items: Vec<(&Command, &Sess)> = live.iter().map(|i| (&group[*i].cmd, &*group[*i].sess)).collect();
             let mut got: Vec<Answer> = vec![None; live.len()];
             let mut got_leases: Vec<Vec<LeaseRef>> = vec![Vec::new(); live.len()];
             let r = self
                 .on_connection(&mut db, async |pg, _| {
-                    core.batch_statement(pg, &kind, &items, &mut got, &mut got_leases).await
+                    core.batch_statement(pg, kind, &items, &mut got, &mut got_leases).await
                 })
                 .await;
             match r {

@@ -119,40 +119,38 @@ impl Service for Mq {
             tls_log: mwserve::process::Throttled::new("TLS handshakes failed", std::time::Duration::from_secs(10)),
             config,
         });
-        if async_engine {
+        // The engine; what a stop must wake besides the parked RECVs.
+        let (engine, pool_front, wake): (_, _, Box<dyn Fn() + Send + Sync>) = if async_engine {
             let engine = crate::aio::Engine::start(shared.clone(), listeners, workers)?;
-            let (s, stop_loops) = (shared.clone(), engine.stopper());
-            let stopper = Stopper::new(move || {
-                s.stopping.store(true, Ordering::Relaxed);
-                s.waiters.stop(&s.queue);
-                stop_loops();
-            });
-            let admin = (crate::admin::PATHS, crate::admin::handler(shared.clone()));
-            let s = shared.clone();
-            let shell = Shell::start(addr, &shared.config.stats, admin, move || run_stats_thread(s, results), stopper)?;
-            let background = start_background(&shared)?;
-            tracing::info!(%addr, loops = workers, "mwmq listening (async engine)");
-            return Ok(Mq { shell, shared, net: None, workers: Vec::new(), engine: Some(engine), background });
-        }
-        let (front, waker) = Front::new(listeners, crate::net::TOO_MANY)?;
+            let stop_loops = engine.stopper();
+            (Some(engine), None, Box::new(stop_loops))
+        } else {
+            let (front, waker) = Front::new(listeners, crate::net::TOO_MANY)?;
+            let w = waker.clone();
+            (None, Some((front, waker)), Box::new(move || drop(w.wake())))
+        };
         // Stopping: no new connections or requests; parked RECVs are answered
         // now; in-flight requests finish.
-        let (s, w) = (shared.clone(), waker.clone());
+        let s = shared.clone();
         let stopper = Stopper::new(move || {
             s.stopping.store(true, Ordering::Relaxed);
             s.waiters.stop(&s.queue);
-            let _ = w.wake();
+            wake();
         });
         let admin = (crate::admin::PATHS, crate::admin::handler(shared.clone()));
         let s = shared.clone();
         let shell = Shell::start(addr, &shared.config.stats, admin, move || run_stats_thread(s, results), stopper)?;
+        let mut background = start_background(&shared)?;
+        let Some((front, waker)) = pool_front else {
+            tracing::info!(%addr, loops = workers, "mwmq listening (async engine)");
+            return Ok(Mq { shell, shared, net: None, workers: Vec::new(), engine, background });
+        };
         let spawn = |name: &str, f: Box<dyn FnOnce() + Send>| std::thread::Builder::new().name(name.into()).spawn(f);
         let mut handles = Vec::new();
         for id in 0..workers {
             let w = Worker::new(id, shared.clone());
             handles.push(spawn(&format!("worker-{id}"), Box::new(move || w.run()))?);
         }
-        let mut background = start_background(&shared)?;
         if shared.users.enabled() {
             for i in 0..shared.config.auth.login_threads {
                 let s = shared.clone();
@@ -169,7 +167,7 @@ impl Service for Mq {
         let net = NetThread::new(front, shared.clone(), rx);
         let net = Some(spawn("net", Box::new(move || net.run()))?);
         tracing::info!(%addr, "mwmq listening");
-        Ok(Mq { shell, shared, net, workers: handles, engine: None, background })
+        Ok(Mq { shell, shared, net, workers: handles, engine, background })
     }
 
     fn shell(&self) -> &Shell {

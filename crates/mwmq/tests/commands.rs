@@ -215,18 +215,22 @@ fn pops_and_recvs(batch: usize) {
     mq.join();
 }
 
+/// One worker (pool engine), or one loop with one database connection (async engine).
+fn one_carrier(pg: &Postgres) -> mwmq::Config {
+    let mut cfg = config(pg);
+    cfg.server.workers = 1;
+    cfg.server.threads = 1;
+    cfg.server.loop_db = 1;
+    cfg
+}
+
 /// RECVs waiting for a worker are carried out as one statement (the default
 /// `batch`): each gets a message of its own, with a lease of its own.
 #[test]
 fn waiting_recvs_are_leased_together_one_message_each() {
     use std::io::{Read, Write};
     let pg = Postgres::start().unwrap();
-    let mut cfg = config(&pg);
-    cfg.server.workers = 1;
-    // (The async engine: one loop, one connection, two statements in flight.)
-    cfg.server.threads = 1;
-    cfg.server.loop_db = 1;
-    let mq = start(cfg);
+    let mq = start(one_carrier(&pg));
     let mut c = connect(mq.local_addr());
     let _: String = q(&mut c, &["QCREATE", "q"]);
     let sent: HashSet<i64> = (0..8).map(|i| q::<i64>(&mut c, &["SEND", "q", &format!("m{i}")])).collect();
@@ -466,11 +470,7 @@ fn redis_cli_speaks_to_it() {
 fn recvs_of_different_receivers_share_a_statement_and_get_only_theirs() {
     use std::io::{Read, Write};
     let pg = Postgres::start().unwrap();
-    let mut cfg = config(&pg);
-    cfg.server.workers = 1;
-    cfg.server.threads = 1;
-    cfg.server.loop_db = 1;
-    let mq = start(cfg);
+    let mq = start(one_carrier(&pg));
     let mut c = connect(mq.local_addr());
     for (queue, extra) in [("q", &[][..]), ("limited", &["MAXDELIVERIES", "3"][..])] {
         let mut create = vec!["QCREATE", queue];
