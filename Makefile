@@ -9,7 +9,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 VENV := .venv
 PYTHON ?= python3
 
-.PHONY: all deps test-deps rust-deps python-deps build test run run-proxy run-mq bench lint fmt clean
+.PHONY: all deps ha-deps test-deps rust-deps python-deps build test run run-proxy run-mq run-mq-ha bench lint fmt clean
 
 all: build
 
@@ -30,8 +30,20 @@ deps:
 	fi
 	@command -v $(CARGO) >/dev/null 2>&1 || { echo "cargo (Rust) is required: https://rustup.rs"; exit 1; }
 
+## pg_auto_failover (a monitor and data nodes: scripts/pg-ha.sh), for the
+## highly available database the failover tests and make run-mq-ha start:
+## its command (pg-auto-failover-cli) and the extension built for the
+## installed PostgreSQL (postgresql-NN-auto-failover).
+ha-deps: deps
+	@ver=$$(ls /usr/lib/postgresql 2>/dev/null | sort -V | tail -1); \
+	if ! command -v pg_autoctl >/dev/null 2>&1 || [ ! -f /usr/share/postgresql/$$ver/extension/pgautofailover.control ]; then \
+	  echo "installing: pg-auto-failover-cli postgresql-$$ver-auto-failover"; \
+	  $(SUDO) apt-get update -q && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q --no-install-recommends \
+	    pg-auto-failover-cli postgresql-$$ver-auto-failover; \
+	fi
+
 ## Headless Chromium, for the test that renders the HTML report.
-test-deps: deps
+test-deps: deps ha-deps
 	@command -v chromium >/dev/null 2>&1 || { \
 	  echo "installing: chromium"; \
 	  $(SUDO) apt-get update -q && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q --no-install-recommends chromium; }
@@ -71,6 +83,11 @@ run-proxy: build
 ## A throwaway PostgreSQL and mwmq in front of it, until Ctrl-C.
 run-mq: build
 	scripts/run-mq.sh
+
+## A highly available PostgreSQL (pg_auto_failover: monitor, primary,
+## synchronous standby) and mwmq in front of it, until Ctrl-C.
+run-mq-ha: build ha-deps
+	scripts/run-mq-ha.sh
 
 bench: build python-deps
 	@command -v valgrind >/dev/null 2>&1 || { $(SUDO) apt-get update -q && \

@@ -390,6 +390,127 @@ impl Drop for Postgres {
     }
 }
 
+/// A highly available PostgreSQL (`scripts/pg-ha.sh`): a pg_auto_failover
+/// monitor and two data nodes on 127.0.0.1, node 1 the primary and node 2
+/// its synchronous standby, with the monitor's fast timeouts; stopped and
+/// removed when dropped. Tests run it with `fsync=off` (they kill processes,
+/// not the machine).
+pub struct PgHa {
+    dir: PathBuf,
+    conninfo: String,
+    ports: Vec<u16>,
+}
+
+fn pg_ha_script() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../scripts/pg-ha.sh")
+}
+
+impl PgHa {
+    /// Starts the monitor and both nodes and waits until node 2 is node 1's standby.
+    pub fn start() -> Result<PgHa> {
+        Self::start_with(&[])
+    }
+
+    /// [`PgHa::start`] with more arguments for the script (`timeouts=default`:
+    /// pg_auto_failover's own, slower timeouts).
+    pub fn start_with(args: &[&str]) -> Result<PgHa> {
+        use std::sync::atomic::{AtomicU64, Ordering};
+        static N: AtomicU64 = AtomicU64::new(0);
+        let dir = std::env::temp_dir().join(format!(
+            "mwlab-pgha-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        // Dropped (stopped, removed) on every way out, a failed start too.
+        let mut ha = PgHa { dir, conninfo: String::new(), ports: Vec::new() };
+        let out = Command::new(pg_ha_script())
+            .arg("start")
+            .arg(&ha.dir)
+            .arg("fsync=off")
+            .args(args)
+            .stderr(Stdio::piped())
+            .output()
+            .context("run scripts/pg-ha.sh")?;
+        if !out.status.success() {
+            bail!("the HA cluster did not start: {}", String::from_utf8_lossy(&out.stderr).trim());
+        }
+        ha.conninfo = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        ha.ports = std::fs::read_to_string(ha.dir.join("ports"))?
+            .trim()
+            .split(',')
+            .map(|p| p.parse().context("a port"))
+            .collect::<Result<Vec<u16>>>()?;
+        Ok(ha)
+    }
+
+    /// The connection string naming both nodes (`target_session_attrs=read-write`).
+    pub fn conninfo(&self) -> &str {
+        &self.conninfo
+    }
+
+    /// A connection string for node `n` (1 or 2) alone.
+    pub fn node_conninfo(&self, n: usize) -> String {
+        format!("host=127.0.0.1 port={} user=postgres dbname=mwmq connect_timeout=3 sslmode=disable", self.ports[n])
+    }
+
+    /// The cluster's directory (logs: `node1.log`, `node2.log`, `monitor.log`).
+    pub fn dir(&self) -> &std::path::Path {
+        &self.dir
+    }
+
+    fn run(&self, args: &[&str]) -> Result<String> {
+        let out = Command::new(pg_ha_script()).arg(args[0]).arg(&self.dir).args(&args[1..]).output()?;
+        if !out.status.success() {
+            bail!("pg-ha.sh {}: {}", args.join(" "), String::from_utf8_lossy(&out.stderr).trim());
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+
+    /// SIGKILLs node `n`'s keeper and PostgreSQL (as when its machine dies).
+    pub fn kill(&self, n: usize) -> Result<()> {
+        self.run(&["kill", &n.to_string()]).map(drop)
+    }
+
+    /// Starts node `n`'s keeper again.
+    pub fn revive(&self, n: usize) -> Result<()> {
+        self.run(&["revive", &n.to_string()]).map(drop)
+    }
+
+    /// SIGSTOPs node `n`'s PostgreSQL processes.
+    pub fn freeze(&self, n: usize) -> Result<()> {
+        self.run(&["freeze", &n.to_string()]).map(drop)
+    }
+
+    /// SIGCONTs them.
+    pub fn thaw(&self, n: usize) -> Result<()> {
+        self.run(&["thaw", &n.to_string()]).map(drop)
+    }
+
+    /// Waits until node 1 reports `s1` and node 2 `s2` (pg_auto_failover's
+    /// state names: primary, secondary, wait_primary, ...).
+    pub fn wait(&self, s1: &str, s2: &str, seconds: u32) -> Result<()> {
+        self.run(&["wait", s1, s2, &seconds.to_string()]).map(drop)
+    }
+
+    /// Each node's name, address, reported and assigned state.
+    pub fn state(&self) -> String {
+        self.run(&["state"]).unwrap_or_else(|e| e.to_string())
+    }
+}
+
+impl Drop for PgHa {
+    fn drop(&mut self) {
+        let _ = Command::new(pg_ha_script())
+            .arg("stop")
+            .arg(&self.dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
 /// `GET path` from an HTTP endpoint (the middlewares' admin endpoint): the
 /// status line and the body.
 pub fn http_get(addr: SocketAddr, path: &str) -> (String, String) {

@@ -44,35 +44,50 @@ pub fn handler(shared: Arc<Shared>) -> Handler {
     })
 }
 
-/// A connection being opened for `/readyz` (at most one at a time: a
-/// frozen database holds an opening until it runs again).
+/// A `/readyz` check under way (at most one at a time: a frozen database
+/// holds a check until it runs again).
 static OPENING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Whether the server `c` reached answers and takes writes: a standby, or a
+/// new primary that pg_auto_failover keeps read-only until the old one is
+/// known to be down, is no primary. (The connection was opened with the
+/// configured `target_session_attrs`; a server can become read-only later.)
+fn writable(c: &mut postgres::Client) -> Result<(), String> {
+    let deadline = format!("SET statement_timeout = {}", HEALTH_TIMEOUT.as_millis());
+    c.batch_execute(&deadline).map_err(|e| e.to_string())?;
+    let row = c
+        .query_one("SELECT pg_is_in_recovery(), current_setting('transaction_read_only') = 'on'", &[])
+        .map_err(|e| e.to_string())?;
+    match (row.get::<_, bool>(0), row.get::<_, bool>(1)) {
+        (false, false) => Ok(()),
+        (true, _) => Err("the server is a standby (no primary answers)".into()),
+        (false, true) => Err("the server is read-only (a failover under way?)".into()),
+    }
+}
 
 fn readyz(shared: &Shared, conn: &mut Option<postgres::Client>) -> Page {
     let (open, idle) = shared.pool.occupancy();
     let pool = format!("pool {} open {open} idle {idle}\n", shared.pool.size());
-    let answered = match conn.as_mut() {
-        Some(c) => c.is_valid(HEALTH_TIMEOUT).map_err(|e| e.to_string()),
-        None if OPENING.swap(true, Ordering::AcqRel) => Err("a connection is still being opened".into()),
-        None => {
-            let cfg = shared.config.clone();
-            let opened = crate::db::within(HEALTH_TIMEOUT, move || {
-                let c = crate::db::connect(&cfg);
-                OPENING.store(false, Ordering::Release);
-                c
-            });
-            opened.map(|c| *conn = Some(c))
-        }
+    let answered = if OPENING.swap(true, Ordering::AcqRel) {
+        Err("a check is still waiting for the database".to_string())
+    } else {
+        // On a thread of its own, within HEALTH_TIMEOUT: a frozen server
+        // holds the thread, not the endpoint (and no second check starts).
+        let (cfg, kept) = (shared.config.clone(), conn.take());
+        crate::db::within(HEALTH_TIMEOUT, move || {
+            let checked = match kept {
+                Some(c) => Ok(c),
+                None => crate::db::connect(&cfg),
+            }
+            .and_then(|mut c| writable(&mut c).map(|()| c));
+            OPENING.store(false, Ordering::Release);
+            checked
+        })
+        .map(|c| *conn = Some(c))
     };
     match answered {
         Ok(()) => Page::text(200, format!("ok\ndatabase up\n{pool}")),
-        Err(e) => {
-            if let Some(c) = conn.take() {
-                // Closing waits for the server: not on this thread.
-                let _ = std::thread::Builder::new().name("db-close".into()).spawn(move || drop(c));
-            }
-            Page::text(503, format!("unavailable\ndatabase down: {e}\n{pool}"))
-        }
+        Err(e) => Page::text(503, format!("unavailable\ndatabase down: {e}\n{pool}")),
     }
 }
 
@@ -111,6 +126,16 @@ fn metrics(shared: &Shared) -> String {
     p.counter("mwmq_db_connects_total", "Database connections opened.", &[], v(&c.connects));
     p.counter("mwmq_db_connect_failures_total", "Failed attempts to connect.", &[], v(&c.connect_failures));
     p.counter("mwmq_db_connections_lost_total", "Connections dropped after a failure.", &[], v(&c.lost));
+    let primary = &c.primary;
+    p.counter("mwmq_db_failovers_total", "Connections opened on another server than before.", &[], primary.failovers());
+    p.counter("mwmq_db_outages_total", "Periods without an answering database that ended.", &[], primary.outages());
+    p.counter_f64(
+        "mwmq_db_unavailable_seconds_total",
+        "Time without an answering database (no primary), the current period included.",
+        &[],
+        primary.down_seconds(mwstats::clock::now_ns()),
+    );
+    p.gauge("mwmq_db_up", "1 unless requests find the database unavailable now.", &[], f64::from(!primary.down()));
     p.counter("mwmq_db_statements_total", "Statements run.", &[], acc.db_requests);
     p.counter("mwmq_db_errors_total", "Statements that failed.", &[], acc.db_errors);
     let net = shared.net.snapshot();

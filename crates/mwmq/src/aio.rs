@@ -940,6 +940,7 @@ impl Loop {
             match opened {
                 Ok((pg, driver)) => {
                     counters.connects.fetch_add(1, Ordering::Relaxed);
+                    counters.primary.opened(&pg.server);
                     let driver = tokio::task::spawn_local(driver).abort_handle();
                     let pg = Rc::new(pg);
                     s.pg = Some((pg.clone(), driver));

@@ -457,6 +457,14 @@ pub enum DbError {
     Failed(String),
 }
 
+/// Whether an error means the server cannot take writes: a standby, or a
+/// primary being failed over (pg_auto_failover makes the new primary
+/// read-only until the old one is known to be down). The connection is
+/// given up so that the next one finds the host that accepts writes.
+pub(crate) fn read_only(e: &postgres::Error) -> bool {
+    e.code() == Some(&SqlState::READ_ONLY_SQL_TRANSACTION)
+}
+
 /// Whether an error means the connection cannot be used any more.
 pub(crate) fn connection_lost(e: &postgres::Error) -> bool {
     if e.is_closed() {
@@ -478,6 +486,9 @@ fn classify(e: postgres::Error) -> DbError {
         return DbError::Unavailable(format!(
             "database connection lost ({e}); the request may or may not have taken effect"
         ));
+    }
+    if read_only(&e) {
+        return DbError::Unavailable("the database server is read-only (a standby, or a failover under way)".into());
     }
     match e.code() {
         Some(c) if *c == SqlState::QUERY_CANCELED => {
@@ -590,6 +601,26 @@ pub struct PgConn {
     st: Statements,
     /// Set when a statement failed in a way that leaves the connection unusable.
     broken: AtomicBool,
+    /// Set by the driver when the server said it cancelled a commit's wait
+    /// for the synchronous standby ([`UNREPLICATED`]).
+    unreplicated: Arc<AtomicBool>,
+    /// The server it reached (`host:port`), to tell a failover.
+    pub server: String,
+}
+
+/// The start of the WARNING PostgreSQL sends when a commit's wait for the
+/// synchronous standby is cancelled (`pg_cancel_backend`, a cancel request):
+/// the transaction committed locally, but a failover may lose it.
+pub const UNREPLICATED: &str = "canceling wait for synchronous replication";
+
+/// What a statement answers when its connection saw [`UNREPLICATED`]: its
+/// commit (or one pipelined with it) may exist on the primary only.
+fn unreplicated_error() -> DbError {
+    DbError::Unavailable(
+        "the database committed locally but its synchronous standby did not confirm it (the wait was cancelled); \
+         it may be lost by a failover: retry (with the same KEY)"
+            .into(),
+    )
 }
 
 /// Runs `open` on a thread of its own and waits at most `limit` for it: a
@@ -612,8 +643,14 @@ pub fn within<T: Send + 'static>(
 
 impl PgConn {
     fn check<T>(&self, r: Result<T, postgres::Error>) -> Result<T, DbError> {
+        // The driver saw the warning before the statement's last message,
+        // so a statement answered after it is caught here.
+        if self.unreplicated.load(Ordering::Acquire) {
+            self.broken.store(true, Ordering::Relaxed);
+            return Err(unreplicated_error());
+        }
         r.map_err(|e| {
-            if connection_lost(&e) {
+            if connection_lost(&e) || read_only(&e) {
                 self.broken.store(true, Ordering::Relaxed);
             }
             classify(e)
@@ -1024,13 +1061,20 @@ impl PgConn {
     /// Opens a connection (it works once the returned driver runs: spawn
     /// it), sets the session up and prepares every statement.
     pub async fn open(cfg: &Config) -> Result<(PgConn, Driver), String> {
-        let (client, driver) = connect_async(cfg).await?;
+        let unreplicated = Arc::new(AtomicBool::new(false));
+        let (client, driver) = connect_async(cfg, unreplicated.clone()).await?;
         let mut driver = driver;
         // The session's settings and the statements, while the driver runs.
-        let st = {
+        let (st, server) = {
             let ready = async {
                 client.batch_execute(&session_settings(cfg)).await.map_err(|e| e.to_string())?;
-                Statements::prepare(&client).await.map_err(|e| format!("preparing statements: {e}"))
+                let server: String = client
+                    .query_one(SERVER, &[])
+                    .await
+                    .map_err(|e| format!("asking the server who it is: {e}"))?
+                    .get(0);
+                let st = Statements::prepare(&client).await.map_err(|e| format!("preparing statements: {e}"))?;
+                Ok::<_, String>((st, server))
             };
             tokio::pin!(ready);
             tokio::select! {
@@ -1041,7 +1085,7 @@ impl PgConn {
                 }),
             }
         };
-        Ok((PgConn { client, st, broken: AtomicBool::new(false) }, driver))
+        Ok((PgConn { client, st, broken: AtomicBool::new(false), unreplicated, server }, driver))
     }
 }
 
@@ -1181,19 +1225,55 @@ fn connect_now(cfg: &Config) -> Result<Client, String> {
     Ok(client)
 }
 
-/// Connects asynchronously: the client, and the driver that must run for it to work.
-async fn connect_async(cfg: &Config) -> Result<(tokio_postgres::Client, Driver), String> {
+/// Who a connection reached: `host:port` (`local:port` over a Unix socket).
+const SERVER: &str = "SELECT coalesce(host(inet_server_addr()), 'local') || ':' || current_setting('port')";
+
+/// Connects asynchronously: the client, and the driver that must run for it
+/// to work. The driver sets `unreplicated` when the server warns that it
+/// cancelled a commit's wait for the synchronous standby.
+async fn connect_async(
+    cfg: &Config,
+    unreplicated: Arc<AtomicBool>,
+) -> Result<(tokio_postgres::Client, Driver), String> {
     let (pg, tls) = target(cfg)?;
     match &tls {
         None => {
             let (c, conn) = pg.connect(tokio_postgres::NoTls).await.map_err(connect_error)?;
-            Ok((c, Box::pin(conn)))
+            Ok((c, drive(conn, unreplicated)))
         }
         Some(t) => {
             let (c, conn) = pg.connect(crate::dbtls::connector(t)?).await.map_err(connect_error)?;
-            Ok((c, Box::pin(conn)))
+            Ok((c, drive(conn, unreplicated)))
         }
     }
+}
+
+/// Runs a connection, reading the server's notices: tokio-postgres hands
+/// them over in the order they arrived, each before the messages that
+/// followed it are passed on to the statements waiting for them.
+fn drive<S, T>(mut conn: tokio_postgres::Connection<S, T>, unreplicated: Arc<AtomicBool>) -> Driver
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    use std::task::Poll;
+    Box::pin(std::future::poll_fn(move |cx| loop {
+        match conn.poll_message(cx) {
+            Poll::Pending => return Poll::Pending,
+            Poll::Ready(None) => return Poll::Ready(Ok(())),
+            Poll::Ready(Some(Err(e))) => return Poll::Ready(Err(e)),
+            Poll::Ready(Some(Ok(tokio_postgres::AsyncMessage::Notice(n)))) => {
+                if n.message().starts_with(UNREPLICATED) {
+                    unreplicated.store(true, Ordering::Release);
+                    tracing::warn!(
+                        "the database cancelled a commit's wait for its synchronous standby: {}",
+                        n.message()
+                    );
+                }
+            }
+            Poll::Ready(Some(Ok(_))) => {}
+        }
+    }))
 }
 
 /// Creates or migrates the schema; refuses a database whose schema is newer than this program.
@@ -1234,6 +1314,85 @@ pub struct PoolCounters {
     pub connect_failures: AtomicU64,
     /// Connections dropped after a failure.
     pub lost: AtomicU64,
+    /// Which server answers and when none did.
+    pub primary: PrimaryWatch,
+}
+
+/// Which database server mwmq writes to, and the time it spent without one:
+/// from a request that found the database unavailable (connection lost or
+/// refused, read-only, no answer in time) until one is answered again. A
+/// failover is a connection opened on another server than the one before
+/// (a multi-host `--db`, `target_session_attrs=read-write`).
+#[derive(Debug, Default)]
+pub struct PrimaryWatch {
+    /// Since when (ns since mwmq started) no request has been answered; 0 while answered.
+    down_since: AtomicU64,
+    /// Time without an answering database, ns, over the periods that ended.
+    down_ns: AtomicU64,
+    /// Periods without one that ended.
+    outages: AtomicU64,
+    /// Connections opened on another server than the previous one.
+    failovers: AtomicU64,
+    /// The server connections were last opened on.
+    server: Mutex<String>,
+}
+
+impl PrimaryWatch {
+    /// A connection was opened on `server`.
+    pub fn opened(&self, server: &str) {
+        let mut last = self.server.lock().unwrap_or_else(|p| p.into_inner());
+        if last.as_str() != server {
+            if !last.is_empty() {
+                self.failovers.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(from = %last, to = %server, "the database server that accepts writes changed (failover)");
+            }
+            *last = server.to_string();
+        }
+    }
+
+    /// A request found the database unavailable at `now` (ns).
+    pub fn unavailable(&self, now: u64) {
+        let _ = self.down_since.compare_exchange(0, now.max(1), Ordering::AcqRel, Ordering::Relaxed);
+    }
+
+    /// A request's statement was answered at `now` (ns).
+    pub fn answered(&self, now: u64) {
+        if self.down_since.load(Ordering::Relaxed) == 0 {
+            return;
+        }
+        let since = self.down_since.swap(0, Ordering::AcqRel);
+        if since != 0 {
+            self.down_ns.fetch_add(now.saturating_sub(since), Ordering::Relaxed);
+            self.outages.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Failovers seen.
+    pub fn failovers(&self) -> u64 {
+        self.failovers.load(Ordering::Relaxed)
+    }
+
+    /// Periods without an answering database that ended.
+    pub fn outages(&self) -> u64 {
+        self.outages.load(Ordering::Relaxed)
+    }
+
+    /// Seconds without an answering database, the current period included (at `now`, ns).
+    pub fn down_seconds(&self, now: u64) -> f64 {
+        let since = self.down_since.load(Ordering::Relaxed);
+        let current = if since == 0 { 0 } else { now.saturating_sub(since) };
+        (self.down_ns.load(Ordering::Relaxed) + current) as f64 / 1e9
+    }
+
+    /// Whether requests find the database unavailable now.
+    pub fn down(&self) -> bool {
+        self.down_since.load(Ordering::Relaxed) != 0
+    }
+
+    /// The server connections were last opened on (`host:port`).
+    pub fn server(&self) -> String {
+        self.server.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
 }
 
 struct PoolState {
@@ -1297,6 +1456,7 @@ impl Pool {
         for _ in 0..n.min(self.size) {
             let c = DbConn::open(&self.cfg, &self.watch)?;
             self.counters.connects.fetch_add(1, Ordering::Relaxed);
+            self.counters.primary.opened(&c.pg.server);
             let mut s = self.lock();
             s.open += 1;
             s.idle.push(c);
@@ -1321,6 +1481,7 @@ impl Pool {
                 match DbConn::open(&self.cfg, &self.watch) {
                     Ok(c) => {
                         self.counters.connects.fetch_add(1, Ordering::Relaxed);
+                        self.counters.primary.opened(&c.pg.server);
                         let mut s = self.lock();
                         s.backoff = Duration::from_millis(self.cfg.database.retry_min_ms);
                         s.last_error = None;

@@ -254,6 +254,12 @@ pub fn record_request(
         t_backend_done: db.t_done.or(db.t_send).unwrap_or(d.t_dequeue),
         t_reply: d.t_reply,
     };
+    let primary = &shared.pool.counters.primary;
+    if db.unavailable {
+        primary.unavailable(db.t_done.unwrap_or(d.t_reply));
+    } else if db.statements > 0 && !db.failed {
+        primary.answered(db.t_done.unwrap_or(d.t_reply));
+    }
     let trace_every = shared.config.stats.trace_every;
     let busy = d.busy.unwrap_or_else(|| d.t_reply.saturating_sub(d.t_dequeue));
     writer.record(&shared.telemetry.slots, |acc| {

@@ -53,6 +53,12 @@ impl PromText {
         let _ = writeln!(self.family(name, help, "counter"), "{name}{l} {value}");
     }
 
+    /// A counter sample of a quantity that is not a count, such as seconds.
+    pub fn counter_f64(&mut self, name: &str, help: &str, labels: &[(&str, &str)], value: f64) {
+        let l = labels_text(labels, None);
+        let _ = writeln!(self.family(name, help, "counter"), "{name}{l} {value}");
+    }
+
     /// A gauge sample.
     pub fn gauge(&mut self, name: &str, help: &str, labels: &[(&str, &str)], value: f64) {
         let l = labels_text(labels, None);

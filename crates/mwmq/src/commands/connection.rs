@@ -156,6 +156,12 @@ impl Core<'_> {
         line("db_statements", acc.db_requests.to_string());
         line("db_errors", acc.db_errors.to_string());
         line("db_unavailable", acc.db_unavailable.to_string());
+        let primary = &s.pool.counters.primary;
+        line("db_server", primary.server());
+        line("db_up", u8::from(!primary.down()).to_string());
+        line("db_failovers", primary.failovers().to_string());
+        line("db_outages", primary.outages().to_string());
+        line("db_seconds_without_primary", format!("{:.3}", primary.down_seconds(mwstats::clock::now_ns())));
         line("vacuums", s.vacuums.load(std::sync::atomic::Ordering::Relaxed).to_string());
         t
     }

@@ -24,11 +24,16 @@ pub fn engine() -> mwserve::config::Engine {
 /// A configuration for tests: a free port, small windows, quick polls, and
 /// QINFO read fresh every time (tests look right after a change).
 pub fn config(pg: &Postgres) -> Config {
+    config_for(pg.conninfo())
+}
+
+/// [`config`] for the database at `url` (a connection string).
+pub fn config_for(url: &str) -> Config {
     let mut c = Config::default();
     c.server.listen = "127.0.0.1:0".into();
     c.server.workers = 4;
     c.server.engine = engine();
-    c.database.url = pg.conninfo().to_string();
+    c.database.url = url.to_string();
     c.database.retry_min_ms = 20;
     c.database.retry_max_ms = 200;
     c.queues.poll_ms = 100;
