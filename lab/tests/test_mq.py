@@ -6,6 +6,7 @@ and what the specs accept and refuse (levels taken together, mq settings)."""
 from __future__ import annotations
 
 import json
+import math
 import re
 import subprocess
 from pathlib import Path
@@ -206,3 +207,43 @@ def test_the_engine_is_a_factor_and_both_are_modelled(tmp_path: Path):
     devices = {p.point: {d.name for d in p.devices} for p in fit.points}
     assert "event loops" in devices["engine=async,vcli=4"], devices
     assert "workers" in devices["engine=pool,vcli=4"], devices
+
+
+STANDBY = {
+    "name": "mq-standby",
+    "system": "mq",
+    "topology": {"middlewares": 1, "threads": 2},
+    "middleware": {"engine": "async", "threads": 1},
+    "workload": {"ratio": "1:0", "value_size": 200},
+    "factors": {"standby": [0, 1], "vcli": [4]},
+    "run": {"duration": 2, "warmup": 1, "cooldown": 0, "repetitions": 1, "window_ms": 500},
+}
+
+
+def test_a_synchronous_standby_is_a_factor_and_its_round_trip_is_modelled(tmp_path: Path):
+    """`database: {standby: 1}` puts a synchronous standby behind the primary
+    (scripts/pg-ha.sh): its processes are sampled (pg1), its flush lag is
+    measured, and the model lists that round trip inside the database time."""
+    exp = parse(STANDBY)
+    exp.source = STANDBY
+    result = run_experiment(exp, prepare(exp, tmp_path))
+    summary, aggregate = summarize(result)
+    assert len(summary) == 2 and (summary["status"] == "ok").all(), summary
+    rows = {int(r["standby"]): r for _, r in summary.iterrows()}
+    for r in rows.values():
+        assert r["client_errors"] == 0 and r["client_tput"] > 0
+    assert rows[1]["cpu_pg1_cores"] > 0, "the standby's processes are sampled"
+    assert rows[1]["standby_lag_us"] > 0, "the standby's round trip is measured"
+    assert "cpu_pg1_cores" not in rows[0] or math.isnan(rows[0]["cpu_pg1_cores"])
+    from mwlab.analysis import read_experiment
+    from mwlab.fit import fit_experiment
+
+    meta = read_experiment(result)
+    fit = fit_experiment(aggregate, meta.columns, meta.settings)
+    devices = {p.point: {d.name: d for d in p.devices} for p in fit.points}
+    with_standby = devices["standby=1,vcli=4"]
+    trip = with_standby["standby round trip (in the database time)"]
+    assert trip.delay and not trip.in_network and trip.demand_us > 0
+    assert not any(name.startswith("standby") for name in devices["standby=0,vcli=4"])
+    # Every SEND's commit waited for the standby: the database time holds the round trip.
+    assert with_standby["database connections"].demand_us > trip.demand_us

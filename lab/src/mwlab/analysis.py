@@ -683,6 +683,10 @@ def run_metrics(rdir: Path, trim_start: int = 0, trim_end: int = 0) -> dict[str,
             worst = max(probes, key=lambda p: abs(p["measured_us"] - p["expected_us"]))
             row["delay_probe_expected_us"] = worst["expected_us"]
             row["delay_probe_measured_us"] = worst["measured_us"]
+    database = record.get("database") or {}
+    if database.get("standby_flush_lag_us") is not None:
+        # The synchronous standby's round trip, which every commit waits for.
+        row["standby_lag_us"] = float(database["standby_flush_lag_us"])
     placement = record.get("placement") or {}
     row.update(link_metrics(rdir, span, int(row.get("client_requests", 0)), placement))
     cpu = read_cpu(rdir)

@@ -210,6 +210,14 @@ def devices(row: pd.Series, settings: Settings) -> list[Device]:
         pg, pg_cores = _num(row, "cpu_pg_us"), _num(row, "cpu_pg_cores")
         if not math.isnan(pg) and cores > 0:
             out.append(Device("PostgreSQL CPU", pg, free, pg_cores / free))
+        lag = _num(row, "standby_lag_us")
+        if not math.isnan(lag) and lag > 0:
+            # A synchronous standby: every statement's commit waits for the
+            # standby's flush. The wait is inside the measured database time
+            # (the connection is held through it), so it is listed as the
+            # part of that time it is, not counted again; the standby's
+            # processes are in PostgreSQL's CPU (pg1).
+            out.append(Device("standby round trip (in the database time)", lag, 1, delay=True))
         nets = middlewares
         net = _num(row, "cpu_mw_net_us")
         if not math.isnan(net):

@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import psutil
 
@@ -235,6 +236,108 @@ class Postgres:
             with contextlib.suppress(OSError):
                 self.logs.mkdir(parents=True, exist_ok=True)
                 shutil.copy(log, self.logs / f"pg-{log.name}")
+        shutil.rmtree(self.dir, ignore_errors=True)
+        self.dir = None
+
+
+class PgHa:
+    """A PostgreSQL primary with a synchronous standby for one run
+    (`scripts/pg-ha.sh`: a pg_auto_failover monitor and two nodes on this
+    machine, pg_auto_failover's own timeouts), stopped on exit. mwmq reaches
+    the primary over its unix socket, as it reaches a lone server, so that
+    the standby is the one difference. While it runs, the standby's flush
+    lag (`pg_stat_replication.flush_lag`: from the primary's WAL flush to
+    the standby's confirmation, the round trip a commit waits for) is
+    sampled every second."""
+
+    SOCKETS = "/var/run/postgresql"
+
+    def __init__(self, logs: Path):
+        self.logs = logs
+        self.dir: Path | None = None
+        self.conninfo = ""
+        self.listen = None
+        self.ports: list[int] = []
+        self.lags_us: list[float] = []
+        self._stop = threading.Event()
+        self._sampler: threading.Thread | None = None
+
+    def __enter__(self) -> PgHa:
+        import tempfile
+
+        if shutil.which("pg_autoctl") is None:
+            raise LabError("database.standby needs pg_auto_failover (make test-deps or make ha-deps installs it)")
+        self.dir = Path(tempfile.mkdtemp(prefix="mwlab-pgha-"))
+        self.dir.chmod(0o755)
+        script = str(REPO / "scripts" / "pg-ha.sh")
+        try:
+            r = subprocess.run(
+                [script, "start", str(self.dir / "ha"), "timeouts=default"],
+                capture_output=True,
+                text=True,
+                timeout=180,
+            )
+        except subprocess.TimeoutExpired as e:
+            self.__exit__()
+            raise LabError("the primary and its standby did not start within 180 s") from e
+        if r.returncode != 0:
+            self.__exit__()
+            raise LabError(f"the primary and its standby did not start: {r.stderr.strip() or r.stdout.strip()}")
+        self.ports = [int(p) for p in (self.dir / "ha" / "ports").read_text().strip().split(",")]
+        self.conninfo = f"host={self.SOCKETS} port={self.ports[1]} user=postgres dbname=mwmq"
+        self._sampler = threading.Thread(target=self._sample, name="standby-lag", daemon=True)
+        self._sampler.start()
+        return self
+
+    def _sample(self) -> None:
+        query = "SELECT coalesce(extract(epoch FROM flush_lag) * 1e6, 0) FROM pg_stat_replication"
+        while not self._stop.wait(1.0):
+            with contextlib.suppress(subprocess.SubprocessError, OSError, ValueError):
+                r = subprocess.run(
+                    ["psql", "-X", "-tA", "-c", query, self.conninfo],
+                    capture_output=True,
+                    text=True,
+                    timeout=5,
+                )
+                lag = float(r.stdout.split()[0]) if r.returncode == 0 and r.stdout.split() else 0.0
+                if lag > 0:
+                    self.lags_us.append(lag)
+
+    def _postmaster(self, node: int) -> int | None:
+        try:
+            assert self.dir is not None
+            return int((self.dir / "ha" / f"node{node}" / "postmaster.pid").read_text().split()[0])
+        except (OSError, ValueError, IndexError, AssertionError):
+            return None
+
+    def pid(self) -> int | None:
+        """The primary's postmaster."""
+        return self._postmaster(1)
+
+    def standby_pid(self) -> int | None:
+        """The standby's postmaster."""
+        return self._postmaster(2)
+
+    def facts(self) -> dict[str, Any]:
+        """What run.json records of the database: the standby's flush lag (median of the samples)."""
+        lags = sorted(self.lags_us)
+        return {
+            "standby": 1,
+            "standby_lag_samples": len(lags),
+            "standby_flush_lag_us": lags[len(lags) // 2] if lags else None,
+        }
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self._sampler is not None:
+            self._sampler.join(timeout=10)
+        if self.dir is None:
+            return
+        subprocess.run([str(REPO / "scripts" / "pg-ha.sh"), "stop", str(self.dir / "ha")], capture_output=True, timeout=120)
+        for log in (self.dir / "ha").glob("*.log"):
+            with contextlib.suppress(OSError):
+                self.logs.mkdir(parents=True, exist_ok=True)
+                shutil.copy(log, self.logs / f"pgha-{log.name}")
         shutil.rmtree(self.dir, ignore_errors=True)
         self.dir = None
 

@@ -30,6 +30,7 @@ import yaml
 
 from mwlab.procs import (
     LabError,
+    PgHa,
     Postgres,
     ProcessGroup,
     ResourceSampler,
@@ -436,9 +437,10 @@ def _pairs(hosts: dict[str, list[str]]) -> list[tuple[str, str]]:
     return [(c, sv) for c in clients for sv in servers]
 
 
-def _database(place, host: str, out: Path) -> Postgres:
+def _database(place, host: str, out: Path, standby: int = 0) -> Postgres | PgHa:
     """The message-queue system's PostgreSQL on its host: this machine's unix
-    socket when every host is local; inside the database host's namespace and
+    socket when every host is local (with `standby`, a primary and its
+    synchronous standby, both on this machine); inside the database host's namespace and
     cgroups, on TCP at its address, on emulated hosts; on TCP at this
     machine's address when the other hosts are real ones over SSH (the
     database host must then be this machine)."""
@@ -447,7 +449,7 @@ def _database(place, host: str, out: Path) -> Postgres:
         subnet = addr.rsplit(".", 1)[0] + ".0/24"
         return Postgres(out / "logs", listen=addr, wrap=lambda cmd: place.emu.wrap(host, cmd), trust=[subnet])
     if isinstance(place, Local):
-        return Postgres(out / "logs")
+        return PgHa(out / "logs") if standby else Postgres(out / "logs")
     if host in place.dests:
         raise LabError(
             f"{host} (the database) is a remote host: the lab starts PostgreSQL on this machine only; "
@@ -456,6 +458,15 @@ def _database(place, host: str, out: Path) -> Postgres:
     # Trusted: the remote hosts of the run, each by its address or name.
     others = [d.host + ("/32" if d.host.replace(".", "").isdigit() else "") for d in place.dests.values()]
     return Postgres(out / "logs", listen=place.addr(host), trust=others)
+
+
+def _pg_trees(pg: Postgres | PgHa | None) -> dict[str, int] | None:
+    """PostgreSQL's process trees whose CPU time is sampled: `pg0` (the
+    server, or the primary) and `pg1` (the synchronous standby)."""
+    if pg is None:
+        return None
+    trees = {"pg0": pg.pid(), "pg1": pg.standby_pid() if isinstance(pg, PgHa) else None}
+    return {k: v for k, v in trees.items() if v} or None
 
 
 def run_once(run: Run, out: Path) -> dict[str, Any]:
@@ -486,7 +497,7 @@ def run_once(run: Run, out: Path) -> dict[str, Any]:
             d, j = path_delay(delays, src, dst)
             return relays.route(src, dst, addr, d, j) if d else addr
 
-        pg = stack.enter_context(_database(place, hosts["server"][0], out)) if mq else None
+        pg = stack.enter_context(_database(place, hosts["server"][0], out, s.database.standby)) if mq else None
         g = stack.enter_context(ProcessGroup(out / "logs"))
         m = s.middleware
         secrets = None
@@ -532,7 +543,7 @@ def run_once(run: Run, out: Path) -> dict[str, Any]:
             out / "resources.csv",
             interval=min(0.5, s.run.window_ms / 2000),
             emulation=getattr(place, "emu", None),
-            trees={"pg0": pid} if pg is not None and (pid := pg.pid()) else None,
+            trees=_pg_trees(pg),
         )
         sampler.start()
         clients = [
@@ -571,7 +582,7 @@ def run_once(run: Run, out: Path) -> dict[str, Any]:
             "hosts": place.describe(),
             "processes": {
                 **(
-                    {"pg0": hosts["server"][0]}
+                    {name: hosts["server"][0] for name in _pg_trees(pg) or {"pg0": 0}}
                     if mq
                     else {f"mc{i}": h for i, h in enumerate(hosts["server"])}
                 ),
@@ -600,6 +611,8 @@ def run_once(run: Run, out: Path) -> dict[str, Any]:
     }
     if delay:
         record["delay"] = delay
+    if isinstance(pg, PgHa):
+        record["database"] = pg.facts()
     if failed:
         record["error"] = "processes exited abnormally: " + ", ".join(f"{k}={v}" for k, v in failed.items())
     return record

@@ -203,6 +203,14 @@ class Hosts(Section):
         return names + (["delay"] if self.delay is not None else [])
 
 
+class Database(Section):
+    """The message-queue system's PostgreSQL: alone, or with a synchronous
+    standby (`scripts/pg-ha.sh`: streaming replication, `synchronous_commit =
+    on`, every commit waits for the standby's flush)."""
+
+    standby: Annotated[StrictInt, Field(ge=0, le=1)] = 0
+
+
 class Settings(BaseModel):
     """Every setting of one point, by section."""
 
@@ -213,6 +221,7 @@ class Settings(BaseModel):
     workload: Workload = Workload()
     run: RunSettings = RunSettings()
     hosts: Hosts = Hosts()
+    database: Database = Database()
 
     @property
     def total_clients(self) -> int:
@@ -261,6 +270,12 @@ class Settings(BaseModel):
                 "leave server0 (the database host) out of hosts.ssh",
             )
             need(not (m.tls or m.server_tls or m.auth), "system mq has no TLS or logins yet")
+            need(
+                self.database.standby == 0 or h.emulation == "local",
+                "database.standby: the standby runs on this machine only (hosts: emulation: local)",
+            )
+        else:
+            need(self.database.standby == 0, "database.standby is a setting of system mq (its PostgreSQL)")
         if m.tls or m.server_tls or m.auth:
             need(h.emulation != "ssh", "TLS and logins run on local or emulated hosts (not over ssh yet)")
         secured = [k for k in ("tls", "server_tls", "auth") if getattr(m, k)]
@@ -318,6 +333,7 @@ SECTIONS: dict[str, type[Section]] = {
     "workload": Workload,
     "run": RunSettings,
     "hosts": Hosts,
+    "database": Database,
 }
 KEYS = [f"{s}.{f}" for s, model in SECTIONS.items() for f in model.model_fields]
 
@@ -336,6 +352,7 @@ ALIASES = {
     "reps": "run.repetitions",
     "ttime": "run.duration",
     "pool": "middleware.db_pool",
+    "standby": "database.standby",
 }
 
 
