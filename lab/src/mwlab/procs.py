@@ -266,7 +266,9 @@ class PgHa:
         import tempfile
 
         if shutil.which("pg_autoctl") is None:
-            raise LabError("database.standby needs pg_auto_failover (make test-deps or make ha-deps installs it)")
+            raise LabError(
+                "database.standby needs pg_auto_failover (make test-deps or make ha-deps installs it)"
+            )
         self.dir = Path(tempfile.mkdtemp(prefix="mwlab-pgha-"))
         self.dir.chmod(0o755)
         script = str(REPO / "scripts" / "pg-ha.sh")
@@ -282,7 +284,8 @@ class PgHa:
             raise LabError("the primary and its standby did not start within 180 s") from e
         if r.returncode != 0:
             self.__exit__()
-            raise LabError(f"the primary and its standby did not start: {r.stderr.strip() or r.stdout.strip()}")
+            why = r.stderr.strip() or r.stdout.strip()
+            raise LabError(f"the primary and its standby did not start: {why}")
         self.ports = [int(p) for p in (self.dir / "ha" / "ports").read_text().strip().split(",")]
         self.conninfo = f"host={self.SOCKETS} port={self.ports[1]} user=postgres dbname=mwmq"
         self._sampler = threading.Thread(target=self._sample, name="standby-lag", daemon=True)
@@ -333,7 +336,8 @@ class PgHa:
             self._sampler.join(timeout=10)
         if self.dir is None:
             return
-        subprocess.run([str(REPO / "scripts" / "pg-ha.sh"), "stop", str(self.dir / "ha")], capture_output=True, timeout=120)
+        script = str(REPO / "scripts" / "pg-ha.sh")
+        subprocess.run([script, "stop", str(self.dir / "ha")], capture_output=True, timeout=120)
         for log in (self.dir / "ha").glob("*.log"):
             with contextlib.suppress(OSError):
                 self.logs.mkdir(parents=True, exist_ok=True)

@@ -497,7 +497,8 @@ def run_once(run: Run, out: Path) -> dict[str, Any]:
             d, j = path_delay(delays, src, dst)
             return relays.route(src, dst, addr, d, j) if d else addr
 
-        pg = stack.enter_context(_database(place, hosts["server"][0], out, s.database.standby)) if mq else None
+        database = _database(place, hosts["server"][0], out, s.database.standby) if mq else None
+        pg = stack.enter_context(database) if database is not None else None
         g = stack.enter_context(ProcessGroup(out / "logs"))
         m = s.middleware
         secrets = None
