@@ -27,7 +27,7 @@ const HEALTH_TIMEOUT: Duration = Duration::from_secs(2);
 /// again after a failure), so it answers 503 when the database cannot be
 /// reached or does not answer in time, whatever the pool holds.
 pub fn handler(shared: Arc<Shared>) -> Handler {
-    let check: Mutex<Option<postgres::Client>> = Mutex::new(None);
+    let check: Mutex<Vec<Option<postgres::Client>>> = Mutex::new((0..shared.pool.len()).map(|_| None).collect());
     Arc::new(move |method, path| match (method, path) {
         ("GET", "/metrics") => Some(Page::ok(PROMETHEUS, metrics(&shared))),
         ("GET", "/stats") => {
@@ -65,7 +65,7 @@ fn writable(c: &mut postgres::Client) -> Result<(), String> {
     }
 }
 
-fn readyz(shared: &Shared, conn: &mut Option<postgres::Client>) -> Page {
+fn readyz(shared: &Shared, conns: &mut [Option<postgres::Client>]) -> Page {
     let (open, idle) = shared.pool.occupancy();
     let pool = format!("pool {} open {open} idle {idle}\n", shared.pool.size());
     let answered = if OPENING.swap(true, Ordering::AcqRel) {
@@ -73,17 +73,40 @@ fn readyz(shared: &Shared, conn: &mut Option<postgres::Client>) -> Page {
     } else {
         // On a thread of its own, within HEALTH_TIMEOUT: a frozen server
         // holds the thread, not the endpoint (and no second check starts).
-        let (cfg, kept) = (shared.config.clone(), conn.take());
-        crate::db::within(HEALTH_TIMEOUT, move || {
-            let checked = match kept {
-                Some(c) => Ok(c),
-                None => crate::db::connect(&cfg),
+        let cfgs: Vec<_> = (0..conns.len()).map(|i| shared.config.for_database(i)).collect();
+        let names: Vec<String> = (0..conns.len()).map(|i| shared.pool.placement.name(i).to_string()).collect();
+        let kept: Vec<_> = conns.iter_mut().map(Option::take).collect();
+        let several = conns.len() > 1;
+        let checked = crate::db::within(HEALTH_TIMEOUT, move || {
+            let mut out = Vec::new();
+            let mut first_error = None;
+            for ((cfg, kept), name) in cfgs.iter().zip(kept).zip(names) {
+                let c = match kept {
+                    Some(c) => Ok(c),
+                    None => crate::db::connect(cfg),
+                }
+                .and_then(|mut c| writable(&mut c).map(|()| c));
+                match c {
+                    Ok(c) => out.push(Some(c)),
+                    Err(e) => {
+                        out.push(None);
+                        let e = if several { format!("database {name:?}: {e}") } else { e };
+                        first_error.get_or_insert(e);
+                    }
+                }
             }
-            .and_then(|mut c| writable(&mut c).map(|()| c));
             OPENING.store(false, Ordering::Release);
-            checked
-        })
-        .map(|c| *conn = Some(c))
+            Ok((out, first_error))
+        });
+        match checked {
+            Ok((kept, error)) => {
+                for (slot, c) in conns.iter_mut().zip(kept) {
+                    *slot = c;
+                }
+                error.map_or(Ok(()), Err)
+            }
+            Err(e) => Err(e),
+        }
     };
     match answered {
         Ok(()) => Page::text(200, format!("ok\ndatabase up\n{pool}")),
@@ -119,23 +142,31 @@ fn metrics(shared: &Shared) -> String {
     p.gauge("mwmq_pool_size", "Database connections the pool may hold.", &[], shared.pool.size() as f64);
     p.gauge("mwmq_pool_open", "Database connections open.", &[], open as f64);
     p.gauge("mwmq_pool_idle", "Database connections idle.", &[], idle as f64);
-    let c = &shared.pool.counters;
-    let v = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
-    p.counter("mwmq_pool_waits_total", "Borrowings that waited for a connection.", &[], v(&c.waits));
-    p.counter("mwmq_pool_timeouts_total", "Borrowings that gave up.", &[], v(&c.timeouts));
-    p.counter("mwmq_db_connects_total", "Database connections opened.", &[], v(&c.connects));
-    p.counter("mwmq_db_connect_failures_total", "Failed attempts to connect.", &[], v(&c.connect_failures));
-    p.counter("mwmq_db_connections_lost_total", "Connections dropped after a failure.", &[], v(&c.lost));
-    let primary = &c.primary;
-    p.counter("mwmq_db_failovers_total", "Connections opened on another server than before.", &[], primary.failovers());
-    p.counter("mwmq_db_outages_total", "Periods without an answering database that ended.", &[], primary.outages());
-    p.counter_f64(
-        "mwmq_db_unavailable_seconds_total",
-        "Time without an answering database (no primary), the current period included.",
-        &[],
-        primary.down_seconds(mwstats::clock::now_ns()),
-    );
-    p.gauge("mwmq_db_up", "1 unless requests find the database unavailable now.", &[], f64::from(!primary.down()));
+    let pools = &shared.pool;
+    p.counter("mwmq_pool_waits_total", "Borrowings that waited for a connection.", &[], pools.sum(|c| &c.waits));
+    p.counter("mwmq_pool_timeouts_total", "Borrowings that gave up.", &[], pools.sum(|c| &c.timeouts));
+    p.counter("mwmq_db_connects_total", "Database connections opened.", &[], pools.sum(|c| &c.connects));
+    p.counter("mwmq_db_connect_failures_total", "Failed attempts to connect.", &[], pools.sum(|c| &c.connect_failures));
+    p.counter("mwmq_db_connections_lost_total", "Connections dropped after a failure.", &[], pools.sum(|c| &c.lost));
+    let now = mwstats::clock::now_ns();
+    for (i, pool) in pools.iter().enumerate() {
+        let primary = &pool.counters.primary;
+        let l = [("database", pools.placement.name(i))];
+        p.counter(
+            "mwmq_db_failovers_total",
+            "Connections opened on another server than before.",
+            &l,
+            primary.failovers(),
+        );
+        p.counter("mwmq_db_outages_total", "Periods without an answering database that ended.", &l, primary.outages());
+        p.counter_f64(
+            "mwmq_db_unavailable_seconds_total",
+            "Time without an answering database (no primary), the current period included.",
+            &l,
+            primary.down_seconds(now),
+        );
+        p.gauge("mwmq_db_up", "1 unless requests find the database unavailable now.", &l, f64::from(!primary.down()));
+    }
     p.counter("mwmq_db_statements_total", "Statements run.", &[], acc.db_requests);
     p.counter("mwmq_db_errors_total", "Statements that failed.", &[], acc.db_errors);
     let net = shared.net.snapshot();
@@ -162,7 +193,7 @@ fn metrics(shared: &Shared) -> String {
         "mwmq_db_statements_cut_total",
         "Connections cut because the database did not answer a statement in time.",
         &[],
-        shared.pool.watch.cut.load(Ordering::Relaxed),
+        shared.pool.cut(),
     );
     p.counter(
         "mwmq_tls_handshake_failures_total",

@@ -29,6 +29,7 @@ use tokio::sync::{oneshot, watch};
 
 use crate::command::{self, Command, Limits, MqOp};
 use crate::commands::{Answer, Batch, Core, DbFacts, Outcome, Session};
+use crate::config::Config;
 use crate::db::{DbError, LeaseRef, PgConn};
 use crate::resp::{Reply, Request, RequestParser};
 use crate::shared::Shared;
@@ -84,6 +85,8 @@ struct Pending {
     sess: Rc<Sess>,
     /// The statement it may share (`Batch::of`, once), when batching is on.
     kind: Option<Batch>,
+    /// The database its statement runs on.
+    db: usize,
     t_enqueue: u64,
     tx: oneshot::Sender<Carried>,
 }
@@ -126,10 +129,10 @@ impl Drop for Busy {
     }
 }
 
-/// One event loop.
-struct Loop {
-    id: usize,
-    shared: Arc<Shared>,
+/// A loop's connections to one database, and the statements in flight on them.
+struct LoopDb {
+    /// This database's configuration (`Config::for_database`).
+    cfg: Config,
     slots: RefCell<Vec<Slot>>,
     /// A slot became usable (or failed to): statements waiting for one look again.
     slot_changed: tokio::sync::Notify,
@@ -138,11 +141,21 @@ struct Loop {
     kinds: RefCell<Vec<Batch>>,
     /// When the last statement started (a second one waits `loop_patience_us` after it).
     last_start: Cell<Instant>,
+    /// A kick is scheduled for when the patience is over.
+    rekick: Cell<bool>,
+}
+
+/// One event loop.
+struct Loop {
+    id: usize,
+    shared: Arc<Shared>,
+    /// Per database (`[[databases]]`; one with `--db`).
+    dbs: Vec<LoopDb>,
+    /// Statements in flight, on every database (a stop waits for them).
+    inflight: Cell<usize>,
     patience: Duration,
     /// Statements a connection takes at once (pipelined).
     pipeline: usize,
-    /// A kick is scheduled for when the patience is over.
-    rekick: Cell<bool>,
     pending: RefCell<VecDeque<Pending>>,
     writer: RefCell<SlotWriter<MqAcc>>,
     /// Client connections open on this loop.
@@ -222,18 +235,24 @@ fn run_loop(
     local.block_on(&rt, async move {
         let cfg = &shared.config;
         let q = &cfg.queues;
-        let db = cfg.server.loop_db.max(1);
+        let conns = cfg.server.loop_db.max(1);
         let lp = Rc::new(Loop {
             id,
             shared: shared.clone(),
-            slots: RefCell::new((0..db).map(|_| Slot::default()).collect()),
-            slot_changed: tokio::sync::Notify::new(),
+            dbs: (0..shared.pool.len())
+                .map(|i| LoopDb {
+                    cfg: cfg.for_database(i),
+                    slots: RefCell::new((0..conns).map(|_| Slot::default()).collect()),
+                    slot_changed: tokio::sync::Notify::new(),
+                    inflight: Cell::new(0),
+                    kinds: RefCell::new(Vec::new()),
+                    last_start: Cell::new(Instant::now()),
+                    rekick: Cell::new(false),
+                })
+                .collect(),
             inflight: Cell::new(0),
-            kinds: RefCell::new(Vec::new()),
-            last_start: Cell::new(Instant::now()),
             patience: Duration::from_micros(cfg.server.loop_patience_us),
             pipeline: cfg.server.loop_pipeline.max(1),
-            rekick: Cell::new(false),
             pending: RefCell::new(VecDeque::new()),
             writer: RefCell::new(SlotWriter::new(id, MqAcc::default())),
             clients: Cell::new(0),
@@ -517,20 +536,26 @@ async fn flush<W: AsyncWrite + Unpin>(
 
 /// Gives back leases whose replies never reached their client.
 fn release(lp: &Rc<Loop>, leases: Vec<LeaseRef>) {
-    let lp = lp.clone();
-    lp.inflight.set(lp.inflight.get() + 1);
-    tokio::task::spawn_local(async move {
-        let r = match lp.connection().await {
-            Ok((pg, _busy)) => pg.release(&leases).await,
-            Err(e) => Err(e),
-        };
-        match r {
-            Ok(n) => NetCounters::add(&lp.shared.net.leases_released, n),
-            // They expire by themselves after their visibility timeout.
-            Err(e) => tracing::warn!("could not give back {} leases: {e:?}", leases.len()),
+    for db in 0..lp.dbs.len() {
+        let leases: Vec<LeaseRef> = leases.iter().filter(|l| l.db == db).copied().collect();
+        if leases.is_empty() {
+            continue;
         }
-        lp.inflight.set(lp.inflight.get() - 1);
-    });
+        let lp = lp.clone();
+        lp.inflight.set(lp.inflight.get() + 1);
+        tokio::task::spawn_local(async move {
+            let r = match lp.connection(db).await {
+                Ok((pg, _busy)) => pg.release(&leases).await,
+                Err(e) => Err(e),
+            };
+            match r {
+                Ok(n) => NetCounters::add(&lp.shared.net.leases_released, n),
+                // They expire by themselves after their visibility timeout.
+                Err(e) => tracing::warn!("could not give back {} leases: {e:?}", leases.len()),
+            }
+            lp.inflight.set(lp.inflight.get() - 1);
+        });
+    }
 }
 
 /// Carries out one request and encodes its reply into `out`.
@@ -659,10 +684,13 @@ async fn database(lp: &Rc<Loop>, c: Command, sess: &Rc<Sess>) -> (Carried, u64) 
 impl Loop {
     /// Hands a request to the statements; its outcome.
     async fn submit(self: &Rc<Self>, cmd: Command, sess: Rc<Sess>) -> Carried {
+        let Some(db) = Core::new(&self.shared).home(&cmd) else {
+            return self.on_every_database(cmd, sess).await;
+        };
         let (tx, rx) = oneshot::channel();
         let kind = (self.shared.config.server.batch > 1).then(|| Batch::of(&cmd, &*sess)).flatten();
-        self.pending.borrow_mut().push_back(Pending { cmd, sess, kind, t_enqueue: now_ns(), tx });
-        self.kick();
+        self.pending.borrow_mut().push_back(Pending { cmd, sess, kind, db, t_enqueue: now_ns(), tx });
+        self.kick(db);
         rx.await.unwrap_or_else(|_| Carried {
             outcome: Outcome::Reply(Reply::err("internal: the request was dropped"), Vec::new(), "server_error"),
             db: DbFacts::default(),
@@ -671,38 +699,61 @@ impl Loop {
         })
     }
 
-    /// Starts statements for waiting requests while there is room: each
-    /// takes every waiting request that can share it.
-    fn kick(self: &Rc<Self>) {
+    /// QLIST: its statement on every database, one after the other, the
+    /// answers merged.
+    async fn on_every_database(self: &Rc<Self>, cmd: Command, sess: Rc<Sess>) -> Carried {
+        let t_dequeue = now_ns();
+        let core = Core::new(&self.shared);
+        let mut db = DbFacts::default();
+        let mut answers = Vec::new();
+        self.inflight.set(self.inflight.get() + 1);
+        for d in 0..self.dbs.len() {
+            let r = self.on_connection(d, &mut db, async |pg, db| core.statement(pg, &cmd, &*sess, db).await).await;
+            answers.push(r);
+        }
+        self.inflight.set(self.inflight.get() - 1);
+        let outcome = core.merge_lists(answers).unwrap_or_else(|e| {
+            let status = db.failed_with(&e);
+            Outcome::Reply(e.reply(), Vec::new(), status)
+        });
+        Carried { outcome, db, t_dequeue, busy: now_ns().saturating_sub(t_dequeue) }
+    }
+
+    /// Starts statements on database `d` for waiting requests while there is
+    /// room: each takes every waiting request that can share it.
+    fn kick(self: &Rc<Self>, d: usize) {
         let batch = self.shared.config.server.batch.max(1);
-        let room = self.slots.borrow().len() * self.pipeline;
-        while self.inflight.get() < room {
+        let here = &self.dbs[d];
+        let room = here.slots.borrow().len() * self.pipeline;
+        while here.inflight.get() < room {
             // Patience: while a statement of a kind is in flight, what
             // arrives meanwhile goes in the next one, unless it is slow.
             // Requests that share no statement (RECVs of receivers with
             // other names, QINFO) or whose kind has room go first.
-            let patient = self.last_start.get().elapsed() < self.patience;
+            let patient = here.last_start.get().elapsed() < self.patience;
             let next = {
                 let pending = self.pending.borrow();
-                let kinds = self.kinds.borrow();
-                if pending.is_empty() {
+                let kinds = here.kinds.borrow();
+                if !pending.iter().any(|p| p.db == d) {
                     return;
                 }
-                pending.iter().position(|p| !patient || p.kind.as_ref().is_none_or(|k| !kinds.contains(k)))
+                pending
+                    .iter()
+                    .position(|p| p.db == d && (!patient || p.kind.as_ref().is_none_or(|k| !kinds.contains(k))))
             };
             let Some(next) = next else {
-                if !self.rekick.replace(true) {
+                if !here.rekick.replace(true) {
                     let lp = self.clone();
-                    let wait = self.patience.saturating_sub(self.last_start.get().elapsed());
+                    let wait = self.patience.saturating_sub(here.last_start.get().elapsed());
                     tokio::task::spawn_local(async move {
                         tokio::time::sleep(wait).await;
-                        lp.rekick.set(false);
-                        lp.kick();
+                        lp.dbs[d].rekick.set(false);
+                        lp.kick(d);
                     });
                 }
                 return;
             };
-            self.last_start.set(Instant::now());
+            here.last_start.set(Instant::now());
             let (kind, group) = {
                 let mut p = self.pending.borrow_mut();
                 let Some(first) = p.remove(next) else { return };
@@ -711,7 +762,7 @@ impl Loop {
                 if kind.is_some() {
                     let mut i = next;
                     while i < p.len() && group.len() < batch {
-                        if p[i].kind == kind {
+                        if p[i].kind == kind && p[i].db == d {
                             group.extend(p.remove(i));
                         } else {
                             i += 1;
@@ -720,25 +771,28 @@ impl Loop {
                 }
                 (kind, group)
             };
+            here.inflight.set(here.inflight.get() + 1);
             self.inflight.set(self.inflight.get() + 1);
             if let Some(k) = &kind {
-                self.kinds.borrow_mut().push(k.clone());
+                here.kinds.borrow_mut().push(k.clone());
             }
             let lp = self.clone();
             tokio::task::spawn_local(async move {
                 let mut group = group;
                 match &kind {
-                    Some(k) if group.len() > 1 => lp.run_batch(k, group).await,
-                    _ => lp.run_one(group.pop().expect("a group has a request")).await,
+                    Some(k) if group.len() > 1 => lp.run_batch(d, k, group).await,
+                    _ => lp.run_one(d, group.pop().expect("a group has a request")).await,
                 }
+                let here = &lp.dbs[d];
                 if let Some(k) = kind {
-                    let mut kinds = lp.kinds.borrow_mut();
+                    let mut kinds = here.kinds.borrow_mut();
                     if let Some(i) = kinds.iter().position(|x| *x == k) {
                         kinds.swap_remove(i);
                     }
                 }
+                here.inflight.set(here.inflight.get() - 1);
                 lp.inflight.set(lp.inflight.get() - 1);
-                lp.kick();
+                lp.kick(d);
             });
         }
     }
@@ -750,7 +804,7 @@ impl Loop {
             .then(|| Reply::Error(format!("TRYAGAIN the request waited more than {ms} ms for the database")))
     }
 
-    async fn run_one(self: &Rc<Self>, p: Pending) {
+    async fn run_one(self: &Rc<Self>, d: usize, p: Pending) {
         let t_dequeue = now_ns();
         let mut db = DbFacts::default();
         let outcome = match self.too_late(&p, t_dequeue) {
@@ -758,7 +812,7 @@ impl Loop {
             None => {
                 let core = Core::new(&self.shared);
                 let r =
-                    self.on_connection(&mut db, async |pg, db| core.statement(pg, &p.cmd, &*p.sess, db).await).await;
+                    self.on_connection(d, &mut db, async |pg, db| core.statement(pg, &p.cmd, &*p.sess, db).await).await;
                 match r {
                     Ok(o) => o,
                     Err(e) => {
@@ -776,7 +830,7 @@ impl Loop {
     }
 
     #[allow(clippy::vec_box)]
-    async fn run_batch(self: &Rc<Self>, kind: &Batch, group: Vec<Pending>) {
+    async fn run_batch(self: &Rc<Self>, d: usize, kind: &Batch, group: Vec<Pending>) {
         let t_dequeue = now_ns();
         let n = group.len();
         let mut replies: Vec<Answer> =
@@ -790,7 +844,7 @@ impl Loop {
             let mut got: Vec<Answer> = vec![None; live.len()];
             let mut got_leases: Vec<Vec<LeaseRef>> = vec![Vec::new(); live.len()];
             let r = self
-                .on_connection(&mut db, async |pg, _| {
+                .on_connection(d, &mut db, async |pg, _| {
                     core.batch_statement(pg, kind, &items, &mut got, &mut got_leases).await
                 })
                 .await;
@@ -833,16 +887,18 @@ impl Loop {
     /// when it had the connection and when the database answered.
     async fn on_connection<T>(
         self: &Rc<Self>,
+        d: usize,
         db: &mut DbFacts,
         f: impl AsyncFnOnce(&PgConn, &mut DbFacts) -> Result<T, DbError>,
     ) -> Result<T, DbError> {
-        let r = match self.connection().await {
+        db.db = d;
+        let r = match self.connection(d).await {
             Err(e) => Err(e),
             Ok((pg, _busy)) => {
                 let now = now_ns();
                 db.t_pool = Some(now);
                 db.t_send = Some(now);
-                self.deadline(&pg, f(&pg, db)).await
+                self.deadline(d, &pg, f(&pg, db)).await
             }
         };
         db.t_done = Some(now_ns());
@@ -853,6 +909,7 @@ impl Loop {
     /// given up (its socket closed) and the request told to try again.
     async fn deadline<T>(
         &self,
+        d: usize,
         pg: &PgConn,
         f: impl std::future::Future<Output = Result<T, DbError>>,
     ) -> Result<T, DbError> {
@@ -862,8 +919,8 @@ impl Loop {
                 Ok(r) => r,
                 Err(_) => {
                     pg.set_broken();
-                    self.shared.pool.watch.cut.fetch_add(1, Ordering::Relaxed);
-                    self.forget_broken();
+                    self.shared.pool[d].watch.cut.fetch_add(1, Ordering::Relaxed);
+                    self.forget_broken(d);
                     Err(DbError::Unavailable(format!("the database did not answer within {} ms", limit.as_millis())))
                 }
             },
@@ -871,26 +928,27 @@ impl Loop {
     }
 
     /// Drops broken connections (their sockets close at once).
-    fn forget_broken(&self) {
-        for s in self.slots.borrow_mut().iter_mut() {
+    fn forget_broken(&self, d: usize) {
+        for s in self.dbs[d].slots.borrow_mut().iter_mut() {
             if s.pg.as_ref().is_some_and(|(pg, _)| pg.broken()) {
                 if let Some((_, driver)) = s.pg.take() {
                     driver.abort();
                 }
-                NetCounters::add(&self.shared.pool.counters.lost, 1);
+                NetCounters::add(&self.shared.pool[d].counters.lost, 1);
             }
         }
     }
 
     /// A database connection for a statement: the next one in turn, opened
     /// first when it is not open (after a failure, not before its backoff).
-    async fn connection(self: &Rc<Self>) -> Result<(Rc<PgConn>, Busy), DbError> {
-        self.forget_broken();
-        let n = self.slots.borrow().len();
+    async fn connection(self: &Rc<Self>, d: usize) -> Result<(Rc<PgConn>, Busy), DbError> {
+        self.forget_broken(d);
+        let here = &self.dbs[d];
+        let n = here.slots.borrow().len();
         // The first connection with room in its pipeline (the first one,
         // unless statements are slow): else the one with the fewest in flight.
         let i = {
-            let slots = self.slots.borrow();
+            let slots = here.slots.borrow();
             let pipeline = self.pipeline;
             let idle = slots.iter().position(|s| s.pg.is_some() && s.busy.get() < pipeline);
             let closed = slots.iter().position(|s| s.pg.is_none());
@@ -898,7 +956,7 @@ impl Loop {
         };
         loop {
             let wait = {
-                let mut slots = self.slots.borrow_mut();
+                let mut slots = here.slots.borrow_mut();
                 if let Some((pg, _)) = &slots[i].pg {
                     return Ok((pg.clone(), Busy::on(&slots[i].busy)));
                 }
@@ -923,24 +981,25 @@ impl Loop {
                 break;
             }
             // Another statement opens this slot: wait for it.
-            self.slot_changed.notified().await;
+            here.slot_changed.notified().await;
         }
-        let cfg = self.shared.config.clone();
+        let cfg = &here.cfg;
         let limit = Duration::from_millis(cfg.database.connect_timeout_ms)
             + cfg.statement_deadline().unwrap_or(Duration::from_secs(30));
-        let opened = match tokio::time::timeout(limit, PgConn::open(&cfg)).await {
+        let opened = match tokio::time::timeout(limit, PgConn::open(cfg)).await {
             Ok(r) => r,
             Err(_) => Err(format!("the database did not finish opening a connection within {} ms", limit.as_millis())),
         };
-        let counters = &self.shared.pool.counters;
+        let counters = &self.shared.pool[d].counters;
         let result = {
-            let mut slots = self.slots.borrow_mut();
+            let mut slots = here.slots.borrow_mut();
             let s = &mut slots[i];
             s.opening = false;
             match opened {
-                Ok((pg, driver)) => {
+                Ok((mut pg, driver)) => {
                     counters.connects.fetch_add(1, Ordering::Relaxed);
                     counters.primary.opened(&pg.server);
+                    pg.db = d;
                     let driver = tokio::task::spawn_local(driver).abort_handle();
                     let pg = Rc::new(pg);
                     s.pg = Some((pg.clone(), driver));
@@ -962,7 +1021,7 @@ impl Loop {
                 }
             }
         };
-        self.slot_changed.notify_waiters();
+        here.slot_changed.notify_waiters();
         result
     }
 }

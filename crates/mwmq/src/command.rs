@@ -211,6 +211,27 @@ impl Command {
     pub fn uses_database(&self) -> bool {
         !matches!(self.op(), MqOp::Other)
     }
+
+    /// The queue it names, whose database its statement runs on (`None`:
+    /// QLIST, which asks every database, and the commands without one).
+    pub fn queue(&self) -> Option<&str> {
+        match self {
+            Command::Send(x) => Some(&x.queue),
+            Command::Recv(r) => Some(&r.queue),
+            Command::Create(q, _)
+            | Command::Alter(q, _)
+            | Command::QueueInfo(q)
+            | Command::Drop(q)
+            | Command::Len(q)
+            | Command::Redrive { queue: q, .. }
+            | Command::Touch { queue: q, .. }
+            | Command::Ack { queue: q, .. }
+            | Command::Nack { queue: q, .. }
+            | Command::Pop { queue: q, .. }
+            | Command::Peek { queue: q, .. } => Some(q),
+            _ => None,
+        }
+    }
 }
 
 /// Why a request is not a command (the reply says it).

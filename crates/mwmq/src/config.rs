@@ -27,13 +27,53 @@ pub struct Config {
     /// `--insecure-no-auth`.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub users: Vec<crate::users::UserConfig>,
+    /// Several PostgreSQL clusters to spread the queues over (instead of
+    /// `database.url`): each queue lives on one, chosen by rendezvous hashing
+    /// of its name (`placement.rs`). The `[database]` settings apply to each.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub databases: Vec<DatabaseEntry>,
 }
+
+/// One of the databases the queues are spread over.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DatabaseEntry {
+    /// Its name: what placement hashes (renaming it moves its queues;
+    /// changing its connection string, e.g. to a new host, does not).
+    pub name: String,
+    /// A libpq connection string or URL, as `database.url`.
+    pub url: String,
+}
+
+/// Most databases in `[[databases]]`.
+pub const MAX_DATABASES: usize = 64;
 
 impl Config {
     /// Whether the configuration holds secrets: users' password hashes, or a
-    /// password in the database connection string.
+    /// password in a database connection string.
     pub fn has_secrets(&self) -> bool {
-        !self.users.is_empty() || mwstats::redact::redact(&self.database.url) != self.database.url
+        let secret = |u: &str| mwstats::redact::redact(u) != u;
+        !self.users.is_empty() || secret(&self.database.url) || self.databases.iter().any(|d| secret(&d.url))
+    }
+
+    /// The databases queues are placed on: `[[databases]]`, or the one of
+    /// `database.url` (named `main`).
+    pub fn database_list(&self) -> Vec<DatabaseEntry> {
+        if self.databases.is_empty() {
+            vec![DatabaseEntry { name: "main".into(), url: self.database.url.clone() }]
+        } else {
+            self.databases.clone()
+        }
+    }
+
+    /// This configuration for database `i` of [`Config::database_list`]
+    /// alone (its `database.url`, no list): what a connection, the schema
+    /// and the background threads of that database are opened with.
+    pub fn for_database(&self, i: usize) -> Config {
+        let mut c = self.clone();
+        c.database.url = self.database_list()[i].url.clone();
+        c.databases.clear();
+        c
     }
 }
 
@@ -280,6 +320,9 @@ impl ServiceConfig for Config {
     /// password hashes (see also [`Config::has_secrets`]).
     fn redact(&mut self) {
         self.database.url = mwstats::redact::redact(&self.database.url);
+        for d in &mut self.databases {
+            d.url = mwstats::redact::redact(&d.url);
+        }
         for u in &mut self.users {
             u.password_hash = mwstats::redact::MASK.into();
         }
@@ -301,14 +344,29 @@ impl ServiceConfig for Config {
             return err(format!("input_budget ({}) must be at least max_body ({})", s.input_budget, s.max_body));
         }
         let d = &self.database;
-        if d.url.trim().is_empty() {
+        if !self.databases.is_empty() && !d.url.trim().is_empty() {
+            return err("give either one database (--db, database.url) or a [[databases]] list, not both".into());
+        }
+        if self.databases.is_empty() && d.url.trim().is_empty() {
             return err("no database: give a PostgreSQL connection string with --db (e.g. \
                         'host=/run/postgresql dbname=mwmq')"
                 .into());
         }
-        let target = crate::dbtls::split(&d.url).map_err(ConfigError)?;
-        if let Err(e) = target.conninfo.parse::<postgres::Config>() {
-            return err(format!("database connection string {:?}: {e}", mwstats::redact::redact(&d.url)));
+        if self.databases.len() > MAX_DATABASES {
+            return err(format!("at most {MAX_DATABASES} [[databases]], not {}", self.databases.len()));
+        }
+        let mut names = std::collections::BTreeSet::new();
+        for e in &self.database_list() {
+            if e.name.trim().is_empty() || !names.insert(e.name.as_str()) {
+                return err(format!("[[databases]]: each needs a name of its own ({:?} is empty or repeated)", e.name));
+            }
+            if e.url.trim().is_empty() {
+                return err(format!("[[databases]] {:?}: no url (a PostgreSQL connection string)", e.name));
+            }
+            let target = crate::dbtls::split(&e.url).map_err(ConfigError)?;
+            if let Err(err_) = target.conninfo.parse::<postgres::Config>() {
+                return err(format!("database connection string {:?}: {err_}", mwstats::redact::redact(&e.url)));
+            }
         }
         if self.pool_size() > 1024 {
             return err(format!("the pool must have 1..=1024 connections, not {}", self.pool_size()));
@@ -358,6 +416,32 @@ mod tests {
         assert_eq!(Config::from_toml(&c.to_toml()).unwrap(), c);
         let e = Config::from_toml("[server]\nworkerz = 3\n").unwrap_err();
         assert!(e.0.contains("unknown field `workerz`"), "{e}");
+    }
+
+    #[test]
+    fn several_databases() {
+        let c = Config {
+            databases: vec![
+                DatabaseEntry { name: "a".into(), url: "host=/tmp/a dbname=mwmq".into() },
+                DatabaseEntry { name: "b".into(), url: "host=/tmp/b password=secret dbname=mwmq".into() },
+            ],
+            ..Config::default()
+        };
+        c.validate().unwrap();
+        assert_eq!(c.database_list().len(), 2);
+        assert_eq!(c.for_database(1).database.url, "host=/tmp/b password=secret dbname=mwmq");
+        assert!(c.for_database(1).databases.is_empty());
+        assert!(c.has_secrets());
+        let shown = c.redacted().to_toml();
+        assert!(!shown.contains("password=secret"), "{shown}");
+        assert_eq!(Config::from_toml(&c.to_toml()).unwrap(), c);
+        let mut both = c.clone();
+        both.database.url = "host=/tmp".into();
+        assert!(both.validate().unwrap_err().0.contains("not both"));
+        let mut twice = c.clone();
+        twice.databases[1].name = "a".into();
+        assert!(twice.validate().unwrap_err().0.contains("name of its own"));
+        assert_eq!(ok().database_list()[0].name, "main");
     }
 
     #[test]

@@ -519,6 +519,8 @@ pub struct SendRow<'a> {
 /// A leased message as RECV returns it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Leased {
+    /// The database it lives on (for releasing the lease).
+    pub db: usize,
     /// The queue's internal id (for releasing the lease).
     pub queue_id: i64,
     /// Message id.
@@ -583,6 +585,8 @@ pub struct Message {
 /// A lease to give back (its reply never reached the client).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LeaseRef {
+    /// The database (index in the `[[databases]]` list).
+    pub db: usize,
     /// Queue id.
     pub queue_id: i64,
     /// Message id.
@@ -606,6 +610,8 @@ pub struct PgConn {
     unreplicated: Arc<AtomicBool>,
     /// The server it reached (`host:port`), to tell a failover.
     pub server: String,
+    /// Which of the databases (`[[databases]]`) it is a connection to.
+    pub db: usize,
 }
 
 /// The start of the WARNING PostgreSQL sends when a commit's wait for the
@@ -655,6 +661,11 @@ impl PgConn {
             }
             classify(e)
         })
+    }
+
+    /// A leased message from a row of `recv_plain` or `recv` (queue id, id, lease, sender, body).
+    fn leased(&self, r: &tokio_postgres::Row) -> Leased {
+        Leased { db: self.db, queue_id: r.get(0), id: r.get(1), lease: r.get(2), sender: r.get(3), body: r.get(4) }
     }
 
     async fn exists(&self, queue: &str) -> Result<bool, DbError> {
@@ -721,10 +732,7 @@ impl PgConn {
         let r = self.client.query(&self.st.recv_plain, &[&queue, &me, &from, &count, &vt]).await;
         let plain = self.check(r)?;
         if !plain.is_empty() {
-            let mut messages: Vec<Leased> = plain
-                .iter()
-                .map(|r| Leased { queue_id: r.get(0), id: r.get(1), lease: r.get(2), sender: r.get(3), body: r.get(4) })
-                .collect();
+            let mut messages: Vec<Leased> = plain.iter().map(|r| self.leased(r)).collect();
             messages.sort_by_key(|m| m.id);
             return Ok(Received { messages, dead_lettered: 0, dropped: 0 });
         }
@@ -735,10 +743,7 @@ impl PgConn {
         if rows.is_empty() && dead == 0 {
             return self.or_no_queue(queue, Received::default()).await;
         }
-        let mut messages: Vec<Leased> = rows
-            .iter()
-            .map(|r| Leased { queue_id: r.get(0), id: r.get(1), lease: r.get(2), sender: r.get(3), body: r.get(4) })
-            .collect();
+        let mut messages: Vec<Leased> = rows.iter().map(|r| self.leased(r)).collect();
         messages.sort_by_key(|m| m.id);
         Ok(Received { messages, dead_lettered: moved as u64, dropped: (dead - moved) as u64 })
     }
@@ -765,7 +770,14 @@ impl PgConn {
             .iter()
             .map(|r| {
                 let n: i64 = r.get(0);
-                let m = Leased { queue_id: r.get(1), id: r.get(2), lease: r.get(3), sender: r.get(4), body: r.get(5) };
+                let m = Leased {
+                    db: self.db,
+                    queue_id: r.get(1),
+                    id: r.get(2),
+                    lease: r.get(3),
+                    sender: r.get(4),
+                    body: r.get(5),
+                };
                 (n as usize - 1, m)
             })
             .collect();
@@ -1085,7 +1097,7 @@ impl PgConn {
                 }),
             }
         };
-        Ok((PgConn { client, st, broken: AtomicBool::new(false), unreplicated, server }, driver))
+        Ok((PgConn { client, st, broken: AtomicBool::new(false), unreplicated, server, db: 0 }, driver))
     }
 }
 
@@ -1116,7 +1128,7 @@ impl DbConn {
     /// Opens a connection, sets its session up and prepares every statement,
     /// within the connect timeout and the statement deadline; its socket is
     /// watched by `watch`.
-    pub fn open(cfg: &Config, watch: &Arc<Watch>) -> Result<DbConn, String> {
+    pub fn open(cfg: &Config, db: usize, watch: &Arc<Watch>) -> Result<DbConn, String> {
         let limit = Duration::from_millis(cfg.database.connect_timeout_ms)
             + cfg.statement_deadline().unwrap_or(Duration::from_secs(30));
         let (cfg, watch) = (cfg.clone(), watch.clone());
@@ -1128,7 +1140,8 @@ impl DbConn {
             let (pg, armed) = {
                 let _one_at_a_time = crate::deadline::OPENING.lock().unwrap_or_else(|p| p.into_inner());
                 let before = crate::deadline::sockets();
-                let (pg, driver) = rt.block_on(PgConn::open(&cfg))?;
+                let (mut pg, driver) = rt.block_on(PgConn::open(&cfg))?;
+                pg.db = db;
                 rt.spawn(driver);
                 let after = crate::deadline::sockets();
                 let ports = crate::dbtls::split(&cfg.database.url)
@@ -1413,14 +1426,17 @@ pub struct Pool {
     state: Mutex<PoolState>,
     freed: Condvar,
     cfg: Config,
+    /// Which database (`[[databases]]`) it holds connections to.
+    index: usize,
     /// Counters for the results and `/metrics`.
     pub counters: PoolCounters,
 }
 
 impl Pool {
     /// An empty pool of `cfg.pool_size()` connections (opened on demand).
-    pub fn new(cfg: &Config) -> Pool {
+    pub fn new(cfg: &Config, index: usize) -> Pool {
         Pool {
+            index,
             watch: Watch::start(),
             size: cfg.pool_size(),
             state: Mutex::new(PoolState {
@@ -1454,7 +1470,7 @@ impl Pool {
     /// Opens connections until `n` are open (at start, so the first requests do not pay for it).
     pub fn fill(&self, n: usize) -> Result<(), String> {
         for _ in 0..n.min(self.size) {
-            let c = DbConn::open(&self.cfg, &self.watch)?;
+            let c = DbConn::open(&self.cfg, self.index, &self.watch)?;
             self.counters.connects.fetch_add(1, Ordering::Relaxed);
             self.counters.primary.opened(&c.pg.server);
             let mut s = self.lock();
@@ -1478,7 +1494,7 @@ impl Pool {
             if s.open < self.size && now >= s.next_attempt {
                 s.open += 1;
                 drop(s);
-                match DbConn::open(&self.cfg, &self.watch) {
+                match DbConn::open(&self.cfg, self.index, &self.watch) {
                     Ok(c) => {
                         self.counters.connects.fetch_add(1, Ordering::Relaxed);
                         self.counters.primary.opened(&c.pg.server);
@@ -1561,5 +1577,101 @@ impl Pool {
         s.open -= idle.len();
         drop(s);
         drop(idle);
+    }
+}
+
+/// The pools of every database the queues are spread over (one with
+/// `--db`), and which queue lives where ([`crate::placement`]).
+pub struct Pools {
+    all: Vec<Pool>,
+    /// Queue name -> database.
+    pub placement: crate::placement::Placement,
+}
+
+impl Pools {
+    /// A pool for each database of `cfg`.
+    pub fn new(cfg: &Config) -> Pools {
+        let list = cfg.database_list();
+        Pools {
+            all: (0..list.len()).map(|i| Pool::new(&cfg.for_database(i), i)).collect(),
+            placement: crate::placement::Placement::new(list.into_iter().map(|d| d.name).collect()),
+        }
+    }
+
+    /// The database `queue` lives on.
+    pub fn home(&self, queue: &str) -> usize {
+        self.placement.home(queue)
+    }
+
+    /// How many databases.
+    pub fn len(&self) -> usize {
+        self.all.len()
+    }
+
+    /// Whether there are none (never).
+    pub fn is_empty(&self) -> bool {
+        self.all.is_empty()
+    }
+
+    /// Every pool, in configuration order.
+    pub fn iter(&self) -> std::slice::Iter<'_, Pool> {
+        self.all.iter()
+    }
+
+    /// Connections the pools may hold, together.
+    pub fn size(&self) -> usize {
+        self.all.iter().map(Pool::size).sum()
+    }
+
+    /// Connections open now, and of those idle, together.
+    pub fn occupancy(&self) -> (usize, usize) {
+        self.all.iter().map(Pool::occupancy).fold((0, 0), |(a, b), (c, d)| (a + c, b + d))
+    }
+
+    /// A counter added over the pools.
+    pub fn sum(&self, counter: impl Fn(&PoolCounters) -> &AtomicU64) -> u64 {
+        self.all.iter().map(|p| counter(&p.counters).load(Ordering::Relaxed)).sum()
+    }
+
+    /// Statements whose connection was cut at the deadline, together.
+    pub fn cut(&self) -> u64 {
+        self.all.iter().map(|p| p.watch.cut.load(Ordering::Relaxed)).sum()
+    }
+
+    /// Failovers seen, on every database.
+    pub fn failovers(&self) -> u64 {
+        self.all.iter().map(|p| p.counters.primary.failovers()).sum()
+    }
+
+    /// Periods without an answering database that ended, on every database.
+    pub fn outages(&self) -> u64 {
+        self.all.iter().map(|p| p.counters.primary.outages()).sum()
+    }
+
+    /// Seconds without an answering database, added over the databases.
+    pub fn down_seconds(&self, now: u64) -> f64 {
+        self.all.iter().map(|p| p.counters.primary.down_seconds(now)).sum()
+    }
+
+    /// Whether requests find some database unavailable now.
+    pub fn down(&self) -> bool {
+        self.all.iter().any(|p| p.counters.primary.down())
+    }
+
+    /// The servers connections were last opened on, one per database.
+    pub fn servers(&self) -> String {
+        self.all.iter().map(|p| p.counters.primary.server()).collect::<Vec<_>>().join(",")
+    }
+
+    /// Closes the idle connections of every pool.
+    pub fn close(&self) {
+        self.all.iter().for_each(Pool::close);
+    }
+}
+
+impl std::ops::Index<usize> for Pools {
+    type Output = Pool;
+    fn index(&self, i: usize) -> &Pool {
+        &self.all[i]
     }
 }

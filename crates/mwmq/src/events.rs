@@ -66,8 +66,8 @@ pub fn run_timer_thread(shared: Arc<Shared>) {
 
 /// The listener thread (with `notify`): LISTENs on its own connection and
 /// wakes the waiters of every queue another process announced.
-pub fn run_listener_thread(shared: Arc<Shared>) {
-    let cfg = &shared.config;
+pub fn run_listener_thread(shared: Arc<Shared>, db: usize) {
+    let cfg = &shared.config.for_database(db);
     let w = &shared.waiters;
     let mut backoff = Duration::from_millis(cfg.database.retry_min_ms);
     while !w.lock().stopping {
@@ -130,7 +130,10 @@ pub fn run_notifier_thread(shared: Arc<Shared>) {
     let maintenance_every = Duration::from_secs(cfg.queues.maintenance_s);
     let mut next_maintenance = Instant::now() + maintenance_every;
     let mut backoff = Duration::from_millis(cfg.database.retry_min_ms);
-    let mut conn: Option<postgres::Client> = None;
+    // A connection per database (`[[databases]]`): a queue is announced on its own.
+    let dbs = shared.pool.len();
+    let configs: Vec<crate::config::Config> = (0..dbs).map(|d| cfg.for_database(d)).collect();
+    let mut conns: Vec<Option<postgres::Client>> = (0..dbs).map(|_| None).collect();
     loop {
         let (announce, tidy) = {
             let mut s = w.lock();
@@ -147,39 +150,49 @@ pub fn run_notifier_thread(shared: Arc<Shared>) {
             }
             (std::mem::take(&mut s.announce), std::mem::take(&mut s.tidy))
         };
-        if conn.as_ref().is_none_or(|c| c.is_closed()) {
-            match crate::db::connect(cfg) {
-                Ok(c) => {
-                    conn = Some(c);
-                    backoff = Duration::from_millis(cfg.database.retry_min_ms);
-                }
-                Err(e) => {
-                    tracing::debug!("notifier connection: {e}");
-                    // Waiters elsewhere fall back to polling; keep what is owed.
-                    let mut s = w.lock();
-                    s.announce.extend(announce);
-                    s.tidy |= tidy;
-                    drop(s);
-                    sleep_on(w, backoff);
-                    backoff = (backoff * 2).min(Duration::from_millis(cfg.database.retry_max_ms));
-                    continue;
-                }
-            }
-        }
-        let c = conn.as_mut().expect("connected above");
-        if !announce.is_empty() {
-            let queues: Vec<String> = announce.into_iter().collect();
-            let sql = format!("SELECT pg_notify('{CHANNEL}', q) FROM unnest($1::text[]) AS q");
-            if let Err(e) = c.execute(&sql, &[&queues]) {
-                tracing::debug!("notify failed: {e}");
-            }
-        }
-        if tidy || Instant::now() >= next_maintenance {
+        let maintain = tidy || Instant::now() >= next_maintenance;
+        if maintain {
             next_maintenance = Instant::now() + maintenance_every;
-            if let Err(e) = maintenance(c, cfg.queues.dedup_window_s) {
-                tracing::warn!("maintenance failed: {e}");
+        }
+        let mut failed = false;
+        for (d, conn) in conns.iter_mut().enumerate() {
+            let queues: Vec<String> = announce.iter().filter(|q| shared.pool.home(q) == d).cloned().collect();
+            if queues.is_empty() && !maintain {
+                continue;
+            }
+            if conn.as_ref().is_none_or(|c| c.is_closed()) {
+                match crate::db::connect(&configs[d]) {
+                    Ok(c) => *conn = Some(c),
+                    Err(e) => {
+                        tracing::debug!("notifier connection: {e}");
+                        // Waiters elsewhere fall back to polling; keep what is owed.
+                        let mut s = w.lock();
+                        s.announce.extend(queues);
+                        s.tidy |= maintain;
+                        failed = true;
+                        continue;
+                    }
+                }
+            }
+            let c = conn.as_mut().expect("connected above");
+            if !queues.is_empty() {
+                let sql = format!("SELECT pg_notify('{CHANNEL}', q) FROM unnest($1::text[]) AS q");
+                if let Err(e) = c.execute(&sql, &[&queues]) {
+                    tracing::debug!("notify failed: {e}");
+                }
+            }
+            if maintain {
+                if let Err(e) = maintenance(c, cfg.queues.dedup_window_s) {
+                    tracing::warn!("maintenance failed: {e}");
+                }
             }
         }
+        if failed {
+            sleep_on(w, backoff);
+            backoff = (backoff * 2).min(Duration::from_millis(cfg.database.retry_max_ms));
+            continue;
+        }
+        backoff = Duration::from_millis(cfg.database.retry_min_ms);
         // Debounce: a burst of SENDs is announced once per interval.
         std::thread::sleep(debounce);
     }
@@ -215,8 +228,8 @@ pub fn maintenance(c: &mut postgres::Client, dedup_window_s: u64) -> Result<(), 
 
 /// The vacuum thread (`vacuum_s` > 0): vacuums `mwmq_messages` when it holds
 /// `vacuum_min_dead` dead rows or more, on its own connection.
-pub fn run_vacuum_thread(shared: Arc<Shared>) {
-    let cfg = &shared.config;
+pub fn run_vacuum_thread(shared: Arc<Shared>, db: usize) {
+    let cfg = &shared.config.for_database(db);
     let w = &shared.waiters;
     let every = Duration::from_secs(cfg.queues.vacuum_s);
     let min_dead = i64::try_from(cfg.queues.vacuum_min_dead).unwrap_or(i64::MAX);

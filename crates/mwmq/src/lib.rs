@@ -21,6 +21,7 @@ pub mod job;
 pub mod logins;
 pub mod net;
 pub mod pgpass;
+pub mod placement;
 pub mod queues;
 /// RESP as mwmq speaks it (the server side of `respproto`).
 pub use respproto::server as resp;

@@ -12,7 +12,7 @@ use mwserve::shell::{Shell, Stopper};
 pub use mwserve::start::StartError;
 
 use crate::config::{Config, ConfigError};
-use crate::db::Pool;
+use crate::db::Pools;
 use crate::events::{run_listener_thread, run_notifier_thread, run_timer_thread, run_vacuum_thread};
 use crate::net::NetThread;
 use crate::shared::{InputBudget, Shared};
@@ -65,11 +65,14 @@ impl Service for Mq {
         // The database first: a wrong password or database fails the start
         // before the port is bound (a client never reaches a process that
         // is about to exit), and so does the schema.
-        let version = crate::db::migrate(&config).map_err(database)?;
-        tracing::info!(schema = version, "database ready");
-        let pool = Pool::new(&config);
-        // One connection now, as the workers will open them.
-        pool.fill(1).map_err(database)?;
+        let pool = Pools::new(&config);
+        for (i, entry) in config.database_list().iter().enumerate() {
+            let named = |e: String| if pool.len() > 1 { format!("database {:?}: {e}", entry.name) } else { e };
+            let version = crate::db::migrate(&config.for_database(i)).map_err(|e| database(named(e)))?;
+            tracing::info!(schema = version, database = %entry.name, "database ready");
+            // One connection now, as the workers will open them.
+            pool[i].fill(1).map_err(|e| database(named(e)))?;
+        }
         let (std_listener, addr) = mwserve::listen::bind(&config.server.listen)?;
         // The main listener speaks TLS when there is a certificate; a plain one may sit beside it.
         let mut listeners = vec![(std_listener, tls.is_some())];
@@ -206,15 +209,17 @@ fn start_background(shared: &Arc<Shared>) -> std::io::Result<Vec<JoinHandle<()>>
     background.push(spawn("timer", Box::new(move || run_timer_thread(s)))?);
     let s = shared.clone();
     background.push(spawn("notifier", Box::new(move || run_notifier_thread(s)))?);
-    if shared.config.queues.vacuum_s > 0 {
-        // Not joined: a long VACUUM need not hold up a stop; the thread
-        // ends by itself once it sees the stop.
-        let s = shared.clone();
-        spawn("vacuum", Box::new(move || run_vacuum_thread(s)))?;
-    }
-    if shared.config.database.notify {
-        let s = shared.clone();
-        background.push(spawn("listener", Box::new(move || run_listener_thread(s)))?);
+    for db in 0..shared.pool.len() {
+        if shared.config.queues.vacuum_s > 0 {
+            // Not joined: a long VACUUM need not hold up a stop; the thread
+            // ends by itself once it sees the stop.
+            let s = shared.clone();
+            spawn(&format!("vacuum-{db}"), Box::new(move || run_vacuum_thread(s, db)))?;
+        }
+        if shared.config.database.notify {
+            let s = shared.clone();
+            background.push(spawn(&format!("listener-{db}"), Box::new(move || run_listener_thread(s, db)))?);
+        }
     }
     Ok(background)
 }

@@ -11,7 +11,7 @@ use mio::Waker;
 use mwserve::queue::WorkQueue;
 
 use crate::config::Config;
-use crate::db::{LeaseRef, Pool};
+use crate::db::{LeaseRef, Pools};
 use crate::job::{Done, Work};
 use crate::telemetry::{NetCounters, Telemetry};
 use crate::waiters::Waiters;
@@ -61,8 +61,8 @@ pub struct Shared {
     pub config: Config,
     /// Requests waiting for a worker.
     pub queue: WorkQueue<Work>,
-    /// Database connections.
-    pub pool: Pool,
+    /// Database connections: a pool per database, and which queue lives where.
+    pub pool: Pools,
     /// RECVs waiting for messages.
     pub waiters: Waiters,
     /// Measurements.

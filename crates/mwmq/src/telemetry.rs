@@ -12,7 +12,7 @@ use mwstats::writer::TraceRow;
 use mwstats::Hist;
 
 use crate::command::MqOp;
-use crate::db::PoolCounters;
+use crate::db::Pools;
 
 /// What one worker measured (or the sum of several).
 #[derive(Clone, Debug, Default)]
@@ -80,14 +80,13 @@ pub struct PoolSnapshot {
 
 impl PoolSnapshot {
     /// The pool's counters now.
-    pub fn of(c: &PoolCounters) -> PoolSnapshot {
-        let v = |a: &AtomicU64| a.load(Ordering::Relaxed);
+    pub fn of(p: &Pools) -> PoolSnapshot {
         PoolSnapshot {
-            waits: v(&c.waits),
-            timeouts: v(&c.timeouts),
-            connects: v(&c.connects),
-            connect_failures: v(&c.connect_failures),
-            lost: v(&c.lost),
+            waits: p.sum(|c| &c.waits),
+            timeouts: p.sum(|c| &c.timeouts),
+            connects: p.sum(|c| &c.connects),
+            connect_failures: p.sum(|c| &c.connect_failures),
+            lost: p.sum(|c| &c.lost),
         }
     }
 }
@@ -254,7 +253,7 @@ pub fn record_request(
         t_backend_done: db.t_done.or(db.t_send).unwrap_or(d.t_dequeue),
         t_reply: d.t_reply,
     };
-    let primary = &shared.pool.counters.primary;
+    let primary = &shared.pool[db.db].counters.primary;
     if db.unavailable {
         primary.unavailable(db.t_done.unwrap_or(d.t_reply));
     } else if db.statements > 0 && !db.failed {

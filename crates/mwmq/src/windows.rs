@@ -44,7 +44,7 @@ struct MqWindows {
 impl Windows for MqWindows {
     fn close(&mut self, index: u64, start: u64, end: u64, wanted: bool) -> Option<WindowRecord> {
         let before = self.shared.telemetry.close_window(&mut self.spares, &mut self.window).extra;
-        self.now = (self.shared.net.snapshot(), PoolSnapshot::of(&self.shared.pool.counters));
+        self.now = (self.shared.net.snapshot(), PoolSnapshot::of(&self.shared.pool));
         let (net, pool) = ((self.now.0, before.0), (self.now.1, before.1));
         wanted.then(|| build_record(&self.shared, &self.window, Some(index), start, end - start, net, pool))
     }
@@ -151,7 +151,7 @@ pub fn current_record(shared: &Shared) -> (WindowRecord, Option<WindowRecord>) {
         start,
         now.saturating_sub(start),
         (shared.net.snapshot(), run.extra.0),
-        (PoolSnapshot::of(&shared.pool.counters), run.extra.1),
+        (PoolSnapshot::of(&shared.pool), run.extra.1),
     );
     (rec, run.last.clone())
 }

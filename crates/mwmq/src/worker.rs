@@ -49,18 +49,22 @@ impl Worker {
     }
 
     fn release(&self, leases: &[LeaseRef]) {
-        if leases.is_empty() {
-            return;
-        }
-        let result = self.shared.pool.get().and_then(|mut c| {
-            let r = c.run(async |pg| pg.release(leases).await);
-            self.shared.pool.put(c);
-            r
-        });
-        match result {
-            Ok(n) => NetCounters::add(&self.shared.net.leases_released, n),
-            // They expire by themselves after their visibility timeout.
-            Err(e) => tracing::warn!("could not give back {} leases: {e:?}", leases.len()),
+        for db in 0..self.shared.pool.len() {
+            let mine: Vec<LeaseRef> = leases.iter().filter(|l| l.db == db).copied().collect();
+            if mine.is_empty() {
+                continue;
+            }
+            let pool = &self.shared.pool[db];
+            let result = pool.get().and_then(|mut c| {
+                let r = c.run(async |pg| pg.release(&mine).await);
+                pool.put(c);
+                r
+            });
+            match result {
+                Ok(n) => NetCounters::add(&self.shared.net.leases_released, n),
+                // They expire by themselves after their visibility timeout.
+                Err(e) => tracing::warn!("could not give back {} leases: {e:?}", mine.len()),
+            }
         }
     }
 
@@ -73,10 +77,12 @@ impl Worker {
         let batch = self.shared.config.server.batch;
         if batch > 1 {
             if let Some(kind) = job.cmd.as_ref().ok().and_then(|c| Batch::of(c, &*job.conn)) {
+                // One statement runs on one database: its requests' queues live there.
+                let home = job.cmd.as_ref().ok().and_then(|c| core.home(c));
                 let more = self.shared.queue.take_matching(batch - 1, |w| match w {
-                    Work::Request(j) => {
-                        j.cmd.as_ref().is_ok_and(|c| kind.matches(c, &*j.conn) && core.gate(c, &*j.conn).is_none())
-                    }
+                    Work::Request(j) => j.cmd.as_ref().is_ok_and(|c| {
+                        kind.matches(c, &*j.conn) && core.home(c) == home && core.gate(c, &*j.conn).is_none()
+                    }),
                     Work::Release(_) => false,
                 });
                 if !more.is_empty() {
@@ -110,8 +116,10 @@ impl Worker {
             }
         }
         let live: Vec<usize> = (0..jobs.len()).filter(|i| replies[*i].is_none()).collect();
-        let mut db = DbFacts::default();
-        match self.shared.pool.get() {
+        let home = jobs[0].cmd.as_ref().ok().and_then(|c| Core::new(&self.shared).home(c)).unwrap_or(0);
+        let pool = &self.shared.pool[home];
+        let mut db = DbFacts { db: home, ..DbFacts::default() };
+        match pool.get() {
             Err(e) => {
                 db.failed = true;
                 db.unavailable = true;
@@ -135,7 +143,7 @@ impl Worker {
                     leases[*i] = l;
                 }
                 db.t_done = Some(now_ns());
-                self.shared.pool.put(pg);
+                pool.put(pg);
                 match result {
                     Ok(n) => db.statements = n,
                     Err(e) => {
@@ -299,7 +307,25 @@ impl Worker {
             _ => None,
         };
         let waiting = seen.is_some() && job.wait_until.is_some_and(|u| Instant::now() < u);
-        let mut pg = match self.shared.pool.get() {
+        let Some(home) = core.home(c) else {
+            // QLIST: every database's, one after the other.
+            let mut answers = Vec::new();
+            for pool in self.shared.pool.iter() {
+                let r = pool.get().and_then(|mut pg| {
+                    let r = pg.run(async |pg| core.statement(pg, c, conn, db).await);
+                    pool.put(pg);
+                    r
+                });
+                answers.push(r);
+            }
+            return core.merge_lists(answers).unwrap_or_else(|e| {
+                let status = db.failed_with(&e);
+                Outcome::Reply(e.reply(), Vec::new(), status)
+            });
+        };
+        db.db = home;
+        let pool = &self.shared.pool[home];
+        let mut pg = match pool.get() {
             Ok(pg) => pg,
             Err(e) => {
                 db.unavailable = true;
@@ -315,7 +341,7 @@ impl Worker {
         db.t_send = Some(now);
         let result = pg.run(async |pg| core.statement(pg, c, conn, db).await);
         db.t_done = Some(now_ns());
-        self.shared.pool.put(pg);
+        pool.put(pg);
         match result {
             Ok(Outcome::Reply(Reply::Array(items), _, _)) if items.is_empty() && seen.is_some() => {
                 let until = job.wait_until.unwrap_or_else(Instant::now);

@@ -145,7 +145,7 @@ impl Core<'_> {
         line("handshake_timeouts", net.handshake_timeouts.to_string());
         line("handshake_refused", net.handshake_refused.to_string());
         line("login_timeouts", net.login_timeouts.to_string());
-        line("statements_cut", s.pool.watch.cut.load(std::sync::atomic::Ordering::Relaxed).to_string());
+        line("statements_cut", s.pool.cut().to_string());
         line("auth_users", if s.users.enabled() { "yes" } else { "no" }.to_string());
         line("auth_failures", s.users.failures.load(std::sync::atomic::Ordering::Relaxed).to_string());
         line("auth_throttled", s.logins.throttle.refused.load(std::sync::atomic::Ordering::Relaxed).to_string());
@@ -156,12 +156,13 @@ impl Core<'_> {
         line("db_statements", acc.db_requests.to_string());
         line("db_errors", acc.db_errors.to_string());
         line("db_unavailable", acc.db_unavailable.to_string());
-        let primary = &s.pool.counters.primary;
-        line("db_server", primary.server());
-        line("db_up", u8::from(!primary.down()).to_string());
-        line("db_failovers", primary.failovers().to_string());
-        line("db_outages", primary.outages().to_string());
-        line("db_seconds_without_primary", format!("{:.3}", primary.down_seconds(mwstats::clock::now_ns())));
+        let pools = &s.pool;
+        line("databases", pools.len().to_string());
+        line("db_server", pools.servers());
+        line("db_up", u8::from(!pools.down()).to_string());
+        line("db_failovers", pools.failovers().to_string());
+        line("db_outages", pools.outages().to_string());
+        line("db_seconds_without_primary", format!("{:.3}", pools.down_seconds(mwstats::clock::now_ns())));
         line("vacuums", s.vacuums.load(std::sync::atomic::Ordering::Relaxed).to_string());
         t
     }

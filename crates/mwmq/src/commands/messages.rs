@@ -11,7 +11,7 @@ use crate::resp::Reply;
 /// A leased message as RECV answers it (`[id, lease, sender, body]`) and the
 /// lease its reply carries.
 pub fn leased_item(m: Leased) -> (Reply, LeaseRef) {
-    let lease = LeaseRef { queue_id: m.queue_id, id: m.id, lease: m.lease };
+    let lease = LeaseRef { db: m.db, queue_id: m.queue_id, id: m.id, lease: m.lease };
     (Reply::Array(vec![Reply::Int(m.id), Reply::Int(m.lease), Reply::text(m.sender), Reply::Bulk(m.body)]), lease)
 }
 

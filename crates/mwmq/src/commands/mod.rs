@@ -101,6 +101,8 @@ pub struct DbFacts {
     pub unavailable: bool,
     /// Messages it got.
     pub hits: u64,
+    /// The database it went to (`[[databases]]`).
+    pub db: usize,
 }
 
 impl DbFacts {
@@ -262,6 +264,45 @@ impl<'a> Core<'a> {
         }
         let user = s.user()?;
         (!user.may(Right::Admin, queue)).then(|| user.name.clone())
+    }
+
+    /// The database a command's statement runs on: its queue's; `None` for
+    /// QLIST, which runs on each ([`Core::merge_lists`]).
+    pub fn home(&self, c: &Command) -> Option<usize> {
+        c.queue().map(|q| self.shared.pool.home(q))
+    }
+
+    /// QLIST's answers from every database as one (names sorted, as each is).
+    pub fn merge_lists(&self, answers: Vec<Result<Outcome, DbError>>) -> Result<Outcome, DbError> {
+        let mut names = Vec::new();
+        for a in answers {
+            match a? {
+                Outcome::Reply(Reply::Array(items), _, _) => names.extend(items),
+                other => return Ok(other),
+            }
+        }
+        names.sort_by(|a, b| match (a, b) {
+            (Reply::Bulk(x), Reply::Bulk(y)) => x.cmp(y),
+            _ => std::cmp::Ordering::Equal,
+        });
+        Ok(Outcome::ok(Reply::Array(names)))
+    }
+
+    /// With several databases: the refusal of a queue that must live with
+    /// `queue` (its dead-letter queue, a REDRIVE target) but is placed on
+    /// another database.
+    pub(crate) fn apart(&self, queue: &str, other: &str, what: &str) -> Option<Outcome> {
+        let pools = &self.shared.pool;
+        (pools.home(queue) != pools.home(other)).then(|| {
+            let msg = format!(
+                "{what} '{other}' is placed on database '{}' and '{queue}' on '{}': queues that exchange messages \
+                 must live together; give both names the same hash tag, e.g. '{{{tag}}}.{queue}' and '{{{tag}}}.{other}'",
+                pools.placement.name(pools.home(other)),
+                pools.placement.name(pools.home(queue)),
+                tag = crate::placement::key(queue),
+            );
+            Outcome::Reply(Reply::err(msg), Vec::new(), "client_error")
+        })
     }
 
     /// A message may be there for `queue`'s waiting RECVs (a SEND committed, a NACK).

@@ -59,6 +59,9 @@ impl Core<'_> {
         options: &QueueOptions,
         s: &S,
     ) -> Result<Outcome, DbError> {
+        if let Some(refused) = self.dead_letter_apart(q, options) {
+            return Ok(refused);
+        }
         if dead_letter_missing(pg, options).await? {
             return Err(no_dead_letter(options));
         }
@@ -68,6 +71,9 @@ impl Core<'_> {
     }
 
     pub(super) async fn alter(&self, pg: &PgConn, q: &str, options: &QueueOptions) -> Result<Outcome, DbError> {
+        if let Some(refused) = self.dead_letter_apart(q, options) {
+            return Ok(refused);
+        }
         if dead_letter_missing(pg, options).await? {
             return Err(no_dead_letter(options));
         }
@@ -83,11 +89,22 @@ impl Core<'_> {
         to: Option<&str>,
         count: u32,
     ) -> Result<Outcome, DbError> {
+        if let Some(refused) = to.and_then(|t| self.apart(queue, t, "REDRIVE's target")) {
+            return Ok(refused);
+        }
         let moved = pg.redrive(queue, to, count).await?;
         if let Some(t) = to {
             self.sent(t);
         }
         Ok(Outcome::ok(Reply::Int(moved)))
+    }
+
+    /// A DEADLETTER target on another database than its queue, refused.
+    fn dead_letter_apart(&self, q: &str, options: &QueueOptions) -> Option<Outcome> {
+        match &options.dead_letter {
+            Some(Some(target)) => self.apart(q, target, "the dead-letter queue"),
+            _ => None,
+        }
     }
 
     pub(super) async fn queue_info(&self, pg: &PgConn, q: &str) -> Result<Outcome, DbError> {

@@ -1,0 +1,206 @@
+//! Queues spread over several PostgreSQL databases (`[[databases]]`): each
+//! queue lives on the one rendezvous hashing of its name picks, every
+//! command finds it there, QLIST asks them all, queues that exchange
+//! messages must share a database (hash tags), and a database that goes
+//! down takes only its own queues with it.
+
+mod common;
+
+use common::*;
+use mwmq::config::DatabaseEntry;
+use mwmq::placement::Placement;
+use mwmq::Service;
+use std::collections::HashSet;
+use std::time::{Duration, Instant};
+
+fn spread_over(pgs: &[&Postgres]) -> mwmq::Config {
+    let mut c = config_for("");
+    c.databases = pgs
+        .iter()
+        .enumerate()
+        .map(|(i, pg)| DatabaseEntry { name: format!("db{i}"), url: pg.conninfo().to_string() })
+        .collect();
+    c
+}
+
+/// The queues (not dropped) a database holds.
+fn queues_in(pg: &Postgres) -> HashSet<String> {
+    let mut c = sql(pg);
+    c.query("SELECT name FROM mwmq_queues WHERE dropped_at IS NULL", &[]).unwrap().iter().map(|r| r.get(0)).collect()
+}
+
+#[test]
+fn queues_are_spread_over_three_databases_and_every_command_finds_its_own() {
+    let (a, b, c3) = (Postgres::start().unwrap(), Postgres::start().unwrap(), Postgres::start().unwrap());
+    let pgs = [&a, &b, &c3];
+    let mq = start(spread_over(&pgs));
+    let addr = mq.local_addr();
+    let mut c = connect(addr);
+    assert_eq!(info_field(&mut c, "databases"), 3);
+    let placement = Placement::new(vec!["db0".into(), "db1".into(), "db2".into()]);
+    let names: Vec<String> = (0..30).map(|i| format!("q{i}")).collect();
+    for name in &names {
+        let _: String = q(&mut c, &["QCREATE", name]);
+    }
+    // Each queue is in the database placement names, and only there.
+    for (i, pg) in pgs.iter().enumerate() {
+        let held = queues_in(pg);
+        let expected: HashSet<String> = names.iter().filter(|q| placement.home(q) == i).cloned().collect();
+        assert_eq!(held, expected, "database {i}");
+        assert!(!held.is_empty(), "every database holds some of 30 queues");
+    }
+    // QLIST asks them all (sorted, as one).
+    let mut listed: Vec<String> = q(&mut c, &["QLIST"]);
+    let mut all = names.clone();
+    all.sort();
+    assert_eq!(listed, all);
+    listed.dedup();
+    assert_eq!(listed.len(), 30);
+
+    // Concurrent SENDs to queues of every database (the engines gather them
+    // into statements per database), then each message received once.
+    let senders: Vec<_> = (0..4)
+        .map(|t| {
+            let names = names.clone();
+            std::thread::spawn(move || {
+                let mut c = connect(addr);
+                let mut sent = Vec::new();
+                for n in 0..60 {
+                    let name = &names[(t * 7 + n) % names.len()];
+                    let id: i64 = q(&mut c, &["SEND", name, &format!("{t}-{n}")]);
+                    sent.push((name.clone(), id));
+                }
+                sent
+            })
+        })
+        .collect();
+    let sent: Vec<(String, i64)> = senders.into_iter().flat_map(|s| s.join().unwrap()).collect();
+    let mut got = Vec::new();
+    for name in &names {
+        loop {
+            let batch = recv(&mut c, name, &["COUNT", "50"]);
+            if batch.is_empty() {
+                break;
+            }
+            for (id, lease, _, _) in &batch {
+                assert_eq!(q::<i64>(&mut c, &["ACK", name, &id.to_string(), &lease.to_string()]), 1);
+                got.push((name.clone(), *id));
+            }
+        }
+        assert_eq!(q::<i64>(&mut c, &["QLEN", name]), 0);
+    }
+    let want: HashSet<_> = sent.iter().cloned().collect();
+    let have: HashSet<_> = got.iter().cloned().collect();
+    assert_eq!(sent.len(), 240);
+    assert_eq!(got.len(), 240, "each message once");
+    assert_eq!(want, have);
+
+    // POP, PEEK, QINFO, TOUCH, NACK on a queue of each database.
+    for i in 0..3 {
+        let name = names.iter().find(|n| placement.home(n) == i).unwrap();
+        let id: i64 = q(&mut c, &["SEND", name, "x", "KEY", "k1"]);
+        assert_eq!(q::<i64>(&mut c, &["SEND", name, "x", "KEY", "k1"]), id, "the key is found on {name}'s database");
+        let info: Vec<redis::Value> = q(&mut c, &["QINFO", name]);
+        assert!(!info.is_empty());
+        let (got_id, lease, _, _) = recv(&mut c, name, &["VT", "60000"]).pop().expect("the message");
+        assert_eq!(got_id, id);
+        assert_eq!(q::<i64>(&mut c, &["TOUCH", name, &id.to_string(), &lease.to_string(), "60000"]), 1);
+        assert_eq!(q::<i64>(&mut c, &["NACK", name, &id.to_string(), &lease.to_string()]), 1);
+        let popped: Option<(i64, String, Vec<u8>)> = q(&mut c, &["POP", name]);
+        assert_eq!(popped.map(|p| p.0), Some(id));
+    }
+
+    // A long poll on a queue of the last database, woken by a SEND.
+    let q2 = names.iter().find(|q| placement.home(q) == 2).unwrap().clone();
+    let waiter = {
+        let q2 = q2.clone();
+        std::thread::spawn(move || {
+            let mut c = connect(addr);
+            let t0 = Instant::now();
+            let got = recv(&mut c, &q2, &["WAIT", "10000"]);
+            (got, t0.elapsed())
+        })
+    };
+    std::thread::sleep(Duration::from_millis(300));
+    let id: i64 = q(&mut c, &["SEND", &q2, "wake"]);
+    let (got, waited) = waiter.join().unwrap();
+    assert_eq!(got.first().map(|m| m.0), Some(id));
+    assert!(waited < Duration::from_secs(5), "woken by the SEND, not the end of its wait: {waited:?}");
+
+    // QDROP removes it from its database only.
+    let _: String = q(&mut c, &["QDROP", &q2]);
+    assert!(!queues_in(pgs[2]).contains(&q2));
+    assert_eq!(q::<Vec<String>>(&mut c, &["QLIST"]).len(), 29);
+    mq.stopper().stop();
+    mq.join();
+}
+
+/// A queue and its dead-letter queue must live on one database (a RECV
+/// moves dead letters in its own statement): names placed apart are
+/// refused with the way out, a hash tag; with one, dead letters flow.
+#[test]
+fn dead_letters_stay_with_their_queue() {
+    let (a, b) = (Postgres::start().unwrap(), Postgres::start().unwrap());
+    let mq = start(spread_over(&[&a, &b]));
+    let mut c = connect(mq.local_addr());
+    let placement = Placement::new(vec!["db0".into(), "db1".into()]);
+    let (jq, dlq) = (0..100)
+        .map(|i| (format!("jobs{i}"), format!("dead{i}")))
+        .find(|(q, d)| placement.home(q) != placement.home(d))
+        .expect("two names placed apart");
+    let _: String = q(&mut c, &["QCREATE", &dlq]);
+    let e = err(&mut c, &["QCREATE", &jq, "MAXDELIVERIES", "1", "DEADLETTER", &dlq]);
+    assert!(e.contains("hash tag") && e.contains(&format!("'{{{jq}}}.")), "{e}");
+    let _: String = q(&mut c, &["QCREATE", &jq]);
+    let e = err(&mut c, &["QALTER", &jq, "DEADLETTER", &dlq]);
+    assert!(e.contains("hash tag"), "{e}");
+    let e = err(&mut c, &["REDRIVE", &dlq, "TO", &jq]);
+    assert!(e.contains("hash tag"), "{e}");
+
+    // With a hash tag they live together, and a poison message moves over.
+    let (jobs, dead) = ("{orders}.jobs", "{orders}.dead");
+    assert_eq!(placement.home(jobs), placement.home(dead));
+    let _: String = q(&mut c, &["QCREATE", dead]);
+    let _: String = q(&mut c, &["QCREATE", jobs, "MAXDELIVERIES", "1", "DEADLETTER", dead]);
+    let id: i64 = q(&mut c, &["SEND", jobs, "poison"]);
+    assert_eq!(recv(&mut c, jobs, &["VT", "50"]).len(), 1);
+    std::thread::sleep(Duration::from_millis(100));
+    assert!(recv(&mut c, jobs, &[]).is_empty(), "delivered once too often: dead-lettered");
+    let moved: Option<(i64, String, Vec<u8>)> = q(&mut c, &["POP", dead]);
+    assert_eq!(moved.map(|m| m.2), Some(b"poison".to_vec()), "message {id} is in the dead-letter queue");
+    mq.stopper().stop();
+    mq.join();
+}
+
+/// One database down: its queues answer -TRYAGAIN, the others' go on; back
+/// up, its queues work again.
+#[test]
+fn a_database_down_takes_only_its_own_queues() {
+    let (a, b) = (Postgres::start().unwrap(), Postgres::start().unwrap());
+    let mq = start(spread_over(&[&a, &b]));
+    let mut c = connect(mq.local_addr());
+    let placement = Placement::new(vec!["db0".into(), "db1".into()]);
+    let on = |i: usize| (0..100).map(|n| format!("q{n}")).find(|q| placement.home(q) == i).unwrap();
+    let (qa, qb) = (on(0), on(1));
+    let _: String = q(&mut c, &["QCREATE", &qa]);
+    let _: String = q(&mut c, &["QCREATE", &qb]);
+    b.stop().unwrap();
+    let e = err(&mut c, &["SEND", &qb, "x"]);
+    assert!(e.starts_with("TRYAGAIN"), "{e}");
+    let id: i64 = q(&mut c, &["SEND", &qa, "still served"]);
+    assert!(id > 0);
+    assert_eq!(info_field(&mut c, "db_up"), 0);
+    b.restart("fast").unwrap();
+    let t0 = Instant::now();
+    loop {
+        match redis::cmd("SEND").arg(&qb).arg("back").query::<i64>(&mut c) {
+            Ok(_) => break,
+            Err(e) => assert!(t0.elapsed() < Duration::from_secs(20), "{qb} is not served again: {e}"),
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(q::<i64>(&mut c, &["QLEN", &qa]), 1);
+    assert_eq!(q::<i64>(&mut c, &["QLEN", &qb]), 1);
+    mq.stopper().stop();
+    mq.join();
+}
