@@ -5,7 +5,7 @@ use clap::Parser;
 use mwserve::cli::{set, ServerArgs};
 use mwserve::process::parse_size;
 
-use crate::config::{Config, ConfigError};
+use crate::config::{Config, ConfigError, ServiceConfig};
 
 /// mwmq: a message queue over PostgreSQL that any Redis client can talk to.
 #[derive(Parser, Debug, Default)]
@@ -40,7 +40,8 @@ pub struct Cli {
     /// Accept a configuration file with secrets that every user of this machine may read (refused otherwise).
     #[arg(long)]
     pub allow_readable_secrets: bool,
-    /// `mwmq user add ...`: make a user entry for the configuration file.
+    /// `mwmq user add ...`: make a user entry for the configuration file;
+    /// `mwmq rebalance`: move queues to the databases placement names.
     #[command(subcommand)]
     pub command: Option<Sub>,
 }
@@ -51,6 +52,20 @@ pub enum Sub {
     /// Users of the configuration file.
     #[command(subcommand)]
     User(UserSub),
+    /// Move each queue that is not on the database placement names for it
+    /// (after a database was added to [[databases]]) there, while mwmq serves it.
+    Rebalance {
+        /// Only say which queues would move.
+        #[arg(long)]
+        dry_run: bool,
+        /// Wait this long between creating a queue on its new database and
+        /// draining the old one (every mwmq looks for moved queues each second).
+        #[arg(long, value_name = "MS", default_value_t = 3000)]
+        settle_ms: u64,
+        /// The configuration file with the [[databases]] list (as `mwmq --config FILE rebalance`).
+        #[arg(long, value_name = "FILE")]
+        config: Option<std::path::PathBuf>,
+    },
 }
 
 /// `mwmq user ...`
@@ -77,8 +92,19 @@ pub enum UserSub {
 
 impl Sub {
     /// Runs the tool: what it prints, or why it cannot.
-    pub fn run(&self, stdin: &mut impl std::io::BufRead) -> Result<String, String> {
-        let Sub::User(UserSub::Add { name, password_stdin: _, send, receive, admin }) = self;
+    pub fn run(&self, cli: &Cli, stdin: &mut impl std::io::BufRead) -> Result<String, String> {
+        let (name, send, receive, admin) = match self {
+            Sub::User(UserSub::Add { name, password_stdin: _, send, receive, admin }) => (name, send, receive, admin),
+            Sub::Rebalance { dry_run, settle_ms, config } => {
+                let mut server = cli.server.clone();
+                if let Some(file) = config {
+                    server.config = Some(file.clone());
+                }
+                let cfg = Cli { server, db: cli.db.clone(), ..Cli::default() }.to_config().map_err(|e| e.0)?;
+                cfg.validate().map_err(|e| e.0)?;
+                return crate::rebalance::run(&cfg, *dry_run, std::time::Duration::from_millis(*settle_ms));
+            }
+        };
         let mut line = String::new();
         stdin.read_line(&mut line).map_err(|e| format!("cannot read the password: {e}"))?;
         let password = line.trim_end_matches(['\r', '\n']);

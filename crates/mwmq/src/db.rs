@@ -1586,6 +1586,11 @@ pub struct Pools {
     all: Vec<Pool>,
     /// Queue name -> database.
     pub placement: crate::placement::Placement,
+    /// Queues found on another database than placement names, and not on
+    /// that one (created before a database was added, not moved yet by
+    /// `mwmq rebalance`): served where they are. Refreshed by the directory
+    /// thread, with several databases only.
+    misplaced: std::sync::RwLock<std::collections::HashMap<String, usize>>,
 }
 
 impl Pools {
@@ -1595,12 +1600,49 @@ impl Pools {
         Pools {
             all: (0..list.len()).map(|i| Pool::new(&cfg.for_database(i), i)).collect(),
             placement: crate::placement::Placement::new(list.into_iter().map(|d| d.name).collect()),
+            misplaced: Default::default(),
         }
     }
 
-    /// The database `queue` lives on.
+    /// The database `queue` lives on: where placement puts it, unless it is
+    /// found only on another one (not moved yet).
     pub fn home(&self, queue: &str) -> usize {
+        if self.all.len() > 1 {
+            if let Some(i) = self.misplaced.read().unwrap_or_else(|p| p.into_inner()).get(queue) {
+                return *i;
+            }
+        }
         self.placement.home(queue)
+    }
+
+    /// Looks at every database's queues (`names[i]`: database i's, `None`
+    /// where it did not answer: what was known of it stays) and notes those
+    /// that are not where placement puts them.
+    pub fn found(&self, names: &[Option<Vec<String>>]) {
+        use std::collections::{HashMap, HashSet};
+        let sets: Vec<Option<HashSet<&str>>> =
+            names.iter().map(|n| n.as_ref().map(|n| n.iter().map(String::as_str).collect())).collect();
+        let mut map = self.misplaced.write().unwrap_or_else(|p| p.into_inner());
+        // What a database that did not answer held, or what its home would, is kept.
+        let mut next: HashMap<String, usize> = map
+            .iter()
+            .filter(|(q, i)| sets[**i].is_none() || sets[self.placement.home(q)].is_none())
+            .map(|(q, i)| (q.clone(), *i))
+            .collect();
+        for (i, set) in sets.iter().enumerate() {
+            for q in set.iter().flatten() {
+                let home = self.placement.home(q);
+                if home != i && sets[home].as_ref().is_some_and(|h| !h.contains(q)) {
+                    next.insert(q.to_string(), i);
+                }
+            }
+        }
+        *map = next;
+    }
+
+    /// Queues served where placement does not put them, now.
+    pub fn misplaced(&self) -> usize {
+        self.misplaced.read().unwrap_or_else(|p| p.into_inner()).len()
     }
 
     /// How many databases.

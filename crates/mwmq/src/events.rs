@@ -198,6 +198,54 @@ pub fn run_notifier_thread(shared: Arc<Shared>) {
     }
 }
 
+/// How often the directory thread looks for queues that are not where
+/// placement puts them (`mwmq rebalance` waits longer than this between
+/// creating a queue on its new database and draining the old one).
+pub const DIRECTORY_EVERY: Duration = Duration::from_secs(1);
+
+/// The directory thread (several databases): every [`DIRECTORY_EVERY`]
+/// lists each database's queues, so that a queue not yet moved to the
+/// database placement names (one was added) is served where it is, and one
+/// that was moved is served on its new database.
+pub fn run_directory_thread(shared: Arc<Shared>) {
+    let configs: Vec<_> = (0..shared.pool.len()).map(|i| shared.config.for_database(i)).collect();
+    let mut conns: Vec<Option<postgres::Client>> = configs.iter().map(|_| None).collect();
+    let w = &shared.waiters;
+    loop {
+        sleep_on(w, DIRECTORY_EVERY);
+        if w.lock().stopping {
+            return;
+        }
+        shared.pool.found(&queue_names(&configs, &mut conns));
+    }
+}
+
+/// Each database's queues (`None` for one that did not answer), on the
+/// connections in `conns` (opened where missing, dropped after a failure).
+pub fn queue_names(
+    configs: &[crate::config::Config],
+    conns: &mut [Option<postgres::Client>],
+) -> Vec<Option<Vec<String>>> {
+    configs
+        .iter()
+        .zip(conns.iter_mut())
+        .map(|(cfg, conn)| {
+            if conn.as_ref().is_none_or(|c| c.is_closed()) {
+                *conn = crate::db::connect(cfg).ok();
+            }
+            let c = conn.as_mut()?;
+            match c.query("SELECT name FROM mwmq_queues WHERE dropped_at IS NULL", &[]) {
+                Ok(rows) => Some(rows.iter().map(|r| r.get(0)).collect()),
+                Err(e) => {
+                    tracing::debug!("directory: {e}");
+                    *conn = None;
+                    None
+                }
+            }
+        })
+        .collect()
+}
+
 fn sleep_on(w: &Waiters, wait: Duration) {
     let s = w.lock();
     if !s.stopping {

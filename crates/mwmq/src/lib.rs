@@ -23,6 +23,7 @@ pub mod net;
 pub mod pgpass;
 pub mod placement;
 pub mod queues;
+pub mod rebalance;
 /// RESP as mwmq speaks it (the server side of `respproto`).
 pub use respproto::server as resp;
 pub mod server;

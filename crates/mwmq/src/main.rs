@@ -1,6 +1,7 @@
 //! The `mwmq` binary: the command line, then the shell every middleware
 //! shares (`mwserve::cli::serve`): start, stop cleanly on SIGTERM or SIGINT;
-//! `mwmq user add` makes a user entry for the configuration file.
+//! `mwmq user add` makes a user entry for the configuration file, `mwmq
+//! rebalance` moves queues to the databases placement names.
 
 use std::process::ExitCode;
 
@@ -10,7 +11,7 @@ use mwmq::Mq;
 fn main() -> ExitCode {
     let cli: Cli = mwserve::cli::parse::<Cli, mwmq::Config>();
     if let Some(tool) = &cli.command {
-        return match tool.run(&mut std::io::stdin().lock()) {
+        return match tool.run(&cli, &mut std::io::stdin().lock()) {
             Ok(out) => {
                 print!("{out}");
                 ExitCode::SUCCESS

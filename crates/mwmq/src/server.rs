@@ -73,6 +73,12 @@ impl Service for Mq {
             // One connection now, as the workers will open them.
             pool[i].fill(1).map_err(|e| database(named(e)))?;
         }
+        if pool.len() > 1 {
+            // Queues not (yet) where placement puts them are served where they are.
+            let configs: Vec<_> = (0..pool.len()).map(|i| config.for_database(i)).collect();
+            let mut conns: Vec<_> = configs.iter().map(|_| None).collect();
+            pool.found(&crate::events::queue_names(&configs, &mut conns));
+        }
         let (std_listener, addr) = mwserve::listen::bind(&config.server.listen)?;
         // The main listener speaks TLS when there is a certificate; a plain one may sit beside it.
         let mut listeners = vec![(std_listener, tls.is_some())];
@@ -209,6 +215,10 @@ fn start_background(shared: &Arc<Shared>) -> std::io::Result<Vec<JoinHandle<()>>
     background.push(spawn("timer", Box::new(move || run_timer_thread(s)))?);
     let s = shared.clone();
     background.push(spawn("notifier", Box::new(move || run_notifier_thread(s)))?);
+    if shared.pool.len() > 1 {
+        let s = shared.clone();
+        background.push(spawn("directory", Box::new(move || crate::events::run_directory_thread(s)))?);
+    }
     for db in 0..shared.pool.len() {
         if shared.config.queues.vacuum_s > 0 {
             // Not joined: a long VACUUM need not hold up a stop; the thread

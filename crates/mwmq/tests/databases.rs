@@ -204,3 +204,109 @@ fn a_database_down_takes_only_its_own_queues() {
     mq.stopper().stop();
     mq.join();
 }
+
+/// A database added to the list: the queues that placement now puts on it
+/// stay served where they are (INFO counts them), `mwmq rebalance` moves
+/// them while a sender keeps sending (KEYs included), and afterwards every
+/// message answered with an id is received, a retried KEY finds its id, and
+/// each database holds exactly its own queues.
+#[test]
+fn a_database_added_and_rebalanced_while_serving_loses_nothing() {
+    let (a, b, c3) = (Postgres::start().unwrap(), Postgres::start().unwrap(), Postgres::start().unwrap());
+    let names: Vec<String> = (0..24).map(|i| format!("q{i}")).collect();
+    // Two databases: the queues, and messages in them.
+    let mut sent: Vec<(String, i64)> = Vec::new();
+    {
+        let mq = start(spread_over(&[&a, &b]));
+        let mut c = connect(mq.local_addr());
+        for name in &names {
+            let _: String = q(&mut c, &["QCREATE", name]);
+            for n in 0..5 {
+                let id: i64 = q(&mut c, &["SEND", name, &format!("before-{n}"), "KEY", &format!("{name}-k{n}")]);
+                sent.push((name.clone(), id));
+            }
+        }
+        mq.stopper().stop();
+        mq.join();
+    }
+    // Three: a third of the queues belong on the new one, not moved yet.
+    let cfg = spread_over(&[&a, &b, &c3]);
+    let placement = Placement::new(vec!["db0".into(), "db1".into(), "db2".into()]);
+    let moving: Vec<&String> = names.iter().filter(|q| placement.home(q) == 2).collect();
+    assert!(!moving.is_empty());
+    let mq = start(cfg.clone());
+    let addr = mq.local_addr();
+    let mut c = connect(addr);
+    assert_eq!(info_field(&mut c, "queues_not_moved"), moving.len() as u64);
+    for name in &names {
+        assert_eq!(q::<i64>(&mut c, &["QLEN", name]), 5, "{name} is served where it is");
+    }
+    assert_eq!(q::<Vec<String>>(&mut c, &["QLIST"]).len(), names.len());
+    // A sender keeps sending to every queue while they move.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let sender = {
+        let (names, stop) = (names.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut c = connect(addr);
+            let mut sent = Vec::new();
+            let mut n = 0;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let name = &names[n % names.len()];
+                let key = format!("during-{n}");
+                // A KEY retried until answered: an error may have committed.
+                let t0 = Instant::now();
+                loop {
+                    match redis::cmd("SEND").arg(name).arg(&key).arg("KEY").arg(&key).query::<i64>(&mut c) {
+                        Ok(id) => {
+                            sent.push((name.clone(), id));
+                            break;
+                        }
+                        Err(e) => {
+                            assert!(t0.elapsed() < Duration::from_secs(20), "SEND {name} {key}: {e}");
+                            std::thread::sleep(Duration::from_millis(20));
+                        }
+                    }
+                }
+                n += 1;
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            sent
+        })
+    };
+    std::thread::sleep(Duration::from_millis(300));
+    let report = mwmq::rebalance::run(&cfg, false, Duration::from_millis(1_500)).expect("rebalance");
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    sent.extend(sender.join().unwrap());
+    assert_eq!(report.lines().filter(|l| l.starts_with("moved ")).count(), moving.len(), "{report}");
+    // Each database holds exactly its own queues now; nothing left to move.
+    for (i, pg) in [&a, &b, &c3].iter().enumerate() {
+        let expected: HashSet<String> = names.iter().filter(|q| placement.home(q) == i).cloned().collect();
+        assert_eq!(queues_in(pg), expected, "database {i}");
+    }
+    assert!(mwmq::rebalance::plan(&cfg).unwrap().is_empty());
+    std::thread::sleep(Duration::from_millis(1_500));
+    assert_eq!(info_field(&mut c, "queues_not_moved"), 0);
+    // A KEY sent before the move finds its message's id on the new database.
+    let name = moving[0];
+    let first = sent.iter().find(|(q, _)| q == name).unwrap().1;
+    assert_eq!(q::<i64>(&mut c, &["SEND", name, "again", "KEY", &format!("{name}-k0")]), first);
+    // Every message answered with an id is received.
+    let mut got: HashSet<(String, i64)> = HashSet::new();
+    for name in &names {
+        loop {
+            let batch = recv(&mut c, name, &["COUNT", "100"]);
+            if batch.is_empty() {
+                break;
+            }
+            for (id, lease, _, _) in batch {
+                let _: i64 = q(&mut c, &["ACK", name, &id.to_string(), &lease.to_string()]);
+                got.insert((name.clone(), id));
+            }
+        }
+    }
+    let lost: Vec<_> = sent.iter().filter(|s| !got.contains(s)).collect();
+    assert!(lost.is_empty(), "{} of {} answered SENDs not received: {lost:?}", lost.len(), sent.len());
+    assert!(sent.len() > names.len() * 5, "the sender sent during the move");
+    mq.stopper().stop();
+    mq.join();
+}

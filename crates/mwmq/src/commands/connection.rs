@@ -158,6 +158,7 @@ impl Core<'_> {
         line("db_unavailable", acc.db_unavailable.to_string());
         let pools = &s.pool;
         line("databases", pools.len().to_string());
+        line("queues_not_moved", pools.misplaced().to_string());
         line("db_server", pools.servers());
         line("db_up", u8::from(!pools.down()).to_string());
         line("db_failovers", pools.failovers().to_string());

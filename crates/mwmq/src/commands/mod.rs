@@ -285,6 +285,8 @@ impl<'a> Core<'a> {
             (Reply::Bulk(x), Reply::Bulk(y)) => x.cmp(y),
             _ => std::cmp::Ordering::Equal,
         });
+        // (A queue being moved exists on two databases for a moment.)
+        names.dedup();
         Ok(Outcome::ok(Reply::Array(names)))
     }
 
