@@ -251,6 +251,16 @@ fn the_primary_dies_and_nothing_acknowledged_is_lost() {
         })
     };
 
+    // A long poll parked on an empty queue across the failover.
+    let _: String = q(&mut c, &["QCREATE", "parked"]);
+    let parked = std::thread::spawn(move || {
+        let mut c = connect(addr);
+        c.set_read_timeout(Some(Duration::from_secs(150))).unwrap();
+        let t0 = Instant::now();
+        let got: Vec<Leased> =
+            redis::cmd("RECV").arg("parked").arg("WAIT").arg(120_000).query(&mut c).expect("the parked RECV");
+        (got, t0.elapsed())
+    });
     // The primary dies at a random moment 1-2.5 s into the load.
     let jitter = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().subsec_nanos() % 1_500;
     std::thread::sleep(Duration::from_millis(1_000 + u64::from(jitter)));
@@ -294,6 +304,12 @@ fn the_primary_dies_and_nothing_acknowledged_is_lost() {
     }
     probe_stop.store(true, Ordering::Relaxed);
     let probes = probe.join().unwrap();
+    // The long poll parked before the kill is served by the new primary.
+    let mut c = connect(addr);
+    let woke: i64 = q(&mut c, &["SEND", "parked", "after the failover"]);
+    let (got, waited) = parked.join().unwrap();
+    assert_eq!(got.first().map(|m| (m.0, m.3.clone())), Some((woke, b"after the failover".to_vec())));
+    assert!(waited > killed.elapsed().min(Duration::from_secs(2)), "it waited through the failover: {waited:?}");
 
     let s = seen.lock().unwrap();
     let got: HashSet<i64> = s.received.iter().map(|r| r.0).collect();
@@ -328,7 +344,6 @@ fn the_primary_dies_and_nothing_acknowledged_is_lost() {
     assert!(probes.iter().any(|(t, ok)| *t > killed && !ok), "/readyz never said 503 after the kill");
     assert!(probes.last().is_some_and(|p| p.1), "/readyz is 200 again");
     drop(s);
-    let mut c = connect(addr);
     assert_eq!(info_field(&mut c, "db_failovers"), 1, "INFO counts the failover");
     assert!(info_field(&mut c, "db_outages") >= 1);
     let info: String = q(&mut c, &["INFO"]);

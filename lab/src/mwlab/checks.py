@@ -113,7 +113,8 @@ def run_checks(summary: pd.DataFrame, aggregate: pd.DataFrame) -> list[Check]:
                 Check(
                     "link delay as configured",
                     where,
-                    abs(off) <= max(0.10 * expected, 200.0),
+                    # (0.4 ms: a relay's wake-ups on a loaded two-core machine.)
+                    abs(off) <= max(0.10 * expected, 400.0),
                     f"a probe's round trip through the delayed link ({r.get('delay_method', '')}) added "
                     f"{measured / 1e3:.2f} ms, configured {expected / 1e3:.2f} ms ({off / expected:+.1%})",
                 )
