@@ -43,6 +43,10 @@ pub struct DatabaseEntry {
     pub name: String,
     /// A libpq connection string or URL, as `database.url`.
     pub url: String,
+    /// Place no queue here (its queues are served where they are until
+    /// `mwmq rebalance` moves them to the others): the way to remove it.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub drain: bool,
 }
 
 /// Most databases in `[[databases]]`.
@@ -60,7 +64,7 @@ impl Config {
     /// `database.url` (named `main`).
     pub fn database_list(&self) -> Vec<DatabaseEntry> {
         if self.databases.is_empty() {
-            vec![DatabaseEntry { name: "main".into(), url: self.database.url.clone() }]
+            vec![DatabaseEntry { name: "main".into(), url: self.database.url.clone(), drain: false }]
         } else {
             self.databases.clone()
         }
@@ -355,6 +359,9 @@ impl ServiceConfig for Config {
         if self.databases.len() > MAX_DATABASES {
             return err(format!("at most {MAX_DATABASES} [[databases]], not {}", self.databases.len()));
         }
+        if self.database_list().iter().all(|d| d.drain) {
+            return err("[[databases]]: every database has drain = true: at least one must take queues".into());
+        }
         let mut names = std::collections::BTreeSet::new();
         for e in &self.database_list() {
             if e.name.trim().is_empty() || !names.insert(e.name.as_str()) {
@@ -422,8 +429,8 @@ mod tests {
     fn several_databases() {
         let c = Config {
             databases: vec![
-                DatabaseEntry { name: "a".into(), url: "host=/tmp/a dbname=mwmq".into() },
-                DatabaseEntry { name: "b".into(), url: "host=/tmp/b password=secret dbname=mwmq".into() },
+                DatabaseEntry { name: "a".into(), url: "host=/tmp/a dbname=mwmq".into(), drain: false },
+                DatabaseEntry { name: "b".into(), url: "host=/tmp/b password=secret dbname=mwmq".into(), drain: false },
             ],
             ..Config::default()
         };
@@ -442,6 +449,9 @@ mod tests {
         twice.databases[1].name = "a".into();
         assert!(twice.validate().unwrap_err().0.contains("name of its own"));
         assert_eq!(ok().database_list()[0].name, "main");
+        let mut drained = c.clone();
+        drained.databases.iter_mut().for_each(|d| d.drain = true);
+        assert!(drained.validate().unwrap_err().0.contains("drain"));
     }
 
     #[test]

@@ -1599,7 +1599,7 @@ impl Pools {
         let list = cfg.database_list();
         Pools {
             all: (0..list.len()).map(|i| Pool::new(&cfg.for_database(i), i)).collect(),
-            placement: crate::placement::Placement::new(list.into_iter().map(|d| d.name).collect()),
+            placement: crate::placement::Placement::of(cfg),
             misplaced: Default::default(),
         }
     }

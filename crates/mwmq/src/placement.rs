@@ -14,17 +14,34 @@
 //! forever (the placement must not change with a Rust release, as the
 //! standard library's hasher may).
 
-/// The databases' names, in configuration order.
+/// The databases' names, in configuration order, and which of them are
+/// being drained (`drain = true`: no queue is placed on them; `mwmq
+/// rebalance` moves theirs away).
 #[derive(Debug, Clone)]
 pub struct Placement {
     names: Vec<String>,
+    drained: Vec<bool>,
 }
 
 impl Placement {
     /// Over these databases.
     pub fn new(names: Vec<String>) -> Placement {
-        assert!(!names.is_empty(), "at least one database");
-        Placement { names }
+        let drained = vec![false; names.len()];
+        Placement::draining(names, drained)
+    }
+
+    /// Over these databases, placing nothing on those `drained` says.
+    pub fn draining(names: Vec<String>, drained: Vec<bool>) -> Placement {
+        assert!(drained.iter().any(|d| !d), "at least one database that is not drained");
+        assert_eq!(names.len(), drained.len());
+        Placement { names, drained }
+    }
+
+    /// The placement of a configuration's databases.
+    pub fn of(cfg: &crate::config::Config) -> Placement {
+        let list = cfg.database_list();
+        let drained = list.iter().map(|d| d.drain).collect();
+        Placement::draining(list.into_iter().map(|d| d.name).collect(), drained)
     }
 
     /// How many databases.
@@ -48,7 +65,10 @@ impl Placement {
             return 0;
         }
         let key = key(queue);
-        (0..self.names.len()).max_by_key(|i| (score(&self.names[*i], key), std::cmp::Reverse(*i))).unwrap_or(0)
+        (0..self.names.len())
+            .filter(|i| !self.drained[*i])
+            .max_by_key(|i| (score(&self.names[*i], key), std::cmp::Reverse(*i)))
+            .unwrap_or(0)
     }
 }
 
@@ -119,6 +139,20 @@ mod tests {
         // Removing the new one moves back exactly those.
         let removed = Placement::new(names(2));
         assert!((0..1000).all(|i| removed.home(&format!("queue-{i}")) == before.home(&format!("queue-{i}"))));
+    }
+
+    #[test]
+    fn a_drained_database_gets_nothing_and_the_others_keep_theirs() {
+        let all = Placement::new(names(3));
+        let drained = Placement::draining(names(3), vec![false, true, false]);
+        for i in 0..3000 {
+            let q = format!("queue-{i}");
+            let (before, after) = (all.home(&q), drained.home(&q));
+            assert_ne!(after, 1);
+            if before != 1 {
+                assert_eq!(before, after, "{q} moved between databases that stay");
+            }
+        }
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! `mwmq rebalance --config FILE`: moves each queue that is not on the
 //! database placement names for it (a database was added to `[[databases]]`,
-//! or one renamed) to that database, while mwmq serves it.
+//! one is being drained with `drain = true`, or one renamed) to that
+//! database, while mwmq serves it.
 //!
 //! For each such queue, from database A to database B:
 //!
@@ -69,8 +70,7 @@ pub fn plan(cfg: &Config) -> Result<Vec<Move>, String> {
 }
 
 fn plan_on(cfg: &Config, conns: &mut [Client]) -> Result<Vec<Move>, String> {
-    let names: Vec<String> = cfg.database_list().into_iter().map(|d| d.name).collect();
-    let placement = crate::placement::Placement::new(names);
+    let placement = crate::placement::Placement::of(cfg);
     let mut moves = Vec::new();
     for (i, c) in conns.iter_mut().enumerate() {
         let rows = c.query("SELECT name FROM mwmq_queues WHERE dropped_at IS NULL ORDER BY name", &[]).map_err(why)?;

@@ -18,7 +18,7 @@ fn spread_over(pgs: &[&Postgres]) -> mwmq::Config {
     c.databases = pgs
         .iter()
         .enumerate()
-        .map(|(i, pg)| DatabaseEntry { name: format!("db{i}"), url: pg.conninfo().to_string() })
+        .map(|(i, pg)| DatabaseEntry { name: format!("db{i}"), url: pg.conninfo().to_string(), drain: false })
         .collect();
     c
 }
@@ -307,6 +307,47 @@ fn a_database_added_and_rebalanced_while_serving_loses_nothing() {
     let lost: Vec<_> = sent.iter().filter(|s| !got.contains(s)).collect();
     assert!(lost.is_empty(), "{} of {} answered SENDs not received: {lost:?}", lost.len(), sent.len());
     assert!(sent.len() > names.len() * 5, "the sender sent during the move");
+    mq.stopper().stop();
+    mq.join();
+}
+
+/// Removing a database: `drain = true` places nothing on it, its queues are
+/// served where they are, and `mwmq rebalance` moves them to the others.
+#[test]
+fn a_drained_database_is_emptied_by_rebalance() {
+    let (a, b) = (Postgres::start().unwrap(), Postgres::start().unwrap());
+    let names: Vec<String> = (0..16).map(|i| format!("q{i}")).collect();
+    let mut sent = Vec::new();
+    {
+        let mq = start(spread_over(&[&a, &b]));
+        let mut c = connect(mq.local_addr());
+        for name in &names {
+            let _: String = q(&mut c, &["QCREATE", name]);
+            let id: i64 = q(&mut c, &["SEND", name, "kept"]);
+            sent.push((name.clone(), id));
+        }
+        mq.stopper().stop();
+        mq.join();
+    }
+    assert!(!queues_in(&b).is_empty());
+    let mut cfg = spread_over(&[&a, &b]);
+    cfg.databases[1].drain = true;
+    let mq = start(cfg.clone());
+    let mut c = connect(mq.local_addr());
+    for name in &names {
+        assert_eq!(q::<i64>(&mut c, &["QLEN", name]), 1, "{name} is served where it is");
+    }
+    for i in 0..10 {
+        let _: String = q(&mut c, &["QCREATE", &format!("new{i}")]);
+    }
+    assert!(queues_in(&b).iter().all(|q| q.starts_with('q')), "nothing new is placed on a drained database");
+    let report = mwmq::rebalance::run(&cfg, false, Duration::from_millis(1_200)).expect("rebalance");
+    assert!(queues_in(&b).is_empty(), "{report}");
+    std::thread::sleep(Duration::from_millis(1_200));
+    for (name, id) in &sent {
+        let got = recv(&mut c, name, &[]);
+        assert_eq!(got.first().map(|m| m.0), Some(*id), "{name}");
+    }
     mq.stopper().stop();
     mq.join();
 }
