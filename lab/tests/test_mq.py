@@ -243,7 +243,8 @@ def test_a_synchronous_standby_is_a_factor_and_its_round_trip_is_modelled(tmp_pa
     devices = {p.point: {d.name: d for d in p.devices} for p in fit.points}
     with_standby = devices["standby=1,vcli=4"]
     trip = with_standby["standby round trip (in the database time)"]
-    assert trip.delay and not trip.in_network and trip.demand_us > 0
-    assert not any(name.startswith("standby") for name in devices["standby=0,vcli=4"])
-    # Every SEND's commit waited for the standby: the database time holds the round trip.
-    assert with_standby["database connections"].demand_us > trip.demand_us
+    assert trip.delay and not trip.in_network and 0 < trip.demand_us < 20_000
+    alone = devices["standby=0,vcli=4"]
+    assert not any(name.startswith("standby") for name in alone)
+    # Every SEND's commit waited for the standby: its database time is longer.
+    assert with_standby["database connections"].demand_us > alone["database connections"].demand_us

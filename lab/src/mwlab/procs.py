@@ -258,7 +258,7 @@ class PgHa:
         self.conninfo = ""
         self.listen = None
         self.ports: list[int] = []
-        self.lags_us: list[float] = []
+        self.lags_us: list[tuple[float, float]] = []
         self._stop = threading.Event()
         self._sampler: threading.Thread | None = None
 
@@ -304,7 +304,7 @@ class PgHa:
                 )
                 lag = float(r.stdout.split()[0]) if r.returncode == 0 and r.stdout.split() else 0.0
                 if lag > 0:
-                    self.lags_us.append(lag)
+                    self.lags_us.append((time.time() * 1000.0, lag))
 
     def _postmaster(self, node: int) -> int | None:
         try:
@@ -322,11 +322,13 @@ class PgHa:
         return self._postmaster(2)
 
     def facts(self) -> dict[str, Any]:
-        """What run.json records of the database: the standby's flush lag (median of the samples)."""
-        lags = sorted(self.lags_us)
+        """What run.json records of the database: the standby's flush lag,
+        each sample (unix ms, µs; the analysis keeps those of the measured
+        windows) and the median of all."""
+        lags = sorted(lag for _, lag in self.lags_us)
         return {
             "standby": 1,
-            "standby_lag_samples": len(lags),
+            "standby_lag_samples": [[round(t), lag] for t, lag in self.lags_us],
             "standby_flush_lag_us": lags[len(lags) // 2] if lags else None,
         }
 
