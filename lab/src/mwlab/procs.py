@@ -197,22 +197,10 @@ class Postgres:
             raise LabError("runuser is missing (util-linux)")
         self.dir = Path(tempfile.mkdtemp(prefix="mwlab-pg-"))
         self.dir.chmod(0o755)
-        try:
-            r = subprocess.run(
-                self.wrap(
-                    [str(REPO / "scripts" / "postgres.sh"), "start", str(self.dir / "pg"), *self.settings]
-                ),
-                capture_output=True,
-                text=True,
-                timeout=120,
-            )
-        except subprocess.TimeoutExpired as e:
-            self.__exit__()
-            raise LabError("PostgreSQL did not start within 120 s") from e
-        if r.returncode != 0:
-            self.__exit__()
-            raise LabError(f"PostgreSQL did not start: {r.stderr.strip() or r.stdout.strip()}")
-        self.conninfo = r.stdout.strip().splitlines()[-1]
+        script = str(REPO / "scripts" / "postgres.sh")
+        cmd = self.wrap([script, "start", str(self.dir / "pg"), *self.settings])
+        out = _start_database(cmd, "PostgreSQL", 120, self.__exit__)
+        self.conninfo = out.strip().splitlines()[-1]
         if self.listen:
             self.conninfo = f"host={self.listen} port={self.port} user=postgres dbname=mwmq"
         return self
@@ -238,6 +226,19 @@ class Postgres:
                 shutil.copy(log, self.logs / f"pg-{log.name}")
         shutil.rmtree(self.dir, ignore_errors=True)
         self.dir = None
+
+
+def _start_database(cmd: list[str], what: str, seconds: int, undo: Callable[[], None]) -> str:
+    """Runs a database's start script; its output, or (after `undo`) a LabError saying why not."""
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=seconds)
+    except subprocess.TimeoutExpired as e:
+        undo()
+        raise LabError(f"{what} did not start within {seconds} s") from e
+    if r.returncode != 0:
+        undo()
+        raise LabError(f"{what} did not start: {r.stderr.strip() or r.stdout.strip()}")
+    return r.stdout
 
 
 class PgHa:
@@ -271,21 +272,8 @@ class PgHa:
             )
         self.dir = Path(tempfile.mkdtemp(prefix="mwlab-pgha-"))
         self.dir.chmod(0o755)
-        script = str(REPO / "scripts" / "pg-ha.sh")
-        try:
-            r = subprocess.run(
-                [script, "start", str(self.dir / "ha"), "timeouts=default"],
-                capture_output=True,
-                text=True,
-                timeout=180,
-            )
-        except subprocess.TimeoutExpired as e:
-            self.__exit__()
-            raise LabError("the primary and its standby did not start within 180 s") from e
-        if r.returncode != 0:
-            self.__exit__()
-            why = r.stderr.strip() or r.stdout.strip()
-            raise LabError(f"the primary and its standby did not start: {why}")
+        cmd = [str(REPO / "scripts" / "pg-ha.sh"), "start", str(self.dir / "ha"), "timeouts=default"]
+        _start_database(cmd, "the primary and its standby", 180, self.__exit__)
         self.ports = [int(p) for p in (self.dir / "ha" / "ports").read_text().strip().split(",")]
         self.conninfo = f"host={self.SOCKETS} port={self.ports[1]} user=postgres dbname=mwmq"
         self._sampler = threading.Thread(target=self._sample, name="standby-lag", daemon=True)
