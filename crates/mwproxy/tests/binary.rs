@@ -68,8 +68,22 @@ fn sigterm_finishes_in_flight_requests_then_exits_zero() {
         .unwrap();
     let addr = format!("127.0.0.1:{port}").parse().unwrap();
     wait_for_port(addr, Duration::from_secs(5)).unwrap();
-    let mut c = Client::connect(addr).unwrap();
-    assert_eq!(c.call_str("set k 0 0 2\r\nhi\r\n").unwrap(), "STORED\r\n");
+    // Ready when it answers, not only when its port accepts (something else
+    // may have held the port a moment: the first connection is retried).
+    let t0 = std::time::Instant::now();
+    let mut c = loop {
+        let attempt = Client::connect(addr).and_then(|mut c| c.call_str("set k 0 0 2\r\nhi\r\n").map(|r| (c, r)));
+        match attempt {
+            Ok((c, reply)) => {
+                assert_eq!(reply, "STORED\r\n");
+                break c;
+            }
+            Err(e) => {
+                assert!(t0.elapsed() < Duration::from_secs(5), "mwproxy does not answer: {e}");
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+    };
     // Hold the request inside the proxy: the server is frozen.
     server.pause().unwrap();
     c.send(b"get k\r\n").unwrap();
