@@ -391,15 +391,15 @@ impl Postgres {
     }
 }
 
+/// Stops what `script` started in `dir` and removes the directory (a drop: errors are ignored).
+fn stop_and_remove(script: PathBuf, dir: &std::path::Path) {
+    let _ = Command::new(script).arg("stop").arg(dir).stdout(Stdio::null()).stderr(Stdio::null()).status();
+    let _ = std::fs::remove_dir_all(dir);
+}
+
 impl Drop for Postgres {
     fn drop(&mut self) {
-        let _ = Command::new(postgres_script())
-            .arg("stop")
-            .arg(&self.dir)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status();
-        let _ = std::fs::remove_dir_all(&self.dir);
+        stop_and_remove(postgres_script(), &self.dir);
     }
 }
 
@@ -514,13 +514,7 @@ impl PgHa {
 
 impl Drop for PgHa {
     fn drop(&mut self) {
-        let _ = Command::new(pg_ha_script())
-            .arg("stop")
-            .arg(&self.dir)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status();
-        let _ = std::fs::remove_dir_all(&self.dir);
+        stop_and_remove(pg_ha_script(), &self.dir);
     }
 }
 
