@@ -3,7 +3,7 @@
 
 SHELL := /bin/bash
 CARGO ?= cargo
-DEB_PACKAGES := memcached nutcracker libmemcached-tools iproute2 ethtool postgresql redis-tools
+DEB_PACKAGES := memcached nutcracker libmemcached-tools iproute2 ethtool postgresql redis-tools redis-server
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 VENV := .venv
@@ -17,10 +17,11 @@ all: build
 ## for the ketama cross-check and the benchmark, libmemcached-tools for memcslap,
 ## iproute2 (ip, tc) and ethtool for emulated hosts (network namespaces),
 ## postgresql for mwmq (tests start throwaway servers: scripts/postgres.sh),
-## redis-tools (redis-cli, redis-benchmark) to talk to mwmq.
+## redis-tools (redis-cli, redis-benchmark) to talk to mwmq, redis-server (7.0)
+## as the reference the stream commands are compared with and benchmarked against.
 deps:
 	@missing=""; \
-	for b in memcached:memcached nutcracker:nutcracker memcslap:libmemcached-tools ip:iproute2 tc:iproute2 ethtool:ethtool ping:iputils-ping pg_ctlcluster:postgresql redis-cli:redis-tools; do \
+	for b in memcached:memcached nutcracker:nutcracker memcslap:libmemcached-tools ip:iproute2 tc:iproute2 ethtool:ethtool ping:iputils-ping pg_ctlcluster:postgresql redis-cli:redis-tools redis-server:redis-server; do \
 	  cmd=$${b%%:*}; pkg=$${b##*:}; \
 	  command -v $$cmd >/dev/null 2>&1 || [ -x /usr/sbin/$$cmd ] || missing="$$missing $$pkg"; \
 	done; \

@@ -577,3 +577,56 @@ impl Certificates {
         vec!["-Z".into(), "-o".into(), format!("ssl_chain_cert={},ssl_key={}", self.cert.display(), self.key.display())]
     }
 }
+
+/// Debian's `redis-server` on 127.0.0.1 (no persistence unless `extra`
+/// asks for it), killed when dropped: the reference for RESP and Streams.
+pub struct RedisServer {
+    port: u16,
+    child: Child,
+    dir: PathBuf,
+}
+
+impl RedisServer {
+    /// Starts redis-server on a free port with extra `--option value` arguments.
+    pub fn start_with(extra: &[&str]) -> Result<RedisServer> {
+        let bin = ["/usr/bin/redis-server", "/usr/local/bin/redis-server"]
+            .into_iter()
+            .find(|p| std::path::Path::new(p).exists())
+            .context("redis-server is not installed (make test installs it with apt-get)")?;
+        let port = free_port();
+        let dir = std::env::temp_dir().join(format!("mctest-redis-{}-{port}", std::process::id()));
+        std::fs::create_dir_all(&dir)?;
+        let child = Command::new(bin)
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+            .arg("--dir")
+            .arg(&dir)
+            .args(extra)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .context("start redis-server")?;
+        let r = RedisServer { port, child, dir };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while std::net::TcpStream::connect(r.addr()).is_err() {
+            if Instant::now() > deadline {
+                bail!("redis-server did not listen on port {port}");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Ok(r)
+    }
+
+    /// Where it listens.
+    pub fn addr(&self) -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], self.port))
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}

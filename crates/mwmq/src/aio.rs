@@ -594,7 +594,8 @@ async fn answer(
     };
     let (reply, leases, status) = match outcome {
         Outcome::Reply(r, l, s) => (r, l, s),
-        Outcome::Park(_) | Outcome::Verify => (Reply::err("internal: no reply"), Vec::new(), "server_error"),
+        Outcome::Nothing(_) => (Reply::NilArray, Vec::new(), "ok"),
+        Outcome::Park(..) | Outcome::Verify => (Reply::err("internal: no reply"), Vec::new(), "server_error"),
     };
     reply.encode_as(out, sess.resp3());
     out_leases.extend(leases);
@@ -644,21 +645,26 @@ async fn log_in(lp: &Rc<Loop>, c: &Command, sess: &Rc<Sess>) -> Outcome {
 /// notification, the poll) and looks again until its wait is over. The
 /// time it waited is returned beside.
 async fn database(lp: &Rc<Loop>, c: Command, sess: &Rc<Sess>) -> (Carried, u64) {
-    let wait = match &c {
-        Command::Recv(r) if r.wait_ms > 0 => Some((r.queue.clone(), Instant::now() + Duration::from_millis(r.wait_ms))),
-        _ => None,
-    };
-    let Some((queue, until)) = wait else {
+    let wait = c.wait().map(|(names, ms)| {
+        (names.iter().map(|n| n.to_string()).collect::<Vec<_>>(), Instant::now() + Duration::from_millis(ms))
+    });
+    let Some((names, until)) = wait else {
         return (lp.submit(c, sess.clone()).await, 0);
     };
+    let names: Vec<&str> = names.iter().map(String::as_str).collect();
+    let mut c = c;
     let waiters = &lp.shared.waiters;
     let poll = Duration::from_millis(lp.shared.config.queues.poll_ms.max(10));
     let mut parked = 0u64;
     let mut stop = lp.stop.clone();
     loop {
-        let seen = waiters.seq(&queue);
+        let seen = waiters.seq(&names);
         let carried = lp.submit(c.clone(), sess.clone()).await;
-        let empty = matches!(&carried.outcome, Outcome::Reply(Reply::Array(items), _, _) if items.is_empty());
+        let empty = matches!(&carried.outcome, Outcome::Reply(Reply::Array(items), _, _) if items.is_empty())
+            || matches!(&carried.outcome, Outcome::Nothing(_));
+        if let Outcome::Nothing(Some(next)) = &carried.outcome {
+            c = (**next).clone();
+        }
         let unavailable = carried.db.unavailable;
         let now = Instant::now();
         if (!empty && !unavailable) || now >= until || *stop.borrow() {
@@ -669,7 +675,7 @@ async fn database(lp: &Rc<Loop>, c: Command, sess: &Rc<Sess>) -> (Carried, u64) 
         let bell = waiters.bell.notified();
         tokio::pin!(bell);
         bell.as_mut().enable();
-        if waiters.seq(&queue) == seen {
+        if waiters.seq(&names) == seen {
             let nap = poll.min(until - now);
             tokio::select! {
                 _ = &mut bell => {}

@@ -3,6 +3,7 @@
 //! command`, `syntax error`, `value is not an integer or out of range`).
 
 use crate::resp::Reply;
+use crate::xcommand::XCmd;
 
 /// Longest queue or client name, in bytes.
 pub const MAX_NAME: usize = 200;
@@ -116,6 +117,8 @@ pub enum Command {
         /// Only messages of this sender.
         from: Option<String>,
     },
+    /// A Redis Streams command (`xcommand.rs`).
+    Stream(XCmd),
 }
 
 /// Dead-letter settings of a queue (`QCREATE`, `QALTER`): `None` leaves a
@@ -203,6 +206,10 @@ impl Command {
             | Command::Drop(_)
             | Command::Len(_)
             | Command::List { .. } => MqOp::Queue,
+            Command::Stream(XCmd::Add { .. }) => MqOp::Send,
+            Command::Stream(XCmd::Read { .. } | XCmd::ReadGroup { .. }) => MqOp::Recv,
+            Command::Stream(XCmd::Ack { .. }) => MqOp::Ack,
+            Command::Stream(_) => MqOp::Queue,
             _ => MqOp::Other,
         }
     }
@@ -229,6 +236,18 @@ impl Command {
             | Command::Nack { queue: q, .. }
             | Command::Pop { queue: q, .. }
             | Command::Peek { queue: q, .. } => Some(q),
+            Command::Stream(x) => x.keys().first().copied(),
+            _ => None,
+        }
+    }
+
+    /// What it may wait for when it finds nothing (RECV ... WAIT, XREAD
+    /// and XREADGROUP ... BLOCK): the names whose new messages wake it and
+    /// how long (ms).
+    pub fn wait(&self) -> Option<(Vec<&str>, u64)> {
+        match self {
+            Command::Recv(r) if r.wait_ms > 0 => Some((vec![r.queue.as_str()], r.wait_ms)),
+            Command::Stream(x) => x.block_ms().map(|ms| (x.keys(), ms)),
             _ => None,
         }
     }
@@ -289,6 +308,7 @@ pub fn parse(args: &[Vec<u8>], limits: &Limits) -> Result<Command, Refusal> {
     let rest = &args[1..];
     let n = rest.len();
     let c = match cmd.as_str() {
+        x if crate::xcommand::is_stream_command(x) => Command::Stream(crate::xcommand::parse(x, args)?),
         "PING" => match n {
             0 => Command::Ping(None),
             1 => Command::Ping(Some(rest[0].clone())),

@@ -135,6 +135,8 @@ const MIGRATIONS: &[&str] = &[
                AND coalesce(sum(c.bytes), 0) + size <= coalesce(max_bytes, 9223372036854775807)
             FROM mwmq_queue_counts c WHERE c.queue_id = q_id) END
     $$;",
+    // 6: Redis streams (`streamdb.rs`).
+    crate::streamdb::MIGRATION,
 ];
 
 /// The advisory lock that serialises migrations of mwmq processes starting together.
@@ -455,6 +457,8 @@ pub enum DbError {
     OverQuota(String),
     /// Anything else the database refused (`-ERR database: ...`).
     Failed(String),
+    /// Redis's own refusal, as Redis words it (the stream commands).
+    Redis(String),
 }
 
 /// Whether an error means the server cannot take writes: a standby, or a
@@ -603,6 +607,8 @@ pub struct LeaseRef {
 pub struct PgConn {
     client: tokio_postgres::Client,
     st: Statements,
+    /// The stream commands' statements (`streamdb::STATEMENTS`).
+    xst: Vec<Statement>,
     /// Set when a statement failed in a way that leaves the connection unusable.
     broken: AtomicBool,
     /// Set by the driver when the server said it cancelled a commit's wait
@@ -648,6 +654,21 @@ pub fn within<T: Send + 'static>(
 }
 
 impl PgConn {
+    /// The client (for the stream statements of `streamdb.rs`).
+    pub(crate) fn client(&self) -> &tokio_postgres::Client {
+        &self.client
+    }
+
+    /// Stream statement `i` (`streamdb::STATEMENTS`).
+    pub(crate) fn stream_statement(&self, i: usize) -> &Statement {
+        &self.xst[i]
+    }
+
+    /// A statement's result as every statement's is checked.
+    pub(crate) fn checked<T>(&self, r: Result<T, postgres::Error>) -> Result<T, DbError> {
+        self.check(r)
+    }
+
     fn check<T>(&self, r: Result<T, postgres::Error>) -> Result<T, DbError> {
         // The driver saw the warning before the statement's last message,
         // so a statement answered after it is caught here.
@@ -1077,7 +1098,7 @@ impl PgConn {
         let (client, driver) = connect_async(cfg, unreplicated.clone()).await?;
         let mut driver = driver;
         // The session's settings and the statements, while the driver runs.
-        let (st, server) = {
+        let ((st, xst), server) = {
             let ready = async {
                 client.batch_execute(&session_settings(cfg)).await.map_err(|e| e.to_string())?;
                 let server: String = client
@@ -1086,7 +1107,11 @@ impl PgConn {
                     .map_err(|e| format!("asking the server who it is: {e}"))?
                     .get(0);
                 let st = Statements::prepare(&client).await.map_err(|e| format!("preparing statements: {e}"))?;
-                Ok::<_, String>((st, server))
+                let mut xst = Vec::with_capacity(crate::streamdb::STATEMENTS.len());
+                for sql in crate::streamdb::STATEMENTS {
+                    xst.push(client.prepare(sql).await.map_err(|e| format!("preparing statements: {e}"))?);
+                }
+                Ok::<_, String>(((st, xst), server))
             };
             tokio::pin!(ready);
             tokio::select! {
@@ -1097,7 +1122,7 @@ impl PgConn {
                 }),
             }
         };
-        Ok((PgConn { client, st, broken: AtomicBool::new(false), unreplicated, server, db: 0 }, driver))
+        Ok((PgConn { client, st, xst, broken: AtomicBool::new(false), unreplicated, server, db: 0 }, driver))
     }
 }
 

@@ -28,11 +28,13 @@ pub mod rebalance;
 pub use respproto::server as resp;
 pub mod server;
 pub mod shared;
+pub mod streamdb;
 pub mod telemetry;
 pub mod users;
 pub mod waiters;
 pub mod windows;
 pub mod worker;
+pub mod xcommand;
 
 pub use config::Config;
 pub use mwserve::cli::Service;

@@ -34,7 +34,7 @@ use mio::{Events, Token};
 use mwserve::listen::{Front, Transport, WAKER};
 use mwstats::clock::now_ns;
 
-use crate::command::{self, Command, Limits};
+use crate::command::{self, Limits};
 use crate::conn::ClientConn;
 use crate::job::{Done, Job, Work};
 use crate::resp::{Reply, Request, RequestParser};
@@ -479,8 +479,8 @@ impl NetThread {
             };
             let t_parsed = now_ns();
             let wait_until = match &cmd {
-                Ok(Command::Recv(r)) if r.wait_ms > 0 => Some(Instant::now() + Duration::from_millis(r.wait_ms)),
-                _ => None,
+                Ok(c) => c.wait().map(|(_, ms)| Instant::now() + Duration::from_millis(ms)),
+                Err(_) => None,
             };
             let request_id = self.next_request_id;
             self.next_request_id += 1;

@@ -20,6 +20,9 @@ use crate::job::{Job, Work};
 pub(crate) struct State {
     #[allow(clippy::vec_box)] // jobs move between the queue and here as boxes
     parked: HashMap<String, Vec<Box<Job>>>,
+    /// Requests that wait on several names (XREAD of several streams) are
+    /// parked under their first: a wake-up of another name wakes it too.
+    also: HashMap<String, HashSet<String>>,
     seq: HashMap<String, u64>,
     /// Queues with new messages not yet announced to other processes.
     pub(crate) announce: HashSet<String>,
@@ -60,19 +63,26 @@ impl Waiters {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// The queue's wake-up number (read before a RECV that may park).
-    pub fn seq(&self, queue: &str) -> u64 {
-        self.lock().seq.get(queue).copied().unwrap_or(0)
+    /// The wake-up number of the queues or streams (the sum of theirs),
+    /// read before a RECV or XREAD that may park.
+    pub fn seq(&self, names: &[&str]) -> u64 {
+        let s = self.lock();
+        names.iter().map(|n| s.seq.get(*n).copied().unwrap_or(0)).fold(0, u64::wrapping_add)
     }
 
     /// Parks `job` unless a wake-up came since `seen` or mwmq is stopping:
     /// then the job is given back to be run again at once.
-    pub fn park(&self, queue: &str, job: Box<Job>, seen: u64) -> Result<(), Box<Job>> {
+    pub fn park(&self, names: &[&str], job: Box<Job>, seen: u64) -> Result<(), Box<Job>> {
         let mut s = self.lock();
-        if s.stopping || s.seq.get(queue).copied().unwrap_or(0) != seen {
+        let now = names.iter().map(|n| s.seq.get(*n).copied().unwrap_or(0)).fold(0, u64::wrapping_add);
+        if s.stopping || now != seen || names.is_empty() {
             return Err(job);
         }
-        s.parked.entry(queue.to_string()).or_default().push(job);
+        let first = names[0].to_string();
+        for other in &names[1..] {
+            s.also.entry(other.to_string()).or_default().insert(first.clone());
+        }
+        s.parked.entry(first).or_default().push(job);
         drop(s);
         self.changed.notify_all();
         Ok(())
@@ -88,10 +98,14 @@ impl Waiters {
         let jobs = {
             let mut s = self.lock();
             *s.seq.entry(queue.to_string()).or_insert(0) += 1;
-            s.parked.remove(queue)
+            let mut jobs = s.parked.remove(queue).unwrap_or_default();
+            for first in s.also.remove(queue).unwrap_or_default() {
+                jobs.extend(s.parked.remove(&first).unwrap_or_default());
+            }
+            jobs
         };
         self.bell.notify_waiters();
-        for job in jobs.into_iter().flatten() {
+        for job in jobs {
             requeue(queue_of_work, job);
         }
     }
@@ -157,6 +171,9 @@ impl Waiters {
                 *jobs = keep;
             }
             s.parked.retain(|_, v| !v.is_empty());
+            if s.parked.is_empty() {
+                s.also.clear();
+            }
         }
         for job in due {
             requeue(queue_of_work, job);

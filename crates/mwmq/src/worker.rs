@@ -147,7 +147,10 @@ impl Worker {
                 match result {
                     Ok(n) => db.statements = n,
                     Err(e) => {
-                        db.failed = !matches!(e, DbError::NoQueue(_) | DbError::Exists(_) | DbError::OverQuota(_));
+                        db.failed = !matches!(
+                            e,
+                            DbError::NoQueue(_) | DbError::Exists(_) | DbError::OverQuota(_) | DbError::Redis(_)
+                        );
                         db.unavailable = matches!(e, DbError::Unavailable(_));
                         let status = if db.failed { "server_error" } else { "client_error" };
                         for i in &live {
@@ -222,16 +225,21 @@ impl Worker {
         };
         match outcome {
             Outcome::Verify => unreachable!("handed to the login threads above"),
-            Outcome::Park(seen) => {
-                let queue = match &cmd {
-                    Ok(Command::Recv(r)) => r.queue.clone(),
-                    _ => unreachable!("only RECV parks"),
+            Outcome::Nothing(_) => unreachable!("answered or parked by execute"),
+            Outcome::Park(seen, next) => {
+                if let Some(next) = next {
+                    cmd = Ok(*next);
+                }
+                let names: Vec<String> = match &cmd {
+                    Ok(c) => c.wait().map(|(k, _)| k.iter().map(|n| n.to_string()).collect()).unwrap_or_default(),
+                    Err(_) => Vec::new(),
                 };
                 job.cmd = cmd;
                 // The time until now was work; what follows is waiting.
                 job.parked_at = Some(now_ns());
                 self.record_busy(t_dequeue);
-                if let Err(mut back) = self.shared.waiters.park(&queue, job, seen) {
+                let names: Vec<&str> = names.iter().map(String::as_str).collect();
+                if let Err(mut back) = self.shared.waiters.park(&names, job, seen) {
                     back.parked_at = None;
                     back.t_enqueue = now_ns();
                     self.shared.queue.push_again(Work::Request(back));
@@ -302,8 +310,8 @@ impl Worker {
             return outcome;
         }
         // A RECV that may wait notes the queue's wake-ups before looking.
-        let seen = match c {
-            Command::Recv(r) if r.wait_ms > 0 && !job.last_try => Some(self.shared.waiters.seq(&r.queue)),
+        let seen = match c.wait() {
+            Some((names, _)) if !job.last_try => Some(self.shared.waiters.seq(&names)),
             _ => None,
         };
         let waiting = seen.is_some() && job.wait_until.is_some_and(|u| Instant::now() < u);
@@ -331,7 +339,7 @@ impl Worker {
                 db.unavailable = true;
                 db.failed = true;
                 if waiting {
-                    return Outcome::Park(seen.unwrap_or_default());
+                    return Outcome::Park(seen.unwrap_or_default(), None);
                 }
                 return Outcome::Reply(e.reply(), Vec::new(), "server_error");
             }
@@ -346,9 +354,17 @@ impl Worker {
             Ok(Outcome::Reply(Reply::Array(items), _, _)) if items.is_empty() && seen.is_some() => {
                 let until = job.wait_until.unwrap_or_else(Instant::now);
                 if Instant::now() < until {
-                    Outcome::Park(seen.unwrap_or_default())
+                    Outcome::Park(seen.unwrap_or_default(), None)
                 } else {
                     Outcome::ok(Reply::Array(items))
+                }
+            }
+            Ok(Outcome::Nothing(next)) => {
+                let until = job.wait_until.unwrap_or_else(Instant::now);
+                if seen.is_some() && Instant::now() < until {
+                    Outcome::Park(seen.unwrap_or_default(), next)
+                } else {
+                    Outcome::ok(Reply::NilArray)
                 }
             }
             Ok(o) => o,
@@ -357,7 +373,7 @@ impl Worker {
             Err(DbError::Unavailable(_)) if waiting => {
                 db.failed = true;
                 db.unavailable = true;
-                Outcome::Park(seen.unwrap_or_default())
+                Outcome::Park(seen.unwrap_or_default(), None)
             }
             Err(e) => {
                 let status = db.failed_with(&e);

@@ -305,6 +305,8 @@ pub enum Reply {
     Nil,
     /// `*n` and the elements.
     Array(Vec<Reply>),
+    /// The null array: `*-1` in RESP2, `_` in RESP3 (XREAD that found nothing).
+    NilArray,
     /// A map: `%n` in RESP3, a flat array of keys and values in RESP2.
     Map(Vec<(Reply, Reply)>),
 }
@@ -354,6 +356,8 @@ impl Reply {
             }
             Reply::Nil if resp3 => out.push(b'_'),
             Reply::Nil => out.extend_from_slice(b"$-1"),
+            Reply::NilArray if resp3 => out.push(b'_'),
+            Reply::NilArray => out.extend_from_slice(b"*-1"),
             Reply::Array(items) => {
                 out.push(b'*');
                 out.extend_from_slice(items.len().to_string().as_bytes());

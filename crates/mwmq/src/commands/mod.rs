@@ -21,6 +21,7 @@ use crate::users::{Right, User};
 pub mod connection;
 pub mod messages;
 pub mod queues;
+pub mod streams;
 
 /// A client connection as the commands see it, in either engine.
 pub trait Session {
@@ -63,6 +64,7 @@ impl DbError {
             DbError::Exists(q) => Reply::Error(format!("EXISTS queue '{q}' already exists")),
             DbError::OverQuota(m) => Reply::Error(format!("OVERQUOTA {m}")),
             DbError::Failed(m) => Reply::err(format!("database: {m}")),
+            DbError::Redis(m) => Reply::Error(m.clone()),
         }
     }
 }
@@ -71,8 +73,13 @@ impl DbError {
 pub enum Outcome {
     /// Answer with this reply; the leases travel in it.
     Reply(Reply, Vec<LeaseRef>, &'static str),
-    /// The RECV found nothing and may wait (the queue's wake-up number when it looked).
-    Park(u64),
+    /// The RECV (XREAD...) found nothing and may wait (the wake-up number
+    /// when it looked; the command to run next time, if not the same).
+    Park(u64, Option<Box<Command>>),
+    /// An XREAD or XREADGROUP found nothing: it may wait; the command to run
+    /// when it looks again, if not the same (XREAD's `$` resolved). Its
+    /// reply, when the wait is over, is the null array.
+    Nothing(Option<Box<Command>>),
     /// A login whose password must be checked (off the event loop or worker).
     Verify,
 }
@@ -122,7 +129,7 @@ impl DbFacts {
     pub fn failed_with(&mut self, e: &DbError) -> &'static str {
         match e {
             // The database answered; the request was wrong.
-            DbError::NoQueue(_) | DbError::Exists(_) | DbError::OverQuota(_) => "client_error",
+            DbError::NoQueue(_) | DbError::Exists(_) | DbError::OverQuota(_) | DbError::Redis(_) => "client_error",
             DbError::Unavailable(_) | DbError::Failed(_) => {
                 self.failed = true;
                 self.unavailable = matches!(e, DbError::Unavailable(_));
@@ -250,6 +257,27 @@ impl<'a> Core<'a> {
                 need(Right::Admin, queue).or_else(|| to.as_deref().and_then(|t| need(Right::Admin, t)))
             }
             Command::Len(q) | Command::QueueInfo(q) => need(Right::See, q),
+            Command::Stream(x) => {
+                use crate::xcommand::XCmd;
+                let right = match x {
+                    XCmd::Add { .. } => Right::Send,
+                    XCmd::Read { .. }
+                    | XCmd::ReadGroup { .. }
+                    | XCmd::Range { .. }
+                    | XCmd::Ack { .. }
+                    | XCmd::Claim(_)
+                    | XCmd::AutoClaim { .. }
+                    | XCmd::Pending { .. } => Right::Receive,
+                    XCmd::Len(_)
+                    | XCmd::InfoStream { .. }
+                    | XCmd::InfoGroups(_)
+                    | XCmd::InfoConsumers { .. }
+                    | XCmd::Type(_)
+                    | XCmd::Exists(_) => Right::See,
+                    _ => Right::Admin,
+                };
+                x.keys().into_iter().find_map(|k| need(right, k))
+            }
             _ => None,
         }
     }
@@ -336,6 +364,7 @@ impl<'a> Core<'a> {
             Command::Drop(q) => self.drop_queue(pg, q).await,
             Command::Len(q) => Ok(Outcome::ok(Reply::Int(pg.len(q).await?))),
             Command::List { pending } => self.list(pg, *pending, s).await,
+            Command::Stream(x) => self.stream(pg, x, s).await,
             _ => unreachable!("local commands are answered without the database"),
         }
     }

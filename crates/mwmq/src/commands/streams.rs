@@ -1,0 +1,389 @@
+//! The stream commands (XADD ... XINFO, TYPE, EXISTS, DEL): one call of a
+//! database function each (`streamdb.rs`), and the reply as Redis 7.0 shapes
+//! it in RESP2 and RESP3.
+
+use tokio_postgres::Row;
+
+use super::{Core, Outcome, Session};
+use crate::command::Command;
+use crate::db::{DbError, PgConn};
+use crate::resp::Reply;
+use crate::streamdb::{id_arrays, trim_args, X};
+use crate::xcommand::{AddId, GroupRead, GroupStart, ReadFrom, Sid, XCmd};
+
+const WRONGTYPE: &str = "WRONGTYPE Operation against a key holding the wrong kind of value";
+
+fn sid(r: &Row, ms: usize) -> Sid {
+    Sid { ms: r.get(ms), seq: r.get(ms + 1) }
+}
+
+/// An entry as Redis replies it: `[id, [field, value, ...]]` (a deleted one: `[id, nil]`).
+fn entry(id: Sid, fields: Option<Vec<Vec<u8>>>) -> Reply {
+    let fields = match fields {
+        Some(f) => Reply::Array(f.into_iter().map(Reply::Bulk).collect()),
+        None => Reply::NilArray,
+    };
+    Reply::Array(vec![id.reply(), fields])
+}
+
+fn entries(rows: &[Row], at: usize) -> Vec<Reply> {
+    rows.iter().map(|r| entry(sid(r, at), r.get(at + 2))).collect()
+}
+
+fn int(r: &Row, i: usize) -> Reply {
+    Reply::Int(r.get(i))
+}
+
+fn ok(r: Reply) -> Result<Outcome, DbError> {
+    Ok(Outcome::ok(r))
+}
+
+/// Streams and the entries read from each, as XREAD / XREADGROUP reply:
+/// a map in RESP3, pairs in RESP2 (`Reply::Map` is either).
+fn per_stream(names: Vec<String>, parts: Vec<Vec<Reply>>, keep_empty: &[bool]) -> Reply {
+    let pairs: Vec<(Reply, Reply)> = names
+        .into_iter()
+        .zip(parts)
+        .zip(keep_empty)
+        .filter(|((_, p), keep)| !p.is_empty() || **keep)
+        .map(|((n, p), _)| (Reply::text(n), Reply::Array(p)))
+        .collect();
+    if pairs.is_empty() {
+        Reply::NilArray
+    } else {
+        Reply::Map(pairs)
+    }
+}
+
+/// XREAD's and XREADGROUP's map in RESP2 is an array of pairs, not a flat array.
+fn as_stream_pairs(r: Reply, resp3: bool) -> Reply {
+    match r {
+        Reply::Map(pairs) if !resp3 => Reply::Array(pairs.into_iter().map(|(k, v)| Reply::Array(vec![k, v])).collect()),
+        other => other,
+    }
+}
+
+impl Core<'_> {
+    /// Carries out a stream command.
+    pub(crate) async fn stream<S: Session + ?Sized>(&self, pg: &PgConn, x: &XCmd, s: &S) -> Result<Outcome, DbError> {
+        let keys = x.keys();
+        if let Some(first) = keys.first() {
+            let home = self.shared.pool.home(first);
+            if keys.iter().any(|k| self.shared.pool.home(k) != home) {
+                return Ok(Outcome::Reply(
+                    Reply::Error(
+                        "CROSSSLOT Keys in request don't hash to the same slot (database); give them one hash tag"
+                            .into(),
+                    ),
+                    Vec::new(),
+                    "client_error",
+                ));
+            }
+        }
+        match x {
+            XCmd::Add { key, nomkstream, trim, id, fields } => {
+                let (mode, ms, seq) = match id {
+                    AddId::Auto => (0i32, 0i64, 0i64),
+                    AddId::AtMs(ms) => (1, *ms, 0),
+                    AddId::Exact(id) => (2, id.ms, id.seq),
+                };
+                let (kind, maxlen, min, lim) = trim_args(trim.as_ref());
+                let rows = pg
+                    .x(X::Add, &[key, &mode, &ms, &seq, fields, &!nomkstream, &kind, &maxlen, &min.ms, &min.seq, &lim])
+                    .await?;
+                match rows.first() {
+                    Some(r) => {
+                        self.sent(key);
+                        ok(sid(r, 0).reply())
+                    }
+                    None => ok(Reply::Nil),
+                }
+            }
+            XCmd::Len(key) => ok(int(&pg.x(X::Len, &[key]).await?[0], 0)),
+            XCmd::Range { key, start, end, count, rev } => {
+                if *count == Some(0) || start > end {
+                    // As Redis: a missing stream [], a queue WRONGTYPE, COUNT 0 the null array.
+                    return match pg.x(X::Type, &[key]).await?[0].get::<_, &str>(0) {
+                        "stream" if *count == Some(0) => ok(Reply::NilArray),
+                        "queue" => Err(DbError::Redis(WRONGTYPE.into())),
+                        _ => ok(Reply::Array(Vec::new())),
+                    };
+                }
+                let rows = pg.x(X::Range, &[key, &start.ms, &start.seq, &end.ms, &end.seq, count, rev]).await?;
+                ok(Reply::Array(entries(&rows, 0)))
+            }
+            XCmd::Read { count, streams, .. } => self.xread(pg, count, streams, s).await,
+            XCmd::Del { key, ids } => {
+                let (mss, seqs) = id_arrays(ids);
+                ok(int(&pg.x(X::Del, &[key, &mss, &seqs]).await?[0], 0))
+            }
+            XCmd::Trim { key, trim } => {
+                let (kind, maxlen, min, lim) = trim_args(Some(trim));
+                ok(int(&pg.x(X::Trim, &[key, &kind, &maxlen, &min.ms, &min.seq, &lim]).await?[0], 0))
+            }
+            XCmd::GroupCreate { key, group, start, mkstream, entries_read } => {
+                let (last, id) = group_start(start);
+                let er = entries_read.filter(|n| *n >= 0);
+                pg.x(X::GroupCreate, &[key, group, &last, &id.ms, &id.seq, mkstream, &er]).await?;
+                ok(Reply::Simple("OK"))
+            }
+            XCmd::GroupSetId { key, group, start, entries_read } => {
+                let (last, id) = group_start(start);
+                let er = entries_read.filter(|n| *n >= 0);
+                pg.x(X::GroupSetId, &[key, group, &last, &id.ms, &id.seq, &er]).await?;
+                ok(Reply::Simple("OK"))
+            }
+            XCmd::GroupDestroy { key, group } => ok(int(&pg.x(X::GroupDestroy, &[key, group]).await?[0], 0)),
+            XCmd::CreateConsumer { key, group, consumer } => {
+                ok(int(&pg.x(X::GroupConsumer, &[key, group, consumer, &false]).await?[0], 0))
+            }
+            XCmd::DelConsumer { key, group, consumer } => {
+                ok(int(&pg.x(X::GroupConsumer, &[key, group, consumer, &true]).await?[0], 0))
+            }
+            XCmd::ReadGroup { group, consumer, count, noack, streams, .. } => {
+                let names: Vec<String> = streams.iter().map(|(k, _)| k.clone()).collect();
+                let hist: Vec<bool> = streams.iter().map(|(_, r)| matches!(r, GroupRead::History(_))).collect();
+                let after: Vec<Sid> = streams
+                    .iter()
+                    .map(|(_, r)| match r {
+                        GroupRead::History(id) => *id,
+                        GroupRead::New => Sid::ZERO,
+                    })
+                    .collect();
+                let (mss, seqs) = id_arrays(&after);
+                let rows = pg.x(X::ReadGroup, &[&names, group, consumer, &hist, &mss, &seqs, count, noack]).await?;
+                let mut parts = vec![Vec::new(); names.len()];
+                for r in &rows {
+                    let i: i32 = r.get(0);
+                    parts[i as usize - 1].push(entry(sid(r, 1), r.get(3)));
+                }
+                let reply = per_stream(names, parts, &hist);
+                if matches!(reply, Reply::NilArray) {
+                    return Ok(Outcome::Nothing(None));
+                }
+                ok(as_stream_pairs(reply, s.resp3()))
+            }
+            XCmd::Ack { key, group, ids, invalid } => {
+                let (mss, seqs) = id_arrays(ids);
+                ok(int(&pg.x(X::Ack, &[key, group, &mss, &seqs, invalid]).await?[0], 0))
+            }
+            XCmd::Pending { key, group, range: None } => {
+                let rows = pg.x(X::Pending, &[key, group]).await?;
+                let total: i64 = rows.iter().map(|r| r.get::<_, i64>(1)).sum();
+                if total == 0 {
+                    return ok(Reply::Array(vec![Reply::Int(0), Reply::Nil, Reply::Nil, Reply::NilArray]));
+                }
+                let min = rows.iter().map(|r| sid(r, 2)).min().unwrap_or_default();
+                let max = rows.iter().map(|r| sid(r, 4)).max().unwrap_or_default();
+                let consumers = rows
+                    .iter()
+                    .map(|r| {
+                        Reply::Array(vec![
+                            Reply::text(r.get::<_, String>(0)),
+                            Reply::text(r.get::<_, i64>(1).to_string()),
+                        ])
+                    })
+                    .collect();
+                ok(Reply::Array(vec![Reply::Int(total), min.reply(), max.reply(), Reply::Array(consumers)]))
+            }
+            XCmd::Pending { key, group, range: Some(p) } => {
+                if p.count == 0 || p.start > p.end {
+                    // (Redis still checks the group first.)
+                    pg.x(X::PendingRange, &[key, group, &p.idle, &0i64, &0i64, &0i64, &0i64, &0i64, &p.consumer])
+                        .await?;
+                    return ok(Reply::Array(Vec::new()));
+                }
+                let rows = pg
+                    .x(
+                        X::PendingRange,
+                        &[key, group, &p.idle, &p.start.ms, &p.start.seq, &p.end.ms, &p.end.seq, &p.count, &p.consumer],
+                    )
+                    .await?;
+                ok(Reply::Array(
+                    rows.iter()
+                        .map(|r| {
+                            Reply::Array(vec![
+                                sid(r, 0).reply(),
+                                Reply::text(r.get::<_, String>(2)),
+                                int(r, 3),
+                                int(r, 4),
+                            ])
+                        })
+                        .collect(),
+                ))
+            }
+            XCmd::Claim(c) => {
+                let (mss, seqs) = id_arrays(&c.ids);
+                let (l_ms, l_seq) = (c.lastid.map(|l| l.ms), c.lastid.map(|l| l.seq));
+                let rows = pg
+                    .x(
+                        X::Claim,
+                        &[
+                            &c.key,
+                            &c.group,
+                            &c.consumer,
+                            &c.min_idle,
+                            &mss,
+                            &seqs,
+                            &c.idle,
+                            &c.time,
+                            &c.retry,
+                            &c.force,
+                            &c.justid,
+                            &l_ms,
+                            &l_seq,
+                        ],
+                    )
+                    .await?;
+                ok(Reply::Array(
+                    rows.iter()
+                        .map(|r| if c.justid { sid(r, 0).reply() } else { entry(sid(r, 0), r.get(2)) })
+                        .collect(),
+                ))
+            }
+            XCmd::AutoClaim { key, group, consumer, min_idle, start, count, justid } => {
+                let rows =
+                    pg.x(X::AutoClaim, &[key, group, consumer, min_idle, &start.ms, &start.seq, count, justid]).await?;
+                let (mut claimed, mut deleted, mut cursor) = (Vec::new(), Vec::new(), Sid::ZERO);
+                for r in &rows {
+                    let id = sid(r, 1);
+                    match r.get::<_, i32>(0) {
+                        0 if *justid => claimed.push(id.reply()),
+                        0 => claimed.push(entry(id, r.get(3))),
+                        1 => deleted.push(id.reply()),
+                        _ => cursor = id,
+                    }
+                }
+                ok(Reply::Array(vec![cursor.reply(), Reply::Array(claimed), Reply::Array(deleted)]))
+            }
+            XCmd::InfoStream { key, full } => self.xinfo_stream(pg, key, *full).await,
+            XCmd::InfoGroups(key) => {
+                let rows = pg.x(X::InfoGroups, &[key]).await?;
+                let t = Reply::text;
+                ok(Reply::Array(
+                    rows.iter()
+                        .map(|r| {
+                            let opt = |i: usize| r.get::<_, Option<i64>>(i).map(Reply::Int).unwrap_or(Reply::Nil);
+                            Reply::Map(vec![
+                                (t("name"), Reply::text(r.get::<_, String>(0))),
+                                (t("consumers"), int(r, 1)),
+                                (t("pending"), int(r, 2)),
+                                (t("last-delivered-id"), sid(r, 3).reply()),
+                                (t("entries-read"), opt(5)),
+                                (t("lag"), opt(6)),
+                            ])
+                        })
+                        .collect(),
+                ))
+            }
+            XCmd::InfoConsumers { key, group } => {
+                let rows = pg.x(X::InfoConsumers, &[key, group]).await?;
+                let t = Reply::text;
+                ok(Reply::Array(
+                    rows.iter()
+                        .map(|r| {
+                            Reply::Map(vec![
+                                (t("name"), Reply::text(r.get::<_, String>(0))),
+                                (t("pending"), int(r, 1)),
+                                (t("idle"), Reply::Int(r.get::<_, i64>(2).max(0))),
+                            ])
+                        })
+                        .collect(),
+                ))
+            }
+            XCmd::Type(key) => {
+                let rows = pg.x(X::Type, &[key]).await?;
+                ok(Reply::Simple(match rows[0].get::<_, &str>(0) {
+                    "stream" => "stream",
+                    "queue" => "queue",
+                    _ => "none",
+                }))
+            }
+            XCmd::Exists(keys) => ok(int(&pg.x(X::Exists, &[keys]).await?[0], 0)),
+            XCmd::DelKeys(keys) => ok(int(&pg.x(X::DelKeys, &[keys]).await?[0], 0)),
+        }
+    }
+
+    /// XREAD: a `$` is resolved to the stream's last id first, so that a
+    /// read that waits looks for what came after the command arrived.
+    async fn xread<S: Session + ?Sized>(
+        &self,
+        pg: &PgConn,
+        count: &Option<i64>,
+        streams: &[(String, ReadFrom)],
+        s: &S,
+    ) -> Result<Outcome, DbError> {
+        let names: Vec<String> = streams.iter().map(|(k, _)| k.clone()).collect();
+        let mut resolved: Vec<(String, ReadFrom)> = streams.to_vec();
+        if streams.iter().any(|(_, f)| *f == ReadFrom::Last) {
+            let rows = pg.x(X::Last, &[&names]).await?;
+            for (slot, r) in resolved.iter_mut().zip(&rows) {
+                if slot.1 == ReadFrom::Last {
+                    slot.1 = ReadFrom::After(sid(r, 0));
+                }
+            }
+        }
+        let after: Vec<Sid> = resolved
+            .iter()
+            .map(|(_, f)| match f {
+                ReadFrom::After(id) => *id,
+                ReadFrom::Last => Sid::MAX,
+            })
+            .collect();
+        let (mss, seqs) = id_arrays(&after);
+        let rows = pg.x(X::Read, &[&names, &mss, &seqs, count]).await?;
+        let mut parts = vec![Vec::new(); names.len()];
+        for r in &rows {
+            let i: i32 = r.get(0);
+            parts[i as usize - 1].push(entry(sid(r, 1), r.get(3)));
+        }
+        let keep = vec![false; names.len()];
+        match per_stream(names, parts, &keep) {
+            Reply::NilArray => {
+                let again = (resolved.as_slice() != streams)
+                    .then(|| Box::new(Command::Stream(XCmd::Read { count: *count, block: None, streams: resolved })));
+                Ok(Outcome::Nothing(again))
+            }
+            reply => ok(as_stream_pairs(reply, s.resp3())),
+        }
+    }
+
+    async fn xinfo_stream(&self, pg: &PgConn, key: &str, full: Option<i64>) -> Result<Outcome, DbError> {
+        let rows = pg.x(X::InfoStream, &[&key]).await?;
+        let r = &rows[0];
+        let t = Reply::text;
+        let length: i64 = r.get(0);
+        let nodes = (length + 99) / 100;
+        let edge = |at: usize| match r.get::<_, Option<i64>>(at) {
+            Some(_) => entry(sid(r, at), r.get(at + 2)),
+            None => Reply::Nil,
+        };
+        let mut m = vec![
+            (t("length"), Reply::Int(length)),
+            (t("radix-tree-keys"), Reply::Int(nodes)),
+            (t("radix-tree-nodes"), Reply::Int(nodes + 1)),
+            (t("last-generated-id"), sid(r, 1).reply()),
+            (t("max-deleted-entry-id"), sid(r, 3).reply()),
+            (t("entries-added"), int(r, 5)),
+            (t("recorded-first-entry-id"), sid(r, 6).reply()),
+        ];
+        if full.is_some() {
+            return Ok(Outcome::Reply(
+                Reply::err("XINFO STREAM FULL is not supported by mwmq yet (use XINFO GROUPS and XINFO CONSUMERS)"),
+                Vec::new(),
+                "client_error",
+            ));
+        }
+        m.push((t("groups"), int(r, 8)));
+        m.push((t("first-entry"), edge(9)));
+        m.push((t("last-entry"), edge(12)));
+        ok(Reply::Map(m))
+    }
+}
+
+fn group_start(g: &GroupStart) -> (bool, Sid) {
+    match g {
+        GroupStart::Last => (true, Sid::ZERO),
+        GroupStart::At(id) => (false, *id),
+    }
+}
