@@ -1033,6 +1033,11 @@ impl PgConn {
         let dead = o.dead_letter.clone().flatten();
         let (msgs, bytes) = (o.max_messages.unwrap_or(0) as i64, o.max_bytes.unwrap_or(0) as i64);
         let cap = max_queues.map(|m| m as i64);
+        // A name is a queue's or a stream's, never both.
+        let r = self.client.query_one(self.stream_statement(crate::streamdb::X::Type as usize), &[&queue]).await;
+        if self.check(r)?.get::<_, &str>(0) == "stream" {
+            return Err(DbError::Redis("WRONGTYPE Operation against a key holding the wrong kind of value".into()));
+        }
         let r = self.client.query_opt(&self.st.create, &[&queue, &max, &dead, &msgs, &bytes, &creator, &cap]).await;
         if self.check(r)?.is_some() {
             if msgs > 0 || bytes > 0 {

@@ -468,3 +468,151 @@ fn random_stream_commands_answer_as_redis_7_in_resp2() {
 fn random_stream_commands_answer_as_redis_7_in_resp3() {
     differential(true, 0x5eed_0002, 600);
 }
+
+/// Runs `args` on `c`, the reply as a redis Value.
+fn v(c: &mut redis::Connection, args: &[&str]) -> redis::Value {
+    let mut cmd = redis::cmd(args[0]);
+    for a in &args[1..] {
+        cmd.arg(*a);
+    }
+    cmd.query(c).unwrap_or_else(|e| panic!("{args:?}: {e}"))
+}
+
+/// The ids in an XREAD / XREADGROUP reply (RESP2: `[[stream, [[id, fields]...]]...]`).
+fn ids_read(r: &redis::Value) -> Vec<String> {
+    let mut out = Vec::new();
+    let redis::Value::Array(streams) = r else { return out };
+    for s in streams {
+        let redis::Value::Array(pair) = s else { continue };
+        let redis::Value::Array(entries) = &pair[1] else { continue };
+        for e in entries {
+            if let redis::Value::Array(e) = e {
+                if let redis::Value::BulkString(id) = &e[0] {
+                    out.push(String::from_utf8_lossy(id).into_owned());
+                }
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn block_waits_are_woken_by_an_xadd_here_and_in_another_mwmq() {
+    let pg = Postgres::start().expect("postgres");
+    let a = start(config(&pg));
+    let b = start(config(&pg));
+    let (addr_a, addr_b) = (a.local_addr(), b.local_addr());
+    let mut ca = connect(addr_a);
+    let _: String = q(&mut ca, &["XADD", "jobs", "1-1", "old", "entry"]);
+    assert_eq!(q::<String>(&mut ca, &["XGROUP", "CREATE", "jobs", "workers", "$"]), "OK");
+
+    // Nothing new: the wait ends with the null array after BLOCK ms.
+    let t = Instant::now();
+    assert_eq!(v(&mut ca, &["XREAD", "BLOCK", "300", "STREAMS", "jobs", "$"]), redis::Value::Nil);
+    assert!(t.elapsed() >= Duration::from_millis(280), "{:?}", t.elapsed());
+
+    for (reader, writer, what) in [(addr_a, addr_a, "same process"), (addr_a, addr_b, "another mwmq")] {
+        // XREADGROUP ... BLOCK and XREAD ... BLOCK $ wait; an XADD wakes both.
+        let group = std::thread::spawn(move || {
+            let mut c = connect(reader);
+            let t = Instant::now();
+            let r = v(&mut c, &["XREADGROUP", "GROUP", "workers", "w1", "BLOCK", "10000", "STREAMS", "jobs", ">"]);
+            (ids_read(&r), t.elapsed())
+        });
+        let plain = std::thread::spawn(move || {
+            let mut c = connect(reader);
+            let t = Instant::now();
+            let r = v(&mut c, &["XREAD", "BLOCK", "10000", "STREAMS", "other", "jobs", "$", "$"]);
+            (ids_read(&r), t.elapsed())
+        });
+        std::thread::sleep(Duration::from_millis(400));
+        let mut w = connect(writer);
+        let id: String = q(&mut w, &["XADD", "jobs", "*", "task", what]);
+        let (got, waited) = group.join().unwrap();
+        assert_eq!(got, vec![id.clone()], "{what}: XREADGROUP BLOCK got the new entry");
+        assert!(waited < Duration::from_secs(5), "{what}: woken, not timed out ({waited:?})");
+        let (got, waited) = plain.join().unwrap();
+        assert_eq!(got, vec![id], "{what}: XREAD BLOCK $ got only what came after it");
+        assert!(waited < Duration::from_secs(5), "{what}: woken ({waited:?})");
+    }
+}
+
+#[test]
+fn pending_entries_and_delivery_counts_outlive_a_restart_of_mwmq() {
+    let pg = Postgres::start().expect("postgres");
+    let cfg = config(&pg);
+    let mq = start(cfg.clone());
+    let mut c = connect(mq.local_addr());
+    assert_eq!(q::<String>(&mut c, &["XGROUP", "CREATE", "orders", "billing", "0", "MKSTREAM"]), "OK");
+    let ids: Vec<String> = (0..3).map(|i| q(&mut c, &["XADD", "orders", "*", "n", &i.to_string()])).collect();
+    let r = v(&mut c, &["XREADGROUP", "GROUP", "billing", "dies", "COUNT", "2", "STREAMS", "orders", ">"]);
+    assert_eq!(ids_read(&r), ids[..2].to_vec());
+    assert_eq!(q::<i64>(&mut c, &["XACK", "orders", "billing", &ids[0]]), 1);
+    drop(c);
+    drop(mq);
+
+    let mq = start(cfg);
+    let mut c = connect(mq.local_addr());
+    // What was delivered and not acknowledged is still pending, to the same consumer.
+    let summary = v(&mut c, &["XPENDING", "orders", "billing"]);
+    let redis::Value::Array(s) = summary else { panic!("{summary:?}") };
+    assert_eq!(s[0], redis::Value::Int(1));
+    // Another consumer claims it (delivery count 2); the third was never delivered and comes next.
+    let claimed = v(&mut c, &["XAUTOCLAIM", "orders", "billing", "lives", "0", "0"]);
+    let redis::Value::Array(parts) = &claimed else { panic!("{claimed:?}") };
+    let redis::Value::Array(entries) = &parts[1] else { panic!("{claimed:?}") };
+    assert_eq!(entries.len(), 1, "{claimed:?}");
+    let r = v(&mut c, &["XPENDING", "orders", "billing", "-", "+", "10"]);
+    let redis::Value::Array(rows) = r else { panic!() };
+    let redis::Value::Array(row) = &rows[0] else { panic!() };
+    assert_eq!(row[1], redis::Value::BulkString(b"lives".to_vec()));
+    assert_eq!(row[3], redis::Value::Int(2));
+    let r = v(&mut c, &["XREADGROUP", "GROUP", "billing", "lives", "STREAMS", "orders", ">"]);
+    assert_eq!(ids_read(&r), vec![ids[2].clone()]);
+    assert_eq!(q::<i64>(&mut c, &["XACK", "orders", "billing", &ids[1], &ids[2]]), 2);
+    assert_eq!(q::<i64>(&mut c, &["XLEN", "orders"]), 3);
+}
+
+#[test]
+fn users_rights_cover_streams_and_names_keep_one_kind() {
+    let pg = Postgres::start().unwrap();
+    let mut cfg = config(&pg);
+    cfg.users = vec![
+        user("producer", "p-pw", &["events*"], &[], &[]),
+        user("worker", "w-pw", &[], &["events*"], &[]),
+        user("ops", "o-pw", &[], &[], &["events*", "jobs"]),
+    ];
+    let mq = start(cfg);
+    let addr = mq.local_addr();
+    let (mut producer, mut worker, mut ops) =
+        (login(addr, "producer", "p-pw"), login(addr, "worker", "w-pw"), login(addr, "ops", "o-pw"));
+    // Groups are made by an admin of the stream.
+    assert!(err(&mut producer, &["XGROUP", "CREATE", "events", "g", "0", "MKSTREAM"]).starts_with("NOPERM"));
+    assert_eq!(q::<String>(&mut ops, &["XGROUP", "CREATE", "events", "g", "0", "MKSTREAM"]), "OK");
+    let id: String = q(&mut producer, &["XADD", "events", "*", "k", "v"]);
+    assert!(err(&mut producer, &["XREADGROUP", "GROUP", "g", "p", "STREAMS", "events", ">"]).starts_with("NOPERM"));
+    assert!(err(&mut producer, &["XRANGE", "events", "-", "+"]).starts_with("NOPERM"));
+    assert!(err(&mut worker, &["XADD", "events", "*", "k", "v"]).starts_with("NOPERM"));
+    assert!(err(&mut worker, &["XADD", "payroll", "*", "k", "v"]).starts_with("NOPERM"));
+    assert!(err(&mut worker, &["XTRIM", "events", "MAXLEN", "0"]).starts_with("NOPERM"));
+    assert!(err(&mut worker, &["DEL", "events"]).starts_with("NOPERM"));
+    // Several streams: a right on every one.
+    assert!(
+        err(&mut worker, &["XREAD", "STREAMS", "events", "payroll", "0", "0"]).starts_with("NOPERM"),
+        "a read of a stream beyond its rights is refused as a whole"
+    );
+    let r = v(&mut worker, &["XREADGROUP", "GROUP", "g", "w", "STREAMS", "events", ">"]);
+    assert_eq!(ids_read(&r), vec![id.clone()]);
+    assert_eq!(q::<i64>(&mut worker, &["XACK", "events", "g", &id]), 1);
+    // A queue's name is not a stream's, and the other way round.
+    assert_eq!(q::<String>(&mut ops, &["QCREATE", "jobs"]), "OK");
+    assert_eq!(
+        err(&mut ops, &["XGROUP", "CREATE", "jobs", "g", "0"]),
+        "WRONGTYPE Operation against a key holding the wrong kind of value"
+    );
+    assert_eq!(q::<String>(&mut ops, &["TYPE", "jobs"]), "queue");
+    assert_eq!(q::<String>(&mut ops, &["TYPE", "events"]), "stream");
+    assert!(err(&mut ops, &["QCREATE", "events"]).starts_with("WRONGTYPE"), "QCREATE of a stream's name");
+    assert_eq!(q::<i64>(&mut ops, &["DEL", "events", "jobs"]), 1, "DEL removes streams, not queues");
+    assert_eq!(q::<i64>(&mut ops, &["EXISTS", "events", "jobs"]), 1);
+}

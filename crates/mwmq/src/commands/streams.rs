@@ -112,7 +112,7 @@ impl Core<'_> {
                 let rows = pg.x(X::Range, &[key, &start.ms, &start.seq, &end.ms, &end.seq, count, rev]).await?;
                 ok(Reply::Array(entries(&rows, 0)))
             }
-            XCmd::Read { count, streams, .. } => self.xread(pg, count, streams, s).await,
+            XCmd::Read { count, block, streams } => self.xread(pg, count, *block, streams, s).await,
             XCmd::Del { key, ids } => {
                 let (mss, seqs) = id_arrays(ids);
                 ok(int(&pg.x(X::Del, &[key, &mss, &seqs]).await?[0], 0))
@@ -310,6 +310,7 @@ impl Core<'_> {
         &self,
         pg: &PgConn,
         count: &Option<i64>,
+        block: Option<u64>,
         streams: &[(String, ReadFrom)],
         s: &S,
     ) -> Result<Outcome, DbError> {
@@ -341,7 +342,7 @@ impl Core<'_> {
         match per_stream(names, parts, &keep) {
             Reply::NilArray => {
                 let again = (resolved.as_slice() != streams)
-                    .then(|| Box::new(Command::Stream(XCmd::Read { count: *count, block: None, streams: resolved })));
+                    .then(|| Box::new(Command::Stream(XCmd::Read { count: *count, block, streams: resolved })));
                 Ok(Outcome::Nothing(again))
             }
             reply => ok(as_stream_pairs(reply, s.resp3())),
