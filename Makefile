@@ -106,6 +106,7 @@ bench: build python-deps
 	bench/mq.sh
 	bench/mq-quota.sh
 	bench/mq-peers.sh
+	bench/mq-streams.sh
 
 lint: rust-deps python-deps
 	$(CARGO) fmt --all -- --check

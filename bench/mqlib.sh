@@ -59,10 +59,11 @@ rb_run() {
     "$PY" -c "import csv,sys; r=next(csv.reader(sys.stdin)); print(f'{float(r[1]):.0f} {float(r[4]):.2f} {float(r[6]):.2f}')"
 }
 
-# recvack_run QUEUE -> "pairs/s p50 p99": mwload -P mq, CLIENTS connections, each RECV then its ACK
+# recvack_run -> "pairs/s p50 p99": mwload -P mq, CLIENTS connections, each RECV then its ACK
+# (RECEIVE=stream: each XREADGROUP of one entry then its XACK; the queue q0 a stream)
 recvack_run() {
   rm -rf "$work/ra"
-  "$BIN/mwload" -P mq -p "${PORT:-$MQ}" -t 2 -c $((CLIENTS / 2)) --ratio 0:1 --receive recv -n $((N / CLIENTS)) \
+  "$BIN/mwload" -P mq -p "${PORT:-$MQ}" -t 2 -c $((CLIENTS / 2)) --ratio 0:1 --receive "${RECEIVE:-recv}" -n $((N / CLIENTS)) \
     --progress never --out "$work/ra" >/dev/null
   "$PY" - "$work/ra/summary.json" <<'PY'
 import json, sys

@@ -120,7 +120,8 @@ pub struct Args {
     /// mq: queues to spread the clients over (named q0, q1, ...; created if missing).
     #[arg(long, default_value_t = 1)]
     pub queues: u32,
-    /// mq: how a client receives: pop (POP, at most once) or recv (RECV, then ACK of what came).
+    /// mq: how a client receives: pop (POP, at most once), recv (RECV, then ACK of what came) or
+    /// stream (the queues are Redis streams: XADD, XREADGROUP of one entry in group mwload, then its XACK).
     #[arg(long, default_value = "pop")]
     pub receive: String,
     /// mq: clients in pairs that send to each other (SEND ... TO partner) and
@@ -213,6 +214,8 @@ pub enum Receive {
     Pop,
     /// `RECV q`, then `ACK q id lease` of the message that came.
     RecvAck,
+    /// Streams: `XADD q * body ...`; `XREADGROUP GROUP mwload me COUNT 1 STREAMS q >`, then `XACK q mwload id`.
+    Stream,
 }
 
 /// The message-queue workload (`--protocol mq`).
@@ -516,7 +519,8 @@ impl Args {
         let receive = match self.receive.as_str() {
             "pop" => Receive::Pop,
             "recv" => Receive::RecvAck,
-            r => return err(format!("--receive {r:?}: use pop or recv")),
+            "stream" => Receive::Stream,
+            r => return err(format!("--receive {r:?}: use pop, recv or stream")),
         };
         if self.pairs && (self.threads * self.clients) % 2 == 1 {
             return err("--pairs needs an even number of clients (threads x clients)");

@@ -121,6 +121,8 @@ struct Client {
     queue: Vec<u8>,
     /// mq: the name of the partner it sends to (`--pairs`).
     partner: Option<Vec<u8>>,
+    /// mq: its own name (a stream consumer's name).
+    name: Vec<u8>,
     /// mq: where each virtual client is in its cycle of `sets` SENDs then
     /// `gets` receives (the last entry: open-loop arrivals).
     cycle: Vec<u32>,
@@ -259,12 +261,16 @@ pub fn run_thread(shared: &Shared, index: usize) -> Result<()> {
         let hello = hello_of(cfg, g);
         let socks = open_socks(&poll, &shared.addrs, c, Duration::from_secs(3), hello.as_deref(), &cfg.secure)?;
         let remaining = vec![cfg.requests.unwrap_or(u64::MAX); cfg.virtual_clients];
-        let (queue, partner) = match &cfg.mq {
-            Some(mq) => (format!("q{}", mq.queue_of(g)).into_bytes(), mq.pairs.then(|| mq.name_of(g ^ 1).into_bytes())),
-            None => (Vec::new(), None),
+        let (queue, partner, name) = match &cfg.mq {
+            Some(mq) => (
+                format!("q{}", mq.queue_of(g)).into_bytes(),
+                mq.pairs.then(|| mq.name_of(g ^ 1).into_bytes()),
+                mq.name_of(g).into_bytes(),
+            ),
+            None => (Vec::new(), None, Vec::new()),
         };
         let cycle = vec![0; cfg.virtual_clients + 1];
-        clients.push(Client { socks, alive: true, remaining, queue, partner, cycle });
+        clients.push(Client { socks, alive: true, remaining, queue, partner, name, cycle });
     }
     let threads = cfg.threads as u64;
     let mut t = Thread {
@@ -430,7 +436,7 @@ impl Thread<'_> {
             let cmd = match (send, mq.receive) {
                 (true, _) => Command::Send,
                 (false, Receive::Pop) => Command::Pop,
-                (false, Receive::RecvAck) => Command::Recv,
+                (false, Receive::RecvAck | Receive::Stream) => Command::Recv,
             };
             self.issue_mq(c, vc, intended, cmd, None);
             return;
@@ -520,7 +526,24 @@ impl Thread<'_> {
         let client = &self.clients[c as usize];
         self.scratch.clear();
         let q = client.queue.as_slice();
+        let stream = self.shared.cfg.mq.as_ref().is_some_and(|m| m.receive == Receive::Stream);
         match cmd {
+            Command::Send if stream => {
+                let body = self.gen.body(&mut self.rng);
+                resp::push_request(&mut self.scratch, &[b"XADD", q, b"*", b"body", body]);
+            }
+            Command::Recv if stream => {
+                let me = client.name.as_slice();
+                resp::push_request(
+                    &mut self.scratch,
+                    &[b"XREADGROUP", b"GROUP", b"mwload", me, b"COUNT", b"1", b"STREAMS", q, b">"],
+                );
+            }
+            Command::Ack if stream => {
+                let (ms, seq) = ack.expect("an XACK names its entry");
+                let id = format!("{ms}-{seq}");
+                resp::push_request(&mut self.scratch, &[b"XACK", q, b"mwload", id.as_bytes()]);
+            }
             Command::Send => {
                 let body = self.gen.body(&mut self.rng);
                 match &client.partner {

@@ -162,7 +162,8 @@ pub fn run(cfg: RunConfig) -> Result<Outcome> {
         eprintln!("mwload: prefilled {prefilled} keys");
     }
     if let Some(mq) = &shared.cfg.mq {
-        create_queues(shared.addrs[0], mq.queues).context("creating the queues")?;
+        create_queues(shared.addrs[0], mq.queues, mq.receive == crate::config::Receive::Stream)
+            .context("creating the queues")?;
     }
     let start = unix_ms() + 300;
     let sched = Schedule::new(&shared.cfg, start);
@@ -244,8 +245,9 @@ pub fn run(cfg: RunConfig) -> Result<Outcome> {
     Ok(Outcome { measured, seconds, connections })
 }
 
-/// mq: creates queues q0 .. q{n-1} where missing (QCREATE; EXISTS is fine).
-fn create_queues(addr: std::net::SocketAddr, n: u32) -> Result<()> {
+/// mq: creates queues q0 .. q{n-1} where missing (QCREATE; EXISTS is fine),
+/// or streams with the consumer group `mwload` (XGROUP CREATE ... MKSTREAM).
+fn create_queues(addr: std::net::SocketAddr, n: u32, streams: bool) -> Result<()> {
     use std::io::{BufRead, BufReader};
     let s = std::net::TcpStream::connect_timeout(&addr, std::time::Duration::from_secs(3))
         .with_context(|| format!("cannot connect to {addr}"))?;
@@ -254,11 +256,16 @@ fn create_queues(addr: std::net::SocketAddr, n: u32) -> Result<()> {
     let mut r = BufReader::new(&s);
     for i in 0..n {
         let mut req = Vec::new();
-        crate::resp::push_request(&mut req, &[b"QCREATE", format!("q{i}").as_bytes()]);
+        let q = format!("q{i}");
+        if streams {
+            crate::resp::push_request(&mut req, &[b"XGROUP", b"CREATE", q.as_bytes(), b"mwload", b"$", b"MKSTREAM"]);
+        } else {
+            crate::resp::push_request(&mut req, &[b"QCREATE", q.as_bytes()]);
+        }
         w.write_all(&req)?;
         let mut line = String::new();
         r.read_line(&mut line)?;
-        if !(line.starts_with("+OK") || line.starts_with("-EXISTS")) {
+        if !(line.starts_with("+OK") || line.starts_with("-EXISTS") || line.starts_with("-BUSYGROUP")) {
             anyhow::bail!("QCREATE q{i}: {}", line.trim_end());
         }
     }

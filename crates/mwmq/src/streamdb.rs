@@ -235,6 +235,35 @@ BEGIN
     RETURN NEXT;
 END $$;
 
+-- XADDs with '*' to one stream, as one statement: one lock, one commit.
+-- counts[i] fields of f are entry i's.
+CREATE FUNCTION mwmq_xadd_many(sname text, counts int[], f bytea[]) RETURNS TABLE (o_ms bigint, o_seq bigint)
+LANGUAGE plpgsql AS $$
+DECLARE
+    s mwmq_streams;
+    now_ms bigint := mwmq_ms();
+    b_ms bigint;
+    b_seq bigint;
+    n int := coalesce(array_length(counts, 1), 0);
+BEGIN
+    SELECT * INTO s FROM mwmq_streams st WHERE st.name = sname FOR UPDATE;
+    IF s.id IS NULL THEN s := mwmq_stream_made(sname); END IF;
+    IF now_ms > s.last_ms THEN
+        b_ms := now_ms; b_seq := 0;
+    ELSIF s.last_seq <= 9223372036854775807 - n THEN
+        b_ms := s.last_ms; b_seq := s.last_seq + 1;
+    ELSE
+        b_ms := s.last_ms + 1; b_seq := 0;
+    END IF;
+    INSERT INTO mwmq_stream_entries (stream_id, ms, seq, fields)
+    SELECT s.id, b_ms, b_seq + c.i - 1, f[c.at : c.at + c.n - 1]
+    FROM (SELECT u.n, u.i, sum(u.n) OVER (ORDER BY u.i) - u.n + 1 AS at
+          FROM unnest(counts) WITH ORDINALITY AS u(n, i)) c;
+    UPDATE mwmq_streams st SET last_ms = b_ms, last_seq = b_seq + n - 1, added = st.added + n, length = st.length + n
+    WHERE st.id = s.id;
+    RETURN QUERY SELECT b_ms, b_seq + g - 1 FROM generate_series(1, n) AS g;
+END $$;
+
 CREATE FUNCTION mwmq_xtrim(sname text, kind int, maxlen bigint, t_ms bigint, t_seq bigint, lim bigint)
 RETURNS bigint LANGUAGE plpgsql AS $$
 DECLARE
@@ -316,10 +345,12 @@ CREATE FUNCTION mwmq_nogroup(sname text, gname text, suffix text) RETURNS void L
     SELECT mwmq_rerr(format('NOGROUP No such key ''%s'' or consumer group ''%s''%s', sname, gname, suffix))
 $$;
 
--- Refreshes (or creates) a consumer.
+-- Refreshes (or creates) a consumer. A consumer seen in the last 100 ms is
+-- left as it is (its idle time is that exact; a busy consumer costs no row update per read).
 CREATE FUNCTION mwmq_seen(sid bigint, gname text, cname text, now_ms bigint) RETURNS void LANGUAGE sql AS $$
     INSERT INTO mwmq_stream_consumers AS c (stream_id, grp, name, seen_ms) VALUES (sid, gname, cname, now_ms)
     ON CONFLICT (stream_id, grp, name) DO UPDATE SET seen_ms = EXCLUDED.seen_ms
+    WHERE c.seen_ms < EXCLUDED.seen_ms - 100
 $$;
 
 -- XREADGROUP over several streams: hist[i] false reads new entries ('>'),
@@ -386,6 +417,76 @@ BEGIN
             WHERE x.stream_id = s.id AND x.name = gname;
         END IF;
     END LOOP;
+END $$;
+
+-- XREADGROUP ... COUNT cnt STREAMS s '>' of several consumers of one group, as one statement:
+-- consumer i gets the i-th cnt new entries (o_i: its index, from 1).
+CREATE FUNCTION mwmq_xreadgroup_many(sname text, gname text, cnames text[], cnt bigint, noack boolean)
+RETURNS TABLE (o_i int, o_ms bigint, o_seq bigint, o_fields bytea[]) LANGUAGE plpgsql AS $$
+DECLARE
+    s mwmq_streams;
+    g mwmq_stream_groups;
+    r record;
+    now_ms bigint := mwmq_ms();
+    k bigint := 0;
+    who int;
+    clean boolean;
+BEGIN
+    SELECT * INTO s FROM mwmq_streams st WHERE st.name = sname;
+    IF s.id IS NULL THEN s := mwmq_stream(sname); END IF;
+    IF s.id IS NULL THEN PERFORM mwmq_nogroup(sname, gname, ' in XREADGROUP with GROUP option'); END IF;
+    SELECT * INTO g FROM mwmq_stream_groups x WHERE x.stream_id = s.id AND x.name = gname FOR UPDATE;
+    IF NOT FOUND THEN PERFORM mwmq_nogroup(sname, gname, ' in XREADGROUP with GROUP option'); END IF;
+    -- (No tombstone at all: the common case, without a call per entry.)
+    clean := s.length = 0 OR (s.del_ms = 0 AND s.del_seq = 0);
+    FOR r IN SELECT e.ms, e.seq, e.fields FROM mwmq_stream_entries e
+             WHERE e.stream_id = s.id AND (e.ms, e.seq) > (g.last_ms, g.last_seq)
+             ORDER BY e.ms, e.seq LIMIT cnt * array_length(cnames, 1) LOOP
+        who := (k / cnt)::int + 1;
+        IF k % cnt = 0 THEN
+            PERFORM mwmq_seen(s.id, gname, cnames[who], now_ms);
+        END IF;
+        k := k + 1;
+        IF g.entries_read IS NOT NULL AND (clean OR NOT mwmq_tombstones(s, r.ms, r.seq)) THEN
+            g.entries_read := g.entries_read + 1;
+        ELSIF s.added > 0 THEN
+            g.entries_read := mwmq_estimate(s, r.ms, r.seq);
+        END IF;
+        g.last_ms := r.ms;
+        g.last_seq := r.seq;
+        IF NOT noack THEN
+            INSERT INTO mwmq_stream_pending AS p (stream_id, grp, ms, seq, consumer, delivered_ms, deliveries)
+            VALUES (s.id, gname, r.ms, r.seq, cnames[who], now_ms, 1)
+            ON CONFLICT (stream_id, grp, ms, seq)
+            DO UPDATE SET consumer = EXCLUDED.consumer, delivered_ms = EXCLUDED.delivered_ms, deliveries = 1;
+        END IF;
+        o_i := who; o_ms := r.ms; o_seq := r.seq; o_fields := r.fields;
+        RETURN NEXT;
+    END LOOP;
+    IF k > 0 THEN
+        UPDATE mwmq_stream_groups x SET last_ms = g.last_ms, last_seq = g.last_seq, entries_read = g.entries_read
+        WHERE x.stream_id = s.id AND x.name = gname;
+    END IF;
+END $$;
+
+-- XACKs of one group, as one statement: how many entries request i acknowledged
+-- (an id named twice counts for the first request that named it).
+CREATE FUNCTION mwmq_xack_many(sname text, gname text, idx int[], mss bigint[], seqs bigint[])
+RETURNS TABLE (o_i int, o_n bigint) LANGUAGE plpgsql AS $$
+DECLARE
+    sid bigint;
+BEGIN
+    SELECT st.id INTO sid FROM mwmq_streams st WHERE st.name = sname;
+    IF sid IS NULL THEN
+        PERFORM mwmq_stream(sname);
+        RETURN;
+    END IF;
+    RETURN QUERY
+    WITH u AS (SELECT * FROM unnest(idx, mss, seqs) AS u(i, ms, seq)),
+    d AS (DELETE FROM mwmq_stream_pending p USING (SELECT DISTINCT u.ms, u.seq FROM u) x
+          WHERE p.stream_id = sid AND p.grp = gname AND p.ms = x.ms AND p.seq = x.seq RETURNING p.ms, p.seq),
+    f AS (SELECT min(u.i) AS i FROM d JOIN u ON u.ms = d.ms AND u.seq = d.seq GROUP BY d.ms, d.seq)
+    SELECT f.i, count(*) FROM f GROUP BY f.i;
 END $$;
 
 CREATE FUNCTION mwmq_xack(sname text, gname text, mss bigint[], seqs bigint[], invalid boolean) RETURNS bigint
@@ -732,6 +833,9 @@ pub const STATEMENTS: &[&str] = &[
     "SELECT mwmq_type($1)",
     "SELECT mwmq_exists($1)",
     "SELECT mwmq_del($1)",
+    "SELECT * FROM mwmq_xadd_many($1, $2, $3)",
+    "SELECT * FROM mwmq_xreadgroup_many($1, $2, $3, $4, $5)",
+    "SELECT * FROM mwmq_xack_many($1, $2, $3, $4, $5)",
 ];
 
 /// Which statement (an index into [`STATEMENTS`]).
@@ -761,6 +865,9 @@ pub enum X {
     Type,
     Exists,
     DelKeys,
+    AddMany,
+    ReadGroupMany,
+    AckMany,
 }
 
 /// A trim as the functions take it: kind (0 none, 1 MAXLEN, 2 MINID), maxlen, min id, limit.

@@ -51,6 +51,8 @@ enum Val {
     Error,
     Int(i64),
     Bulk,
+    /// A bulk string that is a stream entry's id (`ms-seq`).
+    Id(i64, i64),
     Nil,
     Array(Vec<Val>),
 }
@@ -67,7 +69,15 @@ pub fn parse(buf: &[u8]) -> Result<Option<(MqReply, usize)>, String> {
         Val::Error => r.error = true,
         Val::Int(n) => r.integer = Some(n),
         Val::Array(items) => {
-            if items.iter().all(|i| matches!(i, Val::Array(_))) && !items.is_empty() {
+            if let Some(entries) = stream_entries(&items) {
+                // XREADGROUP / XREAD: [[stream, [[id, fields], ...]], ...]
+                r.messages = entries.len() as u32;
+                if let Some(Val::Array(first)) = entries.first() {
+                    if let Some(Val::Id(ms, seq)) = first.first() {
+                        r.lease = Some((*ms, *seq));
+                    }
+                }
+            } else if items.iter().all(|i| matches!(i, Val::Array(_))) && !items.is_empty() {
                 // RECV: [[id, lease, sender, body], ...]
                 r.messages = items.len() as u32;
                 if let Val::Array(first) = &items[0] {
@@ -80,9 +90,31 @@ pub fn parse(buf: &[u8]) -> Result<Option<(MqReply, usize)>, String> {
                 r.messages = 1;
             }
         }
-        Val::Simple | Val::Bulk | Val::Nil => {}
+        Val::Simple | Val::Bulk | Val::Id(..) | Val::Nil => {}
     }
     Ok(Some((r, used)))
+}
+
+/// The first stream's entries of an XREAD / XREADGROUP reply, if it is one.
+fn stream_entries(items: &[Val]) -> Option<&Vec<Val>> {
+    match items.first()? {
+        Val::Array(pair) => match pair.as_slice() {
+            [Val::Bulk, Val::Array(entries)] => Some(entries),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+/// A stream entry's id (`ms-seq`, digits only), if the bulk string is one.
+fn stream_id(b: &[u8]) -> Option<Val> {
+    if b.len() > 41 {
+        return None;
+    }
+    let s = std::str::from_utf8(b).ok()?;
+    let (ms, seq) = s.split_once('-')?;
+    let digits = |t: &str| !t.is_empty() && t.bytes().all(|c| c.is_ascii_digit());
+    (digits(ms) && digits(seq)).then(|| Some(Val::Id(ms.parse().ok()?, seq.parse().ok()?)))?
 }
 
 fn line(buf: &[u8], at: usize) -> Result<Option<(&[u8], usize)>, String> {
@@ -132,7 +164,7 @@ fn value(buf: &[u8], at: usize, depth: usize) -> Result<Option<(Val, usize)>, St
             if &buf[end - 2..end] != b"\r\n" {
                 return Err("a bulk string not ended by CRLF".into());
             }
-            Ok(Some((Val::Bulk, end)))
+            Ok(Some((stream_id(&buf[next..end - 2]).unwrap_or(Val::Bulk), end)))
         }
         // (A RESP3 map's keys and values, and a set's members, read as an array's items.)
         kind @ (b'*' | b'%' | b'~') => {
@@ -182,6 +214,9 @@ mod tests {
         assert_eq!(parse(b":42\r\n").unwrap().unwrap().0.integer, Some(42));
         assert!(parse(b"-NOQUEUE no such queue 'q'\r\n").unwrap().unwrap().0.error);
         assert_eq!(parse(b"+OK\r\n:1\r\n").unwrap().unwrap().1, 5);
+        let xread = b"*1\r\n*2\r\n$2\r\nq0\r\n*1\r\n*2\r\n$15\r\n1700000000000-3\r\n*2\r\n$1\r\nf\r\n$1\r\nv\r\n";
+        let (r, used) = parse(xread).unwrap().unwrap();
+        assert_eq!((r.messages, r.lease, used), (1, Some((1_700_000_000_000, 3)), xread.len()));
     }
 
     #[test]

@@ -17,6 +17,7 @@ use crate::db::{DbError, LeaseRef, PgConn};
 use crate::resp::Reply;
 use crate::shared::Shared;
 use crate::users::{Right, User};
+use crate::xcommand::{AddId, GroupRead, XCmd};
 
 pub mod connection;
 pub mod messages;
@@ -161,6 +162,47 @@ pub enum Batch {
         /// The request (its COUNT is 1).
         r: Recv,
     },
+    /// XADDs with `*` (no NOMKSTREAM, no trim) to one stream.
+    XAdd {
+        /// Stream.
+        key: String,
+    },
+    /// XACKs of one stream's group.
+    XAck {
+        /// Stream.
+        key: String,
+        /// Group.
+        group: String,
+    },
+    /// XREADGROUPs of new entries (`>`) of one stream and group, with one
+    /// COUNT and NOACK, without BLOCK, by any consumers.
+    XReadGroup {
+        /// Stream.
+        key: String,
+        /// Group.
+        group: String,
+        /// COUNT (0: none given).
+        count: i64,
+        /// NOACK
+        noack: bool,
+    },
+}
+
+/// The batch an XREADGROUP may join.
+fn read_group_batch(x: &XCmd) -> Option<Batch> {
+    match x {
+        XCmd::ReadGroup { group, count, block: None, noack, streams, .. }
+            if streams.len() == 1 && streams[0].1 == GroupRead::New =>
+        {
+            Some(Batch::XReadGroup {
+                key: streams[0].0.clone(),
+                group: group.clone(),
+                count: count.unwrap_or(0),
+                noack: *noack,
+            })
+        }
+        _ => None,
+    }
 }
 
 impl Batch {
@@ -174,6 +216,13 @@ impl Batch {
             }
             // (A RECV that may wait is parked when it finds nothing: it goes alone.)
             Command::Recv(r) if r.count == 1 && r.wait_ms == 0 => Some(Batch::Recv { r: r.clone() }),
+            Command::Stream(XCmd::Add { key, nomkstream: false, trim: None, id: AddId::Auto, .. }) => {
+                Some(Batch::XAdd { key: key.clone() })
+            }
+            Command::Stream(XCmd::Ack { key, group, invalid: false, .. }) => {
+                Some(Batch::XAck { key: key.clone(), group: group.clone() })
+            }
+            Command::Stream(x) => read_group_batch(x),
             _ => None,
         }
     }
@@ -191,6 +240,14 @@ impl Batch {
             }
             // (`r` has COUNT 1 and no WAIT, so equal arguments are batchable too.)
             (Batch::Recv { r }, Command::Recv(x)) => x == r,
+            (
+                Batch::XAdd { key },
+                Command::Stream(XCmd::Add { key: k, nomkstream: false, trim: None, id: AddId::Auto, .. }),
+            ) => k == key,
+            (Batch::XAck { key, group }, Command::Stream(XCmd::Ack { key: k, group: g, invalid: false, .. })) => {
+                k == key && g == group
+            }
+            (Batch::XReadGroup { .. }, Command::Stream(x)) => read_group_batch(x).as_ref() == Some(self),
             _ => false,
         }
     }
@@ -387,6 +444,11 @@ impl<'a> Core<'a> {
                 self.pop_batch(pg, queue, me.as_deref(), from.as_deref(), replies).await.map(|()| 1)
             }
             Batch::Recv { r } => self.recv_batch(pg, r, items, replies, leases).await,
+            Batch::XAdd { key } => self.xadd_batch(pg, key, items, replies).await.map(|()| 1),
+            Batch::XAck { key, group } => self.xack_batch(pg, key, group, items, replies).await.map(|()| 1),
+            Batch::XReadGroup { key, group, count, noack } => {
+                self.xreadgroup_batch(pg, key, group, *count, *noack, items, replies).await.map(|()| 1)
+            }
         }
     }
 }

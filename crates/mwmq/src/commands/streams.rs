@@ -4,7 +4,7 @@
 
 use tokio_postgres::Row;
 
-use super::{Core, Outcome, Session};
+use super::{Answer, Core, Outcome, Session};
 use crate::command::Command;
 use crate::db::{DbError, PgConn};
 use crate::resp::Reply;
@@ -379,6 +379,97 @@ impl Core<'_> {
         m.push((t("first-entry"), edge(9)));
         m.push((t("last-entry"), edge(12)));
         ok(Reply::Map(m))
+    }
+}
+
+impl Core<'_> {
+    /// XADDs with `*` to one stream, as one statement.
+    pub(super) async fn xadd_batch<S: Session + ?Sized>(
+        &self,
+        pg: &PgConn,
+        key: &str,
+        items: &[(&Command, &S)],
+        replies: &mut [Answer],
+    ) -> Result<(), DbError> {
+        let (mut counts, mut fields) = (Vec::with_capacity(items.len()), Vec::new());
+        for (c, _) in items {
+            let Command::Stream(XCmd::Add { fields: f, .. }) = c else { unreachable!("an XADD batch holds XADDs") };
+            counts.push(f.len() as i32);
+            fields.extend(f.iter().map(Vec::as_slice));
+        }
+        let rows = pg.x(X::AddMany, &[&key, &counts, &fields]).await?;
+        self.sent(key);
+        for (slot, r) in replies.iter_mut().zip(&rows) {
+            *slot = Some((sid(r, 0).reply(), "ok", 0));
+        }
+        Ok(())
+    }
+
+    /// XACKs of one group, as one statement.
+    pub(super) async fn xack_batch<S: Session + ?Sized>(
+        &self,
+        pg: &PgConn,
+        key: &str,
+        group: &str,
+        items: &[(&Command, &S)],
+        replies: &mut [Answer],
+    ) -> Result<(), DbError> {
+        let (mut idx, mut mss, mut seqs) = (Vec::new(), Vec::new(), Vec::new());
+        for (i, (c, _)) in items.iter().enumerate() {
+            let Command::Stream(XCmd::Ack { ids, .. }) = c else { unreachable!("an XACK batch holds XACKs") };
+            for id in ids {
+                idx.push(i as i32 + 1);
+                mss.push(id.ms);
+                seqs.push(id.seq);
+            }
+        }
+        let rows = pg.x(X::AckMany, &[&key, &group, &idx, &mss, &seqs]).await?;
+        let mut n = vec![0i64; items.len()];
+        for r in &rows {
+            n[r.get::<_, i32>(0) as usize - 1] = r.get(1);
+        }
+        for (slot, n) in replies.iter_mut().zip(n) {
+            *slot = Some((Reply::Int(n), "ok", n as u64));
+        }
+        Ok(())
+    }
+
+    /// XREADGROUPs of new entries by several consumers of one group, as one statement.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) async fn xreadgroup_batch<S: Session + ?Sized>(
+        &self,
+        pg: &PgConn,
+        key: &str,
+        group: &str,
+        count: i64,
+        noack: bool,
+        items: &[(&Command, &S)],
+        replies: &mut [Answer],
+    ) -> Result<(), DbError> {
+        let consumers: Vec<&str> = items
+            .iter()
+            .map(|(c, _)| match c {
+                Command::Stream(XCmd::ReadGroup { consumer, .. }) => consumer.as_str(),
+                _ => unreachable!("an XREADGROUP batch holds XREADGROUPs"),
+            })
+            .collect();
+        // (Without COUNT each takes all there is: the first gets it, the others nothing.)
+        let each = if count > 0 { count } else { i64::MAX / 1024 };
+        let rows = pg.x(X::ReadGroupMany, &[&key, &group, &consumers, &each, &noack]).await?;
+        let mut parts = vec![Vec::new(); items.len()];
+        for r in &rows {
+            parts[r.get::<_, i32>(0) as usize - 1].push(entry(sid(r, 1), r.get(3)));
+        }
+        for ((slot, part), (_, s)) in replies.iter_mut().zip(parts).zip(items) {
+            let n = part.len() as u64;
+            let reply = if part.is_empty() {
+                Reply::NilArray
+            } else {
+                as_stream_pairs(Reply::Map(vec![(Reply::text(key), Reply::Array(part))]), s.resp3())
+            };
+            *slot = Some((reply, "ok", n));
+        }
+        Ok(())
     }
 }
 
