@@ -17,8 +17,10 @@ from mwlab.procs import Postgres, ProcessGroup, binary, free_port, wait_port
 
 def user_table(name: str, password: str, pattern: str) -> str:
     return subprocess.run(
-        [str(binary("mwmq")), "user", "add", name, "--password-stdin"]
-        + ["--send", pattern, "--receive", pattern, "--admin", pattern],
+        [
+            *(str(binary("mwmq")), "user", "add", name, "--password-stdin"),
+            *("--send", pattern, "--receive", pattern, "--admin", pattern),
+        ],
         input=f"{password}\n".encode(),
         capture_output=True,
         check=True,
@@ -105,9 +107,8 @@ def test_faststream_stream_subscribers_in_one_group_share_the_work(mwmq):
     """Two FastStream apps subscribe to one stream with one group (consumers
     a and b); a publisher sends 40 messages: each is handled once, by one
     of them, and acknowledged (nothing left pending)."""
-    from faststream.redis import RedisBroker, StreamSub
-
     import redis
+    from faststream.redis import RedisBroker, StreamSub
 
     _, plain_port = mwmq
     url = f"redis://app:app-secret@127.0.0.1:{plain_port}"
@@ -116,7 +117,9 @@ def test_faststream_stream_subscribers_in_one_group_share_the_work(mwmq):
     def app(consumer: str) -> RedisBroker:
         broker = RedisBroker(url)
 
-        @broker.subscriber(stream=StreamSub("app.jobs", group="workers", consumer=consumer, polling_interval=50))
+        sub = StreamSub("app.jobs", group="workers", consumer=consumer, polling_interval=50)
+
+        @broker.subscriber(stream=sub)
         async def handle(n: int) -> None:
             handled.append((consumer, n))
 
