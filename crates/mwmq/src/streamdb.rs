@@ -313,13 +313,15 @@ BEGIN
 END $$;
 
 -- XREAD over several streams: entries after (a_ms, a_seq) of each; o_i is the stream's index (from 1).
-CREATE FUNCTION mwmq_xread(snames text[], a_ms bigint[], a_seq bigint[], cnt bigint)
+-- bad[i]: the refusal of stream i's id, given once its type was checked.
+CREATE FUNCTION mwmq_xread(snames text[], a_ms bigint[], a_seq bigint[], cnt bigint, bad text[])
 RETURNS TABLE (o_i int, o_ms bigint, o_seq bigint, o_fields bytea[]) LANGUAGE plpgsql AS $$
 DECLARE
     s mwmq_streams;
 BEGIN
     FOR i IN 1 .. coalesce(array_length(snames, 1), 0) LOOP
         s := mwmq_stream(snames[i]);
+        IF bad[i] IS NOT NULL THEN PERFORM mwmq_rerr(bad[i]); END IF;
         IF s.id IS NOT NULL THEN
             RETURN QUERY SELECT i, e.ms, e.seq, e.fields FROM mwmq_stream_entries e
                 WHERE e.stream_id = s.id AND (e.ms, e.seq) > (a_ms[i], a_seq[i])
@@ -329,12 +331,13 @@ BEGIN
 END $$;
 
 -- The last ids of streams (XREAD's '$'); 0-0 for a missing stream.
-CREATE FUNCTION mwmq_xlast(snames text[]) RETURNS TABLE (o_ms bigint, o_seq bigint) LANGUAGE plpgsql AS $$
+CREATE FUNCTION mwmq_xlast(snames text[], bad text[]) RETURNS TABLE (o_ms bigint, o_seq bigint) LANGUAGE plpgsql AS $$
 DECLARE
     s mwmq_streams;
 BEGIN
     FOR i IN 1 .. coalesce(array_length(snames, 1), 0) LOOP
         s := mwmq_stream(snames[i]);
+        IF bad[i] IS NOT NULL THEN PERFORM mwmq_rerr(bad[i]); END IF;
         o_ms := coalesce(s.last_ms, 0);
         o_seq := coalesce(s.last_seq, 0);
         RETURN NEXT;
@@ -357,7 +360,7 @@ $$;
 -- true the consumer's pending entries after (a_ms, a_seq). o_fields NULL:
 -- a pending entry that was deleted.
 CREATE FUNCTION mwmq_xreadgroup(snames text[], gname text, cname text, hist boolean[], a_ms bigint[], a_seq bigint[],
-                                cnt bigint, noack boolean)
+                                cnt bigint, noack boolean, bad text[])
 RETURNS TABLE (o_i int, o_ms bigint, o_seq bigint, o_fields bytea[]) LANGUAGE plpgsql AS $$
 DECLARE
     s mwmq_streams;
@@ -371,6 +374,7 @@ BEGIN
         IF s.id IS NULL OR NOT EXISTS (SELECT 1 FROM mwmq_stream_groups x WHERE x.stream_id = s.id AND x.name = gname) THEN
             PERFORM mwmq_nogroup(snames[i], gname, ' in XREADGROUP with GROUP option');
         END IF;
+        IF bad[i] IS NOT NULL THEN PERFORM mwmq_rerr(bad[i]); END IF;
         ids := ids || s.id;
     END LOOP;
     FOR i IN 1 .. coalesce(array_length(snames, 1), 0) LOOP
@@ -556,7 +560,7 @@ END $$;
 -- XCLAIM: the entries claimed (o_fields NULL with JUSTID).
 CREATE FUNCTION mwmq_xclaim(sname text, gname text, cname text, min_idle bigint, mss bigint[], seqs bigint[],
                             idle bigint, at_ms bigint, retry bigint, force boolean, justid boolean,
-                            l_ms bigint, l_seq bigint)
+                            l_ms bigint, l_seq bigint, bad text)
 RETURNS TABLE (o_ms bigint, o_seq bigint, o_fields bytea[]) LANGUAGE plpgsql AS $$
 DECLARE
     s mwmq_streams := mwmq_group(sname, gname, true);
@@ -566,6 +570,7 @@ DECLARE
     f bytea[];
     seen boolean := false;
 BEGIN
+    IF bad IS NOT NULL THEN PERFORM mwmq_rerr(bad); END IF;
     IF idle IS NOT NULL THEN delivery := now_ms - idle; END IF;
     IF at_ms IS NOT NULL THEN delivery := at_ms; END IF;
     IF delivery < 0 OR delivery > now_ms THEN delivery := now_ms; END IF;
@@ -586,7 +591,7 @@ BEGIN
         IF p.stream_id IS NULL THEN
             IF NOT force THEN CONTINUE; END IF;
             INSERT INTO mwmq_stream_pending (stream_id, grp, ms, seq, consumer, delivered_ms, deliveries)
-            VALUES (s.id, gname, mss[i], seqs[i], cname, delivery, CASE WHEN retry IS NOT NULL THEN retry WHEN justid THEN 0 ELSE 1 END);
+            VALUES (s.id, gname, mss[i], seqs[i], cname, delivery, CASE WHEN retry IS NOT NULL THEN retry WHEN justid THEN 1 ELSE 2 END);
         ELSE
             IF min_idle > 0 AND now_ms - p.delivered_ms < min_idle THEN CONTINUE; END IF;
             UPDATE mwmq_stream_pending x SET consumer = cname, delivered_ms = delivery,
@@ -663,11 +668,14 @@ BEGIN
     RETURN s;
 END $$;
 
-CREATE FUNCTION mwmq_xgroup_create(sname text, gname text, last boolean, i_ms bigint, i_seq bigint, mk boolean, er bigint)
+CREATE FUNCTION mwmq_xgroup_create(sname text, gname text, last boolean, i_ms bigint, i_seq bigint, mk boolean, er bigint,
+                                   bad text)
 RETURNS void LANGUAGE plpgsql AS $$
 DECLARE
     s mwmq_streams := mwmq_xgroup_stream(sname, mk);
 BEGIN
+    -- (A stream MKSTREAM made goes with the error: the statement is undone.)
+    IF bad IS NOT NULL THEN PERFORM mwmq_rerr(bad); END IF;
     IF last THEN i_ms := s.last_ms; i_seq := s.last_seq; END IF;
     INSERT INTO mwmq_stream_groups (stream_id, name, last_ms, last_seq, entries_read)
     VALUES (s.id, gname, i_ms, i_seq, er) ON CONFLICT DO NOTHING;
@@ -678,11 +686,14 @@ CREATE FUNCTION mwmq_nogroup_for(sname text, gname text) RETURNS void LANGUAGE s
     SELECT mwmq_rerr(format('NOGROUP No such consumer group ''%s'' for key name ''%s''', gname, sname))
 $$;
 
-CREATE FUNCTION mwmq_xgroup_setid(sname text, gname text, last boolean, i_ms bigint, i_seq bigint, er bigint)
+CREATE FUNCTION mwmq_xgroup_setid(sname text, gname text, last boolean, i_ms bigint, i_seq bigint, er bigint, bad text)
 RETURNS void LANGUAGE plpgsql AS $$
 DECLARE
     s mwmq_streams := mwmq_xgroup_stream(sname, false);
 BEGIN
+    PERFORM 1 FROM mwmq_stream_groups x WHERE x.stream_id = s.id AND x.name = gname;
+    IF NOT FOUND THEN PERFORM mwmq_nogroup_for(sname, gname); END IF;
+    IF bad IS NOT NULL THEN PERFORM mwmq_rerr(bad); END IF;
     IF last THEN i_ms := s.last_ms; i_seq := s.last_seq; END IF;
     UPDATE mwmq_stream_groups x SET last_ms = i_ms, last_seq = i_seq, entries_read = er
     WHERE x.stream_id = s.id AND x.name = gname;
@@ -771,6 +782,30 @@ BEGIN
     FROM mwmq_stream_consumers c WHERE c.stream_id = s.id AND c.grp = gname ORDER BY c.name COLLATE "C";
 END $$;
 
+-- XINFO STREAM FULL: a group's pending entries (or one consumer's), the first cnt.
+CREATE FUNCTION mwmq_xinfo_pending(sname text, gname text, cnt bigint, cname text)
+RETURNS TABLE (o_ms bigint, o_seq bigint, o_consumer text, o_delivered bigint, o_deliveries bigint) LANGUAGE plpgsql AS $$
+DECLARE
+    s mwmq_streams := mwmq_stream(sname);
+BEGIN
+    RETURN QUERY
+    SELECT p.ms, p.seq, p.consumer, p.delivered_ms, p.deliveries FROM mwmq_stream_pending p
+    WHERE p.stream_id = s.id AND p.grp = gname AND (cname IS NULL OR p.consumer = cname)
+    ORDER BY p.ms, p.seq LIMIT cnt;
+END $$;
+
+-- XINFO STREAM FULL: a group's consumers with their seen time and pending count.
+CREATE FUNCTION mwmq_xinfo_full_consumers(sname text, gname text)
+RETURNS TABLE (o_name text, o_seen bigint, o_pending bigint) LANGUAGE plpgsql AS $$
+DECLARE
+    s mwmq_streams := mwmq_stream(sname);
+BEGIN
+    RETURN QUERY
+    SELECT c.name, c.seen_ms,
+           (SELECT count(*) FROM mwmq_stream_pending p WHERE p.stream_id = s.id AND p.grp = gname AND p.consumer = c.name)
+    FROM mwmq_stream_consumers c WHERE c.stream_id = s.id AND c.grp = gname ORDER BY c.name COLLATE "C";
+END $$;
+
 CREATE FUNCTION mwmq_xlen(sname text) RETURNS bigint LANGUAGE plpgsql AS $$
 BEGIN
     RETURN coalesce((mwmq_stream(sname)).length, 0);
@@ -813,18 +848,18 @@ pub const STATEMENTS: &[&str] = &[
     "SELECT * FROM mwmq_xadd($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
     "SELECT mwmq_xlen($1)",
     "SELECT * FROM mwmq_xrange($1, $2, $3, $4, $5, $6, $7)",
-    "SELECT * FROM mwmq_xread($1, $2, $3, $4)",
-    "SELECT * FROM mwmq_xlast($1)",
+    "SELECT * FROM mwmq_xread($1, $2, $3, $4, $5)",
+    "SELECT * FROM mwmq_xlast($1, $2)",
     "SELECT mwmq_xdel($1, $2, $3)",
     "SELECT mwmq_xtrim($1, $2, $3, $4, $5, $6)",
-    "SELECT * FROM mwmq_xreadgroup($1, $2, $3, $4, $5, $6, $7, $8)",
+    "SELECT * FROM mwmq_xreadgroup($1, $2, $3, $4, $5, $6, $7, $8, $9)",
     "SELECT mwmq_xack($1, $2, $3, $4, $5)",
     "SELECT * FROM mwmq_xpending($1, $2)",
     "SELECT * FROM mwmq_xpending_range($1, $2, $3, $4, $5, $6, $7, $8, $9)",
-    "SELECT * FROM mwmq_xclaim($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)",
+    "SELECT * FROM mwmq_xclaim($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)",
     "SELECT * FROM mwmq_xautoclaim($1, $2, $3, $4, $5, $6, $7, $8)",
-    "SELECT mwmq_xgroup_create($1, $2, $3, $4, $5, $6, $7)",
-    "SELECT mwmq_xgroup_setid($1, $2, $3, $4, $5, $6)",
+    "SELECT mwmq_xgroup_create($1, $2, $3, $4, $5, $6, $7, $8)",
+    "SELECT mwmq_xgroup_setid($1, $2, $3, $4, $5, $6, $7)",
     "SELECT mwmq_xgroup_destroy($1, $2)",
     "SELECT mwmq_xgroup_consumer($1, $2, $3, $4)",
     "SELECT * FROM mwmq_xinfo_stream($1)",
@@ -836,6 +871,8 @@ pub const STATEMENTS: &[&str] = &[
     "SELECT * FROM mwmq_xadd_many($1, $2, $3)",
     "SELECT * FROM mwmq_xreadgroup_many($1, $2, $3, $4, $5)",
     "SELECT * FROM mwmq_xack_many($1, $2, $3, $4, $5)",
+    "SELECT * FROM mwmq_xinfo_pending($1, $2, $3, $4)",
+    "SELECT * FROM mwmq_xinfo_full_consumers($1, $2)",
 ];
 
 /// Which statement (an index into [`STATEMENTS`]).
@@ -868,6 +905,8 @@ pub enum X {
     AddMany,
     ReadGroupMany,
     AckMany,
+    InfoPending,
+    InfoFullConsumers,
 }
 
 /// A trim as the functions take it: kind (0 none, 1 MAXLEN, 2 MINID), maxlen, min id, limit.

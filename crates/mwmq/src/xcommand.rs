@@ -148,15 +148,19 @@ pub struct Claim {
     pub justid: bool,
     /// LASTID: the group's last id is raised to it.
     pub lastid: Option<Sid>,
+    /// A refusal of the arguments after the ids (given once the group was checked).
+    pub bad: Option<String>,
 }
 
 /// The group id of XGROUP CREATE / SETID.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum GroupStart {
     /// An id.
     At(Sid),
     /// `$`: the stream's last id.
     Last,
+    /// Not an id: this refusal, once the stream was looked up.
+    Bad(String),
 }
 
 /// A stream command, checked.
@@ -198,6 +202,8 @@ pub enum XCmd {
         block: Option<u64>,
         /// Streams and where to read from.
         streams: Vec<(String, ReadFrom)>,
+        /// Per stream, the refusal of its id (given once its type was checked).
+        bad: Vec<Option<String>>,
     },
     /// XDEL
     Del {
@@ -276,6 +282,8 @@ pub enum XCmd {
         noack: bool,
         /// Streams and what to read.
         streams: Vec<(String, GroupRead)>,
+        /// Per stream, the refusal of its id (given once its group was checked).
+        bad: Vec<Option<String>>,
     },
     /// XACK
     Ack {
@@ -373,8 +381,12 @@ impl XCmd {
     pub fn block_ms(&self) -> Option<u64> {
         let ms = |b: &Option<u64>| b.map(|ms| if ms == 0 { MAX_BLOCK_MS } else { ms.min(MAX_BLOCK_MS) });
         match self {
-            XCmd::Read { block, .. } => ms(block),
-            XCmd::ReadGroup { block, streams, .. } if streams.iter().all(|(_, r)| *r == GroupRead::New) => ms(block),
+            XCmd::Read { block, bad, .. } if bad.iter().all(Option::is_none) => ms(block),
+            XCmd::ReadGroup { block, streams, bad, .. }
+                if streams.iter().all(|(_, r)| *r == GroupRead::New) && bad.iter().all(Option::is_none) =>
+            {
+                ms(block)
+            }
             _ => None,
         }
     }
@@ -691,13 +703,13 @@ pub fn parse(cmd: &str, args: &[Vec<u8>]) -> Result<XCmd, Reply> {
                 "STREAM" if argc == 3 => Ok(XCmd::InfoStream { key: key(&args[2])?, full: None }),
                 "STREAM" if argc >= 4 => {
                     if upper(&args[3]) != "FULL" {
-                        return Err(syntax());
+                        return Err(subcommand_syntax(&args[1], "XINFO"));
                     }
                     let mut count = 10;
                     if argc == 6 && upper(&args[4]) == "COUNT" {
                         count = int(&args[5])?.max(0);
                     } else if argc != 4 {
-                        return Err(syntax());
+                        return Err(subcommand_syntax(&args[1], "XINFO"));
                     }
                     Ok(XCmd::InfoStream { key: key(&args[2])?, full: Some(count) })
                 }
@@ -806,42 +818,55 @@ fn parse_read(cmd: &str, args: &[Vec<u8>]) -> Result<XCmd, Reply> {
     let n = (argc - streams_at) / 2;
     let keys = &args[streams_at..streams_at + n];
     let ids = &args[streams_at + n..];
+    // (A wrong id is refused where Redis refuses it: after the stream's
+    // type and group were checked, so it travels to the database.)
+    let mut bad = Vec::with_capacity(n);
     if let Some((group, consumer)) = group {
         let mut streams = Vec::with_capacity(n);
         for (k, id) in keys.iter().zip(ids) {
             let from = if id.as_slice() == b">" {
-                GroupRead::New
+                Ok(GroupRead::New)
             } else if id.as_slice() == b"$" {
-                return Err(Reply::err(
+                Err(Reply::err(
                     "The $ ID is meaningless in the context of XREADGROUP: you want to read the history of this consumer by specifying a proper ID, or use the > ID to get new messages. The $ ID would just return an empty result set.",
-                ));
+                ))
             } else {
-                GroupRead::History(parse_id(id, 0, true, true)?)
+                parse_id(id, 0, true, true).map(GroupRead::History)
             };
-            streams.push((key(k)?, from));
+            bad.push(from.as_ref().err().map(error_text));
+            streams.push((key(k)?, from.unwrap_or(GroupRead::New)));
         }
-        return Ok(XCmd::ReadGroup { group, consumer, count, block, noack, streams });
+        return Ok(XCmd::ReadGroup { group, consumer, count, block, noack, streams, bad });
     }
     let mut streams = Vec::with_capacity(n);
     for (k, id) in keys.iter().zip(ids) {
-        let from =
-            match id.as_slice() {
-                b"$" => ReadFrom::Last,
-                b">" => return Err(Reply::err(
-                    "The > ID can be specified only when calling XREADGROUP using the GROUP <group> <consumer> option.",
-                )),
-                _ => ReadFrom::After(parse_id(id, 0, true, true)?),
-            };
-        streams.push((key(k)?, from));
+        let from = match id.as_slice() {
+            b"$" => Ok(ReadFrom::Last),
+            b">" => Err(Reply::err(
+                "The > ID can be specified only when calling XREADGROUP using the GROUP <group> <consumer> option.",
+            )),
+            _ => parse_id(id, 0, true, true).map(ReadFrom::After),
+        };
+        bad.push(from.as_ref().err().map(error_text));
+        streams.push((key(k)?, from.unwrap_or(ReadFrom::Last)));
     }
-    Ok(XCmd::Read { count, block, streams })
+    Ok(XCmd::Read { count, block, streams, bad })
+}
+
+/// An error reply's text.
+fn error_text(r: &Reply) -> String {
+    match r {
+        Reply::Error(s) => s.clone(),
+        other => format!("ERR {other:?}"),
+    }
 }
 
 fn group_start(b: &[u8]) -> Result<GroupStart, Reply> {
     if b == b"$" {
         Ok(GroupStart::Last)
     } else {
-        Ok(GroupStart::At(entry_id(b)?))
+        // (Refused after the stream was looked up, as Redis does.)
+        Ok(entry_id(b).map(GroupStart::At).unwrap_or_else(|e| GroupStart::Bad(error_text(&e))))
     }
 }
 
@@ -970,7 +995,20 @@ fn parse_xclaim(args: &[Vec<u8>]) -> Result<XCmd, Reply> {
         force: false,
         justid: false,
         lastid: None,
+        bad: None,
     };
+    if let Err(e) = claim_options(args, j, &mut c) {
+        c.bad = Some(error_text(&e));
+    }
+    if c.ids.is_empty() && c.bad.is_none() {
+        c.bad = Some(error_text(&invalid_id()));
+    }
+    Ok(XCmd::Claim(Box::new(c)))
+}
+
+/// XCLAIM's options from `args[j]` on.
+fn claim_options(args: &[Vec<u8>], mut j: usize, c: &mut Claim) -> Result<(), Reply> {
+    let argc = args.len();
     while j < argc {
         let more = argc - j - 1;
         match upper(&args[j]).as_str() {
@@ -996,10 +1034,7 @@ fn parse_xclaim(args: &[Vec<u8>]) -> Result<XCmd, Reply> {
         }
         j += 1;
     }
-    if c.ids.is_empty() {
-        return Err(invalid_id());
-    }
-    Ok(XCmd::Claim(Box::new(c)))
+    Ok(())
 }
 
 #[cfg(test)]
@@ -1047,8 +1082,12 @@ mod tests {
     #[test]
     fn xread_forms() {
         assert!(err("XREAD STREAMS s 0 0").starts_with("ERR Unbalanced XREAD list of streams"));
-        assert!(err("XREAD STREAMS s >").starts_with("ERR The > ID can be specified only"));
-        assert!(err("XREADGROUP GROUP g c STREAMS s $").starts_with("ERR The $ ID is meaningless"));
+        let bad = |s: &str| match p(s) {
+            Ok(XCmd::Read { bad, .. } | XCmd::ReadGroup { bad, .. }) => bad[0].clone().unwrap_or_default(),
+            other => panic!("{other:?}"),
+        };
+        assert!(bad("XREAD STREAMS s >").starts_with("ERR The > ID can be specified only"));
+        assert!(bad("XREADGROUP GROUP g c STREAMS s $").starts_with("ERR The $ ID is meaningless"));
         let c = p("XREADGROUP GROUP g c COUNT 2 BLOCK 0 NOACK STREAMS a b > 0").unwrap();
         assert_eq!(c.keys(), vec!["a", "b"]);
         assert_eq!(c.block_ms(), None, "a history read never blocks");

@@ -1,9 +1,9 @@
 //! Redis Streams on mwmq against Debian's redis-server 7.0: the same random
 //! command sequences sent to both, every reply compared (RESP2 and RESP3),
-//! byte for byte after three documented normalisations: ids made by `*`
+//! byte for byte after four documented normalisations: ids made by `*`
 //! (the two clocks differ), idle times under 10 s (taken at different
-//! instants), and XINFO STREAM's radix-tree figures (Redis's memory
-//! layout). Then what Redis cannot show: BLOCK woken by an XADD of another
+//! instants), delivery and seen times (XINFO STREAM FULL: the clocks), and
+//! XINFO STREAM's radix-tree figures (Redis's memory layout). Then what Redis cannot show: BLOCK woken by an XADD of another
 //! connection, and pending entries that outlive a restart of mwmq.
 
 mod common;
@@ -129,6 +129,8 @@ fn normalise(v: V, pending_range: bool) -> V {
     };
     match v {
         V::Bulk(b) if clock_id(&b) => V::Bulk(b"<clock id>".to_vec()),
+        // A delivery or seen time (XINFO STREAM FULL): the clock.
+        V::Int(n) if n > 1_000_000_000_000 => V::Int(-1),
         V::Map(pairs) => V::Map(
             pairs
                 .into_iter()
@@ -385,7 +387,14 @@ impl Gen {
                 }
                 v
             }
-            91..=93 => vec!["XINFO".into(), "STREAM".into(), self.key()],
+            91..=92 => vec!["XINFO".into(), "STREAM".into(), self.key()],
+            93 => {
+                let mut v = vec!["XINFO".into(), "STREAM".into(), self.key(), "FULL".into()];
+                if self.rng.chance(50) {
+                    v.extend(["COUNT".into(), self.rng.below(3).to_string()]);
+                }
+                v
+            }
             94..=95 => vec!["XINFO".into(), "GROUPS".into(), self.key()],
             96..=97 => vec!["XINFO".into(), "CONSUMERS".into(), st.clone(), g],
             // (TYPE of q1 differs by design: a string in Redis, a queue in mwmq.)

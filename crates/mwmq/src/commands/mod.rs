@@ -191,8 +191,8 @@ pub enum Batch {
 /// The batch an XREADGROUP may join.
 fn read_group_batch(x: &XCmd) -> Option<Batch> {
     match x {
-        XCmd::ReadGroup { group, count, block: None, noack, streams, .. }
-            if streams.len() == 1 && streams[0].1 == GroupRead::New =>
+        XCmd::ReadGroup { group, count, block: None, noack, streams, bad, .. }
+            if streams.len() == 1 && streams[0].1 == GroupRead::New && bad[0].is_none() =>
         {
             Some(Batch::XReadGroup {
                 key: streams[0].0.clone(),

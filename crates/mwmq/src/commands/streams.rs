@@ -112,7 +112,7 @@ impl Core<'_> {
                 let rows = pg.x(X::Range, &[key, &start.ms, &start.seq, &end.ms, &end.seq, count, rev]).await?;
                 ok(Reply::Array(entries(&rows, 0)))
             }
-            XCmd::Read { count, block, streams } => self.xread(pg, count, *block, streams, s).await,
+            XCmd::Read { count, block, streams, bad } => self.xread(pg, count, *block, streams, bad, s).await,
             XCmd::Del { key, ids } => {
                 let (mss, seqs) = id_arrays(ids);
                 ok(int(&pg.x(X::Del, &[key, &mss, &seqs]).await?[0], 0))
@@ -122,15 +122,15 @@ impl Core<'_> {
                 ok(int(&pg.x(X::Trim, &[key, &kind, &maxlen, &min.ms, &min.seq, &lim]).await?[0], 0))
             }
             XCmd::GroupCreate { key, group, start, mkstream, entries_read } => {
-                let (last, id) = group_start(start);
+                let (last, id, bad) = group_start(start);
                 let er = entries_read.filter(|n| *n >= 0);
-                pg.x(X::GroupCreate, &[key, group, &last, &id.ms, &id.seq, mkstream, &er]).await?;
+                pg.x(X::GroupCreate, &[key, group, &last, &id.ms, &id.seq, mkstream, &er, &bad]).await?;
                 ok(Reply::Simple("OK"))
             }
             XCmd::GroupSetId { key, group, start, entries_read } => {
-                let (last, id) = group_start(start);
+                let (last, id, bad) = group_start(start);
                 let er = entries_read.filter(|n| *n >= 0);
-                pg.x(X::GroupSetId, &[key, group, &last, &id.ms, &id.seq, &er]).await?;
+                pg.x(X::GroupSetId, &[key, group, &last, &id.ms, &id.seq, &er, &bad]).await?;
                 ok(Reply::Simple("OK"))
             }
             XCmd::GroupDestroy { key, group } => ok(int(&pg.x(X::GroupDestroy, &[key, group]).await?[0], 0)),
@@ -140,7 +140,7 @@ impl Core<'_> {
             XCmd::DelConsumer { key, group, consumer } => {
                 ok(int(&pg.x(X::GroupConsumer, &[key, group, consumer, &true]).await?[0], 0))
             }
-            XCmd::ReadGroup { group, consumer, count, noack, streams, .. } => {
+            XCmd::ReadGroup { group, consumer, count, noack, streams, bad, .. } => {
                 let names: Vec<String> = streams.iter().map(|(k, _)| k.clone()).collect();
                 let hist: Vec<bool> = streams.iter().map(|(_, r)| matches!(r, GroupRead::History(_))).collect();
                 let after: Vec<Sid> = streams
@@ -151,7 +151,8 @@ impl Core<'_> {
                     })
                     .collect();
                 let (mss, seqs) = id_arrays(&after);
-                let rows = pg.x(X::ReadGroup, &[&names, group, consumer, &hist, &mss, &seqs, count, noack]).await?;
+                let rows =
+                    pg.x(X::ReadGroup, &[&names, group, consumer, &hist, &mss, &seqs, count, noack, bad]).await?;
                 let mut parts = vec![Vec::new(); names.len()];
                 for r in &rows {
                     let i: i32 = r.get(0);
@@ -232,6 +233,7 @@ impl Core<'_> {
                             &c.justid,
                             &l_ms,
                             &l_seq,
+                            &c.bad,
                         ],
                     )
                     .await?;
@@ -312,12 +314,13 @@ impl Core<'_> {
         count: &Option<i64>,
         block: Option<u64>,
         streams: &[(String, ReadFrom)],
+        bad: &[Option<String>],
         s: &S,
     ) -> Result<Outcome, DbError> {
         let names: Vec<String> = streams.iter().map(|(k, _)| k.clone()).collect();
         let mut resolved: Vec<(String, ReadFrom)> = streams.to_vec();
         if streams.iter().any(|(_, f)| *f == ReadFrom::Last) {
-            let rows = pg.x(X::Last, &[&names]).await?;
+            let rows = pg.x(X::Last, &[&names, &bad]).await?;
             for (slot, r) in resolved.iter_mut().zip(&rows) {
                 if slot.1 == ReadFrom::Last {
                     slot.1 = ReadFrom::After(sid(r, 0));
@@ -332,7 +335,7 @@ impl Core<'_> {
             })
             .collect();
         let (mss, seqs) = id_arrays(&after);
-        let rows = pg.x(X::Read, &[&names, &mss, &seqs, count]).await?;
+        let rows = pg.x(X::Read, &[&names, &mss, &seqs, count, &bad]).await?;
         let mut parts = vec![Vec::new(); names.len()];
         for r in &rows {
             let i: i32 = r.get(0);
@@ -341,8 +344,9 @@ impl Core<'_> {
         let keep = vec![false; names.len()];
         match per_stream(names, parts, &keep) {
             Reply::NilArray => {
-                let again = (resolved.as_slice() != streams)
-                    .then(|| Box::new(Command::Stream(XCmd::Read { count: *count, block, streams: resolved })));
+                let again = (resolved.as_slice() != streams).then(|| {
+                    Box::new(Command::Stream(XCmd::Read { count: *count, block, streams: resolved, bad: bad.to_vec() }))
+                });
                 Ok(Outcome::Nothing(again))
             }
             reply => ok(as_stream_pairs(reply, s.resp3())),
@@ -368,12 +372,47 @@ impl Core<'_> {
             (t("entries-added"), int(r, 5)),
             (t("recorded-first-entry-id"), sid(r, 6).reply()),
         ];
-        if full.is_some() {
-            return Ok(Outcome::Reply(
-                Reply::err("XINFO STREAM FULL is not supported by mwmq yet (use XINFO GROUPS and XINFO CONSUMERS)"),
-                Vec::new(),
-                "client_error",
-            ));
+        if let Some(count) = full {
+            // (Read statement by statement: a view of moments apart under load.)
+            let cnt = (count > 0).then_some(count);
+            let all = pg.x(X::Range, &[&key, &0i64, &0i64, &i64::MAX, &i64::MAX, &cnt, &false]).await?;
+            m.push((t("entries"), Reply::Array(entries(&all, 0))));
+            let mut groups = Vec::new();
+            for g in pg.x(X::InfoGroups, &[&key]).await? {
+                let name: String = g.get(0);
+                let opt = |i: usize| g.get::<_, Option<i64>>(i).map(Reply::Int).unwrap_or(Reply::Nil);
+                let no_one: Option<&str> = None;
+                let pending = pg.x(X::InfoPending, &[&key, &name, &cnt, &no_one]).await?;
+                let pending = pending
+                    .iter()
+                    .map(|p| {
+                        Reply::Array(vec![sid(p, 0).reply(), Reply::text(p.get::<_, String>(2)), int(p, 3), int(p, 4)])
+                    })
+                    .collect();
+                let mut consumers = Vec::new();
+                for c in pg.x(X::InfoFullConsumers, &[&key, &name]).await? {
+                    let cname: String = c.get(0);
+                    let own = pg.x(X::InfoPending, &[&key, &name, &cnt, &Some(cname.as_str())]).await?;
+                    let own = own.iter().map(|p| Reply::Array(vec![sid(p, 0).reply(), int(p, 3), int(p, 4)])).collect();
+                    consumers.push(Reply::Map(vec![
+                        (t("name"), Reply::text(cname)),
+                        (t("seen-time"), int(&c, 1)),
+                        (t("pel-count"), int(&c, 2)),
+                        (t("pending"), Reply::Array(own)),
+                    ]));
+                }
+                groups.push(Reply::Map(vec![
+                    (t("name"), Reply::text(name)),
+                    (t("last-delivered-id"), sid(&g, 3).reply()),
+                    (t("entries-read"), opt(5)),
+                    (t("lag"), opt(6)),
+                    (t("pel-count"), int(&g, 2)),
+                    (t("pending"), Reply::Array(pending)),
+                    (t("consumers"), Reply::Array(consumers)),
+                ]));
+            }
+            m.push((t("groups"), Reply::Array(groups)));
+            return ok(Reply::Map(m));
         }
         m.push((t("groups"), int(r, 8)));
         m.push((t("first-entry"), edge(9)));
@@ -473,9 +512,10 @@ impl Core<'_> {
     }
 }
 
-fn group_start(g: &GroupStart) -> (bool, Sid) {
+fn group_start(g: &GroupStart) -> (bool, Sid, Option<&str>) {
     match g {
-        GroupStart::Last => (true, Sid::ZERO),
-        GroupStart::At(id) => (false, *id),
+        GroupStart::Last => (true, Sid::ZERO, None),
+        GroupStart::At(id) => (false, *id, None),
+        GroupStart::Bad(why) => (false, Sid::ZERO, Some(why.as_str())),
     }
 }
