@@ -54,6 +54,8 @@ CREATE TABLE mwmq_stream_groups (
     last_ms bigint NOT NULL,
     last_seq bigint NOT NULL,
     entries_read bigint,
+    max_deliveries bigint,
+    dead_letter text,
     PRIMARY KEY (stream_id, name)
 ) WITH (fillfactor = 50);
 CREATE TABLE mwmq_stream_consumers (
@@ -557,6 +559,36 @@ BEGIN
     ORDER BY p.ms, p.seq LIMIT cnt;
 END $$;
 
+-- Dead letters (an mwmq extension): a pending entry about to be delivered
+-- again after max_deliveries deliveries leaves the group for its
+-- dead-letter stream, with where it came from; true if it did.
+CREATE FUNCTION mwmq_dead(s mwmq_streams, gname text, e_ms bigint, e_seq bigint, f bytea[], deliveries bigint)
+RETURNS boolean LANGUAGE plpgsql AS $$
+DECLARE
+    g mwmq_stream_groups;
+    extra bytea[];
+BEGIN
+    SELECT * INTO g FROM mwmq_stream_groups x WHERE x.stream_id = s.id AND x.name = gname;
+    IF g.max_deliveries IS NULL OR deliveries < g.max_deliveries THEN RETURN false; END IF;
+    SELECT array_agg(convert_to(t, 'UTF8') ORDER BY n) INTO extra
+    FROM unnest(ARRAY['dead-from', s.name, 'dead-group', gname, 'dead-id', e_ms || '-' || e_seq,
+                      'deliveries', deliveries::text]) WITH ORDINALITY AS u(t, n);
+    PERFORM mwmq_xadd_many(g.dead_letter, ARRAY[array_length(f, 1) + 8], f || extra);
+    DELETE FROM mwmq_stream_pending p WHERE p.stream_id = s.id AND p.grp = gname AND p.ms = e_ms AND p.seq = e_seq;
+    RETURN true;
+END $$;
+
+-- XGROUP DEADLETTER: max NULL turns it off.
+CREATE FUNCTION mwmq_xgroup_deadletter(sname text, gname text, max bigint, target text) RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+    s mwmq_streams := mwmq_xgroup_stream(sname, false);
+BEGIN
+    IF target IS NOT NULL THEN PERFORM mwmq_stream(target); END IF;
+    UPDATE mwmq_stream_groups x SET max_deliveries = max, dead_letter = target WHERE x.stream_id = s.id AND x.name = gname;
+    IF NOT FOUND THEN PERFORM mwmq_nogroup_for(sname, gname); END IF;
+END $$;
+
 -- XCLAIM: the entries claimed (o_fields NULL with JUSTID).
 CREATE FUNCTION mwmq_xclaim(sname text, gname text, cname text, min_idle bigint, mss bigint[], seqs bigint[],
                             idle bigint, at_ms bigint, retry bigint, force boolean, justid boolean,
@@ -594,6 +626,7 @@ BEGIN
             VALUES (s.id, gname, mss[i], seqs[i], cname, delivery, CASE WHEN retry IS NOT NULL THEN retry WHEN justid THEN 1 ELSE 2 END);
         ELSE
             IF min_idle > 0 AND now_ms - p.delivered_ms < min_idle THEN CONTINUE; END IF;
+            IF mwmq_dead(s, gname, mss[i], seqs[i], f, p.deliveries) THEN CONTINUE; END IF;
             UPDATE mwmq_stream_pending x SET consumer = cname, delivered_ms = delivery,
                 deliveries = CASE WHEN retry IS NOT NULL THEN retry WHEN justid THEN x.deliveries ELSE x.deliveries + 1 END
             WHERE x.stream_id = s.id AND x.grp = gname AND x.ms = mss[i] AND x.seq = seqs[i];
@@ -621,7 +654,7 @@ DECLARE
     c_ms bigint := 0;
     c_seq bigint := 0;
 BEGIN
-    FOR r IN SELECT p.ms, p.seq, p.delivered_ms, e.fields FROM mwmq_stream_pending p
+    FOR r IN SELECT p.ms, p.seq, p.delivered_ms, p.deliveries, e.fields FROM mwmq_stream_pending p
              LEFT JOIN mwmq_stream_entries e ON e.stream_id = p.stream_id AND e.ms = p.ms AND e.seq = p.seq
              WHERE p.stream_id = s.id AND p.grp = gname AND (p.ms, p.seq) >= (a_ms, a_seq)
              ORDER BY p.ms, p.seq LIMIT attempts + 1 LOOP
@@ -638,6 +671,13 @@ BEGIN
             CONTINUE;
         END IF;
         IF min_idle > 0 AND now_ms - r.delivered_ms < min_idle THEN CONTINUE; END IF;
+        IF mwmq_dead(s, gname, r.ms, r.seq, r.fields, r.deliveries) THEN
+            -- (The claimer sees it as gone: among the deleted ids.)
+            o_kind := 1; o_ms := r.ms; o_seq := r.seq; o_fields := NULL;
+            RETURN NEXT;
+            left_ := left_ - 1;
+            CONTINUE;
+        END IF;
         UPDATE mwmq_stream_pending x SET consumer = cname, delivered_ms = now_ms,
             deliveries = CASE WHEN justid THEN x.deliveries ELSE x.deliveries + 1 END
         WHERE x.stream_id = s.id AND x.grp = gname AND x.ms = r.ms AND x.seq = r.seq;
@@ -754,7 +794,7 @@ END $$;
 
 CREATE FUNCTION mwmq_xinfo_groups(sname text)
 RETURNS TABLE (o_name text, o_consumers bigint, o_pending bigint, o_last_ms bigint, o_last_seq bigint,
-               o_entries_read bigint, o_lag bigint) LANGUAGE plpgsql AS $$
+               o_entries_read bigint, o_lag bigint, o_max bigint, o_dead text) LANGUAGE plpgsql AS $$
 DECLARE
     s mwmq_streams := mwmq_stream(sname);
 BEGIN
@@ -763,7 +803,7 @@ BEGIN
     SELECT g.name,
            (SELECT count(*) FROM mwmq_stream_consumers c WHERE c.stream_id = s.id AND c.grp = g.name),
            (SELECT count(*) FROM mwmq_stream_pending p WHERE p.stream_id = s.id AND p.grp = g.name),
-           g.last_ms, g.last_seq, g.entries_read, mwmq_lag(s, g)
+           g.last_ms, g.last_seq, g.entries_read, mwmq_lag(s, g), g.max_deliveries, g.dead_letter
     FROM mwmq_stream_groups g WHERE g.stream_id = s.id ORDER BY g.name COLLATE "C";
 END $$;
 
@@ -873,6 +913,7 @@ pub const STATEMENTS: &[&str] = &[
     "SELECT * FROM mwmq_xack_many($1, $2, $3, $4, $5)",
     "SELECT * FROM mwmq_xinfo_pending($1, $2, $3, $4)",
     "SELECT * FROM mwmq_xinfo_full_consumers($1, $2)",
+    "SELECT mwmq_xgroup_deadletter($1, $2, $3, $4)",
 ];
 
 /// Which statement (an index into [`STATEMENTS`]).
@@ -907,6 +948,7 @@ pub enum X {
     AckMany,
     InfoPending,
     InfoFullConsumers,
+    GroupDeadLetter,
 }
 
 /// A trim as the functions take it: kind (0 none, 1 MAXLEN, 2 MINID), maxlen, min id, limit.

@@ -243,6 +243,18 @@ pub enum XCmd {
         /// ENTRIESREAD
         entries_read: Option<i64>,
     },
+    /// XGROUP DEADLETTER (mwmq's extension): entries delivered `max` times
+    /// go to `target` instead of being delivered again.
+    GroupDeadLetter {
+        /// Stream.
+        key: String,
+        /// Group.
+        group: String,
+        /// Deliveries allowed (`None`: off).
+        max: Option<i64>,
+        /// The dead-letter stream.
+        target: Option<String>,
+    },
     /// XGROUP DESTROY
     GroupDestroy {
         /// Stream.
@@ -367,6 +379,7 @@ impl XCmd {
             | XCmd::GroupCreate { key, .. }
             | XCmd::GroupSetId { key, .. }
             | XCmd::GroupDestroy { key, .. }
+            | XCmd::GroupDeadLetter { key, .. }
             | XCmd::CreateConsumer { key, .. }
             | XCmd::DelConsumer { key, .. }
             | XCmd::Ack { key, .. }
@@ -930,13 +943,33 @@ fn parse_xgroup(args: &[Vec<u8>]) -> Result<XCmd, Reply> {
             })
         }
         "DESTROY" if argc == 4 => Ok(XCmd::GroupDestroy { key: key(&args[2])?, group: label(&args[3])? }),
+        // mwmq's extension: XGROUP DEADLETTER key group maxdeliveries target | XGROUP DEADLETTER key group 0
+        "DEADLETTER" if argc == 5 || argc == 6 => {
+            let (k, group) = (key(&args[2])?, label(&args[3])?);
+            let max = int(&args[4])?;
+            if !(0..=1_000_000).contains(&max) {
+                return Err(Reply::err("the number of deliveries must be 0 (no dead letters) to 1000000"));
+            }
+            let target = match (max, args.get(5)) {
+                (0, None) => None,
+                (0, Some(_)) => {
+                    return Err(Reply::err("XGROUP DEADLETTER key group 0 turns dead letters off: no target"))
+                }
+                (_, None) => return Err(Reply::err("XGROUP DEADLETTER key group maxdeliveries needs a target stream")),
+                (_, Some(t)) => Some(key(t)?),
+            };
+            if target.as_deref() == Some(k.as_str()) {
+                return Err(Reply::err("a stream cannot be its own dead-letter stream"));
+            }
+            Ok(XCmd::GroupDeadLetter { key: k, group, max: (max > 0).then_some(max), target })
+        }
         "CREATECONSUMER" if argc == 5 => {
             Ok(XCmd::CreateConsumer { key: key(&args[2])?, group: label(&args[3])?, consumer: label(&args[4])? })
         }
         "DELCONSUMER" if argc == 5 => {
             Ok(XCmd::DelConsumer { key: key(&args[2])?, group: label(&args[3])?, consumer: label(&args[4])? })
         }
-        "DESTROY" | "CREATECONSUMER" | "DELCONSUMER" => Err(wrong()),
+        "DESTROY" | "CREATECONSUMER" | "DELCONSUMER" | "DEADLETTER" => Err(wrong()),
         _ => Err(Reply::err(format!("unknown subcommand '{}'. Try XGROUP HELP.", String::from_utf8_lossy(&args[1])))),
     }
 }

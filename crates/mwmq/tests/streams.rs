@@ -625,3 +625,44 @@ fn users_rights_cover_streams_and_names_keep_one_kind() {
     assert_eq!(q::<i64>(&mut ops, &["DEL", "events", "jobs"]), 1, "DEL removes streams, not queues");
     assert_eq!(q::<i64>(&mut ops, &["EXISTS", "events", "jobs"]), 1);
 }
+
+#[test]
+fn a_group_with_a_delivery_limit_moves_poison_entries_to_its_dead_letter_stream() {
+    let pg = Postgres::start().expect("postgres");
+    let mq = start(config(&pg));
+    let mut c = connect(mq.local_addr());
+    assert_eq!(q::<String>(&mut c, &["XGROUP", "CREATE", "jobs", "g", "0", "MKSTREAM"]), "OK");
+    assert!(err(&mut c, &["XGROUP", "DEADLETTER", "jobs", "g", "2"]).contains("needs a target stream"));
+    assert!(err(&mut c, &["XGROUP", "DEADLETTER", "jobs", "nog", "2", "jobs.dead"]).starts_with("NOGROUP"));
+    assert_eq!(q::<String>(&mut c, &["XGROUP", "DEADLETTER", "jobs", "g", "2", "jobs.dead"]), "OK");
+    let poison: String = q(&mut c, &["XADD", "jobs", "*", "task", "poison"]);
+    let fine: String = q(&mut c, &["XADD", "jobs", "*", "task", "fine"]);
+    // Delivered once by reading, a second time by a claim; the third delivery does not happen.
+    let r = v(&mut c, &["XREADGROUP", "GROUP", "g", "w1", "STREAMS", "jobs", ">"]);
+    assert_eq!(ids_read(&r), vec![poison.clone(), fine.clone()]);
+    assert_eq!(q::<i64>(&mut c, &["XACK", "jobs", "g", &fine]), 1);
+    let claimed = v(&mut c, &["XAUTOCLAIM", "jobs", "g", "w2", "0", "0"]);
+    let redis::Value::Array(parts) = &claimed else { panic!("{claimed:?}") };
+    assert!(matches!(&parts[1], redis::Value::Array(e) if e.len() == 1), "{claimed:?}");
+    let again = v(&mut c, &["XAUTOCLAIM", "jobs", "g", "w3", "0", "0"]);
+    let redis::Value::Array(parts) = &again else { panic!("{again:?}") };
+    assert_eq!(parts[1], redis::Value::Array(vec![]), "not delivered a third time");
+    assert_eq!(parts[2], redis::Value::Array(vec![redis::Value::BulkString(poison.clone().into_bytes())]));
+    let summary = v(&mut c, &["XPENDING", "jobs", "g"]);
+    assert!(matches!(&summary, redis::Value::Array(s) if s[0] == redis::Value::Int(0)), "{summary:?}");
+    // The dead-letter stream has it, with where it came from.
+    let dead: Vec<(String, Vec<String>)> = q(&mut c, &["XRANGE", "jobs.dead", "-", "+"]);
+    assert_eq!(dead.len(), 1, "{dead:?}");
+    let want: Vec<String> =
+        ["task", "poison", "dead-from", "jobs", "dead-group", "g", "dead-id", &poison, "deliveries", "2"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+    assert_eq!(dead[0].1, want);
+    let info = v(&mut c, &["XINFO", "GROUPS", "jobs"]);
+    let text = format!("{info:?}");
+    assert!(text.contains("max-deliveries") && text.contains("jobs.dead"), "{text}");
+    assert_eq!(q::<String>(&mut c, &["XGROUP", "DEADLETTER", "jobs", "g", "0"]), "OK");
+    let info = format!("{:?}", v(&mut c, &["XINFO", "GROUPS", "jobs"]));
+    assert!(!info.contains("max-deliveries"), "off again: {info}");
+}

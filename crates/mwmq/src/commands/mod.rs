@@ -333,7 +333,12 @@ impl<'a> Core<'a> {
                     | XCmd::Exists(_) => Right::See,
                     _ => Right::Admin,
                 };
-                x.keys().into_iter().find_map(|k| need(right, k))
+                // A dead-letter stream is written to: the send right on it too.
+                let target = match x {
+                    XCmd::GroupDeadLetter { target: Some(t), .. } => need(Right::Send, t),
+                    _ => None,
+                };
+                x.keys().into_iter().find_map(|k| need(right, k)).or(target)
             }
             _ => None,
         }

@@ -133,6 +133,15 @@ impl Core<'_> {
                 pg.x(X::GroupSetId, &[key, group, &last, &id.ms, &id.seq, &er, &bad]).await?;
                 ok(Reply::Simple("OK"))
             }
+            XCmd::GroupDeadLetter { key, group, max, target } => {
+                if let Some(t) = target {
+                    if let Some(refusal) = self.apart(key, t, "the dead-letter stream") {
+                        return Ok(refusal);
+                    }
+                }
+                pg.x(X::GroupDeadLetter, &[key, group, max, target]).await?;
+                ok(Reply::Simple("OK"))
+            }
             XCmd::GroupDestroy { key, group } => ok(int(&pg.x(X::GroupDestroy, &[key, group]).await?[0], 0)),
             XCmd::CreateConsumer { key, group, consumer } => {
                 ok(int(&pg.x(X::GroupConsumer, &[key, group, consumer, &false]).await?[0], 0))
@@ -266,14 +275,20 @@ impl Core<'_> {
                     rows.iter()
                         .map(|r| {
                             let opt = |i: usize| r.get::<_, Option<i64>>(i).map(Reply::Int).unwrap_or(Reply::Nil);
-                            Reply::Map(vec![
+                            let mut m = vec![
                                 (t("name"), Reply::text(r.get::<_, String>(0))),
                                 (t("consumers"), int(r, 1)),
                                 (t("pending"), int(r, 2)),
                                 (t("last-delivered-id"), sid(r, 3).reply()),
                                 (t("entries-read"), opt(5)),
                                 (t("lag"), opt(6)),
-                            ])
+                            ];
+                            // (mwmq's extension, shown only where it is on.)
+                            if let Some(target) = r.get::<_, Option<String>>(8) {
+                                m.push((t("max-deliveries"), opt(7)));
+                                m.push((t("dead-letter"), Reply::text(target)));
+                            }
+                            Reply::Map(m)
                         })
                         .collect(),
                 ))
