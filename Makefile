@@ -48,6 +48,9 @@ test-deps: deps ha-deps
 	@command -v chromium >/dev/null 2>&1 || { \
 	  echo "installing: chromium"; \
 	  $(SUDO) apt-get update -q && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q --no-install-recommends chromium; }
+	@# Go (1.26+) builds the go-redis stream worker of lab/tests/goredis; its module comes from the Go proxy.
+	@command -v go >/dev/null 2>&1 || [ -x /usr/local/go/bin/go ] || { \
+	  echo "Go 1.26 or newer is required for the go-redis client test (https://go.dev/dl/)"; exit 1; }
 
 ## Rust crates from crates.io (cached after the first run).
 rust-deps:

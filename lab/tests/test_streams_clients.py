@@ -146,3 +146,25 @@ def test_faststream_stream_subscribers_in_one_group_share_the_work(mwmq):
     r = redis.Redis(port=plain_port, username="app", password="app-secret")
     assert r.xpending("app.jobs", "workers")["pending"] == 0, "every message acknowledged"
     r.close()
+
+
+def test_go_redis_workers_share_a_group_and_rescue_a_dead_one(mwmq, tmp_path: Path):
+    """go-redis (v9), unchanged: two workers in a group (XReadGroup with
+    BLOCK, XAck), one that dies holding a batch, XAutoClaim of what it held;
+    every message handled once, nothing pending (lab/tests/goredis)."""
+    import json
+    import shutil
+
+    go = shutil.which("go") or "/usr/local/go/bin/go"
+    src = Path(__file__).parent / "goredis"
+    exe = tmp_path / "goredis-streams"
+    subprocess.run([go, "build", "-o", str(exe), "."], cwd=src, check=True, capture_output=True)
+    _, plain_port = mwmq
+    run = subprocess.run(
+        [str(exe), f"127.0.0.1:{plain_port}", "app", "app-secret"], capture_output=True, text=True, timeout=60
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    summary = json.loads(run.stdout)
+    assert summary["handled"] == 60 and summary["pending"] == 0 and summary["rescued"] == 5
+    assert summary["lag"] == 0 and summary["entries_read"] == 60
+    assert set(summary["by"]) <= {"w1", "w2", "rescuer"} and summary["by"]["rescuer"] == 5
