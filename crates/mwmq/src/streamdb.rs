@@ -366,10 +366,8 @@ CREATE FUNCTION mwmq_xreadgroup(snames text[], gname text, cname text, hist bool
 RETURNS TABLE (o_i int, o_ms bigint, o_seq bigint, o_fields bytea[]) LANGUAGE plpgsql AS $$
 DECLARE
     s mwmq_streams;
-    g mwmq_stream_groups;
     r record;
     now_ms bigint := mwmq_ms();
-    ids bigint[] := '{}';
 BEGIN
     FOR i IN 1 .. coalesce(array_length(snames, 1), 0) LOOP
         s := mwmq_stream(snames[i]);
@@ -377,7 +375,6 @@ BEGIN
             PERFORM mwmq_nogroup(snames[i], gname, ' in XREADGROUP with GROUP option');
         END IF;
         IF bad[i] IS NOT NULL THEN PERFORM mwmq_rerr(bad[i]); END IF;
-        ids := ids || s.id;
     END LOOP;
     FOR i IN 1 .. coalesce(array_length(snames, 1), 0) LOOP
         s := mwmq_stream(snames[i]);
@@ -395,32 +392,9 @@ BEGIN
                 RETURN NEXT;
             END LOOP;
         ELSE
-            SELECT * INTO g FROM mwmq_stream_groups x WHERE x.stream_id = s.id AND x.name = gname FOR UPDATE;
-            FOR r IN SELECT e.ms, e.seq, e.fields FROM mwmq_stream_entries e
-                     WHERE e.stream_id = s.id AND (e.ms, e.seq) > (g.last_ms, g.last_seq)
-                     ORDER BY e.ms, e.seq LIMIT cnt LOOP
-                IF g.entries_read IS NOT NULL AND NOT mwmq_tombstones(s, r.ms, r.seq) THEN
-                    g.entries_read := g.entries_read + 1;
-                ELSIF s.added > 0 THEN
-                    g.entries_read := mwmq_estimate(s, r.ms, r.seq);
-                END IF;
-                g.last_ms := r.ms;
-                g.last_seq := r.seq;
-                IF NOT noack THEN
-                    INSERT INTO mwmq_stream_pending AS p (stream_id, grp, ms, seq, consumer, delivered_ms, deliveries)
-                    VALUES (s.id, gname, r.ms, r.seq, cname, now_ms, 1)
-                    ON CONFLICT (stream_id, grp, ms, seq)
-                    DO UPDATE SET consumer = EXCLUDED.consumer, delivered_ms = EXCLUDED.delivered_ms, deliveries = 1;
-                END IF;
-                o_i := i; o_ms := r.ms; o_seq := r.seq; o_fields := r.fields;
-                RETURN NEXT;
-            END LOOP;
-            -- (As Redis: the consumer is created or seen only when there was something to read.)
-            IF FOUND THEN
-                PERFORM mwmq_seen(s.id, gname, cname, now_ms);
-            END IF;
-            UPDATE mwmq_stream_groups x SET last_ms = g.last_ms, last_seq = g.last_seq, entries_read = g.entries_read
-            WHERE x.stream_id = s.id AND x.name = gname;
+            -- New entries: as a batch of one consumer.
+            RETURN QUERY SELECT i, m.o_ms, m.o_seq, m.o_fields
+                FROM mwmq_xreadgroup_many(snames[i], gname, ARRAY[cname], coalesce(cnt, 9007199254740991), noack) m;
         END IF;
     END LOOP;
 END $$;

@@ -1006,7 +1006,8 @@ fn parse_xpending(args: &[Vec<u8>]) -> Result<XCmd, Reply> {
 fn parse_xclaim(args: &[Vec<u8>]) -> Result<XCmd, Reply> {
     let argc = args.len();
     let (k, group, consumer) = (key(&args[1])?, label(&args[2])?, label(&args[3])?);
-    let min_idle = int(&args[4]).map_err(|_| Reply::err("Invalid min-idle-time argument for XCLAIM"))?.max(0);
+    // (Redis looks the group up before it reads min-idle-time: the refusal travels.)
+    let min_idle = int(&args[4]).map_err(|_| Reply::err("Invalid min-idle-time argument for XCLAIM"));
     let mut ids = Vec::new();
     let mut j = 5;
     while j < argc {
@@ -1020,7 +1021,7 @@ fn parse_xclaim(args: &[Vec<u8>]) -> Result<XCmd, Reply> {
         key: k,
         group,
         consumer,
-        min_idle,
+        min_idle: *min_idle.as_ref().unwrap_or(&0).max(&0),
         ids,
         idle: None,
         time: None,
@@ -1028,9 +1029,10 @@ fn parse_xclaim(args: &[Vec<u8>]) -> Result<XCmd, Reply> {
         force: false,
         justid: false,
         lastid: None,
-        bad: None,
+        bad: min_idle.err().map(|e| error_text(&e)),
     };
-    if let Err(e) = claim_options(args, j, &mut c) {
+    let options = claim_options(args, j, &mut c);
+    if let (None, Err(e)) = (&c.bad, options) {
         c.bad = Some(error_text(&e));
     }
     if c.ids.is_empty() && c.bad.is_none() {
