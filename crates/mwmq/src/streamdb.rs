@@ -888,7 +888,53 @@ pub const STATEMENTS: &[&str] = &[
     "SELECT * FROM mwmq_xinfo_pending($1, $2, $3, $4)",
     "SELECT * FROM mwmq_xinfo_full_consumers($1, $2)",
     "SELECT mwmq_xgroup_deadletter($1, $2, $3, $4)",
+    READ_GROUP_FAST,
+    ACK_FAST,
 ];
+
+/// XREADGROUP of new entries by consumers `$3` (COUNT `$4` each, NOACK
+/// `$5`) of stream `$1`'s group `$2` as one plain statement, for the common
+/// case: a stream without tombstones and a group whose entries-read is
+/// known. The row with index 0 says the group was found in that case; when
+/// it is missing the statement did nothing and `mwmq_xreadgroup_many` (the
+/// general case, Redis's errors) runs instead.
+const READ_GROUP_FAST: &str = "
+WITH st AS (SELECT id, length, del_ms, del_seq FROM mwmq_streams WHERE name = $1),
+g AS (SELECT x.stream_id, x.last_ms, x.last_seq FROM mwmq_stream_groups x JOIN st ON x.stream_id = st.id
+      WHERE x.name = $2 AND x.entries_read IS NOT NULL AND (st.length = 0 OR (st.del_ms = 0 AND st.del_seq = 0))
+      FOR UPDATE OF x),
+e AS (SELECT n.ms, n.seq, n.fields FROM g, LATERAL (
+          SELECT x.ms, x.seq, x.fields FROM mwmq_stream_entries x
+          WHERE x.stream_id = g.stream_id AND (x.ms, x.seq) > (g.last_ms, g.last_seq)
+          ORDER BY x.ms, x.seq LIMIT $4::bigint * cardinality($3::text[])) n),
+k AS (SELECT e.ms, e.seq, e.fields, row_number() OVER (ORDER BY e.ms, e.seq) AS k FROM e),
+w AS (SELECT k.ms, k.seq, k.fields, k.k, ((k.k - 1) / $4::bigint + 1)::int AS who FROM k),
+p AS (INSERT INTO mwmq_stream_pending AS p (stream_id, grp, ms, seq, consumer, delivered_ms, deliveries)
+      SELECT g.stream_id, $2, w.ms, w.seq, ($3::text[])[w.who], mwmq_ms(), 1 FROM w, g WHERE NOT $5::boolean
+      ON CONFLICT (stream_id, grp, ms, seq)
+      DO UPDATE SET consumer = EXCLUDED.consumer, delivered_ms = EXCLUDED.delivered_ms, deliveries = 1),
+c AS (INSERT INTO mwmq_stream_consumers AS c (stream_id, grp, name, seen_ms)
+      SELECT DISTINCT g.stream_id, $2, ($3::text[])[w.who], mwmq_ms() FROM w, g
+      ON CONFLICT (stream_id, grp, name) DO UPDATE SET seen_ms = EXCLUDED.seen_ms
+      WHERE c.seen_ms < EXCLUDED.seen_ms - 100),
+m AS (SELECT w.ms, w.seq, (SELECT count(*) FROM w) AS n FROM w ORDER BY w.k DESC LIMIT 1),
+u AS (UPDATE mwmq_stream_groups x SET last_ms = m.ms, last_seq = m.seq, entries_read = x.entries_read + m.n
+      FROM m, g WHERE x.stream_id = g.stream_id AND x.name = $2)
+SELECT w.who, w.ms, w.seq, w.fields FROM w
+UNION ALL SELECT 0, NULL::bigint, NULL::bigint, NULL::bytea[] FROM g";
+
+/// XACKs `$3` (request index), `$4`, `$5` (ids) of stream `$1`'s group `$2`
+/// as one plain statement: per request, the entries it acknowledged (an id
+/// named twice counts for the first request); the row with index 0 counts
+/// the stream (0: none by that name, so maybe a queue's: WRONGTYPE).
+const ACK_FAST: &str = "
+WITH u AS (SELECT * FROM unnest($3::int[], $4::bigint[], $5::bigint[]) AS u(i, ms, seq)),
+st AS (SELECT id FROM mwmq_streams WHERE name = $1),
+d AS (DELETE FROM mwmq_stream_pending p USING (SELECT DISTINCT u.ms, u.seq FROM u) x, st
+      WHERE p.stream_id = st.id AND p.grp = $2 AND p.ms = x.ms AND p.seq = x.seq RETURNING p.ms, p.seq),
+f AS (SELECT min(u.i) AS i FROM d JOIN u ON u.ms = d.ms AND u.seq = d.seq GROUP BY d.ms, d.seq)
+SELECT f.i, count(*) FROM f GROUP BY f.i
+UNION ALL SELECT 0, count(*) FROM st";
 
 /// Which statement (an index into [`STATEMENTS`]).
 #[derive(Debug, Clone, Copy)]
@@ -923,6 +969,8 @@ pub enum X {
     InfoPending,
     InfoFullConsumers,
     GroupDeadLetter,
+    ReadGroupFast,
+    AckFast,
 }
 
 /// A trim as the functions take it: kind (0 none, 1 MAXLEN, 2 MINID), maxlen, min id, limit.

@@ -666,3 +666,62 @@ fn a_group_with_a_delivery_limit_moves_poison_entries_to_its_dead_letter_stream(
     let info = format!("{:?}", v(&mut c, &["XINFO", "GROUPS", "jobs"]));
     assert!(!info.contains("max-deliveries"), "off again: {info}");
 }
+
+#[test]
+fn concurrent_producers_and_consumers_batched_lose_and_repeat_nothing() {
+    // Many XADDs, XREADGROUPs and XACKs at once: they share statements
+    // (batches); not one may fail, repeat or go missing.
+    let pg = Postgres::start().expect("postgres");
+    let mq = start(config(&pg));
+    let addr = mq.local_addr();
+    let mut c = connect(addr);
+    assert_eq!(q::<String>(&mut c, &["XGROUP", "CREATE", "work", "g", "$", "MKSTREAM"]), "OK");
+    let producers: Vec<_> = (0..4)
+        .map(|t| {
+            std::thread::spawn(move || {
+                let mut c = connect(addr);
+                (0..100)
+                    .map(|i| q::<String>(&mut c, &["XADD", "work", "*", "n", &format!("{t}-{i}")]))
+                    .collect::<Vec<_>>()
+            })
+        })
+        .collect();
+    let added: Vec<String> = producers.into_iter().flat_map(|p| p.join().unwrap()).collect();
+    let distinct: std::collections::HashSet<&String> = added.iter().collect();
+    assert_eq!(distinct.len(), 400, "every XADD got an id of its own");
+    let consumers: Vec<_> = (0..6)
+        .map(|t| {
+            std::thread::spawn(move || {
+                let mut c = connect(addr);
+                let me = format!("c{t}");
+                let mut got = Vec::new();
+                loop {
+                    let count = if t % 2 == 0 { "1" } else { "3" };
+                    let r = v(&mut c, &["XREADGROUP", "GROUP", "g", &me, "COUNT", count, "STREAMS", "work", ">"]);
+                    let ids = ids_read(&r);
+                    if ids.is_empty() {
+                        return got;
+                    }
+                    let mut ack = vec!["XACK", "work", "g"];
+                    ack.extend(ids.iter().map(String::as_str));
+                    assert_eq!(q::<i64>(&mut c, &ack), ids.len() as i64, "{me}: each XACK acknowledged its own");
+                    got.extend(ids);
+                }
+            })
+        })
+        .collect();
+    let mut delivered: Vec<String> = consumers.into_iter().flat_map(|t| t.join().unwrap()).collect();
+    let n = delivered.len();
+    delivered.sort();
+    delivered.dedup();
+    assert_eq!(n, 400, "each entry delivered once");
+    assert_eq!(delivered.len(), 400);
+    let info = v(&mut c, &["XINFO", "GROUPS", "work"]);
+    let redis::Value::Array(groups) = &info else { panic!("{info:?}") };
+    let redis::Value::Array(f) = &groups[0] else { panic!("{info:?}") };
+    assert_eq!(
+        (&f[5], &f[9], &f[11]),
+        (&redis::Value::Int(0), &redis::Value::Int(400), &redis::Value::Int(0)),
+        "{info:?}"
+    );
+}

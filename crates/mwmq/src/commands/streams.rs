@@ -477,10 +477,19 @@ impl Core<'_> {
                 seqs.push(id.seq);
             }
         }
-        let rows = pg.x(X::AckMany, &[&key, &group, &idx, &mss, &seqs]).await?;
+        let rows = pg.x(X::AckFast, &[&key, &group, &idx, &mss, &seqs]).await?;
         let mut n = vec![0i64; items.len()];
         for r in &rows {
-            n[r.get::<_, i32>(0) as usize - 1] = r.get(1);
+            match r.get::<_, i32>(0) {
+                0 if r.get::<_, i64>(1) == 0 => {
+                    // No stream by that name: a queue's is WRONGTYPE.
+                    if pg.x(X::Type, &[&key]).await?[0].get::<_, &str>(0) == "queue" {
+                        return Err(DbError::Redis(WRONGTYPE.into()));
+                    }
+                }
+                0 => {}
+                i => n[i as usize - 1] = r.get(1),
+            }
         }
         for (slot, n) in replies.iter_mut().zip(n) {
             *slot = Some((Reply::Int(n), "ok", n as u64));
@@ -509,9 +518,13 @@ impl Core<'_> {
             .collect();
         // (Without COUNT each takes all there is: the first gets it, the others nothing.)
         let each = if count > 0 { count } else { i64::MAX / 1024 };
-        let rows = pg.x(X::ReadGroupMany, &[&key, &group, &consumers, &each, &noack]).await?;
+        let mut rows = pg.x(X::ReadGroupFast, &[&key, &group, &consumers, &each, &noack]).await?;
+        if !rows.iter().any(|r| r.get::<_, i32>(0) == 0) {
+            // Not the common case (tombstones, an unknown entries-read, no such group): the general function.
+            rows = pg.x(X::ReadGroupMany, &[&key, &group, &consumers, &each, &noack]).await?;
+        }
         let mut parts = vec![Vec::new(); items.len()];
-        for r in &rows {
+        for r in rows.iter().filter(|r| r.get::<_, i32>(0) > 0) {
             parts[r.get::<_, i32>(0) as usize - 1].push(entry(sid(r, 1), r.get(3)));
         }
         for ((slot, part), (_, s)) in replies.iter_mut().zip(parts).zip(items) {
