@@ -248,3 +248,25 @@ def test_a_synchronous_standby_is_a_factor_and_its_round_trip_is_modelled(tmp_pa
     assert not any(name.startswith("standby") for name in alone)
     # Every SEND's commit waited for the standby: its database time is longer.
     assert with_standby["database connections"].demand_us > alone["database connections"].demand_us
+
+
+def test_a_stream_workload_runs_through_the_lab(tmp_path: Path):
+    """`receive: stream`: the clients' queues are Redis streams with a
+    consumer group (XADD; XREADGROUP of one entry, then its XACK)."""
+    spec = {
+        **TINY,
+        "name": "mq-streams-tiny",
+        "workload": {"ratio": "1:1", "value_size": 200, "receive": "stream"},
+        "factors": {"vcli": [2]},
+    }
+    exp = parse(spec)
+    exp.source = spec
+    out = run_experiment(exp, prepare(exp, tmp_path))
+    [summary] = list(out.glob("*/rep-1/cl0/summary.json"))
+    ops = json.loads(summary.read_text())["ops"]
+    assert ops["all"]["errors"] == 0
+    assert ops["send"]["count"] > 100
+    assert ops["recv"]["hits"] >= 0.9 * ops["recv"]["count"], "XREADGROUP found what XADD added"
+    # (Each entry read is acknowledged; at the measured phase's edges a read
+    # and its XACK may fall on either side: at most one per virtual client.)
+    assert abs(ops["ack"]["count"] - ops["recv"]["hits"]) <= 2 * 2, "each entry read was acknowledged"

@@ -120,7 +120,7 @@ class Workload(Section):
     think_time_us: Annotated[StrictInt, Field(ge=0)] = 0
     rate: Annotated[Number, Field(gt=0)] | None = None
     prefill: StrictBool = True
-    receive: Literal["pop", "recv"] = "pop"
+    receive: Literal["pop", "recv", "stream"] = "pop"
     pairs: StrictBool = True
     queues: Annotated[StrictInt, Field(ge=1)] = 1
 
