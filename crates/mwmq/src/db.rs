@@ -475,6 +475,9 @@ pub(crate) fn connection_lost(e: &postgres::Error) -> bool {
         return true;
     }
     match e.code() {
+        // A parameter or column mwmq could not convert is its own mistake,
+        // not the connection's (which stays usable).
+        None if client_side(e) => false,
         None => true, // an I/O error, not an answer from the server
         Some(c) => {
             c.code().starts_with("08")
@@ -483,6 +486,13 @@ pub(crate) fn connection_lost(e: &postgres::Error) -> bool {
                 || *c == SqlState::CANNOT_CONNECT_NOW
         }
     }
+}
+
+/// Whether an error without an SQLSTATE arose in this process (converting a
+/// parameter or a column), not on the connection.
+fn client_side(e: &postgres::Error) -> bool {
+    let text = e.to_string();
+    text.starts_with("error serializing") || text.starts_with("error deserializing")
 }
 
 fn classify(e: postgres::Error) -> DbError {
