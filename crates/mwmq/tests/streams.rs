@@ -725,3 +725,25 @@ fn concurrent_producers_and_consumers_batched_lose_and_repeat_nothing() {
         "{info:?}"
     );
 }
+
+#[test]
+fn a_reply_carries_at_most_ten_thousand_entries() {
+    // A reply is built whole: its size is bounded (clients page with COUNT).
+    let pg = Postgres::start().expect("postgres");
+    let mq = start(config(&pg));
+    let mut c = connect(mq.local_addr());
+    let mut pipe = redis::pipe();
+    for i in 1..=10_050 {
+        pipe.cmd("XADD").arg("big").arg(format!("{i}-0")).arg("f").arg("v").ignore();
+    }
+    let () = pipe.query(&mut c).expect("10,050 XADDs");
+    assert_eq!(q::<i64>(&mut c, &["XLEN", "big"]), 10_050);
+    let all: Vec<(String, Vec<String>)> = q(&mut c, &["XRANGE", "big", "-", "+"]);
+    assert_eq!(all.len(), 10_000);
+    assert_eq!(all.last().unwrap().0, "10000-0");
+    let rest: Vec<(String, Vec<String>)> = q(&mut c, &["XRANGE", "big", "(10000-0", "+", "COUNT", "20000"]);
+    assert_eq!(rest.len(), 50, "the next page has the rest");
+    assert_eq!(q::<String>(&mut c, &["XGROUP", "CREATE", "big", "g", "0"]), "OK");
+    let r = v(&mut c, &["XREADGROUP", "GROUP", "g", "c", "STREAMS", "big", ">"]);
+    assert_eq!(ids_read(&r).len(), 10_000);
+}

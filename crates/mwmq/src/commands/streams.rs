@@ -11,6 +11,17 @@ use crate::resp::Reply;
 use crate::streamdb::{id_arrays, trim_args, X};
 use crate::xcommand::{AddId, GroupRead, GroupStart, ReadFrom, Sid, XCmd};
 
+/// The most entries one reply carries (XRANGE, XREAD, XREADGROUP without
+/// COUNT or with a larger one; XPENDING, XINFO STREAM FULL): a reply is
+/// built whole, so this bounds its memory at that many bodies. Redis has
+/// no such bound; clients page with COUNT.
+pub const MAX_REPLY_ENTRIES: i64 = 10_000;
+
+/// COUNT as the statements take it: at most [`MAX_REPLY_ENTRIES`].
+fn capped(count: Option<i64>) -> i64 {
+    count.map_or(MAX_REPLY_ENTRIES, |c| c.min(MAX_REPLY_ENTRIES))
+}
+
 const WRONGTYPE: &str = "WRONGTYPE Operation against a key holding the wrong kind of value";
 
 fn sid(r: &Row, ms: usize) -> Sid {
@@ -109,7 +120,8 @@ impl Core<'_> {
                         _ => ok(Reply::Array(Vec::new())),
                     };
                 }
-                let rows = pg.x(X::Range, &[key, &start.ms, &start.seq, &end.ms, &end.seq, count, rev]).await?;
+                let count = capped(*count);
+                let rows = pg.x(X::Range, &[key, &start.ms, &start.seq, &end.ms, &end.seq, &count, rev]).await?;
                 ok(Reply::Array(entries(&rows, 0)))
             }
             XCmd::Read { count, block, streams, bad } => self.xread(pg, count, *block, streams, bad, s).await,
@@ -160,8 +172,9 @@ impl Core<'_> {
                     })
                     .collect();
                 let (mss, seqs) = id_arrays(&after);
+                let count = capped(*count);
                 let rows =
-                    pg.x(X::ReadGroup, &[&names, group, consumer, &hist, &mss, &seqs, count, noack, bad]).await?;
+                    pg.x(X::ReadGroup, &[&names, group, consumer, &hist, &mss, &seqs, &count, noack, bad]).await?;
                 let mut parts = vec![Vec::new(); names.len()];
                 for r in &rows {
                     let i: i32 = r.get(0);
@@ -206,7 +219,17 @@ impl Core<'_> {
                 let rows = pg
                     .x(
                         X::PendingRange,
-                        &[key, group, &p.idle, &p.start.ms, &p.start.seq, &p.end.ms, &p.end.seq, &p.count, &p.consumer],
+                        &[
+                            key,
+                            group,
+                            &p.idle,
+                            &p.start.ms,
+                            &p.start.seq,
+                            &p.end.ms,
+                            &p.end.seq,
+                            &capped(Some(p.count)),
+                            &p.consumer,
+                        ],
                     )
                     .await?;
                 ok(Reply::Array(
@@ -253,8 +276,12 @@ impl Core<'_> {
                 ))
             }
             XCmd::AutoClaim { key, group, consumer, min_idle, start, count, justid } => {
-                let rows =
-                    pg.x(X::AutoClaim, &[key, group, consumer, min_idle, &start.ms, &start.seq, count, justid]).await?;
+                let rows = pg
+                    .x(
+                        X::AutoClaim,
+                        &[key, group, consumer, min_idle, &start.ms, &start.seq, &capped(Some(*count)), justid],
+                    )
+                    .await?;
                 let (mut claimed, mut deleted, mut cursor) = (Vec::new(), Vec::new(), Sid::ZERO);
                 for r in &rows {
                     let id = sid(r, 1);
@@ -350,7 +377,7 @@ impl Core<'_> {
             })
             .collect();
         let (mss, seqs) = id_arrays(&after);
-        let rows = pg.x(X::Read, &[&names, &mss, &seqs, count, &bad]).await?;
+        let rows = pg.x(X::Read, &[&names, &mss, &seqs, &capped(*count), &bad]).await?;
         let mut parts = vec![Vec::new(); names.len()];
         for r in &rows {
             let i: i32 = r.get(0);
@@ -389,7 +416,7 @@ impl Core<'_> {
         ];
         if let Some(count) = full {
             // (Read statement by statement: a view of moments apart under load.)
-            let cnt = (count > 0).then_some(count);
+            let cnt = Some(capped((count > 0).then_some(count)));
             let all = pg.x(X::Range, &[&key, &0i64, &0i64, &i64::MAX, &i64::MAX, &cnt, &false]).await?;
             m.push((t("entries"), Reply::Array(entries(&all, 0))));
             let mut groups = Vec::new();
@@ -517,7 +544,7 @@ impl Core<'_> {
             })
             .collect();
         // (Without COUNT each takes all there is: the first gets it, the others nothing.)
-        let each = if count > 0 { count } else { i64::MAX / 1024 };
+        let each = capped((count > 0).then_some(count));
         let mut rows = pg.x(X::ReadGroupFast, &[&key, &group, &consumers, &each, &noack]).await?;
         if !rows.iter().any(|r| r.get::<_, i32>(0) == 0) {
             // Not the common case (tombstones, an unknown entries-read, no such group): the general function.
