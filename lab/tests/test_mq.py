@@ -160,7 +160,7 @@ def test_specs_of_the_mq_experiments_and_refusals():
     for extra, needle in [
         ({"topology": {"servers": 2, "middlewares": 1}}, "one database"),
         ({"topology": {"middlewares": 0}}, "at least one middleware"),
-        ({"workload": {"receive": "peek"}}, "workload.receive: Input should be 'pop' or 'recv'"),
+        ({"workload": {"receive": "peek"}}, "workload.receive: Input should be 'pop', 'recv' or 'stream'"),
         ({"middleware": {"db_pool": 0}}, "db_pool"),
         ({"topology": {"middlewares": 1, "threads": 1, "virtual_clients": 3}}, "even number"),
         ({"factors": {"together": {"tmw": [1, 2], "vcli": [1]}}}, "as many levels"),
