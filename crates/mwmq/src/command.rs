@@ -236,7 +236,7 @@ impl Command {
             | Command::Nack { queue: q, .. }
             | Command::Pop { queue: q, .. }
             | Command::Peek { queue: q, .. } => Some(q),
-            Command::Stream(x) => x.keys().first().copied(),
+            Command::Stream(x) => x.first_key(),
             _ => None,
         }
     }

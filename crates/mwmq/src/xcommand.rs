@@ -364,14 +364,14 @@ pub enum XCmd {
 pub const MAX_BLOCK_MS: u64 = 30 * 24 * 3600 * 1000;
 
 impl XCmd {
-    /// The streams it names (the first decides the database; all must share it).
-    pub fn keys(&self) -> Vec<&str> {
+    /// The first stream it names, whose database its statement runs on.
+    pub fn first_key(&self) -> Option<&str> {
         match self {
-            XCmd::Read { streams, .. } => streams.iter().map(|(k, _)| k.as_str()).collect(),
-            XCmd::ReadGroup { streams, .. } => streams.iter().map(|(k, _)| k.as_str()).collect(),
-            XCmd::Exists(keys) | XCmd::DelKeys(keys) => keys.iter().map(String::as_str).collect(),
-            XCmd::Claim(c) => vec![&c.key],
-            XCmd::Len(k) | XCmd::InfoGroups(k) | XCmd::Type(k) => vec![k],
+            XCmd::Read { streams, .. } => streams.first().map(|(k, _)| k.as_str()),
+            XCmd::ReadGroup { streams, .. } => streams.first().map(|(k, _)| k.as_str()),
+            XCmd::Exists(keys) | XCmd::DelKeys(keys) => keys.first().map(String::as_str),
+            XCmd::Claim(c) => Some(&c.key),
+            XCmd::Len(k) | XCmd::InfoGroups(k) | XCmd::Type(k) => Some(k),
             XCmd::Add { key, .. }
             | XCmd::Range { key, .. }
             | XCmd::Del { key, .. }
@@ -386,7 +386,17 @@ impl XCmd {
             | XCmd::Pending { key, .. }
             | XCmd::AutoClaim { key, .. }
             | XCmd::InfoStream { key, .. }
-            | XCmd::InfoConsumers { key, .. } => vec![key],
+            | XCmd::InfoConsumers { key, .. } => Some(key),
+        }
+    }
+
+    /// The streams it names (the first decides the database; all must share it).
+    pub fn keys(&self) -> Vec<&str> {
+        match self {
+            XCmd::Read { streams, .. } => streams.iter().map(|(k, _)| k.as_str()).collect(),
+            XCmd::ReadGroup { streams, .. } => streams.iter().map(|(k, _)| k.as_str()).collect(),
+            XCmd::Exists(keys) | XCmd::DelKeys(keys) => keys.iter().map(String::as_str).collect(),
+            _ => self.first_key().into_iter().collect(),
         }
     }
 

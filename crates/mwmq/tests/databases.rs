@@ -351,3 +351,29 @@ fn a_drained_database_is_emptied_by_rebalance() {
     mq.stopper().stop();
     mq.join();
 }
+
+#[test]
+fn streams_live_where_their_names_hash_and_commands_across_databases_are_refused() {
+    let (a, b) = (Postgres::start().unwrap(), Postgres::start().unwrap());
+    let cfg = spread_over(&[&a, &b]);
+    let placement = Placement::of(&cfg);
+    let mq = common::start(cfg);
+    let mut c = connect(mq.local_addr());
+    // Two names placed apart, and two kept together by a hash tag.
+    let names: Vec<String> = (0..64).map(|i| format!("s{i}")).collect();
+    let first = &names[0];
+    let other = names.iter().find(|n| placement.home(n) != placement.home(first)).expect("a name placed elsewhere");
+    for n in [first, other] {
+        let _: String = q(&mut c, &["XADD", n, "*", "k", "v"]);
+        let db = if placement.home(n) == 0 { &a } else { &b };
+        let rows: i64 = sql(db).query_one("SELECT count(*) FROM mwmq_streams WHERE name = $1", &[n]).unwrap().get(0);
+        assert_eq!(rows, 1, "{n} is on the database its name hashes to");
+    }
+    let e = err(&mut c, &["XREAD", "STREAMS", first, other, "0", "0"]);
+    assert!(e.starts_with("CROSSSLOT"), "{e}");
+    let (t1, t2) = ("{orders}.in", "{orders}.retry");
+    let _: String = q(&mut c, &["XADD", t1, "*", "k", "v"]);
+    let _: String = q(&mut c, &["XADD", t2, "*", "k", "v"]);
+    let r: redis::Value = redis::cmd("XREAD").arg(&["STREAMS", t1, t2, "0", "0"]).query(&mut c).unwrap();
+    assert!(matches!(&r, redis::Value::Array(s) if s.len() == 2), "{r:?}");
+}

@@ -41,6 +41,19 @@ fn entries(rows: &[Row], at: usize) -> Vec<Reply> {
     rows.iter().map(|r| entry(sid(r, at), r.get(at + 2))).collect()
 }
 
+/// Rows of (index from 1, ms, seq, fields) as the entries of each of `n`
+/// streams or requests (index 0, a marker, is skipped).
+fn by_index(rows: &[Row], n: usize) -> Vec<Vec<Reply>> {
+    let mut parts = vec![Vec::new(); n];
+    for r in rows {
+        let i: i32 = r.get(0);
+        if i > 0 {
+            parts[i as usize - 1].push(entry(sid(r, 1), r.get(3)));
+        }
+    }
+    parts
+}
+
 fn int(r: &Row, i: usize) -> Reply {
     Reply::Int(r.get(i))
 }
@@ -78,7 +91,7 @@ impl Core<'_> {
     /// Carries out a stream command.
     pub(crate) async fn stream<S: Session + ?Sized>(&self, pg: &PgConn, x: &XCmd, s: &S) -> Result<Outcome, DbError> {
         let keys = x.keys();
-        if let Some(first) = keys.first() {
+        if let [first, _, ..] = keys.as_slice() {
             let home = self.shared.pool.home(first);
             if keys.iter().any(|k| self.shared.pool.home(k) != home) {
                 return Ok(Outcome::Reply(
@@ -175,11 +188,7 @@ impl Core<'_> {
                 let count = capped(*count);
                 let rows =
                     pg.x(X::ReadGroup, &[&names, group, consumer, &hist, &mss, &seqs, &count, noack, bad]).await?;
-                let mut parts = vec![Vec::new(); names.len()];
-                for r in &rows {
-                    let i: i32 = r.get(0);
-                    parts[i as usize - 1].push(entry(sid(r, 1), r.get(3)));
-                }
+                let parts = by_index(&rows, names.len());
                 let reply = per_stream(names, parts, &hist);
                 if matches!(reply, Reply::NilArray) {
                     return Ok(Outcome::Nothing(None));
@@ -378,11 +387,7 @@ impl Core<'_> {
             .collect();
         let (mss, seqs) = id_arrays(&after);
         let rows = pg.x(X::Read, &[&names, &mss, &seqs, &capped(*count), &bad]).await?;
-        let mut parts = vec![Vec::new(); names.len()];
-        for r in &rows {
-            let i: i32 = r.get(0);
-            parts[i as usize - 1].push(entry(sid(r, 1), r.get(3)));
-        }
+        let parts = by_index(&rows, names.len());
         let keep = vec![false; names.len()];
         match per_stream(names, parts, &keep) {
             Reply::NilArray => {
@@ -550,10 +555,7 @@ impl Core<'_> {
             // Not the common case (tombstones, an unknown entries-read, no such group): the general function.
             rows = pg.x(X::ReadGroupMany, &[&key, &group, &consumers, &each, &noack]).await?;
         }
-        let mut parts = vec![Vec::new(); items.len()];
-        for r in rows.iter().filter(|r| r.get::<_, i32>(0) > 0) {
-            parts[r.get::<_, i32>(0) as usize - 1].push(entry(sid(r, 1), r.get(3)));
-        }
+        let parts = by_index(&rows, items.len());
         for ((slot, part), (_, s)) in replies.iter_mut().zip(parts).zip(items) {
             let n = part.len() as u64;
             let reply = if part.is_empty() {
