@@ -18,13 +18,15 @@ all: build
 ## iproute2 (ip, tc) and ethtool for emulated hosts (network namespaces),
 ## postgresql for mwmq (tests start throwaway servers: scripts/postgres.sh),
 ## redis-tools (redis-cli, redis-benchmark) to talk to mwmq, redis-server (7.0)
-## as the reference the stream commands are compared with and benchmarked against.
+## as the reference the stream commands are compared with and benchmarked against,
+## libmemcached-dev to build pylibmc (a client the tests run through mwproxy).
 deps:
 	@missing=""; \
 	for b in memcached:memcached nutcracker:nutcracker memcslap:libmemcached-tools ip:iproute2 tc:iproute2 ethtool:ethtool ping:iputils-ping pg_ctlcluster:postgresql redis-cli:redis-tools redis-server:redis-server; do \
 	  cmd=$${b%%:*}; pkg=$${b##*:}; \
 	  command -v $$cmd >/dev/null 2>&1 || [ -x /usr/sbin/$$cmd ] || missing="$$missing $$pkg"; \
 	done; \
+	[ -f /usr/include/libmemcached/memcached.h ] || missing="$$missing libmemcached-dev"; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing:$$missing"; \
 	  $(SUDO) apt-get update -q && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q --no-install-recommends $$missing; \
@@ -64,6 +66,12 @@ $(VENV)/.installed: lab/pyproject.toml
 	  $(SUDO) apt-get update -q && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q python3-venv && \
 	  $(PYTHON) -m venv $(VENV); }
 	$(VENV)/bin/pip install -q -e 'lab[test]'
+	@# pylibmc's own test suite (in its source distribution, not its wheel), run through mwproxy by lab/tests.
+	@ver=$$($(VENV)/bin/python -c 'import pylibmc; print(pylibmc.__version__)') && \
+	rm -rf $(VENV)/pylibmc-src && mkdir -p $(VENV)/pylibmc-src && \
+	$(VENV)/bin/pip download -q --no-deps --no-binary :all: "pylibmc==$$ver" -d $(VENV)/pylibmc-src && \
+	tar xzf $(VENV)/pylibmc-src/pylibmc-$$ver.tar.gz -C $(VENV)/pylibmc-src && \
+	ln -sfn pylibmc-$$ver $(VENV)/pylibmc-src/current
 	@touch $@
 
 build: deps rust-deps

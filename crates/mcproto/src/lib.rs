@@ -8,6 +8,7 @@
 //! keys on servers the way libmemcached and twemproxy do (pure computation too).
 
 pub mod auth;
+pub mod binary;
 pub mod buffer;
 pub mod number;
 pub mod parse;

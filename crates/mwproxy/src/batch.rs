@@ -50,6 +50,8 @@ pub struct Entry {
     pub finished: bool,
     /// The reply's trace status.
     pub status: &'static str,
+    /// A binary-protocol request: its reply is turned into a binary response.
+    pub bin: Option<Box<mcproto::binary::Ctx>>,
 }
 
 impl Entry {
@@ -80,6 +82,7 @@ impl Entry {
             facts,
             finished: false,
             status: "ok",
+            bin: job.bin,
         }
     }
 
@@ -145,7 +148,12 @@ pub fn finish_wave(
     }
     let replies = entries.iter_mut().map(|e| {
         let reply = std::mem::take(&mut e.exec.reply);
-        (e.seq, if e.noreply { Vec::new() } else { reply })
+        let reply = match &e.bin {
+            Some(ctx) => mcproto::binary::reply(ctx, &reply),
+            None if e.noreply => Vec::new(),
+            None => reply,
+        };
+        (e.seq, reply)
     });
     conn.deliver_all(replies, &shared.net);
     let t_reply = now_ns();
@@ -267,7 +275,16 @@ mod tests {
             buf = &buf[consumed..];
             let seq = out.len() as u64;
             let work = Work::Request(request);
-            out.push(Job { seq, work, request_id: seq, t_recv: 0, t_parsed: 0, t_enqueue: 0, size: consumed });
+            out.push(Job {
+                seq,
+                work,
+                request_id: seq,
+                t_recv: 0,
+                t_parsed: 0,
+                t_enqueue: 0,
+                size: consumed,
+                bin: None,
+            });
         }
         out
     }

@@ -50,6 +50,8 @@ pub struct Job {
     pub t_enqueue: u64,
     /// Bytes it took on the wire (counted against the input budgets).
     pub size: usize,
+    /// A binary-protocol request: how to turn its reply into a binary response.
+    pub bin: Option<Box<mcproto::binary::Ctx>>,
 }
 
 /// The part of a connection that workers touch.

@@ -232,7 +232,7 @@ pub fn general_stats(shared: &Shared, generation: &Generation, backends: &Backen
     put("net_threads", cfg.proxy.net_threads.to_string());
     put("closed_connections", net("closed_connections").to_string());
     put("protocol_errors", net("protocol_errors").to_string());
-    put("binary_protocol_refused", net("binary_protocol_refused").to_string());
+    put("binary_connections", net("binary_connections").to_string());
     put("auth_cmds", net("auth_cmds").to_string());
     put("auth_errors", net("auth_errors").to_string());
     for k in ["auth_throttled", "auth_closed", "login_timeouts", "handshake_timeouts", "handshake_refused"] {

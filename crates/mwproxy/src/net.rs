@@ -15,9 +15,12 @@
 //! Clients over the connection limit, or arriving when the process is out of
 //! file descriptors, get `SERVER_ERROR Too many open connections` and are
 //! closed (`mwserve::listen`).
-//! A connection that starts with the binary protocol's magic byte is closed
-//! at once (mwproxy speaks the text protocol), so its client fails fast
-//! instead of waiting for its timeout.
+//! A connection whose first byte is the binary protocol's magic (0x80)
+//! speaks memcached's binary protocol from then on, as memcached decides:
+//! its requests are turned into the same requests the text and meta parsers
+//! produce (`mcproto::binary`), carry their binary context through the
+//! routing core, and their replies are turned back into binary responses.
+//! Logins over it are SASL PLAIN against the same users as text logins.
 
 use std::collections::VecDeque;
 use std::io;
@@ -26,6 +29,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use mcproto::auth::Auth;
+use mcproto::binary::{self, Binary, Ctx};
 use mcproto::{parse_request, Parsed, ReadBuf, Request};
 use mio::{Events, Interest, Token};
 use mwserve::listen::{Front, Transport, WAKER};
@@ -69,6 +73,8 @@ pub(crate) struct Conn {
     last_read_ns: u64,
     /// Logged in, or no login asked for (`--auth-file`).
     authenticated: bool,
+    /// The client speaks the binary protocol (its first byte was 0x80).
+    binary: bool,
     /// Failed logins on this connection.
     login_failures: u32,
     /// The client's address (failed logins are throttled by it).
@@ -292,6 +298,7 @@ impl NetThread {
                 peer_closed: false,
                 last_read_ns: 0,
                 authenticated: generation.users.is_none(),
+                binary: false,
                 login_failures: 0,
                 peer,
                 accepted: Instant::now(),
@@ -526,14 +533,21 @@ fn parse_all(
         if !conn.shared.may_read() {
             return Some(Flow::Blocked);
         }
-        if conn.issued == 0 && conn.rbuf.filled().first() == Some(&BINARY_MAGIC) {
-            // A client of the binary protocol would wait for an answer mwproxy
-            // cannot give until its own timeout: close at once, so it fails fast.
-            bump(&net.binary_protocol_refused);
-            tracing::debug!("closing a connection that speaks the binary protocol");
-            conn.shared.close();
-            conn.done = true;
-            return Some(Flow::Finished);
+        if conn.issued == 0 && !conn.binary && conn.rbuf.filled().first() == Some(&BINARY_MAGIC) {
+            conn.binary = true;
+            bump(&net.binary_connections);
+        }
+        if conn.binary {
+            let (work, size, ctx) = match binary_step(conn, shared, generation) {
+                Step::Wait => return None,
+                Step::Answered => continue,
+                Step::Stop => return Some(Flow::Finished),
+                Step::Job(work, size, ctx) => (work, size, ctx),
+            };
+            if let Some(flow) = queue(conn, shared, ids, pipeline.as_deref_mut(), work, size, Some(Box::new(ctx))) {
+                return Some(flow);
+            }
+            continue;
         }
         if !conn.authenticated {
             if let Some(flow) = log_in(conn, shared, generation) {
@@ -573,27 +587,176 @@ fn parse_all(
                 }
             }
         };
-        let t_parsed = now_ns();
-        let job = Job {
-            seq: conn.issued,
-            work,
-            request_id: ids.take(),
-            t_recv: conn.last_read_ns,
-            t_parsed,
-            t_enqueue: t_parsed,
-            size,
-        };
-        conn.issued += 1;
-        if conn.shared.admit(job) {
-            if let Some(p) = pipeline.as_deref_mut() {
-                p.runnable(conn.shared.clone());
-            } else if let Err(_full) = shared.queue.push_fresh(conn.shared.clone()) {
-                bump(&net.queue_full);
-                conn.unqueued = true;
-                return Some(Flow::Blocked);
+        if let Some(flow) = queue(conn, shared, ids, pipeline.as_deref_mut(), work, size, None) {
+            return Some(flow);
+        }
+    }
+}
+
+/// Numbers a parsed request and puts it in its connection's line (and the
+/// connection on its loop or the queue); `Some(flow)` when reading must stop.
+fn queue(
+    conn: &mut Conn,
+    shared: &Shared,
+    ids: &mut RequestIds,
+    pipeline: Option<&mut Pipeline>,
+    work: Work,
+    size: usize,
+    bin: Option<Box<Ctx>>,
+) -> Option<Flow> {
+    let t_parsed = now_ns();
+    let job = Job {
+        seq: conn.issued,
+        work,
+        request_id: ids.take(),
+        t_recv: conn.last_read_ns,
+        t_parsed,
+        t_enqueue: t_parsed,
+        size,
+        bin,
+    };
+    conn.issued += 1;
+    if conn.shared.admit(job) {
+        if let Some(p) = pipeline {
+            p.runnable(conn.shared.clone());
+        } else if let Err(_full) = shared.queue.push_fresh(conn.shared.clone()) {
+            bump(&shared.net.queue_full);
+            conn.unqueued = true;
+            return Some(Flow::Blocked);
+        }
+    }
+    None
+}
+
+/// What one binary request led to.
+enum Step {
+    /// More bytes are needed.
+    Wait,
+    /// Answered here (noop, a refusal, a login): go on with the next.
+    Answered,
+    /// The connection is finished (quit, or input memcached closes on).
+    Stop,
+    /// A request for the servers, its size and its binary context.
+    Job(Work, usize, Ctx),
+}
+
+/// Answers `reply` in order with the other replies.
+fn answer(conn: &mut Conn, reply: Vec<u8>, close: bool, shared: &Shared) {
+    conn.shared.deliver(conn.issued, reply, close, &shared.net);
+    conn.issued += 1;
+    if close {
+        conn.done = true;
+    }
+}
+
+/// Reads the binary request at the front of the connection's buffer.
+fn binary_step(conn: &mut Conn, shared: &Shared, generation: &Generation) -> Step {
+    let sasl = generation.users.is_some();
+    match binary::parse_binary(conn.rbuf.filled(), &generation.limits, sasl, conn.authenticated) {
+        Binary::Incomplete => Step::Wait,
+        Binary::Request { request, ctx, consumed } => {
+            conn.rbuf.consume(consumed);
+            Step::Job(Work::Request(request), consumed, ctx)
+        }
+        Binary::Noop { reply, consumed } => {
+            conn.rbuf.consume(consumed);
+            answer(conn, reply, false, shared);
+            Step::Answered
+        }
+        Binary::Quit { reply } => {
+            answer(conn, reply, true, shared);
+            Step::Stop
+        }
+        Binary::Sasl { opcode, opaque, mechanism, data, consumed } => {
+            conn.rbuf.consume(consumed);
+            sasl_step(conn, shared, generation, (opcode, opaque), &mechanism, &data)
+        }
+        Binary::Refuse { reply, consumed, swallow, close, stale_key } => {
+            bump(&shared.net.protocol_errors);
+            if close {
+                answer(conn, reply, true, shared);
+                return Step::Stop;
+            }
+            conn.rbuf.consume(consumed);
+            conn.swallow = swallow;
+            match (stale_key, binary::Frame::read(&reply)) {
+                // A value too large: its key's old value is dropped on its
+                // replicas, as for a text `set`, and the reply says "Too large."
+                (Some(key), Some((f, _))) => {
+                    let ctx = Ctx { opcode: f.opcode, opaque: f.opaque, key: Vec::new() };
+                    let work = Work::DropStale { key, reply: Some(mcproto::parse::TOO_LARGE) };
+                    Step::Job(work, consumed, ctx)
+                }
+                _ => {
+                    answer(conn, reply, false, shared);
+                    Step::Answered
+                }
             }
         }
     }
+}
+
+/// The SASL commands: `PLAIN` is the one mechanism, checked against the
+/// users of `--auth-file` as text logins are, failures counted, throttled
+/// per address and closing the connection at `[auth] max_failures`, and
+/// whatever was pipelined behind a failed login dropped unread.
+fn sasl_step(
+    conn: &mut Conn,
+    shared: &Shared,
+    generation: &Generation,
+    (opcode, opaque): (u8, u32),
+    mechanism: &[u8],
+    data: &[u8],
+) -> Step {
+    let net = &shared.net;
+    let Some(users) = generation.users.as_ref() else {
+        answer(conn, binary::error(opcode, opaque, binary::status::UNKNOWN_COMMAND), false, shared);
+        return Step::Answered;
+    };
+    if opcode == binary::op::SASL_LIST_MECHS {
+        let mut out = Vec::new();
+        binary::Frame { opcode, status: 0, opaque, cas: 0, extras: &[], key: &[], value: b"PLAIN" }.write(&mut out);
+        answer(conn, out, false, shared);
+        return Step::Answered;
+    }
+    bump(&net.auth_cmds);
+    let locked = conn.peer.is_some_and(|a| !shared.logins.may_try(a));
+    let ok = !locked
+        && opcode == binary::op::SASL_AUTH
+        && mechanism == b"PLAIN"
+        && plain(data).is_some_and(|(user, password)| users.check(user, password));
+    if ok {
+        conn.authenticated = true;
+        let mut out = Vec::new();
+        binary::Frame { opcode, status: 0, opaque, cas: 0, extras: &[], key: &[], value: b"Authenticated" }
+            .write(&mut out);
+        answer(conn, out, false, shared);
+        return Step::Answered;
+    }
+    bump(&net.auth_errors);
+    if locked {
+        bump(&net.auth_throttled);
+    } else if let Some(a) = conn.peer {
+        shared.logins.failed(a);
+    }
+    conn.login_failures += 1;
+    let rest = conn.rbuf.len();
+    conn.rbuf.consume(rest);
+    let close = locked || conn.login_failures >= generation.config.auth.max_failures.max(1);
+    answer(conn, binary::error(opcode, opaque, binary::status::AUTH_ERROR), close, shared);
+    if close {
+        bump(&net.auth_closed);
+        return Step::Stop;
+    }
+    Step::Answered
+}
+
+/// A SASL PLAIN message: `[authzid] NUL authcid NUL password`; an authzid,
+/// when given, must name the same user (no user acts as another).
+fn plain(data: &[u8]) -> Option<(&[u8], &[u8])> {
+    let mut parts = data.splitn(3, |&b| b == 0);
+    let (authz, user, password) = (parts.next()?, parts.next()?, parts.next()?);
+    (authz.is_empty() || authz == user).then_some((user, password))
 }
 
 /// Reads login attempts (and what refuses them) before the connection's

@@ -132,8 +132,8 @@ atomic_block! {
         bytes_written,
         /// Inputs refused by the parser (each got memcached's error).
         protocol_errors,
-        /// Connections closed because they spoke memcached's binary protocol.
-        binary_protocol_refused,
+        /// Connections that spoke memcached's binary protocol.
+        binary_connections,
         /// Times a net thread found the request queue full and stopped reading.
         queue_full,
         /// Login attempts (memcached's `auth_cmds`).
