@@ -14,7 +14,10 @@
 # loops, and the pool engine with 8 workers. memcached runs 1 thread per
 # server. Around every run the target's CPU time (user + system, from
 # /proc/PID/stat) is read, so the table shows CPU per request beside
-# throughput and p99.
+# throughput and p99. With memtier_benchmark, three targets are also driven
+# in memcached's binary protocol (-P memcache_binary): memcached directly,
+# and mwproxy in front of 3 and of 1 server (the "-bin" rows; goal: binary
+# through mwproxy >= 0.95 x text through the same mwproxy).
 #
 # Usage: bench/peers.sh [rounds] [seconds]     (default 3 x 5 s)
 #   env: SHAPES ("1x32 2x16 1x8p16"), RATIO (1:10), VALUE_SIZE (128), KEYS (10000),
@@ -43,9 +46,9 @@ for p in "${mc[@]}"; do wait_port "$p"; done
 # mc[0] serves the direct runs and the 1-server proxy; mc[1..3] the 3-server targets.
 three=("127.0.0.1:${mc[1]}" "127.0.0.1:${mc[2]}" "127.0.0.1:${mc[3]}")
 
-names=() ports=() procs=()
-target() {  # NAME PORT PID
-  names+=("$1") ports+=("$2") procs+=("$3")
+names=() ports=() procs=() protos=()
+target() {  # NAME PORT PID [PROTOCOL]
+  names+=("$1") ports+=("$2") procs+=("$3") protos+=("${4:-memcache_text}")
 }
 target memcached "${mc[0]}" "${pids[0]}"
 p=$(free_port); start_twemproxy "$p" "${mc[1]}" "${mc[2]}" "${mc[3]}"; target twemproxy-3 "$p" "${pids[-1]}"
@@ -59,6 +62,12 @@ p=$(free_port); "$BIN/mwproxy" -p "$p" --log warn --engine async --threads 2 -m 
 target async-3-2loops "$p" "$!"
 p=$(free_port); "$BIN/mwproxy" -p "$p" --log warn --engine pool -t 8 -m "${three[@]}" & pids+=($!)
 target pool-3 "$p" "$!"
+if [ "$CLIENT" = memtier_benchmark ]; then
+  # The same processes, spoken to in the binary protocol (mwload speaks text only).
+  target memcached-bin "${mc[0]}" "${pids[0]}" memcache_binary
+  target mwproxy-3-bin "${ports[2]}" "${procs[2]}" memcache_binary
+  target mwproxy-1-bin "${ports[3]}" "${procs[3]}" memcache_binary
+fi
 for p in "${ports[@]}"; do wait_port "$p"; done
 # The same keys everywhere: prefilled through a 3-server proxy and on mc[0].
 for p in "${mc[0]}" "${ports[2]}"; do
@@ -79,7 +88,7 @@ for shape in $SHAPES; do
       out="$work/$shape-${names[$i]}-$r.json"
       before=$(cpu_ticks "${procs[$i]}")
       if [ "$CLIENT" = memtier_benchmark ]; then
-        memtier_benchmark -s 127.0.0.1 -p "${ports[$i]}" -P memcache_text -t "$threads" -c "$per_thread" \
+        memtier_benchmark -s 127.0.0.1 -p "${ports[$i]}" -P "${protos[$i]}" -t "$threads" -c "$per_thread" \
           --pipeline="$pipeline" --ratio="$RATIO" --test-time="$SECS" --key-maximum="$KEYS" -d "$VALUE_SIZE" \
           --hide-histogram --json-out-file "$out" > /dev/null 2>&1
       else
@@ -125,8 +134,14 @@ for shape in shapes:
         print(f"{n:<16}{o:>10.0f}{o / tw[0]:>7.2f}{p:>8.3f}{p / tw[1]:>7.2f}{c:>11.2f}{c / tw[2]:>7.2f}")
     o1, direct = med[shape, "mwproxy-1"][0], med[shape, "memcached"][0]
     print(f"mwproxy-1 / memcached direct: {o1 / direct:.2f}")
+    if (shape, "mwproxy-3-bin") in med:
+        for n in ("mwproxy-3", "mwproxy-1"):
+            b, t = med[shape, n + "-bin"], med[shape, n]
+            print(f"{n} binary / text: ops {b[0] / t[0]:.2f}, p99 {b[1] / t[1]:.2f}, CPU {b[2] / t[2]:.2f}")
+        b1, bd = med[shape, "mwproxy-1-bin"][0], med[shape, "memcached-bin"][0]
+        print(f"mwproxy-1 / memcached direct, both binary: {b1 / bd:.2f}")
 print("\nGoals (docs/mwproxy.md): mwproxy-3 >= 1.30 x twemproxy-3 with p99 <= 1.00 x, CPU <= 0.60 x;"
-      " mwproxy-1 >= 0.80 x memcached direct")
+      " mwproxy-1 >= 0.80 x memcached direct; binary through mwproxy >= 0.95 x text through mwproxy")
 if json_out:
     Path(json_out).write_text(json.dumps({f"{s}/{n}": dict(zip(("ops_per_sec", "p99_ms", "cpu_us_per_request"), v))
                                           for (s, n), v in med.items()}, indent=1))

@@ -20,7 +20,7 @@
 
 use base64::Engine as _;
 
-use crate::number::push_i64;
+use crate::number::{push_i64, push_u64};
 use crate::parse::Limits;
 use crate::request::{MetaKind, Request};
 use crate::response::{parse_response, Response};
@@ -474,8 +474,7 @@ pub fn parse_binary(buf: &[u8], limits: &Limits, sasl: bool, authenticated: bool
             }
             let mut raw = meta_line(b"md", key);
             if h.cas != 0 {
-                raw.extend_from_slice(b" C");
-                raw.extend_from_slice(h.cas.to_string().as_bytes());
+                push_flag(&mut raw, b'C', h.cas);
             }
             raw.extend_from_slice(b"\r\n");
             ask(Request::Meta { kind: MetaKind::Delete, key: key.to_vec(), raw }, &[])
@@ -489,14 +488,15 @@ pub fn parse_binary(buf: &[u8], limits: &Limits, sasl: bool, authenticated: bool
             let exp = exptime(&extras[16..]);
             let mut raw = meta_line(b"ma", key);
             raw.extend_from_slice(if base == op::INCREMENT { b" MI" } else { b" MD" });
-            raw.extend_from_slice(format!(" D{delta} v c").as_bytes());
+            push_flag(&mut raw, b'D', delta);
+            raw.extend_from_slice(b" v c");
             if exp != u32::MAX {
                 raw.extend_from_slice(b" N");
                 push_exptime(&mut raw, exp);
-                raw.extend_from_slice(format!(" J{initial}").as_bytes());
+                push_flag(&mut raw, b'J', initial);
             }
             if h.cas != 0 {
-                raw.extend_from_slice(format!(" C{}", h.cas).as_bytes());
+                push_flag(&mut raw, b'C', h.cas);
             }
             raw.extend_from_slice(b"\r\n");
             ask(Request::Meta { kind: MetaKind::Arith, key: key.to_vec(), raw }, &[])
@@ -566,6 +566,18 @@ pub fn key_is_text(key: &[u8]) -> bool {
     key.iter().all(|&b| b > b' ' && b != 0x7f)
 }
 
+/// Appends the command that deletes `key`: `delete <key>`, or `md <base64> b`
+/// for a key no text token can carry (its reply: [`crate::delete_reply_len`]).
+pub fn encode_delete(out: &mut Vec<u8>, key: &[u8]) {
+    if key_is_text(key) {
+        out.extend_from_slice(b"delete ");
+        out.extend_from_slice(key);
+    } else {
+        out.extend_from_slice(&meta_line(b"md", key));
+    }
+    out.extend_from_slice(b"\r\n");
+}
+
 /// `<cmd> <key>` (base64 and ` b` for a key that is not a text token).
 fn meta_line(cmd: &[u8], key: &[u8]) -> Vec<u8> {
     meta_line_with(cmd, key, b"")
@@ -588,6 +600,13 @@ fn meta_line_with(cmd: &[u8], key: &[u8], after: &[u8]) -> Vec<u8> {
     raw
 }
 
+/// ` <flag><n>`, a meta flag with a number.
+fn push_flag(out: &mut Vec<u8>, flag: u8, n: u64) {
+    out.push(b' ');
+    out.push(flag);
+    push_u64(out, n);
+}
+
 /// An expiry as a meta token: memcached reads it as a signed 32-bit number,
 /// so a binary expiry past 2^31 - 1 (an absolute time after 2038) is kept at that.
 fn push_exptime(out: &mut Vec<u8>, exptime: u32) {
@@ -607,15 +626,20 @@ fn meta_get(key: &[u8], touch: Option<u32>, value: bool) -> Request {
 
 /// `ms <key> <len> c M<mode> [F<flags> T<exptime>] [C<cas>]` and the data block.
 fn meta_set(key: &[u8], value: &[u8], flags: u32, exptime: Option<u32>, cas: u64, mode: u8) -> Request {
-    let mut raw = meta_line_with(b"ms", key, format!(" {}", value.len()).as_bytes());
+    let mut len = Vec::with_capacity(12);
+    len.push(b' ');
+    push_u64(&mut len, value.len() as u64);
+    let mut raw = meta_line_with(b"ms", key, &len);
+    raw.reserve(value.len() + 48);
     raw.extend_from_slice(b" c M");
     raw.push(mode);
     if let Some(exp) = exptime {
-        raw.extend_from_slice(format!(" F{flags} T").as_bytes());
+        push_flag(&mut raw, b'F', u64::from(flags));
+        raw.extend_from_slice(b" T");
         push_exptime(&mut raw, exp);
     }
     if cas != 0 {
-        raw.extend_from_slice(format!(" C{cas}").as_bytes());
+        push_flag(&mut raw, b'C', cas);
     }
     raw.extend_from_slice(b"\r\n");
     raw.extend_from_slice(value);

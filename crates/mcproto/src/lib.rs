@@ -1,4 +1,5 @@
-//! `mcproto`: the memcached text protocol without sockets or threads.
+//! `mcproto`: the memcached text protocol (and the binary one, translated to
+//! it: [`binary`]) without sockets or threads.
 //!
 //! Everything here works on byte slices: [`parse_request`] and [`parse_response`]
 //! read from the front of a buffer and say how many bytes they used (or that
@@ -20,6 +21,6 @@ pub use buffer::ReadBuf;
 pub use parse::{parse_request, Limits, Parsed, Rejection};
 pub use request::{encode_get, encode_store_line, ArithKind, GetKind, MetaKind, Request, StoreKind};
 pub use response::{
-    encode_value, meta_reply_len, parse_response, response_len, retrieval_reply_len, status_reply_len,
-    MalformedResponse, Response, ValueRef,
+    delete_reply_len, encode_value, meta_reply_len, parse_response, response_len, retrieval_reply_len,
+    status_reply_len, MalformedResponse, Response, ValueRef,
 };

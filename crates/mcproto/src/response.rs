@@ -229,6 +229,17 @@ pub fn status_reply_len(buf: &[u8]) -> Result<Option<usize>, MalformedResponse> 
     })
 }
 
+/// The length of a reply to a repair at the front of `buf` (`Ok(None)` while
+/// incomplete): to a `delete`, to the `md <key> b` that deletes a key no
+/// text token can carry, or to a `flush_all` — `DELETED`, `NOT_FOUND`, `HD`,
+/// `NF`, `OK` or an error line.
+pub fn delete_reply_len(buf: &[u8]) -> Result<Option<usize>, MalformedResponse> {
+    expect(buf, |r| {
+        matches!(r, Response::Deleted | Response::NotFound | Response::Ok)
+            || matches!(r, Response::Other(l) if l.starts_with(b"HD") || l.starts_with(b"NF"))
+    })
+}
+
 /// Delimits one response and checks that it is an error line or passes `fits`.
 fn expect(buf: &[u8], fits: impl Fn(&Response<'_>) -> bool) -> Result<Option<usize>, MalformedResponse> {
     match scan(buf, false)? {
@@ -395,6 +406,10 @@ mod meta_tests {
         assert_eq!(status_reply_len(b"CLIENT_ERROR bad\r\n"), Ok(Some(18)));
         assert!(status_reply_len(b"END\r\n").is_err());
         assert!(status_reply_len(b"garbage\r\n").is_err());
+        for reply in [&b"DELETED\r\n"[..], b"NOT_FOUND\r\n", b"HD\r\n", b"NF\r\n", b"OK\r\n", b"ERROR\r\n"] {
+            assert_eq!(delete_reply_len(reply), Ok(Some(reply.len())));
+        }
+        assert!(delete_reply_len(b"STORED\r\n").is_err());
     }
 
     #[test]

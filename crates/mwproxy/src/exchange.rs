@@ -383,7 +383,8 @@ impl<T: Copy> Exchange<T> {
         while let Some(head) = self.fifo.front_mut() {
             let (framing, cap) = match head {
                 Pending::Call { framing, cap, .. } | Pending::Abandoned { framing, cap, .. } => (*framing, *cap),
-                Pending::Repair { .. } | Pending::Login { .. } => (mcproto::status_reply_len as Framing, REPAIR_CAP),
+                Pending::Repair { .. } => (mcproto::delete_reply_len as Framing, REPAIR_CAP),
+                Pending::Login { .. } => (mcproto::status_reply_len as Framing, REPAIR_CAP),
             };
             let rest = &buf[at..];
             let n = match framing(rest) {

@@ -53,9 +53,8 @@ impl Batch {
             return 1;
         }
         for k in &self.keys {
-            out.extend_from_slice(b"delete ");
-            out.extend_from_slice(k);
-            out.extend_from_slice(b"\r\n");
+            // (A key a binary client set may be no text token: `md` in base64.)
+            mcproto::binary::encode_delete(out, k);
         }
         self.keys.len()
     }
@@ -179,16 +178,17 @@ mod tests {
         r.note(0, b"a".to_vec());
         r.note(0, b"a".to_vec());
         r.note(0, b"b".to_vec());
+        r.note(0, b"c d".to_vec());
         assert!(r.take(1).is_none());
         let b = r.take(0).unwrap();
         let mut bytes = Vec::new();
-        assert_eq!(b.encode(&mut bytes), 2);
-        assert_eq!(bytes, b"delete a\r\ndelete b\r\n");
+        assert_eq!(b.encode(&mut bytes), 3);
+        assert_eq!(bytes, b"delete a\r\ndelete b\r\nmd YyBk b\r\n");
         assert!(r.take(0).is_none());
         r.give_back(0, b);
         let b = r.take(0).unwrap();
         r.completed(&b);
-        assert_eq!(r.done.load(Ordering::Relaxed), 2);
+        assert_eq!(r.done.load(Ordering::Relaxed), 3);
         assert_eq!(r.waiting(0), 0);
     }
 
