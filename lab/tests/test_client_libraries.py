@@ -163,11 +163,11 @@ def test_pylibmc_suite_passes_through_mwproxy_as_against_memcached(replicated, m
     assert not differ, f"outcomes that differ (memcached, mwproxy): {differ}"
 
 
-@pytest.mark.parametrize("replicas", [1, 2])
-def test_memccapable_binary_passes_through_mwproxy(tmp_path, start_proxy, replicas):
-    """libmemcached's protocol checker, binary tests, on three servers."""
+@pytest.mark.parametrize(("servers", "replicas"), [(1, 1), (3, 1), (3, 2)])
+def test_memccapable_binary_passes_through_mwproxy(tmp_path, start_proxy, servers, replicas):
+    """libmemcached's protocol checker, binary tests."""
     with ProcessGroup(tmp_path / "servers") as group:
-        ports = [group.memcached(f"mc{i}").port for i in range(3)]
+        ports = [group.memcached(f"mc{i}").port for i in range(servers)]
         proxy = start_proxy(["-m", *[f"127.0.0.1:{p}" for p in ports], "-r", str(replicas)])
         cmd = ["memccapable", "-b", "-h", "127.0.0.1", "-p", str(proxy.port)]
         out = subprocess.run(cmd, capture_output=True, text=True, timeout=120)

@@ -282,6 +282,22 @@ fn clients_speak_tls_and_plaintext_to_the_tls_port_is_refused() {
     // The plaintext listener beside it serves the same keys.
     let mut plain = Client::connect(SocketAddr::from(([127, 0, 0, 1], plain_port))).unwrap();
     assert_eq!(plain.call_str("get t\r\n").unwrap(), "VALUE t 0 5\r\nhello\r\nEND\r\n");
+    // The binary protocol over TLS reads the same key.
+    let mut bin = tls_client(proxy.local_addr(), &c.ca, None);
+    let mut request = Vec::new();
+    mcproto::binary::encode_request(&mut request, mcproto::binary::op::GET, 7, 0, &[], b"t", &[]);
+    bin.write_all(&request).unwrap();
+    let mut buf = Vec::new();
+    let got = loop {
+        let mut chunk = [0u8; 4096];
+        let n = bin.read(&mut chunk).unwrap();
+        assert!(n > 0, "closed before the binary reply");
+        buf.extend_from_slice(&chunk[..n]);
+        if let Some((f, _)) = mcproto::binary::Frame::read(&buf) {
+            break (f.status, f.opaque, f.value.to_vec());
+        }
+    };
+    assert_eq!(got, (0, 7, b"hello".to_vec()));
     // Plaintext to the TLS port: refused and closed, counted; everyone else goes on.
     let mut wrong = TcpStream::connect(proxy.local_addr()).unwrap();
     let answer = exchange(&mut wrong, b"get t\r\n");
