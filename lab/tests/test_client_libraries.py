@@ -116,7 +116,9 @@ def pylibmc_scenario(mc: pylibmc.Client) -> None:
     assert not mc.cas("lm:3", b"late", cas), "a stale cas is refused"
     for _ in range(4):
         assert mc.get("lm:3") == b"new", "every replica has the cas'd value"
-    assert mc.touch("lm:4", 300)
+    if not mc.binary:
+        # (libmemcached waits 5 s after a binary touch, against memcached itself too.)
+        assert mc.touch("lm:4", 300)
     assert mc.delete("lm:5") and mc.get("lm:5") is None
     assert not mc.delete("lm:5")
     assert mc.set("pickled", {"a": [1, 2]}) and mc.get("pickled") == {"a": [1, 2]}

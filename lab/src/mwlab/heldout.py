@@ -13,8 +13,11 @@ it did not calibrate on, and what-if curves for the next steps.
   twice the clients, twice the workers, one more server and one more
   middleware (where the result has what each needs; otherwise the reason).
 
-Errors are (predicted - measured) / measured; `predictions.csv` holds every
-held-out row.
+Errors are (predicted - measured) / measured; every prediction carries its
+90% intervals (`mwlab.predict.uncertainty`) and a held-out point is
+*covered* when both measured figures lie inside them. `predictions.csv`
+holds every held-out row, `noise.csv` the noise floor per configuration
+(`mwlab.noise`).
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from typing import Any
 import pandas as pd
 
 from mwlab.fit import _num, bottleneck, devices
+from mwlab.noise import noise_table
 from mwlab.plots import save_figure
 from mwlab.predict import (
     STRUCTURAL,
@@ -57,6 +61,10 @@ class Predictions:
     r_worst: float = float("nan")
     within: int = 0
     bottleneck_agrees: int = 0
+    # Held-out points whose measured X and R both lie in the 90% intervals.
+    covered: int = 0
+    # The run-to-run noise per configuration (noise.csv).
+    noise_floor: pd.DataFrame = field(default_factory=pd.DataFrame)
 
     @property
     def empty(self) -> bool:
@@ -85,6 +93,9 @@ def _row(
         "R measured (ms)": r / 1e3,
         "R predicted (ms)": p.r_us / 1e3,
         "R error": (p.r_us - r) / r,
+        "X 90% interval": f"{p.x_lo:,.0f} .. {p.x_hi:,.0f}",
+        "R 90% interval (ms)": f"{p.r_lo / 1e3:.3f} .. {p.r_hi / 1e3:.3f}",
+        "covered": "yes" if p.covers(x, r) else "no",
         "bottleneck predicted": p.bottleneck,
         "bottleneck measured": measured_b,
         "seed M/M/1 R": _seed_text(seed),
@@ -248,6 +259,10 @@ def predictions(result: Path, agg: pd.DataFrame, info: ExperimentInfo) -> Predic
         pred.r_worst = float(h["R error"].abs().max())
         pred.within = int(((h["X error"].abs() <= X_GOAL) & (h["R error"].abs() <= R_GOAL)).sum())
         pred.bottleneck_agrees = int((h["bottleneck predicted"] == h["bottleneck measured"]).sum())
+        pred.covered = int((h["covered"] == "yes").sum())
+    pred.noise_floor = noise_table(groups)
+    if not pred.noise_floor.empty:
+        pred.noise_floor.to_csv(result / "noise.csv", index=False)
     if refusal:
         pred.refused.append(refusal)
     else:

@@ -67,6 +67,7 @@ import pandas as pd
 from mwlab.fit import CLIENT_FACTORS, US, Device, _network, _num, bottleneck, devices, sweep_label
 from mwlab.models import ModelError
 from mwlab.models.mva import mva
+from mwlab.noise import Noise, noise_of
 from mwlab.spec import (
     ExperimentInfo,
     Settings,
@@ -151,6 +152,8 @@ class Calibration:
     # per calibration point, by k: on a shared machine a worker holds a
     # request longer the more workers share the cores.
     holding: list[tuple[float, float]] = field(default_factory=list)
+    # The run-to-run noise of the calibration points.
+    noise: Noise = field(default_factory=lambda: Noise(float("nan"), float("nan"), 1.0, 0, "not measured"))
 
     def holding_at(self, k: float) -> float | None:
         """The holding time (µs) with k busy workers: straight lines between the
@@ -186,15 +189,39 @@ class Prediction:
     basis: str
     notes: list[str]
     devices: list[Device]
+    # The 90% interval of each predicted figure, and the relative standard
+    # deviations (of ln X and ln R) it was built from, by source.
+    x_lo: float = float("nan")
+    x_hi: float = float("nan")
+    r_lo: float = float("nan")
+    r_hi: float = float("nan")
+    p50_lo: float = float("nan")
+    p50_hi: float = float("nan")
+    p99_lo: float = float("nan")
+    p99_hi: float = float("nan")
+    uncertainty: dict[str, dict[str, float]] = field(default_factory=dict)
+
+    def covers(self, x: float, r_us: float) -> bool:
+        """Whether measured throughput and response time are both inside the intervals."""
+        return self.x_lo <= x <= self.x_hi and self.r_lo <= r_us <= self.r_hi
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "config": self.config,
             "N": self.n,
             "x": self.x,
+            "x_lo": self.x_lo,
+            "x_hi": self.x_hi,
             "r_us": self.r_us,
+            "r_lo": self.r_lo,
+            "r_hi": self.r_hi,
             "p50_us": self.p50_us,
+            "p50_lo": self.p50_lo,
+            "p50_hi": self.p50_hi,
             "p99_us": self.p99_us,
+            "p99_lo": self.p99_lo,
+            "p99_hi": self.p99_hi,
+            "uncertainty": self.uncertainty,
             "bottleneck": self.bottleneck,
             "calibrated_on": self.basis,
             "notes": self.notes,
@@ -291,6 +318,7 @@ def calibrate(rows: list[pd.Series], info: ExperimentInfo, sweep: str = "") -> C
         offset=Curve.fit(offsets),
         tails=sorted(tails),
         holding=_busy_levels(busy),
+        noise=noise_of(rows),
     )
 
 
@@ -510,7 +538,8 @@ def predict_one(
     for d in devs:
         d.u_predicted = x * d.demand_us * US / d.servers if d.servers > 0 else float("nan")
     p50, p99 = _tail(cal, n)
-    return Prediction(
+    sigma = uncertainty(cal, devs, n, x, r, offset, rules=_rules(notes, target is not None))
+    pred = Prediction(
         config=config if config is not None else dict(cal.levels),
         n=n,
         x=x,
@@ -521,7 +550,153 @@ def predict_one(
         basis=cal.sweep or "the measured configuration",
         notes=notes,
         devices=devs,
+        uncertainty=sigma,
     )
+    sx, sr = _total(sigma["x"]), _total(sigma["r"])
+    st = _total({**sigma["r"], "tail": _tail_spread(cal, n)})
+    pred.x_lo, pred.x_hi = x * math.exp(-Z90 * sx), x * math.exp(Z90 * sx)
+    pred.r_lo, pred.r_hi = r * math.exp(-Z90 * sr), r * math.exp(Z90 * sr)
+    pred.p50_lo, pred.p50_hi = pred.p50_us * math.exp(-Z90 * st), pred.p50_us * math.exp(Z90 * st)
+    pred.p99_lo, pred.p99_hi = pred.p99_us * math.exp(-Z90 * st), pred.p99_us * math.exp(Z90 * st)
+    if math.isnan(sx) or math.isnan(sr):
+        notes.append("no interval: the calibration's noise was not measured")
+    return pred
+
+
+# The two-sided 90% quantile of the normal distribution.
+Z90 = 1.6448536269514722
+# Relative error assumed for each rule that carries a prediction to a
+# configuration that was not measured (its error is not measured by the run).
+RULE_ERROR = 0.10
+# Relative error per e-fold of N assumed past the calibrated range when only
+# one population was calibrated (no trend to carry).
+ONE_POINT_TREND = 0.10
+
+
+def _rules(notes: list[str], reached: bool) -> int:
+    """How many rules carried the prediction (each names itself in a note)."""
+    if not reached:
+        return 0
+    return sum(1 for n in notes if "->" in n or "holding time" in n)
+
+
+def _total(parts: dict[str, float]) -> float:
+    vals = [v for v in parts.values() if not math.isnan(v)]
+    if "noise" in parts and math.isnan(parts["noise"]):
+        return float("nan")
+    return math.sqrt(sum(v * v for v in vals))
+
+
+def _tail_spread(cal: Calibration, n: int) -> float:
+    """How much the p99 / mean ratio moves between the two calibrated
+    populations nearest n (half the relative difference)."""
+    near = sorted(cal.tails, key=lambda t: (abs(math.log(t[0]) - math.log(n)), t[0]))[:2]
+    if len(near) < 2 or not all(t[2] > 0 for t in near):
+        return 0.0
+    return 0.5 * abs(math.log(near[0][2] / near[1][2]))
+
+
+def _position(knots: list[tuple[int, float]], n: float) -> tuple[float, float]:
+    """Where n lies for the curve through `knots`: (distance past the
+    calibrated range in ln N, 0 inside; 4 t (1 - t) of its place t between
+    the two knots around it, 0 at a knot and outside)."""
+    ln = math.log(n)
+    lo, hi = math.log(knots[0][0]), math.log(knots[-1][0])
+    if ln < lo or ln > hi:
+        return (lo - ln if ln < lo else ln - hi), 0.0
+    for (a, _), (b, _) in itertools.pairwise(knots):
+        la, lb = math.log(a), math.log(b)
+        if la <= ln <= lb and lb > la:
+            t = (ln - la) / (lb - la)
+            return 0.0, 4 * t * (1 - t)
+    return 0.0, 0.0
+
+
+def _curve_doubt(curve: Curve, n: float) -> float:
+    """The relative error a demand curve may have at n beyond its
+    calibration points' own noise: between two knots, up to half the
+    change between them (at the middle of the gap: the curve is a straight
+    line in ln N, the demand need not be); past the ends, the last
+    segment's trend continued (the curve is held flat there); with one knot,
+    ONE_POINT_TREND per e-fold."""
+    knots = [(k, v) for k, v in curve.knots if v > 0]
+    if not knots:
+        return 0.0
+    past, inside = _position(knots, n)
+    if len(knots) == 1:
+        return ONE_POINT_TREND * past
+    if past > 0:
+        end = knots[:2] if n < knots[0][0] else knots[-2:]
+        slope = abs(math.log(end[1][1] / end[0][1]) / math.log(end[1][0] / end[0][0]))
+        return slope * past
+    ln = math.log(n)
+    for (a, va), (b, vb) in itertools.pairwise(knots):
+        if math.log(a) <= ln <= math.log(b):
+            return 0.5 * abs(math.log(vb / va)) * inside
+    return 0.0
+
+
+def uncertainty(
+    cal: Calibration, devs: list[Device], n: int, x: float, r: float, offset: float, rules: int = 0
+) -> dict[str, dict[str, float]]:
+    """The relative standard deviations of the predicted ln X and ln R, by source:
+
+    - `noise`: the run-to-run noise of a measured point (a mean of as many
+      runs as the calibration's points), which a measurement of the
+      prediction would carry too;
+    - `calibration`: the calibration points' noise carried through the
+      model: each demand (and the offset) moved by its standard error, the
+      model solved again, the effects added in quadrature;
+    - `curve`: the demand curves' leave-one-out error (with three or more
+      calibrated populations) and the gap between calibrated populations
+      or past them (`_curve_doubt`), each weighted by how much X and R
+      depend on that demand;
+    - `rules`: RULE_ERROR for each rule that carried the prediction to a
+      configuration that was not measured."""
+    nx, nr = cal.noise.point_cv("x"), cal.noise.point_cv("r")
+    sens: list[tuple[float, float, Curve | None]] = []
+    h = 0.02
+    for d in devs:
+        if d.demand_us <= 0 or d.delay:
+            continue
+        saved = d.demand_us
+        d.demand_us = saved * (1 + h)
+        try:
+            x2, r2 = _solve(devs, n, cal.think_us, offset)
+        finally:
+            d.demand_us = saved
+        sens.append(
+            (math.log(x2 / x) / math.log(1 + h), math.log(r2 / r) / math.log(1 + h), cal.curves.get(d.name))
+        )
+    # The offset: its noise is that of the measured response time it came from.
+    r_off = nr * abs(offset) / r if r > 0 else 0.0
+    x_off = r_off * r / (r + cal.think_us) if r + cal.think_us > 0 else 0.0
+    cal_x = math.sqrt(sum((sx * nx) ** 2 for sx, _, _ in sens) + x_off**2)
+    cal_r = math.sqrt(sum((sr * nx) ** 2 for _, sr, _ in sens) + r_off**2)
+    cx = cr = 0.0
+    for sx, sr, curve in sens:
+        if curve is None:
+            continue
+        loo = curve.error
+        doubt = math.hypot(0.0 if math.isnan(loo) else loo, _curve_doubt(curve, n))
+        cx += (sx * doubt) ** 2
+        cr += (sr * doubt) ** 2
+    off_doubt = _curve_doubt(Curve([(k, abs(v) + 1e-9) for k, v in cal.offset.knots]), n) if offset else 0.0
+    cr += (off_doubt * abs(offset) / r) ** 2 if r > 0 else 0.0
+    return {
+        "x": {
+            "noise": nx,
+            "calibration": cal_x,
+            "curve": math.sqrt(cx),
+            "rules": RULE_ERROR * math.sqrt(rules),
+        },
+        "r": {
+            "noise": nr,
+            "calibration": cal_r,
+            "curve": math.sqrt(cr),
+            "rules": RULE_ERROR * math.sqrt(rules),
+        },
+    }
 
 
 def _interpolated(cals: list[Calibration], key: str, value: float, cal: Calibration) -> Calibration:
@@ -567,6 +742,7 @@ def _interpolated(cals: list[Calibration], key: str, value: float, cal: Calibrat
         in_network={k: a.in_network[k] for k in common},
         offset=mix(a.offset, b.offset),
         tails=a.tails if w < 0.5 else b.tails,
+        noise=max(a.noise, b.noise, key=lambda nz: nz.x_cv if not math.isnan(nz.x_cv) else -1.0),
     )
 
 

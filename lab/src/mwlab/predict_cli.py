@@ -70,11 +70,27 @@ def _human(preds: list[Prediction]) -> str:
             lines.append(f"{config}   (calibrated on {p.basis})")
             for note in dict.fromkeys(n for q in preds if q.config == p.config for n in q.notes):
                 lines.append(f"  note: {note}")
-            lines.append(f"  {'N':>5} {'ops/s':>10} {'R ms':>8} {'p50 ms':>8} {'p99 ms':>8}  bottleneck")
+            lines.append(
+                f"  {'N':>5} {'ops/s':>10} {'90% interval':>21} {'R ms':>8} {'90% interval':>17} "
+                f"{'p50 ms':>8} {'p99 ms':>8} {'p99 90% interval':>17}  bottleneck"
+            )
             last = config
         p99 = "" if math.isnan(p.p99_us) else f"{p.p99_us / 1e3:.3f}"
         p50 = "" if math.isnan(p.p50_us) else f"{p.p50_us / 1e3:.3f}"
-        lines.append(f"  {p.n:>5} {p.x:>10,.0f} {p.r_us / 1e3:>8.3f} {p50:>8} {p99:>8}  {p.bottleneck}")
+        xi = "" if math.isnan(p.x_lo) else f"{p.x_lo:,.0f} .. {p.x_hi:,.0f}"
+        ri = "" if math.isnan(p.r_lo) else f"{p.r_lo / 1e3:.3f} .. {p.r_hi / 1e3:.3f}"
+        qi = "" if math.isnan(p.p99_lo) else f"{p.p99_lo / 1e3:.3f} .. {p.p99_hi / 1e3:.3f}"
+        lines.append(
+            f"  {p.n:>5} {p.x:>10,.0f} {xi:>21} {p.r_us / 1e3:>8.3f} {ri:>17} {p50:>8} {p99:>8} {qi:>17}"
+            f"  {p.bottleneck}"
+        )
+    if preds:
+        lines.append("")
+        lines.append(
+            "Intervals: 90%, from the run-to-run noise, the calibration points' noise carried through "
+            "the model, the demand curves' own error and 10% per rule (--json: x_lo x_hi r_lo r_hi, "
+            "uncertainty)."
+        )
     return "\n".join(lines)
 
 
