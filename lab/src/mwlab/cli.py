@@ -11,7 +11,7 @@ import signal
 import sys
 from pathlib import Path
 
-from mwlab import model_cli, predict_cli, stats_cli
+from mwlab import model_cli, plan, predict_cli, stats_cli
 from mwlab.analysis import summarize
 from mwlab.compare import CompareError, compare, write_page
 from mwlab.procs import REPO, LabError
@@ -162,6 +162,7 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("list", help="list the experiments in experiments/")
     model_cli.add_parser(sub)
     predict_cli.add_parser(sub)
+    plan.add_parser(sub)
     stats_cli.add_parser(sub)
     args = parser.parse_args(argv)
     if args.command == "model":
@@ -170,6 +171,8 @@ def main(argv: list[str] | None = None) -> int:
         return stats_cli.main(args)
     if args.command == "predict":
         return predict_cli.main(args)
+    if args.command == "plan":
+        return plan.main(args, _spec_path)
     try:
         if args.command == "list":
             for n in _names():

@@ -1,0 +1,300 @@
+"""`mwlab plan SPEC --target 10%`: which populations to measure, and how
+many repetitions, so that predictions over the spec's whole range of clients
+have 90% intervals no wider than the target — the fewest runs first.
+
+The width of a prediction's interval (`mwlab.predict.uncertainty`) depends on
+what is not known before measuring: the noise floor of the machine and how
+much the demands change between populations. So a plan starts from a result:
+
+- **with `--from RESULT`** (a run of the same system, typically the pilot):
+  each configuration's demand curves and noise floor stand in for the truth.
+  For every number of repetitions r from 2 up, populations are added greedily
+  — the lowest and the highest of the spec's range first, then always the
+  one that narrows the widest interval most — until every population of the
+  spec is predicted within the target (or every one is measured); the plan
+  with the fewest runs (populations x r) wins, fewer repetitions on a tie;
+- **without one**: the pilot — each configuration at its lowest, middle and
+  highest population with 3 repetitions, the least that measures a noise
+  floor (two repetitions or more) and a demand curve with a leave-one-out
+  error (three populations) — to run first and plan from.
+
+A configuration that the result did not measure is planned as the pilot. The
+plan is written as a spec (`--write FILE`: the spec with its population
+levels narrowed to the union of those chosen and its repetitions set), which
+`mwlab run FILE` runs; its report predicts the spec's other populations.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import math
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from mwlab.noise import Noise
+from mwlab.predict import Calibration, Curve, PredictError, calibrations, predict_one
+from mwlab.procs import LabError
+from mwlab.spec import Experiment, SpecError, column_name, load, run_seconds
+
+# Client factors (their canonical keys): the population a plan chooses.
+POPULATION_KEYS = (
+    "topology.virtual_clients",
+    "topology.threads",
+    "topology.instances",
+    "topology.client_machines",
+)
+MAX_REPS = 10
+PILOT_REPS = 3
+
+
+@dataclass
+class ConfigPlan:
+    """What to measure of one configuration."""
+
+    label: str
+    levels: list[Any]
+    ns: list[int]
+    reps: int
+    # The widest predicted 90% half-width over the spec's populations (relative).
+    worst: float = float("nan")
+    basis: str = ""
+    widths: dict[int, float] = field(default_factory=dict)
+
+    @property
+    def runs(self) -> int:
+        return len(self.levels) * self.reps
+
+
+def population_factor(exp: Experiment) -> str:
+    """The one client factor the spec varies (its canonical key)."""
+    varied = [k for k in exp.factors if k in POPULATION_KEYS and len(exp.factors[k]) > 1]
+    if len(varied) != 1:
+        found = ", ".join(column_name(k) for k in varied) or "none"
+        raise PredictError(
+            f"a plan chooses the populations of one client factor (vcli, tcli, icli or ncli); "
+            f"this spec varies {found}"
+        )
+    return varied[0]
+
+
+def _configurations(exp: Experiment, key: str) -> dict[str, dict[str, Any]]:
+    """The spec's configurations (levels of its other factors, by column
+    name) and, per configuration, N for each level of the population factor."""
+    out: dict[str, dict[str, Any]] = {}
+    for p in exp.points():
+        levels = {column_name(k): v for k, v in p.factors.items() if k != key}
+        label = ",".join(f"{k}={v}" for k, v in levels.items())
+        c = out.setdefault(label, {"levels": levels, "n_of": {}})
+        c["n_of"][p.factors[key]] = p.total_clients
+    return out
+
+
+def _virtual(prior: Calibration, ns: list[int], reps: int) -> Calibration:
+    """The calibration a plan would give if the prior's curves were the truth."""
+    at = lambda c: Curve([(n, c.at(n)) for n in ns])  # noqa: E731
+    nz = prior.noise
+    return Calibration(
+        sweep=prior.sweep,
+        levels=prior.levels,
+        settings=prior.settings,
+        ns=sorted(ns),
+        think_us=prior.think_us,
+        curves={k: at(c) for k, c in prior.curves.items()},
+        servers=prior.servers,
+        in_network=prior.in_network,
+        offset=at(prior.offset),
+        tails=prior.tails,
+        holding=prior.holding,
+        noise=Noise(nz.x_cv, nz.r_cv, float(reps), nz.df, nz.method),
+    )
+
+
+def _widths(prior: Calibration, ns: list[int], reps: int, targets: list[int]) -> dict[int, float]:
+    cal = _virtual(prior, ns, reps)
+    out = {}
+    for n in targets:
+        p = predict_one(cal, n)
+        out[n] = max((p.x_hi - p.x_lo) / 2 / p.x, (p.r_hi - p.r_lo) / 2 / p.r_us)
+    return out
+
+
+def plan_configuration(prior: Calibration, n_of: dict[Any, int], target: float) -> ConfigPlan:
+    """The fewest runs that predict every population of `n_of` within `target`."""
+    level_of = {n: lvl for lvl, n in n_of.items()}
+    targets = sorted(level_of)
+    best: ConfigPlan | None = None
+    for reps in range(2, MAX_REPS + 1):
+        chosen = sorted({targets[0], targets[-1]})
+        widths = _widths(prior, chosen, reps, targets)
+        while max(widths.values()) > target and len(chosen) < len(targets):
+            options = []
+            for n in targets:
+                if n in chosen:
+                    continue
+                w = _widths(prior, sorted([*chosen, n]), reps, targets)
+                options.append((max(w.values()), n, w))
+            _, n, widths = min(options, key=lambda o: (o[0], o[1]))
+            chosen = sorted([*chosen, n])
+        plan = ConfigPlan(
+            prior.sweep,
+            [level_of[n] for n in chosen],
+            chosen,
+            reps,
+            max(widths.values()),
+            f"curves and noise of {prior.sweep or 'the measured configuration'}",
+            widths,
+        )
+        met = plan.worst <= target
+        if best is None or (met and (best.worst > target or plan.runs < best.runs)):
+            best = plan
+        if met and len(chosen) == 2:
+            break
+    assert best is not None
+    return best
+
+
+def pilot(label: str, n_of: dict[Any, int]) -> ConfigPlan:
+    """Lowest, middle and highest population, PILOT_REPS repetitions."""
+    ordered = sorted(n_of, key=lambda lvl: n_of[lvl])
+    picks = sorted({0, len(ordered) // 2, len(ordered) - 1})
+    levels = [ordered[i] for i in picks]
+    return ConfigPlan(
+        label, levels, [n_of[lvl] for lvl in levels], PILOT_REPS, basis="pilot (nothing measured yet)"
+    )
+
+
+def make_plan(exp: Experiment, target: float, prior_agg=None, prior_info=None) -> list[ConfigPlan]:
+    """A plan per configuration of the spec."""
+    if not 0 < target < 1:
+        raise PredictError(f"--target {target:.0%}: give a width between 0 and 100%, e.g. 10%")
+    key = population_factor(exp)
+    configs = _configurations(exp, key)
+    cals: dict[str, Calibration] = {}
+    if prior_agg is not None:
+        for cal in calibrations(prior_agg, prior_info):
+            cals[",".join(f"{k}={v}" for k, v in sorted(cal.levels.items()))] = cal
+    out = []
+    for label, c in configs.items():
+        match = ",".join(f"{k}={v}" for k, v in sorted(c["levels"].items()))
+        prior = cals.get(match) or (
+            next(iter(cals.values())) if len(cals) == 1 and len(configs) == 1 else None
+        )
+        if prior is None or len(prior.ns) < 2 or math.isnan(prior.noise.x_cv):
+            out.append(pilot(label, c["n_of"]))
+            continue
+        p = plan_configuration(prior, c["n_of"], target)
+        p.label = label
+        out.append(p)
+    return out
+
+
+def plan_spec(exp: Experiment, plans: list[ConfigPlan]) -> dict[str, Any]:
+    """The plan as a spec: population levels narrowed, repetitions set."""
+    doc = copy.deepcopy(exp.source) if exp.source else {"name": exp.name}
+    key = population_factor(exp)
+    doc.pop("scales", None)
+    doc["name"] = f"{exp.name}-plan"
+    factors = {k: v for k, v in exp.factors.items()}
+    wanted = {lvl for p in plans for lvl in p.levels}
+    factors[key] = [lvl for lvl in exp.factors[key] if lvl in wanted]
+    doc["factors"] = {column_name(k): v for k, v in factors.items()}
+    run = exp.settings.run.model_dump(mode="json")
+    run["repetitions"] = max(p.reps for p in plans)
+    doc["run"] = {k: run[k] for k in ("duration", "warmup", "cooldown", "repetitions") if k in run}
+    chosen = ", ".join(map(str, factors[key]))
+    everything = ", ".join(map(str, exp.factors[key]))
+    doc["description"] = (
+        f"{exp.description.strip()} Planned by mwlab plan: {column_name(key)} = {chosen} of {everything}; "
+        f"`mwlab predict` gives the others with their intervals."
+    ).strip()
+    return doc
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("plan", help="the fewest runs whose predictions meet a target interval width")
+    p.add_argument("spec", help="a spec file or the name of one in experiments/")
+    p.add_argument("--target", default="10%", help="widest 90%% half-width allowed, e.g. 10%% (default)")
+    p.add_argument("--from", dest="prior", metavar="RESULT", help="a result of the same system to plan from")
+    p.add_argument("--scale", default="quick", help="the spec's scale (quick or full)")
+    p.add_argument("--write", metavar="FILE", help="write the plan as a spec that mwlab run runs")
+    p.add_argument("--json", action="store_true", help="print the plan as JSON")
+
+
+def _target(text: str) -> float:
+    try:
+        v = float(text.strip().rstrip("%"))
+    except ValueError:
+        raise PredictError(f"--target {text!r}: expected a percentage such as 10%") from None
+    return v / 100 if text.strip().endswith("%") or v >= 1 else v
+
+
+def main(args: argparse.Namespace, spec_path) -> int:
+    from mwlab.analysis import read_experiment
+    from mwlab.predict_cli import aggregate_of
+
+    try:
+        exp = load(spec_path(args.spec), args.scale)
+        target = _target(args.target)
+        agg = info = None
+        if args.prior:
+            result = Path(args.prior)
+            if not result.is_dir():
+                raise LabError(f"{result}: no such result directory")
+            agg, info = aggregate_of(result), read_experiment(result)
+        plans = make_plan(exp, target, agg, info)
+    except (PredictError, SpecError, LabError, OSError) as e:
+        print(f"mwlab plan: {e}", file=sys.stderr)
+        return 2
+    seconds = run_seconds(exp.settings)
+    runs = sum(p.runs for p in plans)
+    full = len(exp.points()) * max(exp.settings.run.repetitions, 1)
+    if args.json:
+        print(
+            json.dumps(
+                {
+                    "target": target,
+                    "configurations": [
+                        {
+                            "configuration": p.label,
+                            "levels": p.levels,
+                            "N": p.ns,
+                            "repetitions": p.reps,
+                            "runs": p.runs,
+                            "widest": None if math.isnan(p.worst) else p.worst,
+                            "basis": p.basis,
+                        }
+                        for p in plans
+                    ],
+                    "runs": runs,
+                    "seconds": runs * seconds,
+                },
+                default=str,
+            )
+        )
+    else:
+        print(
+            f"plan for {exp.name} (scale {exp.scale}): 90% intervals within ±{target:.0%} "
+            "over every population"
+        )
+        for p in plans:
+            worst = "unknown until the pilot ran" if math.isnan(p.worst) else f"±{p.worst:.1%}"
+            met = (
+                ""
+                if math.isnan(p.worst) or p.worst <= target
+                else "  (not reachable: every population measured)"
+            )
+            print(
+                f"  {p.label or '(one configuration)'}: N = {', '.join(map(str, p.ns))} "
+                f"x {p.reps} repetitions = {p.runs} runs; widest predicted {worst}{met}  [{p.basis}]"
+            )
+        print(f"{runs} runs, about {runs * seconds / 60:.0f} min (the spec as written: {full} runs)")
+    if args.write:
+        Path(args.write).write_text(yaml.safe_dump(plan_spec(exp, plans), sort_keys=False))
+        print(f"wrote {args.write}: mwlab run {args.write}", file=sys.stderr)
+    return 0
