@@ -13,6 +13,7 @@ use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
 use common::*;
+use mctest::Rng;
 use mwmq::Service;
 
 /// A RESP2/RESP3 value, read whole.
@@ -159,27 +160,6 @@ fn normalise(v: V, pending_range: bool) -> V {
             V::Arr(out)
         }
         other => other,
-    }
-}
-
-/// A small deterministic generator (xorshift).
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-    fn pick<'a>(&mut self, xs: &'a [&'a str]) -> &'a str {
-        xs[self.below(xs.len() as u64) as usize]
-    }
-    fn chance(&mut self, percent: u64) -> bool {
-        self.below(100) < percent
     }
 }
 

@@ -733,22 +733,31 @@ fn sasl_step(
         answer(conn, out, false, shared);
         return Step::Answered;
     }
-    bump(&net.auth_errors);
-    if locked {
-        bump(&net.auth_throttled);
-    } else if let Some(a) = conn.peer {
-        shared.logins.failed(a);
-    }
-    conn.login_failures += 1;
-    let rest = conn.rbuf.len();
-    conn.rbuf.consume(rest);
-    let close = locked || conn.login_failures >= generation.config.auth.max_failures.max(1);
+    let close = login_failed(conn, shared, generation, locked);
     answer(conn, binary::error(opcode, opaque, binary::status::AUTH_ERROR), close, shared);
     if close {
         bump(&net.auth_closed);
         return Step::Stop;
     }
     Step::Answered
+}
+
+/// A failed login, text or SASL: counted, the address's failures noted (or
+/// the throttle counted when the address was locked out), and whatever was
+/// pipelined behind it dropped unread (it was sent before the client could
+/// know the login failed). True when the connection must now close: the
+/// address is locked out, or this connection reached `[auth] max_failures`.
+fn login_failed(conn: &mut Conn, shared: &Shared, generation: &Generation, locked: bool) -> bool {
+    bump(&shared.net.auth_errors);
+    if locked {
+        bump(&shared.net.auth_throttled);
+    } else if let Some(a) = conn.peer {
+        shared.logins.failed(a);
+    }
+    conn.login_failures += 1;
+    let rest = conn.rbuf.len();
+    conn.rbuf.consume(rest);
+    locked || conn.login_failures >= generation.config.auth.max_failures.max(1)
 }
 
 /// A SASL PLAIN message: `[authzid] NUL authcid NUL password`; an authzid,
@@ -797,17 +806,7 @@ fn log_in(conn: &mut Conn, shared: &Shared, generation: &Generation) -> Option<O
                 reply = Some(if ok { mcproto::auth::STORED } else { mcproto::auth::FAILURE });
                 conn.authenticated = ok;
                 if !ok {
-                    bump(&net.auth_errors);
-                    if locked {
-                        bump(&net.auth_throttled);
-                    } else if let Some(a) = conn.peer {
-                        shared.logins.failed(a);
-                    }
-                    conn.login_failures += 1;
-                    // Nothing sent behind a failed login is read.
-                    let rest = conn.rbuf.len();
-                    conn.rbuf.consume(rest);
-                    close = locked || conn.login_failures >= generation.config.auth.max_failures.max(1);
+                    close = login_failed(conn, shared, generation, locked);
                     break Some(None);
                 }
                 consumed

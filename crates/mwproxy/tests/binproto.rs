@@ -17,28 +17,8 @@ use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;
 
 use mcproto::binary::{encode_request, op, status, Frame};
-use mctest::Memcached;
+use mctest::{Memcached, Rng};
 use mwproxy::Service;
-
-/// A small deterministic generator (xorshift), so a failing seed repeats.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-
-    fn pick<'a, T>(&mut self, items: &'a [T]) -> &'a T {
-        &items[self.below(items.len() as u64) as usize]
-    }
-}
 
 /// Which cas a request carries: none, the one the key's last reply gave
 /// (each side its own), or one that cannot match.
@@ -553,9 +533,9 @@ fn random_binary_frames_do_not_hurt_other_clients() {
         let body = *rng.pick(&[0u32, 3, 30, 300, 1 << 20, u32::MAX]);
         frame.extend_from_slice(&body.to_be_bytes());
         frame.extend_from_slice(&round.to_be_bytes());
-        frame.extend_from_slice(&rng.next().to_be_bytes());
+        frame.extend_from_slice(&rng.bits().to_be_bytes());
         let tail = rng.below(400) as usize;
-        frame.extend((0..tail).map(|_| rng.next() as u8));
+        frame.extend((0..tail).map(|_| rng.bits() as u8));
         let mut s = TcpStream::connect(proxy.local_addr()).unwrap();
         s.set_read_timeout(Some(Duration::from_millis(20))).unwrap();
         let _ = s.write_all(&frame);
