@@ -40,7 +40,7 @@ import yaml
 from mwlab.noise import Noise
 from mwlab.predict import Calibration, Curve, PredictError, calibrations, predict_one
 from mwlab.procs import LabError
-from mwlab.spec import Experiment, SpecError, column_name, load, run_seconds
+from mwlab.spec import Experiment, SpecError, column_name, load, parse, run_seconds
 
 # Client factors (their canonical keys): the population a plan chooses.
 POPULATION_KEYS = (
@@ -97,7 +97,9 @@ def _configurations(exp: Experiment, key: str) -> dict[str, dict[str, Any]]:
 
 def _virtual(prior: Calibration, ns: list[int], reps: int) -> Calibration:
     """The calibration a plan would give if the prior's curves were the truth."""
-    at = lambda c: Curve([(n, c.at(n)) for n in ns])  # noqa: E731
+    # (The prior's leave-one-out error stays known where the plan has too
+    # few populations to measure its own: fewer knots must not look surer.)
+    at = lambda c: Curve([(n, c.at(n)) for n in ns], floor=c.error)  # noqa: E731
     nz = prior.noise
     return Calibration(
         sweep=prior.sweep,
@@ -151,7 +153,13 @@ def plan_configuration(prior: Calibration, n_of: dict[Any, int], target: float) 
             widths,
         )
         met = plan.worst <= target
-        if best is None or (met and (best.worst > target or plan.runs < best.runs)):
+        if best is None:
+            best = plan
+        elif met:
+            if best.worst > target or plan.runs < best.runs:
+                best = plan
+        elif best.worst > target and plan.worst < best.worst:
+            # Out of reach so far: the plan that comes closest.
             best = plan
         if met and len(chosen) == 2:
             break
@@ -295,6 +303,12 @@ def main(args: argparse.Namespace, spec_path) -> int:
             )
         print(f"{runs} runs, about {runs * seconds / 60:.0f} min (the spec as written: {full} runs)")
     if args.write:
-        Path(args.write).write_text(yaml.safe_dump(plan_spec(exp, plans), sort_keys=False))
-        print(f"wrote {args.write}: mwlab run {args.write}", file=sys.stderr)
+        doc = plan_spec(exp, plans)
+        Path(args.write).write_text(yaml.safe_dump(doc, sort_keys=False))
+        written = len(parse(doc).points()) * doc["run"]["repetitions"]
+        print(
+            f"wrote {args.write} ({written} runs: a spec crosses its factors, so every configuration gets "
+            f"the populations and repetitions any one needs): mwlab run {args.write}",
+            file=sys.stderr,
+        )
     return 0

@@ -102,6 +102,10 @@ class Curve:
     lines in ln N between the calibration points, held at the ends."""
 
     knots: list[tuple[int, float]]
+    # A leave-one-out error known from elsewhere (a denser calibration of the
+    # same configuration: `mwlab plan`), used where this curve's own is larger
+    # or unknown.
+    floor: float = float("nan")
 
     @classmethod
     def fit(cls, pairs: list[tuple[int, float]]) -> Curve:
@@ -127,7 +131,29 @@ class Curve:
             rest = Curve(self.knots[:i] + self.knots[i + 1 :])
             if v:
                 errs.append(abs(rest.at(n) - v) / abs(v))
-        return sum(errs) / len(errs) if errs else float("nan")
+        own = sum(errs) / len(errs) if errs else float("nan")
+        if math.isnan(own):
+            return self.floor
+        return own if math.isnan(self.floor) else max(own, self.floor)
+
+    def error_at(self, n: float) -> float:
+        """The leave-one-out error scaled to where n falls: it was measured
+        over two segments (the left-out knot's neighbours), and a curve's
+        miss grows with the stretch it interpolates, so a point in a narrower
+        gap gets the share of its gap, most at the gap's middle and none at a
+        calibrated population (nan when unknown)."""
+        err = self.error
+        if math.isnan(err) or len(self.knots) < 2:
+            return err
+        logs = [math.log(k) for k, _ in self.knots]
+        spans = [logs[i + 1] - logs[i - 1] for i in range(1, len(logs) - 1)]
+        span = sum(spans) / len(spans) if spans else logs[-1] - logs[0]
+        ln = min(max(math.log(n), logs[0]), logs[-1])
+        a, b = next(((a, b) for a, b in itertools.pairwise(logs) if a <= ln <= b), (logs[0], logs[-1]))
+        gap = b - a
+        # Nothing to interpolate at a calibrated population; most mid-gap.
+        shape = 4 * (ln - a) * (b - ln) / (gap * gap) if gap > 0 else 0.0
+        return err * min(1.0, gap / span) * shape if span > 0 else err
 
 
 @dataclass
@@ -677,8 +703,18 @@ def uncertainty(
     for sx, sr, curve in sens:
         if curve is None:
             continue
-        loo = curve.error
-        doubt = math.hypot(0.0 if math.isnan(loo) else loo, _curve_doubt(curve, n))
+        # Inside the calibrated range the leave-one-out error, where there is
+        # one, is the measured error of interpolating a gap (scaled to this
+        # one); half the change across the gap stands in only without it.
+        # Past the range the trend carried on is added.
+        loo = curve.error_at(n)
+        past, _ = _position([k for k in curve.knots if k[1] > 0] or curve.knots, n)
+        if math.isnan(loo):
+            doubt = _curve_doubt(curve, n)
+        elif past > 0:
+            doubt = math.hypot(loo, _curve_doubt(curve, n))
+        else:
+            doubt = loo
         cx += (sx * doubt) ** 2
         cr += (sr * doubt) ** 2
     off_doubt = _curve_doubt(Curve([(k, abs(v) + 1e-9) for k, v in cal.offset.knots]), n) if offset else 0.0
