@@ -244,6 +244,21 @@ def test_calibrate_then_measure_with_real_processes(tmp_path, capsys):
     # Loose on purpose (3-second runs on a shared machine); the figures are in docs/models.md.
     assert abs(r["X error"]) < 0.5 and abs(r["R error"]) < 0.5, r.to_dict()
     assert r["bottleneck predicted"]
+    assert r["covered"] in ("yes", "no") and ".." in r["X 90% interval"]
+    # The noise floor (one run per point: batch means, a lower bound), and the predicted surface.
+    noise = pd.read_csv(out / "noise.csv")
+    assert noise.iloc[0]["df"] == 0 and noise.iloc[0]["x_cv"] > 0
+    assert "Noise floor</h3>" in html and "of their 90% intervals" in html
+    assert (out / "plots" / "predicted-surface.png").exists() and 'alt="predicted surface"' in html
     assert main(["predict", str(out), "--clients", "8", "--set", "tmw=4", "--json"]) == 0
     (p,) = json.loads(capsys.readouterr().out)
     assert p["N"] == 8 and p["x"] > 0 and p["config"] == {"tmw": 4}
+    assert p["x_lo"] < p["x"] < p["x_hi"] and p["r_lo"] < p["r_us"] < p["r_hi"]
+    assert p["uncertainty"]["x"]["rules"] > 0, "a rule carried it to tmw=4"
+    # And the plan: from this result, the populations and repetitions for a target.
+    spec_file = tmp_path / "spec.yaml"
+    spec_file.write_text(json.dumps(spec))
+    assert main(["plan", str(spec_file), "--from", str(out), "--target", "25%", "--json"]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    (c,) = plan["configurations"]
+    assert c["repetitions"] >= 2 and set(c["N"]) <= {1, 2, 4} and c["runs"] == len(c["N"]) * c["repetitions"]

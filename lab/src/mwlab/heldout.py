@@ -31,7 +31,7 @@ import pandas as pd
 
 from mwlab.fit import _num, bottleneck, devices
 from mwlab.noise import noise_table
-from mwlab.plots import save_figure
+from mwlab.plots import save_figure, save_panels
 from mwlab.predict import (
     STRUCTURAL,
     Calibration,
@@ -65,6 +65,9 @@ class Predictions:
     covered: int = 0
     # The run-to-run noise per configuration (noise.csv).
     noise_floor: pd.DataFrame = field(default_factory=pd.DataFrame)
+    # Predicted throughput and response time over the populations with their
+    # 90% intervals, beside the measured points.
+    surface: Path | None = None
 
     @property
     def empty(self) -> bool:
@@ -234,6 +237,69 @@ def _whatif(cals: list[Calibration], info: ExperimentInfo, out: Path, pred: Pred
         ).to_csv(out / "plots" / "predictions.csv", index=False)
 
 
+def _surface(groups, cals: dict[str, Calibration], out: Path, pred: Predictions) -> None:
+    """Each configuration predicted from all its points over its range of
+    populations and a step past it, with the 90% band, and the measured
+    means (with their repetitions' 95% intervals where there are)."""
+    rows = []
+    curves = []
+    for label, cal in cals.items():
+        lo, hi = cal.ns[0], cal.ns[-1]
+        grid = sorted({*cal.ns, *(round(lo * (2 * hi / lo) ** (i / 24)) for i in range(25))} - {0})
+        try:
+            preds = [predict_one(cal, n) for n in grid]
+        except PredictError:
+            continue
+        measured = sorted((int(_num(r, "N")), r) for r in groups[label])
+        curves.append((label or "as measured", preds, measured))
+        rows += [
+            {
+                "configuration": label,
+                "N": p.n,
+                "X predicted": p.x,
+                "X lo": p.x_lo,
+                "X hi": p.x_hi,
+                "R predicted (ms)": p.r_us / 1e3,
+                "R lo (ms)": p.r_lo / 1e3,
+                "R hi (ms)": p.r_hi / 1e3,
+            }
+            for p in preds
+        ]
+    if not curves:
+        return
+
+    def panel(which: str):
+        scale, col = (1.0, "client_tput") if which == "x" else (1e-3, "client_rt_mean_us")
+
+        def draw(ax):
+            for i, (label, preds, measured) in enumerate(curves):
+                ns = [p.n for p in preds]
+                mid, low, high = (
+                    [v * scale for v in vals]
+                    for vals in zip(
+                        *[(p.x, p.x_lo, p.x_hi) if which == "x" else (p.r_us, p.r_lo, p.r_hi) for p in preds],
+                        strict=True,
+                    )
+                )
+                ax.plot(ns, mid, color=f"C{i}", label=f"{label}: predicted, 90% band")
+                ax.fill_between(ns, low, high, color=f"C{i}", alpha=0.15)
+                ax.plot(
+                    [n for n, _ in measured],
+                    [_num(r, col) * scale for _, r in measured],
+                    "o",
+                    color=f"C{i}",
+                    label=f"{label}: measured",
+                )
+            ax.set_xscale("log", base=2)
+            ax.set_xlabel("clients N")
+            ax.set_ylabel("throughput (ops/s)" if which == "x" else "mean response time (ms)")
+
+        return draw
+
+    pred.surface = save_panels(out / "plots", "predicted-surface", [("", panel("x")), ("", panel("r"))])[0]
+    pd.DataFrame(rows).to_csv(out / "plots" / "predicted-surface.csv", index=False)
+
+
 def predictions(result: Path, agg: pd.DataFrame, info: ExperimentInfo) -> Predictions:
     """The section's tables and figure; writes predictions.csv into `result`."""
     pred = Predictions()
@@ -267,4 +333,5 @@ def predictions(result: Path, agg: pd.DataFrame, info: ExperimentInfo) -> Predic
         pred.refused.append(refusal)
     else:
         _whatif(list(cals.values()), info, result, pred)
+    _surface(groups, cals, result, pred)
     return pred
