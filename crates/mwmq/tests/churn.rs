@@ -7,7 +7,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::*;
-use mwmq::Service;
+use mwmq::{Mq, Service};
 
 /// Rows fetched through the messages table's indexes so far (as the
 /// statistics have them: a backend reports them when it goes idle).
@@ -16,21 +16,22 @@ fn index_fetches(db: &mut postgres::Client) -> i64 {
     db.query_one("SELECT idx_tup_fetch FROM pg_stat_user_tables WHERE relname = 'mwmq_messages'", &[]).unwrap().get(0)
 }
 
-/// The counter once it has moved by at least `least` and then stood still
-/// for 11 s (an idle backend that reported less than a second ago reports
-/// again 10 s later).
-fn settled_fetches(db: &mut postgres::Client, before: i64, least: i64) -> i64 {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let (mut last, mut since) = (index_fetches(db), Instant::now());
+/// The counter once every backend that moved it has reported: mwmq is
+/// stopped first (a backend that exits reports its statistics at once; a
+/// running one only when it has been idle a while, up to 10 s later).
+fn fetches_after_stop(db: &mut postgres::Client, mq: Mq) -> i64 {
+    mq.stopper().stop();
+    mq.join();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut last = index_fetches(db);
+    // The exits' reports land within moments; read until two reads agree.
     loop {
-        std::thread::sleep(Duration::from_millis(500));
+        std::thread::sleep(Duration::from_millis(300));
         let now = index_fetches(db);
-        if now != last {
-            (last, since) = (now, Instant::now());
-        } else if now - before >= least && since.elapsed() >= Duration::from_secs(11) {
+        if now == last || Instant::now() > deadline {
             return now;
         }
-        assert!(Instant::now() < deadline, "statistics did not settle: {before} -> {now}");
+        last = now;
     }
 }
 
@@ -40,7 +41,7 @@ fn leased_messages_do_not_slow_receivers_and_dead_rows_are_vacuumed() {
     let mut cfg = config(&pg);
     cfg.queues.vacuum_s = 1;
     cfg.queues.vacuum_min_dead = 500;
-    let mq = start(cfg);
+    let mq = start(cfg.clone());
     let mut c = connect(mq.local_addr());
     let mut db = sql(&pg);
     let _: String = q(&mut c, &["QCREATE", "q"]);
@@ -53,16 +54,21 @@ fn leased_messages_do_not_slow_receivers_and_dead_rows_are_vacuumed() {
     for _ in 0..2 {
         assert_eq!(recv(&mut c, "q", &["COUNT", "1000", "VT", "600000"]).len(), 1_000);
     }
-    let start = index_fetches(&mut db);
-    let before = settled_fetches(&mut db, start, 0);
-    // Each RECV finds the next ready message without visiting the leased ones.
+    drop(c);
+    let before = fetches_after_stop(&mut db, mq);
+    // A new mwmq on the same database (the leases stay), then each RECV finds
+    // the next ready message without visiting the leased ones.
+    let mq = start(cfg.clone());
+    let mut c = connect(mq.local_addr());
     let rounds = 20;
     for i in 0..rounds {
         let m = recv(&mut c, "q", &[]);
         assert_eq!(m[0].0, ids[2_000 + i], "the oldest ready message, in order");
         assert_eq!(q::<i64>(&mut c, &["ACK", "q", &m[0].0.to_string(), &m[0].1.to_string()]), 1);
     }
-    let after = settled_fetches(&mut db, before, 2 * rounds as i64);
+    drop(c);
+    let after = fetches_after_stop(&mut db, mq);
+    assert!(after - before >= 2 * rounds as i64, "the statistics saw the requests: {before} -> {after}");
     let per_request = (after - before) as f64 / (2 * rounds) as f64;
     eprintln!("index fetches per request: {per_request:.1}");
     assert!(
@@ -71,6 +77,8 @@ fn leased_messages_do_not_slow_receivers_and_dead_rows_are_vacuumed() {
     );
 
     // Dead rows (leases are new row versions, ACKs delete) are vacuumed by mwmq itself.
+    let mq = start(cfg);
+    let mut c = connect(mq.local_addr());
     for _ in 0..10 {
         for m in recv(&mut c, "q", &["COUNT", "100"]) {
             assert_eq!(q::<i64>(&mut c, &["ACK", "q", &m.0.to_string(), &m.1.to_string()]), 1);
