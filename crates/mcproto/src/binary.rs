@@ -244,10 +244,15 @@ pub fn error(opcode: u8, opaque: u32, status: u16) -> Vec<u8> {
     out
 }
 
-/// A success response without a body (noop, quit, a store without cas).
+/// A success response without a body (noop, quit).
 pub fn success(opcode: u8, opaque: u32) -> Vec<u8> {
-    let mut out = Vec::with_capacity(HEADER_LEN);
-    Frame { opcode, status: status::SUCCESS, opaque, cas: 0, extras: &[], key: &[], value: &[] }.write(&mut out);
+    success_with(opcode, opaque, &[])
+}
+
+/// A success response carrying `value` (SASL's mechanisms, "Authenticated").
+pub fn success_with(opcode: u8, opaque: u32, value: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(HEADER_LEN + value.len());
+    Frame { opcode, status: status::SUCCESS, opaque, cas: 0, extras: &[], key: &[], value }.write(&mut out);
     out
 }
 
@@ -264,46 +269,14 @@ pub struct Ctx {
 }
 
 impl Ctx {
-    /// Whether success (and a get's miss) goes unanswered.
+    /// Whether success (and a get's miss) goes unanswered: a quiet variant.
     pub fn quiet(&self) -> bool {
-        matches!(
-            self.opcode,
-            op::GETQ
-                | op::GETKQ
-                | op::GATQ
-                | op::GATKQ
-                | op::SETQ
-                | op::ADDQ
-                | op::REPLACEQ
-                | op::DELETEQ
-                | op::INCREMENTQ
-                | op::DECREMENTQ
-                | op::QUITQ
-                | op::FLUSHQ
-                | op::APPENDQ
-                | op::PREPENDQ
-        )
+        base(self.opcode) != self.opcode
     }
 
     /// The opcode without its quiet variant.
     pub fn base(&self) -> u8 {
-        match self.opcode {
-            op::GETQ => op::GET,
-            op::GETKQ => op::GETK,
-            op::GATQ => op::GAT,
-            op::GATKQ => op::GATK,
-            op::SETQ => op::SET,
-            op::ADDQ => op::ADD,
-            op::REPLACEQ => op::REPLACE,
-            op::DELETEQ => op::DELETE,
-            op::INCREMENTQ => op::INCREMENT,
-            op::DECREMENTQ => op::DECREMENT,
-            op::QUITQ => op::QUIT,
-            op::FLUSHQ => op::FLUSH,
-            op::APPENDQ => op::APPEND,
-            op::PREPENDQ => op::PREPEND,
-            o => o,
-        }
+        base(self.opcode)
     }
 
     fn error(&self, status: u16) -> Vec<u8> {
@@ -314,6 +287,27 @@ impl Ctx {
         let mut out = Vec::with_capacity(HEADER_LEN + extras.len() + key.len() + value.len());
         Frame { opcode: self.opcode, status, opaque: self.opaque, cas, extras, key, value }.write(&mut out);
         out
+    }
+}
+
+/// An opcode without its quiet variant (GETQ -> GET, ...); others unchanged.
+pub fn base(opcode: u8) -> u8 {
+    match opcode {
+        op::GETQ => op::GET,
+        op::GETKQ => op::GETK,
+        op::GATQ => op::GAT,
+        op::GATKQ => op::GATK,
+        op::SETQ => op::SET,
+        op::ADDQ => op::ADD,
+        op::REPLACEQ => op::REPLACE,
+        op::DELETEQ => op::DELETE,
+        op::INCREMENTQ => op::INCREMENT,
+        op::DECREMENTQ => op::DECREMENT,
+        op::QUITQ => op::QUIT,
+        op::FLUSHQ => op::FLUSH,
+        op::APPENDQ => op::APPEND,
+        op::PREPENDQ => op::PREPEND,
+        o => o,
     }
 }
 
@@ -415,7 +409,7 @@ pub fn parse_binary(buf: &[u8], limits: &Limits, sasl: bool, authenticated: bool
     let bare = extlen == 0 && keylen == 0 && bodylen == 0;
     let exptime = |e: &[u8]| u32::from_be_bytes(e[..4].try_into().expect("4 bytes"));
     let ask = |request: Request, key: &[u8]| Binary::Request { request, ctx: ctx(key), consumed: total };
-    let base = Ctx { opcode: h.opcode, opaque: h.opaque, key: Vec::new() }.base();
+    let base = base(h.opcode);
     match base {
         op::GET | op::GETK => {
             if !shape(0, false) {

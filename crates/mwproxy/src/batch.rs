@@ -153,7 +153,8 @@ pub fn finish_wave(
             None if e.noreply => Vec::new(),
             None => reply,
         };
-        (e.seq, reply)
+        // (Judged on the proxy's own reply, whatever protocol it goes out in.)
+        (e.seq, reply, matches!(e.status, "server_error" | "client_error"))
     });
     conn.deliver_all(replies, &shared.net);
     let t_reply = now_ns();

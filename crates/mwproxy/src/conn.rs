@@ -226,12 +226,14 @@ impl ClientConn {
         self.flush_locked(&mut out, net);
     }
 
-    /// Files the replies of a batch, in any order, and writes what is in line.
-    pub fn deliver_all(&self, replies: impl IntoIterator<Item = (u64, Vec<u8>)>, net: &NetCounters) {
+    /// Files the replies of a batch, in any order, and writes what is in
+    /// line. Each comes with whether it reports a failure (those are not
+    /// looked at when planning batches).
+    pub fn deliver_all(&self, replies: impl IntoIterator<Item = (u64, Vec<u8>, bool)>, net: &NetCounters) {
         let mut out = self.lock();
         let mut largest = None;
-        for (seq, reply) in replies {
-            if !reply.starts_with(b"SERVER_ERROR") && !reply.starts_with(b"CLIENT_ERROR") {
+        for (seq, reply, failure) in replies {
+            if !failure {
                 largest = largest.max(Some(reply.len()));
             }
             self.file(&mut out, seq, reply, false);

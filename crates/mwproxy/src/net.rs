@@ -714,9 +714,7 @@ fn sasl_step(
         return Step::Answered;
     };
     if opcode == binary::op::SASL_LIST_MECHS {
-        let mut out = Vec::new();
-        binary::Frame { opcode, status: 0, opaque, cas: 0, extras: &[], key: &[], value: b"PLAIN" }.write(&mut out);
-        answer(conn, out, false, shared);
+        answer(conn, binary::success_with(opcode, opaque, b"PLAIN"), false, shared);
         return Step::Answered;
     }
     bump(&net.auth_cmds);
@@ -727,10 +725,7 @@ fn sasl_step(
         && plain(data).is_some_and(|(user, password)| users.check(user, password));
     if ok {
         conn.authenticated = true;
-        let mut out = Vec::new();
-        binary::Frame { opcode, status: 0, opaque, cas: 0, extras: &[], key: &[], value: b"Authenticated" }
-            .write(&mut out);
-        answer(conn, out, false, shared);
+        answer(conn, binary::success_with(opcode, opaque, b"Authenticated"), false, shared);
         return Step::Answered;
     }
     let close = login_failed(conn, shared, generation, locked);

@@ -329,12 +329,7 @@ fn closes_where_memcached_closes() {
         // Text after binary is read as a binary header: wrong magic.
         [req(op::NOOP, &[], &[], &[]), b"get k\r\n".to_vec(), req(op::NOOP, &[], &[], &[])].concat(),
     ];
-    for case in cases {
-        let (a, a_closed) = mctest::exchange(direct.addr(), &case, Duration::from_millis(300)).unwrap();
-        let (b, b_closed) = mctest::exchange(proxy.local_addr(), &case, Duration::from_millis(300)).unwrap();
-        assert_eq!(b, a, "replies to {case:?}");
-        assert!(a_closed && b_closed, "both close after {case:?}: {a_closed} {b_closed}");
-    }
+    common::closes_alike(direct.addr(), proxy.local_addr(), &cases);
     // A value over the limit is refused before it arrives, swallowed, and the
     // connection goes on (its key's old value dropped, as memcached does).
     let big = vec![b'x'; 2 << 20];

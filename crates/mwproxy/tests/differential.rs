@@ -269,11 +269,6 @@ fn closes_where_memcached_closes() {
     let proxy = common::proxy(&servers, |_| {});
     let cases: Vec<Vec<u8>> =
         vec![b"get a\r\nquit\r\nget a\r\n".to_vec(), b"GET / HTTP/1.1\r\nHost: x\r\n\r\n".to_vec(), vec![b'x'; 5000]];
-    for case in cases {
-        let (a, a_closed) = mctest::exchange(direct.addr(), &case, Duration::from_millis(300)).unwrap();
-        let (b, b_closed) = mctest::exchange(proxy.local_addr(), &case, Duration::from_millis(300)).unwrap();
-        assert_eq!(String::from_utf8_lossy(&b), String::from_utf8_lossy(&a));
-        assert!(a_closed && b_closed, "both close after {:?}", String::from_utf8_lossy(&case[..20]));
-    }
+    common::closes_alike(direct.addr(), proxy.local_addr(), &cases);
     common::stop(proxy);
 }

@@ -238,3 +238,15 @@ pub fn twemproxy_with(entries: &[String]) -> Twemproxy {
     mctest::wait_for_port(addr, Duration::from_secs(5)).unwrap();
     t
 }
+
+/// Sends each of `cases` on a new connection to memcached directly and to
+/// the proxy: the same bytes come back, and both close the connection.
+pub fn closes_alike(direct: std::net::SocketAddr, proxy: std::net::SocketAddr, cases: &[Vec<u8>]) {
+    for case in cases {
+        let (a, a_closed) = mctest::exchange(direct, case, Duration::from_millis(300)).unwrap();
+        let (b, b_closed) = mctest::exchange(proxy, case, Duration::from_millis(300)).unwrap();
+        let shown = String::from_utf8_lossy(&case[..case.len().min(40)]).into_owned();
+        assert_eq!(b, a, "replies to {shown:?}");
+        assert!(a_closed && b_closed, "both close after {shown:?} (memcached: {a_closed}, mwproxy: {b_closed})");
+    }
+}
