@@ -537,6 +537,8 @@ def predict_one(
     devs = cal.devices_at(n)
     if target is not None:
         devs = transform(devs, cal.settings, target, notes)
+    # The rules that carried it (transform names each in one note).
+    rules = len(notes)
     if n > cal.ns[-1] or n < cal.ns[0]:
         notes.append(
             f"N={n} outside the calibrated {cal.ns[0]}..{cal.ns[-1]}: demands held at the nearest end"
@@ -545,6 +547,7 @@ def predict_one(
     x, r = _solve(devs, n, cal.think_us, offset)
     pool = next((d for d in devs if d.name == "workers"), None)
     if pool is not None and pool.servers != cal.servers.get("workers"):
+        rules += 1
         if len(cal.holding) < 2:
             notes.append(
                 "the workers' holding time as measured at this N (one busy level calibrated: "
@@ -564,7 +567,7 @@ def predict_one(
     for d in devs:
         d.u_predicted = x * d.demand_us * US / d.servers if d.servers > 0 else float("nan")
     p50, p99 = _tail(cal, n)
-    sigma = uncertainty(cal, devs, n, x, r, offset, rules=_rules(notes, target is not None))
+    sigma = uncertainty(cal, devs, n, x, r, offset, rules=rules)
     pred = Prediction(
         config=config if config is not None else dict(cal.levels),
         n=n,
@@ -597,13 +600,6 @@ RULE_ERROR = 0.10
 # Relative error per e-fold of N assumed past the calibrated range when only
 # one population was calibrated (no trend to carry).
 ONE_POINT_TREND = 0.10
-
-
-def _rules(notes: list[str], reached: bool) -> int:
-    """How many rules carried the prediction (each names itself in a note)."""
-    if not reached:
-        return 0
-    return sum(1 for n in notes if "->" in n or "holding time" in n)
 
 
 def _total(parts: dict[str, float]) -> float:
