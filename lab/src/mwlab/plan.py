@@ -190,9 +190,7 @@ def make_plan(exp: Experiment, target: float, prior_agg=None, prior_info=None) -
     out = []
     for label, c in configs.items():
         match = ",".join(f"{k}={v}" for k, v in sorted(c["levels"].items()))
-        prior = cals.get(match) or (
-            next(iter(cals.values())) if len(cals) == 1 and len(configs) == 1 else None
-        )
+        prior = cals.get(match)
         if prior is None or len(prior.ns) < 2 or math.isnan(prior.noise.x_cv):
             out.append(pilot(label, c["n_of"]))
             continue
