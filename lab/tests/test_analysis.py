@@ -12,12 +12,14 @@ from mwlab.analysis import (
     aggregate_runs,
     client_metrics,
     common_span,
+    cpu_metrics,
+    host_metrics,
     merge_op,
     middleware_metrics,
     trim_client,
     within,
 )
-from mwlab.checks import run_checks
+from mwlab.checks import noise_checks, run_checks
 
 
 def hist(values):
@@ -186,3 +188,54 @@ def test_the_timeline_adds_clients_per_window_and_marks_failures(tmp_path):
     assert list(df["t"]) == pytest.approx([0.1, 1.1, 2.1])
     assert list(df["tput"]) == [200.0, 200.0, 180.0]
     assert list(df["failed"]) == [0, 0, 5]
+
+
+def test_cpu_of_remote_hosts_counts_where_it_ran():
+    """cl0 and mw0 ran on SSH hosts (sampled there): they count as themselves
+    and their roles, not as this machine's; each remote host has its busy
+    share, its other processes and the cores left to the lab's."""
+
+    def line(start, rate):  # cumulative seconds at 0 s and 10 s
+        return [(0, start), (10_000, start + 10 * rate)]
+
+    samples = {
+        ("lab", "*"): line(1, 0.1),
+        ("mc0", "*"): line(5, 0.3),
+        ("cl0", "*"): line(7, 0.5),
+        ("cl0", "load"): line(7, 0.45),
+        ("mw0", "*"): line(2, 0.6),
+        ("mw0", "worker"): line(1, 0.4),
+        ("host", "busy"): line(100, 0.5),
+        ("host:client0", "busy"): line(100, 0.8),
+        ("host:mw0", "busy"): line(100, 0.7),
+    }
+    remote = frozenset({"cl0", "mw0"})
+    m = cpu_metrics(samples, (0, 10_000), 10_000, 2.0, remote)
+    assert m["cpu_lab_cores"] == pytest.approx(0.4)  # the lab's own process once, and mc0
+    assert m["cpu_other_cores"] == pytest.approx(0.1)
+    assert m["cpu_cl0_cores"] == pytest.approx(0.5) and m["cpu_mw_worker_cores"] == pytest.approx(0.4)
+    assert m["cpu_cl_load_us"] == pytest.approx(450)
+    assert m["host_util"] == pytest.approx(0.25)
+    assert not any(k.startswith("cpu_host:") for k in m)
+    placement = {
+        "emulation": "ssh",
+        "hosts": {
+            "client0": {"cores": 4, "sampled": True},
+            "mw0": {"cores": 2, "sampled": True},
+            "gone": {"cores": 8, "sampled": False},
+        },
+        "processes": {"mc0": "server0", "cl0": "client0", "mw0": "mw0"},
+    }
+    h = host_metrics(samples, (0, 10_000), 10_000, placement)
+    assert h["host_util_client0"] == pytest.approx(0.2) and h["cores_client0"] == 4
+    assert h["cpu_other_client0_cores"] == pytest.approx(0.3)
+    assert h["cpu_host_client0_quota"] == pytest.approx(3.7)
+    assert h["cpu_host_mw0_us"] == pytest.approx(600)
+    assert h["cpu_other_mw0_cores"] == pytest.approx(0.1)
+    assert not any("gone" in k for k in h)
+    checks = {c.name: c for c in noise_checks(pd.Series({**m, **h}), "p")}
+    assert checks["client0 CPU not saturated"].ok
+    assert checks["no interference on mw0"].ok
+    busy = noise_checks(pd.Series({**m, **h, "host_util_mw0": 0.99, "cpu_other_mw0_cores": 1.5}), "p")
+    assert not {c.name: c for c in busy}["mw0 CPU not saturated"].ok
+    assert not {c.name: c for c in busy}["no interference on mw0"].ok

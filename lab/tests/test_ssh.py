@@ -1,6 +1,7 @@
 """The SSH runner end to end: an SSH server of the test's own (asyncssh's)
 inside a network namespace stands for a remote machine; the quick experiment
-runs with its client there and leaves the same files as a local run."""
+runs with its client and its middleware there, leaves the same files as a
+local run, and its remote processes are sampled as local ones are."""
 
 from __future__ import annotations
 
@@ -12,11 +13,14 @@ from pathlib import Path
 
 import asyncssh
 import pandas as pd
+import psutil
 import pytest
 
 from mwlab.analysis import summarize
+from mwlab.checks import run_checks
 from mwlab.netns import Emulation, HostSpec
 from mwlab.procs import wait_port
+from mwlab.report import noise_notes
 from mwlab.runner import prepare, run_experiment
 from mwlab.spec import parse
 
@@ -69,16 +73,23 @@ def test_a_remote_client_gives_the_same_files_as_a_local_one(tmp_path: Path):
         )
         try:
             wait_port(2222, host=addr, timeout=15)
-            ssh = {
-                "client0": {
-                    "destination": f"root@{addr}:2222",
-                    "key": str(tmp_path / "client_key"),
-                    "known_hosts": None,
-                }
+            there = {
+                "destination": f"root@{addr}:2222",
+                "key": str(tmp_path / "client_key"),
+                "known_hosts": None,
             }
+            ssh = {"client0": there, "mw0": there}
             remote = parse(spec(ssh))
             remote.source = spec(ssh)
             out = run_experiment(remote, prepare(remote, tmp_path / "remote"))
+            # Nothing started remotely outlives the run (the sampler, the
+            # middleware, `timeout` around each).
+            left = [
+                p.info["cmdline"]
+                for p in psutil.process_iter(["cmdline"])
+                if any("/tmp/mwlab-" in a for a in p.info["cmdline"] or [])
+            ]
+            assert not left, left
         finally:
             server.kill()
             server.wait()
@@ -93,10 +104,32 @@ def test_a_remote_client_gives_the_same_files_as_a_local_one(tmp_path: Path):
     assert record["placement"]["processes"]["cl0"] == "client0"
     wanted = {"cl0/windows.jsonl", "cl0/summary.json", "mw0/windows.jsonl", "mw0/summary.json", "run.json"}
     assert wanted <= files(run_r)
-    assert files(run_l) - {"links.csv", "qdisc.json"} <= files(run_r) | {"cpu.csv", "resources.csv"}
-    summary, _ = summarize(out)
+    assert files(run_l) - {"links.csv", "qdisc.json"} <= files(run_r)
+    for host in ("client0", "mw0"):
+        assert record["placement"]["hosts"][host]["cores"] == os.cpu_count()
+        assert record["placement"]["hosts"][host]["sampled"] is True
+    assert record["placement"]["processes"]["mw0"] == "mw0"
+    cpu = pd.read_csv(run_r / "cpu.csv")
+    rows = set(zip(cpu["process"], cpu["thread"], strict=True))
+    # The remote sampler's rows: each process, its thread classes, its host.
+    assert {("cl0", "*"), ("cl0", "load"), ("mw0", "*"), ("mw0", "worker"), ("mw0", "net")} <= rows
+    assert {("host:client0", "busy"), ("host:mw0", "busy"), ("host", "busy")} <= rows
+    res = pd.read_csv(run_r / "resources.csv")
+    assert {"cl0", "mw0", "host:client0", "host:mw0"} <= set(res["name"])
+    assert res[res["name"] == "mw0"]["rss_mb"].max() > 1
+    summary, aggregate = summarize(out)
     row = summary.iloc[0]
     assert row["status"] == "ok"
+    # The remote processes' CPU, on this machine's clock (inside the clients'
+    # span), per request and per thread class; not counted as this machine's.
+    assert row["cpu_cl0_cores"] > 0.02 and row["cpu_mw0_cores"] > 0.02
+    assert row["cpu_mw_worker_us"] > 0 and row["cpu_cl_load_us"] > 0
+    assert 0 < row["host_util_client0"] <= 1.05 and row["cores_client0"] == os.cpu_count()
+    assert row["cpu_host_mw0_us"] == pytest.approx(row["cpu_mw0_us"], rel=1e-6)
+    names = {c.name for c in run_checks(summary, aggregate)}
+    assert {"client0 CPU not saturated", "no interference on mw0"} <= names
+    _, table = noise_notes(summary)
+    assert {"client0 CPU busy", "others on mw0 (cores)"} <= set(table.columns)
     # The middleware's windows inside the clients' span cover a slightly
     # different stretch of time than the clients' own, and this machine is
     # shared: a wrong clock offset shows as windows outside the span (no

@@ -16,5 +16,6 @@ pub mod engine;
 pub use respproto::client as resp;
 pub mod rng;
 pub mod run;
+pub mod sample;
 pub mod secure;
 pub mod workload;

@@ -273,6 +273,7 @@ def cpu_metrics(
     span: tuple[int, int],
     requests: int,
     cores: float,
+    remote: frozenset[str] = frozenset(),
 ) -> dict[str, float]:
     """CPU used during `span` by every process and thread class the lab started,
     by the host, and by everything else; as cores and as µs per request.
@@ -281,8 +282,10 @@ def cpu_metrics(
     (`mw0`, `mc1`, `cl0`, `pg0`...), each role (`mw`, `mc`, `cl`, `pg`), each middleware
     thread class (`mw_net`, `mw_worker`, `mw_stats`), PostgreSQL's processes
     by role (`pg_backend`, `pg_walwriter`, ...), the load threads
-    (`cl_load`), everything the lab started (`lab`, including its own
-    process), the host (`host`) and the rest (`other` = host - lab); `cores`
+    (`cl_load`), everything the lab started on this machine (`lab`, including
+    its own process; the processes in `remote` ran on SSH hosts, sampled
+    there, and count only as themselves and their roles), the host (`host`)
+    and the rest (`other` = host - lab); `cores`
     usable, `host_util` (host busy / usable cores), `cl_load_thread_util`
     (the busiest load generator thread class's cores per thread).
     """
@@ -300,9 +303,13 @@ def cpu_metrics(
         delta = cumulative_at(series, hi) - cumulative_at(series, lo)
         if process == "host":
             add("host", delta)
+        elif process.startswith("host:"):
+            continue
         elif thread == "*":
-            add(process, delta)
-            add("lab", delta)
+            if process != "lab":
+                add(process, delta)
+            if process not in remote:
+                add("lab", delta)
             if process != "lab":
                 add(_role(process), delta)
         elif process.startswith(("mw", "cl", "pg")):
@@ -661,9 +668,15 @@ def run_metrics(rdir: Path, trim_start: int = 0, trim_end: int = 0) -> dict[str,
     row["start_unix_ms"] = min(first) if first else float("nan")
     mws = [within(ws, span) for ws in _read_all(rdir, "mw", offsets)]
     row.update(middleware_metrics(mws))
-    row.update(
-        cpu_metrics(read_cpu(rdir), span, int(row.get("client_requests", 0)), record.get("cores", 0.0))
+    placement = record.get("placement") or {}
+    remote = frozenset(
+        p
+        for p, h in (placement.get("processes") or {}).items()
+        if placement.get("emulation") == "ssh" and h in (placement.get("hosts") or {})
     )
+    cpu = read_cpu(rdir)
+    requests = int(row.get("client_requests", 0))
+    row.update(cpu_metrics(cpu, span, requests, record.get("cores", 0.0), remote))
     threads = stored_settings(record.get("settings", {})).topology.threads * max(
         1, sum(1 for d in rdir.glob("cl[0-9]*") if d.is_dir())
     )
@@ -694,22 +707,46 @@ def run_metrics(rdir: Path, trim_start: int = 0, trim_end: int = 0) -> dict[str,
         row["standby_lag_us"] = (
             float(inside[len(inside) // 2]) if inside else float(database["standby_flush_lag_us"])
         )
-    placement = record.get("placement") or {}
-    row.update(link_metrics(rdir, span, int(row.get("client_requests", 0)), placement))
-    cpu = read_cpu(rdir)
+    row.update(link_metrics(rdir, span, requests, placement))
+    row.update(host_metrics(cpu, span, requests, placement))
+    return row
+
+
+def host_metrics(
+    cpu: dict[tuple[str, str], list[tuple[int, float]]],
+    span: tuple[int, int],
+    requests: int,
+    placement: dict[str, Any],
+) -> dict[str, float]:
+    """Per host of its own (emulated with a CPU quota, or reached over SSH and
+    sampled there): the CPU its processes used per request
+    (`cpu_host_<h>_us`) and the cores they had (`cpu_host_<h>_quota`: the
+    quota, or the host's cores less what other processes there took); for an
+    SSH host also its busy share (`host_util_<h>`), the other processes' cores
+    (`cpu_other_<h>_cores`) and its cores (`cores_<h>`)."""
+    out: dict[str, float] = {}
+    secs = (span[1] - span[0]) / 1000.0
+
+    def moved(key: tuple[str, str]) -> float:
+        return cumulative_at(cpu[key], span[1]) - cumulative_at(cpu[key], span[0]) if key in cpu else 0.0
+
     for host, spec in (placement.get("hosts") or {}).items():
-        if spec.get("cpus") is None:
+        cores = spec.get("cores") if spec.get("sampled") else None
+        if spec.get("cpus") is None and not cores:
             continue
         procs = [p for p, h in placement.get("processes", {}).items() if h == host]
-        used = sum(
-            cumulative_at(cpu[(p, "*")], span[1]) - cumulative_at(cpu[(p, "*")], span[0])
-            for p in procs
-            if (p, "*") in cpu
-        )
-        requests = row.get("client_requests", 0)
-        row[f"cpu_host_{host}_us"] = used / requests * 1e6 if requests else float("nan")
-        row[f"cpu_host_{host}_quota"] = spec["cpus"]
-    return row
+        used = sum(moved((p, "*")) for p in procs)
+        out[f"cpu_host_{host}_us"] = used / requests * 1e6 if requests else float("nan")
+        if spec.get("cpus") is not None:
+            out[f"cpu_host_{host}_quota"] = spec["cpus"]
+            continue
+        busy = moved((f"host:{host}", "busy"))
+        other = max(0.0, busy - used) / secs if secs > 0 else float("nan")
+        out[f"cores_{host}"] = float(cores)
+        out[f"host_util_{host}"] = busy / secs / cores if secs > 0 else float("nan")
+        out[f"cpu_other_{host}_cores"] = other
+        out[f"cpu_host_{host}_quota"] = max(cores - other, 0.05)
+    return out
 
 
 def read_experiment(result: Path) -> ExperimentInfo:

@@ -284,6 +284,29 @@ def noise_checks(r: pd.Series, where: str) -> list[Check]:
                 f"host CPU {host:.0%} busy" + (f" ({host * cores:.2f} of {cores:g} cores)" if cores else ""),
             )
         )
+    for col in r.index:
+        # Hosts reached over SSH, sampled there.
+        if not col.startswith("host_util_") or _nan(r[col]):
+            continue
+        host = col[len("host_util_") :]
+        n, other = r.get(f"cores_{host}"), r.get(f"cpu_other_{host}_cores")
+        if not _nan(other) and not _nan(n) and n:
+            out.append(
+                Check(
+                    f"no interference on {host}",
+                    where,
+                    other <= INTERFERENCE_LIMIT * n,
+                    f"other processes on {host} used {other:.2f} of {n:g} cores ({other / n:.0%})",
+                )
+            )
+        out.append(
+            Check(
+                f"{host} CPU not saturated",
+                where,
+                r[col] < SATURATION_LIMIT,
+                f"{host}'s CPU {r[col]:.0%} busy" + (f" ({r[col] * n:.2f} of {n:g} cores)" if n else ""),
+            )
+        )
     gen = r.get("cl_load_thread_util")
     if not _nan(gen):
         gap = r.get("law_rt_us", float("nan")) - r.get("client_rt_mean_us", float("nan"))

@@ -297,28 +297,39 @@ def noise_notes(summary: pd.DataFrame) -> tuple[list[Note], pd.DataFrame]:
                 "system, set the throughput.",
             )
         )
+    remote = sorted(c[len("host_util_") :] for c in ok if c.startswith("host_util_"))
+    for h in remote:
+        # Hosts reached over SSH, sampled there.
+        util, n = ok[f"host_util_{h}"], ok.get(f"cores_{h}", pd.Series(dtype=float)).max()
+        theirs = ok.get(f"cpu_other_{h}_cores", pd.Series(dtype=float))
+        if (util >= SATURATION_LIMIT).any() or (theirs > INTERFERENCE_LIMIT * n).any():
+            notes.append(
+                Note(
+                    False,
+                    f"On {h} ({n:g} cores) the CPU was up to {util.max():.0%} busy and other processes "
+                    f"took up to {theirs.max():.2f} cores: its processes' results are that host's too.",
+                )
+            )
     if not notes:
         notes.append(
             Note(
                 True,
                 f"No run was disturbed by other processes (at most {other.max():.2f} cores), none saturated "
-                f"the host (at most {host.max():.0%}) or the load generator.",
+                f"the host (at most {host.max():.0%})"
+                + "".join(f", {h} (at most {ok[f'host_util_{h}'].max():.0%})" for h in remote)
+                + " or the load generator.",
             )
         )
-    cols = [
-        c
-        for c in ("point", "rep", "host_util", "cpu_other_cores", "cl_load_thread_util", "client_window_cv")
-        if c in ok
-    ]
-    table = ok[cols].rename(
-        columns={
-            "host_util": "host CPU busy",
-            "cpu_other_cores": "other processes (cores)",
-            "cl_load_thread_util": "load thread busy",
-            "client_window_cv": "throughput CV over windows",
-        }
-    )
-    return notes, table
+    names = {
+        "host_util": "host CPU busy",
+        "cpu_other_cores": "other processes (cores)",
+        **{f"host_util_{h}": f"{h} CPU busy" for h in remote},
+        **{f"cpu_other_{h}_cores": f"others on {h} (cores)" for h in remote},
+        "cl_load_thread_util": "load thread busy",
+        "client_window_cv": "throughput CV over windows",
+    }
+    cols = [c for c in ("point", "rep", *names) if c in ok]
+    return notes, ok[cols].rename(columns=names)
 
 
 def environment(result: Path) -> dict[str, Any]:

@@ -539,14 +539,17 @@ def run_once(run: Run, out: Path) -> dict[str, Any]:
             else:
                 targets = [_target_args(servers, False, i) for i in range(min(len(servers), instances))]
                 _prefill(place, g, s, first, targets)
+        interval = min(0.5, s.run.window_ms / 2000)
         sampler = ResourceSampler(
             g,
             out / "resources.csv",
-            interval=min(0.5, s.run.window_ms / 2000),
+            interval=interval,
             emulation=getattr(place, "emu", None),
             trees=_pg_trees(pg),
         )
         sampler.start()
+        if hasattr(place, "start_samplers"):
+            place.start_samplers(interval)
         clients = [
             place.start(
                 g,
@@ -578,6 +581,8 @@ def run_once(run: Run, out: Path) -> dict[str, Any]:
         for name, proc in [(p.name, p) for p in g.procs if p.name.startswith("mw")]:
             codes[name] = g.terminate(proc)
         sampler.stop()
+        if hasattr(place, "stop_samplers"):
+            place.stop_samplers()
         placement = {
             "emulation": s.hosts.emulation,
             "hosts": place.describe(),

@@ -19,8 +19,12 @@ loop and needs no ssh binary):
 
 Processes started here listen on this machine's address as the remote hosts
 see it (`local_addr`, by default the address that routes to the first remote
-host), so both sides can reach each other. Per-process CPU sampling covers
-the processes started here; remote ones are not sampled.
+host), so both sides can reach each other. Every remote host runs a sampler
+of its own (`mwsample`, copied there like mwload): CPU seconds per process
+and thread class, memory, the host's busy CPU and network, into the same
+`cpu.csv` and `resources.csv` as here; after the run its rows are merged into
+this run's files on this machine's clock, the host's own rows as
+`host:NAME`.
 """
 
 from __future__ import annotations
@@ -40,6 +44,29 @@ from mwlab.procs import LabError, Proc, ProcessGroup, binary, wait_port
 
 # Seconds a remote process may outlive its planned end before `timeout` stops it.
 GRACE = 120
+# The sampler's name on a remote host (its pid file, stop file, log).
+SAMPLER = "mwsample"
+
+
+def merge_samples(remote: Path, local: Path, host: str, shift_ms: float) -> None:
+    """Appends a remote sampler's rows (cpu.csv or resources.csv) to this
+    run's file of that name: times moved onto this machine's clock (`shift_ms`,
+    the remote clock's offset), the host's own rows named `host:HOST`."""
+    if not remote.exists():
+        return
+    lines = remote.read_text().splitlines()
+    if not lines:
+        return
+    fresh = not local.exists() or local.stat().st_size == 0
+    with local.open("a") as f:
+        if fresh:
+            f.write(lines[0] + "\n")
+        for line in lines[1:]:
+            stamp, name, rest = line.split(",", 2)
+            if not stamp.isdigit():
+                continue
+            name = f"host:{host}" if name == "host" else name
+            f.write(f"{int(stamp) - round(shift_ms)},{name},{rest}\n")
 
 
 @dataclass
@@ -98,9 +125,9 @@ class RemotePopen:
         return self.returncode
 
     def send_signal(self, sig: int) -> None:
-        # The session's process group: the shell, `timeout` and the process.
+        # The process group of `timeout` and the process.
         self.remote.run(
-            self.host, f"kill -{int(sig)} -- -$(cat {self.dir}/{self.name}.pid) 2>/dev/null", check=False
+            self.host, f"kill -{int(sig)} -$(cat {self.dir}/{self.name}.pid) 2>/dev/null", check=False
         )
 
     def terminate(self) -> None:
@@ -126,7 +153,9 @@ class Remote:
         self.dirs: dict[str, str] = {}
         self.bins: dict[tuple[str, str], str] = {}
         self.offsets: dict[str, float] = {}
+        self.cores: dict[str, int] = {}
         self.started: list[tuple[str, str, str]] = []
+        self.samplers: dict[str, str] = {}
 
     def _call(self, coro, timeout: float = 60):
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
@@ -155,6 +184,7 @@ class Remote:
                 self.run(host, f"mkdir -p {self.dirs[host]}/bin")
                 self._clock(host)
                 self._check_memcached(host)
+                self.cores[host] = self._cores(host)
             if self.local is None:
                 first = next(iter(self.dests.values()))
                 with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
@@ -180,6 +210,12 @@ class Remote:
         remote = int(self.run(host, "date +%s%N").strip()) / 1e9
         t1 = time.time()
         self.offsets[host] = remote - (t0 + t1) / 2
+
+    def _cores(self, host: str) -> int:
+        answer = self.run(host, "nproc", check=False).strip()
+        if not answer.isdigit():
+            raise LabError(f"{host}: could not count its CPUs (`nproc` answered {answer!r})")
+        return int(answer)
 
     def _check_memcached(self, host: str) -> None:
         answer = self.run(host, "command -v memcached >/dev/null 2>&1 && echo present || echo absent").strip()
@@ -237,12 +273,7 @@ class Remote:
         for i, a in enumerate(args):
             if out and a.startswith(out):
                 args[i] = work + "/out" + a[len(out) :]
-        line = (
-            f"cd {work} && setsid sh -c 'echo $$ > {name}.pid; "
-            f"timeout --signal=TERM {self.limit} {shlex.join(args)} > {name}.log 2>&1 < /dev/null; "
-            f"echo $? > {name}.rc' > /dev/null 2>&1 < /dev/null &"
-        )
-        self.run(host, line)
+        self._launch(host, name, args)
         self.started.append((host, work, name))
         popen = RemotePopen(self, host, work, name)
         p = Proc(name, popen, port, g.logs / f"{name}.log")
@@ -254,11 +285,54 @@ class Remote:
                 raise LabError(f"{name} on {host}: {e}") from e
         return p
 
+    def _launch(self, host: str, name: str, args: list[str]) -> None:
+        """Starts `args` on `host` in a session of its own, its pid in NAME.pid,
+        stopped by `timeout` at the latest, its exit status in NAME.rc."""
+        # `timeout` puts itself and the process in a process group of their
+        # own, whose id goes in the pid file: a signal to that group reaches
+        # both (`timeout` passes it on), and the shell lives on to write the
+        # exit status.
+        script = (
+            f"timeout --signal=TERM {self.limit} {shlex.join(args)} > {name}.log 2>&1 < /dev/null & "
+            f"echo $! > {name}.pid; wait $!; echo $? > {name}.rc"
+        )
+        line = f"cd {self.dirs[host]} && setsid sh -c {shlex.quote(script)} > /dev/null 2>&1 < /dev/null &"
+
+        self.run(host, line)
+
+    def start_samplers(self, interval_s: float) -> None:
+        """A sampler on every remote host, of every process started there."""
+        if not _built("mwsample"):
+            raise LabError("mwsample is not built: run `cargo build --release` (make run does)")
+        for host, work in self.dirs.items():
+            exe = self._binary(host, str(binary("mwsample")))
+            ms = max(10, round(interval_s * 1000))
+            args = [exe, "--dir", work, "--out", f"{work}/sample", "--interval-ms", str(ms)]
+            self._launch(host, SAMPLER, args)
+            self.samplers[host] = work
+
+    def stop_samplers(self) -> None:
+        """Asks every sampler for its last sample and waits (a few seconds at most) for it to end."""
+        for host, work in self.samplers.items():
+            self.run(host, f"touch {work}/{SAMPLER}.stop", check=False)
+        for host, work in self.samplers.items():
+            try:
+                RemotePopen(self, host, work, SAMPLER).wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.run(host, f"kill -9 -$(cat {work}/{SAMPLER}.pid) 2>/dev/null", check=False)
+
     def fetch(self, out: Path) -> None:
-        """The remote processes' result files and logs, into the run directory."""
+        """The remote processes' result files and logs, into the run directory;
+        the samplers' rows merged into cpu.csv and resources.csv."""
         for host, work, name in self.started:
             self._call(self._get(host, f"{work}/out/{name}", out / name), timeout=300)
             self._call(self._get(host, f"{work}/{name}.log", out / "logs" / f"{name}.log"), timeout=60)
+        for host, work in self.samplers.items():
+            got = out / "logs" / f"{SAMPLER}-{host}"
+            for name in ("cpu.csv", "resources.csv"):
+                self._call(self._get(host, f"{work}/sample/{name}", got / name), timeout=60)
+                merge_samples(got / name, out / name, host, self.offsets.get(host, 0.0) * 1000)
+            self._call(self._get(host, f"{work}/{SAMPLER}.log", got / f"{SAMPLER}.log"), timeout=60)
 
     def describe(self) -> dict[str, Any]:
         return {
@@ -266,16 +340,19 @@ class Remote:
                 "addr": d.host,
                 "ssh_port": d.port,
                 "clock_offset_ms": round(self.offsets.get(host, 0.0) * 1000, 3),
+                "cores": self.cores.get(host),
+                "sampled": host in self.samplers,
             }
             for host, d in self.dests.items()
         }
 
     def close(self) -> None:
         """Stops what still runs remotely, removes the remote directories, disconnects."""
-        for host, work, name in self.started:
+        for host, work, name in [*self.started, *((h, w, SAMPLER) for h, w in self.samplers.items())]:
             with contextlib.suppress(Exception):
-                self.run(host, f"kill -9 -- -$(cat {work}/{name}.pid) 2>/dev/null", check=False)
+                self.run(host, f"kill -9 -$(cat {work}/{name}.pid) 2>/dev/null", check=False)
         self.started.clear()
+        self.samplers.clear()
         for host, work in list(self.dirs.items()):
             with contextlib.suppress(Exception):
                 self.run(host, f"rm -rf {work}", check=False)
