@@ -48,8 +48,13 @@ def test_a_plan_is_a_spec(tmp_path):
     plans[0].levels, plans[0].reps = [1, 12], 4
     doc = plan_spec(exp, plans)
     again = parse(yaml.safe_load(yaml.safe_dump(doc)))
-    assert again.factors["topology.virtual_clients"] == [1, 4, 12]
-    assert again.settings.run.repetitions == 4
+    # The factors stay (the range the report predicts); each configuration
+    # runs its own populations with its own repetitions.
+    assert again.factors == exp.factors
+    vcli, tmw = "topology.virtual_clients", "middleware.workers"
+    runs = sorted((r.point.factors[tmw], r.point.factors[vcli], r.rep) for r in again.runs())
+    wanted = [(2, v, r) for v in (1, 12) for r in range(1, 5)] + [(8, v, r) for v in (1, 4, 12) for r in range(1, 4)]
+    assert runs == sorted(wanted)
 
 
 def test_a_spec_without_a_population_factor_is_refused(capsys, tmp_path):

@@ -262,3 +262,21 @@ def test_calibrate_then_measure_with_real_processes(tmp_path, capsys):
     plan = json.loads(capsys.readouterr().out)
     (c,) = plan["configurations"]
     assert c["repetitions"] >= 2 and set(c["N"]) <= {1, 2, 4} and c["runs"] == len(c["N"]) * c["repetitions"]
+    # `mwlab run --plan` runs exactly that plan (shorter runs: the plan comes
+    # from the result, whatever the durations) and its report draws the
+    # spec's populations it did not measure, predicted, beside those it did.
+    short = {**spec, "run": {**spec["run"], "duration": 1}}
+    spec_file.write_text(json.dumps(short))
+    planned = tmp_path / "planned"
+    args = ["run", str(spec_file), "--plan", "--from", str(out), "--target", "25%", "--results", str(planned)]
+    assert main(args) == 0
+    assert "plan for predict-real" in capsys.readouterr().out
+    (result,) = (planned / "predict-real-plan").iterdir()
+    assert len(list(result.glob("*/rep-*/run.json"))) == c["runs"]
+    info = json.loads((result / "experiment.json").read_text())
+    assert info["factors"]["topology.virtual_clients"] == [1, 2, 4] and len(info["points"]) == len(c["N"])
+    surface = pd.read_csv(result / "plots" / "predicted-surface.csv").fillna({"in spec": ""})
+    assert set(surface[surface["in spec"] == "measured"]["N"]) == set(c["N"])
+    assert set(surface[surface["in spec"] == "predicted"]["N"]) == {1, 2, 4} - set(c["N"])
+    assert main(["run", str(spec_file), "--from", str(out)]) == 2
+    assert "give --plan" in capsys.readouterr().err

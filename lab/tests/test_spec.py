@@ -158,3 +158,46 @@ def test_stored_settings_come_back_whether_nested_or_dotted():
         stored_settings({"middleware": {"workerz": 1}})
     info = ExperimentInfo.model_validate({"name": "x", "factors": {"middleware.workers": [1, 2]}})
     assert info.columns == ["tmw"] and info.settings == Settings()
+
+
+def test_points_run_only_the_combinations_named_each_with_its_repetitions():
+    doc = {
+        "name": "picked",
+        "factors": {"vcli": [1, 2, 4], "tmw": [2, 8]},
+        "run": {"repetitions": 3},
+        "points": [
+            {"vcli": 1, "tmw": 2, "repetitions": 2},
+            {"virtual_clients": 4, "middleware.workers": 2},
+            {"vcli": 2, "tmw": 8, "reps": 5},
+        ],
+    }
+    exp = parse(doc)
+    # In the spec's order of combinations, whatever the order of `points:`.
+    assert [p.name for p in exp.points()] == ["vcli=1,tmw=2", "vcli=2,tmw=8", "vcli=4,tmw=2"]
+    assert [p.settings.run.repetitions for p in exp.points()] == [2, 5, 3]
+    assert len(exp.runs()) == 10 and len(exp.all_points()) == 6
+    assert exp.info()["points"][0] == {
+        "topology.virtual_clients": 1,
+        "middleware.workers": 2,
+        "run.repetitions": 2,
+    }
+
+
+@pytest.mark.parametrize(
+    ("points", "message"),
+    [
+        ({"vcli": 1}, "a list of points"),
+        ([], "a list of points"),
+        (["vcli=1"], "a mapping of every factor"),
+        ([{"vcli": 1}], "missing tmw"),
+        ([{"vcli": 3, "tmw": 2}], r"vcli=3 is not one of its levels \(1, 2\)"),
+        ([{"vcli": 1, "tmw": 2, "nsvr": 2}], "nsvr is not a factor of this spec"),
+        ([{"vcli": 1, "tmw": 2, "colour": 2}], "unknown setting 'colour'"),
+        ([{"vcli": 1, "tmw": 2, "repetitions": 0}], "at least 1"),
+        ([{"vcli": 1, "tmw": 2}, {"tmw": 2, "vcli": 1}], r"points\[1\]: named twice"),
+    ],
+)
+def test_bad_points_are_refused_by_position(points, message):
+    doc = {"name": "picked", "factors": {"vcli": [1, 2], "tmw": [2, 8]}, "points": points}
+    with pytest.raises(SpecError, match=message):
+        parse(doc)

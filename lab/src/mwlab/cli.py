@@ -14,6 +14,7 @@ from pathlib import Path
 from mwlab import model_cli, plan, predict_cli, stats_cli
 from mwlab.analysis import summarize
 from mwlab.compare import CompareError, compare, write_page
+from mwlab.predict import PredictError
 from mwlab.procs import REPO, LabError
 from mwlab.render import write_report
 from mwlab.spec import ROLES, Settings, SpecError, load, run_seconds
@@ -150,6 +151,13 @@ def main(argv: list[str] | None = None) -> int:
         metavar="SECONDS",
         help="with --until-ci: stop adding repetitions when the next round would pass this (default 3600)",
     )
+    p.add_argument(
+        "--plan",
+        action="store_true",
+        help="run only the fewest runs that predict every population within --target (see mwlab plan)",
+    )
+    p.add_argument("--target", default="10%", help="with --plan: widest 90%% half-width (default 10%%)")
+    p.add_argument("--from", dest="prior", metavar="RESULT", help="with --plan: the result to plan from")
     p = sub.add_parser("analyze", help="recompute tables, checks, plots and the report of a result directory")
     p.add_argument("result")
     p = sub.add_parser("compare", help="compare two result sets of the same experiment")
@@ -191,6 +199,14 @@ def main(argv: list[str] | None = None) -> int:
             exp = load(_spec_path(args.spec), args.scale)
             if args.until_ci is not None and not 0 < args.until_ci < 100:
                 raise SpecError(f"--until-ci takes a percentage between 0 and 100, not {args.until_ci}")
+            if args.prior and not args.plan:
+                raise SpecError("--from RESULT plans from a result: give --plan with it")
+            if args.plan:
+                try:
+                    exp, lines = plan.planned(exp, args.target, args.prior)
+                except PredictError as e:
+                    raise SpecError(str(e)) from None
+                print("\n".join(lines))
             out = prepare(exp, Path(args.results), Path(args.resume) if args.resume else None)
             try:
                 with _signals_interrupt():
@@ -201,7 +217,10 @@ def main(argv: list[str] | None = None) -> int:
                         res = run_until_ci(exp, out, args.until_ci, args.budget, _progress_printer())
                         print(_until_ci_line(res))
             except KeyboardInterrupt:
-                again = ["mwlab", "run", args.spec, "--scale", args.scale, "--resume", str(out)]
+                # A plan is resumed from the spec it wrote (the plan from a
+                # pilot does not change, but the spec says what was chosen).
+                spec = str(out / "spec.yaml") if args.plan else args.spec
+                again = ["mwlab", "run", spec, "--scale", args.scale, "--resume", str(out)]
                 print(
                     "mwlab: interrupted; every process was stopped. Continue with:\n  " + shlex.join(again),
                     file=sys.stderr,

@@ -29,7 +29,7 @@ from typing import Any
 
 import pandas as pd
 
-from mwlab.fit import _num, bottleneck, devices
+from mwlab.fit import _num, bottleneck, devices, sweep_label
 from mwlab.noise import noise_table
 from mwlab.plots import save_figure, save_panels
 from mwlab.predict import (
@@ -44,7 +44,7 @@ from mwlab.predict import (
     seed_view,
     with_changes,
 )
-from mwlab.spec import ExperimentInfo, SpecError, canonical
+from mwlab.spec import ExperimentInfo, SpecError, canonical, factor_columns
 
 X_GOAL, R_GOAL = 0.10, 0.15
 
@@ -237,25 +237,43 @@ def _whatif(cals: list[Calibration], info: ExperimentInfo, out: Path, pred: Pred
         ).to_csv(out / "plots" / "predictions.csv", index=False)
 
 
-def _surface(groups, cals: dict[str, Calibration], out: Path, pred: Predictions) -> None:
-    """Each configuration predicted from all its points over its range of
-    populations and a step past it, with the 90% band, and the measured
-    means (with their repetitions' 95% intervals where there are)."""
+def spec_populations(info: ExperimentInfo) -> dict[str, set[int]]:
+    """Per configuration, the populations (N) its spec covers, measured or
+    not (a planned run measures some of them and predicts the others)."""
+    out: dict[str, set[int]] = {}
+    try:
+        points = info.experiment().all_points()
+    except SpecError:
+        return out
+    for p in points:
+        label = sweep_label(pd.Series(factor_columns(p.factors)), info.columns)
+        out.setdefault(label, set()).add(p.total_clients)
+    return out
+
+
+def _surface(groups, cals: dict[str, Calibration], out: Path, pred: Predictions, spec_ns) -> None:
+    """Each configuration predicted from all its points over the populations
+    of its spec and a step past them, with the 90% band, the measured means,
+    and the spec's populations that were not measured (a plan's) marked on
+    the prediction."""
     rows = []
     curves = []
     for label, cal in cals.items():
-        lo, hi = cal.ns[0], cal.ns[-1]
-        grid = sorted({*cal.ns, *(round(lo * (2 * hi / lo) ** (i / 24)) for i in range(25))} - {0})
+        wanted = spec_ns.get(label, set())
+        lo, hi = min(cal.ns[0], *wanted), max(cal.ns[-1], *wanted)
+        grid = sorted({*cal.ns, *wanted, *(round(lo * (2 * hi / lo) ** (i / 24)) for i in range(25))} - {0})
         try:
             preds = [predict_one(cal, n) for n in grid]
         except PredictError:
             continue
         measured = sorted((int(_num(r, "N")), r) for r in groups[label])
-        curves.append((label or "as measured", preds, measured))
+        skipped = [p for p in preds if p.n in wanted - set(cal.ns)]
+        curves.append((label or "as measured", preds, measured, skipped))
         rows += [
             {
                 "configuration": label,
                 "N": p.n,
+                "in spec": "measured" if p.n in cal.ns else ("predicted" if p.n in wanted else ""),
                 "X predicted": p.x,
                 "X lo": p.x_lo,
                 "X hi": p.x_hi,
@@ -272,7 +290,7 @@ def _surface(groups, cals: dict[str, Calibration], out: Path, pred: Predictions)
         scale, col = (1.0, "client_tput") if which == "x" else (1e-3, "client_rt_mean_us")
 
         def draw(ax):
-            for i, (label, preds, measured) in enumerate(curves):
+            for i, (label, preds, measured, skipped) in enumerate(curves):
                 ns = [p.n for p in preds]
                 mid, low, high = (
                     [v * scale for v in vals]
@@ -290,6 +308,20 @@ def _surface(groups, cals: dict[str, Calibration], out: Path, pred: Predictions)
                     color=f"C{i}",
                     label=f"{label}: measured",
                 )
+                if skipped:
+                    band = [
+                        (p.x, p.x_lo, p.x_hi) if which == "x" else (p.r_us, p.r_lo, p.r_hi) for p in skipped
+                    ]
+                    ax.errorbar(
+                        [p.n for p in skipped],
+                        [m * scale for m, _, _ in band],
+                        yerr=[[(m - a) * scale for m, a, _ in band], [(b - m) * scale for m, _, b in band]],
+                        fmt="D",
+                        mfc="none",
+                        color=f"C{i}",
+                        capsize=3,
+                        label=f"{label}: in the spec, not measured",
+                    )
             ax.set_xscale("log", base=2)
             ax.set_xlabel("clients N")
             ax.set_ylabel("throughput (ops/s)" if which == "x" else "mean response time (ms)")
@@ -333,5 +365,5 @@ def predictions(result: Path, agg: pd.DataFrame, info: ExperimentInfo) -> Predic
         pred.refused.append(refusal)
     else:
         _whatif(list(cals.values()), info, result, pred)
-    _surface(groups, cals, result, pred)
+    _surface(groups, cals, result, pred, spec_populations(info))
     return pred

@@ -19,9 +19,11 @@ much the demands change between populations. So a plan starts from a result:
   error (three populations) — to run first and plan from.
 
 A configuration that the result did not measure is planned as the pilot. The
-plan is written as a spec (`--write FILE`: the spec with its population
-levels narrowed to the union of those chosen and its repetitions set), which
-`mwlab run FILE` runs; its report predicts the spec's other populations.
+plan is written as a spec (`--write FILE`: the spec with a `points:` list,
+each configuration's chosen populations with its repetitions), which
+`mwlab run FILE` runs — or `mwlab run SPEC --plan` plans and runs in one
+step; the report predicts the spec's other populations, drawn with their
+intervals beside the points measured.
 """
 
 from __future__ import annotations
@@ -87,7 +89,7 @@ def _configurations(exp: Experiment, key: str) -> dict[str, dict[str, Any]]:
     """The spec's configurations (levels of its other factors, by column
     name) and, per configuration, N for each level of the population factor."""
     out: dict[str, dict[str, Any]] = {}
-    for p in exp.points():
+    for p in exp.all_points():
         levels = {column_name(k): v for k, v in p.factors.items() if k != key}
         label = ",".join(f"{k}={v}" for k, v in levels.items())
         c = out.setdefault(label, {"levels": levels, "n_of": {}})
@@ -201,25 +203,75 @@ def make_plan(exp: Experiment, target: float, prior_agg=None, prior_info=None) -
 
 
 def plan_spec(exp: Experiment, plans: list[ConfigPlan]) -> dict[str, Any]:
-    """The plan as a spec: population levels narrowed, repetitions set."""
+    """The plan as a spec: the factors as they were (the range predictions
+    cover), `points:` naming each configuration's chosen populations with its
+    repetitions."""
     doc = copy.deepcopy(exp.source) if exp.source else {"name": exp.name}
     key = population_factor(exp)
     doc.pop("scales", None)
+    doc.pop("points", None)
     doc["name"] = f"{exp.name}-plan"
-    factors = {k: v for k, v in exp.factors.items()}
-    wanted = {lvl for p in plans for lvl in p.levels}
-    factors[key] = [lvl for lvl in exp.factors[key] if lvl in wanted]
-    doc["factors"] = {column_name(k): v for k, v in factors.items()}
+    doc["factors"] = {column_name(k): v for k, v in exp.factors.items()}
     run = exp.settings.run.model_dump(mode="json")
     run["repetitions"] = max(p.reps for p in plans)
     doc["run"] = {k: run[k] for k in ("duration", "warmup", "cooldown", "repetitions") if k in run}
-    chosen = ", ".join(map(str, factors[key]))
+    configs = _configurations(exp, key)
+    picks = []
+    for p in plans:
+        levels = configs[p.label]["levels"]
+        for lvl in p.levels:
+            picks.append({**levels, column_name(key): lvl, "repetitions": p.reps})
+    doc["points"] = picks
     everything = ", ".join(map(str, exp.factors[key]))
     doc["description"] = (
-        f"{exp.description.strip()} Planned by mwlab plan: {column_name(key)} = {chosen} of {everything}; "
-        f"`mwlab predict` gives the others with their intervals."
+        f"{exp.description.strip()} Planned by mwlab plan: {len(picks)} of the {len(exp.all_points())} "
+        f"points ({column_name(key)} of {everything}); the report predicts the others with their intervals."
     ).strip()
     return doc
+
+
+def describe(exp: Experiment, plans: list[ConfigPlan], target: float) -> list[str]:
+    """The plan as lines to print: per configuration its populations,
+    repetitions and widest predicted interval; the runs and the time."""
+    head = f"plan for {exp.name} (scale {exp.scale}): 90% intervals within ±{target:.0%}"
+    out = [f"{head} over every population"]
+    for p in plans:
+        worst = "unknown until the pilot ran" if math.isnan(p.worst) else f"±{p.worst:.1%}"
+        reached = math.isnan(p.worst) or p.worst <= target
+        met = "" if reached else "  (not reachable: every population measured)"
+        out.append(
+            f"  {p.label or '(one configuration)'}: N = {', '.join(map(str, p.ns))} "
+            f"x {p.reps} repetitions = {p.runs} runs; widest predicted {worst}{met}  [{p.basis}]"
+        )
+    runs = sum(p.runs for p in plans)
+    full = len(exp.all_points()) * max(exp.settings.run.repetitions, 1)
+    minutes = runs * run_seconds(exp.settings) / 60
+    out.append(f"{runs} runs, about {minutes:.0f} min (the spec as written: {full} runs)")
+    return out
+
+
+def _prior(prior: str | None) -> tuple[Any, Any]:
+    """(aggregate, experiment info) of the result a plan starts from, or (None, None)."""
+    from mwlab.analysis import read_experiment
+    from mwlab.predict_cli import aggregate_of
+
+    if not prior:
+        return None, None
+    result = Path(prior)
+    if not result.is_dir():
+        raise LabError(f"{result}: no such result directory")
+    return aggregate_of(result), read_experiment(result)
+
+
+def planned(exp: Experiment, target_text: str, prior: str | None) -> tuple[Experiment, list[str]]:
+    """`mwlab run SPEC --plan`: the spec's plan (from `prior`, a result, or
+    the pilot) as the experiment to run, and the plan's description."""
+    target = _target(target_text)
+    plans = make_plan(exp, target, *_prior(prior))
+    doc = plan_spec(exp, plans)
+    out = parse(doc, exp.scale, f"the plan of {exp.name}")
+    out.source = doc
+    return out, describe(exp, plans, target)
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -241,25 +293,15 @@ def _target(text: str) -> float:
 
 
 def main(args: argparse.Namespace, spec_path) -> int:
-    from mwlab.analysis import read_experiment
-    from mwlab.predict_cli import aggregate_of
-
     try:
         exp = load(spec_path(args.spec), args.scale)
         target = _target(args.target)
-        agg = info = None
-        if args.prior:
-            result = Path(args.prior)
-            if not result.is_dir():
-                raise LabError(f"{result}: no such result directory")
-            agg, info = aggregate_of(result), read_experiment(result)
-        plans = make_plan(exp, target, agg, info)
+        plans = make_plan(exp, target, *_prior(args.prior))
     except (PredictError, SpecError, LabError, OSError) as e:
         print(f"mwlab plan: {e}", file=sys.stderr)
         return 2
     seconds = run_seconds(exp.settings)
     runs = sum(p.runs for p in plans)
-    full = len(exp.points()) * max(exp.settings.run.repetitions, 1)
     if args.json:
         print(
             json.dumps(
@@ -284,29 +326,10 @@ def main(args: argparse.Namespace, spec_path) -> int:
             )
         )
     else:
-        print(
-            f"plan for {exp.name} (scale {exp.scale}): 90% intervals within ±{target:.0%} "
-            "over every population"
-        )
-        for p in plans:
-            worst = "unknown until the pilot ran" if math.isnan(p.worst) else f"±{p.worst:.1%}"
-            met = (
-                ""
-                if math.isnan(p.worst) or p.worst <= target
-                else "  (not reachable: every population measured)"
-            )
-            print(
-                f"  {p.label or '(one configuration)'}: N = {', '.join(map(str, p.ns))} "
-                f"x {p.reps} repetitions = {p.runs} runs; widest predicted {worst}{met}  [{p.basis}]"
-            )
-        print(f"{runs} runs, about {runs * seconds / 60:.0f} min (the spec as written: {full} runs)")
+        print("\n".join(describe(exp, plans, target)))
     if args.write:
         doc = plan_spec(exp, plans)
         Path(args.write).write_text(yaml.safe_dump(doc, sort_keys=False))
-        written = len(parse(doc).points()) * doc["run"]["repetitions"]
-        print(
-            f"wrote {args.write} ({written} runs: a spec crosses its factors, so every configuration gets "
-            f"the populations and repetitions any one needs): mwlab run {args.write}",
-            file=sys.stderr,
-        )
+        written = len(parse(doc).runs())
+        print(f"wrote {args.write} ({written} runs): mwlab run {args.write}", file=sys.stderr)
     return 0

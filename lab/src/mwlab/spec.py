@@ -2,7 +2,10 @@
 workload and how to run it, where any setting may be a list of levels.
 
 The run is the cross product of all lists (the *points*) times the repetitions,
-in a randomised but seeded order. The seed reports' abbreviations (nsvr, ncli,
+in a randomised but seeded order; a spec's `points:` (a list of mappings, a
+level for every factor and optionally `repetitions`) runs only the
+combinations it names, each with its own repetitions — what `mwlab plan`
+writes. The seed reports' abbreviations (nsvr, ncli,
 icli, tcli, vcli, nmw, tmw, mgshrd, mgsize, wrkld, reps, ttime) are accepted as
 aliases. Everything is validated before anything starts.
 
@@ -456,6 +459,15 @@ class ExperimentInfo(BaseModel):
     scale: str = "quick"
     settings: Settings = Settings()
     factors: dict[str, list[Any]] = {}
+    together: list[list[str]] = []
+    # The spec's `points:` where it chose some combinations only.
+    points: list[dict[str, Any]] | None = None
+
+    def experiment(self) -> Experiment:
+        """The experiment again (every combination of its factors)."""
+        return Experiment(
+            self.name, self.description, self.scale, self.settings, self.factors, {}, self.together
+        )
 
     @field_validator("settings", mode="before")
     @classmethod
@@ -514,10 +526,13 @@ class Experiment:
     source: dict[str, Any] = field(default_factory=dict)
     # Groups of factors whose levels go together rather than crossed.
     together: list[list[str]] = field(default_factory=list)
+    # The spec's `points:` — the combinations to run, each a level per factor
+    # and optionally its own repetitions; None runs every combination.
+    selection: list[dict[str, Any]] | None = None
 
-    def points(self) -> list[Point]:
+    def combinations(self) -> list[dict[str, Any]]:
         """Every combination of the factors' levels (levels taken together
-        count as one factor), each with its settings."""
+        count as one factor), in the spec's order."""
         grouped = {n for g in self.together for n in g}
         alone = [n for n in self.factors if n not in grouped]
         # Each axis: a list of {setting: level} choices.
@@ -525,18 +540,37 @@ class Experiment:
         for g in self.together:
             axes.append([{n: self.factors[n][i] for n in g} for i in range(len(self.factors[g[0]]))])
         order = list(self.factors)
-        base = flatten(self.settings)
         out = []
         for combo in itertools.product(*axes):
             merged = {k: v for part in combo for k, v in part.items()}
-            chosen = {n: merged[n] for n in order}
-            flat = {**base, **chosen}
-            flat["middleware.replication"] = replication_copies(
-                flat["middleware.replication"], flat["topology.servers"]
-            )
-            label = ",".join(f"{column_name(n)}={_label(v)}" for n, v in chosen.items()) or "default"
-            out.append(Point(label, build(flat, f"point {label}"), chosen))
+            out.append({n: merged[n] for n in order})
         return out
+
+    def all_points(self) -> list[Point]:
+        """Every combination, each with its settings (whatever `points:` chose)."""
+        return [self._point(chosen) for chosen in self.combinations()]
+
+    def points(self) -> list[Point]:
+        """The points to run: every combination, or those `points:` names,
+        each with its settings (and the repetitions `points:` gave it)."""
+        if self.selection is None:
+            return self.all_points()
+        out = []
+        for chosen in self.combinations():
+            for pick in self.selection:
+                if all(pick[k] == v for k, v in chosen.items()):
+                    out.append(self._point(chosen, pick.get(REPS)))
+        return out
+
+    def _point(self, chosen: dict[str, Any], reps: int | None = None) -> Point:
+        flat = {**flatten(self.settings), **chosen}
+        if reps is not None:
+            flat[REPS] = reps
+        flat["middleware.replication"] = replication_copies(
+            flat["middleware.replication"], flat["topology.servers"]
+        )
+        label = ",".join(f"{column_name(n)}={_label(v)}" for n, v in chosen.items()) or "default"
+        return Point(label, build(flat, f"point {label}"), chosen)
 
     def runs(self) -> list[Run]:
         """Every point x repetition, shuffled with the run seed."""
@@ -546,13 +580,18 @@ class Experiment:
 
     def info(self) -> dict[str, Any]:
         """What experiment.json records."""
-        return {
+        out = {
             "name": self.name,
             "description": self.description,
             "scale": self.scale,
             "settings": self.settings.model_dump(mode="json"),
             "factors": self.factors,
         }
+        if self.together:
+            out["together"] = self.together
+        if self.selection is not None:
+            out["points"] = self.selection
+        return out
 
 
 # Seconds each run spends besides its measured time: starting and stopping
@@ -697,6 +736,7 @@ def parse(doc: dict[str, Any], scale: str = "quick", where: str = "spec") -> Exp
         raise SpecError(f"{where}: the spec needs a name")
     description = str(doc.pop("description", ""))
     scales = doc.pop("scales", {}) or {}
+    picks = doc.pop("points", None)
     if not isinstance(scales, dict):
         raise SpecError(f"{where}: scales must map a scale name to overrides")
     flat = _flatten(doc, where)
@@ -718,6 +758,8 @@ def parse(doc: dict[str, Any], scale: str = "quick", where: str = "spec") -> Exp
             fixed[key] = _normalise(key, value)
     settings = build(fixed, where)
     exp = Experiment(name, description, scale, settings, factors, doc, [list(together)] if together else [])
+    if picks is not None:
+        exp.selection = _selection(picks, exp, where)
     try:
         points = exp.points()
     except SpecError as e:
@@ -728,6 +770,52 @@ def parse(doc: dict[str, Any], scale: str = "quick", where: str = "spec") -> Exp
         except ValueError as e:
             raise SpecError(f"{where}, point {p.name}: {e}") from None
     return exp
+
+
+REPS = "run.repetitions"
+
+
+def _selection(picks: Any, exp: Experiment, where: str) -> list[dict[str, Any]]:
+    """The spec's `points:` checked against its factors: each entry names a
+    level of every factor (by any name a setting takes), optionally
+    `repetitions`, and is one of the combinations, named once."""
+    if not isinstance(picks, list) or not picks:
+        raise SpecError(
+            f"{where}: points is a list of points, each a mapping of every factor to one of its levels"
+        )
+    names = ", ".join(column_name(k) for k in exp.factors)
+    combos = exp.combinations()
+    out: list[dict[str, Any]] = []
+    for i, entry in enumerate(picks):
+        here = f"{where}: points[{i}]"
+        if not isinstance(entry, dict):
+            raise SpecError(f"{here}: a mapping of every factor ({names}) to a level")
+        pick: dict[str, Any] = {}
+        for key, value in entry.items():
+            k = _canonical(str(key), here)
+            if k == REPS:
+                if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                    raise SpecError(f"{here}: repetitions must be a whole number of at least 1")
+            elif k not in exp.factors:
+                raise SpecError(
+                    f"{here}: {key} is not a factor of this spec (its factors: {names or 'none'})"
+                )
+            else:
+                value = _normalise(k, value)
+                if value not in exp.factors[k]:
+                    levels = ", ".join(map(_label, exp.factors[k]))
+                    raise SpecError(f"{here}: {key}={_label(value)} is not one of its levels ({levels})")
+            pick[k] = value
+        missing = [column_name(k) for k in exp.factors if k not in pick]
+        if missing:
+            raise SpecError(f"{here}: give a level for every factor; missing {', '.join(missing)}")
+        chosen = {k: pick[k] for k in exp.factors}
+        if chosen not in combos:
+            raise SpecError(f"{here}: not a combination of the spec (factors taken together go together)")
+        if any({k: o[k] for k in exp.factors} == chosen for o in out):
+            raise SpecError(f"{here}: named twice")
+        out.append(pick)
+    return out
 
 
 def load(path: str | Path, scale: str = "quick") -> Experiment:
