@@ -8,6 +8,8 @@ import pandas as pd
 import pytest
 
 from mwlab.fit import (
+    Device,
+    PointFit,
     bottleneck_agrees,
     factorial_fit,
     fit_delay,
@@ -184,3 +186,37 @@ def test_each_engine_gets_its_own_devices_and_delay():
         assert abs(p.x_error) < 0.02, p.point
     views = queue_views(pd.DataFrame(rows), ONE_MW)
     assert not views.empty and all("engine=pool" in str(v) for v in views["point"])
+
+
+def test_a_point_the_model_misses_says_why_with_its_numbers():
+    from mwlab.report import _why_not
+
+    def point(x_model, devices, n=8):
+        return PointFit(
+            "p",
+            "",
+            n,
+            0.0,
+            10_000.0,
+            800.0,
+            x_model,
+            800.0 * 10_000 / x_model,
+            devices,
+            "host CPU",
+            160.0,
+            50.0,
+        )
+
+    # Too fast: the model drives the bottleneck busier than the run could.
+    cpu = Device("host CPU", 50.0, 2.0, u_measured=0.83, u_predicted=0.94, in_network=True)
+    why = _why_not(
+        point(11_300.0, [cpu, Device("workers", 110.0, 8.0, 0.46, 0.52, True)]), pd.Series({"reps": 3})
+    )
+    assert "runs the host CPU at 94% of its capacity where the run reached 83%" in why
+    # Too slow at light load: the holding time holds CPU the CPU center counts again.
+    cpu = Device("host CPU", 60.0, 2.0, u_measured=0.5, u_predicted=0.45, in_network=True)
+    hold = Device("workers", 58.0, 8.0, 0.13, 0.12, True)
+    row = pd.Series({"reps": 3, "cpu_mw_worker_us": 20.0, "cpu_mc_us": 16.0})
+    why = _why_not(point(8_500.0, [cpu, hold], n=2), row)
+    assert "holding time (58 µs) contains 36 µs of CPU" in why and "counted twice" in why
+    assert "runs the host CPU" not in why

@@ -53,7 +53,8 @@ def test_a_plan_is_a_spec(tmp_path):
     assert again.factors == exp.factors
     vcli, tmw = "topology.virtual_clients", "middleware.workers"
     runs = sorted((r.point.factors[tmw], r.point.factors[vcli], r.rep) for r in again.runs())
-    wanted = [(2, v, r) for v in (1, 12) for r in range(1, 5)] + [(8, v, r) for v in (1, 4, 12) for r in range(1, 4)]
+    wanted = [(2, v, r) for v in (1, 12) for r in range(1, 5)]
+    wanted += [(8, v, r) for v in (1, 4, 12) for r in range(1, 4)]
     assert runs == sorted(wanted)
 
 

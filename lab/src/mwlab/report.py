@@ -19,6 +19,7 @@ from mwlab.checks import INTERFERENCE_LIMIT, SATURATION_LIMIT, Check, run_checks
 from mwlab.fit import (
     HOLDS,
     ExperimentFit,
+    _num,
     bottleneck_agrees,
     factorial_fit,
     fit_experiment,
@@ -499,6 +500,28 @@ def _why_not(p, row: pd.Series) -> str:
             "below the knee a reply's packets cross the emulated link while the hosts' CPUs handle the ones "
             "before: processing and transmission overlap, which a network visited one center after the "
             "other counts twice"
+        )
+    devs = {d.name: d for d in p.devices}
+    top = devs.get(p.bottleneck.split(" = ")[0])
+    if (
+        top is not None
+        and p.x_error > HOLDS
+        and not math.isnan(top.u_measured)
+        and top.u_predicted - top.u_measured > 0.05
+    ):
+        reasons.append(
+            f"the model runs the {top.name} at {top.u_predicted:.0%} of its capacity where the run reached "
+            f"{top.u_measured:.0%}: it could not be driven as busy as a queueing center would be "
+            "(with more threads than cores, a request's hand-offs between threads leave cores idle, "
+            "a wait no center of the network holds)"
+        )
+    hold, cpu = devs.get("workers"), devs.get("host CPU")
+    inside = _num(row, "cpu_mw_worker_us", 0.0) + _num(row, "cpu_mc_us", 0.0)
+    if hold is not None and cpu is not None and cpu.in_network and p.x_error < -HOLDS and inside > 0:
+        reasons.append(
+            f"the workers' holding time ({hold.demand_us:.0f} µs) contains {inside:.0f} µs of CPU (the "
+            f"workers' and the servers') that the host CPU center ({cpu.demand_us:.0f} µs) counts again: "
+            "where no request waits for a core that CPU is counted twice"
         )
     util = row.get("host_util", 0.0)
     if util >= 0.9:
