@@ -11,6 +11,7 @@
 pub mod auth;
 pub mod binary;
 pub mod buffer;
+pub mod hashkit;
 pub mod number;
 pub mod parse;
 pub mod request;

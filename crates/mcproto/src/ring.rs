@@ -1,31 +1,69 @@
-//! Key placement: the ketama continuum of libmemcached and twemproxy, and modula.
+//! Key placement: the ketama continuum of libmemcached and twemproxy, modula
+//! and random, with any of twemproxy's key hashes and a hash tag.
 //!
 //! Ketama, as both libraries build it (so mwproxy can replace either without
 //! moving a key):
-//! - a server's name on the ring is `host` when its port is 11211 and
-//!   `host:port` otherwise;
+//! - a server's name on the ring is its configured name when it has one
+//!   (twemproxy's `host:port:weight name`), else `host` when its port is
+//!   11211 and `host:port` otherwise;
 //! - its number of points is `floor(weight/total * 40 * n + 1e-10) * 4`,
 //!   computed in single precision like the C code (160 for equal weights);
-//! - for i in 0..points/4 the md5 of `name-i` gives four points, each the
-//!   little-endian u32 of one quarter of the digest;
-//! - a key's point is the little-endian u32 of the first quarter of md5(key),
-//!   and its server owns the first ring point at or after it, wrapping around.
+//! - for i in 0..points/4 the md5 of `name-i` (cut at 85 bytes, as
+//!   twemproxy's buffer cuts it) gives four points, each the little-endian
+//!   u32 of one quarter of the digest;
+//! - a key's point is its hash (md5's first quarter by default, or the
+//!   pool's `hash`, of the part a hash tag selects), and its server owns the
+//!   first ring point at or after it, wrapping around.
+//!
+//! Modula: every server holds `weight` consecutive slots, a key the slot
+//! `hash % slots`. Random: a server chosen at random for every request, as
+//! twemproxy's `distribution: random` (no key has a place).
 //!
 //! With replication R a key lives on the R distinct servers met clockwise
-//! from its point; the first is the primary.
+//! from its point (the next slots for modula); the first is the primary.
 
+use std::cell::Cell;
 use std::fmt;
 use std::str::FromStr;
 
 use md5::{Digest, Md5};
 
-/// Key-to-server mapping.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+use crate::hashkit::tagged;
+pub use crate::hashkit::KeyHash;
+
+/// Key-to-server mapping (twemproxy's `distribution`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum HashKind {
-    /// libmemcached/twemproxy-compatible ketama consistent hashing (md5).
+    /// libmemcached/twemproxy-compatible ketama consistent hashing.
+    #[default]
     Ketama,
-    /// md5 of the key modulo the number of servers.
+    /// The key's hash modulo the servers' total weight.
     Modula,
+    /// A random server per request.
+    Random,
+}
+
+/// How keys are placed: the distribution, the key hash, the hash tag.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct Placement {
+    /// Ketama, modula or random.
+    pub distribution: HashKind,
+    /// The function that hashes a key (md5 by default).
+    pub hash: KeyHash,
+    /// Two characters: only what a key holds between them is hashed.
+    pub tag: Option<[u8; 2]>,
+}
+
+impl Placement {
+    /// The hash of `key` under this placement (0 for an empty key, as twemproxy).
+    pub fn key_hash(&self, key: &[u8]) -> u32 {
+        let part = tagged(key, self.tag);
+        if part.is_empty() {
+            0
+        } else {
+            self.hash.hash(part)
+        }
+    }
 }
 
 /// One memcached server: `host:port[:weight]`.
@@ -37,6 +75,8 @@ pub struct ServerSpec {
     pub port: u16,
     /// Share of the ring (default 1).
     pub weight: u32,
+    /// Its name on the ring, when one is given (`host:port:weight name`).
+    pub name: Option<String>,
 }
 
 /// A server given in a form that is not `host:port[:weight]`.
@@ -66,7 +106,14 @@ impl FromStr for ServerSpec {
     type Err = BadServer;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let bad = |why: &str| BadServer(format!("server {s:?}: {why} (expected host:port[:weight])"));
+        let bad = |why: &str| BadServer(format!("server {s:?}: {why} (expected host:port[:weight] [name])"));
+        let (s, name) = match s.trim().split_once(char::is_whitespace) {
+            Some((addr, name)) => (addr, Some(name.trim())),
+            None => (s.trim(), None),
+        };
+        if name.is_some_and(|n| n.is_empty() || n.contains(char::is_whitespace)) {
+            return Err(bad("a name is one word"));
+        }
         let (host, rest) = if let Some(stripped) = s.strip_prefix('[') {
             let end = stripped.find(']').ok_or_else(|| bad("unclosed ["))?;
             let rest = stripped[end + 1..].strip_prefix(':').ok_or_else(|| bad("missing port"))?;
@@ -92,19 +139,25 @@ impl FromStr for ServerSpec {
             }
             None => 1,
         };
-        Ok(ServerSpec { host, port, weight })
+        Ok(ServerSpec { host, port, weight, name: name.map(str::to_string) })
     }
 }
 
 impl fmt::Display for ServerSpec {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}:{}", self.endpoint(), self.weight)
+        write!(f, "{}:{}", self.endpoint(), self.weight)?;
+        match &self.name {
+            Some(name) => write!(f, " {name}"),
+            None => Ok(()),
+        }
     }
 }
 
 /// A server's name on the ring.
 fn ring_name(s: &ServerSpec) -> String {
-    if s.port == 11211 {
+    if let Some(name) = &s.name {
+        name.clone()
+    } else if s.port == 11211 {
         s.host.clone()
     } else {
         format!("{}:{}", s.host, s.port)
@@ -115,25 +168,67 @@ fn md5_quarter(digest: &[u8], q: usize) -> u32 {
     u32::from_le_bytes([digest[q * 4], digest[q * 4 + 1], digest[q * 4 + 2], digest[q * 4 + 3]])
 }
 
-/// The ring point of a key.
-pub fn key_hash(key: &[u8]) -> u32 {
-    md5_quarter(&Md5::digest(key), 0)
+/// Puts `servers` in the order twemproxy keeps a pool's servers: by name on
+/// the ring, shorter names first, then byte by byte (it sorts them to refuse
+/// duplicates and keeps that order). Modula's slots follow it.
+pub fn twemproxy_order(servers: &mut [ServerSpec]) {
+    servers.sort_by(|a, b| {
+        let (a, b) = (ring_name(a), ring_name(b));
+        a.len().cmp(&b.len()).then_with(|| a.as_bytes().cmp(b.as_bytes()))
+    });
+}
+
+/// The longest `name-i` twemproxy hashes (its buffer of 86 bytes, one for the NUL).
+const KETAMA_MAX_HOST: usize = 85;
+
+thread_local! {
+    static RANDOM: Cell<u64> = Cell::new(std::ptr::from_ref(&KETAMA_MAX_HOST) as u64 ^ std::process::id() as u64 | 1);
+}
+
+/// A random number for the random distribution (xorshift, per thread).
+fn random() -> u64 {
+    RANDOM.with(|r| {
+        let mut x = r.get();
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        r.set(x);
+        x
+    })
 }
 
 /// Maps keys to servers.
 #[derive(Clone, Debug)]
 pub struct Ring {
-    kind: HashKind,
+    placement: Placement,
     servers: usize,
-    /// (point, server index), sorted by point.
+    /// Ketama: (point, server index), sorted by point.
     points: Vec<(u32, u32)>,
+    /// Modula and random: the server of every slot.
+    slots: Vec<u32>,
 }
 
 impl Ring {
-    /// Builds the ring for `servers` (in configuration order).
+    /// Builds the ring for `servers` (in configuration order), md5 keys, no hash tag.
     pub fn new(kind: HashKind, servers: &[ServerSpec]) -> Ring {
+        Ring::with(Placement { distribution: kind, ..Placement::default() }, servers)
+    }
+
+    /// Builds the ring for `servers` (in configuration order) with a placement.
+    pub fn with(placement: Placement, servers: &[ServerSpec]) -> Ring {
         assert!(!servers.is_empty(), "a ring needs servers");
+        let kind = placement.distribution;
         let mut points = Vec::new();
+        let mut slots = Vec::new();
+        match kind {
+            HashKind::Modula => {
+                for (index, s) in servers.iter().enumerate() {
+                    slots.extend(std::iter::repeat_n(index as u32, s.weight as usize));
+                }
+            }
+            HashKind::Random => slots.extend(0..servers.len() as u32),
+            HashKind::Ketama => {}
+        }
         if kind == HashKind::Ketama {
             let total: u32 = servers.iter().map(|s| s.weight).sum();
             let n = servers.len() as f32;
@@ -143,7 +238,9 @@ impl Ring {
                 let per_server = (scaled.floor() as u32) * 4;
                 let name = ring_name(s);
                 for i in 0..per_server / 4 {
-                    let digest = Md5::digest(format!("{name}-{i}").as_bytes());
+                    let mut host = format!("{name}-{i}").into_bytes();
+                    host.truncate(KETAMA_MAX_HOST);
+                    let digest = Md5::digest(&host);
                     for q in 0..4 {
                         points.push((md5_quarter(&digest, q), index as u32));
                     }
@@ -151,7 +248,12 @@ impl Ring {
             }
             points.sort_unstable();
         }
-        Ring { kind, servers: servers.len(), points }
+        Ring { placement, servers: servers.len(), points, slots }
+    }
+
+    /// How this ring places keys.
+    pub fn placement(&self) -> Placement {
+        self.placement
     }
 
     /// Number of servers.
@@ -166,10 +268,12 @@ impl Ring {
 
     /// The primary server of `key`.
     pub fn server_for(&self, key: &[u8]) -> usize {
-        let h = key_hash(key);
-        match self.kind {
-            HashKind::Modula => h as usize % self.servers,
-            HashKind::Ketama => self.points[self.start(h)].1 as usize,
+        if self.servers == 1 {
+            return 0;
+        }
+        match self.placement.distribution {
+            HashKind::Ketama => self.points[self.start(self.placement.key_hash(key))].1 as usize,
+            _ => self.slots[self.slot(key)] as usize,
         }
     }
 
@@ -182,29 +286,42 @@ impl Ring {
         }
     }
 
+    /// The slot of `key` (modula and random).
+    fn slot(&self, key: &[u8]) -> usize {
+        match self.placement.distribution {
+            HashKind::Random => (random() % self.slots.len() as u64) as usize,
+            _ => self.placement.key_hash(key) as usize % self.slots.len(),
+        }
+    }
+
     /// The `r` distinct servers holding `key`, primary first, written into `out`.
     pub fn replicas_into(&self, key: &[u8], r: usize, out: &mut Vec<usize>) {
         out.clear();
         let r = r.min(self.servers);
-        let h = key_hash(key);
-        match self.kind {
-            HashKind::Modula => {
-                let first = h as usize % self.servers;
-                out.extend((0..r).map(|i| (first + i) % self.servers));
-            }
-            HashKind::Ketama => {
-                let start = self.start(h);
-                let n = self.points.len();
-                for step in 0..n {
-                    let s = self.points[(start + step) % n].1 as usize;
-                    if !out.contains(&s) {
-                        out.push(s);
-                        if out.len() == r {
-                            break;
-                        }
-                    }
+        if self.servers == 1 {
+            out.push(0);
+            return;
+        }
+        let (start, n) = match self.placement.distribution {
+            HashKind::Ketama => (self.start(self.placement.key_hash(key)), self.points.len()),
+            _ => (self.slot(key), self.slots.len()),
+        };
+        for step in 0..n {
+            let s = self.at((start + step) % n);
+            if !out.contains(&s) {
+                out.push(s);
+                if out.len() == r {
+                    break;
                 }
             }
+        }
+    }
+
+    /// The server at a position of the ring (ketama) or of the slots.
+    fn at(&self, i: usize) -> usize {
+        match self.placement.distribution {
+            HashKind::Ketama => self.points[i].1 as usize,
+            _ => self.slots[i] as usize,
         }
     }
 
@@ -219,29 +336,22 @@ impl Ring {
     /// once): a key is unreachable exactly when every server of its set is.
     pub fn replica_sets(&self, r: usize) -> Vec<Vec<usize>> {
         let r = r.min(self.servers);
-        let mut sets: Vec<Vec<usize>> = match self.kind {
-            HashKind::Modula => {
-                (0..self.servers).map(|first| (0..r).map(|i| (first + i) % self.servers).collect()).collect()
-            }
-            HashKind::Ketama => {
-                let n = self.points.len();
-                (0..n)
-                    .map(|start| {
-                        let mut set = Vec::with_capacity(r);
-                        for step in 0..n {
-                            let s = self.points[(start + step) % n].1 as usize;
-                            if !set.contains(&s) {
-                                set.push(s);
-                                if set.len() == r {
-                                    break;
-                                }
-                            }
+        let n = if self.placement.distribution == HashKind::Ketama { self.points.len() } else { self.slots.len() };
+        let mut sets: Vec<Vec<usize>> = (0..n)
+            .map(|start| {
+                let mut set = Vec::with_capacity(r);
+                for step in 0..n {
+                    let s = self.at((start + step) % n);
+                    if !set.contains(&s) {
+                        set.push(s);
+                        if set.len() == r {
+                            break;
                         }
-                        set
-                    })
-                    .collect()
-            }
-        };
+                    }
+                }
+                set
+            })
+            .collect();
         for set in &mut sets {
             set.sort_unstable();
         }
@@ -299,9 +409,70 @@ mod tests {
     }
 
     #[test]
-    fn key_hash_is_md5_little_endian() {
-        // md5("") = d41d8cd98f00b204e9800998ecf8427e
-        assert_eq!(key_hash(b""), 0xd98c1dd4);
+    fn named_servers_and_long_names() {
+        let s: ServerSpec = "10.0.0.1:11211:2 cache-a".parse().unwrap();
+        assert_eq!(
+            (s.weight, s.name.as_deref(), s.to_string()),
+            (2, Some("cache-a"), "10.0.0.1:11211:2 cache-a".into())
+        );
+        assert_eq!(ring_name(&s), "cache-a");
+        assert!("h:1:1 two words".parse::<ServerSpec>().is_err());
+        // A name is what the ring hashes: the same names, the same ring,
+        // wherever the servers are.
+        let a = Ring::new(HashKind::Ketama, &servers(&["a:1:1 one", "b:1:1 two"]));
+        let b = Ring::new(HashKind::Ketama, &servers(&["c:9:1 one", "d:9:1 two"]));
+        assert_eq!(a.points, b.points);
+        // Names past twemproxy's 85 bytes are cut: two that differ only
+        // beyond that give one ring point set.
+        let long = "n".repeat(90);
+        let x = Ring::new(HashKind::Ketama, &servers(&[&format!("a:1:1 {long}x"), "b:1:1 b"]));
+        let y = Ring::new(HashKind::Ketama, &servers(&[&format!("a:1:1 {long}y"), "b:1:1 b"]));
+        assert_eq!(x.points, y.points);
+    }
+
+    #[test]
+    fn twemproxy_orders_servers_by_name_length_then_bytes() {
+        let mut s = servers(&["b:11211", "a:11212", "zz:11211", "a:11211:1 m", "c:11211"]);
+        twemproxy_order(&mut s);
+        let names: Vec<String> = s.iter().map(ring_name).collect();
+        assert_eq!(names, ["b", "c", "m", "zz", "a:11212"]);
+    }
+
+    #[test]
+    fn modula_honours_weights_and_random_uses_every_server() {
+        let ring = Ring::with(
+            Placement { distribution: HashKind::Modula, hash: KeyHash::Fnv1a64, tag: None },
+            &servers(&["a:1:1", "b:1:3"]),
+        );
+        assert_eq!(ring.slots, vec![0, 1, 1, 1]);
+        for i in 0..200 {
+            let key = format!("k{i}");
+            assert_eq!(
+                ring.server_for(key.as_bytes()),
+                ring.slots[KeyHash::Fnv1a64.hash(key.as_bytes()) as usize % 4] as usize
+            );
+        }
+        let random = Ring::with(
+            Placement { distribution: HashKind::Random, ..Placement::default() },
+            &servers(&["a:1", "b:1", "c:1"]),
+        );
+        let mut seen = [0; 3];
+        for _ in 0..300 {
+            seen[random.server_for(b"same key")] += 1;
+        }
+        assert!(seen.iter().all(|&n| n > 50), "{seen:?}");
+    }
+
+    #[test]
+    fn a_hash_tag_places_keys_by_their_tag() {
+        let tagged = Placement { distribution: HashKind::Ketama, hash: KeyHash::Murmur, tag: Some(*b"{}") };
+        let ring = Ring::with(tagged, &servers(&["a:1", "b:1", "c:1", "d:1"]));
+        for i in 0..100 {
+            let t = format!("user{i}");
+            let first = ring.server_for(format!("{{{t}}}:name").as_bytes());
+            assert_eq!(first, ring.server_for(format!("x:{{{t}}}:mail").as_bytes()));
+            assert_eq!(first, ring.server_for(t.as_bytes()));
+        }
     }
 
     #[test]

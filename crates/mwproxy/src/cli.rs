@@ -6,7 +6,9 @@ use clap::Parser;
 
 use mwserve::cli::{set, ServerArgs};
 
-use crate::config::{Config, ConfigError, Engine, HashKind, MultigetFailure, MultigetMode, ReadPolicy, ServerSpec};
+use crate::config::{
+    Config, ConfigError, Engine, HashKind, KeyHash, MultigetFailure, MultigetMode, ReadPolicy, ServerSpec,
+};
 
 /// mwproxy: a memcached middleware (consistent hashing, replication, sharded multi-gets).
 #[derive(Parser, Debug, Default)]
@@ -53,6 +55,13 @@ pub struct Cli {
     /// Key placement [default: ketama].
     #[arg(long, value_enum)]
     pub hash: Option<HashKind>,
+    /// The function that hashes keys, by twemproxy's name: md5, one_at_a_time, crc16, crc32,
+    /// crc32a, fnv1_64, fnv1a_64, fnv1_32, fnv1a_32, hsieh, murmur, jenkins [default: md5].
+    #[arg(long, value_name = "NAME", value_parser = |s: &str| s.parse::<KeyHash>())]
+    pub key_hash: Option<KeyHash>,
+    /// Hash only the part of a key between these two characters, e.g. "{}" [default: none].
+    #[arg(long, value_name = "XY")]
+    pub hash_tag: Option<String>,
     /// Backend connect timeout in ms [default: 500].
     #[arg(long, value_name = "MS")]
     pub connect_timeout_ms: Option<u64>,
@@ -133,6 +142,10 @@ impl Cli {
         }
         set(&mut c.routing.multiget_failure, self.multiget_failure);
         set(&mut c.routing.hash, self.hash);
+        set(&mut c.routing.key_hash, self.key_hash);
+        if let Some(tag) = &self.hash_tag {
+            c.routing.hash_tag = tag.clone();
+        }
         set(&mut c.backend.connect_timeout_ms, self.connect_timeout_ms);
         set(&mut c.backend.timeout_ms, self.timeout_ms);
         set(&mut c.backend.retry_min_ms, self.retry_min_ms);

@@ -162,6 +162,12 @@ pub struct RoutingConfig {
     pub servers: Vec<ServerSpec>,
     /// How keys map to servers (default ketama).
     pub hash: HashKind,
+    /// The function that hashes a key (twemproxy's `hash`; default md5).
+    #[serde(with = "key_hash_name")]
+    pub key_hash: KeyHash,
+    /// Two characters: only the part of a key between them is hashed, so
+    /// keys that share it share a server (twemproxy's `hash_tag`; default none).
+    pub hash_tag: String,
     /// Copies of every key, 1..=number of servers (default 1).
     pub replication: usize,
     /// Which replica serves a read (default round-robin).
@@ -180,6 +186,12 @@ pub struct RoutingConfig {
 }
 
 impl RoutingConfig {
+    /// How the ring places keys.
+    pub fn placement(&self) -> Placement {
+        let tag = <[u8; 2]>::try_from(self.hash_tag.as_bytes()).ok();
+        Placement { distribution: self.hash.ring_kind(), hash: self.key_hash, tag }
+    }
+
     /// Replicas that must confirm a write.
     pub fn quorum(&self) -> usize {
         if self.write_quorum == 0 {
@@ -195,6 +207,8 @@ impl Default for RoutingConfig {
         RoutingConfig {
             servers: Vec::new(),
             hash: HashKind::Ketama,
+            key_hash: KeyHash::Md5,
+            hash_tag: String::new(),
             replication: 1,
             read_policy: ReadPolicy::RoundRobin,
             multiget: MultigetMode::Sharded,
@@ -287,10 +301,12 @@ impl Default for LimitsConfig {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "kebab-case")]
 pub enum HashKind {
-    /// libmemcached/twemproxy-compatible ketama consistent hashing (md5).
+    /// libmemcached/twemproxy-compatible ketama consistent hashing.
     Ketama,
-    /// md5 of the key modulo the number of servers.
+    /// The key's hash modulo the servers' total weight.
     Modula,
+    /// A random server for every request (twemproxy's `distribution: random`).
+    Random,
 }
 
 pub use mwserve::config::Engine;
@@ -325,7 +341,21 @@ pub enum MultigetFailure {
     Fail,
 }
 
-pub use mcproto::ring::ServerSpec;
+pub use mcproto::ring::{KeyHash, Placement, ServerSpec};
+
+/// A key hash is written by its name (`fnv1a_64`) in the TOML file.
+mod key_hash_name {
+    use super::KeyHash;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(v: &KeyHash, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(v.name())
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<KeyHash, D::Error> {
+        String::deserialize(d)?.parse().map_err(serde::de::Error::custom)
+    }
+}
 
 /// Servers are written as `host:port:weight` strings in the TOML file.
 mod server_list {
@@ -356,6 +386,7 @@ impl HashKind {
         match self {
             HashKind::Ketama => mcproto::ring::HashKind::Ketama,
             HashKind::Modula => mcproto::ring::HashKind::Modula,
+            HashKind::Random => mcproto::ring::HashKind::Random,
         }
     }
 }
@@ -397,6 +428,12 @@ impl ServiceConfig for Config {
             return err(format!(
                 "write_quorum must be 0 (all replicas) or 1..={} (the replication), not {}",
                 r.replication, r.write_quorum
+            ));
+        }
+        if !r.hash_tag.is_empty() && r.hash_tag.len() != 2 {
+            return err(format!(
+                "hash_tag is two characters, the opening and the closing one (\"{{}}\"), not {:?}",
+                r.hash_tag
             ));
         }
         let mut seen = std::collections::HashSet::new();

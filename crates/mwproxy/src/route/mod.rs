@@ -187,7 +187,7 @@ impl Router {
     pub fn new(config: &Config, addrs: &[SocketAddr]) -> Router {
         let r = &config.routing;
         Router {
-            ring: Ring::new(r.hash.ring_kind(), &r.servers),
+            ring: Ring::with(r.placement(), &r.servers),
             addrs: addrs.iter().map(|a| a.to_string()).collect(),
             replication: r.replication,
             write_quorum: r.quorum(),

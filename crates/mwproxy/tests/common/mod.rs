@@ -208,6 +208,12 @@ pub fn twemproxy(servers: &[&Memcached]) -> Twemproxy {
 
 /// twemproxy in front of `entries` (`host:port:weight`).
 pub fn twemproxy_with(entries: &[String]) -> Twemproxy {
+    twemproxy_pool("hash: md5\n  distribution: ketama", entries)
+}
+
+/// twemproxy with a pool's `options` (YAML lines of the pool, indented by
+/// two spaces after the first) in front of `entries` (`host:port:weight [name]`).
+pub fn twemproxy_pool(options: &str, entries: &[String]) -> Twemproxy {
     use std::process::{Command, Stdio};
     let bin = ["/usr/sbin/nutcracker", "/usr/bin/nutcracker", "/usr/local/sbin/nutcracker"]
         .iter()
@@ -217,9 +223,7 @@ pub fn twemproxy_with(entries: &[String]) -> Twemproxy {
     let listen = mctest::free_port();
     let dir = std::env::temp_dir().join(format!("mwproxy-nutcracker-{}-{listen}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let mut conf = format!(
-        "pool:\n  listen: 127.0.0.1:{listen}\n  hash: md5\n  distribution: ketama\n  timeout: 2000\n  servers:\n"
-    );
+    let mut conf = format!("pool:\n  listen: 127.0.0.1:{listen}\n  {options}\n  timeout: 2000\n  servers:\n");
     for e in entries {
         conf.push_str(&format!("   - {e}\n"));
     }
