@@ -216,23 +216,34 @@ impl Ring {
 
     /// Builds the ring for `servers` (in configuration order) with a placement.
     pub fn with(placement: Placement, servers: &[ServerSpec]) -> Ring {
+        Ring::with_live(placement, servers, &vec![true; servers.len()])
+    }
+
+    /// The ring of the servers marked `live` only (the others ejected, as
+    /// twemproxy rebuilds it: points and weights shared among the live
+    /// ones), the servers keeping their numbers. With none live, every one is.
+    pub fn with_live(placement: Placement, servers: &[ServerSpec], live: &[bool]) -> Ring {
         assert!(!servers.is_empty(), "a ring needs servers");
+        assert_eq!(live.len(), servers.len(), "a liveness per server");
+        let all = vec![true; servers.len()];
+        let live = if live.iter().any(|&l| l) { live } else { &all };
         let kind = placement.distribution;
         let mut points = Vec::new();
         let mut slots = Vec::new();
+        let on = || servers.iter().enumerate().filter(|(i, _)| live[*i]);
         match kind {
             HashKind::Modula => {
-                for (index, s) in servers.iter().enumerate() {
+                for (index, s) in on() {
                     slots.extend(std::iter::repeat_n(index as u32, s.weight as usize));
                 }
             }
-            HashKind::Random => slots.extend(0..servers.len() as u32),
+            HashKind::Random => slots.extend(on().map(|(i, _)| i as u32)),
             HashKind::Ketama => {}
         }
         if kind == HashKind::Ketama {
-            let total: u32 = servers.iter().map(|s| s.weight).sum();
-            let n = servers.len() as f32;
-            for (index, s) in servers.iter().enumerate() {
+            let total: u32 = on().map(|(_, s)| s.weight).sum();
+            let n = on().count() as f32;
+            for (index, s) in on() {
                 let pct = s.weight as f32 / total as f32;
                 let scaled = ((pct * 160.0 / 4.0 * n) as f64 + 0.0000000001) as f32;
                 let per_server = (scaled.floor() as u32) * 4;
@@ -461,6 +472,33 @@ mod tests {
             seen[random.server_for(b"same key")] += 1;
         }
         assert!(seen.iter().all(|&n| n > 50), "{seen:?}");
+    }
+
+    #[test]
+    fn an_ejected_server_leaves_the_ring_to_the_others() {
+        let specs = servers(&["a:1", "b:1", "c:1"]);
+        for distribution in [HashKind::Ketama, HashKind::Modula] {
+            let placement = Placement { distribution, hash: KeyHash::Fnv1a64, tag: None };
+            let full = Ring::with(placement, &specs);
+            let two = Ring::with_live(placement, &specs, &[true, false, true]);
+            for i in 0..2000 {
+                let k = format!("k{i}");
+                let (before, after) = (full.server_for(k.as_bytes()), two.server_for(k.as_bytes()));
+                assert_ne!(after, 1, "{distribution:?}: nothing goes to the ejected server");
+                if distribution == HashKind::Ketama && before != 1 {
+                    assert_eq!(before, after, "ketama moves only the ejected server's keys");
+                }
+            }
+            // As twemproxy: the ring of the live servers is the ring of those servers alone.
+            let alone = Ring::with(placement, &servers(&["a:1", "c:1"]));
+            for i in 0..500 {
+                let k = format!("k{i}");
+                let map = [0, 2];
+                assert_eq!(two.server_for(k.as_bytes()), map[alone.server_for(k.as_bytes())]);
+            }
+            // None live: all are.
+            assert_eq!(Ring::with_live(placement, &specs, &[false; 3]).points, full.points);
+        }
     }
 
     #[test]

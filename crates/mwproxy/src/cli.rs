@@ -47,8 +47,23 @@ pub struct Cli {
     #[arg(long, value_enum)]
     pub multiget: Option<MultigetMode>,
     /// Seed-report spelling of --multiget: true = sharded, false = non-sharded.
-    #[arg(short = 's', long = "sharded", value_name = "true|false", value_parser = parse_bool)]
+    #[arg(long = "sharded", value_name = "true|false", value_parser = parse_bool)]
     pub sharded: Option<bool>,
+    /// `-s true|false`: the seed reports' --sharded; `-s PORT`: twemproxy's
+    /// stats port (--stats-port).
+    #[arg(short = 's', value_name = "true|false|PORT", value_parser = parse_s)]
+    pub short_s: Option<ShortS>,
+    /// Serve twemproxy's stats JSON on this port (twemproxy's -s; on by
+    /// default at 22222 with a twemproxy configuration file).
+    #[arg(long, value_name = "PORT")]
+    pub stats_port: Option<u16>,
+    /// The address of the stats port (twemproxy's -a) [default: 127.0.0.1].
+    #[arg(short = 'a', long, value_name = "ADDR")]
+    pub stats_addr: Option<String>,
+    /// twemproxy's configuration file (nutcracker.yml): every memcached pool
+    /// served by this process (`-c FILE.yml` says the same).
+    #[arg(long, value_name = "FILE")]
+    pub twemproxy_config: Option<std::path::PathBuf>,
     /// Multi-get answer when some servers fail [default: partial].
     #[arg(long, value_enum)]
     pub multiget_failure: Option<MultigetFailure>,
@@ -114,10 +129,84 @@ pub struct Cli {
 
 pub use mwserve::process::{parse_bool, parse_size};
 
+/// What `-s` means: the seed reports' sharded flag, or twemproxy's stats port.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ShortS {
+    /// `-s true|false`.
+    Sharded(bool),
+    /// `-s PORT`.
+    StatsPort(u16),
+}
+
+fn parse_s(v: &str) -> Result<ShortS, String> {
+    if let Ok(port) = v.parse::<u16>() {
+        return Ok(ShortS::StatsPort(port));
+    }
+    parse_bool(v).map(ShortS::Sharded).map_err(|_| format!("{v:?}: true, false or a port number"))
+}
+
+/// twemproxy's stats port when nothing else is said.
+pub const STATS_PORT: u16 = 22222;
+
 impl Cli {
     /// The configuration: the file (if any), then every flag given.
     pub fn to_config(&self) -> Result<Config, ConfigError> {
-        let mut c: Config = self.server.load()?;
+        let c: Config = self.server.load()?;
+        self.apply(c)
+    }
+
+    /// The twemproxy file to serve, when one is given (`--twemproxy-config`, or `-c` naming a .yml file).
+    pub fn twemproxy_file(&self) -> Option<std::path::PathBuf> {
+        self.twemproxy_config.clone().or_else(|| self.server.config.clone().filter(|p| crate::twemproxy::is_yaml(p)))
+    }
+
+    /// Where twemproxy's stats are served: `--stats-port`/`-s PORT`, or
+    /// 22222 with a twemproxy file; with `--stats-addr` (default 127.0.0.1).
+    pub fn stats_listen(&self) -> Option<String> {
+        let port = self
+            .stats_port
+            .or(match self.short_s {
+                Some(ShortS::StatsPort(p)) => Some(p),
+                _ => None,
+            })
+            .or(self.twemproxy_file().map(|_| STATS_PORT))?;
+        let host = self.stats_addr.clone().unwrap_or_else(|| "127.0.0.1".into());
+        Some(if host.contains(':') { format!("[{host}]:{port}") } else { format!("{host}:{port}") })
+    }
+
+    /// A twemproxy pool's configuration with the flags given laid over it.
+    pub fn pool_config(&self, pool: &crate::twemproxy::Pool) -> Result<Config, ConfigError> {
+        use mwserve::config::ServiceConfig;
+        let mut flags = self.server.clone();
+        flags.config = None;
+        let c = Config::from_table(pool.doc.clone(), flags.overlay::<Config>())
+            .map_err(|e| ConfigError(format!("pool {}: {}", pool.name, e.0)))?;
+        self.apply(c).map_err(|e| ConfigError(format!("pool {}: {}", pool.name, e.0)))
+    }
+
+    /// Flags that would give every pool of a file the same address or directory.
+    pub fn one_pool_flags(&self) -> Vec<&'static str> {
+        let mut out = Vec::new();
+        let given = [
+            ("--listen", self.server.listen.is_some()),
+            ("-l/--listen-ip", self.listen_ip.is_some()),
+            ("-p/--port", self.port.is_some()),
+            ("-m/--servers", !self.servers.is_empty()),
+            ("--admin", self.server.admin.is_some()),
+            ("--out", self.server.out.is_some()),
+            ("--instance", self.server.instance.is_some()),
+            ("--plain-listen", self.server.plain_listen.is_some()),
+        ];
+        for (flag, on) in given {
+            if on {
+                out.push(flag);
+            }
+        }
+        out
+    }
+
+    /// Every flag given, over `c`.
+    fn apply(&self, mut c: Config) -> Result<Config, ConfigError> {
         if self.listen_ip.is_some() || self.port.is_some() {
             let (host, port) = c.proxy.listen.rsplit_once(':').unwrap_or(("127.0.0.1", "11311"));
             let host = self.listen_ip.clone().unwrap_or_else(|| host.to_string());
@@ -137,7 +226,11 @@ impl Cli {
         set(&mut c.routing.replication, self.replication);
         set(&mut c.routing.read_policy, self.read_policy);
         set(&mut c.routing.multiget, self.multiget);
-        if let Some(s) = self.sharded {
+        let sharded = match self.short_s {
+            Some(ShortS::Sharded(b)) => Some(b),
+            _ => self.sharded,
+        };
+        if let Some(s) = sharded {
             c.routing.multiget = if s { MultigetMode::Sharded } else { MultigetMode::NonSharded };
         }
         set(&mut c.routing.multiget_failure, self.multiget_failure);

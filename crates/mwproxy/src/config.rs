@@ -108,6 +108,9 @@ pub struct ProxyConfig {
     pub memory_budget: usize,
     /// Seconds to let in-flight requests finish after SIGTERM/SIGINT (default 5).
     pub shutdown_grace_secs: u64,
+    /// Connections the kernel may hold for mwproxy to accept (`listen(2)`'s
+    /// backlog, capped by `net.core.somaxconn`) (default 1024).
+    pub backlog: u32,
 }
 
 impl Default for ProxyConfig {
@@ -124,6 +127,7 @@ impl Default for ProxyConfig {
             max_pending_input: 1 << 20,
             memory_budget: 256 << 20,
             shutdown_grace_secs: 5,
+            backlog: 1024,
         }
     }
 }
@@ -250,6 +254,15 @@ pub struct BackendConfig {
     /// with `-Y` (default: no login).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub auth_file: Option<String>,
+    /// Take a server that failed `eject_after` times in a row off the ring
+    /// for `eject_for_ms`, its keys going where the ring without it puts
+    /// them (twemproxy's `auto_eject_hosts`); off, a failed server's keys
+    /// fail over to their replicas or get an error (default false).
+    pub eject: bool,
+    /// Failures in a row that eject a server (twemproxy's `server_failure_limit`, default 2).
+    pub eject_after: u32,
+    /// Milliseconds an ejected server stays off the ring (twemproxy's `server_retry_timeout`, default 30000).
+    pub eject_for_ms: u64,
 }
 
 impl BackendConfig {
@@ -274,6 +287,9 @@ impl Default for BackendConfig {
             tls_ca: None,
             tls_server_name: None,
             auth_file: None,
+            eject: false,
+            eject_after: 2,
+            eject_for_ms: 30_000,
         }
     }
 }
@@ -443,6 +459,12 @@ impl ServiceConfig for Config {
             }
         }
         let b = &self.backend;
+        if b.eject && (b.eject_after == 0 || b.eject_for_ms == 0) {
+            return err("eject_after and eject_for_ms must be at least 1".into());
+        }
+        if p.backlog == 0 || p.backlog > i32::MAX as u32 {
+            return err(format!("backlog must be 1..={}, not {}", i32::MAX, p.backlog));
+        }
         if b.connect_timeout_ms == 0 || b.timeout_ms == 0 {
             return err("backend timeouts must be at least 1 ms".into());
         }

@@ -203,6 +203,21 @@ impl Servers {
         self.health.is_down(s)
     }
 
+    /// Servers ejected from the ring since start.
+    pub fn ejections(&self) -> u64 {
+        self.health.ejection.count()
+    }
+
+    /// When server `s` was last ejected (unix µs), 0 if never.
+    pub fn ejected_at_us(&self, s: usize) -> u64 {
+        self.health.ejection.at_us(s)
+    }
+
+    /// Requests waiting for server `s`'s replies now.
+    pub fn waiting(&self, s: usize) -> u32 {
+        self.health.waiting(s)
+    }
+
     /// Longest quiet time before the stall check.
     pub fn slice(&self) -> Duration {
         Duration::from_nanos(self.slice_ns.load(Ordering::Relaxed))

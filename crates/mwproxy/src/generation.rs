@@ -46,6 +46,12 @@ impl Generation {
         Generation { id, router: Router::new(&config, addrs), limits: config.parser_limits(), config, ids, users, tls }
     }
 
+    /// With ejection as `ejection` decides (when the configuration turns it on).
+    pub fn ejecting(mut self, ejection: std::sync::Arc<crate::health::Ejection>) -> Generation {
+        self.router = self.router.with_ejection(&self.config, ejection, &self.ids);
+        self
+    }
+
     /// Positions of this configuration's servers that are down or stalled.
     pub fn down(&self, servers: &Servers) -> Vec<usize> {
         (0..self.ids.len()).filter(|&p| servers.is_down(self.ids[p])).collect()

@@ -22,8 +22,8 @@
 //!   that is already down are summed up at most once every 10 seconds.
 
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
-use std::sync::OnceLock;
-use std::time::Instant;
+use std::sync::{Arc, OnceLock};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use crate::config::BackendConfig;
 use crate::route::BackendError;
@@ -56,8 +56,97 @@ struct Server {
 /// Whether requests wait for a carrier (a worker, a loop) right now.
 pub type WorkWaiting = Box<dyn Fn() -> bool + Send + Sync>;
 
+/// Servers taken off the ring (twemproxy's `auto_eject_hosts`), by number:
+/// a server that failed `eject_after` times in a row (no success between)
+/// leaves the ring for `eject_for_ms`; the routing builds the ring of the
+/// others meanwhile (`route::Router::placing`).
+#[derive(Debug)]
+pub struct Ejection {
+    started: Instant,
+    on: AtomicBool,
+    after: AtomicU32,
+    for_ms: AtomicU64,
+    /// Failures in a row since the last success or ejection.
+    in_row: Vec<AtomicU32>,
+    /// Milliseconds since start until which the server is off the ring; 0: on it.
+    until_ms: Vec<AtomicU64>,
+    /// When it was last ejected (unix µs, as twemproxy's `server_ejected_at`).
+    at_us: Vec<AtomicU64>,
+    count: AtomicU64,
+}
+
+impl Ejection {
+    fn new(slots: usize) -> Ejection {
+        Ejection {
+            started: Instant::now(),
+            on: AtomicBool::new(false),
+            after: AtomicU32::new(2),
+            for_ms: AtomicU64::new(30_000),
+            in_row: (0..slots).map(|_| AtomicU32::new(0)).collect(),
+            until_ms: (0..slots).map(|_| AtomicU64::new(0)).collect(),
+            at_us: (0..slots).map(|_| AtomicU64::new(0)).collect(),
+            count: AtomicU64::new(0),
+        }
+    }
+
+    fn configure(&self, cfg: &BackendConfig) {
+        self.after.store(cfg.eject_after.max(1), Ordering::Relaxed);
+        self.for_ms.store(cfg.eject_for_ms.max(1), Ordering::Relaxed);
+        self.on.store(cfg.eject, Ordering::Relaxed);
+    }
+
+    /// Whether ejection is on.
+    pub fn enabled(&self) -> bool {
+        self.on.load(Ordering::Relaxed)
+    }
+
+    /// Milliseconds since start, the clock of [`Ejection::off_ring`].
+    pub fn now_ms(&self) -> u64 {
+        self.started.elapsed().as_millis() as u64
+    }
+
+    /// Whether server `s` is off the ring at `now_ms`.
+    pub fn off_ring(&self, s: usize, now_ms: u64) -> bool {
+        self.until_ms[s].load(Ordering::Relaxed) > now_ms
+    }
+
+    /// Servers ejected since start.
+    pub fn count(&self) -> u64 {
+        self.count.load(Ordering::Relaxed)
+    }
+
+    /// When `s` was last ejected (unix µs), 0 if never.
+    pub fn at_us(&self, s: usize) -> u64 {
+        self.at_us[s].load(Ordering::Relaxed)
+    }
+
+    /// A failure of `s`: its `eject_after`-th in a row ejects it; whether it did.
+    fn failure(&self, s: usize) -> Option<u64> {
+        if !self.enabled() {
+            return None;
+        }
+        let n = self.in_row[s].fetch_add(1, Ordering::AcqRel) + 1;
+        if n < self.after.load(Ordering::Relaxed) {
+            return None;
+        }
+        self.in_row[s].store(0, Ordering::Release);
+        let for_ms = self.for_ms.load(Ordering::Relaxed);
+        self.until_ms[s].store(self.now_ms() + for_ms, Ordering::Relaxed);
+        let now_us = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_micros() as u64).unwrap_or(0);
+        self.at_us[s].store(now_us, Ordering::Relaxed);
+        self.count.fetch_add(1, Ordering::Relaxed);
+        Some(for_ms)
+    }
+
+    fn success(&self, s: usize) {
+        self.in_row[s].store(0, Ordering::Relaxed);
+    }
+}
+
 /// The health of every server, shared by all carriers.
 pub struct Health {
+    /// Servers off the ring.
+    pub ejection: Arc<Ejection>,
     servers: Vec<Server>,
     started: Instant,
     /// Threads that carry requests to the servers.
@@ -83,6 +172,7 @@ impl Health {
     /// `work_waiting` says whether requests wait for one.
     pub fn new(slots: usize, cfg: &BackendConfig, carriers: usize, work_waiting: WorkWaiting) -> Health {
         let h = Health {
+            ejection: Arc::new(Ejection::new(slots)),
             servers: (0..slots).map(|_| Server::default()).collect(),
             started: Instant::now(),
             carriers: carriers.max(1) as u32,
@@ -101,6 +191,7 @@ impl Health {
         self.stall_ms.store(cfg.stall_ms, Ordering::Relaxed);
         self.retry_min_ms.store(cfg.retry_min_ms, Ordering::Relaxed);
         self.retry_max_ms.store(cfg.retry_max_ms, Ordering::Relaxed);
+        self.ejection.configure(cfg);
     }
 
     /// Names slot `s` (its address) for the log; a slot is named once.
@@ -198,6 +289,9 @@ impl Health {
         } else {
             self.note_error(s, e, now);
         }
+        if let Some(ms) = self.ejection.failure(s) {
+            tracing::warn!(server = %self.addr(s), "server ejected from the ring for {ms} ms: its keys go to the others");
+        }
     }
 
     /// A request to `s` was given up (stalled) without blaming the server.
@@ -219,6 +313,7 @@ impl Health {
 
     /// An exchange with `s` succeeded: it is up.
     pub fn succeeded(&self, s: usize) {
+        self.ejection.success(s);
         let h = &self.servers[s];
         if h.failures.load(Ordering::Relaxed) != 0 {
             h.failures.store(0, Ordering::Release);
@@ -231,6 +326,11 @@ impl Health {
     /// Whether `s` is currently down (or stalled).
     pub fn is_down(&self, s: usize) -> bool {
         self.servers[s].failures.load(Ordering::Relaxed) > 0 || self.stalled(s, self.now_ms())
+    }
+
+    /// Requests waiting for `s`'s replies now.
+    pub fn waiting(&self, s: usize) -> u32 {
+        self.servers[s].waiting.load(Ordering::Relaxed)
     }
 
     /// Number of servers.

@@ -38,7 +38,9 @@ pub mod generation;
 pub mod health;
 pub mod local;
 pub mod net;
+pub mod nutstats;
 pub mod pipeline;
+pub mod pools;
 pub mod queue;
 pub mod recorder;
 pub mod reload;
@@ -48,6 +50,7 @@ pub mod server;
 pub mod shared;
 pub mod stats;
 pub mod telemetry;
+pub mod twemproxy;
 pub mod windows;
 pub mod worker;
 

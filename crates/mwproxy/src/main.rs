@@ -8,6 +8,10 @@ use mwproxy::Proxy;
 
 fn main() -> ExitCode {
     let cli: Cli = mwserve::cli::parse::<Cli, mwproxy::Config>();
+    if cli.twemproxy_file().is_some() || cli.stats_listen().is_some() {
+        // twemproxy's file (its pools in one process) or its stats port.
+        return mwproxy::pools::serve(cli);
+    }
     let args = cli.server.clone();
     mwserve::cli::serve::<Proxy>(&args, move || cli.to_config())
 }

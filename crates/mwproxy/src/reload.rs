@@ -124,7 +124,9 @@ fn apply(shared: &Shared, mut next: Config) -> Result<Report, String> {
     shared.servers.set_login(creds.login);
     shared.servers.set_tls(creds.server_tls.map(|(cfg, _)| cfg));
     let id = running.id + 1;
-    shared.install(Generation::new(id, next, &addrs, ids, creds.users, creds.tls));
+    shared.install(
+        Generation::new(id, next, &addrs, ids, creds.users, creds.tls).ejecting(shared.servers.health.ejection.clone()),
+    );
     Ok(Report { generation: id, added, removed, kept, not_applied })
 }
 

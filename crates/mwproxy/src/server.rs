@@ -33,6 +33,11 @@ impl Proxy {
     pub fn shutdown(&self) {
         self.stopper().stop();
     }
+
+    /// Its state, for what reports on it from outside (twemproxy's stats port).
+    pub fn shared(&self) -> Arc<Shared> {
+        self.shared.clone()
+    }
 }
 
 impl Service for Proxy {
@@ -64,6 +69,9 @@ impl Service for Proxy {
         let addrs = config.routing.servers.iter().map(crate::config::resolve).collect::<Result<Vec<_>, _>>()?;
         let creds = Credentials::load(&config)?;
         let (std_listener, addr) = mwserve::listen::bind(&config.proxy.listen)?;
+        if config.proxy.backlog as i32 != mwserve::listen::LISTEN_BACKLOG {
+            rustix::net::listen(&std_listener, config.proxy.backlog as i32).map_err(std::io::Error::from)?;
+        }
         // The main listener speaks TLS when there is a certificate; a plain one may sit beside it.
         let mut listeners = vec![(std_listener, creds.tls.is_some())];
         if let Some(plain) = &config.tls.plain_listen {

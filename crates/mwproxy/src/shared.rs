@@ -67,7 +67,8 @@ impl Shared {
         let ids = servers.register(&creds.endpoints(&addrs)).expect("the first servers fit");
         servers.set_login(creds.login);
         servers.set_tls(creds.server_tls.map(|(cfg, _)| cfg));
-        let generation = Generation::new(1, config.clone(), &addrs, ids, creds.users, creds.tls);
+        let generation = Generation::new(1, config.clone(), &addrs, ids, creds.users, creds.tls)
+            .ejecting(servers.health.ejection.clone());
         Shared {
             queue: WorkQueue::new(config.proxy.queue_capacity),
             budget,

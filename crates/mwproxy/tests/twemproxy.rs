@@ -163,3 +163,263 @@ fn random_distribution_uses_every_server_as_twemproxy_does() {
     stop(p);
     assert!(servers.iter().all(|s| items(s) > 5), "and so does mwproxy");
 }
+
+/// The mwproxy binary.
+fn mwproxy() -> std::process::Command {
+    let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_mwproxy"));
+    c.args(common::engine_args());
+    c
+}
+
+/// A process stopped (and reaped) when dropped.
+struct Running(std::process::Child);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The stats port's document.
+fn stats_of(port: u16) -> serde_json::Value {
+    use std::io::Read;
+    let mut c = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let mut text = String::new();
+    c.read_to_string(&mut text).unwrap();
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}"))
+}
+
+/// Every key path of a JSON document (`pool/server/requests`), values left out.
+fn key_paths(v: &serde_json::Value, prefix: &str, out: &mut std::collections::BTreeSet<String>) {
+    if let serde_json::Value::Object(m) = v {
+        for (k, v) in m {
+            let path = format!("{prefix}/{k}");
+            out.insert(path.clone());
+            key_paths(v, &path, out);
+        }
+    }
+}
+
+/// A directory of the test's own, removed when dropped.
+struct Dir(std::path::PathBuf);
+
+impl Dir {
+    fn new(name: &str) -> Dir {
+        let d = std::env::temp_dir().join(format!("mwproxy-{name}-{}", std::process::id()));
+        std::fs::create_dir_all(&d).unwrap();
+        Dir(d)
+    }
+}
+
+impl Drop for Dir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn nutcracker_bin() -> &'static str {
+    ["/usr/sbin/nutcracker", "/usr/bin/nutcracker"]
+        .into_iter()
+        .find(|p| std::path::Path::new(p).is_file())
+        .expect("nutcracker")
+}
+
+#[test]
+fn the_same_file_served_by_twemproxy_then_by_mwproxy() {
+    let servers = servers(3);
+    let (a, b) = (mctest::free_port(), mctest::free_port());
+    let file = format!(
+        "alpha:\n  listen: 127.0.0.1:{a}\n  hash: fnv1a_64\n  hash_tag: \"{{}}\"\n  distribution: ketama\n  timeout: 400\n  \
+         backlog: 512\n  preconnect: true\n  server_connections: 1\n  auto_eject_hosts: false\n  servers:\n   - {}:1 one\n   - {}:2 two\n\
+         beta:\n  listen: 127.0.0.1:{b}\n  hash: murmur\n  distribution: modula\n  servers:\n   - {}:1\n",
+        servers[0].endpoint(),
+        servers[1].endpoint(),
+        servers[2].endpoint()
+    );
+    let dir = Dir::new("twemproxy-file");
+    let path = dir.0.join("nutcracker.yml");
+    std::fs::write(&path, &file).unwrap();
+    let keys: Vec<String> = (0..200).map(|i| format!("user:{{{}}}:k{i}", i % 23)).collect();
+    // twemproxy stores the keys and says what its stats hold.
+    let stats_tw = mctest::free_port();
+    let tw = Running(
+        std::process::Command::new(nutcracker_bin())
+            .arg("-c")
+            .arg(&path)
+            .args(["-s", &stats_tw.to_string(), "-a", "127.0.0.1"])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    for port in [a, b, stats_tw] {
+        mctest::wait_for_port(format!("127.0.0.1:{port}").parse().unwrap(), std::time::Duration::from_secs(5)).unwrap();
+    }
+    for port in [a, b] {
+        let mut c = Client::connect(format!("127.0.0.1:{port}").parse().unwrap()).unwrap();
+        for (i, k) in keys.iter().enumerate() {
+            assert_eq!(
+                c.call_str(&format!("set {k} 0 0 {}\r\n{port}-{i}\r\n", format!("{port}-{i}").len())).unwrap(),
+                "STORED\r\n"
+            );
+        }
+    }
+    let theirs = stats_of(stats_tw);
+    drop(tw);
+    // mwproxy serves the same file: every key where twemproxy put it, in both pools.
+    let stats_mw = mctest::free_port();
+    let mw =
+        Running(mwproxy().arg("-c").arg(&path).args(["-s", &stats_mw.to_string(), "--log", "warn"]).spawn().unwrap());
+    for port in [a, b, stats_mw] {
+        mctest::wait_for_port(format!("127.0.0.1:{port}").parse().unwrap(), std::time::Duration::from_secs(5)).unwrap();
+    }
+    for port in [a, b] {
+        let mut c = Client::connect(format!("127.0.0.1:{port}").parse().unwrap()).unwrap();
+        for (i, k) in keys.iter().enumerate() {
+            let v = format!("{port}-{i}");
+            assert_eq!(
+                c.call_str(&format!("get {k}\r\n")).unwrap(),
+                format!("VALUE {k} 0 {}\r\n{v}\r\nEND\r\n", v.len()),
+                "pool on {port}"
+            );
+        }
+    }
+    // Its stats port answers with twemproxy's keys, and true counts.
+    let ours = stats_of(stats_mw);
+    let (mut k_theirs, mut k_ours) = (Default::default(), Default::default());
+    key_paths(&theirs, "", &mut k_theirs);
+    key_paths(&ours, "", &mut k_ours);
+    assert_eq!(k_ours, k_theirs, "the same keys as twemproxy's stats for the same file");
+    assert_eq!(ours["service"], "mwproxy");
+    let sent: u64 = ["one", "two"].iter().map(|s| ours["alpha"][s]["requests"].as_u64().unwrap()).sum();
+    assert!(sent >= keys.len() as u64, "alpha's servers answered its {} gets: {ours}", keys.len());
+    assert_eq!(ours["beta"][servers[2].endpoint()]["responses"].as_u64().unwrap(), keys.len() as u64);
+    assert!(ours["alpha"]["client_connections"].as_u64().unwrap() <= 1);
+    drop(mw);
+}
+
+#[test]
+fn a_file_mwproxy_cannot_serve_is_refused_by_name() {
+    let dir = Dir::new("twemproxy-refused");
+    let cases = [
+        (
+            "cache:\n  listen: 127.0.0.1:1\n  redis: true\n  servers:\n   - 127.0.0.1:6379:1\n",
+            "pool cache: is a redis pool",
+        ),
+        ("c:\n  listen: 127.0.0.1:1\n  hash: sha1\n  servers:\n   - 127.0.0.1:1:1\n", "unknown hash \"sha1\""),
+        ("c:\n  listen: /tmp/x.sock 0666\n  servers:\n   - 127.0.0.1:1:1\n", "unix sockets"),
+        (
+            "c:\n  listen: 127.0.0.1:1\n  servers:\n   - 127.0.0.1:1:1\n  mwproxy: {routing: {replication: 3}}\n",
+            "replication",
+        ),
+    ];
+    for (text, wanted) in cases {
+        let path = dir.0.join("n.yml");
+        std::fs::write(&path, text).unwrap();
+        let out = mwproxy().arg("-c").arg(&path).output().unwrap();
+        assert_eq!(out.status.code(), Some(2), "{text}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(wanted), "{text}: {err}");
+    }
+    // A flag that would give two pools one address.
+    let path = dir.0.join("two.yml");
+    std::fs::write(&path, "a:\n  listen: 127.0.0.1:1\n  servers: [\"127.0.0.1:2:1\"]\nb:\n  listen: 127.0.0.1:3\n  servers: [\"127.0.0.1:2:1\"]\n").unwrap();
+    let out = mwproxy().arg("--twemproxy-config").arg(&path).args(["--admin", "9999"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--admin would give all 2 pools"));
+}
+
+#[test]
+fn sighup_reads_the_file_again() {
+    let servers = servers(2);
+    let (listen, stats) = (mctest::free_port(), mctest::free_port());
+    let dir = Dir::new("twemproxy-reload");
+    let path = dir.0.join("nutcracker.yml");
+    let write = |n: usize| {
+        let list: String = servers[..n].iter().map(|s| format!("   - {}:1\n", s.endpoint())).collect();
+        std::fs::write(&path, format!("pool:\n  listen: 127.0.0.1:{listen}\n  hash: fnv1a_64\n  servers:\n{list}"))
+            .unwrap();
+    };
+    write(1);
+    let mw = Running(mwproxy().arg("-c").arg(&path).args(["-s", &stats.to_string(), "--log", "warn"]).spawn().unwrap());
+    mctest::wait_for_port(format!("127.0.0.1:{stats}").parse().unwrap(), std::time::Duration::from_secs(5)).unwrap();
+    let servers_in =
+        |doc: &serde_json::Value| doc["pool"].as_object().unwrap().keys().filter(|k| k.contains(':')).count();
+    assert_eq!(servers_in(&stats_of(stats)), 1);
+    write(2);
+    rustix::process::kill_process(
+        rustix::process::Pid::from_raw(mw.0.id() as i32).unwrap(),
+        rustix::process::Signal::HUP,
+    )
+    .unwrap();
+    assert!(
+        common::eventually(std::time::Duration::from_secs(5), || servers_in(&stats_of(stats)) == 2),
+        "the second server after SIGHUP"
+    );
+    drop(mw);
+}
+
+#[test]
+fn an_ejected_server_leaves_the_ring_and_comes_back() {
+    use mcproto::ring::{HashKind as Dist, Placement, Ring};
+    let mut servers = servers(3);
+    let listen = mctest::free_port();
+    let stats = mctest::free_port();
+    let dir = Dir::new("twemproxy-eject");
+    let path = dir.0.join("nutcracker.yml");
+    let list: String = servers.iter().map(|s| format!("   - {}:1\n", s.endpoint())).collect();
+    std::fs::write(
+        &path,
+        format!(
+            "pool:\n  listen: 127.0.0.1:{listen}\n  hash: fnv1a_64\n  distribution: ketama\n  timeout: 500\n  \
+             auto_eject_hosts: true\n  server_failure_limit: 2\n  server_retry_timeout: 1500\n  servers:\n{list}"
+        ),
+    )
+    .unwrap();
+    let mw =
+        Running(mwproxy().arg("-c").arg(&path).args(["-s", &stats.to_string(), "--log", "error"]).spawn().unwrap());
+    let addr = format!("127.0.0.1:{listen}").parse().unwrap();
+    mctest::wait_for_port(addr, std::time::Duration::from_secs(5)).unwrap();
+    let mut specs: Vec<mcproto::ring::ServerSpec> =
+        servers.iter().map(|s| format!("{}:1", s.endpoint()).parse().unwrap()).collect();
+    twemproxy_order(&mut specs);
+    let placement = Placement { distribution: Dist::Ketama, hash: KeyHash::Fnv1a64, tag: None };
+    let full = Ring::with(placement, &specs);
+    let victim_pos = 1;
+    let victim = servers.iter().position(|s| specs[victim_pos].port == s.port()).unwrap();
+    let victim_keys: Vec<String> =
+        (0..2000).map(|i| format!("k{i}")).filter(|k| full.server_for(k.as_bytes()) == victim_pos).take(20).collect();
+    servers[victim].stop();
+    // Its keys fail until it has failed twice in a row; then they are stored on the others.
+    let mut c = Client::connect(addr).unwrap();
+    let stored = common::eventually(std::time::Duration::from_secs(5), || {
+        c.call_str(&format!("set {} 0 0 1\r\nx\r\n", victim_keys[0])).unwrap() == "STORED\r\n"
+    });
+    assert!(stored, "the key is stored elsewhere once its server is ejected");
+    let mut live = [true; 3];
+    live[victim_pos] = false;
+    let without = Ring::with_live(placement, &specs, &live);
+    for k in &victim_keys {
+        assert_eq!(c.call_str(&format!("set {k} 0 0 1\r\ny\r\n")).unwrap(), "STORED\r\n");
+        let holder = without.server_for(k.as_bytes());
+        let on = servers.iter().position(|s| s.port() == specs[holder].port).unwrap();
+        let others: Vec<usize> = (0..servers.len())
+            .filter(|&i| i != victim)
+            .filter(|&i| common::holders(std::slice::from_ref(&servers[i]), k) == vec![0])
+            .collect();
+        assert_eq!(others, vec![on], "{k} where twemproxy's ring without it puts it");
+    }
+    let doc = stats_of(stats);
+    let name = specs[victim_pos].endpoint();
+    assert!(doc["pool"]["server_ejects"].as_u64().unwrap() >= 1, "{doc}");
+    assert!(doc["pool"][&name]["server_ejected_at"].as_u64().unwrap() > 1_000_000_000_000_000, "{doc}");
+    // Back after the retry timeout, once it answers again.
+    servers[victim].restart().unwrap();
+    let back = common::eventually(std::time::Duration::from_secs(8), || {
+        let _ = c.call_str(&format!("set {} 0 0 1\r\nz\r\n", victim_keys[1]));
+        common::holders(&servers, &victim_keys[1]).contains(&victim)
+    });
+    assert!(back, "the server is on the ring again after server_retry_timeout");
+    drop(mw);
+}

@@ -70,6 +70,11 @@ impl ServerArgs {
     /// The configuration file named by `--config`, or the defaults, with
     /// these flags applied.
     pub fn load<C: ServiceConfig>(&self) -> Result<C, ConfigError> {
+        C::load(self.config.as_deref(), self.overlay::<C>())
+    }
+
+    /// These flags as settings in a configuration file's shape, to lay over one.
+    pub fn overlay<C: ServiceConfig>(&self) -> toml::Table {
         let mut section = toml::Table::new();
         let put = |t: &mut toml::Table, k: &str, v: Option<toml::Value>| {
             if let Some(v) = v {
@@ -98,7 +103,7 @@ impl ServerArgs {
                 overlay.insert(name.into(), toml::Value::Table(t));
             }
         }
-        C::load(self.config.as_deref(), overlay)
+        overlay
     }
 }
 

@@ -43,13 +43,19 @@ pub trait ServiceConfig: Serialize + DeserializeOwned + Default + Clone {
     /// The file at `path` (or the defaults when there is none) with
     /// `overlay` (settings from flags, in the file's shape) on top.
     fn load(path: Option<&Path>, overlay: toml::Table) -> Result<Self, ConfigError> {
-        let mut doc = match path {
+        let doc = match path {
             Some(p) => std::fs::read_to_string(p)
                 .map_err(|e| ConfigError(format!("cannot read {}: {e}", p.display())))?
                 .parse::<toml::Table>()
                 .map_err(|e| ConfigError(format!("config file: {e}")))?,
             None => toml::Table::new(),
         };
+        Self::from_table(doc, overlay)
+    }
+
+    /// Settings in a configuration file's shape (`doc`, read from another
+    /// format) with `overlay` on top.
+    fn from_table(mut doc: toml::Table, overlay: toml::Table) -> Result<Self, ConfigError> {
         merge(&mut doc, overlay);
         Self::deserialize(doc).map_err(|e| ConfigError(format!("config file: {e}")))
     }

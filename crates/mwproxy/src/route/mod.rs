@@ -22,12 +22,16 @@ mod read;
 mod write;
 
 use std::net::SocketAddr;
+use std::sync::Arc;
+
+use arc_swap::ArcSwap;
 
 use mcproto::ring::Ring;
 use mcproto::{GetKind, MalformedResponse, MetaKind, Request};
 use mwstats::OpKind;
 
 use crate::config::{Config, MultigetFailure, MultigetMode, ReadPolicy};
+use crate::health::Ejection;
 use crate::stats::WorkerCounters;
 
 /// How a reply is delimited and checked: [`mcproto::retrieval_reply_len`] and
@@ -180,9 +184,74 @@ pub struct Router {
     pub max_value: usize,
     /// Largest retrieval reply the proxy builds.
     pub max_reply: usize,
+    /// With ejection on: the servers' state and the ring without the ejected ones.
+    live: Option<Arc<Live>>,
+}
+
+/// What the ring is built from when servers can be ejected, and the last
+/// ring built (for the servers off the ring then).
+#[derive(Debug)]
+struct Live {
+    ejection: Arc<Ejection>,
+    /// The number (`Servers`) of the server at each position.
+    ids: Vec<usize>,
+    servers: Vec<mcproto::ring::ServerSpec>,
+    placement: mcproto::ring::Placement,
+    last: ArcSwap<(Vec<bool>, Ring)>,
+}
+
+/// The ring a request is placed with: the configured one, or the ring
+/// without the servers ejected now.
+pub enum Placing<'a> {
+    /// Every server on the ring.
+    Full(&'a Ring),
+    /// Some servers ejected.
+    Without(arc_swap::Guard<Arc<(Vec<bool>, Ring)>>),
+}
+
+impl std::ops::Deref for Placing<'_> {
+    type Target = Ring;
+    fn deref(&self) -> &Ring {
+        match self {
+            Placing::Full(r) => r,
+            Placing::Without(g) => &g.1,
+        }
+    }
 }
 
 impl Router {
+    /// Ejects servers as `ejection` says (when it is on in `config`); `ids`
+    /// are the numbers of the servers at each position.
+    pub fn with_ejection(mut self, config: &Config, ejection: Arc<Ejection>, ids: &[usize]) -> Router {
+        if config.backend.eject {
+            let r = &config.routing;
+            let ring = Ring::with(r.placement(), &r.servers);
+            self.live = Some(Arc::new(Live {
+                ejection,
+                ids: ids.to_vec(),
+                servers: r.servers.clone(),
+                placement: r.placement(),
+                last: ArcSwap::from_pointee((vec![true; ids.len()], ring)),
+            }));
+        }
+        self
+    }
+
+    /// The ring to place a request with now: without the servers ejected.
+    pub fn placing(&self) -> Placing<'_> {
+        let Some(live) = &self.live else { return Placing::Full(&self.ring) };
+        let now = live.ejection.now_ms();
+        let last = live.last.load();
+        let on = |p: usize| !live.ejection.off_ring(live.ids[p], now);
+        if (0..live.ids.len()).all(|p| on(p) == last.0[p]) {
+            return Placing::Without(last);
+        }
+        let mask: Vec<bool> = (0..live.ids.len()).map(on).collect();
+        let ring = Ring::with_live(live.placement, &live.servers, &mask);
+        live.last.store(Arc::new((mask, ring)));
+        Placing::Without(live.last.load())
+    }
+
     /// The rules of `config`, for servers at `addrs`.
     pub fn new(config: &Config, addrs: &[SocketAddr]) -> Router {
         let r = &config.routing;
@@ -197,6 +266,7 @@ impl Router {
             miss_failover: r.miss_failover,
             max_value: config.limits.max_value_size,
             max_reply: config.limits.max_reply_size,
+            live: None,
         }
     }
 
@@ -207,7 +277,7 @@ impl Router {
 
     /// The key's replicas, primary first.
     pub fn replicas(&self, key: &[u8]) -> Vec<usize> {
-        self.ring.replicas(key, self.replication)
+        self.placing().replicas(key, self.replication)
     }
 
     /// Appends `SERVER_ERROR backend <addr> <why>`.

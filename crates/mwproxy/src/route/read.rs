@@ -267,7 +267,7 @@ impl ReadPlan {
             if self.state[k] != Key::Found {
                 continue;
             }
-            router.ring.replicas_into(key, self.r, &mut replicas);
+            router.placing().replicas_into(key, self.r, &mut replicas);
             for &s in &replicas[1..] {
                 let b = &mut batches[s];
                 b.extend_from_slice(b"touch ");
@@ -301,7 +301,7 @@ fn candidates(kind: GetKind, keys: &[Vec<u8>], router: &Router, rr: &mut usize) 
         let start = if uses_read_policy(kind, router) { turn % r } else { 0 };
         let mut reps = Vec::with_capacity(r);
         for key in keys {
-            router.ring.replicas_into(key, r, &mut reps);
+            router.placing().replicas_into(key, r, &mut reps);
             cands.extend((0..r).map(|j| reps[(start + j) % r]));
         }
     }
