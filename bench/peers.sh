@@ -141,10 +141,10 @@ print(f"client: {client}; medians of the rounds; /tw-3: against twemproxy with 3
 for shape in shapes:
     tw = med[shape, "twemproxy-3"]
     print(f"\n== {label.get(shape, shape)}")
-    print(f"{'target':<16}{'ops/s':>10}{'/tw-3':>7}{'p99 ms':>8}{'/tw-3':>7}{'CPU us/req':>11}{'/tw-3':>7}")
+    print(f"{'target':<20}{'ops/s':>10}{'/tw-3':>7}{'p99 ms':>8}{'/tw-3':>7}{'CPU us/req':>11}{'/tw-3':>7}")
     for n in names:
         o, p, c = med[shape, n]
-        print(f"{n:<16}{o:>10.0f}{o / tw[0]:>7.2f}{p:>8.3f}{p / tw[1]:>7.2f}{c:>11.2f}{c / tw[2]:>7.2f}")
+        print(f"{n:<20}{o:>10.0f}{o / tw[0]:>7.2f}{p:>8.3f}{p / tw[1]:>7.2f}{c:>11.2f}{c / tw[2]:>7.2f}")
     o1, direct = med[shape, "mwproxy-1"][0], med[shape, "memcached"][0]
     print(f"mwproxy-1 / memcached direct: {o1 / direct:.2f}")
     md5 = med[shape, "mwproxy-3"]

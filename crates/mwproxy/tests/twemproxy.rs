@@ -423,3 +423,72 @@ fn an_ejected_server_leaves_the_ring_and_comes_back() {
     assert!(back, "the server is on the ring again after server_retry_timeout");
     drop(mw);
 }
+
+/// While a server is ejected, its keys go where twemproxy sends them: the same
+/// file, the same server stopped, each proxy driven until the server is off
+/// its ring, then the same keys written through each; they land on the same
+/// servers.
+#[test]
+fn while_a_server_is_ejected_its_keys_go_where_twemproxy_sends_them() {
+    let mut servers = servers(3);
+    let listen = mctest::free_port();
+    let dir = Dir::new("twemproxy-eject-both");
+    let path = dir.0.join("nutcracker.yml");
+    let list: String = servers.iter().enumerate().map(|(i, s)| format!("   - {}:{}\n", s.endpoint(), i + 1)).collect();
+    std::fs::write(
+        &path,
+        format!(
+            "pool:\n  listen: 127.0.0.1:{listen}\n  hash: murmur\n  distribution: ketama\n  timeout: 500\n  \
+             auto_eject_hosts: true\n  server_failure_limit: 1\n  server_retry_timeout: 60000\n  servers:\n{list}"
+        ),
+    )
+    .unwrap();
+    let addr: std::net::SocketAddr = format!("127.0.0.1:{listen}").parse().unwrap();
+    servers[0].stop();
+    let keys: Vec<String> = (0..150).map(|i| format!("e{i}")).collect();
+    // Where each proxy puts every key once the stopped server is off its ring.
+    let placed = |c: &mut Client, marker: &str| -> Vec<usize> {
+        let ejected = common::eventually(std::time::Duration::from_secs(5), || {
+            keys.iter().all(|k| c.call_str(&format!("set {k} 0 0 1\r\n{marker}\r\n")).unwrap() == "STORED\r\n")
+        });
+        assert!(ejected, "{marker}: every key stored once the server is ejected");
+        keys.iter()
+            .map(|k| {
+                let on: Vec<usize> = (1..servers.len())
+                    .filter(|&i| {
+                        let mut d = Client::connect(servers[i].addr()).unwrap();
+                        d.call_str(&format!("get {k}\r\n")).unwrap().contains(&format!("\r\n{marker}\r\n"))
+                    })
+                    .collect();
+                assert_eq!(on.len(), 1, "{k} on one server: {on:?}");
+                on[0]
+            })
+            .collect()
+    };
+    let tw = Running(
+        std::process::Command::new(nutcracker_bin())
+            .arg("-c")
+            .arg(&path)
+            .args(["-s", &mctest::free_port().to_string(), "-a", "127.0.0.1"])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    mctest::wait_for_port(addr, std::time::Duration::from_secs(5)).unwrap();
+    let theirs = placed(&mut Client::connect(addr).unwrap(), "t");
+    drop(tw);
+    let mw = Running(
+        mwproxy()
+            .arg("-c")
+            .arg(&path)
+            .args(["-s", &mctest::free_port().to_string(), "--log", "error"])
+            .spawn()
+            .unwrap(),
+    );
+    mctest::wait_for_port(addr, std::time::Duration::from_secs(5)).unwrap();
+    let ours = placed(&mut Client::connect(addr).unwrap(), "m");
+    drop(mw);
+    assert_eq!(ours, theirs, "the ejected server's keys (and the others') on the same servers");
+    assert!(theirs.contains(&1) && theirs.contains(&2));
+}
