@@ -200,7 +200,7 @@ def test_until_ci_adds_repetitions_and_says_when_it_gives_up(tmp_path: Path):
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1] / "src")}
     cmd = [sys.executable, "-m", "mwlab.cli", "run", str(spec), "--results", str(tmp_path / "r")]
     out = subprocess.run(
-        [*cmd, "--until-ci", "0.0001", "--budget", "14"], capture_output=True, text=True, timeout=120, env=env
+        [*cmd, "--until-ci", "0.0001", "--budget", "11"], capture_output=True, text=True, timeout=120, env=env
     )
     assert out.returncode == 0, out.stderr
     assert "until-ci: gave up" in out.stdout, out.stdout

@@ -218,8 +218,11 @@ def test_mq_refuses_what_it_does_not_have(tmp_path):
 
 
 def test_calibrate_then_measure_with_real_processes(tmp_path, capsys):
-    """A real experiment (memcached, mwproxy, mwload) at N = 1, 2 and 4: the
-    report calibrates on 1 and 4 and predicts the measured 2."""
+    """A real experiment (memcached, mwproxy, mwload) at N = 1, 2 and 4 load
+    threads: the report calibrates on 1 and 4 and predicts the measured 2.
+    (On this 2-core machine the response time doubles from N = 1 to 2 and
+    grows little to 4, a step the interpolation does not see: the bound
+    below is loose for it.)"""
     from mwlab.analysis import summarize
     from mwlab.render import write_report
     from mwlab.runner import prepare, run_experiment
@@ -227,9 +230,9 @@ def test_calibrate_then_measure_with_real_processes(tmp_path, capsys):
 
     spec = {
         "name": "predict-real",
-        "topology": {"servers": 2, "middlewares": 1, "threads": 1},
+        "topology": {"servers": 2, "middlewares": 1, "virtual_clients": 1},
         "middleware": {"workers": 2},
-        "factors": {"vcli": [1, 2, 4]},
+        "factors": {"tcli": [1, 2, 4]},
         "run": {"duration": 2, "warmup": 1, "cooldown": 0, "repetitions": 1, "window_ms": 500},
     }
     exp = parse(spec)
@@ -265,7 +268,7 @@ def test_calibrate_then_measure_with_real_processes(tmp_path, capsys):
     # `mwlab run --plan` runs exactly that plan (shorter runs: the plan comes
     # from the result, whatever the durations) and its report draws the
     # spec's populations it did not measure, predicted, beside those it did.
-    short = {**spec, "run": {**spec["run"], "duration": 1}}
+    short = {**spec, "run": {**spec["run"], "duration": 1, "warmup": 0.2}}
     spec_file.write_text(json.dumps(short))
     planned = tmp_path / "planned"
     args = ["run", str(spec_file), "--plan", "--from", str(out), "--target", "25%", "--results", str(planned)]
@@ -274,7 +277,7 @@ def test_calibrate_then_measure_with_real_processes(tmp_path, capsys):
     (result,) = (planned / "predict-real-plan").iterdir()
     assert len(list(result.glob("*/rep-*/run.json"))) == c["runs"]
     info = json.loads((result / "experiment.json").read_text())
-    assert info["factors"]["topology.virtual_clients"] == [1, 2, 4] and len(info["points"]) == len(c["N"])
+    assert info["factors"]["topology.threads"] == [1, 2, 4] and len(info["points"]) == len(c["N"])
     surface = pd.read_csv(result / "plots" / "predicted-surface.csv").fillna({"in spec": ""})
     assert set(surface[surface["in spec"] == "measured"]["N"]) == set(c["N"])
     assert set(surface[surface["in spec"] == "predicted"]["N"]) == {1, 2, 4} - set(c["N"])

@@ -153,8 +153,9 @@ impl fmt::Display for ServerSpec {
     }
 }
 
-/// A server's name on the ring.
-fn ring_name(s: &ServerSpec) -> String {
+/// A server's name on the ring (and in twemproxy's stats): its configured
+/// name, else `host` on port 11211 and `host:port` otherwise.
+pub fn ring_name(s: &ServerSpec) -> String {
     if let Some(name) = &s.name {
         name.clone()
     } else if s.port == 11211 {

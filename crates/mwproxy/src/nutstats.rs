@@ -60,19 +60,9 @@ pub fn pool(shared: &Shared) -> (Value, u64, u64) {
             "out_queue": 0,
             "out_queue_bytes": 0,
         });
-        out.insert(name(spec), server);
+        out.insert(mcproto::ring::ring_name(spec), server);
     }
     (Value::Object(out), v("total_connections"), open)
-}
-
-/// A server's key in the document: its name, else `host:port` (`host` on
-/// port 11211), as twemproxy names it.
-fn name(spec: &crate::config::ServerSpec) -> String {
-    match &spec.name {
-        Some(n) => n.clone(),
-        None if spec.port == 11211 => spec.host.clone(),
-        None => format!("{}:{}", spec.host, spec.port),
-    }
 }
 
 /// The whole document for `pools` (name, state), started at `started` (unix seconds).

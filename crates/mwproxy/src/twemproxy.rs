@@ -215,11 +215,9 @@ fn pool(name: &str, body: &yaml_serde::Value) -> Result<toml::Table, String> {
                     servers.push(spec);
                 }
                 twemproxy_order(&mut servers);
-                let names: Vec<String> =
-                    servers.iter().map(|s| s.name.clone().unwrap_or_else(|| s.endpoint())).collect();
-                let mut sorted = names.clone();
-                sorted.sort();
-                if let Some(w) = sorted.windows(2).find(|w| w[0] == w[1]) {
+                // Sorted by name already (twemproxy's rule for twins too): twins are neighbours.
+                let names: Vec<String> = servers.iter().map(mcproto::ring::ring_name).collect();
+                if let Some(w) = names.windows(2).find(|w| w[0] == w[1]) {
                     return Err(format!("two servers named {}", w[0]));
                 }
                 let list = servers.iter().map(|s| toml::Value::String(s.to_string())).collect();

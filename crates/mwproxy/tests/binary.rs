@@ -10,9 +10,7 @@ use mctest::{free_port, wait_for_port, Client, Memcached};
 mod common;
 
 fn mwproxy() -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_mwproxy"));
-    c.args(common::engine_args());
-    c
+    common::mwproxy_binary()
 }
 
 #[test]

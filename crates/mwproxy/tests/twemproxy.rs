@@ -164,11 +164,8 @@ fn random_distribution_uses_every_server_as_twemproxy_does() {
     assert!(servers.iter().all(|s| items(s) > 5), "and so does mwproxy");
 }
 
-/// The mwproxy binary.
 fn mwproxy() -> std::process::Command {
-    let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_mwproxy"));
-    c.args(common::engine_args());
-    c
+    common::mwproxy_binary()
 }
 
 /// A process stopped (and reaped) when dropped.

@@ -263,11 +263,12 @@ impl ReadPlan {
     fn touch_other_replicas(&self, router: &Router, out: &mut Outbox) {
         let mut batches: Vec<Vec<u8>> = vec![Vec::new(); router.servers()];
         let mut replicas = Vec::with_capacity(self.r);
+        let ring = router.placing();
         for (k, key) in self.keys.iter().enumerate() {
             if self.state[k] != Key::Found {
                 continue;
             }
-            router.placing().replicas_into(key, self.r, &mut replicas);
+            ring.replicas_into(key, self.r, &mut replicas);
             for &s in &replicas[1..] {
                 let b = &mut batches[s];
                 b.extend_from_slice(b"touch ");
@@ -300,8 +301,9 @@ fn candidates(kind: GetKind, keys: &[Vec<u8>], router: &Router, rr: &mut usize) 
     } else {
         let start = if uses_read_policy(kind, router) { turn % r } else { 0 };
         let mut reps = Vec::with_capacity(r);
+        let ring = router.placing();
         for key in keys {
-            router.placing().replicas_into(key, r, &mut reps);
+            ring.replicas_into(key, r, &mut reps);
             cands.extend((0..r).map(|j| reps[(start + j) % r]));
         }
     }

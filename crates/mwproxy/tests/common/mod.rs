@@ -42,6 +42,13 @@ pub fn servers(n: usize) -> Vec<Memcached> {
     (0..n).map(|_| Memcached::start().expect("start memcached")).collect()
 }
 
+/// The mwproxy binary, with [`engine`]'s flags.
+pub fn mwproxy_binary() -> std::process::Command {
+    let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_mwproxy"));
+    c.args(engine_args());
+    c
+}
+
 /// A proxy on a free port in front of `servers`, after `tweak` adjusts the defaults.
 pub fn proxy(servers: &[Memcached], tweak: impl FnOnce(&mut Config)) -> Proxy {
     Proxy::start(config(servers, tweak)).expect("start mwproxy")
