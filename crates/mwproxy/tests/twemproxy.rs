@@ -215,11 +215,42 @@ impl Drop for Dir {
     }
 }
 
-fn nutcracker_bin() -> &'static str {
-    ["/usr/sbin/nutcracker", "/usr/bin/nutcracker"]
+/// nutcracker serving the file at `path`, its stats on `stats`.
+fn nutcracker(path: &std::path::Path, stats: u16) -> Running {
+    let bin = ["/usr/sbin/nutcracker", "/usr/bin/nutcracker"]
         .into_iter()
         .find(|p| std::path::Path::new(p).is_file())
-        .expect("nutcracker")
+        .expect("nutcracker (twemproxy) is not installed; make test installs it with apt-get");
+    Running(
+        std::process::Command::new(bin)
+            .arg("-c")
+            .arg(path)
+            .args(["-s", &stats.to_string(), "-a", "127.0.0.1"])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap(),
+    )
+}
+
+/// A one-pool file in `dir` that ejects: `hash`, ketama, the failure
+/// limit and retry timeout, `servers` (`host:port:weight` lines).
+fn ejecting_pool(
+    dir: &Dir,
+    listen: u16,
+    hash: &str,
+    limit: u32,
+    retry_ms: u64,
+    servers: &[String],
+) -> std::path::PathBuf {
+    let path = dir.0.join("nutcracker.yml");
+    let list: String = servers.iter().map(|s| format!("   - {s}\n")).collect();
+    let text = format!(
+        "pool:\n  listen: 127.0.0.1:{listen}\n  hash: {hash}\n  distribution: ketama\n  timeout: 500\n  \
+         auto_eject_hosts: true\n  server_failure_limit: {limit}\n  server_retry_timeout: {retry_ms}\n  servers:\n{list}"
+    );
+    std::fs::write(&path, text).unwrap();
+    path
 }
 
 #[test]
@@ -240,16 +271,7 @@ fn the_same_file_served_by_twemproxy_then_by_mwproxy() {
     let keys: Vec<String> = (0..200).map(|i| format!("user:{{{}}}:k{i}", i % 23)).collect();
     // twemproxy stores the keys and says what its stats hold.
     let stats_tw = mctest::free_port();
-    let tw = Running(
-        std::process::Command::new(nutcracker_bin())
-            .arg("-c")
-            .arg(&path)
-            .args(["-s", &stats_tw.to_string(), "-a", "127.0.0.1"])
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
+    let tw = nutcracker(&path, stats_tw);
     for port in [a, b, stats_tw] {
         mctest::wait_for_port(format!("127.0.0.1:{port}").parse().unwrap(), std::time::Duration::from_secs(5)).unwrap();
     }
@@ -364,16 +386,8 @@ fn an_ejected_server_leaves_the_ring_and_comes_back() {
     let listen = mctest::free_port();
     let stats = mctest::free_port();
     let dir = Dir::new("twemproxy-eject");
-    let path = dir.0.join("nutcracker.yml");
-    let list: String = servers.iter().map(|s| format!("   - {}:1\n", s.endpoint())).collect();
-    std::fs::write(
-        &path,
-        format!(
-            "pool:\n  listen: 127.0.0.1:{listen}\n  hash: fnv1a_64\n  distribution: ketama\n  timeout: 500\n  \
-             auto_eject_hosts: true\n  server_failure_limit: 2\n  server_retry_timeout: 1500\n  servers:\n{list}"
-        ),
-    )
-    .unwrap();
+    let entries: Vec<String> = servers.iter().map(|s| format!("{}:1", s.endpoint())).collect();
+    let path = ejecting_pool(&dir, listen, "fnv1a_64", 2, 1500, &entries);
     let mw =
         Running(mwproxy().arg("-c").arg(&path).args(["-s", &stats.to_string(), "--log", "error"]).spawn().unwrap());
     let addr = format!("127.0.0.1:{listen}").parse().unwrap();
@@ -430,16 +444,8 @@ fn while_a_server_is_ejected_its_keys_go_where_twemproxy_sends_them() {
     let mut servers = servers(3);
     let listen = mctest::free_port();
     let dir = Dir::new("twemproxy-eject-both");
-    let path = dir.0.join("nutcracker.yml");
-    let list: String = servers.iter().enumerate().map(|(i, s)| format!("   - {}:{}\n", s.endpoint(), i + 1)).collect();
-    std::fs::write(
-        &path,
-        format!(
-            "pool:\n  listen: 127.0.0.1:{listen}\n  hash: murmur\n  distribution: ketama\n  timeout: 500\n  \
-             auto_eject_hosts: true\n  server_failure_limit: 1\n  server_retry_timeout: 60000\n  servers:\n{list}"
-        ),
-    )
-    .unwrap();
+    let entries: Vec<String> = servers.iter().enumerate().map(|(i, s)| format!("{}:{}", s.endpoint(), i + 1)).collect();
+    let path = ejecting_pool(&dir, listen, "murmur", 1, 60_000, &entries);
     let addr: std::net::SocketAddr = format!("127.0.0.1:{listen}").parse().unwrap();
     servers[0].stop();
     let keys: Vec<String> = (0..150).map(|i| format!("e{i}")).collect();
@@ -471,16 +477,7 @@ fn while_a_server_is_ejected_its_keys_go_where_twemproxy_sends_them() {
             })
             .collect()
     };
-    let tw = Running(
-        std::process::Command::new(nutcracker_bin())
-            .arg("-c")
-            .arg(&path)
-            .args(["-s", &mctest::free_port().to_string(), "-a", "127.0.0.1"])
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
+    let tw = nutcracker(&path, mctest::free_port());
     mctest::wait_for_port(addr, std::time::Duration::from_secs(5)).unwrap();
     let theirs = placed(&mut Client::connect(addr).unwrap(), "t");
     drop(tw);
