@@ -62,7 +62,9 @@ fn readyz(shared: &Shared) -> Page {
     let router = &generation.router;
     let down = generation.down(&shared.servers);
     let r = router.replication;
-    let lost = !down.is_empty() && router.ring.replica_sets(r).iter().any(|set| set.iter().all(|s| down.contains(s)));
+    // With ejection on, an ejected server's keys are on the others' ring: only that ring can lose keys.
+    let lost =
+        !down.is_empty() && router.placing().replica_sets(r).iter().any(|set| set.iter().all(|s| down.contains(s)));
     let body = serde_json::json!({
         "ready": !lost,
         "servers": generation.ids.len(),

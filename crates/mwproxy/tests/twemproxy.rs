@@ -388,8 +388,15 @@ fn an_ejected_server_leaves_the_ring_and_comes_back() {
     let dir = Dir::new("twemproxy-eject");
     let entries: Vec<String> = servers.iter().map(|s| format!("{}:1", s.endpoint())).collect();
     let path = ejecting_pool(&dir, listen, "fnv1a_64", 2, 1500, &entries);
-    let mw =
-        Running(mwproxy().arg("-c").arg(&path).args(["-s", &stats.to_string(), "--log", "error"]).spawn().unwrap());
+    let admin = mctest::free_port();
+    let mw = Running(
+        mwproxy()
+            .arg("-c")
+            .arg(&path)
+            .args(["-s", &stats.to_string(), "--admin", &admin.to_string(), "--log", "error"])
+            .spawn()
+            .unwrap(),
+    );
     let addr = format!("127.0.0.1:{listen}").parse().unwrap();
     mctest::wait_for_port(addr, std::time::Duration::from_secs(5)).unwrap();
     let mut specs: Vec<mcproto::ring::ServerSpec> =
@@ -425,6 +432,16 @@ fn an_ejected_server_leaves_the_ring_and_comes_back() {
     let name = specs[victim_pos].endpoint();
     assert!(doc["pool"]["server_ejects"].as_u64().unwrap() >= 1, "{doc}");
     assert!(doc["pool"][&name]["server_ejected_at"].as_u64().unwrap() > 1_000_000_000_000_000, "{doc}");
+    // Ready: the server is down, but no key is lost while it is off the ring.
+    let ready = {
+        use std::io::{Read, Write};
+        let mut h = std::net::TcpStream::connect(("127.0.0.1", admin)).unwrap();
+        h.write_all(b"GET /readyz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").unwrap();
+        let mut text = String::new();
+        h.read_to_string(&mut text).unwrap();
+        text
+    };
+    assert!(ready.starts_with("HTTP/1.1 200") && ready.contains("\"ready\":true"), "{ready}");
     // Back after the retry timeout, once it answers again.
     servers[victim].restart().unwrap();
     let back = common::eventually(std::time::Duration::from_secs(8), || {
