@@ -263,11 +263,6 @@ impl Ring {
         Ring { placement, servers: servers.len(), points, slots }
     }
 
-    /// How this ring places keys.
-    pub fn placement(&self) -> Placement {
-        self.placement
-    }
-
     /// Number of servers.
     pub fn len(&self) -> usize {
         self.servers
