@@ -311,25 +311,13 @@ fn jenkins(key: &[u8]) -> u32 {
         a = a.wrapping_add(word(&k[0..4]));
         b = b.wrapping_add(word(&k[4..8]));
         c = c.wrapping_add(word(&k[8..12]));
-        // mix(a, b, c)
-        a = a.wrapping_sub(c);
-        a ^= c.rotate_left(4);
-        c = c.wrapping_add(b);
-        b = b.wrapping_sub(a);
-        b ^= a.rotate_left(6);
-        a = a.wrapping_add(c);
-        c = c.wrapping_sub(b);
-        c ^= b.rotate_left(8);
-        b = b.wrapping_add(a);
-        a = a.wrapping_sub(c);
-        a ^= c.rotate_left(16);
-        c = c.wrapping_add(b);
-        b = b.wrapping_sub(a);
-        b ^= a.rotate_left(19);
-        a = a.wrapping_add(c);
-        c = c.wrapping_sub(b);
-        c ^= b.rotate_left(4);
-        b = b.wrapping_add(a);
+        // lookup3's mix(a, b, c)
+        mix(&mut a, &mut c, b, 4);
+        mix(&mut b, &mut a, c, 6);
+        mix(&mut c, &mut b, a, 8);
+        mix(&mut a, &mut c, b, 16);
+        mix(&mut b, &mut a, c, 19);
+        mix(&mut c, &mut b, a, 4);
         k = &k[12..];
     }
     if k.is_empty() {
@@ -342,21 +330,22 @@ fn jenkins(key: &[u8]) -> u32 {
     if k.len() > 8 {
         c = c.wrapping_add(word(&k[8..]));
     }
-    // final(a, b, c)
-    c ^= b;
-    c = c.wrapping_sub(b.rotate_left(14));
-    a ^= c;
-    a = a.wrapping_sub(c.rotate_left(11));
-    b ^= a;
-    b = b.wrapping_sub(a.rotate_left(25));
-    c ^= b;
-    c = c.wrapping_sub(b.rotate_left(16));
-    a ^= c;
-    a = a.wrapping_sub(c.rotate_left(4));
-    b ^= a;
-    b = b.wrapping_sub(a.rotate_left(14));
-    c ^= b;
-    c.wrapping_sub(b.rotate_left(24))
+    // lookup3's final(a, b, c)
+    for (x, r) in [(2, 14), (0, 11), (1, 25), (2, 16), (0, 4), (1, 14), (2, 24)] {
+        let mut v = [a, b, c];
+        let y = v[(x + 2) % 3];
+        v[x] ^= y;
+        v[x] = v[x].wrapping_sub(y.rotate_left(r));
+        [a, b, c] = v;
+    }
+    c
+}
+
+/// One step of lookup3's mix: `x -= z; x ^= rot(z, r); z += y`.
+fn mix(x: &mut u32, z: &mut u32, y: u32, r: u32) {
+    *x = x.wrapping_sub(*z);
+    *x ^= z.rotate_left(r);
+    *z = z.wrapping_add(y);
 }
 
 /// The part of `key` a hash tag selects: with tag `{}`, `user:{42}:name`
