@@ -69,9 +69,9 @@ impl Placement {
 /// One memcached server: `host:port[:weight]`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ServerSpec {
-    /// Host name or IP address.
+    /// Host name or IP address, or a unix socket's path (an absolute one).
     pub host: String,
-    /// TCP port.
+    /// TCP port (0 for a unix socket).
     pub port: u16,
     /// Share of the ring (default 1).
     pub weight: u32,
@@ -92,9 +92,16 @@ impl fmt::Display for BadServer {
 impl std::error::Error for BadServer {}
 
 impl ServerSpec {
-    /// `host:port` (IPv6 hosts in brackets).
+    /// Whether it is a unix socket (`/path[:weight]`).
+    pub fn is_unix(&self) -> bool {
+        self.port == 0 && self.host.starts_with('/')
+    }
+
+    /// `host:port` (IPv6 hosts in brackets), or a unix socket's path.
     pub fn endpoint(&self) -> String {
-        if self.host.contains(':') {
+        if self.is_unix() {
+            self.host.clone()
+        } else if self.host.contains(':') {
             format!("[{}]:{}", self.host, self.port)
         } else {
             format!("{}:{}", self.host, self.port)
@@ -106,13 +113,28 @@ impl FromStr for ServerSpec {
     type Err = BadServer;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let bad = |why: &str| BadServer(format!("server {s:?}: {why} (expected host:port[:weight] [name])"));
+        let bad = |why: &str| {
+            BadServer(format!("server {s:?}: {why} (expected host:port[:weight] [name] or /unix/path[:weight] [name])"))
+        };
         let (s, name) = match s.trim().split_once(char::is_whitespace) {
             Some((addr, name)) => (addr, Some(name.trim())),
             None => (s.trim(), None),
         };
         if name.is_some_and(|n| n.is_empty() || n.contains(char::is_whitespace)) {
             return Err(bad("a name is one word"));
+        }
+        let weigh = |w: Option<&str>| match w {
+            Some(w) => w.parse::<u32>().ok().filter(|&w| w > 0).ok_or_else(|| bad("weight must be a positive integer")),
+            None => Ok(1),
+        };
+        if s.starts_with('/') {
+            // A unix socket: the weight, if any, after the last colon (as twemproxy reads it).
+            let (path, w) = match s.rsplit_once(':') {
+                Some((p, w)) if !w.is_empty() && w.bytes().all(|b| b.is_ascii_digit()) => (p, Some(w)),
+                _ => (s, None),
+            };
+            let weight = weigh(w)?;
+            return Ok(ServerSpec { host: path.to_string(), port: 0, weight, name: name.map(str::to_string) });
         }
         let (host, rest) = if let Some(stripped) = s.strip_prefix('[') {
             let end = stripped.find(']').ok_or_else(|| bad("unclosed ["))?;
@@ -133,12 +155,7 @@ impl FromStr for ServerSpec {
         if port == 0 {
             return Err(bad("port 0"));
         }
-        let weight = match weight {
-            Some(w) => {
-                w.parse::<u32>().ok().filter(|&w| w > 0).ok_or_else(|| bad("weight must be a positive integer"))?
-            }
-            None => 1,
-        };
+        let weight = weigh(weight)?;
         Ok(ServerSpec { host, port, weight, name: name.map(str::to_string) })
     }
 }
@@ -154,10 +171,14 @@ impl fmt::Display for ServerSpec {
 }
 
 /// A server's name on the ring (and in twemproxy's stats): its configured
-/// name, else `host` on port 11211 and `host:port` otherwise.
+/// name, else `host` on port 11211 and `host:port` otherwise; a unix
+/// socket's is its path and the colon after it (`/path:`, as twemproxy
+/// names it: the host and a port that is empty).
 pub fn ring_name(s: &ServerSpec) -> String {
     if let Some(name) = &s.name {
         name.clone()
+    } else if s.is_unix() {
+        format!("{}:", s.host)
     } else if s.port == 11211 {
         s.host.clone()
     } else {
@@ -413,6 +434,20 @@ mod tests {
     fn ring_names_follow_libmemcached() {
         assert_eq!(ring_name(&"h:11211".parse().unwrap()), "h");
         assert_eq!(ring_name(&"h:11212".parse().unwrap()), "h:11212");
+        assert_eq!(ring_name(&"/run/mc.sock:2".parse().unwrap()), "/run/mc.sock:");
+        assert_eq!(ring_name(&"/run/mc.sock:2 a".parse().unwrap()), "a");
+    }
+
+    #[test]
+    fn unix_sockets_are_servers_with_a_path() {
+        let s: ServerSpec = "/run/mc.sock:3 one".parse().unwrap();
+        assert_eq!((s.host.as_str(), s.port, s.weight, s.is_unix()), ("/run/mc.sock", 0, 3, true));
+        assert_eq!(s.to_string(), "/run/mc.sock:3 one");
+        assert_eq!(s.endpoint(), "/run/mc.sock");
+        let plain: ServerSpec = "/run/mc.sock".parse().unwrap();
+        assert_eq!((plain.host.as_str(), plain.weight), ("/run/mc.sock", 1));
+        assert_eq!(plain.to_string().parse::<ServerSpec>().unwrap(), plain);
+        assert!("/run/mc.sock:0".parse::<ServerSpec>().is_err());
     }
 
     #[test]

@@ -18,7 +18,6 @@ use std::net::Shutdown;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
-use mio::net::TcpStream;
 use mwserve::listen::Transport;
 
 use crate::db::LeaseRef;
@@ -75,7 +74,7 @@ pub enum Delivered {
 impl ClientConn {
     /// A connection over `transport` (plain TCP, or TLS over it).
     pub fn new(id: u64, transport: Transport) -> ClientConn {
-        let peer = transport.socket().peer_addr().ok().map(|a| a.ip());
+        let peer = transport.socket().peer_ip();
         ClientConn {
             id,
             transport,
@@ -104,7 +103,7 @@ impl ClientConn {
     }
 
     /// The socket (for registration with the net thread's poll).
-    pub fn stream(&self) -> &TcpStream {
+    pub fn stream(&self) -> &mwserve::stream::Stream {
         self.transport.socket()
     }
 

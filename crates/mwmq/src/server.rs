@@ -79,11 +79,11 @@ impl Service for Mq {
             let mut conns: Vec<_> = configs.iter().map(|_| None).collect();
             pool.found(&crate::events::queue_names(&configs, &mut conns));
         }
-        let (std_listener, addr) = mwserve::listen::bind(&config.server.listen)?;
+        let (std_listener, addr) = bind_tcp(&config.server.listen)?;
         // The main listener speaks TLS when there is a certificate; a plain one may sit beside it.
         let mut listeners = vec![(std_listener, tls.is_some())];
         if let Some(plain) = &config.tls.plain_listen {
-            listeners.push((mwserve::listen::bind(plain)?.0, false));
+            listeners.push((bind_tcp(plain)?.0, false));
         }
         let open = listeners.iter().filter_map(|(l, _)| l.local_addr().ok()).find(|a| !a.ip().is_loopback());
         if let (false, Some(open)) = (users.enabled(), open) {
@@ -134,6 +134,7 @@ impl Service for Mq {
             let stop_loops = engine.stopper();
             (Some(engine), None, Box::new(stop_loops))
         } else {
+            let listeners = listeners.into_iter().map(|(l, tls)| (l.into(), tls)).collect();
             let (front, waker) = Front::new(listeners, crate::net::TOO_MANY)?;
             let w = waker.clone();
             (None, Some((front, waker)), Box::new(move || drop(w.wake())))
@@ -148,7 +149,8 @@ impl Service for Mq {
         });
         let admin = (crate::admin::PATHS, crate::admin::handler(shared.clone()));
         let s = shared.clone();
-        let shell = Shell::start(addr, &shared.config.stats, admin, move || run_stats_thread(s, results), stopper)?;
+        let shell =
+            Shell::start(addr.into(), &shared.config.stats, admin, move || run_stats_thread(s, results), stopper)?;
         let mut background = start_background(&shared)?;
         let Some((front, waker)) = pool_front else {
             tracing::info!(%addr, loops = workers, "mwmq listening (async engine)");
@@ -232,4 +234,17 @@ fn start_background(shared: &Arc<Shared>) -> std::io::Result<Vec<JoinHandle<()>>
         }
     }
     Ok(background)
+}
+
+/// Binds a TCP listening socket: mwmq's clients connect over TCP (a unix
+/// socket's path is refused by name).
+fn bind_tcp(addr: &str) -> Result<(std::net::TcpListener, std::net::SocketAddr), StartError> {
+    let refused = || StartError::Config(ConfigError(format!("listen {addr:?}: mwmq listens on TCP (host:port) only")));
+    if mwserve::stream::is_unix_path(addr) {
+        return Err(refused());
+    }
+    match mwserve::listen::bind(addr)? {
+        (mwserve::stream::Listener::Tcp(l), mwserve::stream::Addr::Tcp(a)) => Ok((l, a)),
+        _ => Err(refused()),
+    }
 }

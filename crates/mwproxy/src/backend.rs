@@ -11,7 +11,9 @@
 //! server has gone. Every wait is bounded by the limit the caller gives.
 
 use std::io::{self, Read, Write};
-use std::net::{Shutdown, SocketAddr, TcpStream};
+use std::net::Shutdown;
+
+use mwserve::stream::{Addr, BlockingStream};
 use std::time::{Duration, Instant};
 
 use std::sync::Arc;
@@ -32,8 +34,8 @@ const IDLE_CHECK: Duration = Duration::from_millis(200);
 
 /// A worker's connection to one server.
 pub struct Backend {
-    addr: SocketAddr,
-    stream: Option<TcpStream>,
+    addr: Addr,
+    stream: Option<BlockingStream>,
     /// The TLS session of the open connection.
     session: Option<Session>,
     /// Bytes read but not yet consumed.
@@ -47,7 +49,7 @@ pub struct Backend {
 
 impl Backend {
     /// A connection to be opened on first use.
-    pub fn new(addr: SocketAddr) -> Backend {
+    pub fn new(addr: Addr) -> Backend {
         Backend {
             addr,
             stream: None,
@@ -68,9 +70,8 @@ impl Backend {
         if self.stream.is_some() {
             return Ok(false);
         }
-        let s = TcpStream::connect_timeout(&self.addr, connect_timeout)
-            .map_err(|e| BackendError::Connect(e.to_string()))?;
-        let _ = s.set_nodelay(true);
+        let s =
+            BlockingStream::connect(&self.addr, connect_timeout).map_err(|e| BackendError::Connect(e.to_string()))?;
         self.session = match tls() {
             Some((cfg, name)) => Some(Session::connect(&cfg, name).map_err(|e| BackendError::Connect(e.to_string()))?),
             None => None,
@@ -112,7 +113,7 @@ impl Backend {
         loop {
             let written = match self.session.as_mut() {
                 Some(session) => session.write(&*stream, bytes),
-                None => stream.write(bytes),
+                None => (&*stream).write(bytes),
             };
             return match written {
                 Ok(0) => Err(BackendError::Io("closed by server".into())),
@@ -153,7 +154,7 @@ impl Backend {
             let spare = self.buf.spare(READ_CHUNK / 4);
             let read = match self.session.as_mut() {
                 Some(session) => session.read(&*stream, spare),
-                None => stream.read(spare),
+                None => (&*stream).read(spare),
             };
             return match read {
                 Ok(0) => Err(BackendError::Io("closed by server".into())),

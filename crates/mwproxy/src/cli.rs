@@ -23,6 +23,12 @@ pub struct Cli {
     /// Listening port (overrides the port part of --listen).
     #[arg(short = 'p', long, value_name = "PORT")]
     pub port: Option<u16>,
+    /// Listen on this unix socket instead of TCP (as memcached's flag).
+    #[arg(long = "unix-socket", value_name = "PATH", conflicts_with_all = ["listen_ip", "port"])]
+    pub unix_socket: Option<std::path::PathBuf>,
+    /// The unix socket's permissions in octal, e.g. 0660 (default: what the umask leaves).
+    #[arg(long = "unix-mask", value_name = "OCTAL", requires = "unix_socket")]
+    pub unix_mask: Option<String>,
     /// memcached servers, host:port[:weight], space- or comma-separated.
     #[arg(short = 'm', long = "servers", value_name = "SERVER", num_args = 1.., value_delimiter = ',')]
     pub servers: Vec<ServerSpec>,
@@ -190,6 +196,7 @@ impl Cli {
         let given = [
             ("--listen", self.server.listen.is_some()),
             ("-l/--listen-ip", self.listen_ip.is_some()),
+            ("--unix-socket", self.unix_socket.is_some()),
             ("-p/--port", self.port.is_some()),
             ("-m/--servers", !self.servers.is_empty()),
             ("--admin", self.server.admin.is_some()),
@@ -215,6 +222,14 @@ impl Cli {
                 format!("[{host}]:{port}")
             } else {
                 format!("{host}:{port}")
+            };
+        }
+        if let Some(path) = &self.unix_socket {
+            let path = std::path::absolute(path).map_err(|e| ConfigError(format!("--unix-socket {path:?}: {e}")))?;
+            let path = path.to_str().ok_or_else(|| ConfigError(format!("--unix-socket {path:?}: not UTF-8")))?;
+            c.proxy.listen = match &self.unix_mask {
+                Some(mask) => format!("{path} {mask}"),
+                None => path.to_string(),
             };
         }
         if !self.servers.is_empty() {
@@ -291,6 +306,20 @@ mod tests {
         // `-l`/`-p` override the host and the port of `--listen`.
         let c = cli(&["--listen", "0.0.0.0:1", "-p", "2"]).to_config().unwrap();
         assert_eq!(c.proxy.listen, "0.0.0.0:2");
+    }
+
+    #[test]
+    fn memcached_unix_socket_flags() {
+        use mwserve::config::ServiceConfig;
+        let c =
+            cli(&["--unix-socket", "/run/mw.sock", "--unix-mask", "0660", "-m", "/run/mc.sock:2"]).to_config().unwrap();
+        assert_eq!(c.proxy.listen, "/run/mw.sock 0660");
+        assert!(c.routing.servers[0].is_unix() && c.routing.servers[0].weight == 2);
+        let bad =
+            cli(&["--unix-socket", "/run/mw.sock", "--unix-mask", "rw"]).to_config().unwrap().validate().unwrap_err();
+        assert!(bad.0.contains("octal"), "{bad}");
+        let both = Cli::try_parse_from(["mwproxy", "--unix-socket", "/run/mw.sock", "-p", "1"]);
+        assert!(both.is_err(), "a unix socket or a port, not both");
     }
 
     #[test]

@@ -2,7 +2,9 @@
 //! `validate()` that explains every refusal, and TOML loading that rejects
 //! unknown keys. Command-line flags (see `cli.rs`) override the file.
 
-use std::net::{SocketAddr, ToSocketAddrs};
+use std::net::ToSocketAddrs;
+
+use mwserve::stream::Addr;
 
 use serde::{Deserialize, Serialize};
 
@@ -387,12 +389,16 @@ mod server_list {
     }
 }
 
-/// Resolves a server's address (first result).
-pub fn resolve(s: &ServerSpec) -> Result<SocketAddr, ConfigError> {
+/// Resolves a server's address (first result); a unix socket is its path.
+pub fn resolve(s: &ServerSpec) -> Result<Addr, ConfigError> {
+    if s.is_unix() {
+        return Ok(Addr::Unix(s.host.clone().into()));
+    }
     (s.host.as_str(), s.port)
         .to_socket_addrs()
         .ok()
         .and_then(|mut a| a.next())
+        .map(Addr::Tcp)
         .ok_or_else(|| ConfigError(format!("cannot resolve server {}", s.endpoint())))
 }
 

@@ -58,8 +58,12 @@ impl Credentials {
 impl Credentials {
     /// The endpoints of servers at `addrs` (configuration order), with the
     /// names their certificates must carry when they are spoken to with TLS.
-    pub fn endpoints(&self, addrs: &[std::net::SocketAddr]) -> Vec<Endpoint> {
+    pub fn endpoints(&self, addrs: &[mwserve::stream::Addr]) -> Vec<Endpoint> {
         let names = self.server_tls.as_ref().map(|(_, names)| names);
-        addrs.iter().enumerate().map(|(i, &addr)| Endpoint { addr, tls_name: names.map(|n| n[i].clone()) }).collect()
+        addrs
+            .iter()
+            .enumerate()
+            .map(|(i, addr)| Endpoint { addr: addr.clone(), tls_name: names.map(|n| n[i].clone()) })
+            .collect()
     }
 }

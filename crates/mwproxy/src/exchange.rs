@@ -27,8 +27,8 @@
 //! Replies may end calls of any request in any order: the routing core takes
 //! them as they come.
 
+use mwserve::stream::Addr;
 use std::collections::VecDeque;
-use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
@@ -47,7 +47,7 @@ use crate::route::{BackendError, Framing, Outbox};
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Endpoint {
     /// Resolved address.
-    pub addr: SocketAddr,
+    pub addr: Addr,
     /// What its certificate must say, when it is spoken to with TLS.
     pub tls_name: Option<ServerName<'static>>,
 }
@@ -96,7 +96,7 @@ impl Servers {
     /// Servers at `addrs` (numbered 0, 1, ... in that order), all up, with
     /// nothing to repair; `carriers` threads carry requests to them, and
     /// `work_waiting` says whether requests wait for one (see `health.rs`).
-    pub fn new(addrs: Vec<SocketAddr>, cfg: &BackendConfig, carriers: usize, work_waiting: WorkWaiting) -> Servers {
+    pub fn new(addrs: Vec<Addr>, cfg: &BackendConfig, carriers: usize, work_waiting: WorkWaiting) -> Servers {
         let servers = Servers::for_start(addrs.len(), cfg, carriers, work_waiting);
         let endpoints: Vec<Endpoint> = addrs.into_iter().map(|addr| Endpoint { addr, tls_name: None }).collect();
         servers.register(&endpoints).expect("the first servers fit");
@@ -165,8 +165,8 @@ impl Servers {
     }
 
     /// The address of server `s`.
-    pub fn addr(&self, s: usize) -> SocketAddr {
-        read(&self.slots)[s].addr
+    pub fn addr(&self, s: usize) -> Addr {
+        read(&self.slots)[s].addr.clone()
     }
 
     /// How many servers may be numbered.
@@ -185,7 +185,11 @@ impl Servers {
         let cfg = read(&self.tls).clone()?;
         let slots = read(&self.slots);
         let e = &slots[s];
-        let name = e.tls_name.clone().unwrap_or_else(|| ServerName::IpAddress(e.addr.ip().into()));
+        // Without a configured name: the server's IP address, or for a unix socket `localhost`.
+        let name = e.tls_name.clone().unwrap_or_else(|| match e.addr.ip() {
+            Some(ip) => ServerName::IpAddress(ip.into()),
+            None => ServerName::DnsName(rustls::pki_types::DnsName::try_from("localhost").expect("a valid name")),
+        });
         Some((cfg, name))
     }
 

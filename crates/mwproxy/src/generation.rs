@@ -5,7 +5,7 @@
 //! until it is answered, so requests already on their way finish on the old
 //! ring while new ones take the new one.
 
-use std::net::SocketAddr;
+use mwserve::stream::Addr;
 use std::sync::Arc;
 
 use crate::auth::Users;
@@ -38,7 +38,7 @@ impl Generation {
     pub fn new(
         id: u64,
         config: Config,
-        addrs: &[SocketAddr],
+        addrs: &[Addr],
         ids: Vec<usize>,
         users: Option<Users>,
         tls: Option<Arc<rustls::ServerConfig>>,

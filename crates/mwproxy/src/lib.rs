@@ -38,6 +38,7 @@ pub mod generation;
 pub mod health;
 pub mod local;
 pub mod net;
+pub mod nutcli;
 pub mod nutstats;
 pub mod pipeline;
 pub mod pools;

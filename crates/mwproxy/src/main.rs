@@ -1,5 +1,6 @@
 //! The `mwproxy` binary: the command line, then the shell every middleware
 //! shares (`mwserve::cli::serve`): start, reload on SIGHUP, stop cleanly on SIGTERM or SIGINT.
+//! Run as `nutcracker` (or `mwproxy nutcracker`), it reads twemproxy's flags instead.
 
 use std::process::ExitCode;
 
@@ -7,6 +8,10 @@ use mwproxy::cli::Cli;
 use mwproxy::Proxy;
 
 fn main() -> ExitCode {
+    if let Some(args) = mwproxy::nutcli::nutcracker_args() {
+        // Started as nutcracker (a link of that name, or `mwproxy nutcracker`): its flags.
+        return mwproxy::nutcli::main(args);
+    }
     let cli: Cli = mwserve::cli::parse::<Cli, mwproxy::Config>();
     if cli.twemproxy_file().is_some() || cli.stats_listen().is_some() {
         // twemproxy's file (its pools in one process) or its stats port.

@@ -285,7 +285,7 @@ impl NetThread {
                 }
             };
             bump(&net.total_connections);
-            let peer = transport.socket().peer_addr().ok().map(|a| a.ip());
+            let peer = transport.socket().peer_ip();
             Some(Conn {
                 shared: Arc::new(ClientConn::new(transport, shared.budget.clone())),
                 // Grown on the first read: an idle connection costs a few bytes.

@@ -35,13 +35,14 @@
 
 use std::collections::VecDeque;
 use std::io::{self, Read};
-use std::net::{Shutdown, SocketAddr};
+use std::net::Shutdown;
+
+use mwserve::stream::{Addr, Stream};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use mcproto::ReadBuf;
 use mio::event::Event;
-use mio::net::TcpStream;
 use mio::{Interest, Registry, Token};
 use mwstats::clock::now_ns;
 use mwstats::slots::SlotWriter;
@@ -68,8 +69,8 @@ type Tag = (usize, usize, usize);
 
 /// A loop's connection to one server.
 struct Link {
-    addr: SocketAddr,
-    stream: Option<TcpStream>,
+    addr: Addr,
+    stream: Option<Stream>,
     /// The TLS session of the open connection.
     session: Option<Session>,
     /// Connecting since (the connection is not writable yet).
@@ -375,7 +376,7 @@ impl Pipeline {
             }
             let Link { addr, stream, connecting, wbuf, rbuf, ex, session } = link;
             let open = || {
-                let opened = open_link(registry, s, *addr, stream, connecting, rbuf)?;
+                let opened = open_link(registry, s, addr, stream, connecting, rbuf)?;
                 if opened {
                     *session = match servers.tls(s) {
                         Some((cfg, name)) => {
@@ -398,17 +399,14 @@ impl Pipeline {
     fn finish_connect(&mut self, s: usize) {
         let link = &mut self.links[s];
         let Some(stream) = link.stream.as_ref() else { return };
-        let outcome = match stream.take_error() {
-            Ok(Some(e)) | Err(e) => Err(e),
-            Ok(None) => match stream.peer_addr() {
-                Ok(_) => Ok(()),
-                Err(e) if e.kind() == io::ErrorKind::NotConnected => return,
-                Err(e) => Err(e),
-            },
+        let outcome = match stream.connected() {
+            Ok(true) => Ok(()),
+            Ok(false) => return,
+            Err(e) => Err(e),
         };
         match outcome {
             Ok(()) => {
-                let _ = stream.set_nodelay(true);
+                stream.set_nodelay();
                 link.connecting = None;
                 self.flush_link(s);
             }
@@ -438,7 +436,7 @@ impl Pipeline {
             let room = spare.len();
             let read = match link.session.as_mut() {
                 Some(session) => session.read(&*stream, spare),
-                None => stream.read(spare),
+                None => (&*stream).read(spare),
             };
             match read {
                 Ok(0) => {
@@ -572,15 +570,15 @@ impl Generations {
 fn open_link(
     registry: &Registry,
     s: usize,
-    addr: SocketAddr,
-    stream: &mut Option<TcpStream>,
+    addr: &Addr,
+    stream: &mut Option<Stream>,
     connecting: &mut Option<Instant>,
     rbuf: &mut ReadBuf,
 ) -> Result<bool, BackendError> {
     if stream.is_some() {
         return Ok(false);
     }
-    let mut st = TcpStream::connect(addr).map_err(|e| BackendError::Connect(e.to_string()))?;
+    let mut st = Stream::connect(addr).map_err(|e| BackendError::Connect(e.to_string()))?;
     registry
         .register(&mut st, Token(LINK_BASE + s), Interest::READABLE | Interest::WRITABLE)
         .map_err(|e| BackendError::Connect(e.to_string()))?;
@@ -617,7 +615,7 @@ fn session_flush(link: &mut Link) -> io::Result<()> {
 /// Plaintext into a TLS session over a link's socket, as an `io::Write`.
 struct TlsWriter<'a> {
     session: &'a mut Session,
-    stream: &'a TcpStream,
+    stream: &'a Stream,
 }
 
 impl io::Write for TlsWriter<'_> {

@@ -67,7 +67,7 @@ pub fn serve(cli: Cli) -> ExitCode {
     for (name, c) in pools {
         match Proxy::start(c) {
             Ok(p) => {
-                tracing::info!(pool = %name, addr = %p.local_addr(), "serving");
+                tracing::info!(pool = %name, addr = %p.address(), "serving");
                 running.push((name, p));
             }
             Err(e) => {

@@ -100,7 +100,8 @@ impl Service for Proxy {
         });
         let admin = (crate::admin::PATHS, crate::admin::handler(shared.clone()));
         let s = shared.clone();
-        let shell = Shell::start(addr, &shared.config.stats, admin, move || run_stats_thread(s, results), stopper)?;
+        let shell =
+            Shell::start(addr.clone(), &shared.config.stats, admin, move || run_stats_thread(s, results), stopper)?;
         let mut workers = Vec::new();
         for id in 0..workers_n {
             let worker = Worker::new(id, shared.clone());
@@ -134,13 +135,13 @@ impl Service for Proxy {
 
 /// Says loudly when a listener beyond loopback lets anyone in: no login
 /// (`--auth-file`) and no client certificates (`--tls-ca`).
-fn warn_if_open(config: &Config, listeners: &[(std::net::TcpListener, bool)]) {
+fn warn_if_open(config: &Config, listeners: &[(mwserve::stream::Listener, bool)]) {
     if config.auth.file.is_some() {
         return;
     }
     for (l, tls) in listeners {
         let Ok(addr) = l.local_addr() else { continue };
-        let guarded = addr.ip().is_loopback() || (*tls && config.tls.ca.is_some());
+        let guarded = addr.is_local() || (*tls && config.tls.ca.is_some());
         if !guarded {
             tracing::warn!(
                 %addr,

@@ -2,7 +2,7 @@
 //! the servers' health and repair logs, the request queue, the memory budgets,
 //! the counters and the measurements.
 
-use std::net::SocketAddr;
+use mwserve::stream::Addr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -59,7 +59,7 @@ pub struct Shared {
 
 impl Shared {
     /// The state for `config` with servers at `addrs`.
-    pub fn new(config: Config, addrs: Vec<SocketAddr>, max_connections: usize, creds: Credentials) -> Shared {
+    pub fn new(config: Config, addrs: Vec<Addr>, max_connections: usize, creds: Credentials) -> Shared {
         let budget = Arc::new(Budget::new(&config.proxy));
         let queued = budget.clone();
         let work_waiting = Box::new(move || queued.queued() > 0);

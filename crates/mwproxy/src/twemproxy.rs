@@ -6,7 +6,7 @@
 //!
 //! | key | in mwproxy |
 //! |---|---|
-//! | `listen` | `proxy.listen` (host:port; a unix socket is refused) |
+//! | `listen` | `proxy.listen` (host:port, or a unix socket's `/path [mode]`) |
 //! | `hash`, `hash_tag`, `distribution` | `routing.key_hash`, `routing.hash_tag`, `routing.hash` |
 //! | `servers` (`host:port:weight [name]`) | `routing.servers`, in twemproxy's order (sorted by name) |
 //! | `timeout` | `backend.timeout_ms` (twemproxy's default, none, is mwproxy's own default) |
@@ -68,8 +68,11 @@ pub fn parse(text: &str) -> Result<Vec<Pool>, ConfigError> {
         let pool = pool(&name, &body).map_err(|m| err(format!("pool {name}: {m}")))?;
         out.push(Pool { name, doc: pool });
     }
-    let mut listens: Vec<&str> =
-        out.iter().filter_map(|p| p.doc.get("proxy")?.get("listen")?.as_str()).collect::<Vec<_>>();
+    // A unix socket's mode is not part of its address.
+    let mut listens: Vec<&str> = out
+        .iter()
+        .filter_map(|p| p.doc.get("proxy")?.get("listen")?.as_str()?.split_whitespace().next())
+        .collect::<Vec<_>>();
     listens.sort_unstable();
     if let Some(w) = listens.windows(2).find(|w| w[0] == w[1]) {
         return Err(err(format!("two pools listen on {}", w[0])));
@@ -127,12 +130,10 @@ fn pool(name: &str, body: &yaml_serde::Value) -> Result<toml::Table, String> {
         match key.as_str() {
             OWN => {}
             "listen" => {
-                let listen = scalar(value).ok_or("listen must be host:port")?;
-                if listen.starts_with('/') {
-                    return Err(format!("listen {listen}: mwproxy does not listen on unix sockets yet"));
-                }
-                if !listen.contains(':') {
-                    return Err(format!("listen {listen:?} must be host:port"));
+                let listen = scalar(value).ok_or("listen must be host:port or /path [mode]")?;
+                let unix = mwserve::stream::unix_listen(&listen).map_err(|e| format!("listen {e}"))?;
+                if unix.is_none() && !listen.contains(':') {
+                    return Err(format!("listen {listen:?} must be host:port or /path [mode]"));
                 }
                 put(&mut doc, "proxy", "listen", toml::Value::String(listen))?;
             }
@@ -205,12 +206,12 @@ fn pool(name: &str, body: &yaml_serde::Value) -> Result<toml::Table, String> {
                 let mut servers = Vec::new();
                 for s in list {
                     let text = scalar(s).ok_or("servers must be a list of host:port:weight [name]")?;
-                    if text.starts_with('/') {
-                        return Err(format!("server {text}: mwproxy does not reach servers over unix sockets yet"));
-                    }
                     let spec: ServerSpec = text.parse().map_err(|e| format!("{e}"))?;
-                    if text.split_whitespace().next().is_none_or(|a| a.matches(':').count() < 2) {
-                        return Err(format!("server {text:?}: twemproxy writes host:port:weight [name]"));
+                    let colons = if spec.is_unix() { 1 } else { 2 };
+                    if text.split_whitespace().next().is_none_or(|a| a.matches(':').count() < colons) {
+                        return Err(format!(
+                            "server {text:?}: twemproxy writes host:port:weight [name] or /path:weight [name]"
+                        ));
                     }
                     servers.push(spec);
                 }
@@ -307,8 +308,8 @@ beta:
         let cases = [
             ("r:\n  listen: 127.0.0.1:1\n  redis: true\n  servers: [\"a:1:1\"]\n", "pool r: is a redis pool"),
             ("r:\n  listen: 127.0.0.1:1\n  redis_auth: x\n  servers: [\"a:1:1\"]\n", "redis_auth"),
-            ("p:\n  listen: /tmp/s.sock 0666\n  servers: [\"a:1:1\"]\n", "unix sockets"),
-            ("p:\n  listen: 127.0.0.1:1\n  servers: [\"/tmp/m.sock:1\"]\n", "unix sockets"),
+            ("p:\n  listen: /tmp/s.sock 0999\n  servers: [\"a:1:1\"]\n", "octal"),
+            ("p:\n  listen: 127.0.0.1:1\n  servers: [\"/tmp/m.sock\"]\n", "/path:weight [name]"),
             ("p:\n  listen: 127.0.0.1:1\n  hash: sha1\n  servers: [\"a:1:1\"]\n", "hash: unknown hash \"sha1\""),
             ("p:\n  listen: 127.0.0.1:1\n  distribution: vnode\n  servers: [\"a:1:1\"]\n", "ketama, modula or random"),
             ("p:\n  listen: 127.0.0.1:1\n  hash_tag: \"{\"\n  servers: [\"a:1:1\"]\n", "two characters"),

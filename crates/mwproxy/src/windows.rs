@@ -92,7 +92,7 @@ pub fn build_record(
         .endpoints()
         .iter()
         .enumerate()
-        .map(|(i, e)| (e.addr, acc.backend(i), generation.uses(i)))
+        .map(|(i, e)| (e.addr.clone(), acc.backend(i), generation.uses(i)))
         .filter(|(_, b, used)| *used || b.requests > 0)
         .map(|(addr, b, _)| {
             (

@@ -327,7 +327,7 @@ fn a_file_mwproxy_cannot_serve_is_refused_by_name() {
             "pool cache: is a redis pool",
         ),
         ("c:\n  listen: 127.0.0.1:1\n  hash: sha1\n  servers:\n   - 127.0.0.1:1:1\n", "unknown hash \"sha1\""),
-        ("c:\n  listen: /tmp/x.sock 0666\n  servers:\n   - 127.0.0.1:1:1\n", "unix sockets"),
+        ("c:\n  listen: /tmp/x.sock 0966\n  servers:\n   - 127.0.0.1:1:1\n", "octal"),
         (
             "c:\n  listen: 127.0.0.1:1\n  servers:\n   - 127.0.0.1:1:1\n  mwproxy: {routing: {replication: 3}}\n",
             "replication",
@@ -347,6 +347,112 @@ fn a_file_mwproxy_cannot_serve_is_refused_by_name() {
     let out = mwproxy().arg("--twemproxy-config").arg(&path).args(["--admin", "9999"]).output().unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("--admin would give all 2 pools"));
+}
+
+/// A memcached listening on the unix socket `path` only, stopped when dropped.
+fn memcached_on(path: &std::path::Path) -> Running {
+    let mut cmd = std::process::Command::new("memcached");
+    cmd.arg("-s").arg(path).args(["-a", "0700", "-t", "1", "-m", "64"]);
+    if rustix::process::getuid().is_root() {
+        cmd.args(["-u", "root"]);
+    }
+    let m = Running(cmd.stdout(std::process::Stdio::null()).stderr(std::process::Stdio::null()).spawn().unwrap());
+    let up =
+        common::eventually(std::time::Duration::from_secs(5), || std::os::unix::net::UnixStream::connect(path).is_ok());
+    assert!(up, "memcached on {}", path.display());
+    m
+}
+
+/// Sends `request` over the unix socket at `path` and reads until `ends`
+/// replies ended with `END\r\n` (or 5 s passed); nothing when nobody listens.
+fn over_unix(path: &std::path::Path, request: &[u8], ends: usize) -> String {
+    use std::io::{Read, Write};
+    let Ok(mut c) = std::os::unix::net::UnixStream::connect(path) else { return String::new() };
+    c.set_read_timeout(Some(std::time::Duration::from_secs(5))).unwrap();
+    c.write_all(request).unwrap();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 65536];
+    while got.windows(5).filter(|w| w == b"END\r\n").count() < ends {
+        match c.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+        }
+    }
+    String::from_utf8_lossy(&got).into_owned()
+}
+
+#[test]
+fn a_pool_on_unix_sockets_serves_as_twemproxy_does() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = Dir::new("twemproxy-unix");
+    let socks: Vec<_> = (0..3).map(|i| dir.0.join(format!("mc{i}.sock"))).collect();
+    let _memcached: Vec<Running> = socks.iter().map(|p| memcached_on(p)).collect();
+    let list = |weights: [u32; 3]| -> String {
+        socks.iter().zip(weights).map(|(p, w)| format!("   - {}:{w}\n", p.display())).collect()
+    };
+    // twemproxy on TCP in front of the unix sockets (unnamed: ketama hashes `path:`).
+    let (tw_port, stats_tw, stats_mw) = (mctest::free_port(), mctest::free_port(), mctest::free_port());
+    let body = |listen: &str| {
+        format!("pool:\n  listen: {listen}\n  hash: fnv1a_64\n  distribution: ketama\n  servers:\n{}", list([1, 2, 1]))
+    };
+    let path = dir.0.join("nutcracker.yml");
+    std::fs::write(&path, body(&format!("127.0.0.1:{tw_port}"))).unwrap();
+    let keys: Vec<String> = keys(200);
+    let tw = nutcracker(&path, stats_tw);
+    for port in [tw_port, stats_tw] {
+        mctest::wait_for_port(format!("127.0.0.1:{port}").parse().unwrap(), std::time::Duration::from_secs(5)).unwrap();
+    }
+    let mut c = Client::connect(format!("127.0.0.1:{tw_port}").parse().unwrap()).unwrap();
+    for (i, k) in keys.iter().enumerate() {
+        assert_eq!(c.call_str(&format!("set {k} 0 0 {}\r\nv{i}\r\n", format!("v{i}").len())).unwrap(), "STORED\r\n");
+    }
+    let theirs = stats_of(stats_tw);
+    drop(tw);
+    // mwproxy serves the same pool on a unix socket of its own, with twemproxy's mode.
+    let ours_sock = dir.0.join("mw.sock");
+    std::fs::write(&path, body(&format!("{} 0660", ours_sock.display()))).unwrap();
+    let mw =
+        Running(mwproxy().arg("-c").arg(&path).args(["-s", &stats_mw.to_string(), "--log", "warn"]).spawn().unwrap());
+    mctest::wait_for_port(format!("127.0.0.1:{stats_mw}").parse().unwrap(), std::time::Duration::from_secs(5)).unwrap();
+    let listening = || std::os::unix::net::UnixStream::connect(&ours_sock).is_ok();
+    assert!(common::eventually(std::time::Duration::from_secs(5), listening));
+    assert_eq!(std::fs::metadata(&ours_sock).unwrap().permissions().mode() & 0o777, 0o660);
+    let asks: String = keys.iter().map(|k| format!("get {k}\r\n")).collect();
+    let replies = over_unix(&ours_sock, asks.as_bytes(), keys.len());
+    let found = keys
+        .iter()
+        .enumerate()
+        .filter(|(i, k)| replies.contains(&format!("VALUE {k} 0 {}\r\nv{i}\r\n", format!("v{i}").len())))
+        .count();
+    assert_eq!(found, keys.len(), "every key where twemproxy put it, through unix sockets both sides");
+    // Its stats name the servers as twemproxy's do (`path:`), with the same keys.
+    let ours = stats_of(stats_mw);
+    let (mut k_theirs, mut k_ours) = (Default::default(), Default::default());
+    key_paths(&theirs, "", &mut k_theirs);
+    key_paths(&ours, "", &mut k_ours);
+    assert_eq!(k_ours, k_theirs, "the same keys as twemproxy's stats");
+    assert!(ours["pool"][format!("{}:", socks[1].display())]["requests"].as_u64().unwrap() > 0, "{ours}");
+    // Stopped, it removes its socket; started again over a stale one, it takes its place.
+    rustix::process::kill_process(
+        rustix::process::Pid::from_raw(mw.0.id() as i32).unwrap(),
+        rustix::process::Signal::TERM,
+    )
+    .unwrap();
+    assert!(common::eventually(std::time::Duration::from_secs(10), || !ours_sock.exists()), "socket file removed");
+    drop(mw);
+    let stale = std::os::unix::net::UnixListener::bind(&ours_sock).unwrap();
+    drop(stale);
+    let mw = Running(
+        mwproxy().arg("-c").arg(&path).args(["-s", &mctest::free_port().to_string(), "--log", "warn"]).spawn().unwrap(),
+    );
+    assert!(common::eventually(std::time::Duration::from_secs(5), || {
+        over_unix(&ours_sock, format!("get {}\r\n", keys[0]).as_bytes(), 1).contains("v0")
+    }));
+    // A second one on the same socket is refused: it is in use.
+    let out = mwproxy().arg("-c").arg(&path).args(["-s", &mctest::free_port().to_string()]).output().unwrap();
+    assert_ne!(out.status.code(), Some(0));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("another process listens on it"), "{out:?}");
+    drop(mw);
 }
 
 #[test]
@@ -511,4 +617,74 @@ fn while_a_server_is_ejected_its_keys_go_where_twemproxy_sends_them() {
     drop(mw);
     assert_eq!(ours, theirs, "the ejected server's keys (and the others') on the same servers");
     assert!(theirs.contains(&1) && theirs.contains(&2));
+}
+
+/// A daemon stopped when dropped (a failed test leaves none behind).
+struct Daemon(rustix::process::Pid);
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = rustix::process::kill_process(self.0, rustix::process::Signal::KILL);
+    }
+}
+
+#[test]
+fn nutcrackers_command_line_starts_mwproxy_unchanged() {
+    let servers = servers(2);
+    let dir = Dir::new("twemproxy-flags");
+    let (listen, stats) = (mctest::free_port(), mctest::free_port());
+    let path = dir.0.join("nutcracker.yml");
+    let list: String = servers.iter().map(|s| format!("   - {}:1\n", s.endpoint())).collect();
+    std::fs::write(&path, format!("pool:\n  listen: 127.0.0.1:{listen}\n  hash: fnv1a_64\n  servers:\n{list}"))
+        .unwrap();
+    // Under the name nutcracker (a link), as an init script would run it.
+    let link = dir.0.join("nutcracker");
+    std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_mwproxy"), &link).unwrap();
+    let version = std::process::Command::new(&link).arg("-V").output().unwrap();
+    assert!(String::from_utf8_lossy(&version.stdout).contains("This is mwproxy-"), "{version:?}");
+    // -t checks the file.
+    let ok = std::process::Command::new(&link).arg("-t").arg("-c").arg(&path).output().unwrap();
+    assert_eq!(ok.status.code(), Some(0));
+    assert!(String::from_utf8_lossy(&ok.stderr).contains("syntax is ok"), "{ok:?}");
+    let bad = dir.0.join("bad.yml");
+    std::fs::write(&bad, "pool:\n  listen: 127.0.0.1:1\n  hash: sha1\n  servers: [\"127.0.0.1:1:1\"]\n").unwrap();
+    let refused = std::process::Command::new(&link).args(["-t", "-c"]).arg(&bad).output().unwrap();
+    assert_eq!(refused.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("syntax is invalid"), "{refused:?}");
+    // -d -p -o -v -s -a -i -m: a daemon, its pid in the file, its log in the other.
+    let (pid_file, log) = (dir.0.join("n.pid"), dir.0.join("n.log"));
+    let started = std::process::Command::new(env!("CARGO_BIN_EXE_mwproxy"))
+        .arg("nutcracker")
+        .args(["-d", "-v", "6", "-i", "10000", "-m", "16384", "-a", "127.0.0.1", "-s", &stats.to_string(), "-c"])
+        .arg(&path)
+        .arg("-p")
+        .arg(&pid_file)
+        .arg("-o")
+        .arg(&log)
+        .status()
+        .unwrap();
+    assert!(started.success(), "the parent returns once the daemon runs");
+    assert!(common::eventually(std::time::Duration::from_secs(5), || pid_file.exists()));
+    let pid: i32 = std::fs::read_to_string(&pid_file).unwrap().trim().parse().unwrap();
+    let pid = rustix::process::Pid::from_raw(pid).unwrap();
+    let _daemon = Daemon(pid);
+    assert_eq!(rustix::process::getsid(Some(pid)).unwrap(), pid, "the daemon leads a session of its own");
+    mctest::wait_for_port(format!("127.0.0.1:{listen}").parse().unwrap(), std::time::Duration::from_secs(5)).unwrap();
+    let mut c = Client::connect(format!("127.0.0.1:{listen}").parse().unwrap()).unwrap();
+    assert_eq!(c.call_str("set a 0 0 1\r\nx\r\n").unwrap(), "STORED\r\n");
+    // -D describes every stat the stats port serves.
+    let described = std::process::Command::new(&link).arg("-D").output().unwrap();
+    let described = String::from_utf8_lossy(&described.stdout).into_owned();
+    let doc = stats_of(stats);
+    let server = servers[0].endpoint();
+    let stat_names = doc["pool"].as_object().unwrap().keys().filter(|k| !k.contains(':')).cloned();
+    let server_names = doc["pool"][&server].as_object().unwrap().keys().cloned();
+    for k in stat_names.chain(server_names) {
+        assert!(described.contains(&format!("  {k} ")), "{k} described: {described}");
+    }
+    rustix::process::kill_process(pid, rustix::process::Signal::TERM).unwrap();
+    assert!(common::eventually(std::time::Duration::from_secs(10), || !pid_file.exists()), "pid file removed at exit");
+    let logged = std::fs::read_to_string(&log).unwrap();
+    assert!(logged.contains("serving") && logged.contains("stopped"), "{logged}");
+    assert!(!logged.contains('\u{1b}'), "no colours in a log file");
 }

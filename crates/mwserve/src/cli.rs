@@ -146,8 +146,16 @@ pub trait Service: Sized {
     /// Its address, stats thread and admin endpoint.
     fn shell(&self) -> &Shell;
     /// The address clients connect to (useful with port 0).
-    fn local_addr(&self) -> std::net::SocketAddr {
+    fn address(&self) -> &crate::stream::Addr {
         self.shell().addr()
+    }
+    /// The TCP address clients connect to; panics when it listens on a unix
+    /// socket (see [`Service::address`]).
+    fn local_addr(&self) -> std::net::SocketAddr {
+        match self.address() {
+            crate::stream::Addr::Tcp(a) => *a,
+            crate::stream::Addr::Unix(p) => panic!("{} listens on the unix socket {}", Self::NAME, p.display()),
+        }
     }
     /// The admin endpoint's address, when it is on.
     fn admin_addr(&self) -> Option<std::net::SocketAddr> {

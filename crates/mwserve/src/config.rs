@@ -139,7 +139,7 @@ impl Common {
     /// Checks the settings every middleware has.
     pub fn check(&self) -> Result<(), ConfigError> {
         let err = |m: String| Err(ConfigError(m));
-        check_addr("listen address", &self.listen)?;
+        check_listen("listen address", &self.listen)?;
         if self.workers == 0 || self.workers > 1024 {
             return err(format!("workers must be 1..=1024, not {}", self.workers));
         }
@@ -210,7 +210,7 @@ impl TlsConfig {
             return Err(ConfigError("tls: ca and plain_listen need cert and key (a TLS listener)".into()));
         }
         if let Some(a) = &self.plain_listen {
-            check_addr("tls plain_listen", a)?;
+            check_listen("tls plain_listen", a)?;
         }
         if self.max_handshaking == 0 {
             return Err(ConfigError("tls: max_handshaking must be at least 1".into()));
@@ -305,6 +305,15 @@ pub fn check_addr(what: &str, addr: &str) -> Result<(), ConfigError> {
     Ok(())
 }
 
+/// Checks a listening address: `host:port`, or a unix socket's `/path [mode]`.
+pub fn check_listen(what: &str, addr: &str) -> Result<(), ConfigError> {
+    match crate::stream::unix_listen(addr) {
+        Ok(Some(_)) => Ok(()),
+        Ok(None) => check_addr(what, addr),
+        Err(why) => Err(ConfigError(format!("{what} {why}"))),
+    }
+}
+
 /// An admin address with a bare port expanded to loopback.
 pub fn admin_addr(a: &str) -> String {
     if a.parse::<u16>().is_ok() {
@@ -333,6 +342,9 @@ mod tests {
         let bad = StatsConfig { admin: Some("no port".into()), ..StatsConfig::default() };
         assert!(bad.validate().unwrap_err().0.contains("admin address"));
         assert!(check_addr("listen address", "127.0.0.1:0").is_ok());
+        assert!(check_listen("listen address", "/run/x.sock 0660").is_ok());
+        assert!(check_listen("listen address", "/run/x.sock rw").unwrap_err().0.contains("octal"));
+        assert!(check_listen("listen address", "nonsense").is_err());
     }
 }
 

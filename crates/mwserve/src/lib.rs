@@ -8,6 +8,7 @@
 //! - [`start`]: why a middleware could not start;
 //! - [`listen`]: binding, accepting and refusing clients (over the
 //!   connection limit, or without file descriptors);
+//! - [`stream`]: addresses and connections, TCP or unix sockets;
 //! - [`queue`]: the bounded, fair request queue between net threads and workers;
 //! - [`fdlimit`]: raising the open-file limit and working out how many clients fit;
 //! - [`http`]: the small blocking HTTP admin endpoint (`/metrics`, `/stats`, `/healthz`);
@@ -27,5 +28,6 @@ pub mod queue;
 pub mod results;
 pub mod shell;
 pub mod start;
+pub mod stream;
 pub mod throttle;
 pub mod tls;

@@ -6,14 +6,13 @@
 
 use std::fs::File;
 use std::io::{self, Read, Write};
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Registry, Token, Waker};
 
 use crate::start::StartError;
+use crate::stream::{bind_unix, unix_listen, Addr, Listener, Stream};
 use crate::tls::Session;
 
 /// Connections the kernel completes before the net thread accepts them
@@ -21,18 +20,37 @@ use crate::tls::Session;
 /// each SYN dropped costs its client a second before retrying).
 pub const LISTEN_BACKLOG: i32 = 1024;
 
-/// A non-blocking listening socket on `addr` with a backlog of
+/// A non-blocking listening socket on `addr` (`host:port`, or a unix
+/// socket's `/path [mode]`, see [`crate::stream`]) with a backlog of
 /// [`LISTEN_BACKLOG`] (capped by the kernel's `net.core.somaxconn`), and the
 /// address it got (useful with port 0).
-pub fn bind(addr: &str) -> Result<(std::net::TcpListener, SocketAddr), StartError> {
-    let listen = |addr: &str| -> io::Result<std::net::TcpListener> {
-        let l = std::net::TcpListener::bind(addr)?;
-        // Listening again on a listening socket changes its backlog.
-        rustix::net::listen(&l, LISTEN_BACKLOG)?;
-        l.set_nonblocking(true)?;
-        Ok(l)
+pub fn bind(addr: &str) -> Result<(Listener, Addr), StartError> {
+    let failed = |source| StartError::Listen { addr: addr.to_string(), source };
+    let unix = unix_listen(addr).map_err(|why| failed(io::Error::new(io::ErrorKind::InvalidInput, why)))?;
+    let l = match unix {
+        Some((path, mode)) => {
+            let l = bind_unix(&path, mode).map_err(failed)?;
+            Listener::Unix(l, path)
+        }
+        None => Listener::Tcp(std::net::TcpListener::bind(addr).map_err(failed)?),
     };
-    let l = listen(addr).map_err(|source| StartError::Listen { addr: addr.to_string(), source })?;
+    let ready = |l: &Listener| -> io::Result<()> {
+        // Listening again on a listening socket changes its backlog.
+        match l {
+            Listener::Tcp(l) => {
+                rustix::net::listen(l, LISTEN_BACKLOG)?;
+                l.set_nonblocking(true)
+            }
+            Listener::Unix(l, _) => {
+                rustix::net::listen(l, LISTEN_BACKLOG)?;
+                l.set_nonblocking(true)
+            }
+        }
+    };
+    if let Err(e) = ready(&l) {
+        l.remove_file();
+        return Err(failed(e));
+    }
     let local = l.local_addr()?;
     Ok((l, local))
 }
@@ -63,10 +81,7 @@ impl<T> Front<T> {
     /// A front on `listeners` (clones of the bound sockets, one per net
     /// thread, each with whether its clients speak TLS); refused clients
     /// hear `refusal`. The waker wakes its poll.
-    pub fn new(
-        listeners: Vec<(std::net::TcpListener, bool)>,
-        refusal: &'static [u8],
-    ) -> io::Result<(Front<T>, Arc<Waker>)> {
+    pub fn new(listeners: Vec<(Listener, bool)>, refusal: &'static [u8]) -> io::Result<(Front<T>, Arc<Waker>)> {
         assert!(listeners.len() <= MAX_LISTENERS, "at most {MAX_LISTENERS} listeners");
         let poll = Poll::new()?;
         let waker = Arc::new(Waker::new(poll.registry(), WAKER)?);
@@ -101,7 +116,7 @@ impl<T> Front<T> {
         &mut self,
         full: impl Fn() -> bool,
         refused: impl FnMut(),
-        mut make: impl FnMut(TcpStream, bool) -> Option<T>,
+        mut make: impl FnMut(Stream, bool) -> Option<T>,
     ) -> Vec<Token> {
         let mut refused = refused;
         let mut tokens = Vec::new();
@@ -121,19 +136,19 @@ impl<T> Front<T> {
     }
 }
 
-/// A client connection's bytes: plain TCP, or TLS over it. The net thread
-/// reads and whoever answers writes, so the TLS state sits behind a lock
-/// (each holds it for one read or one write).
+/// A client connection's bytes: plain, or TLS over the connection. The net
+/// thread reads and whoever answers writes, so the TLS state sits behind a
+/// lock (each holds it for one read or one write).
 pub enum Transport {
-    /// Plain TCP.
-    Plain(TcpStream),
-    /// TLS over TCP (boxed: a plain connection stays small).
-    Tls(TcpStream, Box<std::sync::Mutex<Session>>),
+    /// Plain bytes.
+    Plain(Stream),
+    /// TLS over the connection (boxed: a plain connection stays small).
+    Tls(Stream, Box<std::sync::Mutex<Session>>),
 }
 
 impl Transport {
     /// A connection through a TLS listener configured by `cfg`, or plain.
-    pub fn new(stream: TcpStream, tls: Option<&Arc<rustls::ServerConfig>>) -> io::Result<Transport> {
+    pub fn new(stream: Stream, tls: Option<&Arc<rustls::ServerConfig>>) -> io::Result<Transport> {
         Ok(match tls {
             Some(cfg) => Transport::Tls(stream, Box::new(std::sync::Mutex::new(Session::accept(cfg)?))),
             None => Transport::Plain(stream),
@@ -141,7 +156,7 @@ impl Transport {
     }
 
     /// The socket (for registration, shutdown, the descriptor).
-    pub fn socket(&self) -> &TcpStream {
+    pub fn socket(&self) -> &Stream {
         match self {
             Transport::Plain(s) | Transport::Tls(s, _) => s,
         }
@@ -159,7 +174,7 @@ impl Transport {
         }
     }
 
-    /// Whether the TLS handshake is still going on (never, for plain TCP).
+    /// Whether the TLS handshake is still going on (never, for plain bytes).
     pub fn handshaking(&self) -> bool {
         self.session().is_some_and(|s| s.handshaking())
     }
@@ -181,7 +196,7 @@ impl Transport {
     }
 
     /// About how many bytes of replies the TLS session holds for the socket
-    /// (0 for plain TCP), counted by the memory budgets as unwritten replies.
+    /// (0 for plain bytes), counted by the memory budgets as unwritten replies.
     pub fn held(&self) -> usize {
         self.session().map_or(0, |s| s.held())
     }
@@ -205,9 +220,31 @@ impl Write for &Transport {
     }
 }
 
+/// A listening socket the poll watches.
+enum Polled {
+    Tcp(mio::net::TcpListener),
+    Unix(mio::net::UnixListener),
+}
+
+impl Polled {
+    fn accept(&self) -> io::Result<Stream> {
+        Ok(match self {
+            Polled::Tcp(l) => Stream::Tcp(l.accept()?.0),
+            Polled::Unix(l) => Stream::Unix(l.accept()?.0),
+        })
+    }
+
+    fn source(&mut self) -> &mut dyn mio::event::Source {
+        match self {
+            Polled::Tcp(l) => l,
+            Polled::Unix(l) => l,
+        }
+    }
+}
+
 /// Accepts a net thread's clients from the listening socket.
 pub struct Acceptor {
-    listener: Option<TcpListener>,
+    listener: Option<Polled>,
     /// A descriptor given up to accept (and refuse) a client when the
     /// process has none left.
     spare: Option<File>,
@@ -218,25 +255,23 @@ pub struct Acceptor {
 impl Acceptor {
     /// Registers `listener` (a clone of the bound socket) under `token`;
     /// refused clients are told `refusal`.
-    pub fn new(
-        listener: std::net::TcpListener,
-        registry: &Registry,
-        token: Token,
-        refusal: &'static [u8],
-    ) -> io::Result<Acceptor> {
-        let mut listener = TcpListener::from_std(listener);
-        registry.register(&mut listener, token, Interest::READABLE)?;
+    pub fn new(listener: Listener, registry: &Registry, token: Token, refusal: &'static [u8]) -> io::Result<Acceptor> {
+        let mut listener = match listener {
+            Listener::Tcp(l) => Polled::Tcp(mio::net::TcpListener::from_std(l)),
+            Listener::Unix(l, _) => Polled::Unix(mio::net::UnixListener::from_std(l)),
+        };
+        registry.register(listener.source(), token, Interest::READABLE)?;
         Ok(Acceptor { listener: Some(listener), spare: File::open("/dev/null").ok(), refusal })
     }
 
     /// The next client to serve, until none waits. A client arriving while
     /// `full()` holds, or when no descriptor is left, is told the refusal,
     /// closed and counted with `refused()`.
-    pub fn next(&mut self, full: impl Fn() -> bool, mut refused: impl FnMut()) -> Option<TcpStream> {
+    pub fn next(&mut self, full: impl Fn() -> bool, mut refused: impl FnMut()) -> Option<Stream> {
         loop {
             let listener = self.listener.as_ref()?;
-            let mut stream = match listener.accept() {
-                Ok((s, _)) => s,
+            let stream = match listener.accept() {
+                Ok(s) => s,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return None,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) if is_out_of_descriptors(&e) => {
@@ -252,10 +287,10 @@ impl Acceptor {
             };
             if full() {
                 refused();
-                let _ = stream.write(self.refusal);
+                let _ = (&stream).write(self.refusal);
                 continue;
             }
-            let _ = stream.set_nodelay(true);
+            stream.set_nodelay();
             return Some(stream);
         }
     }
@@ -271,8 +306,8 @@ impl Acceptor {
             return false;
         }
         let done = match listener.accept() {
-            Ok((mut stream, _)) => {
-                let _ = stream.write(self.refusal);
+            Ok(stream) => {
+                let _ = (&stream).write(self.refusal);
                 refused();
                 true
             }
@@ -285,7 +320,7 @@ impl Acceptor {
     /// Stops accepting (at shutdown); clients still in the backlog are reset.
     pub fn close(&mut self, registry: &Registry) {
         if let Some(mut l) = self.listener.take() {
-            let _ = registry.deregister(&mut l);
+            let _ = registry.deregister(l.source());
         }
     }
 }
@@ -310,8 +345,8 @@ impl<T> Clients<T> {
     pub fn add(
         &mut self,
         registry: &Registry,
-        mut stream: TcpStream,
-        make: impl FnOnce(TcpStream) -> Option<T>,
+        mut stream: Stream,
+        make: impl FnOnce(Stream) -> Option<T>,
     ) -> Option<Token> {
         let slot = self.free.pop().unwrap_or_else(|| {
             self.slots.push(None);
@@ -379,13 +414,13 @@ mod tests {
         let mut clients = Clients::default();
         let mut tokens = Vec::new();
         for i in 0..3 {
-            let s = TcpStream::connect(addr).unwrap();
+            let s = Stream::connect(&addr).unwrap();
             tokens.push(clients.add(poll.registry(), s, |_| Some(i)).unwrap());
         }
         assert_eq!(tokens, [Token(3), Token(4), Token(5)]);
         assert_eq!(clients.remove(Token(4)), Some(1));
         assert_eq!(clients.tokens(), [Token(3), Token(5)]);
-        let t = clients.add(poll.registry(), TcpStream::connect(addr).unwrap(), |_| Some(7)).unwrap();
+        let t = clients.add(poll.registry(), Stream::connect(&addr).unwrap(), |_| Some(7)).unwrap();
         assert_eq!((t, clients.get_mut(t).copied()), (Token(4), Some(7)));
         assert_eq!(clients.iter().sum::<i32>(), 9);
         assert!(clients.remove(Token(1)).is_none() && clients.get_mut(Token(99)).is_none());
@@ -397,6 +432,7 @@ mod tests {
         let (l, addr) = bind("127.0.0.1:0").unwrap();
         let poll = mio::Poll::new().unwrap();
         let mut a = Acceptor::new(l, poll.registry(), LISTENER, b"NO\r\n").unwrap();
+        let Addr::Tcp(addr) = addr else { panic!("tcp") };
         let first = std::net::TcpStream::connect(addr).unwrap();
         let mut second = std::net::TcpStream::connect(addr).unwrap();
         std::thread::sleep(std::time::Duration::from_millis(50));

@@ -4,11 +4,23 @@
 /// Logs to standard error with `filter` (`error`, `warn`, `info`, `debug`,
 /// `trace`, or a tracing filter), else `RUST_LOG`, else `info`.
 pub fn init_logging(filter: Option<&str>) {
+    let _ = init_logging_to(filter, None);
+}
+
+/// As [`init_logging`], to the file at `path` (appended to, without colours)
+/// when one is given.
+pub fn init_logging_to(filter: Option<&str>, path: Option<&std::path::Path>) -> std::io::Result<()> {
     let filter = filter.map(str::to_string).or_else(|| std::env::var("RUST_LOG").ok()).unwrap_or_else(|| "info".into());
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_new(&filter).unwrap_or_else(|_| "info".into()))
-        .with_writer(std::io::stderr)
-        .try_init();
+    let fmt = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::try_new(&filter).unwrap_or_else(|_| "info".into()));
+    let _ = match path {
+        Some(p) => {
+            let file = std::fs::OpenOptions::new().create(true).append(true).open(p)?;
+            fmt.with_ansi(false).with_writer(std::sync::Mutex::new(file)).try_init()
+        }
+        None => fmt.with_writer(std::io::stderr).try_init(),
+    };
+    Ok(())
 }
 
 /// Calls `stop` (on a thread of its own) when SIGTERM or SIGINT arrives,

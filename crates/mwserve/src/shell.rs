@@ -8,10 +8,11 @@ use std::thread::JoinHandle;
 use crate::config::StatsConfig;
 use crate::http::{Handler, HttpEndpoint};
 use crate::start::StartError;
+use crate::stream::Addr;
 
 /// A running middleware's shell.
 pub struct Shell {
-    addr: SocketAddr,
+    addr: Addr,
     stats: Option<JoinHandle<()>>,
     admin: Option<HttpEndpoint>,
     stopper: Stopper,
@@ -22,7 +23,7 @@ impl Shell {
     /// `handler`) and the stats thread (running `stats`), for a middleware
     /// listening on `addr` that `stopper` stops.
     pub fn start(
-        addr: SocketAddr,
+        addr: Addr,
         cfg: &StatsConfig,
         (paths, handler): (&'static [&'static str], Handler),
         stats: impl FnOnce() + Send + 'static,
@@ -39,8 +40,8 @@ impl Shell {
     }
 
     /// The address clients connect to (useful with port 0).
-    pub fn addr(&self) -> SocketAddr {
-        self.addr
+    pub fn addr(&self) -> &Addr {
+        &self.addr
     }
 
     /// The admin endpoint's address, when it is on.
@@ -58,6 +59,9 @@ impl Shell {
         }
         if let Some(a) = self.admin.take() {
             a.stop();
+        }
+        if let Addr::Unix(path) = &self.addr {
+            let _ = std::fs::remove_file(path);
         }
     }
 }

@@ -9,7 +9,8 @@ const MS: u64 = 1_000_000;
 fn servers(n: usize, tweak: impl FnOnce(&mut BackendConfig)) -> Servers {
     let mut cfg = BackendConfig { stall_ms: 20, timeout_ms: 1000, retry_min_ms: 30, ..BackendConfig::default() };
     tweak(&mut cfg);
-    let addrs = (0..n).map(|i| format!("127.0.0.1:{}", 30000 + i).parse().unwrap()).collect();
+    let addrs =
+        (0..n).map(|i| mwserve::stream::Addr::Tcp(format!("127.0.0.1:{}", 30000 + i).parse().unwrap())).collect();
     Servers::new(addrs, &cfg, 4, Box::new(|| false))
 }
 

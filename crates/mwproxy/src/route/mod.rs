@@ -21,7 +21,7 @@ mod meta;
 mod read;
 mod write;
 
-use std::net::SocketAddr;
+use mwserve::stream::Addr;
 use std::sync::Arc;
 
 use arc_swap::ArcSwap;
@@ -253,7 +253,7 @@ impl Router {
     }
 
     /// The rules of `config`, for servers at `addrs`.
-    pub fn new(config: &Config, addrs: &[SocketAddr]) -> Router {
+    pub fn new(config: &Config, addrs: &[Addr]) -> Router {
         let r = &config.routing;
         Router {
             ring: Ring::with(r.placement(), &r.servers),

@@ -13,8 +13,8 @@ fn router(servers: usize, replication: usize, tweak: impl FnOnce(&mut Config)) -
     c.routing.servers = (0..servers).map(|i| format!("127.0.0.1:{}", 20000 + i).parse().unwrap()).collect();
     c.routing.replication = replication;
     tweak(&mut c);
-    let addrs: Vec<std::net::SocketAddr> =
-        (0..servers).map(|i| format!("127.0.0.1:{}", 20000 + i).parse().unwrap()).collect();
+    let addrs: Vec<mwserve::stream::Addr> =
+        (0..servers).map(|i| mwserve::stream::Addr::Tcp(format!("127.0.0.1:{}", 20000 + i).parse().unwrap())).collect();
     Router::new(&c, &addrs)
 }
 
