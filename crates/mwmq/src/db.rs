@@ -137,6 +137,8 @@ const MIGRATIONS: &[&str] = &[
     $$;",
     // 6: Redis streams (`streamdb.rs`).
     crate::streamdb::MIGRATION,
+    // 7: SQL functions applications call in their own transactions (`sqlapi.rs`).
+    crate::sqlapi::MIGRATION,
 ];
 
 /// The advisory lock that serialises migrations of mwmq processes starting together.
@@ -1344,7 +1346,10 @@ pub fn migrate(cfg: &Config) -> Result<u32, String> {
         ));
     }
     for (i, sql) in MIGRATIONS.iter().enumerate().skip(current as usize) {
-        tx.batch_execute(sql).map_err(|e| format!("schema version {}: {e}", i + 1))?;
+        tx.batch_execute(sql).map_err(|e| match e.as_db_error() {
+            Some(d) => format!("schema version {}: {} ({})", i + 1, d.message(), d.code().code()),
+            None => format!("schema version {}: {e}", i + 1),
+        })?;
         tx.execute("INSERT INTO mwmq_schema (version) VALUES ($1)", &[&(i as i32 + 1)]).map_err(|e| e.to_string())?;
     }
     tx.commit().map_err(|e| e.to_string())?;

@@ -28,6 +28,7 @@ pub mod rebalance;
 pub use respproto::server as resp;
 pub mod server;
 pub mod shared;
+pub mod sqlapi;
 pub mod streamdb;
 pub mod telemetry;
 pub mod users;
