@@ -44,10 +44,12 @@ pub enum Command {
     },
     /// `AUTH [user] password`
     Auth(Credentials),
-    /// `QCREATE q [MAXDELIVERIES n] [DEADLETTER q2]`
+    /// `QCREATE q [MAXDELIVERIES n] [DEADLETTER q2] [MAXMESSAGES n] [MAXBYTES n] [CONCURRENCY n] [RATE n/s]`
     Create(String, QueueOptions),
-    /// `QALTER q [MAXDELIVERIES n] [DEADLETTER q2 | NODEADLETTER]`
+    /// `QALTER q [MAXDELIVERIES n] [DEADLETTER q2 | NODEADLETTER] ...` (as QCREATE)
     Alter(String, QueueOptions),
+    /// `QPAUSE q` (true) or `QRESUME q` (false)
+    Pause(String, bool),
     /// `QINFO q`
     QueueInfo(String),
     /// `REDRIVE q2 [TO q] [COUNT n]`
@@ -133,8 +135,15 @@ pub struct QueueOptions {
     pub max_messages: Option<u64>,
     /// Most bytes of bodies the queue may hold (`Some(0)`: no limit).
     pub max_bytes: Option<u64>,
+    /// Most messages leased at once (`Some(0)`: no limit).
+    pub concurrency: Option<u32>,
+    /// Most deliveries per 1,000 seconds (`Some(0)`: no limit); RATE's
+    /// `n/s` times 1,000, kept whole so that options compare exactly.
+    pub rate_milli: Option<u64>,
 }
 
+/// The highest CONCURRENCY a queue may have.
+pub const MAX_CONCURRENCY: i64 = 1_000_000;
 /// Most deliveries a queue may allow before dead-lettering.
 pub const MAX_DELIVERIES: i64 = 1_000_000;
 /// Most messages one REDRIVE moves.
@@ -200,6 +209,7 @@ impl Command {
             Command::Peek { .. } => MqOp::Peek,
             Command::Create(..)
             | Command::Alter(..)
+            | Command::Pause(..)
             | Command::QueueInfo(_)
             | Command::Redrive { .. }
             | Command::Touch { .. }
@@ -227,6 +237,7 @@ impl Command {
             Command::Recv(r) => Some(&r.queue),
             Command::Create(q, _)
             | Command::Alter(q, _)
+            | Command::Pause(q, _)
             | Command::QueueInfo(q)
             | Command::Drop(q)
             | Command::Len(q)
@@ -379,7 +390,7 @@ pub fn parse(args: &[Vec<u8>], limits: &Limits) -> Result<Command, Refusal> {
             }),
             _ => return Err(syntax()),
         },
-        "QDROP" | "QLEN" | "QINFO" => {
+        "QDROP" | "QLEN" | "QINFO" | "QPAUSE" | "QRESUME" => {
             if n != 1 {
                 return Err(arity(&cmd));
             }
@@ -387,6 +398,8 @@ pub fn parse(args: &[Vec<u8>], limits: &Limits) -> Result<Command, Refusal> {
             match cmd.as_str() {
                 "QDROP" => Command::Drop(q),
                 "QINFO" => Command::QueueInfo(q),
+                "QPAUSE" => Command::Pause(q, true),
+                "QRESUME" => Command::Pause(q, false),
                 _ => Command::Len(q),
             }
         }
@@ -426,6 +439,25 @@ pub fn parse(args: &[Vec<u8>], limits: &Limits) -> Result<Command, Refusal> {
                             o.max_messages = Some(m as u64);
                         } else {
                             o.max_bytes = Some(m as u64);
+                        }
+                        i += 2;
+                    }
+                    "CONCURRENCY" if i + 1 < n => {
+                        let m = int(&rest[i + 1])?;
+                        if !(0..=MAX_CONCURRENCY).contains(&m) {
+                            return Err(Reply::err(format!(
+                                "CONCURRENCY must be between 0 (no limit) and {MAX_CONCURRENCY}"
+                            )));
+                        }
+                        o.concurrency = Some(m as u32);
+                        i += 2;
+                    }
+                    "RATE" if i + 1 < n => {
+                        let text = String::from_utf8_lossy(&rest[i + 1]).into_owned();
+                        let per_s = crate::limits::parse_rate(&text).map_err(Reply::err)?;
+                        o.rate_milli = Some((per_s * 1000.0).round() as u64);
+                        if per_s > 0.0 && o.rate_milli == Some(0) {
+                            return Err(Reply::err(format!("RATE {text}: at least 3.6/h")));
                         }
                         i += 2;
                     }

@@ -139,7 +139,14 @@ const MIGRATIONS: &[&str] = &[
     crate::streamdb::MIGRATION,
     // 7: SQL functions applications call in their own transactions (`sqlapi.rs`).
     crate::sqlapi::MIGRATION,
+    // 8: pausing and limiting a queue's deliveries (`limits.rs`).
+    crate::limits::MIGRATION,
 ];
+
+/// A queue RECV's plain statements serve: no delivery limit, not paused, no
+/// concurrency or rate limit (any other goes through `mwmq_recv`).
+const PLAIN_QUEUE: &str =
+    "dropped_at IS NULL AND max_deliveries IS NULL AND NOT paused AND concurrency IS NULL AND rate IS NULL";
 
 /// The advisory lock that serialises migrations of mwmq processes starting together.
 const MIGRATION_LOCK: i64 = 0x6d77_6d71; // "mwmq"
@@ -171,6 +178,7 @@ struct Statements {
     nack: Statement,
     touch: Statement,
     alter: Statement,
+    pause: Statement,
     recount: Statement,
     mark: Statement,
     info: Statement,
@@ -248,11 +256,10 @@ impl Statements {
             // order. The last row counts the messages locked, and says
             // whether the queue is one this statement serves
             // (NULL, NULL, count, 1 or 0, NULL, NULL).
-            recv_many: c.prepare(
+            recv_many: c.prepare(&format!(
                 "WITH r AS (SELECT t.n, t.me FROM unnest($2::text[]) WITH ORDINALITY AS t(me, n)),
                  c AS (SELECT m.queue_id, m.id, m.receiver, m.visible_at FROM mwmq_messages m
-                       WHERE m.queue_id = (SELECT id FROM mwmq_queues
-                                           WHERE name = $1 AND dropped_at IS NULL AND max_deliveries IS NULL)
+                       WHERE m.queue_id = (SELECT id FROM mwmq_queues WHERE name = $1 AND {PLAIN_QUEUE})
                          AND m.visible_at <= now() AND (m.receiver IS NULL OR m.receiver = ANY($2::text[]))
                          AND ($3::text IS NULL OR m.sender = $3)
                        ORDER BY m.visible_at, m.id LIMIT $4 FOR UPDATE SKIP LOCKED),
@@ -276,57 +283,32 @@ impl Statements {
                             RETURNING p.n, m.queue_id, m.id, m.lease, m.sender, m.body)
                  SELECT n, queue_id, id, lease, sender, body FROM leased
                  UNION ALL SELECT NULL, NULL, (SELECT count(*) FROM c),
-                                  (SELECT count(*) FROM mwmq_queues
-                                   WHERE name = $1 AND dropped_at IS NULL AND max_deliveries IS NULL), NULL, NULL",
-            ).await?,
+                                  (SELECT count(*) FROM mwmq_queues WHERE name = $1 AND {PLAIN_QUEUE}), NULL, NULL"
+            )).await?,
             recv_plain: c.prepare(&format!(
                 "UPDATE mwmq_messages m
                  SET lease = mwmq_lease_token(), leased_to = $2,
                      visible_at = now() + interval '1 millisecond' * $5::float8,
                      deliveries = m.deliveries + 1
                  FROM (SELECT queue_id, id FROM mwmq_messages
-                       WHERE queue_id = (SELECT id FROM mwmq_queues
-                                         WHERE name = $1 AND dropped_at IS NULL AND max_deliveries IS NULL)
+                       WHERE queue_id = (SELECT id FROM mwmq_queues WHERE name = $1 AND {PLAIN_QUEUE})
                          AND {ELIGIBLE}
                        ORDER BY visible_at, id LIMIT $4 FOR UPDATE SKIP LOCKED) c
                  WHERE m.queue_id = c.queue_id AND m.id = c.id
                  RETURNING m.queue_id, m.id, m.lease, m.sender, m.body"
             )).await?,
-            // Of the first eligible messages, those delivered `max_deliveries`
-            // times already move to the dead-letter queue (or are dropped when
-            // it does not exist) in the same statement; the others are leased.
-            // The last row counts them: (NULL, moved out, moved in, NULL, NULL).
-            recv: c.prepare(&format!(
-                "WITH q AS (SELECT id, max_deliveries, dead_letter FROM mwmq_queues
-                            WHERE name = $1 AND dropped_at IS NULL),
-                 c AS (SELECT m.queue_id, m.id, coalesce(m.deliveries >= (SELECT max_deliveries FROM q), false) AS dead
-                       FROM mwmq_messages m
-                       WHERE m.queue_id = (SELECT id FROM q) AND {ELIGIBLE}
-                       ORDER BY m.visible_at, m.id LIMIT $4 FOR UPDATE OF m SKIP LOCKED),
-                 gone AS (DELETE FROM mwmq_messages m USING c
-                          WHERE c.dead AND m.queue_id = c.queue_id AND m.id = c.id
-                          RETURNING m.id, m.sender, m.receiver, m.body, m.sent_at, m.deliveries),
-                 moved AS (INSERT INTO mwmq_messages
-                             (queue_id, id, sender, receiver, body, sent_at, visible_at, deliveries, dead_from, dead_reason,
-                              counted)
-                           SELECT dq.id, g.id, g.sender, g.receiver, g.body, g.sent_at, now(), g.deliveries, $1,
-                                  'max_deliveries', (dq.max_messages IS NOT NULL OR dq.max_bytes IS NOT NULL)
-                           FROM gone g CROSS JOIN q JOIN mwmq_queues dq ON dq.name = q.dead_letter AND dq.dropped_at IS NULL
-                           RETURNING 1),
-                 leased AS (UPDATE mwmq_messages m
-                            SET lease = mwmq_lease_token(), leased_to = $2,
-                                visible_at = now() + interval '1 millisecond' * $5::float8,
-                                deliveries = m.deliveries + 1
-                            FROM c WHERE NOT c.dead AND m.queue_id = c.queue_id AND m.id = c.id
-                            RETURNING m.queue_id, m.id, m.lease, m.sender, m.body)
-                 SELECT queue_id, id, lease, sender, body FROM leased
-                 UNION ALL
-                 SELECT NULL::bigint, (SELECT count(*) FROM gone), (SELECT count(*) FROM moved), NULL::text, NULL::bytea"
-            )).await?,
+            // Any other queue: paused, limited or with a delivery limit
+            // (`limits.rs`). The last row counts the dead letters:
+            // (NULL, moved out, moved in, NULL, NULL).
+            recv: c
+                .prepare("SELECT r_queue_id, r_id, r_lease, r_sender, r_body FROM mwmq_recv($1, $2, $3, $4, $5)")
+                .await?,
+            // A paused queue hands out nothing; limits govern leases (RECV), not POP.
             pop: c.prepare(&format!(
                 "DELETE FROM mwmq_messages m
                  USING (SELECT queue_id, id FROM mwmq_messages
-                        WHERE queue_id = {QUEUE} AND {ELIGIBLE}
+                        WHERE queue_id = (SELECT id FROM mwmq_queues WHERE name = $1 AND dropped_at IS NULL AND NOT paused)
+                          AND {ELIGIBLE}
                         ORDER BY visible_at, id LIMIT $4 FOR UPDATE SKIP LOCKED) c
                  WHERE m.queue_id = c.queue_id AND m.id = c.id
                  RETURNING m.id, m.sender, m.body"
@@ -351,9 +333,12 @@ impl Statements {
                  SET max_deliveries = CASE WHEN $2::bool THEN nullif($3::int, 0) ELSE max_deliveries END,
                      dead_letter = CASE WHEN $4::bool THEN $5::text ELSE dead_letter END,
                      max_messages = CASE WHEN $6::bool THEN nullif($7::bigint, 0) ELSE max_messages END,
-                     max_bytes = CASE WHEN $8::bool THEN nullif($9::bigint, 0) ELSE max_bytes END
+                     max_bytes = CASE WHEN $8::bool THEN nullif($9::bigint, 0) ELSE max_bytes END,
+                     concurrency = CASE WHEN $10::bool THEN nullif($11::int, 0) ELSE concurrency END,
+                     rate = CASE WHEN $12::bool THEN nullif($13::float8, 0) ELSE rate END
                  WHERE name = $1 AND dropped_at IS NULL RETURNING id",
             ).await?,
+            pause: c.prepare("UPDATE mwmq_queues SET paused = $2 WHERE name = $1 AND dropped_at IS NULL RETURNING id").await?,
             // A quota set or lifted: the queue's count starts from what it holds.
             // A quota set or lifted: the queue's messages are marked counted, or not.
             mark: c.prepare(
@@ -387,8 +372,11 @@ impl Statements {
                             ORDER BY m.visible_at, m.id LIMIT 1)) * 1000, 0)::float8,
                         coalesce(q.max_messages, 0), coalesce(q.max_bytes, 0),
                         (SELECT coalesce(sum(c.messages), 0)::bigint FROM mwmq_queue_counts c WHERE c.queue_id = q.id),
-                        (SELECT coalesce(sum(c.bytes), 0)::bigint FROM mwmq_queue_counts c WHERE c.queue_id = q.id)
-                 FROM mwmq_queues q WHERE q.name = $1 AND q.dropped_at IS NULL",
+                        (SELECT coalesce(sum(c.bytes), 0)::bigint FROM mwmq_queue_counts c WHERE c.queue_id = q.id),
+                        q.paused, coalesce(q.concurrency, 0), coalesce(q.rate, 0),
+                        coalesce(l.held_concurrency, 0), coalesce(l.held_rate, 0)
+                 FROM mwmq_queues q LEFT JOIN mwmq_queue_limits l ON l.queue_id = q.id
+                 WHERE q.name = $1 AND q.dropped_at IS NULL",
             ).await?,
             // Why a SEND stored nothing: no such queue (no row), or its quota.
             quota: c.prepare(
@@ -422,8 +410,10 @@ impl Statements {
             exists: c.prepare("SELECT 1 FROM mwmq_queues WHERE name = $1 AND dropped_at IS NULL").await?,
             // A user creates at most $7 queues (NULL: no limit).
             create: c.prepare(
-                "INSERT INTO mwmq_queues (name, max_deliveries, dead_letter, max_messages, max_bytes, created_by)
-                 SELECT $1, nullif($2::int, 0), $3, nullif($4::bigint, 0), nullif($5::bigint, 0), $6::text
+                "INSERT INTO mwmq_queues
+                    (name, max_deliveries, dead_letter, max_messages, max_bytes, created_by, concurrency, rate)
+                 SELECT $1, nullif($2::int, 0), $3, nullif($4::bigint, 0), nullif($5::bigint, 0), $6::text,
+                        nullif($8::int, 0), nullif($9::float8, 0)
                  WHERE $7::bigint IS NULL
                     OR (SELECT count(*) FROM mwmq_queues WHERE created_by = $6::text AND dropped_at IS NULL) < $7::bigint
                  ON CONFLICT (name) WHERE dropped_at IS NULL DO NOTHING RETURNING id",
@@ -561,7 +551,7 @@ pub struct Received {
 }
 
 /// What QINFO reports of the database.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct QueueState {
     /// Deliveries before dead-lettering (0: never).
     pub max_deliveries: u32,
@@ -585,6 +575,16 @@ pub struct QueueState {
     pub counted_messages: i64,
     /// Bytes of bodies it holds, as its quota counts them (0 without a quota).
     pub counted_bytes: i64,
+    /// Whether it hands out nothing (QPAUSE).
+    pub paused: bool,
+    /// Most messages leased at once (0: no limit).
+    pub concurrency: i64,
+    /// Most deliveries per second (0: no limit).
+    pub rate: f64,
+    /// RECVs the concurrency limit cut short, across every mwmq process.
+    pub held_by_concurrency: i64,
+    /// RECVs the rate limit cut short, across every mwmq process.
+    pub held_by_rate: i64,
 }
 
 /// A message as POP and PEEK return it.
@@ -841,6 +841,8 @@ impl PgConn {
         let max = o.max_deliveries.map(|m| m as i32);
         let dead = o.dead_letter.clone().flatten();
         let (msgs, bytes) = (o.max_messages.map(|m| m as i64), o.max_bytes.map(|m| m as i64));
+        let concurrency = o.concurrency.map(|c| c as i32);
+        let rate = o.rate_milli.map(|r| r as f64 / 1000.0);
         let r = self
             .client
             .query_opt(
@@ -855,6 +857,10 @@ impl PgConn {
                     &msgs.unwrap_or(0),
                     &bytes.is_some(),
                     &bytes.unwrap_or(0),
+                    &concurrency.is_some(),
+                    &concurrency.unwrap_or(0),
+                    &rate.is_some(),
+                    &rate.unwrap_or(0.0),
                 ],
             )
             .await;
@@ -869,6 +875,15 @@ impl PgConn {
             self.check(r)?;
         }
         Ok(())
+    }
+
+    /// QPAUSE (`on`) or QRESUME.
+    pub async fn pause(&self, queue: &str, on: bool) -> Result<(), DbError> {
+        let r = self.client.query_opt(&self.st.pause, &[&queue, &on]).await;
+        match self.check(r)? {
+            Some(_) => Ok(()),
+            None => Err(DbError::NoQueue(queue.to_string())),
+        }
     }
 
     /// Why a SEND to `queue` stored nothing: the queue does not exist, or is full.
@@ -903,6 +918,11 @@ impl PgConn {
                 max_bytes: row.get(8),
                 counted_messages: row.get(9),
                 counted_bytes: row.get(10),
+                paused: row.get(11),
+                concurrency: i64::from(row.get::<_, i32>(12)),
+                rate: row.get(13),
+                held_by_concurrency: row.get(14),
+                held_by_rate: row.get(15),
             }),
             None => Err(DbError::NoQueue(queue.to_string())),
         }
@@ -1045,12 +1065,17 @@ impl PgConn {
         let dead = o.dead_letter.clone().flatten();
         let (msgs, bytes) = (o.max_messages.unwrap_or(0) as i64, o.max_bytes.unwrap_or(0) as i64);
         let cap = max_queues.map(|m| m as i64);
+        let concurrency = o.concurrency.unwrap_or(0) as i32;
+        let rate = o.rate_milli.unwrap_or(0) as f64 / 1000.0;
         // A name is a queue's or a stream's, never both.
         let r = self.client.query_one(self.stream_statement(crate::streamdb::X::Type as usize), &[&queue]).await;
         if self.check(r)?.get::<_, &str>(0) == "stream" {
             return Err(DbError::Redis("WRONGTYPE Operation against a key holding the wrong kind of value".into()));
         }
-        let r = self.client.query_opt(&self.st.create, &[&queue, &max, &dead, &msgs, &bytes, &creator, &cap]).await;
+        let r = self
+            .client
+            .query_opt(&self.st.create, &[&queue, &max, &dead, &msgs, &bytes, &creator, &cap, &concurrency, &rate])
+            .await;
         if self.check(r)?.is_some() {
             if msgs > 0 || bytes > 0 {
                 // What SENDs may have put in before they saw its quota.

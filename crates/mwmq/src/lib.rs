@@ -18,6 +18,7 @@ pub mod dbtls;
 pub mod deadline;
 pub mod events;
 pub mod job;
+pub mod limits;
 pub mod logins;
 pub mod net;
 pub mod pgpass;

@@ -23,12 +23,23 @@ pub fn queue_info(state: &QueueState, counts: &Counts) -> Reply {
         (t("max_bytes"), Reply::Int(state.max_bytes)),
         (t("counted_messages"), Reply::Int(state.counted_messages)),
         (t("counted_bytes"), Reply::Int(state.counted_bytes)),
+        (t("paused"), Reply::Int(i64::from(state.paused))),
+        (t("concurrency"), Reply::Int(state.concurrency)),
+        (t("rate_per_sec"), Reply::text(format_rate(state.rate))),
+        (t("held_by_concurrency"), Reply::Int(state.held_by_concurrency)),
+        (t("held_by_rate"), Reply::Int(state.held_by_rate)),
     ];
     fields.extend(counts.fields().into_iter().map(|(k, v)| (t(k), Reply::Int(v as i64))));
     Reply::Map(fields)
 }
 
 /// Whether QCREATE or QALTER names a dead-letter queue that does not exist.
+/// A rate as QINFO shows it: deliveries per second, without trailing zeros (0: no limit).
+fn format_rate(r: f64) -> String {
+    let t = format!("{r:.3}");
+    t.trim_end_matches('0').trim_end_matches('.').to_string()
+}
+
 async fn dead_letter_missing(pg: &PgConn, options: &QueueOptions) -> Result<bool, DbError> {
     match &options.dead_letter {
         Some(Some(target)) => Ok(!pg.queue_exists(target).await?),
@@ -79,6 +90,20 @@ impl Core<'_> {
         }
         pg.alter(q, options).await?;
         self.shared.info_cache.forget(q);
+        if options.concurrency.is_some() || options.rate_milli.is_some() {
+            // A limit raised or lifted may let parked RECVs have messages.
+            self.sent(q);
+        }
+        Ok(Outcome::ok(Reply::Simple("OK")))
+    }
+
+    /// QPAUSE (`on`) or QRESUME: a resumed queue's parked RECVs look again at once.
+    pub(super) async fn pause(&self, pg: &PgConn, q: &str, on: bool) -> Result<Outcome, DbError> {
+        pg.pause(q, on).await?;
+        self.shared.info_cache.forget(q);
+        if !on {
+            self.sent(q);
+        }
         Ok(Outcome::ok(Reply::Simple("OK")))
     }
 

@@ -1,0 +1,188 @@
+//! Steering deliveries: a paused queue stores SENDs and hands out nothing
+//! until it is resumed (parked RECVs wake then); CONCURRENCY and RATE hold
+//! across every mwmq process on the database, also when their receivers
+//! race; QINFO shows the settings and how often they cut a RECV short.
+
+mod common;
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use common::*;
+use mctest::Postgres;
+use mwmq::Service;
+
+fn qinfo(c: &mut redis::Connection, queue: &str) -> HashMap<String, String> {
+    let flat: Vec<redis::Value> = q(c, &["QINFO", queue]);
+    flat.chunks(2)
+        .map(|kv| {
+            let v = match &kv[1] {
+                redis::Value::Int(i) => i.to_string(),
+                other => redis::from_redis_value::<String>(other).unwrap_or_default(),
+            };
+            (redis::from_redis_value::<String>(&kv[0]).unwrap(), v)
+        })
+        .collect()
+}
+
+fn send_n(c: &mut redis::Connection, queue: &str, n: usize) {
+    for i in 0..n {
+        let _: i64 = q(c, &["SEND", queue, &format!("m{i}")]);
+    }
+}
+
+#[test]
+fn a_paused_queue_stores_and_hands_out_nothing_until_resumed() {
+    let pg = Postgres::start().unwrap();
+    // Polling once a minute: only QRESUME can wake the parked RECV in time.
+    let mut cfg = config(&pg);
+    cfg.queues.poll_ms = 60_000;
+    let mq = start(cfg);
+    let addr = mq.local_addr();
+    let mut c = connect(addr);
+    assert_eq!(q::<String>(&mut c, &["QCREATE", "jobs"]), "OK");
+    let _: i64 = q(&mut c, &["SEND", "jobs", "before"]);
+    assert_eq!(q::<String>(&mut c, &["QPAUSE", "jobs"]), "OK");
+    let _: i64 = q(&mut c, &["SEND", "jobs", "during"]);
+    assert!(recv(&mut c, "jobs", &["COUNT", "10"]).is_empty(), "nothing handed out");
+    assert_eq!(q::<Option<(i64, String, Vec<u8>)>>(&mut c, &["POP", "jobs"]), None, "not even by POP");
+    let peeked: (i64, String, Vec<u8>) = q(&mut c, &["PEEK", "jobs"]);
+    assert_eq!(peeked.2, b"before", "looking is not taking");
+    let info = qinfo(&mut c, "jobs");
+    assert_eq!((info["paused"].as_str(), info["ready"].as_str()), ("1", "2"));
+    let waiter = std::thread::spawn(move || {
+        let mut c = connect(addr);
+        let got = recv(&mut c, "jobs", &["COUNT", "10", "WAIT", "30000"]);
+        (got, Instant::now())
+    });
+    std::thread::sleep(Duration::from_millis(600));
+    assert!(!waiter.is_finished(), "a parked RECV stays parked while paused");
+    assert_eq!(q::<String>(&mut c, &["QRESUME", "jobs"]), "OK");
+    let resumed = Instant::now();
+    let (got, woke) = waiter.join().unwrap();
+    assert_eq!(got.len(), 2, "both messages once resumed");
+    assert!(woke.duration_since(resumed) < Duration::from_secs(10), "woken by QRESUME, not the minute's poll");
+    assert_eq!(qinfo(&mut c, "jobs")["paused"], "0");
+    assert_eq!(err(&mut c, &["QPAUSE", "nope"]), "NOQUEUE no such queue 'nope'");
+    assert!(err(&mut c, &["QPAUSE"]).contains("wrong number of arguments"));
+}
+
+#[test]
+fn pausing_takes_the_admin_right() {
+    let pg = Postgres::start().unwrap();
+    let mut cfg = config(&pg);
+    cfg.users =
+        vec![user("boss", "boss pass", &["*"], &["*"], &["*"]), user("worker", "work pass", &["*"], &["*"], &[])];
+    let mq = start(cfg);
+    let mut boss = login(mq.local_addr(), "boss", "boss pass");
+    let mut worker = login(mq.local_addr(), "worker", "work pass");
+    assert_eq!(q::<String>(&mut boss, &["QCREATE", "jobs"]), "OK");
+    assert!(err(&mut worker, &["QPAUSE", "jobs"]).starts_with("NOPERM"));
+    assert!(err(&mut worker, &["QALTER", "jobs", "RATE", "1/s"]).starts_with("NOPERM"));
+    assert_eq!(q::<String>(&mut boss, &["QPAUSE", "jobs"]), "OK");
+    assert!(err(&mut worker, &["QRESUME", "jobs"]).starts_with("NOPERM"));
+}
+
+#[test]
+fn concurrency_holds_across_processes_and_racing_receivers() {
+    let pg = Postgres::start().unwrap();
+    let a = start(config(&pg));
+    let b = start(config(&pg));
+    let mut c = connect(a.local_addr());
+    assert_eq!(q::<String>(&mut c, &["QCREATE", "jobs", "CONCURRENCY", "3"]), "OK");
+    // Rounds of eight receivers at once, half on each process, each asking
+    // for two; each round's deliveries are acknowledged before the next.
+    let addrs = [a.local_addr(), b.local_addr()];
+    let mut most = 0;
+    send_n(&mut c, "jobs", 60);
+    for _ in 0..15 {
+        let start_line = std::sync::Arc::new(std::sync::Barrier::new(8));
+        let racers: Vec<_> = (0..8)
+            .map(|i| {
+                let (addr, line) = (addrs[i % 2], start_line.clone());
+                std::thread::spawn(move || {
+                    let mut c = connect(addr);
+                    line.wait();
+                    recv(&mut c, "jobs", &["COUNT", "2"])
+                })
+            })
+            .collect();
+        let got: Vec<Leased> = racers.into_iter().flat_map(|t| t.join().unwrap()).collect();
+        most = most.max(got.len());
+        for m in &got {
+            assert_eq!(q::<i64>(&mut c, &["ACK", "jobs", &m.0.to_string(), &m.1.to_string()]), 1);
+        }
+    }
+    assert!(most <= 3, "at most 3 leased at once, whoever asks and where: {most} in one round");
+    let mut got = Vec::new();
+    for _ in 0..4 {
+        got.extend(recv(&mut c, "jobs", &["COUNT", "2"]));
+    }
+    assert_eq!(got.len(), 3);
+    let info = qinfo(&mut c, "jobs");
+    assert_eq!((info["leased"].as_str(), info["concurrency"].as_str()), ("3", "3"));
+    assert!(info["held_by_concurrency"].parse::<i64>().unwrap() >= 2, "{info:?}");
+    // An ACK frees a place; an expired lease does too.
+    assert_eq!(q::<i64>(&mut c, &["ACK", "jobs", &got[0].0.to_string(), &got[0].1.to_string()]), 1);
+    let mut other = connect(b.local_addr());
+    assert_eq!(recv(&mut other, "jobs", &["COUNT", "5", "VT", "200"]).len(), 1);
+    assert!(recv(&mut other, "jobs", &[]).is_empty());
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(recv(&mut other, "jobs", &["COUNT", "5"]).len(), 1, "the expired lease's place");
+    // Lifted: the rest at once (3 of what is left are leased).
+    assert_eq!(q::<String>(&mut c, &["QALTER", "jobs", "CONCURRENCY", "0"]), "OK");
+    let left: i64 = q(&mut c, &["QLEN", "jobs"]);
+    assert_eq!(recv(&mut c, "jobs", &["COUNT", "100"]).len() as i64, left - 3);
+    assert_eq!(qinfo(&mut c, "jobs")["concurrency"], "0");
+}
+
+#[test]
+fn rate_holds_across_processes() {
+    let pg = Postgres::start().unwrap();
+    let a = start(config(&pg));
+    let b = start(config(&pg));
+    let mut c = connect(a.local_addr());
+    assert_eq!(q::<String>(&mut c, &["QCREATE", "mail"]), "OK");
+    send_n(&mut c, "mail", 100);
+    assert_eq!(q::<String>(&mut c, &["QALTER", "mail", "RATE", "10/s"]), "OK");
+    let began = Instant::now();
+    // Two receivers, one on each process, asking as fast as they can for 2 s.
+    let hammer = |addr| {
+        std::thread::spawn(move || {
+            let mut c = connect(addr);
+            let mut n = 0;
+            while began.elapsed() < Duration::from_secs(2) {
+                n += recv(&mut c, "mail", &["COUNT", "10"]).len();
+            }
+            n
+        })
+    };
+    let (x, y) = (hammer(a.local_addr()), hammer(b.local_addr()));
+    let delivered = x.join().unwrap() + y.join().unwrap();
+    let secs = began.elapsed().as_secs_f64();
+    // A burst of one second's worth, then 10 a second.
+    let most = 10.0 + 10.0 * secs + 1.0;
+    assert!((delivered as f64) <= most, "{delivered} delivered in {secs:.2} s (at most {most:.0})");
+    assert!(delivered >= 20, "{delivered} delivered in {secs:.2} s");
+    let info = qinfo(&mut c, "mail");
+    assert_eq!(info["rate_per_sec"], "10");
+    assert!(info["held_by_rate"].parse::<i64>().unwrap() > 0, "{info:?}");
+    assert_eq!(q::<String>(&mut c, &["QALTER", "mail", "RATE", "90/min"]), "OK");
+    assert_eq!(qinfo(&mut c, "mail")["rate_per_sec"], "1.5");
+    assert_eq!(q::<String>(&mut c, &["QALTER", "mail", "RATE", "0"]), "OK");
+    assert_eq!(recv(&mut c, "mail", &["COUNT", "100"]).len(), 100 - delivered, "lifted: the rest at once");
+}
+
+#[test]
+fn limits_refuse_what_is_not_a_limit() {
+    let pg = Postgres::start().unwrap();
+    let mq = start(config(&pg));
+    let mut c = connect(mq.local_addr());
+    assert_eq!(q::<String>(&mut c, &["QCREATE", "jobs", "CONCURRENCY", "2", "RATE", "5/s"]), "OK");
+    let info = qinfo(&mut c, "jobs");
+    assert_eq!((info["concurrency"].as_str(), info["rate_per_sec"].as_str()), ("2", "5"));
+    assert!(err(&mut c, &["QALTER", "jobs", "CONCURRENCY", "-1"]).contains("CONCURRENCY must be between 0"));
+    assert!(err(&mut c, &["QALTER", "jobs", "RATE", "5/fortnight"]).contains("per second, minute or hour"));
+    assert!(err(&mut c, &["QALTER", "jobs", "RATE", "0.001/h"]).contains("at least 3.6/h"));
+    assert!(err(&mut c, &["QALTER", "jobs", "RATE"]).contains("syntax"));
+}
