@@ -50,6 +50,13 @@ pub enum Command {
     Alter(String, QueueOptions),
     /// `QPAUSE q` (true) or `QRESUME q` (false)
     Pause(String, bool),
+    /// `QARCHIVE q [COUNT n]`: the latest acknowledged messages kept
+    Archive {
+        /// The queue.
+        queue: String,
+        /// Most messages returned.
+        count: u32,
+    },
     /// `QINFO q`
     QueueInfo(String),
     /// `REDRIVE q2 [TO q] [COUNT n]`
@@ -140,8 +147,14 @@ pub struct QueueOptions {
     /// Most deliveries per 1,000 seconds (`Some(0)`: no limit); RATE's
     /// `n/s` times 1,000, kept whole so that options compare exactly.
     pub rate_milli: Option<u64>,
+    /// How long acknowledged messages are kept, ms (`Some(0)`: not kept).
+    pub retain_ms: Option<u64>,
 }
 
+/// The longest RETAIN: a year.
+pub const MAX_RETAIN_MS: u64 = 366 * 24 * 3600 * 1000;
+/// Most messages one QARCHIVE returns.
+pub const MAX_ARCHIVE_COUNT: i64 = 1000;
 /// The highest CONCURRENCY a queue may have.
 pub const MAX_CONCURRENCY: i64 = 1_000_000;
 /// Most deliveries a queue may allow before dead-lettering.
@@ -210,6 +223,7 @@ impl Command {
             Command::Create(..)
             | Command::Alter(..)
             | Command::Pause(..)
+            | Command::Archive { .. }
             | Command::QueueInfo(_)
             | Command::Redrive { .. }
             | Command::Touch { .. }
@@ -238,6 +252,7 @@ impl Command {
             Command::Create(q, _)
             | Command::Alter(q, _)
             | Command::Pause(q, _)
+            | Command::Archive { queue: q, .. }
             | Command::QueueInfo(q)
             | Command::Drop(q)
             | Command::Len(q)
@@ -403,6 +418,24 @@ pub fn parse(args: &[Vec<u8>], limits: &Limits) -> Result<Command, Refusal> {
                 _ => Command::Len(q),
             }
         }
+        "QARCHIVE" => {
+            if n != 1 && n != 3 {
+                return Err(arity("QARCHIVE"));
+            }
+            let queue = name(&rest[0], "a queue name")?;
+            let mut count = 10;
+            if n == 3 {
+                if upper(&rest[1]) != "COUNT" {
+                    return Err(syntax());
+                }
+                let c = int(&rest[2])?;
+                if !(1..=MAX_ARCHIVE_COUNT).contains(&c) {
+                    return Err(Reply::err(format!("COUNT must be between 1 and {MAX_ARCHIVE_COUNT}")));
+                }
+                count = c as u32;
+            }
+            Command::Archive { queue, count }
+        }
         "QCREATE" | "QALTER" => {
             if n == 0 || (cmd == "QALTER" && n == 1) {
                 return Err(arity(&cmd));
@@ -459,6 +492,10 @@ pub fn parse(args: &[Vec<u8>], limits: &Limits) -> Result<Command, Refusal> {
                         if per_s > 0.0 && o.rate_milli == Some(0) {
                             return Err(Reply::err(format!("RATE {text}: at least 3.6/h")));
                         }
+                        i += 2;
+                    }
+                    "RETAIN" if i + 1 < n => {
+                        o.retain_ms = Some(millis(&rest[i + 1], "RETAIN", MAX_RETAIN_MS)?);
                         i += 2;
                     }
                     "NODEADLETTER" if cmd == "QALTER" => {

@@ -29,6 +29,7 @@ use std::sync::Arc;
 use crate::command::QueueOptions;
 use crate::config::Config;
 use crate::deadline::{Armed, Watch};
+use crate::retention::ARCHIVE_GONE;
 
 /// Schema versions, applied in order, each in one transaction.
 const MIGRATIONS: &[&str] = &[
@@ -141,6 +142,8 @@ const MIGRATIONS: &[&str] = &[
     crate::sqlapi::MIGRATION,
     // 8: pausing and limiting a queue's deliveries (`limits.rs`).
     crate::limits::MIGRATION,
+    // 9: keeping acknowledged messages for a while (`retention.rs`).
+    crate::retention::MIGRATION,
 ];
 
 /// A queue RECV's plain statements serve: no delivery limit, not paused, no
@@ -175,6 +178,7 @@ struct Statements {
     pop: Statement,
     peek: Statement,
     ack: Statement,
+    archive: Statement,
     nack: Statement,
     touch: Statement,
     alter: Statement,
@@ -220,16 +224,20 @@ impl Statements {
                     FROM r)
                  SELECT n, id FROM r",
             ).await?,
-            ack_many: c.prepare(
-                "DELETE FROM mwmq_messages m
-                 USING (SELECT q.id AS queue_id, t.id, t.lease, t.holder, t.n
-                        FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::text[])
-                             WITH ORDINALITY AS t(queue, id, lease, holder, n)
-                        JOIN mwmq_queues q ON q.name = t.queue AND q.dropped_at IS NULL) r
-                 WHERE m.queue_id = r.queue_id AND m.id = r.id AND m.lease = r.lease
-                   AND (r.holder IS NULL OR m.leased_to = r.holder)
-                 RETURNING r.n",
-            ).await?,
+            ack_many: c.prepare(&format!(
+                "WITH gone AS (
+                    DELETE FROM mwmq_messages m
+                    USING (SELECT q.id AS queue_id, q.retain_ms, t.id, t.lease, t.holder, t.n
+                           FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::text[])
+                                WITH ORDINALITY AS t(queue, id, lease, holder, n)
+                           JOIN mwmq_queues q ON q.name = t.queue AND q.dropped_at IS NULL) r
+                    WHERE m.queue_id = r.queue_id AND m.id = r.id AND m.lease = r.lease
+                      AND (r.holder IS NULL OR m.leased_to = r.holder)
+                    RETURNING r.n, m.queue_id, m.id, m.sender, m.receiver, m.body, m.sent_at, m.deliveries,
+                              m.leased_to AS acked_by, r.retain_ms),
+                 {ARCHIVE_GONE}
+                 SELECT n FROM gone"
+            )).await?,
             send_key: c.prepare(
                 "WITH k AS (
                     INSERT INTO mwmq_keys (queue_id, key, message_id)
@@ -305,19 +313,36 @@ impl Statements {
                 .await?,
             // A paused queue hands out nothing; limits govern leases (RECV), not POP.
             pop: c.prepare(&format!(
-                "DELETE FROM mwmq_messages m
-                 USING (SELECT queue_id, id FROM mwmq_messages
-                        WHERE queue_id = (SELECT id FROM mwmq_queues WHERE name = $1 AND dropped_at IS NULL AND NOT paused)
-                          AND {ELIGIBLE}
-                        ORDER BY visible_at, id LIMIT $4 FOR UPDATE SKIP LOCKED) c
-                 WHERE m.queue_id = c.queue_id AND m.id = c.id
-                 RETURNING m.id, m.sender, m.body"
+                "WITH q AS (SELECT id, retain_ms FROM mwmq_queues WHERE name = $1 AND dropped_at IS NULL AND NOT paused),
+                 gone AS (
+                    DELETE FROM mwmq_messages m
+                    USING (SELECT queue_id, id FROM mwmq_messages
+                           WHERE queue_id = (SELECT id FROM q) AND {ELIGIBLE}
+                           ORDER BY visible_at, id LIMIT $4 FOR UPDATE SKIP LOCKED) c
+                    WHERE m.queue_id = c.queue_id AND m.id = c.id
+                    RETURNING m.queue_id, m.id, m.sender, m.receiver, m.body, m.sent_at, m.deliveries + 1 AS deliveries,
+                              $2::text AS acked_by, (SELECT retain_ms FROM q) AS retain_ms),
+                 {ARCHIVE_GONE}
+                 SELECT id, sender, body FROM gone"
             )).await?,
             peek: c.prepare(&format!(
                 "SELECT id, sender, body FROM mwmq_messages
                  WHERE queue_id = {QUEUE} AND {ELIGIBLE} ORDER BY visible_at, id LIMIT $4"
             )).await?,
-            ack: c.prepare(&format!("DELETE FROM mwmq_messages WHERE queue_id = {QUEUE} AND id = $2 AND lease = $3 {HELD}")).await?,
+            ack: c.prepare(&format!(
+                "WITH q AS (SELECT id, retain_ms FROM mwmq_queues WHERE name = $1 AND dropped_at IS NULL),
+                 gone AS (
+                    DELETE FROM mwmq_messages m USING q
+                    WHERE m.queue_id = q.id AND m.id = $2 AND m.lease = $3 {HELD}
+                    RETURNING m.queue_id, m.id, m.sender, m.receiver, m.body, m.sent_at, m.deliveries,
+                              m.leased_to AS acked_by, q.retain_ms),
+                 {ARCHIVE_GONE}
+                 SELECT count(*) FROM gone"
+            )).await?,
+            archive: c.prepare(&format!(
+                "SELECT id, sender, body, deliveries, (extract(epoch FROM acked_at) * 1000)::bigint, acked_by
+                 FROM mwmq_archive WHERE queue_id = {QUEUE} ORDER BY acked_at DESC, id DESC LIMIT $2"
+            )).await?,
             nack: c.prepare(&format!(
                 "UPDATE mwmq_messages SET lease = NULL, leased_to = NULL,
                         visible_at = CASE WHEN $4::float8 > 0 THEN now() + interval '1 millisecond' * $4::float8
@@ -335,7 +360,8 @@ impl Statements {
                      max_messages = CASE WHEN $6::bool THEN nullif($7::bigint, 0) ELSE max_messages END,
                      max_bytes = CASE WHEN $8::bool THEN nullif($9::bigint, 0) ELSE max_bytes END,
                      concurrency = CASE WHEN $10::bool THEN nullif($11::int, 0) ELSE concurrency END,
-                     rate = CASE WHEN $12::bool THEN nullif($13::float8, 0) ELSE rate END
+                     rate = CASE WHEN $12::bool THEN nullif($13::float8, 0) ELSE rate END,
+                     retain_ms = CASE WHEN $14::bool THEN nullif($15::bigint, 0) ELSE retain_ms END
                  WHERE name = $1 AND dropped_at IS NULL RETURNING id",
             ).await?,
             pause: c.prepare("UPDATE mwmq_queues SET paused = $2 WHERE name = $1 AND dropped_at IS NULL RETURNING id").await?,
@@ -374,7 +400,8 @@ impl Statements {
                         (SELECT coalesce(sum(c.messages), 0)::bigint FROM mwmq_queue_counts c WHERE c.queue_id = q.id),
                         (SELECT coalesce(sum(c.bytes), 0)::bigint FROM mwmq_queue_counts c WHERE c.queue_id = q.id),
                         q.paused, coalesce(q.concurrency, 0), coalesce(q.rate, 0),
-                        coalesce(l.held_concurrency, 0), coalesce(l.held_rate, 0)
+                        coalesce(l.held_concurrency, 0), coalesce(l.held_rate, 0), coalesce(q.retain_ms, 0),
+                        (SELECT count(*) FROM mwmq_archive a WHERE a.queue_id = q.id)
                  FROM mwmq_queues q LEFT JOIN mwmq_queue_limits l ON l.queue_id = q.id
                  WHERE q.name = $1 AND q.dropped_at IS NULL",
             ).await?,
@@ -411,9 +438,10 @@ impl Statements {
             // A user creates at most $7 queues (NULL: no limit).
             create: c.prepare(
                 "INSERT INTO mwmq_queues
-                    (name, max_deliveries, dead_letter, max_messages, max_bytes, created_by, concurrency, rate)
+                    (name, max_deliveries, dead_letter, max_messages, max_bytes, created_by, concurrency, rate,
+                     retain_ms)
                  SELECT $1, nullif($2::int, 0), $3, nullif($4::bigint, 0), nullif($5::bigint, 0), $6::text,
-                        nullif($8::int, 0), nullif($9::float8, 0)
+                        nullif($8::int, 0), nullif($9::float8, 0), nullif($10::bigint, 0)
                  WHERE $7::bigint IS NULL
                     OR (SELECT count(*) FROM mwmq_queues WHERE created_by = $6::text AND dropped_at IS NULL) < $7::bigint
                  ON CONFLICT (name) WHERE dropped_at IS NULL DO NOTHING RETURNING id",
@@ -585,6 +613,27 @@ pub struct QueueState {
     pub held_by_concurrency: i64,
     /// RECVs the rate limit cut short, across every mwmq process.
     pub held_by_rate: i64,
+    /// How long acknowledged messages are kept, ms (0: not kept).
+    pub retain_ms: i64,
+    /// Acknowledged messages kept now.
+    pub archived: i64,
+}
+
+/// An acknowledged message kept by a retaining queue (QARCHIVE).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Archived {
+    /// Message id.
+    pub id: i64,
+    /// Who sent it.
+    pub sender: String,
+    /// Its body.
+    pub body: Vec<u8>,
+    /// Times it was handed out.
+    pub deliveries: i64,
+    /// When it was acknowledged, ms since 1970.
+    pub acked_at_ms: i64,
+    /// The receiver it was delivered to (none: delivered to no named receiver).
+    pub acked_by: Option<String>,
 }
 
 /// A message as POP and PEEK return it.
@@ -843,6 +892,7 @@ impl PgConn {
         let (msgs, bytes) = (o.max_messages.map(|m| m as i64), o.max_bytes.map(|m| m as i64));
         let concurrency = o.concurrency.map(|c| c as i32);
         let rate = o.rate_milli.map(|r| r as f64 / 1000.0);
+        let retain = o.retain_ms.map(|r| r as i64);
         let r = self
             .client
             .query_opt(
@@ -861,6 +911,8 @@ impl PgConn {
                     &concurrency.unwrap_or(0),
                     &rate.is_some(),
                     &rate.unwrap_or(0.0),
+                    &retain.is_some(),
+                    &retain.unwrap_or(0),
                 ],
             )
             .await;
@@ -875,6 +927,26 @@ impl PgConn {
             self.check(r)?;
         }
         Ok(())
+    }
+
+    /// QARCHIVE: the latest `count` acknowledged messages kept, newest first.
+    pub async fn archived(&self, queue: &str, count: u32) -> Result<Vec<Archived>, DbError> {
+        let r = self.client.query(&self.st.archive, &[&queue, &i64::from(count)]).await;
+        let rows = self.check(r)?;
+        if rows.is_empty() {
+            return self.or_no_queue(queue, Vec::new()).await;
+        }
+        Ok(rows
+            .iter()
+            .map(|r| Archived {
+                id: r.get(0),
+                sender: r.get(1),
+                body: r.get(2),
+                deliveries: i64::from(r.get::<_, i32>(3)),
+                acked_at_ms: r.get(4),
+                acked_by: r.get(5),
+            })
+            .collect())
     }
 
     /// QPAUSE (`on`) or QRESUME.
@@ -923,6 +995,8 @@ impl PgConn {
                 rate: row.get(13),
                 held_by_concurrency: row.get(14),
                 held_by_rate: row.get(15),
+                retain_ms: row.get(16),
+                archived: row.get(17),
             }),
             None => Err(DbError::NoQueue(queue.to_string())),
         }
@@ -1018,8 +1092,8 @@ impl PgConn {
     /// ACK: whether the lease was current (and the message is now gone).
     /// `holder`: the receiver the delivery must have gone to (`None`: anyone's).
     pub async fn ack(&self, queue: &str, id: i64, lease: i64, holder: Option<&str>) -> Result<bool, DbError> {
-        let r = self.client.execute(&self.st.ack, &[&queue, &id, &lease, &holder]).await;
-        if self.check(r)? == 1 {
+        let r = self.client.query_one(&self.st.ack, &[&queue, &id, &lease, &holder]).await;
+        if self.check(r)?.get::<_, i64>(0) == 1 {
             return Ok(true);
         }
         self.or_no_queue(queue, false).await
@@ -1067,6 +1141,7 @@ impl PgConn {
         let cap = max_queues.map(|m| m as i64);
         let concurrency = o.concurrency.unwrap_or(0) as i32;
         let rate = o.rate_milli.unwrap_or(0) as f64 / 1000.0;
+        let retain = o.retain_ms.unwrap_or(0) as i64;
         // A name is a queue's or a stream's, never both.
         let r = self.client.query_one(self.stream_statement(crate::streamdb::X::Type as usize), &[&queue]).await;
         if self.check(r)?.get::<_, &str>(0) == "stream" {
@@ -1074,7 +1149,10 @@ impl PgConn {
         }
         let r = self
             .client
-            .query_opt(&self.st.create, &[&queue, &max, &dead, &msgs, &bytes, &creator, &cap, &concurrency, &rate])
+            .query_opt(
+                &self.st.create,
+                &[&queue, &max, &dead, &msgs, &bytes, &creator, &cap, &concurrency, &rate, &retain],
+            )
             .await;
         if self.check(r)?.is_some() {
             if msgs > 0 || bytes > 0 {

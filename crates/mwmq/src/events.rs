@@ -265,10 +265,15 @@ pub fn maintenance(c: &mut postgres::Client, dedup_window_s: u64) -> Result<(), 
          OR created_at < now() - interval '1 second' * $1::float8",
         &[&window],
     )?;
+    let purged = crate::retention::purge(c)?;
+    if purged > 0 {
+        tracing::debug!(purged, "acknowledged messages kept long enough deleted");
+    }
     c.execute(
         "DELETE FROM mwmq_queues q WHERE q.dropped_at IS NOT NULL
          AND NOT EXISTS (SELECT 1 FROM mwmq_messages m WHERE m.queue_id = q.id)
-         AND NOT EXISTS (SELECT 1 FROM mwmq_keys k WHERE k.queue_id = q.id)",
+         AND NOT EXISTS (SELECT 1 FROM mwmq_keys k WHERE k.queue_id = q.id)
+         AND NOT EXISTS (SELECT 1 FROM mwmq_archive a WHERE a.queue_id = q.id)",
         &[],
     )?;
     Ok(())

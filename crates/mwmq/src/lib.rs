@@ -25,6 +25,7 @@ pub mod pgpass;
 pub mod placement;
 pub mod queues;
 pub mod rebalance;
+pub mod retention;
 /// RESP as mwmq speaks it (the server side of `respproto`).
 pub use respproto::server as resp;
 pub mod server;

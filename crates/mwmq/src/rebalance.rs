@@ -155,7 +155,7 @@ fn arrive(src: &mut Client, dst: &mut Client, queue: &str) -> Result<Option<(i64
     let e = why;
     let Some(row) = src
         .query_opt(
-            "SELECT id, max_deliveries, dead_letter, max_messages, max_bytes, created_by, paused, concurrency, rate
+            "SELECT id, max_deliveries, dead_letter, max_messages, max_bytes, created_by, paused, concurrency, rate, retain_ms
              FROM mwmq_queues WHERE name = $1 AND dropped_at IS NULL",
             &[&queue],
         )
@@ -167,12 +167,14 @@ fn arrive(src: &mut Client, dst: &mut Client, queue: &str) -> Result<Option<(i64
     let (max_del, dead): (Option<i32>, Option<String>) = (row.get(1), row.get(2));
     let (max_msgs, max_bytes, by): (Option<i64>, Option<i64>, Option<String>) = (row.get(3), row.get(4), row.get(5));
     let (paused, concurrency, rate): (bool, Option<i32>, Option<f64>) = (row.get(6), row.get(7), row.get(8));
+    let retain: Option<i64> = row.get(9);
     // 1. The queue on its new database (kept if a run before made it).
     dst.execute(
         "INSERT INTO mwmq_queues
-            (name, max_deliveries, dead_letter, max_messages, max_bytes, created_by, paused, concurrency, rate)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) ON CONFLICT (name) WHERE dropped_at IS NULL DO NOTHING",
-        &[&queue, &max_del, &dead, &max_msgs, &max_bytes, &by, &paused, &concurrency, &rate],
+            (name, max_deliveries, dead_letter, max_messages, max_bytes, created_by, paused, concurrency, rate,
+             retain_ms)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) ON CONFLICT (name) WHERE dropped_at IS NULL DO NOTHING",
+        &[&queue, &max_del, &dead, &max_msgs, &max_bytes, &by, &paused, &concurrency, &rate, &retain],
     )
     .map_err(e)?;
     let dst_id: i64 = dst

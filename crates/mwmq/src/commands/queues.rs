@@ -28,6 +28,8 @@ pub fn queue_info(state: &QueueState, counts: &Counts) -> Reply {
         (t("rate_per_sec"), Reply::text(format_rate(state.rate))),
         (t("held_by_concurrency"), Reply::Int(state.held_by_concurrency)),
         (t("held_by_rate"), Reply::Int(state.held_by_rate)),
+        (t("retain_ms"), Reply::Int(state.retain_ms)),
+        (t("archived"), Reply::Int(state.archived)),
     ];
     fields.extend(counts.fields().into_iter().map(|(k, v)| (t(k), Reply::Int(v as i64))));
     Reply::Map(fields)
@@ -95,6 +97,25 @@ impl Core<'_> {
             self.sent(q);
         }
         Ok(Outcome::ok(Reply::Simple("OK")))
+    }
+
+    /// QARCHIVE: `[id, sender, body, deliveries, acked_at_ms, acked_by]` each, newest first.
+    pub(super) async fn archive(&self, pg: &PgConn, q: &str, count: u32) -> Result<Outcome, DbError> {
+        let kept = pg.archived(q, count).await?;
+        let rows = kept
+            .into_iter()
+            .map(|a| {
+                Reply::Array(vec![
+                    Reply::Int(a.id),
+                    Reply::text(a.sender),
+                    Reply::Bulk(a.body),
+                    Reply::Int(a.deliveries),
+                    Reply::Int(a.acked_at_ms),
+                    a.acked_by.map(Reply::text).unwrap_or(Reply::Nil),
+                ])
+            })
+            .collect();
+        Ok(Outcome::ok(Reply::Array(rows)))
     }
 
     /// QPAUSE (`on`) or QRESUME: a resumed queue's parked RECVs look again at once.

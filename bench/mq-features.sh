@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# What a queue's settings cost: the same queue (q0) measured plain, with
+# RETAIN (acknowledged messages moved to the archive by the ACK or POP that
+# removes them), and with limits that never bind (CONCURRENCY 1000000 RATE
+# 1000000/s: every RECV goes through mwmq_recv and takes the queue's
+# advisory lock, and the rate's bucket is updated), on one PostgreSQL
+# (fsync on), the variants alternated round by round:
+#
+#   SEND       redis-benchmark, CLIENTS connections, 128 B bodies
+#   POP        redis-benchmark, CLIENTS connections
+#   RECV+ACK   mwload -P mq, CLIENTS connections, each RECV then its ACK
+#
+# Printed: the medians of the rounds (requests or pairs per second) and
+# each variant / plain. Also the live table's size at the end of the
+# retaining rounds against the plain ones (the archive is a table of its own).
+#
+# Usage: bench/mq-features.sh [requests] [rounds]    (env: CLIENTS)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. scripts/lib.sh
+N=${1:-20000}
+ROUNDS=${2:-3}
+CLIENTS=${CLIENTS:-8}
+BIN=target/release
+PY=.venv/bin/python
+[ -x "$BIN/mwmq" ] && [ -x "$BIN/mwload" ] || { echo "build first: make build" >&2; exit 2; }
+throwaway_postgres mwmq-features
+
+MQ=$(free_port)
+"$BIN/mwmq" --listen "127.0.0.1:$MQ" --db "$db" --log warn & pids+=($!)
+wait_port "$MQ"
+. bench/mqlib.sh
+redis-cli -p "$MQ" QCREATE q0 >/dev/null
+psql_q() { as_pg "$PGBIN/psql" -h "$pg" -U postgres -d mwmq -qAtX -c "$1"; }
+
+variant() {  # NAME: q0's settings for it
+  case $1 in
+    plain) redis-cli -p "$MQ" QALTER q0 RETAIN 0 CONCURRENCY 0 RATE 0 >/dev/null ;;
+    retain) redis-cli -p "$MQ" QALTER q0 RETAIN 600000 CONCURRENCY 0 RATE 0 >/dev/null ;;
+    limits) redis-cli -p "$MQ" QALTER q0 RETAIN 0 CONCURRENCY 1000000 RATE 1000000/s >/dev/null ;;
+  esac
+}
+
+names=(plain retain limits)
+echo "q0 plain, with RETAIN 600000, with limits that never bind; $N requests each, $CLIENTS connections, $ROUNDS rounds" >&2
+for r in $(seq "$ROUNDS"); do
+  for v in "${names[@]}"; do
+    variant "$v"
+    psql_q "VACUUM mwmq_messages" >/dev/null
+    send=$(rb_run SEND q0 "$BODY")
+    pop=$(rb_run POP q0)
+    rb_run SEND q0 "$BODY" >/dev/null
+    psql_q "VACUUM mwmq_messages" >/dev/null
+    ra=$(recvack_run)
+    echo "$v ${send%% *} ${pop%% *} ${ra%% *}" >> "$work/rows"
+    echo "  round $r $v: SEND ${send%% *}/s POP ${pop%% *}/s RECV+ACK ${ra%% *} pairs/s" >&2
+  done
+done
+live=$(psql_q "SELECT pg_total_relation_size('mwmq_messages')")
+archive=$(psql_q "SELECT pg_total_relation_size('mwmq_archive')")
+kept=$(psql_q "SELECT count(*) FROM mwmq_archive")
+
+"$PY" - "$work/rows" "$live" "$archive" "$kept" <<'PY'
+import statistics, sys
+rows = [l.split() for l in open(sys.argv[1])]
+med = {}
+for v in ("plain", "retain", "limits"):
+    got = [list(map(float, r[1:])) for r in rows if r[0] == v]
+    med[v] = [statistics.median(x[k] for x in got) for k in range(3)]
+print(f"{'':<8}{'SEND/s':>10}{'/plain':>8}{'POP/s':>10}{'/plain':>8}{'RECV+ACK':>10}{'/plain':>8}")
+for v, m in med.items():
+    p = med["plain"]
+    print(f"{v:<8}{m[0]:>10.0f}{m[0] / p[0]:>8.2f}{m[1]:>10.0f}{m[1] / p[1]:>8.2f}{m[2]:>10.0f}{m[2] / p[2]:>8.2f}")
+print(f"(medians of the rounds; RECV+ACK in pairs per second. At the end: mwmq_messages {int(sys.argv[2]) / 1e6:.1f} MB, "
+      f"mwmq_archive {int(sys.argv[3]) / 1e6:.1f} MB holding {sys.argv[4]} acknowledged messages)")
+PY

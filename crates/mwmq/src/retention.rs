@@ -1,0 +1,100 @@
+//! Keeping acknowledged messages for a while (`QALTER q RETAIN ms`): an ACK
+//! (RESP, batched, or `mwmq.ack` in SQL) or a POP of a queue that retains
+//! moves the message, in the same statement that removes it, to
+//! `mwmq_archive` with when it was acknowledged and the receiver it was
+//! delivered to; `QARCHIVE q [COUNT n]` reads the latest. The archive is a
+//! table of its own, so the live table stays as small as without retention,
+//! and mwmq's housekeeping (every `maintenance_s`) deletes what has been kept
+//! long enough — or belongs to a queue that no longer retains, or was
+//! dropped — in batches of [`PURGE_BATCH`] rows, each its own transaction,
+//! so that a large purge never holds one long transaction.
+
+/// Schema version 9: the setting, the archive, and `mwmq.ack` archiving too.
+pub const MIGRATION: &str = r#"
+ALTER TABLE mwmq_queues ADD COLUMN retain_ms bigint;
+CREATE TABLE mwmq_archive (
+    queue_id bigint NOT NULL,
+    id bigint NOT NULL,
+    sender text NOT NULL,
+    receiver text,
+    body bytea NOT NULL,
+    sent_at timestamptz NOT NULL,
+    deliveries integer NOT NULL,
+    acked_at timestamptz NOT NULL DEFAULT now(),
+    acked_by text,
+    PRIMARY KEY (queue_id, id)
+);
+CREATE INDEX mwmq_archive_age ON mwmq_archive (queue_id, acked_at);
+DO $install$
+BEGIN
+EXECUTE format($f$
+CREATE OR REPLACE FUNCTION mwmq.ack(queue text, id bigint, lease bigint)
+RETURNS boolean LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, %1$I, pg_temp AS $body$
+    WITH q AS (SELECT q.id, q.retain_ms FROM mwmq_queues q WHERE q.name = $1 AND q.dropped_at IS NULL),
+         gone AS (
+            DELETE FROM mwmq_messages m USING q
+            WHERE m.queue_id = q.id AND m.id = $2 AND m.lease = $3
+            RETURNING m.queue_id, m.id, m.sender, m.receiver, m.body, m.sent_at, m.deliveries, m.leased_to,
+                      q.retain_ms),
+         kept AS (
+            INSERT INTO mwmq_archive (queue_id, id, sender, receiver, body, sent_at, deliveries, acked_by)
+            SELECT g.queue_id, g.id, g.sender, g.receiver, g.body, g.sent_at, g.deliveries, g.leased_to
+            FROM gone g WHERE g.retain_ms IS NOT NULL
+            ON CONFLICT DO NOTHING)
+    SELECT count(*) > 0 FROM gone
+$body$
+$f$, current_schema());
+END
+$install$;
+REVOKE ALL ON FUNCTION mwmq.ack(text, bigint, bigint) FROM PUBLIC;
+"#;
+
+/// What a statement that removes acknowledged messages adds so that a
+/// retaining queue keeps them: `gone` is its `DELETE ... RETURNING` CTE
+/// with the message's columns, `retain_ms` and `acked_by`.
+pub const ARCHIVE_GONE: &str = "kept AS (
+    INSERT INTO mwmq_archive (queue_id, id, sender, receiver, body, sent_at, deliveries, acked_by)
+    SELECT g.queue_id, g.id, g.sender, g.receiver, g.body, g.sent_at, g.deliveries, g.acked_by
+    FROM gone g WHERE g.retain_ms IS NOT NULL
+    ON CONFLICT DO NOTHING)";
+
+/// Rows the housekeeping deletes per transaction.
+pub const PURGE_BATCH: i64 = 5_000;
+
+/// Batches one housekeeping pass deletes at most (the rest waits for the next pass).
+const PURGE_BATCHES: usize = 200;
+
+/// Deletes archived messages kept long enough, and those of queues that no
+/// longer retain or were dropped (a dropped queue's row stays until its
+/// archive is gone): how many. Each queue's are found through the archive's
+/// (queue, acknowledged at) index, oldest first.
+pub fn purge(c: &mut postgres::Client) -> Result<u64, postgres::Error> {
+    let queues = c.query(
+        "SELECT q.id, CASE WHEN q.dropped_at IS NULL THEN q.retain_ms END FROM mwmq_queues q
+         WHERE (q.retain_ms IS NOT NULL AND q.dropped_at IS NULL)
+            OR EXISTS (SELECT 1 FROM mwmq_archive a WHERE a.queue_id = q.id)",
+        &[],
+    )?;
+    let mut total = 0;
+    let mut batches = 0;
+    for row in queues {
+        let (queue, retain_ms): (i64, Option<i64>) = (row.get(0), row.get(1));
+        // Without retention (lifted, or dropped): everything it kept.
+        let keep_ms = retain_ms.unwrap_or(-1) as f64;
+        while batches < PURGE_BATCHES {
+            batches += 1;
+            let n = c.execute(
+                "DELETE FROM mwmq_archive WHERE ctid IN (
+                    SELECT ctid FROM mwmq_archive
+                    WHERE queue_id = $1 AND acked_at < now() - interval '1 millisecond' * $2::float8
+                    ORDER BY acked_at LIMIT $3)",
+                &[&queue, &keep_ms, &PURGE_BATCH],
+            )?;
+            total += n;
+            if n < PURGE_BATCH as u64 {
+                break;
+            }
+        }
+    }
+    Ok(total)
+}

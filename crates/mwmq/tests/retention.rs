@@ -1,0 +1,143 @@
+//! Retention: a queue with RETAIN keeps what is acknowledged (ACK, batched
+//! ACKs, POP, `mwmq.ack` in SQL) in the archive, readable with QARCHIVE;
+//! housekeeping deletes it once kept long enough, when retention is lifted,
+//! and when the queue is dropped; a queue without RETAIN keeps nothing.
+
+mod common;
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use common::*;
+use mctest::Postgres;
+use mwmq::Service;
+
+/// QARCHIVE's rows: (id, sender, body, deliveries, acked_at_ms, acked_by).
+type Kept = (i64, String, Vec<u8>, i64, i64, Option<String>);
+
+fn qinfo(c: &mut redis::Connection, queue: &str) -> HashMap<String, i64> {
+    let flat: Vec<redis::Value> = q(c, &["QINFO", queue]);
+    flat.chunks(2)
+        .filter_map(|kv| {
+            Some((redis::from_redis_value::<String>(&kv[0]).ok()?, redis::from_redis_value::<i64>(&kv[1]).ok()?))
+        })
+        .collect()
+}
+
+fn eventually(limit: Duration, mut check: impl FnMut() -> bool) -> bool {
+    let end = Instant::now() + limit;
+    while Instant::now() < end {
+        if check() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    check()
+}
+
+fn live_rows(pg: &Postgres) -> i64 {
+    sql(pg).query_one("SELECT count(*) FROM mwmq_messages", &[]).unwrap().get(0)
+}
+
+#[test]
+fn a_retaining_queue_keeps_what_is_acknowledged_every_way() {
+    let pg = Postgres::start().unwrap();
+    let mq = start(config(&pg));
+    let mut c = connect(mq.local_addr());
+    assert_eq!(q::<String>(&mut c, &["QCREATE", "orders", "RETAIN", "3600000"]), "OK");
+    assert_eq!(q::<String>(&mut c, &["QCREATE", "plain"]), "OK");
+    for body in ["acked", "popped", "in sql"] {
+        let _: i64 = q(&mut c, &["SEND", "orders", body]);
+    }
+    let before = mwstats_now_ms();
+    let m = recv(&mut c, "orders", &[]).remove(0);
+    assert_eq!(q::<i64>(&mut c, &["ACK", "orders", &m.0.to_string(), &m.1.to_string()]), 1);
+    let popped: (i64, String, Vec<u8>) = q(&mut c, &["POP", "orders"]);
+    assert_eq!(popped.2, b"popped");
+    let last = recv(&mut c, "orders", &[]).remove(0);
+    let acked: bool = sql(&pg).query_one("SELECT mwmq.ack('orders', $1, $2)", &[&last.0, &last.1]).unwrap().get(0);
+    assert!(acked);
+    let kept: Vec<Kept> = q(&mut c, &["QARCHIVE", "orders"]);
+    let bodies: Vec<&[u8]> = kept.iter().map(|k| k.2.as_slice()).collect();
+    assert_eq!(bodies, [&b"in sql"[..], b"popped", b"acked"], "newest first");
+    assert!(kept.iter().all(|k| k.3 == 1 && k.4 >= before - 1000), "{kept:?}");
+    assert_eq!(kept[2].0, m.0);
+    assert_eq!(live_rows(&pg), 0, "the live table holds none of them");
+    let info = qinfo(&mut c, "orders");
+    assert_eq!((info["retain_ms"], info["archived"]), (3_600_000, 3));
+    let one: Vec<Kept> = q(&mut c, &["QARCHIVE", "orders", "COUNT", "1"]);
+    assert_eq!(one.len(), 1);
+    // A queue without RETAIN keeps nothing.
+    let _: i64 = q(&mut c, &["SEND", "plain", "x"]);
+    let m = recv(&mut c, "plain", &[]).remove(0);
+    assert_eq!(q::<i64>(&mut c, &["ACK", "plain", &m.0.to_string(), &m.1.to_string()]), 1);
+    assert!(q::<Vec<Kept>>(&mut c, &["QARCHIVE", "plain"]).is_empty());
+    assert_eq!(qinfo(&mut c, "plain")["archived"], 0);
+    assert!(err(&mut c, &["QARCHIVE", "nope"]).starts_with("NOQUEUE"));
+    assert!(err(&mut c, &["QARCHIVE", "orders", "COUNT", "0"]).contains("COUNT must be between 1"));
+    assert!(err(&mut c, &["QALTER", "orders", "RETAIN", "-5"]).contains("RETAIN"));
+}
+
+/// Milliseconds since 1970 now.
+fn mwstats_now_ms() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64
+}
+
+#[test]
+fn pipelined_acks_are_kept_too() {
+    let pg = Postgres::start().unwrap();
+    let mq = start(config(&pg));
+    let mut c = connect(mq.local_addr());
+    assert_eq!(q::<String>(&mut c, &["QCREATE", "orders", "RETAIN", "3600000"]), "OK");
+    for i in 0..60 {
+        let _: i64 = q(&mut c, &["SEND", "orders", &format!("m{i}")]);
+    }
+    let got = recv(&mut c, "orders", &["COUNT", "60"]);
+    let mut pipe = redis::pipe();
+    for m in &got {
+        pipe.cmd("ACK").arg("orders").arg(m.0).arg(m.1);
+    }
+    let acked: Vec<i64> = pipe.query(&mut c).unwrap();
+    assert_eq!(acked.iter().sum::<i64>(), 60);
+    assert_eq!(qinfo(&mut c, "orders")["archived"], 60);
+}
+
+#[test]
+fn housekeeping_deletes_what_was_kept_long_enough() {
+    let pg = Postgres::start().unwrap();
+    let mut cfg = config(&pg);
+    cfg.queues.maintenance_s = 1;
+    let mq = start(cfg);
+    let mut c = connect(mq.local_addr());
+    assert_eq!(q::<String>(&mut c, &["QCREATE", "short", "RETAIN", "1500"]), "OK");
+    assert_eq!(q::<String>(&mut c, &["QCREATE", "long", "RETAIN", "3600000"]), "OK");
+    assert_eq!(q::<String>(&mut c, &["QCREATE", "lifted", "RETAIN", "3600000"]), "OK");
+    assert_eq!(q::<String>(&mut c, &["QCREATE", "dropped", "RETAIN", "3600000"]), "OK");
+    for queue in ["short", "long", "lifted", "dropped"] {
+        for i in 0..3 {
+            let _: i64 = q(&mut c, &["SEND", queue, &format!("{queue}{i}")]);
+            let _: (i64, String, Vec<u8>) = q(&mut c, &["POP", queue]);
+        }
+    }
+    assert_eq!(qinfo(&mut c, "short")["archived"], 3);
+    assert_eq!(q::<String>(&mut c, &["QALTER", "lifted", "RETAIN", "0"]), "OK");
+    let _: String = q(&mut c, &["QDROP", "dropped"]);
+    let mut db = sql(&pg);
+    let kept = |db: &mut postgres::Client, queue: &str| -> i64 {
+        db.query_one(
+            "SELECT count(*) FROM mwmq_archive a JOIN mwmq_queues q ON q.id = a.queue_id WHERE q.name = $1",
+            &[&queue],
+        )
+        .unwrap()
+        .get(0)
+    };
+    assert!(
+        eventually(Duration::from_secs(10), || kept(&mut db, "lifted") == 0 && kept(&mut db, "dropped") == 0),
+        "lifted and dropped: deleted at the next pass"
+    );
+    assert_eq!(kept(&mut db, "short"), 3, "not yet kept long enough");
+    assert!(eventually(Duration::from_secs(10), || kept(&mut db, "short") == 0), "then deleted");
+    assert_eq!(kept(&mut db, "long"), 3);
+    let dropped_row = "SELECT count(*) FROM mwmq_queues WHERE name = 'dropped'";
+    assert!(eventually(Duration::from_secs(10), || db.query_one(dropped_row, &[]).unwrap().get::<_, i64>(0) == 0));
+}
