@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # What a queue's settings cost: the same queue (q0) measured plain, with
 # RETAIN (acknowledged messages moved to the archive by the ACK or POP that
-# removes them), and with limits that never bind (CONCURRENCY 1000000 RATE
+# removes them), with limits that never bind (CONCURRENCY 1000000 RATE
 # 1000000/s: every RECV goes through mwmq_recv and takes the queue's
-# advisory lock, and the rate's bucket is updated), on one PostgreSQL
-# (fsync on), the variants alternated round by round:
+# advisory lock, and the rate's bucket is updated), and with its messages
+# in 64 ordered groups (SEND ... GROUP g<random 0..63>: a message waits for
+# its group's older ones), on one PostgreSQL (fsync on), the variants
+# alternated round by round:
 #
 #   SEND       redis-benchmark, CLIENTS connections, 128 B bodies
 #   POP        redis-benchmark, CLIENTS connections
@@ -35,21 +37,26 @@ psql_q() { as_pg "$PGBIN/psql" -h "$pg" -U postgres -d mwmq -qAtX -c "$1"; }
 
 variant() {  # NAME: q0's settings for it
   case $1 in
-    plain) redis-cli -p "$MQ" QALTER q0 RETAIN 0 CONCURRENCY 0 RATE 0 >/dev/null ;;
+    plain | groups) redis-cli -p "$MQ" QALTER q0 RETAIN 0 CONCURRENCY 0 RATE 0 >/dev/null ;;
     retain) redis-cli -p "$MQ" QALTER q0 RETAIN 600000 CONCURRENCY 0 RATE 0 >/dev/null ;;
     limits) redis-cli -p "$MQ" QALTER q0 RETAIN 0 CONCURRENCY 1000000 RATE 1000000/s >/dev/null ;;
   esac
 }
 
-names=(plain retain limits)
-echo "q0 plain, with RETAIN 600000, with limits that never bind; $N requests each, $CLIENTS connections, $ROUNDS rounds" >&2
+names=(plain retain limits groups)
+sendargs() {  # VARIANT -> redis-benchmark's arguments for its SENDs
+  if [ "$1" = groups ]; then echo "-r 64 SEND q0 $BODY GROUP g__rand_int__"; else echo "SEND q0 $BODY"; fi
+}
+echo "q0 plain, with RETAIN 600000, with limits that never bind, in 64 groups; $N requests each, $CLIENTS connections, $ROUNDS rounds" >&2
 for r in $(seq "$ROUNDS"); do
   for v in "${names[@]}"; do
     variant "$v"
     psql_q "VACUUM mwmq_messages" >/dev/null
-    send=$(rb_run SEND q0 "$BODY")
+    # shellcheck disable=SC2046
+    send=$(rb_run $(sendargs "$v"))
     pop=$(rb_run POP q0)
-    rb_run SEND q0 "$BODY" >/dev/null
+    # shellcheck disable=SC2046
+    rb_run $(sendargs "$v") >/dev/null
     psql_q "VACUUM mwmq_messages" >/dev/null
     ra=$(recvack_run)
     echo "$v ${send%% *} ${pop%% *} ${ra%% *}" >> "$work/rows"
@@ -64,7 +71,7 @@ kept=$(psql_q "SELECT count(*) FROM mwmq_archive")
 import statistics, sys
 rows = [l.split() for l in open(sys.argv[1])]
 med = {}
-for v in ("plain", "retain", "limits"):
+for v in ("plain", "retain", "limits", "groups"):
     got = [list(map(float, r[1:])) for r in rows if r[0] == v]
     med[v] = [statistics.median(x[k] for x in got) for k in range(3)]
 print(f"{'':<8}{'SEND/s':>10}{'/plain':>8}{'POP/s':>10}{'/plain':>8}{'RECV+ACK':>10}{'/plain':>8}")

@@ -191,6 +191,8 @@ pub struct Send {
     pub delay_ms: u64,
     /// A repeated key within the queue returns the first message's id.
     pub key: Option<String>,
+    /// Its ordered group: handed out after the group's older messages are gone.
+    pub group: Option<String>,
 }
 
 /// `RECV`'s arguments.
@@ -559,12 +561,14 @@ pub fn parse(args: &[Vec<u8>], limits: &Limits) -> Result<Command, Refusal> {
                 to: None,
                 delay_ms: 0,
                 key: None,
+                group: None,
             };
             for pair in rest[2..].chunks(2) {
                 match upper(&pair[0]).as_str() {
                     "TO" => s.to = Some(name(&pair[1], "a receiver name")?),
                     "DELAY" => s.delay_ms = millis(&pair[1], "DELAY", MAX_DELAY_MS)?,
                     "KEY" => s.key = Some(name(&pair[1], "a KEY")?),
+                    "GROUP" => s.group = Some(name(&pair[1], "a GROUP")?),
                     _ => return Err(syntax()),
                 }
             }

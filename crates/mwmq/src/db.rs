@@ -162,8 +162,11 @@ const QUEUE: &str = "(SELECT id FROM mwmq_queues WHERE name = $1 AND dropped_at 
 const HELD: &str = "AND ($4::text IS NULL OR leased_to = $4)";
 
 /// Which messages a receiver may take: visible, addressed to it or to no one, from the sender asked for.
+/// A grouped message only while no older one of its group is left (`limits.rs`).
 const ELIGIBLE: &str =
-    "visible_at <= now() AND (receiver IS NULL OR receiver = $2) AND ($3::text IS NULL OR sender = $3)";
+    "visible_at <= now() AND (receiver IS NULL OR receiver = $2) AND ($3::text IS NULL OR sender = $3)
+     AND (grp IS NULL OR NOT EXISTS (SELECT 1 FROM mwmq_messages o WHERE o.queue_id = mwmq_messages.queue_id
+                                     AND o.grp = mwmq_messages.grp AND o.id < mwmq_messages.id))";
 
 /// The statements of one connection, prepared when it opens.
 struct Statements {
@@ -201,9 +204,9 @@ impl Statements {
     async fn prepare(c: &tokio_postgres::Client) -> Result<Statements, postgres::Error> {
         Ok(Statements {
             send: c.prepare(
-                "INSERT INTO mwmq_messages (queue_id, sender, receiver, body, visible_at, counted)
+                "INSERT INTO mwmq_messages (queue_id, sender, receiver, body, visible_at, counted, grp)
                  SELECT id, $2::text, $3::text, $4::bytea, now() + interval '1 millisecond' * $5::float8,
-                        (max_messages IS NOT NULL OR max_bytes IS NOT NULL)
+                        (max_messages IS NOT NULL OR max_bytes IS NOT NULL), $6::text
                  FROM mwmq_queues WHERE name = $1 AND dropped_at IS NULL
                    AND (max_messages IS NULL AND max_bytes IS NULL
                         OR mwmq_room(id, max_messages, max_bytes, octet_length($4::bytea)))
@@ -247,10 +250,10 @@ impl Statements {
                            OR mwmq_room(id, max_messages, max_bytes, octet_length($4::bytea)))
                     ON CONFLICT DO NOTHING
                     RETURNING queue_id, message_id)
-                 INSERT INTO mwmq_messages (queue_id, id, sender, receiver, body, visible_at, counted)
+                 INSERT INTO mwmq_messages (queue_id, id, sender, receiver, body, visible_at, counted, grp)
                  SELECT k.queue_id, k.message_id, $2::text, $3::text, $4::bytea,
                         now() + interval '1 millisecond' * $5::float8,
-                        (q.max_messages IS NOT NULL OR q.max_bytes IS NOT NULL)
+                        (q.max_messages IS NOT NULL OR q.max_bytes IS NOT NULL), $7::text
                  FROM k JOIN mwmq_queues q ON q.id = k.queue_id
                  RETURNING id",
             ).await?,
@@ -270,6 +273,8 @@ impl Statements {
                        WHERE m.queue_id = (SELECT id FROM mwmq_queues WHERE name = $1 AND {PLAIN_QUEUE})
                          AND m.visible_at <= now() AND (m.receiver IS NULL OR m.receiver = ANY($2::text[]))
                          AND ($3::text IS NULL OR m.sender = $3)
+                         AND (m.grp IS NULL OR NOT EXISTS (SELECT 1 FROM mwmq_messages o
+                                                           WHERE o.queue_id = m.queue_id AND o.grp = m.grp AND o.id < m.id))
                        ORDER BY m.visible_at, m.id LIMIT $4 FOR UPDATE SKIP LOCKED),
                  mine AS (SELECT a.queue_id, a.id, b.n, b.me
                           FROM (SELECT c.queue_id, c.id, c.receiver,
@@ -423,10 +428,10 @@ impl Statements {
                  gone AS (DELETE FROM mwmq_messages m
                           USING c JOIN mwmq_queues t ON t.name = c.target AND t.dropped_at IS NULL
                           WHERE m.queue_id = c.queue_id AND m.id = c.id
-                          RETURNING t.id AS target_id, m.id, m.sender, m.receiver, m.body, m.sent_at,
+                          RETURNING t.id AS target_id, m.id, m.sender, m.receiver, m.body, m.sent_at, m.grp,
                                     (t.max_messages IS NOT NULL OR t.max_bytes IS NOT NULL) AS counted),
-                 ins AS (INSERT INTO mwmq_messages (queue_id, id, sender, receiver, body, sent_at, visible_at, counted)
-                         SELECT target_id, id, sender, receiver, body, sent_at, now(), counted FROM gone RETURNING 1)
+                 ins AS (INSERT INTO mwmq_messages (queue_id, id, sender, receiver, body, sent_at, visible_at, counted, grp)
+                         SELECT target_id, id, sender, receiver, body, sent_at, now(), counted, grp FROM gone RETURNING 1)
                  SELECT (SELECT count(*) FROM ins), EXISTS (SELECT 1 FROM src)",
             ).await?,
             release: c.prepare(
@@ -763,7 +768,8 @@ impl PgConn {
         }
     }
 
-    /// SEND: the new message's id (or, with a key seen before, the first one's).
+    /// SEND: the new message's id (or, with a key seen before, the first one's);
+    /// `group`: its ordered group (GROUP).
     pub async fn send(
         &self,
         queue: &str,
@@ -772,18 +778,20 @@ impl PgConn {
         body: &[u8],
         delay_ms: u64,
         key: Option<&str>,
+        group: Option<&str>,
     ) -> Result<i64, DbError> {
         let delay = delay_ms as f64;
         match key {
             None => {
-                let r = self.client.query_opt(&self.st.send, &[&queue, &sender, &to, &body, &delay]).await;
+                let r = self.client.query_opt(&self.st.send, &[&queue, &sender, &to, &body, &delay, &group]).await;
                 match self.check(r)? {
                     Some(row) => Ok(row.get(0)),
                     None => Err(self.not_sent(queue).await?),
                 }
             }
             Some(k) => {
-                let r = self.client.query_opt(&self.st.send_key, &[&queue, &sender, &to, &body, &delay, &k]).await;
+                let r =
+                    self.client.query_opt(&self.st.send_key, &[&queue, &sender, &to, &body, &delay, &k, &group]).await;
                 if let Some(row) = self.check(r)? {
                     return Ok(row.get(0));
                 }

@@ -1,4 +1,7 @@
-//! Steering a queue's deliveries: pausing it (`QPAUSE`/`QRESUME`: SENDs are
+//! Steering a queue's deliveries: ordered groups (`SEND q body GROUP g`:
+//! a message is handed out only while no older message of its group is
+//! left in the queue, so a group's messages go one at a time, in the order
+//! sent, and a NACKed or expired one stays first), pausing it (`QPAUSE`/`QRESUME`: SENDs are
 //! stored, nothing is handed out, parked RECVs stay parked) and limiting
 //! them (`QALTER q CONCURRENCY n`: at most n of its messages leased at once;
 //! `QALTER q RATE n/s`: at most n deliveries a second, in bursts of up to a
@@ -28,6 +31,8 @@
 pub const MIGRATION: &str = r#"
 ALTER TABLE mwmq_queues ADD COLUMN paused boolean NOT NULL DEFAULT false,
     ADD COLUMN concurrency integer, ADD COLUMN rate double precision;
+ALTER TABLE mwmq_messages ADD COLUMN grp text;
+CREATE INDEX mwmq_messages_group ON mwmq_messages (queue_id, grp, id) WHERE grp IS NOT NULL;
 CREATE TABLE mwmq_queue_limits (
     queue_id bigint PRIMARY KEY,
     tokens double precision NOT NULL DEFAULT 0,
@@ -90,15 +95,17 @@ BEGIN
                    FROM mwmq_messages m
                    WHERE m.queue_id = q.id AND m.visible_at <= now()
                      AND (m.receiver IS NULL OR m.receiver = me) AND (sender_from IS NULL OR m.sender = sender_from)
+                     AND (m.grp IS NULL OR NOT EXISTS (SELECT 1 FROM mwmq_messages o
+                                                       WHERE o.queue_id = m.queue_id AND o.grp = m.grp AND o.id < m.id))
                    ORDER BY m.visible_at, m.id LIMIT allowed FOR UPDATE OF m SKIP LOCKED),
              gone AS (DELETE FROM mwmq_messages m USING c
                       WHERE c.dead AND m.queue_id = c.queue_id AND m.id = c.id
-                      RETURNING m.id, m.sender, m.receiver, m.body, m.sent_at, m.deliveries),
+                      RETURNING m.id, m.sender, m.receiver, m.body, m.sent_at, m.deliveries, m.grp),
              moved AS (INSERT INTO mwmq_messages
                          (queue_id, id, sender, receiver, body, sent_at, visible_at, deliveries, dead_from, dead_reason,
-                          counted)
+                          counted, grp)
                        SELECT dq.id, g.id, g.sender, g.receiver, g.body, g.sent_at, now(), g.deliveries, qname,
-                              'max_deliveries', (dq.max_messages IS NOT NULL OR dq.max_bytes IS NOT NULL)
+                              'max_deliveries', (dq.max_messages IS NOT NULL OR dq.max_bytes IS NOT NULL), g.grp
                        FROM gone g JOIN mwmq_queues dq ON dq.name = q.dead_letter AND dq.dropped_at IS NULL
                        RETURNING 1),
              leased AS (UPDATE mwmq_messages m

@@ -139,7 +139,8 @@ fn pair(conns: &mut [Client], a: usize, b: usize) -> (&mut Client, &mut Client) 
     }
 }
 
-const COLUMNS: &str = "id, sender, receiver, body, sent_at, visible_at, deliveries, dead_from, dead_reason, counted";
+const COLUMNS: &str =
+    "id, sender, receiver, body, sent_at, visible_at, deliveries, dead_from, dead_reason, counted, grp";
 
 /// A database error as PostgreSQL words it.
 fn why(e: postgres::Error) -> String {
@@ -242,12 +243,12 @@ fn move_batch(
     }
     let mut d = dst.transaction()?;
     let insert = d.prepare(&format!(
-        "INSERT INTO mwmq_messages (queue_id, {COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
+        "INSERT INTO mwmq_messages (queue_id, {COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
          ON CONFLICT (queue_id, id) DO NOTHING"
     ))?;
     let insert_new_id = d.prepare(&format!(
         "INSERT INTO mwmq_messages (queue_id, {COLUMNS})
-         VALUES ($1, nextval('mwmq_message_ids'), $2, $3, $4, $5, $6, $7, $8, $9, $10) RETURNING id"
+         VALUES ($1, nextval('mwmq_message_ids'), $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) RETURNING id"
     ))?;
     let mut top = 0i64;
     for r in &rows {
@@ -257,15 +258,28 @@ fn move_batch(
         let (sent, visible): (std::time::SystemTime, std::time::SystemTime) = (r.get(4), r.get(5));
         let (deliveries, from, reason, counted): (i32, Option<String>, Option<String>, bool) =
             (r.get(6), r.get(7), r.get(8), r.get(9));
+        let group: Option<String> = r.get(10);
         let fresh = d.execute(
             &insert,
-            &[&dst_id, &id, &sender, &receiver, &body, &sent, &visible, &deliveries, &from, &reason, &counted],
+            &[&dst_id, &id, &sender, &receiver, &body, &sent, &visible, &deliveries, &from, &reason, &counted, &group],
         )?;
         if fresh == 0 {
             let new: i64 = d
                 .query_one(
                     &insert_new_id,
-                    &[&dst_id, &sender, &receiver, &body, &sent, &visible, &deliveries, &from, &reason, &counted],
+                    &[
+                        &dst_id,
+                        &sender,
+                        &receiver,
+                        &body,
+                        &sent,
+                        &visible,
+                        &deliveries,
+                        &from,
+                        &reason,
+                        &counted,
+                        &group,
+                    ],
                 )?
                 .get(0);
             renamed.insert(id, new);

@@ -25,7 +25,7 @@ DO $install$
 BEGIN
 EXECUTE format($f$
 CREATE FUNCTION mwmq.send(queue text, body bytea, key text DEFAULT NULL, delay_ms bigint DEFAULT 0,
-                          receiver text DEFAULT NULL)
+                          receiver text DEFAULT NULL, message_group text DEFAULT NULL)
 RETURNS bigint LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, %1$I, pg_temp AS $body$
 #variable_conflict use_column
 DECLARE
@@ -62,10 +62,10 @@ BEGIN
             RETURN new_id;
         END IF;
     END IF;
-    INSERT INTO mwmq_messages (queue_id, id, sender, receiver, body, visible_at, counted)
+    INSERT INTO mwmq_messages (queue_id, id, sender, receiver, body, visible_at, counted, grp)
     VALUES (q.id, new_id, session_user, send.receiver, send.body,
             clock_timestamp() + interval '1 millisecond' * send.delay_ms,
-            q.max_messages IS NOT NULL OR q.max_bytes IS NOT NULL);
+            q.max_messages IS NOT NULL OR q.max_bytes IS NOT NULL, send.message_group);
     PERFORM pg_notify('mwmq', send.queue);
     RETURN new_id;
 END
@@ -85,11 +85,11 @@ $f$, current_schema());
 END
 $install$;
 CREATE FUNCTION mwmq.send(queue text, body text, key text DEFAULT NULL, delay_ms bigint DEFAULT 0,
-                          receiver text DEFAULT NULL)
+                          receiver text DEFAULT NULL, message_group text DEFAULT NULL)
 RETURNS bigint LANGUAGE sql AS $$
-    SELECT mwmq.send(queue, convert_to(body, 'UTF8'), key, delay_ms, receiver)
+    SELECT mwmq.send(queue, convert_to(body, 'UTF8'), key, delay_ms, receiver, message_group)
 $$;
-REVOKE ALL ON FUNCTION mwmq.send(text, bytea, text, bigint, text) FROM PUBLIC;
-REVOKE ALL ON FUNCTION mwmq.send(text, text, text, bigint, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION mwmq.send(text, bytea, text, bigint, text, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION mwmq.send(text, text, text, bigint, text, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION mwmq.ack(text, bigint, bigint) FROM PUBLIC;
 "#;

@@ -24,7 +24,15 @@ impl Core<'_> {
     pub(super) async fn send<S: Session + ?Sized>(&self, pg: &PgConn, x: &Send, s: &S) -> Result<Outcome, DbError> {
         let me = s.identity();
         let id = pg
-            .send(&x.queue, me.as_deref().unwrap_or(""), x.to.as_deref(), &x.body, x.delay_ms, x.key.as_deref())
+            .send(
+                &x.queue,
+                me.as_deref().unwrap_or(""),
+                x.to.as_deref(),
+                &x.body,
+                x.delay_ms,
+                x.key.as_deref(),
+                x.group.as_deref(),
+            )
             .await?;
         self.sent(&x.queue);
         self.shared.queues.add(&x.queue, |c| c.sent += 1);

@@ -1,0 +1,182 @@
+//! Ordered groups: `SEND q body GROUP g` — a group's messages are handed out
+//! one at a time, in the order sent; the next only once the one before is
+//! acknowledged or dead-lettered; a NACKed or expired one stays first;
+//! different groups and ungrouped messages go in parallel, also to racing
+//! receivers on two mwmq processes.
+
+mod common;
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use common::*;
+use mctest::Postgres;
+use mwmq::Service;
+
+fn send(c: &mut redis::Connection, queue: &str, body: &str, group: Option<&str>) -> i64 {
+    match group {
+        Some(g) => q(c, &["SEND", queue, body, "GROUP", g]),
+        None => q(c, &["SEND", queue, body]),
+    }
+}
+
+fn bodies(ms: &[Leased]) -> Vec<String> {
+    let mut b: Vec<String> = ms.iter().map(|m| String::from_utf8_lossy(&m.3).into_owned()).collect();
+    b.sort();
+    b
+}
+
+fn ack(c: &mut redis::Connection, queue: &str, m: &Leased) {
+    assert_eq!(q::<i64>(c, &["ACK", queue, &m.0.to_string(), &m.1.to_string()]), 1);
+}
+
+#[test]
+fn a_group_goes_one_at_a_time_in_the_order_sent() {
+    let pg = Postgres::start().unwrap();
+    let mq = start(config(&pg));
+    let mut c = connect(mq.local_addr());
+    assert_eq!(q::<String>(&mut c, &["QCREATE", "jobs"]), "OK");
+    for (body, group) in [("a1", "a"), ("a2", "a"), ("b1", "b"), ("b2", "b"), ("a3", "a")] {
+        send(&mut c, "jobs", body, Some(group));
+    }
+    send(&mut c, "jobs", "u1", None);
+    send(&mut c, "jobs", "u2", None);
+    // One per group, and the ungrouped ones.
+    let first = recv(&mut c, "jobs", &["COUNT", "10", "VT", "300"]);
+    assert_eq!(bodies(&first), ["a1", "b1", "u1", "u2"]);
+    assert!(recv(&mut c, "jobs", &["COUNT", "10"]).is_empty(), "each group's next waits for its head");
+    let peeked: Option<(i64, String, Vec<u8>)> = q(&mut c, &["PEEK", "jobs"]);
+    assert!(peeked.is_none(), "PEEK shows what RECV would get: nothing");
+    let by_body: HashMap<String, Leased> =
+        first.into_iter().map(|m| (String::from_utf8_lossy(&m.3).into_owned(), m)).collect();
+    for done in ["a1", "u1", "u2"] {
+        ack(&mut c, "jobs", &by_body[done]);
+    }
+    let next = recv(&mut c, "jobs", &["COUNT", "10"]);
+    assert_eq!(bodies(&next), ["a2"], "a1 acknowledged: a2, and b waits for b1's lease");
+    // A NACK keeps the group's order: a2 again, not a3.
+    assert_eq!(q::<i64>(&mut c, &["NACK", "jobs", &next[0].0.to_string(), &next[0].1.to_string()]), 1);
+    let again = recv(&mut c, "jobs", &["COUNT", "10"]);
+    assert_eq!(bodies(&again), ["a2"]);
+    // An expired lease too: b1 comes back before b2.
+    std::thread::sleep(Duration::from_millis(400));
+    let b = recv(&mut c, "jobs", &["COUNT", "10"]);
+    assert_eq!(bodies(&b), ["b1"]);
+    ack(&mut c, "jobs", &again[0]);
+    ack(&mut c, "jobs", &b[0]);
+    // POP takes a group's head only.
+    let popped: Vec<(i64, String, Vec<u8>)> = ["a3", "b2"].iter().map(|_| q(&mut c, &["POP", "jobs"])).collect();
+    let mut got: Vec<String> = popped.iter().map(|p| String::from_utf8_lossy(&p.2).into_owned()).collect();
+    got.sort();
+    assert_eq!(got, ["a3", "b2"]);
+    assert!(err(&mut c, &["SEND", "jobs", "x", "GROUP"]).contains("wrong number of arguments"));
+}
+
+#[test]
+fn a_dead_lettered_head_lets_its_group_go_on() {
+    let pg = Postgres::start().unwrap();
+    let mq = start(config(&pg));
+    let mut c = connect(mq.local_addr());
+    assert_eq!(q::<String>(&mut c, &["QCREATE", "dlq"]), "OK");
+    assert_eq!(q::<String>(&mut c, &["QCREATE", "jobs", "MAXDELIVERIES", "1", "DEADLETTER", "dlq"]), "OK");
+    send(&mut c, "jobs", "g1", Some("g"));
+    send(&mut c, "jobs", "g2", Some("g"));
+    let m = recv(&mut c, "jobs", &[]).remove(0);
+    assert_eq!(m.3, b"g1");
+    assert_eq!(q::<i64>(&mut c, &["NACK", "jobs", &m.0.to_string(), &m.1.to_string()]), 1);
+    let mut next = Vec::new();
+    for _ in 0..3 {
+        next = recv(&mut c, "jobs", &[]);
+        if !next.is_empty() {
+            break;
+        }
+    }
+    assert_eq!(bodies(&next), ["g2"], "g1 went to the dead letters, g2 is next");
+    let dead: (i64, String, Vec<u8>) = q(&mut c, &["PEEK", "dlq"]);
+    assert_eq!(dead.2, b"g1");
+}
+
+#[test]
+fn pipelined_sends_of_a_group_keep_their_order() {
+    let pg = Postgres::start().unwrap();
+    let mq = start(config(&pg));
+    let mut c = connect(mq.local_addr());
+    assert_eq!(q::<String>(&mut c, &["QCREATE", "jobs"]), "OK");
+    let mut pipe = redis::pipe();
+    for i in 0..30 {
+        pipe.cmd("SEND").arg("jobs").arg(format!("{i}")).arg("GROUP").arg("only");
+    }
+    let _: Vec<i64> = pipe.query(&mut c).unwrap();
+    // Through SQL too, in the application's transaction.
+    sql(&pg).execute("SELECT mwmq.send('jobs', '30', message_group => 'only')", &[]).unwrap();
+    for i in 0..31 {
+        let got = recv(&mut c, "jobs", &["COUNT", "5"]);
+        assert_eq!(bodies(&got), [i.to_string()], "one at a time, in order");
+        ack(&mut c, "jobs", &got[0]);
+    }
+}
+
+#[test]
+fn racing_receivers_on_two_processes_keep_every_group_in_order() {
+    let pg = Postgres::start().unwrap();
+    let a = start(config(&pg));
+    let b = start(config(&pg));
+    let mut c = connect(a.local_addr());
+    assert_eq!(q::<String>(&mut c, &["QCREATE", "jobs"]), "OK");
+    let (groups, per) = (4, 12);
+    for i in 0..per {
+        for g in 0..groups {
+            send(&mut c, "jobs", &format!("{g}:{i}"), Some(&format!("g{g}")));
+        }
+    }
+    // Each receiver notes what it holds: never two of one group at once.
+    let holding: Arc<Mutex<HashSet<String>>> = Arc::default();
+    let done: Arc<Mutex<Vec<(String, usize)>>> = Arc::default();
+    let most_groups = Arc::new(Mutex::new(0usize));
+    let addrs = [a.local_addr(), b.local_addr()];
+    let workers: Vec<_> = (0..6)
+        .map(|w| {
+            let (holding, done, most) = (holding.clone(), done.clone(), most_groups.clone());
+            let addr = addrs[w % 2];
+            std::thread::spawn(move || {
+                let mut c = connect(addr);
+                let mut idle = 0;
+                while idle < 20 {
+                    let got = recv(&mut c, "jobs", &["COUNT", "2"]);
+                    if got.is_empty() {
+                        idle += 1;
+                        std::thread::sleep(Duration::from_millis(10));
+                        continue;
+                    }
+                    idle = 0;
+                    for m in &got {
+                        let text = String::from_utf8_lossy(&m.3).into_owned();
+                        let (g, i) = text.split_once(':').unwrap();
+                        let mut h = holding.lock().unwrap();
+                        assert!(h.insert(g.to_string()), "two messages of group {g} handed out at once");
+                        let mut most = most.lock().unwrap();
+                        *most = (*most).max(h.len());
+                        done.lock().unwrap().push((g.to_string(), i.parse().unwrap()));
+                    }
+                    std::thread::sleep(Duration::from_millis(3));
+                    for m in &got {
+                        let text = String::from_utf8_lossy(&m.3).into_owned();
+                        holding.lock().unwrap().remove(text.split_once(':').unwrap().0);
+                        ack(&mut c, "jobs", m);
+                    }
+                }
+            })
+        })
+        .collect();
+    for w in workers {
+        w.join().unwrap();
+    }
+    let done = done.lock().unwrap();
+    assert_eq!(done.len(), groups * per, "every message once");
+    for g in 0..groups {
+        let order: Vec<usize> = done.iter().filter(|(x, _)| *x == g.to_string()).map(|(_, i)| *i).collect();
+        assert_eq!(order, (0..per).collect::<Vec<_>>(), "group {g} in the order sent");
+    }
+    assert!(*most_groups.lock().unwrap() >= 2, "different groups in parallel");
+}
