@@ -681,13 +681,14 @@ mod tests {
     #[test]
     fn commands_and_options() {
         assert_eq!(
-            p("send q hi to bob delay 50 key k1").unwrap(),
+            p("send q hi to bob delay 50 key k1 group g7").unwrap(),
             Command::Send(Send {
                 queue: "q".into(),
                 body: b"hi".to_vec(),
                 to: Some("bob".into()),
                 delay_ms: 50,
-                key: Some("k1".into())
+                key: Some("k1".into()),
+                group: Some("g7".into())
             })
         );
         assert_eq!(

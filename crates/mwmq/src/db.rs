@@ -540,7 +540,7 @@ fn classify(e: postgres::Error) -> DbError {
     }
 }
 
-/// One SEND of a batch.
+/// One SEND (alone, or in a batch).
 #[derive(Debug, Clone, Copy)]
 pub struct SendRow<'a> {
     /// Queue.
@@ -768,18 +768,10 @@ impl PgConn {
         }
     }
 
-    /// SEND: the new message's id (or, with a key seen before, the first one's);
-    /// `group`: its ordered group (GROUP).
-    pub async fn send(
-        &self,
-        queue: &str,
-        sender: &str,
-        to: Option<&str>,
-        body: &[u8],
-        delay_ms: u64,
-        key: Option<&str>,
-        group: Option<&str>,
-    ) -> Result<i64, DbError> {
+    /// SEND of `row`: the new message's id (or, with a key seen before, the
+    /// first one's); `group`: its ordered group (GROUP).
+    pub async fn send(&self, row: &SendRow<'_>, key: Option<&str>, group: Option<&str>) -> Result<i64, DbError> {
+        let SendRow { queue, sender, to, body, delay_ms } = *row;
         let delay = delay_ms as f64;
         match key {
             None => {

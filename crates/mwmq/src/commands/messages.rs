@@ -25,11 +25,13 @@ impl Core<'_> {
         let me = s.identity();
         let id = pg
             .send(
-                &x.queue,
-                me.as_deref().unwrap_or(""),
-                x.to.as_deref(),
-                &x.body,
-                x.delay_ms,
+                &SendRow {
+                    queue: &x.queue,
+                    sender: me.as_deref().unwrap_or(""),
+                    to: x.to.as_deref(),
+                    body: &x.body,
+                    delay_ms: x.delay_ms,
+                },
                 x.key.as_deref(),
                 x.group.as_deref(),
             )
