@@ -215,6 +215,21 @@ fn metrics(shared: &Shared) -> String {
     ] {
         p.counter(name, help, &[], value);
     }
+    let paused = shared.paused.names();
+    p.gauge(
+        "mwmq_queues_paused",
+        "Queues paused (QPAUSE) now, as last read from the databases.",
+        &[],
+        paused.len() as f64,
+    );
+    let q = &shared.config.queues;
+    for name in paused
+        .iter()
+        .filter(|n| q.metrics_queues.iter().any(|p| crate::users::matches(p, n)))
+        .take(q.metrics_max_queues)
+    {
+        p.gauge("mwmq_queue_paused", "1 while the queue is paused.", &[("queue", name.as_str())], 1.0);
+    }
     for (queue, fields) in queue_series(shared) {
         for (field, value) in fields {
             let help = format!("Messages {} this queue since start.", field.replace('_', " "));

@@ -185,6 +185,10 @@ pub fn run_notifier_thread(shared: Arc<Shared>) {
                 if let Err(e) = maintenance(c, cfg.queues.dedup_window_s) {
                     tracing::warn!("maintenance failed: {e}");
                 }
+                match c.query("SELECT name FROM mwmq_queues WHERE paused AND dropped_at IS NULL", &[]) {
+                    Ok(rows) => shared.paused.refresh(d, rows.iter().map(|r| r.get(0))),
+                    Err(e) => tracing::debug!("paused queues: {e}"),
+                }
             }
         }
         if failed {

@@ -105,3 +105,34 @@ impl InfoCache {
         self.0.lock().unwrap_or_else(|p| p.into_inner()).remove(queue);
     }
 }
+
+/// The queues known to be paused, per database: read from each database at
+/// every maintenance pass (`maintenance_s`) and changed at once by this
+/// process's own QPAUSE and QRESUME; `/metrics` shows them.
+#[derive(Debug, Default)]
+pub struct Paused(Mutex<std::collections::BTreeMap<usize, std::collections::BTreeSet<String>>>);
+
+impl Paused {
+    /// `queue` of database `db` paused (`on`) or resumed.
+    pub fn set(&self, db: usize, queue: &str, on: bool) {
+        let mut m = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let set = m.entry(db).or_default();
+        if on {
+            set.insert(queue.to_string());
+        } else {
+            set.remove(queue);
+        }
+    }
+
+    /// Database `db`'s paused queues are `names`.
+    pub fn refresh(&self, db: usize, names: impl IntoIterator<Item = String>) {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).insert(db, names.into_iter().collect());
+    }
+
+    /// Every paused queue, by name.
+    pub fn names(&self) -> Vec<String> {
+        let m = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let all: std::collections::BTreeSet<&String> = m.values().flatten().collect();
+        all.into_iter().cloned().collect()
+    }
+}

@@ -123,6 +123,7 @@ impl Service for Mq {
             ),
             queues: Default::default(),
             info_cache: Default::default(),
+            paused: Default::default(),
             vacuums: Default::default(),
             tls,
             tls_log: mwserve::process::Throttled::new("TLS handshakes failed", std::time::Duration::from_secs(10)),

@@ -91,6 +91,8 @@ pub struct Shared {
     pub queues: crate::queues::PerQueue,
     /// QINFO's recent database figures.
     pub info_cache: crate::queues::InfoCache,
+    /// The queues known to be paused (for `/metrics`).
+    pub paused: crate::queues::Paused,
     /// VACUUMs of the messages table this process ran.
     pub vacuums: std::sync::atomic::AtomicU64,
     /// The TLS listener's configuration (`--tls-cert`), when there is one.

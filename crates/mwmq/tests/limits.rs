@@ -5,25 +5,11 @@
 
 mod common;
 
-use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use common::*;
 use mctest::Postgres;
 use mwmq::Service;
-
-fn qinfo(c: &mut redis::Connection, queue: &str) -> HashMap<String, String> {
-    let flat: Vec<redis::Value> = q(c, &["QINFO", queue]);
-    flat.chunks(2)
-        .map(|kv| {
-            let v = match &kv[1] {
-                redis::Value::Int(i) => i.to_string(),
-                other => redis::from_redis_value::<String>(other).unwrap_or_default(),
-            };
-            (redis::from_redis_value::<String>(&kv[0]).unwrap(), v)
-        })
-        .collect()
-}
 
 fn send_n(c: &mut redis::Connection, queue: &str, n: usize) {
     for i in 0..n {
@@ -185,4 +171,35 @@ fn limits_refuse_what_is_not_a_limit() {
     assert!(err(&mut c, &["QALTER", "jobs", "RATE", "5/fortnight"]).contains("per second, minute or hour"));
     assert!(err(&mut c, &["QALTER", "jobs", "RATE", "0.001/h"]).contains("at least 3.6/h"));
     assert!(err(&mut c, &["QALTER", "jobs", "RATE"]).contains("syntax"));
+}
+
+#[test]
+fn a_paused_queue_shows_on_metrics_of_every_process() {
+    let pg = Postgres::start().unwrap();
+    let with_admin = || {
+        let mut cfg = config(&pg);
+        cfg.stats.admin = Some("127.0.0.1:0".into());
+        cfg.queues.maintenance_s = 1;
+        start(cfg)
+    };
+    let (a, b) = (with_admin(), with_admin());
+    let mut c = connect(a.local_addr());
+    for queue in ["jobs", "mail"] {
+        assert_eq!(q::<String>(&mut c, &["QCREATE", queue]), "OK");
+    }
+    let paused = |mq: &mwmq::Mq| {
+        let (_, page) = mctest::http_get(mq.admin_addr().unwrap(), "/metrics");
+        let count = page.lines().find(|l| l.starts_with("mwmq_queues_paused ")).map(str::to_string);
+        let named: Vec<String> =
+            page.lines().filter(|l| l.starts_with("mwmq_queue_paused{")).map(str::to_string).collect();
+        (count.unwrap_or_default(), named)
+    };
+    assert_eq!(paused(&a).0, "mwmq_queues_paused 0");
+    assert_eq!(q::<String>(&mut c, &["QPAUSE", "jobs"]), "OK");
+    assert_eq!(paused(&a), ("mwmq_queues_paused 1".into(), vec!["mwmq_queue_paused{queue=\"jobs\"} 1".to_string()]));
+    assert!(eventually(Duration::from_secs(10), || paused(&b).0 == "mwmq_queues_paused 1"), "the other process too");
+    let mut other = connect(b.local_addr());
+    assert_eq!(q::<String>(&mut other, &["QRESUME", "jobs"]), "OK");
+    assert_eq!(paused(&b).0, "mwmq_queues_paused 0");
+    assert!(eventually(Duration::from_secs(10), || paused(&a).0 == "mwmq_queues_paused 0"));
 }

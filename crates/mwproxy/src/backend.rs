@@ -12,13 +12,11 @@
 
 use std::io::{self, Read, Write};
 use std::net::Shutdown;
-
-use mwserve::stream::{Addr, BlockingStream};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use std::sync::Arc;
-
 use mcproto::ReadBuf;
+use mwserve::stream::{Addr, BlockingStream};
 use mwserve::tls::{quiet, Session};
 use rustls::pki_types::ServerName;
 

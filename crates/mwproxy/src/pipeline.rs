@@ -36,14 +36,13 @@
 use std::collections::VecDeque;
 use std::io::{self, Read};
 use std::net::Shutdown;
-
-use mwserve::stream::{Addr, Stream};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use mcproto::ReadBuf;
 use mio::event::Event;
 use mio::{Interest, Registry, Token};
+use mwserve::stream::{Addr, Stream};
 use mwstats::clock::now_ns;
 use mwstats::slots::SlotWriter;
 

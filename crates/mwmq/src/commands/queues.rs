@@ -122,6 +122,7 @@ impl Core<'_> {
     pub(super) async fn pause(&self, pg: &PgConn, q: &str, on: bool) -> Result<Outcome, DbError> {
         pg.pause(q, on).await?;
         self.shared.info_cache.forget(q);
+        self.shared.paused.set(pg.db, q, on);
         if !on {
             self.sent(q);
         }

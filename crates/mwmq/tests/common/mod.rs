@@ -191,3 +191,35 @@ pub fn with_tls(cfg: &mut Config, name: &str) -> (mctest::Certificates, u16) {
     cfg.tls.plain_listen = Some(format!("127.0.0.1:{plain}"));
     (certs, plain)
 }
+
+/// Whether `check` holds within `limit` (tried every 20 ms).
+pub fn eventually(limit: Duration, mut check: impl FnMut() -> bool) -> bool {
+    let end = Instant::now() + limit;
+    while Instant::now() < end {
+        if check() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    check()
+}
+
+/// QINFO of `queue` as field -> value (numbers as their digits).
+pub fn qinfo(c: &mut redis::Connection, queue: &str) -> std::collections::HashMap<String, String> {
+    let flat: Vec<redis::Value> = q(c, &["QINFO", queue]);
+    flat.chunks(2)
+        .map(|kv| {
+            let v = match &kv[1] {
+                redis::Value::Int(i) => i.to_string(),
+                other => redis::from_redis_value::<String>(other).unwrap_or_default(),
+            };
+            (redis::from_redis_value::<String>(&kv[0]).unwrap(), v)
+        })
+        .collect()
+}
+
+/// One of QINFO's numbers.
+pub fn qinfo_int(c: &mut redis::Connection, queue: &str, field: &str) -> i64 {
+    let info = qinfo(c, queue);
+    info.get(field).and_then(|v| v.parse().ok()).unwrap_or_else(|| panic!("QINFO {queue} {field}: {info:?}"))
+}
