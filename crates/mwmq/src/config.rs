@@ -254,6 +254,9 @@ pub struct QueuesConfig {
     pub dedup_window_s: u64,
     /// Dropped queues' messages and expired keys are removed this often (default 60 s).
     pub maintenance_s: u64,
+    /// Acknowledged messages kept long enough (RETAIN) are deleted this often
+    /// (default 1000 ms: small passes rather than a minute's worth at once).
+    pub purge_ms: u64,
     /// The messages table is looked at this often and vacuumed when it holds
     /// `vacuum_min_dead` dead rows or more (default 10 s; 0: leave it to autovacuum).
     pub vacuum_s: u64,
@@ -279,6 +282,7 @@ impl Default for QueuesConfig {
             poll_ms: 250,
             dedup_window_s: 86_400,
             maintenance_s: 60,
+            purge_ms: 1000,
             vacuum_s: 10,
             vacuum_min_dead: 10_000,
             info_cache_ms: 1000,
@@ -388,8 +392,8 @@ impl ServiceConfig for Config {
         if q.default_vt_ms == 0 || q.default_vt_ms > crate::command::MAX_DELAY_MS {
             return err(format!("default_vt_ms must be 1..={}", crate::command::MAX_DELAY_MS));
         }
-        if q.poll_ms == 0 || q.maintenance_s == 0 {
-            return err("poll_ms and maintenance_s must be positive".into());
+        if q.poll_ms == 0 || q.maintenance_s == 0 || q.purge_ms == 0 {
+            return err("poll_ms, maintenance_s and purge_ms must be positive".into());
         }
         crate::users::Users::from_config(&self.users).map_err(ConfigError)?;
         if self.auth.login_threads == 0 || self.auth.login_queue == 0 {

@@ -250,7 +250,7 @@ pub fn queue_names(
         .collect()
 }
 
-fn sleep_on(w: &Waiters, wait: Duration) {
+pub(crate) fn sleep_on(w: &Waiters, wait: Duration) {
     let s = w.lock();
     if !s.stopping {
         let _ = w.changed.wait_timeout(s, wait);
@@ -269,10 +269,7 @@ pub fn maintenance(c: &mut postgres::Client, dedup_window_s: u64) -> Result<(), 
          OR created_at < now() - interval '1 second' * $1::float8",
         &[&window],
     )?;
-    let purged = crate::retention::purge(c)?;
-    if purged > 0 {
-        tracing::debug!(purged, "acknowledged messages kept long enough deleted");
-    }
+    // A dropped queue's row stays until its archive is gone (`retention.rs`).
     c.execute(
         "DELETE FROM mwmq_queues q WHERE q.dropped_at IS NOT NULL
          AND NOT EXISTS (SELECT 1 FROM mwmq_messages m WHERE m.queue_id = q.id)

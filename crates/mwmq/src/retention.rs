@@ -4,10 +4,12 @@
 //! `mwmq_archive` with when it was acknowledged and the receiver it was
 //! delivered to; `QARCHIVE q [COUNT n]` reads the latest. The archive is a
 //! table of its own, so the live table stays as small as without retention,
-//! and mwmq's housekeeping (every `maintenance_s`) deletes what has been kept
-//! long enough — or belongs to a queue that no longer retains, or was
-//! dropped — in batches of [`PURGE_BATCH`] rows, each its own transaction,
-//! so that a large purge never holds one long transaction.
+//! and a thread per database (every `purge_ms`, a second) deletes what has
+//! been kept long enough — or belongs to a queue that no longer retains, or
+//! was dropped — in batches of [`PURGE_BATCH`] rows, each its own
+//! transaction: a second's worth at a time rather than a minute's (once a
+//! minute, the purge raised a churn's p99 to 1.3 s), and never one long
+//! transaction.
 
 /// Schema version 9: the setting, the archive, and `mwmq.ack` archiving too.
 pub const MIGRATION: &str = r#"
@@ -97,4 +99,35 @@ pub fn purge(c: &mut postgres::Client) -> Result<u64, postgres::Error> {
         }
     }
     Ok(total)
+}
+
+/// The purge thread of database `db`: [`purge`] every `purge_ms`, on a
+/// connection of its own (reopened after a failure).
+pub fn run_purge_thread(shared: std::sync::Arc<crate::shared::Shared>, db: usize) {
+    let cfg = shared.config.for_database(db);
+    let every = std::time::Duration::from_millis(cfg.queues.purge_ms);
+    let mut conn: Option<postgres::Client> = None;
+    loop {
+        crate::events::sleep_on(&shared.waiters, every);
+        if shared.waiters.lock().stopping {
+            return;
+        }
+        if conn.as_ref().is_none_or(|c| c.is_closed()) {
+            match crate::db::connect(&cfg) {
+                Ok(c) => conn = Some(c),
+                Err(e) => {
+                    tracing::debug!("purge connection: {e}");
+                    continue;
+                }
+            }
+        }
+        match purge(conn.as_mut().expect("connected above")) {
+            Ok(0) => {}
+            Ok(n) => tracing::debug!(purged = n, "acknowledged messages kept long enough deleted"),
+            Err(e) => {
+                tracing::debug!("purge: {e}");
+                conn = None;
+            }
+        }
+    }
 }

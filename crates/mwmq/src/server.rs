@@ -233,6 +233,8 @@ fn start_background(shared: &Arc<Shared>) -> std::io::Result<Vec<JoinHandle<()>>
             let s = shared.clone();
             background.push(spawn(&format!("listener-{db}"), Box::new(move || run_listener_thread(s, db)))?);
         }
+        let s = shared.clone();
+        background.push(spawn(&format!("purge-{db}"), Box::new(move || crate::retention::run_purge_thread(s, db)))?);
     }
     Ok(background)
 }
