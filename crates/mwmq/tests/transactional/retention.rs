@@ -3,11 +3,9 @@
 //! the purge thread deletes it once kept long enough, when retention is
 //! lifted, and when the queue is dropped; a queue without RETAIN keeps nothing.
 
-mod common;
-
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 use mctest::Postgres;
 use mwmq::Service;
 

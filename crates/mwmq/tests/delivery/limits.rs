@@ -3,11 +3,9 @@
 //! across every mwmq process on the database, also when their receivers
 //! race; QINFO shows the settings and how often they cut a RECV short.
 
-mod common;
-
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 use mctest::Postgres;
 use mwmq::Service;
 

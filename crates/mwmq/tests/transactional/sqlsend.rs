@@ -6,12 +6,10 @@
 //! waiting RECV wakes at the commit, keys deduplicate as SEND's KEY does,
 //! the sender is the calling role, and roles without the grant are refused.
 
-mod common;
-
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 use mctest::Postgres;
 use mwmq::Service;
 
@@ -243,7 +241,7 @@ fn an_application_on_psycopg_enqueues_in_its_transactions() {
     let (_mq, mut c) = setup(&pg, |_| {});
     let python = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.venv/bin/python");
     assert!(python.exists(), "{} is missing: make test-deps installs psycopg there", python.display());
-    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/sqlsend_app.py");
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/transactional/sqlsend_app.py");
     let out = Command::new(&python).arg(&script).arg(as_role(&pg, "app")).output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let said = String::from_utf8_lossy(&out.stdout).into_owned();

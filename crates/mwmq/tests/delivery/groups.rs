@@ -4,13 +4,11 @@
 //! different groups and ungrouped messages go in parallel, also to racing
 //! receivers on two mwmq processes.
 
-mod common;
-
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 use mctest::Postgres;
 use mwmq::Service;
 
