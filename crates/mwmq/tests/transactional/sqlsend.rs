@@ -251,3 +251,36 @@ fn an_application_on_psycopg_enqueues_in_its_transactions() {
     let rows = sql(&pg).query("SELECT id FROM orders ORDER BY id", &[]).unwrap();
     assert_eq!(rows.iter().map(|r| r.get::<_, i32>(0)).collect::<Vec<_>>(), [1, 3]);
 }
+
+/// A caller cannot make the functions, which run with their owner's rights,
+/// use objects of its own: a schema first on its search_path with its own
+/// `mwmq_queues`, `mwmq_messages` and `mwmq_room` changes nothing.
+#[test]
+fn a_callers_search_path_cannot_redirect_the_functions() {
+    let pg = Postgres::start().unwrap();
+    let (_mq, mut c) = setup(&pg, |_| {});
+    assert_eq!(q::<String>(&mut c, &["QCREATE", "small", "MAXMESSAGES", "1"]), "OK");
+    let warm: i64 = q(&mut c, &["SEND", "orders", "warm"]);
+    sql(&pg).batch_execute("CREATE SCHEMA trap AUTHORIZATION app").unwrap();
+    let mut db = app(&pg);
+    db.batch_execute(
+        "CREATE TABLE trap.mwmq_queues (id bigint, name text, dropped_at timestamptz, max_messages bigint,
+                                        max_bytes bigint);
+         INSERT INTO trap.mwmq_queues VALUES (1, 'orders', NULL, NULL, NULL), (2, 'small', NULL, NULL, NULL);
+         CREATE TABLE trap.mwmq_messages (queue_id bigint, id bigint, sender text, receiver text, body bytea,
+                                          visible_at timestamptz, counted boolean, grp text);
+         CREATE FUNCTION trap.mwmq_room(bigint, bigint, bigint, bigint) RETURNS boolean LANGUAGE sql AS 'SELECT true';
+         CREATE FUNCTION trap.nextval(regclass) RETURNS bigint LANGUAGE sql AS 'SELECT 1::bigint';
+         SET search_path = trap, public, pg_catalog;",
+    )
+    .unwrap_or_else(|e| panic!("{:?}", e.as_db_error()));
+    let id: i64 = db.query_one("SELECT mwmq.send('orders', 'real')", &[]).unwrap().get(0);
+    assert!(id > warm, "the real sequence, not the caller's nextval (1)");
+    let got = recv(&mut c, "orders", &["COUNT", "5"]);
+    assert!(got.iter().any(|m| m.0 == id && m.3 == b"real"), "the real queue got it: {got:?}");
+    db.execute("SELECT mwmq.send('small', 'one')", &[]).unwrap();
+    let full = db.execute("SELECT mwmq.send('small', 'two')", &[]).unwrap_err();
+    assert_eq!(full.code().map(|c| c.code()), Some("54000"), "the real quota check, not the caller's mwmq_room");
+    let trapped: i64 = db.query_one("SELECT count(*) FROM trap.mwmq_messages", &[]).unwrap().get(0);
+    assert_eq!(trapped, 0);
+}
