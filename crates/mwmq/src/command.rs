@@ -151,6 +151,13 @@ pub struct QueueOptions {
     pub retain_ms: Option<u64>,
 }
 
+impl QueueOptions {
+    /// RATE as deliveries per second, when given (0: no limit).
+    pub fn rate_per_s(&self) -> Option<f64> {
+        self.rate_milli.map(|r| r as f64 / 1000.0)
+    }
+}
+
 /// The longest RETAIN: a year.
 pub const MAX_RETAIN_MS: u64 = 366 * 24 * 3600 * 1000;
 /// Most messages one QARCHIVE returns.

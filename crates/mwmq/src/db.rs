@@ -161,12 +161,21 @@ const QUEUE: &str = "(SELECT id FROM mwmq_queues WHERE name = $1 AND dropped_at 
 /// to, or NULL for a caller that may act on any delivery of the queue.
 const HELD: &str = "AND ($4::text IS NULL OR leased_to = $4)";
 
-/// Which messages a receiver may take: visible, addressed to it or to no one, from the sender asked for.
-/// A grouped message only while no older one of its group is left (`limits.rs`).
-const ELIGIBLE: &str =
-    "visible_at <= now() AND (receiver IS NULL OR receiver = $2) AND ($3::text IS NULL OR sender = $3)
-     AND (grp IS NULL OR NOT EXISTS (SELECT 1 FROM mwmq_messages o WHERE o.queue_id = mwmq_messages.queue_id
-                                     AND o.grp = mwmq_messages.grp AND o.id < mwmq_messages.id))";
+/// A message of `m` that is not grouped, or the oldest of its group left
+/// (`limits.rs`; `mwmq_recv` has its own copy, frozen in schema 8).
+macro_rules! group_head {
+    () => {
+        "(m.grp IS NULL OR NOT EXISTS (SELECT 1 FROM mwmq_messages o
+                                       WHERE o.queue_id = m.queue_id AND o.grp = m.grp AND o.id < m.id))"
+    };
+}
+
+/// Which messages of `m` a receiver may take: visible, addressed to it or to
+/// no one, from the sender asked for, the head of its group if it has one.
+const ELIGIBLE: &str = concat!(
+    "m.visible_at <= now() AND (m.receiver IS NULL OR m.receiver = $2) AND ($3::text IS NULL OR m.sender = $3) AND ",
+    group_head!()
+);
 
 /// The statements of one connection, prepared when it opens.
 struct Statements {
@@ -272,9 +281,7 @@ impl Statements {
                  c AS (SELECT m.queue_id, m.id, m.receiver, m.visible_at FROM mwmq_messages m
                        WHERE m.queue_id = (SELECT id FROM mwmq_queues WHERE name = $1 AND {PLAIN_QUEUE})
                          AND m.visible_at <= now() AND (m.receiver IS NULL OR m.receiver = ANY($2::text[]))
-                         AND ($3::text IS NULL OR m.sender = $3)
-                         AND (m.grp IS NULL OR NOT EXISTS (SELECT 1 FROM mwmq_messages o
-                                                           WHERE o.queue_id = m.queue_id AND o.grp = m.grp AND o.id < m.id))
+                         AND ($3::text IS NULL OR m.sender = $3) AND {}
                        ORDER BY m.visible_at, m.id LIMIT $4 FOR UPDATE SKIP LOCKED),
                  mine AS (SELECT a.queue_id, a.id, b.n, b.me
                           FROM (SELECT c.queue_id, c.id, c.receiver,
@@ -296,15 +303,16 @@ impl Statements {
                             RETURNING p.n, m.queue_id, m.id, m.lease, m.sender, m.body)
                  SELECT n, queue_id, id, lease, sender, body FROM leased
                  UNION ALL SELECT NULL, NULL, (SELECT count(*) FROM c),
-                                  (SELECT count(*) FROM mwmq_queues WHERE name = $1 AND {PLAIN_QUEUE}), NULL, NULL"
+                                  (SELECT count(*) FROM mwmq_queues WHERE name = $1 AND {PLAIN_QUEUE}), NULL, NULL",
+                group_head!()
             )).await?,
             recv_plain: c.prepare(&format!(
                 "UPDATE mwmq_messages m
                  SET lease = mwmq_lease_token(), leased_to = $2,
                      visible_at = now() + interval '1 millisecond' * $5::float8,
                      deliveries = m.deliveries + 1
-                 FROM (SELECT queue_id, id FROM mwmq_messages
-                       WHERE queue_id = (SELECT id FROM mwmq_queues WHERE name = $1 AND {PLAIN_QUEUE})
+                 FROM (SELECT m.queue_id, m.id FROM mwmq_messages m
+                       WHERE m.queue_id = (SELECT id FROM mwmq_queues WHERE name = $1 AND {PLAIN_QUEUE})
                          AND {ELIGIBLE}
                        ORDER BY visible_at, id LIMIT $4 FOR UPDATE SKIP LOCKED) c
                  WHERE m.queue_id = c.queue_id AND m.id = c.id
@@ -312,7 +320,7 @@ impl Statements {
             )).await?,
             // Any other queue: paused, limited or with a delivery limit
             // (`limits.rs`). The last row counts the dead letters:
-            // (NULL, moved out, moved in, NULL, NULL).
+            // (the queue's id or NULL without one, moved out, moved in, NULL, NULL).
             recv: c
                 .prepare("SELECT r_queue_id, r_id, r_lease, r_sender, r_body FROM mwmq_recv($1, $2, $3, $4, $5)")
                 .await?,
@@ -321,8 +329,8 @@ impl Statements {
                 "WITH q AS (SELECT id, retain_ms FROM mwmq_queues WHERE name = $1 AND dropped_at IS NULL AND NOT paused),
                  gone AS (
                     DELETE FROM mwmq_messages m
-                    USING (SELECT queue_id, id FROM mwmq_messages
-                           WHERE queue_id = (SELECT id FROM q) AND {ELIGIBLE}
+                    USING (SELECT m.queue_id, m.id FROM mwmq_messages m
+                           WHERE m.queue_id = (SELECT id FROM q) AND {ELIGIBLE}
                            ORDER BY visible_at, id LIMIT $4 FOR UPDATE SKIP LOCKED) c
                     WHERE m.queue_id = c.queue_id AND m.id = c.id
                     RETURNING m.queue_id, m.id, m.sender, m.receiver, m.body, m.sent_at, m.deliveries + 1 AS deliveries,
@@ -331,8 +339,8 @@ impl Statements {
                  SELECT id, sender, body FROM gone"
             )).await?,
             peek: c.prepare(&format!(
-                "SELECT id, sender, body FROM mwmq_messages
-                 WHERE queue_id = {QUEUE} AND {ELIGIBLE} ORDER BY visible_at, id LIMIT $4"
+                "SELECT m.id, m.sender, m.body FROM mwmq_messages m
+                 WHERE m.queue_id = {QUEUE} AND {ELIGIBLE} ORDER BY m.visible_at, m.id LIMIT $4"
             )).await?,
             ack: c.prepare(&format!(
                 "WITH q AS (SELECT id, retain_ms FROM mwmq_queues WHERE name = $1 AND dropped_at IS NULL),
@@ -821,9 +829,10 @@ impl PgConn {
         let r = self.client.query(&self.st.recv, &[&queue, &me, &from, &count, &vt]).await;
         let mut rows = self.check(r)?;
         let totals = rows.pop().expect("the statement's last row counts the dead letters");
-        let (dead, moved): (i64, i64) = (totals.get(1), totals.get(2));
-        if rows.is_empty() && dead == 0 {
-            return self.or_no_queue(queue, Received::default()).await;
+        let (exists, dead, moved): (bool, i64, i64) =
+            (totals.get::<_, Option<i64>>(0).is_some(), totals.get(1), totals.get(2));
+        if !exists {
+            return Err(DbError::NoQueue(queue.to_string()));
         }
         let mut messages: Vec<Leased> = rows.iter().map(|r| self.leased(r)).collect();
         messages.sort_by_key(|m| m.id);
@@ -891,7 +900,7 @@ impl PgConn {
         let dead = o.dead_letter.clone().flatten();
         let (msgs, bytes) = (o.max_messages.map(|m| m as i64), o.max_bytes.map(|m| m as i64));
         let concurrency = o.concurrency.map(|c| c as i32);
-        let rate = o.rate_milli.map(|r| r as f64 / 1000.0);
+        let rate = o.rate_per_s();
         let retain = o.retain_ms.map(|r| r as i64);
         let r = self
             .client
@@ -1140,7 +1149,7 @@ impl PgConn {
         let (msgs, bytes) = (o.max_messages.unwrap_or(0) as i64, o.max_bytes.unwrap_or(0) as i64);
         let cap = max_queues.map(|m| m as i64);
         let concurrency = o.concurrency.unwrap_or(0) as i32;
-        let rate = o.rate_milli.unwrap_or(0) as f64 / 1000.0;
+        let rate = o.rate_per_s().unwrap_or(0.0);
         let retain = o.retain_ms.unwrap_or(0) as i64;
         // A name is a queue's or a stream's, never both.
         let r = self.client.query_one(self.stream_statement(crate::streamdb::X::Type as usize), &[&queue]).await;

@@ -250,7 +250,7 @@ pub fn queue_names(
         .collect()
 }
 
-pub(crate) fn sleep_on(w: &Waiters, wait: Duration) {
+fn sleep_on(w: &Waiters, wait: Duration) {
     let s = w.lock();
     if !s.stopping {
         let _ = w.changed.wait_timeout(s, wait);
@@ -280,53 +280,71 @@ pub fn maintenance(c: &mut postgres::Client, dedup_window_s: u64) -> Result<(), 
     Ok(())
 }
 
-/// The vacuum thread (`vacuum_s` > 0): vacuums `mwmq_messages` when it holds
-/// `vacuum_min_dead` dead rows or more, on its own connection.
-pub fn run_vacuum_thread(shared: Arc<Shared>, db: usize) {
-    let cfg = &shared.config.for_database(db);
+/// Runs `job` every `every` on a connection of its own (opened by `open`,
+/// and again when `job` finds it lost), until mwmq stops; `what` names it in
+/// the log. What `job` does not handle itself is logged at debug level.
+pub(crate) fn every_on_own_connection(
+    shared: &Shared,
+    every: Duration,
+    what: &str,
+    open: impl Fn() -> Result<postgres::Client, String>,
+    mut job: impl FnMut(&mut postgres::Client) -> Result<(), postgres::Error>,
+) {
     let w = &shared.waiters;
-    let every = Duration::from_secs(cfg.queues.vacuum_s);
-    let min_dead = i64::try_from(cfg.queues.vacuum_min_dead).unwrap_or(i64::MAX);
     let mut conn: Option<postgres::Client> = None;
-    let mut warned = false;
     loop {
         sleep_on(w, every);
         if w.lock().stopping {
             return;
         }
         if conn.as_ref().is_none_or(|c| c.is_closed()) {
-            // Not bound by the statement deadline of the workers' connections:
-            // a vacuum of a large table may take longer, and nobody waits for it.
-            let opened = crate::db::connect(cfg)
-                .and_then(|mut c| c.batch_execute("SET statement_timeout = 0").map(|()| c).map_err(|e| e.to_string()));
-            match opened {
+            match open() {
                 Ok(c) => conn = Some(c),
                 Err(e) => {
-                    tracing::debug!("vacuum connection: {e}");
+                    tracing::debug!("{what} connection: {e}");
                     continue;
                 }
             }
         }
-        let c = conn.as_mut().expect("connected above");
+        if let Err(e) = job(conn.as_mut().expect("connected above")) {
+            tracing::debug!("{what}: {e}");
+            // The database went away (a restart): open a new connection next time.
+            if crate::db::connection_lost(&e) {
+                conn = None;
+            }
+        }
+    }
+}
+
+/// The vacuum thread (`vacuum_s` > 0): vacuums `mwmq_messages` when it holds
+/// `vacuum_min_dead` dead rows or more, on its own connection.
+pub fn run_vacuum_thread(shared: Arc<Shared>, db: usize) {
+    let cfg = &shared.config.for_database(db);
+    let min_dead = i64::try_from(cfg.queues.vacuum_min_dead).unwrap_or(i64::MAX);
+    let mut warned = false;
+    // Not bound by the statement deadline of the workers' connections: a
+    // vacuum of a large table may take longer, and nobody waits for it.
+    let open = || {
+        crate::db::connect(cfg)
+            .and_then(|mut c| c.batch_execute("SET statement_timeout = 0").map(|()| c).map_err(|e| e.to_string()))
+    };
+    every_on_own_connection(&shared, Duration::from_secs(cfg.queues.vacuum_s), "vacuum", open, |c| {
         match vacuum_if_needed(c, min_dead) {
             Ok(true) => {
                 shared.vacuums.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                Ok(())
             }
-            Ok(false) => {}
-            // The database went away (a restart): open a new connection next time.
-            Err(e) if crate::db::connection_lost(&e) => {
-                tracing::debug!("vacuum: {e}");
-                conn = None;
-            }
-            Err(e) if !warned => {
+            Ok(false) => Ok(()),
+            Err(e) if !warned && !crate::db::connection_lost(&e) => {
                 // E.g. a database user that does not own the table may not vacuum it.
                 let why = e.as_db_error().map_or_else(|| e.to_string(), |d| d.message().to_string());
                 tracing::warn!("vacuum of mwmq_messages failed (left to autovacuum): {why}");
                 warned = true;
+                Ok(())
             }
-            Err(e) => tracing::debug!("vacuum: {e}"),
+            Err(e) => Err(e),
         }
-    }
+    });
 }
 
 /// Vacuums the messages table if it has `min_dead` dead rows or more; whether it did.

@@ -16,7 +16,9 @@
 //! the lock is granted, which a single statement could not), takes tokens
 //! from the queue's bucket in `mwmq_queue_limits`, and counts how often a
 //! limit cut a RECV short. The dead-letter handling is the same as before
-//! (it moved here from the statement RECV prepared).
+//! (it moved here from the statement RECV prepared). Its last row counts the
+//! dead letters and carries the queue's id (NULL: no such queue), so an
+//! empty RECV needs no statement of its own to tell the two apart.
 //!
 //! The lock is held until the commit, so limited RECVs of one queue would
 //! run at the disk's flush rate (measured: 0.27x a plain queue's RECV+ACK
@@ -55,8 +57,12 @@ DECLARE
 BEGIN
     SELECT id, max_deliveries, dead_letter, paused, concurrency, rate INTO q
     FROM mwmq_queues WHERE name = qname AND dropped_at IS NULL;
-    IF NOT FOUND OR q.paused THEN
+    IF NOT FOUND THEN
         RETURN QUERY SELECT NULL::bigint, 0::bigint, 0::bigint, NULL::text, NULL::bytea;
+        RETURN;
+    END IF;
+    IF q.paused THEN
+        RETURN QUERY SELECT q.id, 0::bigint, 0::bigint, NULL::text, NULL::bytea;
         RETURN;
     END IF;
     IF q.concurrency IS NOT NULL OR q.rate IS NOT NULL THEN
@@ -89,7 +95,7 @@ BEGIN
         -- Of the first eligible messages, those delivered max_deliveries
         -- times already move to the dead-letter queue (or are dropped when
         -- there is none); the others are leased. The last row counts them:
-        -- (NULL, moved out, moved in, NULL, NULL).
+        -- (the queue's id, moved out, moved in, NULL, NULL).
         RETURN QUERY
         WITH c AS (SELECT m.queue_id, m.id, coalesce(m.deliveries >= q.max_deliveries, false) AS dead
                    FROM mwmq_messages m
@@ -116,10 +122,10 @@ BEGIN
                         RETURNING m.queue_id, m.id, m.lease, m.sender, m.body)
         SELECT l.queue_id, l.id, l.lease, l.sender, l.body FROM leased l
         UNION ALL
-        SELECT NULL::bigint, (SELECT count(*) FROM gone), (SELECT count(*) FROM moved), NULL::text, NULL::bytea;
+        SELECT q.id, (SELECT count(*) FROM gone), (SELECT count(*) FROM moved), NULL::text, NULL::bytea;
         GET DIAGNOSTICS got = ROW_COUNT;
     ELSE
-        RETURN QUERY SELECT NULL::bigint, 0::bigint, 0::bigint, NULL::text, NULL::bytea;
+        RETURN QUERY SELECT q.id, 0::bigint, 0::bigint, NULL::text, NULL::bytea;
         got := 1;
     END IF;
     IF q.rate IS NOT NULL THEN

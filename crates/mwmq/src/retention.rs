@@ -102,32 +102,21 @@ pub fn purge(c: &mut postgres::Client) -> Result<u64, postgres::Error> {
 }
 
 /// The purge thread of database `db`: [`purge`] every `purge_ms`, on a
-/// connection of its own (reopened after a failure).
+/// connection of its own.
 pub fn run_purge_thread(shared: std::sync::Arc<crate::shared::Shared>, db: usize) {
     let cfg = shared.config.for_database(db);
     let every = std::time::Duration::from_millis(cfg.queues.purge_ms);
-    let mut conn: Option<postgres::Client> = None;
-    loop {
-        crate::events::sleep_on(&shared.waiters, every);
-        if shared.waiters.lock().stopping {
-            return;
-        }
-        if conn.as_ref().is_none_or(|c| c.is_closed()) {
-            match crate::db::connect(&cfg) {
-                Ok(c) => conn = Some(c),
-                Err(e) => {
-                    tracing::debug!("purge connection: {e}");
-                    continue;
-                }
+    crate::events::every_on_own_connection(
+        &shared,
+        every,
+        "purge",
+        || crate::db::connect(&cfg),
+        |c| {
+            let n = purge(c)?;
+            if n > 0 {
+                tracing::debug!(purged = n, "acknowledged messages kept long enough deleted");
             }
-        }
-        match purge(conn.as_mut().expect("connected above")) {
-            Ok(0) => {}
-            Ok(n) => tracing::debug!(purged = n, "acknowledged messages kept long enough deleted"),
-            Err(e) => {
-                tracing::debug!("purge: {e}");
-                conn = None;
-            }
-        }
-    }
+            Ok(())
+        },
+    );
 }

@@ -36,16 +36,8 @@ pub fn bind(addr: &str) -> Result<(Listener, Addr), StartError> {
     };
     let ready = |l: &Listener| -> io::Result<()> {
         // Listening again on a listening socket changes its backlog.
-        match l {
-            Listener::Tcp(l) => {
-                rustix::net::listen(l, LISTEN_BACKLOG)?;
-                l.set_nonblocking(true)
-            }
-            Listener::Unix(l, _) => {
-                rustix::net::listen(l, LISTEN_BACKLOG)?;
-                l.set_nonblocking(true)
-            }
-        }
+        rustix::net::listen(l, LISTEN_BACKLOG)?;
+        l.set_nonblocking(true)
     };
     if let Err(e) = ready(&l) {
         l.remove_file();

@@ -357,6 +357,14 @@ impl Listener {
         })
     }
 
+    /// Switches between blocking and non-blocking.
+    pub fn set_nonblocking(&self, on: bool) -> io::Result<()> {
+        match self {
+            Listener::Tcp(l) => l.set_nonblocking(on),
+            Listener::Unix(l, _) => l.set_nonblocking(on),
+        }
+    }
+
     /// Removes a unix socket's file (at shutdown); nothing for TCP.
     pub fn remove_file(&self) {
         if let Listener::Unix(_, p) = self {

@@ -35,13 +35,13 @@ pub fn queue_info(state: &QueueState, counts: &Counts) -> Reply {
     Reply::Map(fields)
 }
 
-/// Whether QCREATE or QALTER names a dead-letter queue that does not exist.
 /// A rate as QINFO shows it: deliveries per second, without trailing zeros (0: no limit).
 fn format_rate(r: f64) -> String {
     let t = format!("{r:.3}");
     t.trim_end_matches('0').trim_end_matches('.').to_string()
 }
 
+/// Whether QCREATE or QALTER names a dead-letter queue that does not exist.
 async fn dead_letter_missing(pg: &PgConn, options: &QueueOptions) -> Result<bool, DbError> {
     match &options.dead_letter {
         Some(Some(target)) => Ok(!pg.queue_exists(target).await?),
