@@ -82,17 +82,17 @@ test: deps test-deps rust-deps python-deps
 	$(CARGO) test --workspace --no-fail-fast
 	@# The other engine of each service, from the binaries just built (scripts/test-again.sh says why).
 	scripts/test-again.sh mwproxy MWPROXY_TEST_ENGINE=async
-	@# (The pool engine's crash and failover drills, 45 s, and its run of the SQL functions and
-	@# retention, which its dispatch does not touch, run in make test-slow.)
-	scripts/test-again.sh mwmq MWMQ_TEST_ENGINE=pool --without failover --without crash --without transactional \
+	@# (The pool engine's crash and failover drills, 45 s, and its run of the SQL functions,
+	@# retention and the /ui page, which its dispatch does not touch, run in make test-slow.)
+	scripts/test-again.sh mwmq MWMQ_TEST_ENGINE=pool --without failover --without crash --without transactional --without ui \
 	  -- --skip leased_messages_do_not_slow
 	$(VENV)/bin/pytest lab
 
 ## What make test leaves out to stay under 15 minutes: mwmq's pool engine
-## through the crash and failover drills, the SQL functions and retention
-## (its async engine runs them in make test).
+## through the crash and failover drills, the SQL functions, retention and
+## the /ui page (its async engine runs them in make test).
 test-slow: test
-	scripts/test-again.sh mwmq MWMQ_TEST_ENGINE=pool --only failover --only crash --only transactional
+	scripts/test-again.sh mwmq MWMQ_TEST_ENGINE=pool --only failover --only crash --only transactional --only ui
 
 ## The quick-start experiment: servers, a middleware and clients, then the report.
 run: build python-deps

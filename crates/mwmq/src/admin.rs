@@ -1,14 +1,15 @@
 //! The HTTP admin endpoint (`--admin ADDR`, served by `mwserve::http`):
 //! `/metrics` in Prometheus text format (with each queue's counters), `/stats`
 //! as JSON (the window in progress and the last closed one), `/healthz`
-//! (liveness: 200 while the process serves, 503 once it is stopping) and
-//! `/readyz` (readiness: 503 while the database cannot be reached).
+//! (liveness: 200 while the process serves, 503 once it is stopping),
+//! `/readyz` (readiness: 503 while the database cannot be reached) and the
+//! `/ui` page ([`crate::ui`]).
 
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use mwserve::http::{Handler, Page, PROMETHEUS};
+use mwserve::http::{Page, Request, Routes, PROMETHEUS};
 use mwstats::prom::PromText;
 use mwstats::OpClass;
 
@@ -17,7 +18,7 @@ use crate::shared::Shared;
 use crate::windows::current_record;
 
 /// The paths the endpoint serves.
-pub const PATHS: &[&str] = &["/metrics", "/stats", "/healthz", "/readyz"];
+pub const PATHS: &[&str] = &["/ui", "/metrics", "/stats", "/healthz", "/readyz"];
 
 /// How long `/healthz` waits for the database's answer.
 const HEALTH_TIMEOUT: Duration = Duration::from_secs(2);
@@ -26,9 +27,9 @@ const HEALTH_TIMEOUT: Duration = Duration::from_secs(2);
 /// database itself, on a connection of its own (opened on first use, opened
 /// again after a failure), so it answers 503 when the database cannot be
 /// reached or does not answer in time, whatever the pool holds.
-pub fn handler(shared: Arc<Shared>) -> Handler {
+pub fn routes(shared: Arc<Shared>) -> Routes {
     let check: Mutex<Vec<Option<postgres::Client>>> = Mutex::new((0..shared.pool.len()).map(|_| None).collect());
-    Arc::new(move |method, path| match (method, path) {
+    let handler = Arc::new(move |r: &Request| match (r.method, r.path) {
         ("GET", "/metrics") => Some(Page::ok(PROMETHEUS, metrics(&shared))),
         ("GET", "/stats") => {
             let (current, last) = current_record(&shared);
@@ -40,8 +41,10 @@ pub fn handler(shared: Arc<Shared>) -> Handler {
             Page::text(200, "ok\n".into())
         }),
         ("GET", "/readyz") => Some(readyz(&shared, &mut check.lock().unwrap_or_else(|p| p.into_inner()))),
-        _ => None,
-    })
+        _ => crate::ui::route(&shared, r),
+    });
+    // The page's requests are checked by its own logins (the token or a user's password).
+    Routes { paths: PATHS, own_login: Some("/ui/"), handler }
 }
 
 /// A `/readyz` check under way (at most one at a time: a frozen database

@@ -57,6 +57,14 @@ pub enum Command {
         /// Most messages returned.
         count: u32,
     },
+    /// `QDEAD q [COUNT n]`: the latest dead letters of a queue (those it
+    /// holds as a dead-letter queue, and its own in its dead-letter queue)
+    DeadLetters {
+        /// The queue.
+        queue: String,
+        /// Most messages returned.
+        count: u32,
+    },
     /// `QINFO q`
     QueueInfo(String),
     /// `REDRIVE q2 [TO q] [COUNT n]`
@@ -160,7 +168,7 @@ impl QueueOptions {
 
 /// The longest RETAIN: a year.
 pub const MAX_RETAIN_MS: u64 = 366 * 24 * 3600 * 1000;
-/// Most messages one QARCHIVE returns.
+/// Most messages one QARCHIVE or QDEAD returns.
 pub const MAX_ARCHIVE_COUNT: i64 = 1000;
 /// The highest CONCURRENCY a queue may have.
 pub const MAX_CONCURRENCY: i64 = 1_000_000;
@@ -233,6 +241,7 @@ impl Command {
             | Command::Alter(..)
             | Command::Pause(..)
             | Command::Archive { .. }
+            | Command::DeadLetters { .. }
             | Command::QueueInfo(_)
             | Command::Redrive { .. }
             | Command::Touch { .. }
@@ -262,6 +271,7 @@ impl Command {
             | Command::Alter(q, _)
             | Command::Pause(q, _)
             | Command::Archive { queue: q, .. }
+            | Command::DeadLetters { queue: q, .. }
             | Command::QueueInfo(q)
             | Command::Drop(q)
             | Command::Len(q)
@@ -427,9 +437,9 @@ pub fn parse(args: &[Vec<u8>], limits: &Limits) -> Result<Command, Refusal> {
                 _ => Command::Len(q),
             }
         }
-        "QARCHIVE" => {
+        "QARCHIVE" | "QDEAD" => {
             if n != 1 && n != 3 {
-                return Err(arity("QARCHIVE"));
+                return Err(arity(&cmd));
             }
             let queue = name(&rest[0], "a queue name")?;
             let mut count = 10;
@@ -443,7 +453,11 @@ pub fn parse(args: &[Vec<u8>], limits: &Limits) -> Result<Command, Refusal> {
                 }
                 count = c as u32;
             }
-            Command::Archive { queue, count }
+            if cmd == "QDEAD" {
+                Command::DeadLetters { queue, count }
+            } else {
+                Command::Archive { queue, count }
+            }
         }
         "QCREATE" | "QALTER" => {
             if n == 0 || (cmd == "QALTER" && n == 1) {

@@ -191,6 +191,7 @@ struct Statements {
     peek: Statement,
     ack: Statement,
     archive: Statement,
+    dead: Statement,
     nack: Statement,
     touch: Statement,
     alter: Statement,
@@ -356,6 +357,18 @@ impl Statements {
                 "SELECT id, sender, body, deliveries, (extract(epoch FROM acked_at) * 1000)::bigint, acked_by
                  FROM mwmq_archive WHERE queue_id = {QUEUE} ORDER BY acked_at DESC, id DESC LIMIT $2"
             )).await?,
+            // A queue's dead letters: those it holds as a dead-letter queue,
+            // and those it sent to its own; last moved first (a dead letter is
+            // visible from its move on, until someone takes it).
+            dead: c.prepare(
+                "WITH q AS (SELECT id, name, dead_letter FROM mwmq_queues WHERE name = $1 AND dropped_at IS NULL)
+                 SELECT m.id, dq.name, m.dead_from, m.dead_reason, m.deliveries, m.sender,
+                        (extract(epoch FROM m.sent_at) * 1000)::bigint, m.body
+                 FROM q JOIN mwmq_queues dq ON dq.dropped_at IS NULL AND (dq.id = q.id OR dq.name = q.dead_letter)
+                 JOIN mwmq_messages m ON m.queue_id = dq.id AND m.dead_from IS NOT NULL
+                                     AND (dq.id = q.id OR m.dead_from = q.name)
+                 ORDER BY m.visible_at DESC, m.id DESC LIMIT $2",
+            ).await?,
             nack: c.prepare(&format!(
                 "UPDATE mwmq_messages SET lease = NULL, leased_to = NULL,
                         visible_at = CASE WHEN $4::float8 > 0 THEN now() + interval '1 millisecond' * $4::float8
@@ -630,6 +643,27 @@ pub struct QueueState {
     pub retain_ms: i64,
     /// Acknowledged messages kept now.
     pub archived: i64,
+}
+
+/// A dead letter (QDEAD).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeadLetter {
+    /// Message id.
+    pub id: i64,
+    /// The queue it is in now (a dead-letter queue).
+    pub queue: String,
+    /// The queue it was dead-lettered from.
+    pub from: String,
+    /// Why (`max_deliveries`).
+    pub reason: Option<String>,
+    /// Times it was handed out.
+    pub deliveries: i64,
+    /// Who sent it.
+    pub sender: String,
+    /// When it was sent, ms since 1970.
+    pub sent_at_ms: i64,
+    /// Its body.
+    pub body: Vec<u8>,
 }
 
 /// An acknowledged message kept by a retaining queue (QARCHIVE).
@@ -954,6 +988,28 @@ impl PgConn {
                 deliveries: i64::from(r.get::<_, i32>(3)),
                 acked_at_ms: r.get(4),
                 acked_by: r.get(5),
+            })
+            .collect())
+    }
+
+    /// QDEAD: the latest `count` dead letters of `queue`.
+    pub async fn dead_letters(&self, queue: &str, count: u32) -> Result<Vec<DeadLetter>, DbError> {
+        let r = self.client.query(&self.st.dead, &[&queue, &i64::from(count)]).await;
+        let rows = self.check(r)?;
+        if rows.is_empty() {
+            return self.or_no_queue(queue, Vec::new()).await;
+        }
+        Ok(rows
+            .iter()
+            .map(|r| DeadLetter {
+                id: r.get(0),
+                queue: r.get(1),
+                from: r.get(2),
+                reason: r.get(3),
+                deliveries: i64::from(r.get::<_, i32>(4)),
+                sender: r.get(5),
+                sent_at_ms: r.get(6),
+                body: r.get(7),
             })
             .collect())
     }

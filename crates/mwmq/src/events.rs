@@ -250,6 +250,12 @@ pub fn queue_names(
         .collect()
 }
 
+/// Sleeps `wait` or until the process stops; whether it is stopping.
+pub(crate) fn sleep_unless_stopping(w: &Waiters, wait: Duration) -> bool {
+    sleep_on(w, wait);
+    w.lock().stopping
+}
+
 fn sleep_on(w: &Waiters, wait: Duration) {
     let s = w.lock();
     if !s.stopping {

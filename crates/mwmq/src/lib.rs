@@ -24,6 +24,7 @@ pub mod net;
 pub mod pgpass;
 pub mod placement;
 pub mod queues;
+pub mod rates;
 pub mod rebalance;
 pub mod retention;
 /// RESP as mwmq speaks it (the server side of `respproto`).
@@ -33,6 +34,7 @@ pub mod shared;
 pub mod sqlapi;
 pub mod streamdb;
 pub mod telemetry;
+pub mod ui;
 pub mod users;
 pub mod waiters;
 pub mod windows;

@@ -124,6 +124,8 @@ impl Service for Mq {
             queues: Default::default(),
             info_cache: Default::default(),
             paused: Default::default(),
+            rates: Default::default(),
+            ui: Default::default(),
             vacuums: Default::default(),
             tls,
             tls_log: mwserve::process::Throttled::new("TLS handshakes failed", std::time::Duration::from_secs(10)),
@@ -148,7 +150,7 @@ impl Service for Mq {
             s.waiters.stop(&s.queue);
             wake();
         });
-        let admin = (crate::admin::PATHS, crate::admin::handler(shared.clone()));
+        let admin = crate::admin::routes(shared.clone());
         let s = shared.clone();
         let shell =
             Shell::start(addr.into(), &shared.config.stats, admin, move || run_stats_thread(s, results), stopper)?;
@@ -218,6 +220,8 @@ fn start_background(shared: &Arc<Shared>) -> std::io::Result<Vec<JoinHandle<()>>
     background.push(spawn("timer", Box::new(move || run_timer_thread(s)))?);
     let s = shared.clone();
     background.push(spawn("notifier", Box::new(move || run_notifier_thread(s)))?);
+    let s = shared.clone();
+    background.push(spawn("rates", Box::new(move || crate::rates::run_rates_thread(s)))?);
     if shared.pool.len() > 1 {
         let s = shared.clone();
         background.push(spawn("directory", Box::new(move || crate::events::run_directory_thread(s)))?);

@@ -93,6 +93,10 @@ pub struct Shared {
     pub info_cache: crate::queues::InfoCache,
     /// The queues known to be paused (for `/metrics`).
     pub paused: crate::queues::Paused,
+    /// Each queue's rates over the last minutes (the `/ui` page's charts).
+    pub rates: crate::rates::History,
+    /// The `/ui` page's logins.
+    pub ui: crate::ui::Ui,
     /// VACUUMs of the messages table this process ran.
     pub vacuums: std::sync::atomic::AtomicU64,
     /// The TLS listener's configuration (`--tls-cert`), when there is one.

@@ -135,3 +135,44 @@ fn qinfo_reports_ready_delayed_leased_and_the_oldest_age() {
     let (_, page) = mctest::http_get(mq.admin_addr().unwrap(), "/metrics");
     assert!(page.contains("mwmq_queue_sent_total{queue=\"known\"} 1"), "{page}");
 }
+
+#[test]
+fn qdead_lists_a_queues_dead_letters_wherever_they_are_held() {
+    let pg = Postgres::start().unwrap();
+    let mut cfg = config(&pg);
+    cfg.users =
+        vec![user("boss", "boss pass", &["*"], &["*"], &["*"]), user("worker", "work pass", &["*"], &["*"], &[])];
+    let mq = start(cfg);
+    let mut c = login(mq.local_addr(), "boss", "boss pass");
+    assert_eq!(q::<String>(&mut c, &["QCREATE", "dlq"]), "OK");
+    for queue in ["a", "b"] {
+        assert_eq!(q::<String>(&mut c, &["QCREATE", queue, "MAXDELIVERIES", "1", "DEADLETTER", "dlq"]), "OK");
+    }
+    // Dead letters: two of a, one of b (each NACKed after its one delivery, then moved).
+    let mut ids = HashMap::new();
+    for (queue, body) in [("a", "a1"), ("b", "b1"), ("a", "a2")] {
+        let id: i64 = q(&mut c, &["SEND", queue, body]);
+        let got = recv(&mut c, queue, &[]);
+        let _: i64 = q(&mut c, &["NACK", queue, &id.to_string(), &got[0].1.to_string()]);
+        assert!(recv(&mut c, queue, &[]).is_empty());
+        ids.insert(body, id);
+    }
+    type Dead = (i64, String, String, String, i64, String, i64, Vec<u8>);
+    let of_a: Vec<Dead> = q(&mut c, &["QDEAD", "a"]);
+    assert_eq!(of_a.iter().map(|d| d.0).collect::<Vec<_>>(), [ids["a2"], ids["a1"]], "a's, last moved first");
+    let d = &of_a[0];
+    assert_eq!((d.1.as_str(), d.2.as_str(), d.3.as_str(), d.4, d.5.as_str()), ("dlq", "a", "max_deliveries", 1, "boss"));
+    assert_eq!(d.7, b"a2");
+    assert!(d.6 > 1_700_000_000_000, "sent at, ms since 1970: {}", d.6);
+    // The dead-letter queue lists all it holds; COUNT cuts.
+    let held: Vec<Dead> = q(&mut c, &["QDEAD", "dlq", "COUNT", "2"]);
+    assert_eq!(held.iter().map(|d| d.0).collect::<Vec<_>>(), [ids["a2"], ids["b1"]]);
+    let of_b: Vec<Dead> = q(&mut c, &["QDEAD", "b"]);
+    assert_eq!(of_b.iter().map(|d| d.0).collect::<Vec<_>>(), [ids["b1"]], "b's only");
+    assert_eq!(err(&mut c, &["QDEAD", "nope"]), "NOQUEUE no such queue 'nope'");
+    assert!(err(&mut c, &["QDEAD", "a", "COUNT", "0"]).contains("COUNT must be between 1 and"));
+    assert!(err(&mut c, &["QDEAD"]).contains("wrong number of arguments"));
+    // Bodies: the admin right only.
+    let mut worker = login(mq.local_addr(), "worker", "work pass");
+    assert!(err(&mut worker, &["QDEAD", "a"]).starts_with("NOPERM"));
+}

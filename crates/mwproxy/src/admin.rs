@@ -10,7 +10,7 @@
 
 use std::sync::Arc;
 
-use mwserve::http::{Handler, Page, PROMETHEUS};
+use mwserve::http::{Page, Routes, PROMETHEUS};
 use mwstats::clock::unix_ms;
 use mwstats::prom::PromText;
 use mwstats::OpKind;
@@ -24,15 +24,16 @@ use crate::windows::build_record;
 pub const PATHS: &[&str] = &["/metrics", "/stats", "/healthz", "/readyz", "POST /reload"];
 
 /// What the endpoint serves for `shared`'s proxy.
-pub fn handler(shared: Arc<Shared>) -> Handler {
-    Arc::new(move |method, path| match (method, path) {
+pub fn routes(shared: Arc<Shared>) -> Routes {
+    let handler = Arc::new(move |r: &mwserve::http::Request| match (r.method, r.path) {
         ("GET", "/metrics") => Some(Page::ok(PROMETHEUS, metrics(&shared))),
         ("GET", "/stats") => Some(Page::ok("application/json", stats_json(&shared))),
         ("GET", "/healthz") => Some(healthz(&shared)),
         ("GET", "/readyz") => Some(readyz(&shared)),
         ("POST", "/reload") => Some(reload(&shared)),
         _ => None,
-    })
+    });
+    Routes { paths: PATHS, own_login: None, handler }
 }
 
 /// `POST /reload`: 200 with what changed, 400 with why the running
@@ -71,7 +72,7 @@ fn readyz(shared: &Shared) -> Page {
         "replication": r,
         "down": down.iter().map(|&p| router.addrs[p].clone()).collect::<Vec<_>>(),
     });
-    Page { status: if lost { 503 } else { 200 }, content_type: "application/json", body: body.to_string() + "\n" }
+    Page::json(if lost { 503 } else { 200 }, &body)
 }
 
 fn stats_json(shared: &Shared) -> String {

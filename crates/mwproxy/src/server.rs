@@ -98,7 +98,7 @@ impl Service for Proxy {
                 let _ = w.wake();
             }
         });
-        let admin = (crate::admin::PATHS, crate::admin::handler(shared.clone()));
+        let admin = crate::admin::routes(shared.clone());
         let s = shared.clone();
         let shell =
             Shell::start(addr.clone(), &shared.config.stats, admin, move || run_stats_thread(s, results), stopper)?;

@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 use std::thread::JoinHandle;
 
 use crate::config::StatsConfig;
-use crate::http::{Handler, HttpEndpoint};
+use crate::http::{HttpEndpoint, Routes};
 use crate::start::StartError;
 use crate::stream::Addr;
 
@@ -19,17 +19,17 @@ pub struct Shell {
 }
 
 impl Shell {
-    /// Starts the admin endpoint `cfg` asks for (serving `paths` with
-    /// `handler`) and the stats thread (running `stats`), for a middleware
-    /// listening on `addr` that `stopper` stops.
+    /// Starts the admin endpoint `cfg` asks for (serving `routes`) and the
+    /// stats thread (running `stats`), for a middleware listening on `addr`
+    /// that `stopper` stops.
     pub fn start(
         addr: Addr,
         cfg: &StatsConfig,
-        (paths, handler): (&'static [&'static str], Handler),
+        routes: Routes,
         stats: impl FnOnce() + Send + 'static,
         stopper: Stopper,
     ) -> Result<Shell, StartError> {
-        let admin = HttpEndpoint::start_for(cfg, paths, handler)?;
+        let admin = HttpEndpoint::start_for(cfg, routes)?;
         let stats = Some(std::thread::Builder::new().name("stats".into()).spawn(stats)?);
         Ok(Shell { addr, stats, admin, stopper })
     }

@@ -309,7 +309,11 @@ impl<'a> Core<'a> {
                 Some(Some(target)) => need(Right::Send, target),
                 _ => None,
             }),
-            Command::Drop(q) | Command::Pause(q, _) | Command::Archive { queue: q, .. } => need(Right::Admin, q),
+            // The archive and dead letters hold bodies.
+            Command::Drop(q)
+            | Command::Pause(q, _)
+            | Command::Archive { queue: q, .. }
+            | Command::DeadLetters { queue: q, .. } => need(Right::Admin, q),
             Command::Redrive { queue, to, .. } => {
                 need(Right::Admin, queue).or_else(|| to.as_deref().and_then(|t| need(Right::Admin, t)))
             }
@@ -423,6 +427,7 @@ impl<'a> Core<'a> {
             Command::Alter(q, o) => self.alter(pg, q, o).await,
             Command::Pause(q, on) => self.pause(pg, q, *on).await,
             Command::Archive { queue, count } => self.archive(pg, queue, *count).await,
+            Command::DeadLetters { queue, count } => self.dead_letters(pg, queue, *count).await,
             Command::Redrive { queue, to, count } => self.redrive(pg, queue, to.as_deref(), *count).await,
             Command::QueueInfo(q) => self.queue_info(pg, q).await,
             Command::Drop(q) => self.drop_queue(pg, q).await,

@@ -1,4 +1,4 @@
-//! QCREATE, QALTER, QDROP, QLEN, QINFO, QLIST, REDRIVE.
+//! QCREATE, QALTER, QDROP, QLEN, QINFO, QLIST, REDRIVE, QPAUSE, QRESUME, QARCHIVE, QDEAD.
 
 use super::{Core, Outcome, Session};
 use crate::command::QueueOptions;
@@ -112,6 +112,28 @@ impl Core<'_> {
                     Reply::Int(a.deliveries),
                     Reply::Int(a.acked_at_ms),
                     a.acked_by.map(Reply::text).unwrap_or(Reply::Nil),
+                ])
+            })
+            .collect();
+        Ok(Outcome::ok(Reply::Array(rows)))
+    }
+
+    /// QDEAD: `[id, queue, from, reason, deliveries, sender, sent_at_ms, body]`
+    /// each, last dead-lettered first.
+    pub(super) async fn dead_letters(&self, pg: &PgConn, q: &str, count: u32) -> Result<Outcome, DbError> {
+        let dead = pg.dead_letters(q, count).await?;
+        let rows = dead
+            .into_iter()
+            .map(|d| {
+                Reply::Array(vec![
+                    Reply::Int(d.id),
+                    Reply::text(d.queue),
+                    Reply::text(d.from),
+                    d.reason.map(Reply::text).unwrap_or(Reply::Nil),
+                    Reply::Int(d.deliveries),
+                    Reply::text(d.sender),
+                    Reply::Int(d.sent_at_ms),
+                    Reply::Bulk(d.body),
                 ])
             })
             .collect();

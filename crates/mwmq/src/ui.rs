@@ -1,0 +1,549 @@
+//! The `/ui` page on the admin port: every queue (what QINFO shows, and its
+//! rates over the last minutes as small charts), one queue's latest dead
+//! letters, and buttons that pause, resume and redrive for a logged-in
+//! admin. The page is three static files compiled into mwmq (`ui/`), no
+//! build step; it asks the JSON paths below and draws what they answer.
+//!
+//! **What runs.** Every figure and every button is a command run through the
+//! same code as a RESP client's (`commands::Core`: the rights check, QINFO's
+//! cache, the statement): QLIST, QINFO, QDEAD, QPAUSE, QRESUME, REDRIVE. So
+//! the page shows what QINFO says and may do what the logged-in user may do
+//! over RESP, no more.
+//!
+//! **Logging in.** With the admin token (`[stats] admin_token_file`: every
+//! right) or a user's name and password (`[[users]]`: that user's rights),
+//! `POST /ui/api/login` hands out a session: 32 random bytes the page keeps
+//! in the tab (`sessionStorage`) and sends as `Authorization: Bearer`; it
+//! ends after [`IDLE`] without use or [`LIFETIME`] in all, at logout, or
+//! when more than [`MAX_SESSIONS`] are open (the least recently used goes).
+//! Passwords are checked one at a time with argon2 (one memory block kept),
+//! and failures are throttled by source address as RESP logins are (the
+//! same throttle). Nothing is kept in a cookie, so another site cannot make
+//! a browser act on the page (no CSRF); the page may not be framed, and runs
+//! no script but its own (its Content-Security-Policy).
+//!
+//! **Without a login configured** (no users, no token) the queues' figures
+//! are shown as `/metrics` shows its counters, but dead letters (they hold
+//! bodies) and the buttons are refused: the page is never open to changes.
+
+use std::collections::HashMap;
+use std::io::Read;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use mwserve::http::{Page, Request};
+use serde_json::{json, Value};
+
+use crate::command::{Command, MAX_REDRIVE};
+use crate::commands::{Core, DbFacts, Outcome, Session};
+use crate::resp::Reply;
+use crate::shared::Shared;
+use crate::users::{Attempts, User, Verifier};
+
+/// Where the page lives.
+pub const PREFIX: &str = "/ui";
+/// A session unused this long ends.
+pub const IDLE: Duration = Duration::from_secs(30 * 60);
+/// A session ends this long after its login, used or not.
+pub const LIFETIME: Duration = Duration::from_secs(12 * 3600);
+/// Sessions open at most.
+pub const MAX_SESSIONS: usize = 64;
+/// Queues the page lists at most (the others are counted, not listed).
+pub const MAX_LISTED: usize = 200;
+/// Dead letters the page shows at most.
+pub const DEAD_SHOWN: u32 = 20;
+/// Bytes of a body the page shows.
+pub const BODY_SHOWN: usize = 512;
+
+const HTML: &str = include_str!("ui/index.html");
+const SCRIPT: &str = include_str!("ui/app.js");
+const STYLE: &str = include_str!("ui/ui.css");
+
+/// The headers of the page and its files: only its own script and style,
+/// never in a frame, nothing cached, no referrer.
+const STRICT: &[(&str, &str)] = &[
+    (
+        "Content-Security-Policy",
+        "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self' data:; \
+         frame-ancestors 'none'; base-uri 'none'; form-action 'none'",
+    ),
+    ("X-Frame-Options", "DENY"),
+    ("X-Content-Type-Options", "nosniff"),
+    ("Referrer-Policy", "no-referrer"),
+    ("Cache-Control", "no-store"),
+];
+
+/// Who a session is.
+#[derive(Clone)]
+enum Login {
+    /// Nobody logged in, and no login configured: figures only.
+    Nobody,
+    /// The admin token's holder: every right.
+    Token,
+    /// A user: its rights.
+    User(Arc<User>),
+}
+
+impl Login {
+    fn name(&self) -> Option<String> {
+        match self {
+            Login::Nobody => None,
+            Login::Token => Some("admin token".into()),
+            Login::User(u) => Some(u.name.clone()),
+        }
+    }
+}
+
+struct Sess {
+    login: Login,
+    started: Instant,
+    used: Instant,
+}
+
+/// The page's sessions and its password checker.
+#[derive(Default)]
+pub struct Ui {
+    sessions: Mutex<HashMap<String, Sess>>,
+    verifier: Mutex<Verifier>,
+}
+
+/// A command's refusal or failure as the page gets it.
+struct Refused(u16, String);
+
+impl Ui {
+    /// Sessions open now (for tests and memory checks).
+    pub fn sessions(&self) -> usize {
+        let mut s = self.sessions.lock().unwrap_or_else(|p| p.into_inner());
+        expire(&mut s, Instant::now());
+        s.len()
+    }
+
+    fn open(&self, login: Login) -> Result<String, Refused> {
+        let id = random_hex(32).map_err(|e| Refused(503, format!("no randomness for a session: {e}")))?;
+        let now = Instant::now();
+        let mut s = self.sessions.lock().unwrap_or_else(|p| p.into_inner());
+        expire(&mut s, now);
+        if s.len() >= MAX_SESSIONS {
+            if let Some(oldest) = s.iter().min_by_key(|(_, v)| v.used).map(|(k, _)| k.clone()) {
+                s.remove(&oldest);
+            }
+        }
+        s.insert(id.clone(), Sess { login, started: now, used: now });
+        Ok(id)
+    }
+
+    fn session(&self, id: &str) -> Option<Login> {
+        let now = Instant::now();
+        let mut s = self.sessions.lock().unwrap_or_else(|p| p.into_inner());
+        expire(&mut s, now);
+        let sess = s.get_mut(id)?;
+        sess.used = now;
+        Some(sess.login.clone())
+    }
+
+    fn close(&self, id: &str) {
+        self.sessions.lock().unwrap_or_else(|p| p.into_inner()).remove(id);
+    }
+}
+
+fn expire(s: &mut HashMap<String, Sess>, now: Instant) {
+    s.retain(|_, v| now.duration_since(v.used) < IDLE && now.duration_since(v.started) < LIFETIME);
+}
+
+/// `n` bytes from the kernel's random source, in hex.
+fn random_hex(n: usize) -> std::io::Result<String> {
+    let mut buf = vec![0u8; n];
+    std::fs::File::open("/dev/urandom")?.read_exact(&mut buf)?;
+    Ok(buf.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+/// The page's answer to `r`, if it is one of its paths.
+pub fn route(shared: &Shared, r: &Request) -> Option<Page> {
+    let path = r.path.strip_prefix(PREFIX)?;
+    let file = |content_type, body: &str| Page { headers: STRICT, ..Page::ok(content_type, body.to_string()) };
+    let page = match (r.method, path) {
+        ("GET", "" | "/") => file("text/html; charset=utf-8", HTML),
+        ("GET", "/app.js") => file("text/javascript; charset=utf-8", SCRIPT),
+        ("GET", "/ui.css") => file("text/css; charset=utf-8", STYLE),
+        ("GET", "/api/session") => answer(whoami(shared, r)),
+        ("POST", "/api/login") => answer(login(shared, r)),
+        ("POST", "/api/logout") => {
+            if let Some(id) = bearer(r) {
+                shared.ui.close(id);
+            }
+            answer(Ok(json!({ "ok": true })))
+        }
+        ("GET", "/api/queues") => answer(viewer(shared, r).and_then(|l| queues(shared, &l, r.query))),
+        ("GET", p) if p.starts_with("/api/dead/") => {
+            answer(queue_of(&p["/api/dead/".len()..]).and_then(|q| dead_letters(shared, &acting(shared, r)?, &q)))
+        }
+        ("POST", p) if p.starts_with("/api/") => {
+            let (verb, q) = p["/api/".len()..].split_once('/')?;
+            let command: fn(String) -> Command = match verb {
+                "pause" => |q| Command::Pause(q, true),
+                "resume" => |q| Command::Pause(q, false),
+                "redrive" => |queue| Command::Redrive { queue, to: None, count: MAX_REDRIVE },
+                _ => return None,
+            };
+            answer(queue_of(q).and_then(|q| act(shared, &acting(shared, r)?, command(q))))
+        }
+        _ => return None,
+    };
+    Some(page)
+}
+
+fn answer(v: Result<Value, Refused>) -> Page {
+    match v {
+        Ok(v) => Page { headers: STRICT, ..Page::json(200, &v) },
+        Err(Refused(status, why)) => Page { headers: STRICT, ..Page::json(status, &json!({ "error": why })) },
+    }
+}
+
+fn bearer<'a>(r: &Request<'a>) -> Option<&'a str> {
+    r.authorization.and_then(|a| a.strip_prefix("Bearer ")).map(str::trim)
+}
+
+/// Whether anyone can log in: users or the admin token configured.
+fn login_configured(shared: &Shared, r: &Request) -> bool {
+    shared.users.enabled() || r.token_configured
+}
+
+/// Who may look: the session's login; nobody when no login is configured.
+fn viewer(shared: &Shared, r: &Request) -> Result<Login, Refused> {
+    if !login_configured(shared, r) {
+        return Ok(Login::Nobody);
+    }
+    acting(shared, r)
+}
+
+/// Who may act (and read bodies): a session's login, never nobody.
+fn acting(shared: &Shared, r: &Request) -> Result<Login, Refused> {
+    if !login_configured(shared, r) {
+        return Err(Refused(
+            403,
+            "no login is configured (no [[users]], no [stats] admin_token_file): the page shows figures only".into(),
+        ));
+    }
+    bearer(r).and_then(|id| shared.ui.session(id)).ok_or_else(|| Refused(401, "log in first".into()))
+}
+
+fn whoami(shared: &Shared, r: &Request) -> Result<Value, Refused> {
+    let login = bearer(r).and_then(|id| shared.ui.session(id));
+    Ok(json!({
+        "users": shared.users.enabled(),
+        "token": r.token_configured,
+        "login": login.as_ref().and_then(Login::name),
+        "rates": { "sample_s": crate::rates::SAMPLE.as_secs(), "samples": crate::rates::SAMPLES },
+    }))
+}
+
+/// `POST /ui/api/login` with `Authorization: Basic` (a user) or `Bearer`
+/// (the admin token): a session.
+fn login(shared: &Shared, r: &Request) -> Result<Value, Refused> {
+    if !login_configured(shared, r) {
+        return Err(Refused(403, "no login is configured (no [[users]], no [stats] admin_token_file)".into()));
+    }
+    let peer = r.peer.unwrap_or(std::net::IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED));
+    let throttle = &shared.logins.throttle;
+    if !throttle.may_try(peer) {
+        return Err(Refused(429, "too many failed logins from this address: try again later".into()));
+    }
+    let auth = r.authorization.unwrap_or("");
+    let login = if let Some(b64) = auth.strip_prefix("Basic ") {
+        if !shared.users.enabled() {
+            return Err(Refused(403, "no users are configured: log in with the admin token".into()));
+        }
+        use base64::Engine;
+        let decoded = base64::engine::general_purpose::STANDARD.decode(b64.trim()).unwrap_or_default();
+        let text = String::from_utf8_lossy(&decoded);
+        let (name, password) = text.split_once(':').unwrap_or(("", ""));
+        let mut verifier = shared.ui.verifier.lock().unwrap_or_else(|p| p.into_inner());
+        shared.users.check_with(name, password.as_bytes(), &mut verifier).map(Login::User)
+    } else if auth.starts_with("Bearer ") {
+        if !r.token_configured {
+            return Err(Refused(403, "no admin token is configured: log in with a user's name and password".into()));
+        }
+        r.token.then_some(Login::Token)
+    } else {
+        return Err(Refused(
+            400,
+            "log in with Authorization: Basic (user:password) or Bearer (the admin token)".into(),
+        ));
+    };
+    let Some(login) = login else {
+        throttle.failed(peer);
+        tracing::info!(%peer, "a /ui login failed");
+        return Err(Refused(401, "wrong user name, password or token".into()));
+    };
+    let name = login.name();
+    tracing::info!(%peer, user = name.as_deref().unwrap_or(""), "logged in to /ui");
+    let session = shared.ui.open(login)?;
+    Ok(json!({ "session": session, "login": name }))
+}
+
+/// The page's connection as the commands see it: the login's user.
+struct WebSession {
+    user: Option<Arc<User>>,
+    attempts: Attempts,
+}
+
+impl Session for WebSession {
+    fn id(&self) -> u64 {
+        0
+    }
+    fn name(&self) -> Option<String> {
+        None
+    }
+    fn set_name(&self, _: String) {}
+    fn user(&self) -> Option<Arc<User>> {
+        self.user.clone()
+    }
+    fn set_user(&self, _: Arc<User>) {}
+    fn resp3(&self) -> bool {
+        false
+    }
+    fn set_resp3(&self, _: bool) {}
+    fn attempts(&self) -> &Attempts {
+        &self.attempts
+    }
+    fn peer(&self) -> Option<std::net::IpAddr> {
+        None
+    }
+}
+
+/// Runs `c` as `login` would over RESP (the token's holder past the rights
+/// check); its reply.
+fn run(shared: &Shared, login: &Login, c: &Command) -> Reply {
+    let core = Core::new(shared);
+    let user = match login {
+        Login::User(u) => Some(u.clone()),
+        Login::Nobody | Login::Token => None,
+    };
+    let s = WebSession { user, attempts: Attempts::default() };
+    if !matches!(login, Login::Token) {
+        if let Some(refusal) = core.gate(c, &s) {
+            return refusal;
+        }
+    }
+    if let Some(Outcome::Reply(r, _, _)) = core.local(c, &s, None) {
+        return r;
+    }
+    let dbs: Vec<usize> = match core.home(c) {
+        Some(home) => vec![home],
+        None => (0..shared.pool.len()).collect(),
+    };
+    let mut answers: Vec<_> = dbs
+        .into_iter()
+        .map(|d| {
+            let pool = &shared.pool[d];
+            pool.get().and_then(|mut pg| {
+                let mut facts = DbFacts::default();
+                let r = pg.run(async |pg| core.statement(pg, c, &s, &mut facts).await);
+                pool.put(pg);
+                r
+            })
+        })
+        .collect();
+    let outcome = if answers.len() == 1 { answers.pop().expect("one") } else { core.merge_lists(answers) };
+    match outcome {
+        Ok(Outcome::Reply(r, leases, _)) => {
+            // (None of the page's commands hands out messages.)
+            debug_assert!(leases.is_empty());
+            r
+        }
+        Ok(_) => Reply::err("unexpected outcome"),
+        Err(e) => e.reply(),
+    }
+}
+
+/// An error reply as an HTTP refusal.
+fn refused(r: Reply) -> Result<Reply, Refused> {
+    let Reply::Error(e) = r else { return Ok(r) };
+    let status = match e.split(' ').next().unwrap_or("") {
+        "NOPERM" | "NOAUTH" => 403,
+        "NOQUEUE" => 404,
+        "TRYAGAIN" => 503,
+        _ => 400,
+    };
+    Err(Refused(status, e))
+}
+
+/// A reply as JSON: maps as objects, bulk strings as text.
+fn to_json(r: &Reply) -> Value {
+    match r {
+        Reply::Simple(s) => json!(s),
+        Reply::Error(e) => json!({ "error": e }),
+        Reply::Int(i) => json!(i),
+        Reply::Bulk(b) => json!(String::from_utf8_lossy(b)),
+        Reply::Nil | Reply::NilArray => Value::Null,
+        Reply::Array(items) => Value::Array(items.iter().map(to_json).collect()),
+        Reply::Map(pairs) => Value::Object(
+            pairs
+                .iter()
+                .map(|(k, v)| {
+                    let k = match k {
+                        Reply::Bulk(b) => String::from_utf8_lossy(b).into_owned(),
+                        other => to_json(other).to_string(),
+                    };
+                    (k, to_json(v))
+                })
+                .collect(),
+        ),
+    }
+}
+
+/// `GET /ui/api/queues[?match=text]`: the queues the login may see (at
+/// most [`MAX_LISTED`], by name; those whose name contains `text`), each
+/// with QINFO's fields and its rates.
+fn queues(shared: &Shared, login: &Login, query: &str) -> Result<Value, Refused> {
+    let filter = query
+        .split('&')
+        .find_map(|kv| kv.strip_prefix("match="))
+        .map(decode)
+        .transpose()
+        .map_err(|e| Refused(400, e))?
+        .unwrap_or_default();
+    let Reply::Array(names) = refused(run(shared, login, &Command::List { pending: false }))? else {
+        return Err(Refused(500, "QLIST answered something else than a list".into()));
+    };
+    let names: Vec<String> = names
+        .iter()
+        .filter_map(|n| match n {
+            Reply::Bulk(b) => Some(String::from_utf8_lossy(b).into_owned()),
+            _ => None,
+        })
+        .filter(|n| n.contains(filter.as_str()))
+        .collect();
+    let mut listed = Vec::new();
+    for name in names.iter().take(MAX_LISTED) {
+        let info = run(shared, login, &Command::QueueInfo(name.clone()));
+        let (series, _) = shared.rates.series(name);
+        listed.push(json!({ "name": name, "info": to_json(&info), "rates": series }));
+    }
+    Ok(json!({
+        "queues": listed,
+        "total": names.len(),
+        "login": login.name(),
+        "now_ms": mwstats::clock::unix_ms(),
+        "rates": { "sample_s": crate::rates::SAMPLE.as_secs(), "samples": crate::rates::SAMPLES },
+    }))
+}
+
+/// `GET /ui/api/dead/QUEUE`: its latest dead letters (QDEAD), bodies cut to [`BODY_SHOWN`] bytes.
+fn dead_letters(shared: &Shared, login: &Login, q: &str) -> Result<Value, Refused> {
+    let reply = refused(run(shared, login, &Command::DeadLetters { queue: q.to_string(), count: DEAD_SHOWN }))?;
+    let Reply::Array(rows) = reply else { return Err(Refused(500, "QDEAD answered something else".into())) };
+    let letters: Vec<Value> = rows
+        .iter()
+        .filter_map(|row| match row {
+            Reply::Array(f) if f.len() == 8 => {
+                let body = match &f[7] {
+                    Reply::Bulk(b) => b.as_slice(),
+                    _ => &[],
+                };
+                let shown = &body[..body.len().min(BODY_SHOWN)];
+                Some(json!({
+                    "id": to_json(&f[0]), "queue": to_json(&f[1]), "from": to_json(&f[2]),
+                    "reason": to_json(&f[3]), "deliveries": to_json(&f[4]), "sender": to_json(&f[5]),
+                    "sent_at_ms": to_json(&f[6]), "size": body.len(),
+                    "body": String::from_utf8_lossy(shown), "cut": shown.len() < body.len(),
+                }))
+            }
+            _ => None,
+        })
+        .collect();
+    Ok(json!({ "queue": q, "dead_letters": letters }))
+}
+
+/// A button: pause, resume or redrive.
+fn act(shared: &Shared, login: &Login, c: Command) -> Result<Value, Refused> {
+    let reply = refused(run(shared, login, &c))?;
+    tracing::info!(user = login.name().as_deref().unwrap_or(""), queue = c.queue().unwrap_or(""), "/ui: {}", verb(&c));
+    Ok(json!({ "ok": true, "reply": to_json(&reply) }))
+}
+
+fn verb(c: &Command) -> &'static str {
+    match c {
+        Command::Pause(_, true) => "QPAUSE",
+        Command::Pause(_, false) => "QRESUME",
+        Command::Redrive { .. } => "REDRIVE",
+        _ => "command",
+    }
+}
+
+/// The queue a path names (its last segment, percent-encoded).
+fn queue_of(segment: &str) -> Result<String, Refused> {
+    decode(segment).map_err(|e| Refused(400, e))
+}
+
+/// A percent-encoded path segment or query value, decoded (a queue name).
+fn decode(s: &str) -> Result<String, String> {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        match b[i] {
+            b'%' => {
+                let hex = s.get(i + 1..i + 3).and_then(|h| u8::from_str_radix(h, 16).ok());
+                out.push(hex.ok_or_else(|| format!("bad percent-encoding in {s:?}"))?);
+                i += 3;
+            }
+            b'+' => {
+                out.push(b' ');
+                i += 1;
+            }
+            c => {
+                out.push(c);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8(out).map_err(|_| format!("{s:?} is not UTF-8"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_percent_decoded_and_bad_ones_refused() {
+        assert_eq!(decode("jobs").unwrap(), "jobs");
+        assert_eq!(decode("%7Bt%7D.jobs%20x").unwrap(), "{t}.jobs x");
+        assert_eq!(decode("a+b").unwrap(), "a b");
+        assert!(decode("bad%2").is_err());
+        assert!(decode("bad%zz").is_err());
+        assert!(decode("%ff").is_err(), "not UTF-8");
+    }
+
+    #[test]
+    fn replies_become_json() {
+        let m = Reply::Map(vec![(Reply::text("ready"), Reply::Int(3)), (Reply::text("dead_letter"), Reply::Nil)]);
+        assert_eq!(to_json(&m), json!({ "ready": 3, "dead_letter": null }));
+        assert!(matches!(refused(Reply::Error("NOPERM no".into())), Err(Refused(403, _))));
+        assert!(matches!(refused(Reply::Error("NOQUEUE no".into())), Err(Refused(404, _))));
+        assert!(refused(Reply::Simple("OK")).is_ok());
+    }
+
+    #[test]
+    fn sessions_expire_and_are_bounded() {
+        let ui = Ui::default();
+        let first = ui.open(Login::Token).ok().unwrap();
+        assert_eq!(first.len(), 64);
+        assert!(ui.session(&first).is_some());
+        assert!(ui.session("not a session").is_none());
+        for _ in 0..MAX_SESSIONS + 10 {
+            ui.open(Login::Token).ok().unwrap();
+        }
+        assert_eq!(ui.sessions(), MAX_SESSIONS, "at most MAX_SESSIONS");
+        assert!(ui.session(&first).is_none(), "the least recently used went first");
+        let mut s = ui.sessions.lock().unwrap();
+        let long_ago = Instant::now().checked_sub(IDLE + Duration::from_secs(1));
+        if let Some(t) = long_ago {
+            for v in s.values_mut() {
+                v.used = t;
+            }
+            expire(&mut s, Instant::now());
+            assert!(s.is_empty(), "idle sessions end");
+        }
+    }
+}
