@@ -7,16 +7,25 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
 MQ_PORT=${MQ_PORT:-6380}
+ADMIN_PORT=${ADMIN_PORT:-9380}
 BIN=target/release/mwmq
 
 if in_use "$MQ_PORT"; then echo "port $MQ_PORT is already in use; set MQ_PORT" >&2; exit 1; fi
+if in_use "$ADMIN_PORT"; then echo "port $ADMIN_PORT is already in use; set ADMIN_PORT" >&2; exit 1; fi
 work=$(mktemp -d /tmp/mwmq-run.XXXXXX)
 chmod 755 "$work" # PostgreSQL runs as its own user and must reach its directory
 pg="$work/pg"
 stop_pg() { scripts/postgres.sh stop "$pg" >/dev/null 2>&1 || true; }
 trap 'stop_pg; cleanup' EXIT INT TERM
 db=$(scripts/postgres.sh start "$pg")
-"$BIN" --listen "127.0.0.1:$MQ_PORT" --db "$db" --log warn & pids+=($!)
+# The admin endpoint and its /ui page, logged into with a token made for this run.
+(umask 077 && head -c 24 /dev/urandom | base64 | tr -d '/+=' > "$work/admin-token")
+cat > "$work/mwmq.toml" <<TOML
+[stats]
+admin = "127.0.0.1:$ADMIN_PORT"
+admin_token_file = "$work/admin-token"
+TOML
+"$BIN" --config "$work/mwmq.toml" --listen "127.0.0.1:$MQ_PORT" --db "$db" --log warn & pids+=($!)
 wait_port "$MQ_PORT"
 
 cli() { redis-cli -p "$MQ_PORT" "$@"; }
@@ -34,6 +43,8 @@ connect with redis-cli or any Redis client, for example:
   redis-cli -p $MQ_PORT RECV jobs COUNT 10 WAIT 5000   # -> [id, lease, sender, body] ...
   redis-cli -p $MQ_PORT ACK jobs <id> <lease>
   redis-benchmark -p $MQ_PORT -c 8 -n 10000 SEND jobs hello
+the queues in a browser: http://127.0.0.1:$ADMIN_PORT/ui
+  (log in with the admin token in $work/admin-token to pause, resume, redrive)
 the database: psql "$db"
 options: $BIN --help    (press Ctrl-C to stop everything)
 MSG

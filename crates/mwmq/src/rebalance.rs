@@ -24,6 +24,11 @@
 //!    refused after (`-NOQUEUE`: never acknowledged and lost). Writes to A
 //!    wait for that one batch (milliseconds).
 //!
+//! A retaining queue's archive (acknowledged messages kept, QARCHIVE) moves
+//! too, in batches of its own after the messages, and what was archived
+//! since with the last batch: once the queue is dropped on A, A's purge
+//! would delete what is left there.
+//!
 //! While it moves a queue is never read-only: SENDs go to B from step 1 on;
 //! messages still on A are out of reach of RECV for the time of their batch.
 
@@ -204,6 +209,16 @@ fn move_messages(src: &mut Client, dst: &mut Client, src_id: i64, dst_id: i64) -
             break;
         }
     }
+    // The archive (of a queue that retains), each batch committed on the new side first.
+    loop {
+        let (mut s, mut d) = (src.transaction().map_err(e)?, dst.transaction().map_err(e)?);
+        let n = move_archive(&mut s, &mut d, src_id, dst_id, BATCH).map_err(e)?;
+        d.commit().map_err(e)?;
+        s.commit().map_err(e)?;
+        if n < BATCH as u64 {
+            break;
+        }
+    }
     // 3. The rest, and the queue dropped on the old database, at once.
     moved += move_batch(src, dst, src_id, dst_id, true, &mut renamed).map_err(e)?;
     Ok(moved)
@@ -285,6 +300,10 @@ fn move_batch(
             renamed.insert(id, new);
         }
     }
+    if last {
+        // What was archived since the archive's batches.
+        move_archive(&mut s, &mut d, src_id, dst_id, i64::MAX)?;
+    }
     for k in &keys {
         let (key, id, at): (String, i64, std::time::SystemTime) = (k.get(0), k.get(1), k.get(2));
         let id = renamed.get(&id).copied().unwrap_or(id);
@@ -303,5 +322,38 @@ fn move_batch(
     }
     d.commit()?;
     s.commit()?;
+    Ok(rows.len() as u64)
+}
+
+/// Moves up to `limit` archived messages of the queue (oldest first), in
+/// the two transactions given: how many.
+fn move_archive(
+    s: &mut postgres::Transaction,
+    d: &mut postgres::Transaction,
+    src_id: i64,
+    dst_id: i64,
+    limit: i64,
+) -> Result<u64, postgres::Error> {
+    let rows = s.query(
+        "DELETE FROM mwmq_archive a USING (SELECT queue_id, id FROM mwmq_archive WHERE queue_id = $1
+                                          ORDER BY acked_at, id LIMIT $2) t
+         WHERE a.queue_id = t.queue_id AND a.id = t.id
+         RETURNING a.id, a.sender, a.receiver, a.body, a.sent_at, a.deliveries, a.acked_at, a.acked_by",
+        &[&src_id, &limit],
+    )?;
+    if rows.is_empty() {
+        return Ok(0);
+    }
+    let insert = d.prepare(
+        "INSERT INTO mwmq_archive (queue_id, id, sender, receiver, body, sent_at, deliveries, acked_at, acked_by)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) ON CONFLICT DO NOTHING",
+    )?;
+    for r in &rows {
+        let (id, sender, receiver, body): (i64, String, Option<String>, Vec<u8>) =
+            (r.get(0), r.get(1), r.get(2), r.get(3));
+        let (sent, deliveries, acked, by): (std::time::SystemTime, i32, std::time::SystemTime, Option<String>) =
+            (r.get(4), r.get(5), r.get(6), r.get(7));
+        d.execute(&insert, &[&dst_id, &id, &sender, &receiver, &body, &sent, &deliveries, &acked, &by])?;
+    }
     Ok(rows.len() as u64)
 }

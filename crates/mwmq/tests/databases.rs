@@ -317,12 +317,17 @@ fn a_database_added_and_rebalanced_while_serving_loses_nothing() {
 fn a_drained_database_is_emptied_by_rebalance() {
     let (a, b) = (Postgres::start().unwrap(), Postgres::start().unwrap());
     let names: Vec<String> = (0..16).map(|i| format!("q{i}")).collect();
-    let mut sent = Vec::new();
+    let (mut sent, mut archived) = (Vec::new(), Vec::new());
     {
         let mq = start(spread_over(&[&a, &b]));
         let mut c = connect(mq.local_addr());
         for name in &names {
-            let _: String = q(&mut c, &["QCREATE", name]);
+            // Each retains what is acknowledged: one message acknowledged, one waiting.
+            let _: String = q(&mut c, &["QCREATE", name, "RETAIN", "600000"]);
+            let _: i64 = q(&mut c, &["SEND", name, "acked"]);
+            let got = recv(&mut c, name, &[]);
+            let _: i64 = q(&mut c, &["ACK", name, &got[0].0.to_string(), &got[0].1.to_string()]);
+            archived.push((name.clone(), got[0].0));
             let id: i64 = q(&mut c, &["SEND", name, "kept"]);
             sent.push((name.clone(), id));
         }
@@ -348,6 +353,21 @@ fn a_drained_database_is_emptied_by_rebalance() {
         let got = recv(&mut c, name, &[]);
         assert_eq!(got.first().map(|m| m.0), Some(*id), "{name}");
     }
+    // The archives moved with their queues.
+    for (name, id) in &archived {
+        let rows: Vec<Vec<redis::Value>> = q(&mut c, &["QARCHIVE", name]);
+        let kept: Vec<(i64, Vec<u8>)> = rows
+            .iter()
+            .map(|r| (redis::from_redis_value(&r[0]).unwrap(), redis::from_redis_value(&r[2]).unwrap()))
+            .collect();
+        assert_eq!(kept, [(*id, b"acked".to_vec())], "{name}");
+    }
+    let left: i64 = postgres::Client::connect(b.conninfo(), postgres::NoTls)
+        .unwrap()
+        .query_one("SELECT count(*) FROM mwmq_archive", &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(left, 0, "nothing archived is left on the drained database");
     mq.stopper().stop();
     mq.join();
 }

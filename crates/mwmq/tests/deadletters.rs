@@ -161,7 +161,10 @@ fn qdead_lists_a_queues_dead_letters_wherever_they_are_held() {
     let of_a: Vec<Dead> = q(&mut c, &["QDEAD", "a"]);
     assert_eq!(of_a.iter().map(|d| d.0).collect::<Vec<_>>(), [ids["a2"], ids["a1"]], "a's, last moved first");
     let d = &of_a[0];
-    assert_eq!((d.1.as_str(), d.2.as_str(), d.3.as_str(), d.4, d.5.as_str()), ("dlq", "a", "max_deliveries", 1, "boss"));
+    assert_eq!(
+        (d.1.as_str(), d.2.as_str(), d.3.as_str(), d.4, d.5.as_str()),
+        ("dlq", "a", "max_deliveries", 1, "boss")
+    );
     assert_eq!(d.7, b"a2");
     assert!(d.6 > 1_700_000_000_000, "sent at, ms since 1970: {}", d.6);
     // The dead-letter queue lists all it holds; COUNT cuts.
