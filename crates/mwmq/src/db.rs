@@ -144,6 +144,8 @@ const MIGRATIONS: &[&str] = &[
     crate::limits::MIGRATION,
     // 9: keeping acknowledged messages for a while (`retention.rs`).
     crate::retention::MIGRATION,
+    // 10: RATE counts POPs too (`limits.rs`).
+    crate::limits::POP_MIGRATION,
 ];
 
 /// A queue RECV's plain statements serve: no delivery limit, not paused, no
@@ -325,14 +327,18 @@ impl Statements {
             recv: c
                 .prepare("SELECT r_queue_id, r_id, r_lease, r_sender, r_body FROM mwmq_recv($1, $2, $3, $4, $5)")
                 .await?,
-            // A paused queue hands out nothing; limits govern leases (RECV), not POP.
+            // A paused queue hands out nothing; a rate-limited one as many as
+            // its bucket allows (`limits.rs`: the function is called for those only).
             pop: c.prepare(&format!(
-                "WITH q AS (SELECT id, retain_ms FROM mwmq_queues WHERE name = $1 AND dropped_at IS NULL AND NOT paused),
+                "WITH q AS (SELECT id, retain_ms, rate FROM mwmq_queues
+                            WHERE name = $1 AND dropped_at IS NULL AND NOT paused),
+                 n AS (SELECT CASE WHEN q.rate IS NULL THEN $4 ELSE mwmq_pop_allowance(q.id, q.rate, $4) END AS allowed
+                       FROM q),
                  gone AS (
                     DELETE FROM mwmq_messages m
                     USING (SELECT m.queue_id, m.id FROM mwmq_messages m
                            WHERE m.queue_id = (SELECT id FROM q) AND {ELIGIBLE}
-                           ORDER BY visible_at, id LIMIT $4 FOR UPDATE SKIP LOCKED) c
+                           ORDER BY visible_at, id LIMIT (SELECT allowed FROM n) FOR UPDATE SKIP LOCKED) c
                     WHERE m.queue_id = c.queue_id AND m.id = c.id
                     RETURNING m.queue_id, m.id, m.sender, m.receiver, m.body, m.sent_at, m.deliveries + 1 AS deliveries,
                               $2::text AS acked_by, (SELECT retain_ms FROM q) AS retain_ms),

@@ -1,7 +1,7 @@
 //! Steering deliveries: a paused queue stores SENDs and hands out nothing
 //! until it is resumed (parked RECVs wake then); CONCURRENCY and RATE hold
 //! across every mwmq process on the database, also when their receivers
-//! race; QINFO shows the settings and how often they cut a RECV short.
+//! race (and RATE counts POPs with RECVs); QINFO shows the settings and how often they cut a RECV short.
 
 use std::time::{Duration, Instant};
 
@@ -118,6 +118,60 @@ fn concurrency_holds_across_processes_and_racing_receivers() {
     let left: i64 = q(&mut c, &["QLEN", "jobs"]);
     assert_eq!(recv(&mut c, "jobs", &["COUNT", "100"]).len() as i64, left - 3);
     assert_eq!(qinfo(&mut c, "jobs")["concurrency"], "0");
+}
+
+#[test]
+fn pops_count_against_the_rate_with_recvs() {
+    let pg = Postgres::start().unwrap();
+    let a = start(config(&pg));
+    let b = start(config(&pg));
+    let mut c = connect(a.local_addr());
+    assert_eq!(q::<String>(&mut c, &["QCREATE", "mail", "RATE", "10/s"]), "OK");
+    // POPs of an empty queue spend nothing: a burst's worth is there when messages come.
+    for _ in 0..30 {
+        assert_eq!(q::<Option<(i64, String, Vec<u8>)>>(&mut c, &["POP", "mail"]), None);
+    }
+    send_n(&mut c, "mail", 200);
+    let burst = (0..10).filter(|_| q::<Option<(i64, String, Vec<u8>)>>(&mut c, &["POP", "mail"]).is_some()).count();
+    assert_eq!(burst, 10, "the bucket was full");
+    // POPs on one process and RECVs on the other, as fast as they can for 2 s.
+    let began = Instant::now();
+    let popper = std::thread::spawn({
+        let addr = a.local_addr();
+        move || {
+            let mut c = connect(addr);
+            let mut n = 0;
+            while began.elapsed() < Duration::from_secs(2) {
+                n += usize::from(q::<Option<(i64, String, Vec<u8>)>>(&mut c, &["POP", "mail"]).is_some());
+            }
+            n
+        }
+    });
+    let receiver = std::thread::spawn({
+        let addr = b.local_addr();
+        move || {
+            let mut c = connect(addr);
+            let mut n = 0;
+            while began.elapsed() < Duration::from_secs(2) {
+                n += recv(&mut c, "mail", &["COUNT", "5"]).len();
+            }
+            n
+        }
+    });
+    let (popped, received) = (popper.join().unwrap(), receiver.join().unwrap());
+    let secs = began.elapsed().as_secs_f64();
+    let most = 10.0 * secs + 2.0;
+    assert!(
+        ((popped + received) as f64) <= most,
+        "{popped} popped + {received} received in {secs:.2} s (at most {most:.0})"
+    );
+    assert!(popped >= 1 && received >= 1, "both had some: {popped} popped, {received} received");
+    assert!(qinfo(&mut c, "mail")["held_by_rate"].parse::<i64>().unwrap() > 0);
+    // Lifted: the rest at once.
+    assert_eq!(q::<String>(&mut c, &["QALTER", "mail", "RATE", "0"]), "OK");
+    let left = 200 - 10 - popped - received;
+    let rest = (0..left).filter(|_| q::<Option<(i64, String, Vec<u8>)>>(&mut c, &["POP", "mail"]).is_some()).count();
+    assert_eq!(rest, left);
 }
 
 #[test]
