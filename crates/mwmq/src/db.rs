@@ -978,14 +978,22 @@ impl PgConn {
         Ok(())
     }
 
-    /// QARCHIVE: the latest `count` acknowledged messages kept, newest first.
-    pub async fn archived(&self, queue: &str, count: u32) -> Result<Vec<Archived>, DbError> {
-        let r = self.client.query(&self.st.archive, &[&queue, &i64::from(count)]).await;
+    /// The rows of a statement that lists `count` of a queue's messages
+    /// (`$1` the queue, `$2` how many); none: `-NOQUEUE` if it does not exist.
+    async fn listing(&self, st: &Statement, queue: &str, count: u32) -> Result<Vec<tokio_postgres::Row>, DbError> {
+        let r = self.client.query(st, &[&queue, &i64::from(count)]).await;
         let rows = self.check(r)?;
         if rows.is_empty() {
             return self.or_no_queue(queue, Vec::new()).await;
         }
-        Ok(rows
+        Ok(rows)
+    }
+
+    /// QARCHIVE: the latest `count` acknowledged messages kept, newest first.
+    pub async fn archived(&self, queue: &str, count: u32) -> Result<Vec<Archived>, DbError> {
+        Ok(self
+            .listing(&self.st.archive, queue, count)
+            .await?
             .iter()
             .map(|r| Archived {
                 id: r.get(0),
@@ -1000,12 +1008,9 @@ impl PgConn {
 
     /// QDEAD: the latest `count` dead letters of `queue`.
     pub async fn dead_letters(&self, queue: &str, count: u32) -> Result<Vec<DeadLetter>, DbError> {
-        let r = self.client.query(&self.st.dead, &[&queue, &i64::from(count)]).await;
-        let rows = self.check(r)?;
-        if rows.is_empty() {
-            return self.or_no_queue(queue, Vec::new()).await;
-        }
-        Ok(rows
+        Ok(self
+            .listing(&self.st.dead, queue, count)
+            .await?
             .iter()
             .map(|r| DeadLetter {
                 id: r.get(0),
