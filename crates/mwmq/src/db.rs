@@ -227,15 +227,17 @@ impl Statements {
             send_many: c.prepare(
                 "WITH r AS (
                     SELECT nextval('mwmq_message_ids') AS id, q.id AS queue_id, t.n, t.sender, t.receiver,
-                           t.body, t.delay, (q.max_messages IS NOT NULL OR q.max_bytes IS NOT NULL) AS counted
-                    FROM unnest($1::text[], $2::text[], $3::text[], $4::bytea[], $5::float8[])
-                         WITH ORDINALITY AS t(queue, sender, receiver, body, delay, n)
+                           t.body, t.delay, t.grp, (q.max_messages IS NOT NULL OR q.max_bytes IS NOT NULL) AS counted
+                    FROM unnest($1::text[], $2::text[], $3::text[], $4::bytea[], $5::float8[], $6::text[])
+                         WITH ORDINALITY AS t(queue, sender, receiver, body, delay, grp, n)
                     JOIN mwmq_queues q ON q.name = t.queue AND q.dropped_at IS NULL
                     WHERE q.max_messages IS NULL AND q.max_bytes IS NULL
-                       OR mwmq_room(q.id, q.max_messages, q.max_bytes, octet_length(t.body))),
+                       OR mwmq_room(q.id, q.max_messages, q.max_bytes, octet_length(t.body))
+                    -- Ids in the order the SENDs came (a group is handed out in id order).
+                    ORDER BY t.n),
                  ins AS (
-                    INSERT INTO mwmq_messages (queue_id, id, sender, receiver, body, visible_at, counted)
-                    SELECT queue_id, id, sender, receiver, body, now() + interval '1 millisecond' * delay, counted
+                    INSERT INTO mwmq_messages (queue_id, id, sender, receiver, body, visible_at, counted, grp)
+                    SELECT queue_id, id, sender, receiver, body, now() + interval '1 millisecond' * delay, counted, grp
                     FROM r)
                  SELECT n, id FROM r",
             ).await?,
@@ -580,6 +582,8 @@ pub struct SendRow<'a> {
     pub body: &'a [u8],
     /// Invisible for this long.
     pub delay_ms: u64,
+    /// Its ordered group, if any.
+    pub group: Option<&'a str>,
 }
 
 /// A leased message as RECV returns it.
@@ -818,8 +822,8 @@ impl PgConn {
 
     /// SEND of `row`: the new message's id (or, with a key seen before, the
     /// first one's); `group`: its ordered group (GROUP).
-    pub async fn send(&self, row: &SendRow<'_>, key: Option<&str>, group: Option<&str>) -> Result<i64, DbError> {
-        let SendRow { queue, sender, to, body, delay_ms } = *row;
+    pub async fn send(&self, row: &SendRow<'_>, key: Option<&str>) -> Result<i64, DbError> {
+        let SendRow { queue, sender, to, body, delay_ms, group } = *row;
         let delay = delay_ms as f64;
         match key {
             None => {
@@ -1134,7 +1138,8 @@ impl PgConn {
         let to: Vec<Option<&str>> = sends.iter().map(|s| s.to).collect();
         let bodies: Vec<&[u8]> = sends.iter().map(|s| s.body).collect();
         let delays: Vec<f64> = sends.iter().map(|s| s.delay_ms as f64).collect();
-        let r = self.client.query(&self.st.send_many, &[&queues, &senders, &to, &bodies, &delays]).await;
+        let groups: Vec<Option<&str>> = sends.iter().map(|s| s.group).collect();
+        let r = self.client.query(&self.st.send_many, &[&queues, &senders, &to, &bodies, &delays, &groups]).await;
         let mut out = vec![None; sends.len()];
         for row in self.check(r)? {
             let n: i64 = row.get(0);

@@ -31,9 +31,9 @@ impl Core<'_> {
                     to: x.to.as_deref(),
                     body: &x.body,
                     delay_ms: x.delay_ms,
+                    group: x.group.as_deref(),
                 },
                 x.key.as_deref(),
-                x.group.as_deref(),
             )
             .await?;
         self.sent(&x.queue);
@@ -204,6 +204,7 @@ impl Core<'_> {
                     to: x.to.as_deref(),
                     body: &x.body,
                     delay_ms: x.delay_ms,
+                    group: x.group.as_deref(),
                 },
                 _ => unreachable!("a SEND batch holds SENDs"),
             })

@@ -209,7 +209,7 @@ impl Batch {
     /// The batch `c` of `s` may join, if any.
     pub fn of<S: Session + ?Sized>(c: &Command, s: &S) -> Option<Batch> {
         match c {
-            Command::Send(x) if x.key.is_none() && x.group.is_none() => Some(Batch::Send),
+            Command::Send(x) if x.key.is_none() => Some(Batch::Send),
             Command::Ack { .. } => Some(Batch::Ack),
             Command::Pop { queue, from } => {
                 Some(Batch::Pop { queue: queue.clone(), me: s.identity(), from: from.clone() })
@@ -233,7 +233,7 @@ impl Batch {
     pub fn matches<S: Session + ?Sized>(&self, c: &Command, s: &S) -> bool {
         let me = |who: &Option<String>| s.identity() == *who;
         match (self, c) {
-            (Batch::Send, Command::Send(x)) => x.key.is_none() && x.group.is_none(),
+            (Batch::Send, Command::Send(x)) => x.key.is_none(),
             (Batch::Ack, Command::Ack { .. }) => true,
             (Batch::Pop { queue, me: who, from }, Command::Pop { queue: q, from: f }) => {
                 q == queue && f == from && me(who)

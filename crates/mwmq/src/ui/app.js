@@ -117,14 +117,14 @@ async function logOut() {
   refresh();
 }
 
-// A small chart of a queue's rates: sent, acked and dead letters per second.
+// A small chart of a queue's rates: sent, handed out (RECV, POP) and dead letters per second.
 function chart(rates) {
   const w = 160, h = 30, pad = 2;
   const svg = document.createElementNS(SVG, "svg");
   svg.setAttribute("width", w);
   svg.setAttribute("height", h);
   svg.setAttribute("viewBox", `0 0 ${w} ${h}`);
-  const series = [["sent", rates.sent || []], ["acked", rates.acked || []], ["dead", rates.dead || []]];
+  const series = [["sent", rates.sent || []], ["received", rates.received || []], ["dead", rates.dead || []]];
   const n = Math.max(1, ...series.map(([, s]) => s.length));
   const top = Math.max(1e-9, ...series.flatMap(([, s]) => s));
   const axis = document.createElementNS(SVG, "line");
@@ -203,7 +203,7 @@ function row(q) {
   c.appendChild(chart(q.rates || {}));
   const last = (s) => (s && s.length ? s[s.length - 1] : 0);
   c.appendChild(el("div", { class: "now" },
-    `now ${fmtRate(last(q.rates.sent))} in · ${fmtRate(last(q.rates.acked))} acked`));
+    `last 10 s: ${fmtRate(last(q.rates.sent))} in · ${fmtRate(last(q.rates.received))} out/s`));
   tr.appendChild(c);
   tr.appendChild(el("td", { class: "limits", "data-field": "limits" }, limitsText(info)));
   tr.appendChild(el("td", { class: "state", "data-field": "paused", "data-value": String(info.paused) },

@@ -178,3 +178,69 @@ fn racing_receivers_on_two_processes_keep_every_group_in_order() {
     }
     assert!(*most_groups.lock().unwrap() >= 2, "different groups in parallel");
 }
+
+/// Grouped SENDs waiting for the database go as one statement, like any
+/// SENDs: each gets its id and keeps its group.
+#[test]
+fn waiting_grouped_sends_are_batched_and_keep_their_groups() {
+    use std::io::{Read, Write};
+    let pg = Postgres::start().unwrap();
+    let mut cfg = config(&pg);
+    (cfg.server.workers, cfg.server.threads, cfg.server.loop_db) = (1, 1, 1);
+    let mq = start(cfg);
+    let mut c = connect(mq.local_addr());
+    assert_eq!(q::<String>(&mut c, &["QCREATE", "jobs"]), "OK");
+    let before = info_field(&mut c, "db_statements");
+    // The only carrier waits on a lock while eight SENDs queue up behind it.
+    let mut db = sql(&pg);
+    let mut lock = db.transaction().unwrap();
+    lock.batch_execute("LOCK TABLE mwmq_messages IN ACCESS EXCLUSIVE MODE").unwrap();
+    let groups = ["a", "b", "a", "", "b", "a", "c", ""];
+    let mut socks: Vec<std::net::TcpStream> = groups
+        .iter()
+        .enumerate()
+        .map(|(i, g)| {
+            let mut s = std::net::TcpStream::connect(mq.local_addr()).unwrap();
+            s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+            let body = format!("m{i}");
+            let cmd = if g.is_empty() {
+                format!("*3\r\n$4\r\nSEND\r\n$4\r\njobs\r\n${}\r\n{body}\r\n", body.len())
+            } else {
+                format!("*5\r\n$4\r\nSEND\r\n$4\r\njobs\r\n${}\r\n{body}\r\n$5\r\nGROUP\r\n$1\r\n{g}\r\n", body.len())
+            };
+            s.write_all(cmd.as_bytes()).unwrap();
+            std::thread::sleep(Duration::from_millis(20));
+            s
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(300));
+    lock.commit().unwrap();
+    let mut ids = Vec::new();
+    for s in &mut socks {
+        let mut reply = Vec::new();
+        let mut buf = [0u8; 64];
+        while !reply.ends_with(b"\r\n") {
+            let n = s.read(&mut buf).unwrap();
+            assert!(n > 0, "connection closed");
+            reply.extend_from_slice(&buf[..n]);
+        }
+        let text = String::from_utf8_lossy(&reply).to_string();
+        assert!(text.starts_with(':'), "an id: {text:?}");
+        ids.push(text[1..].trim().parse::<i64>().unwrap());
+    }
+    let used = info_field(&mut c, "db_statements") - before;
+    assert!(used <= 4, "{used} statements for 8 SENDs");
+    // Ids in the order the SENDs came (each waited 20 ms after the one before).
+    let mut sorted = ids.clone();
+    sorted.sort();
+    assert_eq!(ids, sorted, "ids in arrival order");
+    for (id, g) in ids.iter().zip(groups) {
+        let row = sql(&pg).query_one("SELECT grp, body FROM mwmq_messages WHERE id = $1", &[id]).unwrap();
+        let (grp, body): (Option<String>, Vec<u8>) = (row.get(0), row.get(1));
+        assert_eq!(grp.as_deref(), (!g.is_empty()).then_some(g), "message {id}");
+        assert!(body.starts_with(b"m"));
+    }
+    // Each group still goes one at a time: a, b and c's heads and the two ungrouped.
+    let first = recv(&mut c, "jobs", &["COUNT", "8"]);
+    assert_eq!(first.len(), 5, "{:?}", bodies(&first));
+}
