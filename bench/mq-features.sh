@@ -13,7 +13,7 @@
 #   RECV+ACK   mwload -P mq, CLIENTS connections, each RECV then its ACK
 #
 # Printed: the medians of the rounds (requests or pairs per second) and
-# each variant / plain. Also the live table's size at the end of the
+# the median of each round's variant / plain. Also the live table's size at the end of the
 # retaining rounds against the plain ones (the archive is a table of its own).
 #
 # Usage: bench/mq-features.sh [requests] [rounds]    (env: CLIENTS)
@@ -51,6 +51,12 @@ echo "q0 plain, with RETAIN 600000, with limits that never bind, in 64 groups; $
 for r in $(seq "$ROUNDS"); do
   for v in "${names[@]}"; do
     variant "$v"
+    # Each variant starts from an empty queue: what a variant left (a grouped
+    # queue's POPs take group heads only) would slow the next one's POPs.
+    left=$(psql_q "WITH d AS (DELETE FROM mwmq_messages WHERE queue_id =
+                     (SELECT id FROM mwmq_queues WHERE name = 'q0' AND dropped_at IS NULL) RETURNING 1)
+                   SELECT count(*) FROM d")
+    [ "$left" = 0 ] || echo "  ($left messages left by the variant before, deleted)" >&2
     psql_q "VACUUM mwmq_messages" >/dev/null
     # shellcheck disable=SC2046
     send=$(rb_run $(sendargs "$v"))
@@ -70,14 +76,25 @@ kept=$(psql_q "SELECT count(*) FROM mwmq_archive")
 "$PY" - "$work/rows" "$live" "$archive" "$kept" <<'PY'
 import statistics, sys
 rows = [l.split() for l in open(sys.argv[1])]
-med = {}
-for v in ("plain", "retain", "limits", "groups"):
+names = ("plain", "retain", "limits", "groups")
+med, ratio = {}, {}
+for v in names:
     got = [list(map(float, r[1:])) for r in rows if r[0] == v]
     med[v] = [statistics.median(x[k] for x in got) for k in range(3)]
+# Each variant against the plain queue of its own round (the machine may
+# drift between rounds: its disk, shared, slows under a long load).
+rounds = [rows[i:i + len(names)] for i in range(0, len(rows), len(names))]
+for v in names:
+    per = []
+    for rd in rounds:
+        d = {r[0]: list(map(float, r[1:])) for r in rd}
+        if v in d and "plain" in d:
+            per.append([d[v][k] / d["plain"][k] for k in range(3)])
+    ratio[v] = [statistics.median(x[k] for x in per) for k in range(3)]
 print(f"{'':<8}{'SEND/s':>10}{'/plain':>8}{'POP/s':>10}{'/plain':>8}{'RECV+ACK':>10}{'/plain':>8}")
 for v, m in med.items():
-    p = med["plain"]
-    print(f"{v:<8}{m[0]:>10.0f}{m[0] / p[0]:>8.2f}{m[1]:>10.0f}{m[1] / p[1]:>8.2f}{m[2]:>10.0f}{m[2] / p[2]:>8.2f}")
-print(f"(medians of the rounds; RECV+ACK in pairs per second. At the end: mwmq_messages {int(sys.argv[2]) / 1e6:.1f} MB, "
+    q = ratio[v]
+    print(f"{v:<8}{m[0]:>10.0f}{q[0]:>8.2f}{m[1]:>10.0f}{q[1]:>8.2f}{m[2]:>10.0f}{q[2]:>8.2f}")
+print(f"(medians of the rounds; /plain: median of each round's ratio to that round's plain queue; RECV+ACK in pairs per second. At the end: mwmq_messages {int(sys.argv[2]) / 1e6:.1f} MB, "
       f"mwmq_archive {int(sys.argv[3]) / 1e6:.1f} MB holding {sys.argv[4]} acknowledged messages)")
 PY
