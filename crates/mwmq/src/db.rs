@@ -418,7 +418,8 @@ impl Statements {
                  ON CONFLICT (queue_id, stripe) DO UPDATE SET messages = EXCLUDED.messages, bytes = EXCLUDED.bytes",
             ).await?,
             // Counts from the indexes (ready, not yet visible, dead letters)
-            // and the quota's counters; the age of the message next in line.
+            // and the quota's counters; the age of the message next in line;
+            // of each queue named (QINFO names one, the /ui page many).
             info: c.prepare(
                 "SELECT coalesce(q.max_deliveries, 0), q.dead_letter,
                         (SELECT count(*) FROM mwmq_messages m WHERE m.queue_id = q.id AND m.visible_at <= now()),
@@ -435,9 +436,9 @@ impl Statements {
                         (SELECT coalesce(sum(c.bytes), 0)::bigint FROM mwmq_queue_counts c WHERE c.queue_id = q.id),
                         q.paused, coalesce(q.concurrency, 0), coalesce(q.rate, 0),
                         coalesce(l.held_concurrency, 0), coalesce(l.held_rate, 0), coalesce(q.retain_ms, 0),
-                        (SELECT count(*) FROM mwmq_archive a WHERE a.queue_id = q.id)
+                        (SELECT count(*) FROM mwmq_archive a WHERE a.queue_id = q.id), q.name
                  FROM mwmq_queues q LEFT JOIN mwmq_queue_limits l ON l.queue_id = q.id
-                 WHERE q.name = $1 AND q.dropped_at IS NULL",
+                 WHERE q.name = ANY($1::text[]) AND q.dropped_at IS NULL",
             ).await?,
             // Why a SEND stored nothing: no such queue (no row), or its quota.
             quota: c.prepare(
@@ -1056,30 +1057,40 @@ impl PgConn {
 
     /// QINFO: what the queue holds now.
     pub async fn info(&self, queue: &str) -> Result<QueueState, DbError> {
-        let r = self.client.query_opt(&self.st.info, &[&queue]).await;
-        match self.check(r)? {
-            Some(row) => Ok(QueueState {
-                max_deliveries: row.get::<_, i32>(0) as u32,
-                dead_letter: row.get(1),
-                ready: row.get(2),
-                delayed: row.get(3),
-                leased: row.get(4),
-                dead_letters_held: row.get(5),
-                oldest_ready_ms: row.get::<_, f64>(6) as i64,
-                max_messages: row.get(7),
-                max_bytes: row.get(8),
-                counted_messages: row.get(9),
-                counted_bytes: row.get(10),
-                paused: row.get(11),
-                concurrency: i64::from(row.get::<_, i32>(12)),
-                rate: row.get(13),
-                held_by_concurrency: row.get(14),
-                held_by_rate: row.get(15),
-                retain_ms: row.get(16),
-                archived: row.get(17),
-            }),
-            None => Err(DbError::NoQueue(queue.to_string())),
-        }
+        let mut found = self.infos(&[queue]).await?;
+        found.pop().map(|(_, state)| state).ok_or_else(|| DbError::NoQueue(queue.to_string()))
+    }
+
+    /// What each of `queues` that exists holds now, in one statement: (name, state).
+    pub async fn infos(&self, queues: &[&str]) -> Result<Vec<(String, QueueState)>, DbError> {
+        let r = self.client.query(&self.st.info, &[&queues]).await;
+        Ok(self
+            .check(r)?
+            .iter()
+            .map(|row| {
+                let state = QueueState {
+                    max_deliveries: row.get::<_, i32>(0) as u32,
+                    dead_letter: row.get(1),
+                    ready: row.get(2),
+                    delayed: row.get(3),
+                    leased: row.get(4),
+                    dead_letters_held: row.get(5),
+                    oldest_ready_ms: row.get::<_, f64>(6) as i64,
+                    max_messages: row.get(7),
+                    max_bytes: row.get(8),
+                    counted_messages: row.get(9),
+                    counted_bytes: row.get(10),
+                    paused: row.get(11),
+                    concurrency: i64::from(row.get::<_, i32>(12)),
+                    rate: row.get(13),
+                    held_by_concurrency: row.get(14),
+                    held_by_rate: row.get(15),
+                    retain_ms: row.get(16),
+                    archived: row.get(17),
+                };
+                (row.get(18), state)
+            })
+            .collect())
     }
 
     /// REDRIVE: messages moved back.

@@ -287,6 +287,24 @@ struct WebSession {
     attempts: Attempts,
 }
 
+impl WebSession {
+    fn of(login: &Login) -> WebSession {
+        let user = match login {
+            Login::User(u) => Some(u.clone()),
+            Login::Nobody | Login::Token => None,
+        };
+        WebSession { user, attempts: Attempts::default() }
+    }
+
+    /// Why `login` may not run `c` (the token's holder may run anything).
+    fn refusal(&self, core: &Core, login: &Login, c: &Command) -> Option<Reply> {
+        if matches!(login, Login::Token) {
+            return None;
+        }
+        core.gate(c, self)
+    }
+}
+
 impl Session for WebSession {
     fn id(&self) -> u64 {
         0
@@ -315,15 +333,9 @@ impl Session for WebSession {
 /// check); its reply.
 fn run(shared: &Shared, login: &Login, c: &Command) -> Reply {
     let core = Core::new(shared);
-    let user = match login {
-        Login::User(u) => Some(u.clone()),
-        Login::Nobody | Login::Token => None,
-    };
-    let s = WebSession { user, attempts: Attempts::default() };
-    if !matches!(login, Login::Token) {
-        if let Some(refusal) = core.gate(c, &s) {
-            return refusal;
-        }
+    let s = WebSession::of(login);
+    if let Some(refusal) = s.refusal(&core, login, c) {
+        return refusal;
     }
     if let Some(Outcome::Reply(r, _, _)) = core.local(c, &s, None) {
         return r;
@@ -414,12 +426,17 @@ fn queues(shared: &Shared, login: &Login, query: &str) -> Result<Value, Refused>
         })
         .filter(|n| n.contains(filter.as_str()))
         .collect();
-    let mut listed = Vec::new();
-    for name in names.iter().take(MAX_LISTED) {
-        let info = run(shared, login, &Command::QueueInfo(name.clone()));
-        let (series, _) = shared.rates.series(name);
-        listed.push(json!({ "name": name, "info": to_json(&info), "rates": series }));
-    }
+    let shown: Vec<&str> = names.iter().take(MAX_LISTED).map(String::as_str).collect();
+    let infos = infos(shared, login, &shown);
+    let listed: Vec<Value> = shown
+        .iter()
+        .map(|name| {
+            let (series, _) = shared.rates.series(name);
+            let info =
+                infos.get(*name).cloned().unwrap_or_else(|| run(shared, login, &Command::QueueInfo(name.to_string())));
+            json!({ "name": name, "info": to_json(&info), "rates": series })
+        })
+        .collect();
     Ok(json!({
         "queues": listed,
         "total": names.len(),
@@ -427,6 +444,34 @@ fn queues(shared: &Shared, login: &Login, query: &str) -> Result<Value, Refused>
         "now_ms": mwstats::clock::unix_ms(),
         "rates": { "sample_s": crate::rates::SAMPLE.as_secs(), "samples": crate::rates::SAMPLES },
     }))
+}
+
+/// QINFO of each of `names` the login may see, as QINFO answers it: one
+/// statement per database for them all (rather than one a queue), its
+/// figures kept in QINFO's cache as a QINFO's are. A queue it does not
+/// answer for (refused, gone, its database down) is left out: the caller
+/// asks QINFO itself, which says why.
+fn infos(shared: &Shared, login: &Login, names: &[&str]) -> HashMap<String, Reply> {
+    let core = Core::new(shared);
+    let s = WebSession::of(login);
+    let mut by_db: HashMap<usize, Vec<&str>> = HashMap::new();
+    for name in names {
+        if s.refusal(&core, login, &Command::QueueInfo(name.to_string())).is_none() {
+            by_db.entry(shared.pool.home(name)).or_default().push(name);
+        }
+    }
+    let mut out = HashMap::new();
+    for (db, names) in by_db {
+        let pool = &shared.pool[db];
+        let Ok(mut pg) = pool.get() else { continue };
+        let found = pg.run(async |pg| pg.infos(&names).await);
+        pool.put(pg);
+        for (name, state) in found.unwrap_or_default() {
+            shared.info_cache.put(&name, state.clone(), core.info_ttl());
+            out.insert(name.clone(), crate::commands::queues::queue_info(&state, &shared.queues.get(&name)));
+        }
+    }
+    out
 }
 
 /// `GET /ui/api/dead/QUEUE`: its latest dead letters (QDEAD), bodies cut to [`BODY_SHOWN`] bytes.
