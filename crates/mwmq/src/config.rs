@@ -272,6 +272,9 @@ pub struct QueuesConfig {
     pub metrics_queues: Vec<String>,
     /// Most queues with series of their own on /metrics (default 100).
     pub metrics_max_queues: usize,
+    /// The `/ui` page's rates: each queue's counters are sampled this often,
+    /// and the last 60 periods kept (default 10000 ms: ten minutes).
+    pub rates_sample_ms: u64,
 }
 
 impl Default for QueuesConfig {
@@ -288,6 +291,7 @@ impl Default for QueuesConfig {
             info_cache_ms: 1000,
             metrics_queues: vec!["*".into()],
             metrics_max_queues: 100,
+            rates_sample_ms: 10_000,
         }
     }
 }
@@ -392,8 +396,8 @@ impl ServiceConfig for Config {
         if q.default_vt_ms == 0 || q.default_vt_ms > crate::command::MAX_DELAY_MS {
             return err(format!("default_vt_ms must be 1..={}", crate::command::MAX_DELAY_MS));
         }
-        if q.poll_ms == 0 || q.maintenance_s == 0 || q.purge_ms == 0 {
-            return err("poll_ms, maintenance_s and purge_ms must be positive".into());
+        if q.poll_ms == 0 || q.maintenance_s == 0 || q.purge_ms == 0 || q.rates_sample_ms == 0 {
+            return err("poll_ms, maintenance_s, purge_ms and rates_sample_ms must be positive".into());
         }
         crate::users::Users::from_config(&self.users).map_err(ConfigError)?;
         if self.auth.login_threads == 0 || self.auth.login_queue == 0 {

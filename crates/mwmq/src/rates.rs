@@ -1,7 +1,7 @@
 //! Each queue's rates over the last minutes, for the `/ui` page's charts:
 //! a thread samples this process's per-queue counters ([`crate::queues`])
-//! every [`SAMPLE`] and keeps what changed in each of the last [`SAMPLES`]
-//! periods. A queue nothing happened to in a period costs nothing in it,
+//! every `[queues] rates_sample_ms` (10 s) and keeps what changed in each
+//! of the last [`SAMPLES`] periods. A queue nothing happened to in a period costs nothing in it,
 //! so the memory follows the queues in use, not the queues that exist.
 //! (Counted by this process: behind a load balancer, each mwmq shows its
 //! own share.)
@@ -13,9 +13,7 @@ use std::time::Duration;
 use crate::queues::Counts;
 use crate::shared::Shared;
 
-/// How often the counters are sampled.
-pub const SAMPLE: Duration = Duration::from_secs(10);
-/// Periods kept (ten minutes).
+/// Periods kept (ten minutes at the default period).
 pub const SAMPLES: usize = 60;
 
 /// What happened to a queue in one period: messages sent, handed out,
@@ -92,10 +90,11 @@ impl History {
         }
     }
 
-    /// `queue`'s rates in the periods kept, oldest first, and when the last ended.
-    pub fn series(&self, queue: &str) -> (Series, u64) {
+    /// `queue`'s rates in the periods kept (each `period` long), oldest
+    /// first, and when the last ended.
+    pub fn series(&self, queue: &str, period: Duration) -> (Series, u64) {
         let g = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-        let per_s = |n: u32| f64::from(n) / SAMPLE.as_secs_f64();
+        let per_s = |n: u32| f64::from(n) / period.as_secs_f64();
         let mut s = Series::default();
         for (_, moved) in &g.0 {
             let m = moved.get(queue).copied().unwrap_or_default();
@@ -117,9 +116,10 @@ impl History {
 /// The sampling thread: until the process stops. The first sample only
 /// notes the counters (nothing happened before it as far as it knows).
 pub fn run_rates_thread(shared: Arc<Shared>) {
+    let period = Duration::from_millis(shared.config.queues.rates_sample_ms);
     loop {
         shared.rates.sample(shared.queues.all(), mwstats::clock::unix_ms());
-        if crate::events::sleep_unless_stopping(&shared.waiters, SAMPLE) {
+        if crate::events::sleep_unless_stopping(&shared.waiters, period) {
             return;
         }
     }
@@ -139,19 +139,20 @@ mod tests {
         h.sample(vec![("a".into(), counts(5, 0)), ("idle".into(), counts(7, 7))], 10_000);
         h.sample(vec![("a".into(), counts(105, 20)), ("idle".into(), counts(7, 7))], 20_000);
         h.sample(vec![("a".into(), counts(105, 50)), ("idle".into(), counts(7, 7))], 30_000);
-        let (a, end) = h.series("a");
+        let ten = Duration::from_secs(10);
+        let (a, end) = h.series("a", ten);
         assert_eq!(end, 30_000);
         // The first period counts from zero (the process's start).
         assert_eq!(a.sent, vec![0.5, 10.0, 0.0]);
         assert_eq!(a.acked, vec![0.0, 2.0, 3.0]);
-        assert_eq!(h.series("idle").0.sent, vec![0.7, 0.0, 0.0]);
-        assert_eq!(h.series("never").0.sent, vec![0.0, 0.0, 0.0]);
+        assert_eq!(h.series("idle", ten).0.sent, vec![0.7, 0.0, 0.0]);
+        assert_eq!(h.series("never", ten).0.sent, vec![0.0, 0.0, 0.0]);
         // Entries: a in each of three periods, idle in the first only.
         assert_eq!(h.tracked(), 4);
         for i in 0..SAMPLES as u64 + 5 {
             h.sample(vec![("a".into(), counts(105 + i, 50))], 40_000 + i);
         }
-        assert_eq!(h.series("a").0.sent.len(), SAMPLES, "at most SAMPLES periods");
-        assert_eq!(h.series("idle").0.sent, vec![0.0; SAMPLES], "a dropped queue is forgotten");
+        assert_eq!(h.series("a", ten).0.sent.len(), SAMPLES, "at most SAMPLES periods");
+        assert_eq!(h.series("idle", ten).0.sent, vec![0.0; SAMPLES], "a dropped queue is forgotten");
     }
 }

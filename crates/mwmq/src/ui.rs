@@ -233,8 +233,13 @@ fn whoami(shared: &Shared, r: &Request) -> Result<Value, Refused> {
         "users": shared.users.enabled(),
         "token": r.token_configured,
         "login": login.as_ref().and_then(Login::name),
-        "rates": { "sample_s": crate::rates::SAMPLE.as_secs(), "samples": crate::rates::SAMPLES },
+        "rates": rates_period(shared),
     }))
+}
+
+/// How the rates are kept: the period, in seconds, and how many.
+fn rates_period(shared: &Shared) -> Value {
+    json!({ "sample_s": shared.config.queues.rates_sample_ms as f64 / 1000.0, "samples": crate::rates::SAMPLES })
 }
 
 /// `POST /ui/api/login` with `Authorization: Basic` (a user) or `Bearer`
@@ -427,11 +432,12 @@ fn queues(shared: &Shared, login: &Login, query: &str) -> Result<Value, Refused>
         .filter(|n| n.contains(filter.as_str()))
         .collect();
     let shown: Vec<&str> = names.iter().take(MAX_LISTED).map(String::as_str).collect();
+    let period = Duration::from_millis(shared.config.queues.rates_sample_ms);
     let infos = infos(shared, login, &shown);
     let listed: Vec<Value> = shown
         .iter()
         .map(|name| {
-            let (series, _) = shared.rates.series(name);
+            let (series, _) = shared.rates.series(name, period);
             let info =
                 infos.get(*name).cloned().unwrap_or_else(|| run(shared, login, &Command::QueueInfo(name.to_string())));
             json!({ "name": name, "info": to_json(&info), "rates": series })
@@ -442,7 +448,7 @@ fn queues(shared: &Shared, login: &Login, query: &str) -> Result<Value, Refused>
         "total": names.len(),
         "login": login.name(),
         "now_ms": mwstats::clock::unix_ms(),
-        "rates": { "sample_s": crate::rates::SAMPLE.as_secs(), "samples": crate::rates::SAMPLES },
+        "rates": rates_period(shared),
     }))
 }
 

@@ -13,6 +13,7 @@ const state = {
   loginConfigured: false,
   selected: null,       // the queue whose dead letters are shown
   timer: null,
+  sampleS: 10,          // the rates' period, seconds
 };
 
 async function api(method, path) {
@@ -61,7 +62,11 @@ async function whoami() {
     sessionStorage.removeItem("mwmq-session");
     state.session = null;
   }
-  if (body.rates) $("window").textContent = String(Math.round(body.rates.sample_s * body.rates.samples / 60));
+  if (body.rates) {
+    state.sampleS = body.rates.sample_s;
+    const span = body.rates.sample_s * body.rates.samples;
+    $("window").textContent = span >= 60 ? Math.round(span / 60) + " min" : Math.round(span) + " s";
+  }
   $("login-user").hidden = !body.users;
   $("login-token").hidden = !body.token;
   $("token-or").textContent = body.users ? "or the admin token" : "admin token";
@@ -145,7 +150,7 @@ function chart(rates) {
   }
   const last = (s) => (s && s.length ? s[s.length - 1] : 0);
   const title = document.createElementNS(SVG, "title");
-  title.textContent = `last 10 s: sent ${fmtRate(last(rates.sent))}/s, handed out ${fmtRate(last(rates.received))}/s, ` +
+  title.textContent = `last ${state.sampleS} s: sent ${fmtRate(last(rates.sent))}/s, handed out ${fmtRate(last(rates.received))}/s, ` +
     `acked ${fmtRate(last(rates.acked))}/s, dead ${fmtRate(last(rates.dead))}/s; peak ${fmtRate(top)}/s (of ${n} periods)`;
   svg.appendChild(title);
   return svg;
@@ -203,7 +208,7 @@ function row(q) {
   c.appendChild(chart(q.rates || {}));
   const last = (s) => (s && s.length ? s[s.length - 1] : 0);
   c.appendChild(el("div", { class: "now" },
-    `last 10 s: ${fmtRate(last(q.rates.sent))} in · ${fmtRate(last(q.rates.received))} out/s`));
+    `last ${state.sampleS} s: ${fmtRate(last(q.rates.sent))} in · ${fmtRate(last(q.rates.received))} out/s`));
   tr.appendChild(c);
   tr.appendChild(el("td", { class: "limits", "data-field": "limits" }, limitsText(info)));
   tr.appendChild(el("td", { class: "state", "data-field": "paused", "data-value": String(info.paused) },
