@@ -613,6 +613,10 @@ pub struct Received {
     pub dead_lettered: u64,
     /// ... or dropped, there being no dead-letter queue.
     pub dropped: u64,
+    /// Whether the queue proved not plain (the full statement leased what the plain one could not).
+    pub not_plain: bool,
+    /// Statements it ran (the plain one, the full one, or both).
+    pub statements: u64,
 }
 
 /// What QINFO reports of the database.
@@ -860,16 +864,20 @@ impl PgConn {
         from: Option<&str>,
         count: u32,
         vt_ms: u64,
+        plain_first: bool,
     ) -> Result<Received, DbError> {
         let (count, vt) = (i64::from(count), vt_ms as f64);
-        // The common case in one plain statement; an empty answer may also
-        // mean a queue with a delivery limit (or none at all): then the full one.
-        let r = self.client.query(&self.st.recv_plain, &[&queue, &me, &from, &count, &vt]).await;
-        let plain = self.check(r)?;
-        if !plain.is_empty() {
-            let mut messages: Vec<Leased> = plain.iter().map(|r| self.leased(r)).collect();
-            messages.sort_by_key(|m| m.id);
-            return Ok(Received { messages, dead_lettered: 0, dropped: 0 });
+        // The common case in one plain statement (unless the queue is known
+        // not to be plain); an empty answer may also mean a queue with a
+        // delivery limit, paused or limited (or none at all): then the full one.
+        if plain_first {
+            let r = self.client.query(&self.st.recv_plain, &[&queue, &me, &from, &count, &vt]).await;
+            let plain = self.check(r)?;
+            if !plain.is_empty() {
+                let mut messages: Vec<Leased> = plain.iter().map(|r| self.leased(r)).collect();
+                messages.sort_by_key(|m| m.id);
+                return Ok(Received { messages, dead_lettered: 0, dropped: 0, not_plain: false, statements: 1 });
+            }
         }
         let r = self.client.query(&self.st.recv, &[&queue, &me, &from, &count, &vt]).await;
         let mut rows = self.check(r)?;
@@ -881,7 +889,9 @@ impl PgConn {
         }
         let mut messages: Vec<Leased> = rows.iter().map(|r| self.leased(r)).collect();
         messages.sort_by_key(|m| m.id);
-        Ok(Received { messages, dead_lettered: moved as u64, dropped: (dead - moved) as u64 })
+        let not_plain = !plain_first || !messages.is_empty() || dead > 0;
+        let statements = 1 + u64::from(plain_first);
+        Ok(Received { messages, dead_lettered: moved as u64, dropped: (dead - moved) as u64, not_plain, statements })
     }
 
     /// One message each for several RECVs of `queue` by `receivers`

@@ -106,6 +106,38 @@ impl InfoCache {
     }
 }
 
+/// Queues lately found not plain (paused, limited or with a delivery limit),
+/// whose RECVs therefore go straight to `mwmq_recv` instead of first trying
+/// the plain statement (or the batch's) that cannot serve them: a statement
+/// fewer per RECV. Remembered for [`NOT_PLAIN_FOR`]: a queue made plain
+/// again is served by the plain statements that much later, and meanwhile
+/// by `mwmq_recv`, which serves any queue. At most [`INFO_CACHE_MAX`] queues.
+#[derive(Debug, Default)]
+pub struct NotPlain(Mutex<std::collections::HashMap<String, std::time::Instant>>);
+
+/// How long a queue found not plain is remembered.
+pub const NOT_PLAIN_FOR: std::time::Duration = std::time::Duration::from_secs(1);
+
+impl NotPlain {
+    /// Whether `queue` was found not plain within [`NOT_PLAIN_FOR`].
+    pub fn is(&self, queue: &str) -> bool {
+        let m = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        m.get(queue).is_some_and(|at| at.elapsed() < NOT_PLAIN_FOR)
+    }
+
+    /// `queue` was found not plain just now.
+    pub fn found(&self, queue: &str) {
+        let mut m = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if m.len() >= INFO_CACHE_MAX {
+            m.retain(|_, at| at.elapsed() < NOT_PLAIN_FOR);
+            if m.len() >= INFO_CACHE_MAX {
+                return;
+            }
+        }
+        m.insert(queue.to_string(), std::time::Instant::now());
+    }
+}
+
 /// The queues known to be paused, per database: read from each database at
 /// every maintenance pass (`maintenance_s`) and changed at once by this
 /// process's own QPAUSE and QRESUME; `/metrics` shows them.

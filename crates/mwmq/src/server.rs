@@ -124,6 +124,7 @@ impl Service for Mq {
             queues: Default::default(),
             info_cache: Default::default(),
             paused: Default::default(),
+            not_plain: Default::default(),
             rates: Default::default(),
             ui: Default::default(),
             vacuums: Default::default(),

@@ -93,6 +93,8 @@ pub struct Shared {
     pub info_cache: crate::queues::InfoCache,
     /// The queues known to be paused (for `/metrics`).
     pub paused: crate::queues::Paused,
+    /// Queues lately found not plain (their RECVs skip the plain statements).
+    pub not_plain: crate::queues::NotPlain,
     /// Each queue's rates over the last minutes (the `/ui` page's charts).
     pub rates: crate::rates::History,
     /// The `/ui` page's logins.

@@ -155,7 +155,13 @@ impl Core<'_> {
             if again > 0 {
                 *statements += 1;
             }
-            let got = pg.recv(&r.queue, me, r.from.as_deref(), count - msgs.len() as u32, r.vt_ms).await?;
+            let plain_first = !self.shared.not_plain.is(&r.queue);
+            let got = pg.recv(&r.queue, me, r.from.as_deref(), count - msgs.len() as u32, r.vt_ms, plain_first).await?;
+            // (One statement is counted already: the request's, or the retry's above.)
+            *statements += got.statements - 1;
+            if got.not_plain && plain_first {
+                self.shared.not_plain.found(&r.queue);
+            }
             self.dead_lettered(&r.queue, &got);
             let moved = got.dead_lettered + got.dropped;
             msgs.extend(got.messages);
@@ -300,8 +306,18 @@ impl Core<'_> {
         let names: Vec<Option<String>> = items.iter().map(|(_, s)| s.identity()).collect();
         let receivers: Vec<Option<&str>> = names.iter().map(Option::as_deref).collect();
         let limit = 2 * receivers.len();
-        let (got, looked, served) = pg.recv_many(&r.queue, &receivers, r.from.as_deref(), limit, r.vt_ms).await?;
-        let mut statements = 1;
+        // A queue lately found not plain: straight to its own statement.
+        let skip = self.shared.not_plain.is(&r.queue);
+        let (got, looked, served) = if skip {
+            (Vec::new(), 0, false)
+        } else {
+            let found = pg.recv_many(&r.queue, &receivers, r.from.as_deref(), limit, r.vt_ms).await?;
+            if !found.2 {
+                self.shared.not_plain.found(&r.queue);
+            }
+            found
+        };
+        let mut statements = u64::from(!skip);
         let n = got.len() as u64;
         self.shared.queues.add(&r.queue, |c| c.received += n);
         for (i, m) in got {

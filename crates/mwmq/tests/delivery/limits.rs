@@ -255,3 +255,27 @@ fn a_paused_queue_shows_on_metrics_of_every_process() {
     assert_eq!(paused(&b).0, "mwmq_queues_paused 0");
     assert!(eventually(Duration::from_secs(10), || paused(&a).0 == "mwmq_queues_paused 0"));
 }
+
+/// A limited queue's RECVs go straight to its own statement once it is known
+/// not to be plain: one statement a RECV, not the plain one first.
+#[test]
+fn a_limited_queues_recvs_skip_the_plain_statement() {
+    let pg = Postgres::start().unwrap();
+    let mq = start(config(&pg));
+    let mut c = connect(mq.local_addr());
+    assert_eq!(q::<String>(&mut c, &["QCREATE", "jobs", "CONCURRENCY", "100"]), "OK");
+    send_n(&mut c, "jobs", 20);
+    let before = info_field(&mut c, "db_statements");
+    for _ in 0..10 {
+        assert_eq!(recv(&mut c, "jobs", &[]).len(), 1);
+    }
+    let used = info_field(&mut c, "db_statements") - before;
+    // The first RECV tries the plain statement, then the queue's own; the
+    // nine after it (within the second it is remembered) only the latter;
+    // and the INFO itself. (Without the memory: 2 a RECV.)
+    assert!(used <= 13, "{used} statements for 10 RECVs");
+    // Lifted, it is plain again within a second.
+    assert_eq!(q::<String>(&mut c, &["QALTER", "jobs", "CONCURRENCY", "0"]), "OK");
+    std::thread::sleep(Duration::from_millis(1100));
+    assert_eq!(recv(&mut c, "jobs", &["COUNT", "10"]).len(), 10, "the rest");
+}
