@@ -82,17 +82,21 @@ test: deps test-deps rust-deps python-deps
 	$(CARGO) test --workspace --no-fail-fast
 	@# The other engine of each service, from the binaries just built (scripts/test-again.sh says why).
 	scripts/test-again.sh mwproxy MWPROXY_TEST_ENGINE=async
-	@# (The pool engine's crash and failover drills, 45 s, and its run of the SQL functions,
-	@# retention and the /ui page, which its dispatch does not touch, run in make test-slow.)
+	@# (The pool engine's crash and failover drills, 45 s, its run of the SQL functions,
+	@# retention and the /ui page, which its dispatch does not touch, and of the delivery
+	@# rules, several databases and streams, 37 s, run in make test-slow.)
 	scripts/test-again.sh mwmq MWMQ_TEST_ENGINE=pool --without failover --without crash --without transactional --without ui \
+	  --without delivery --without databases --without streams \
 	  -- --skip leased_messages_do_not_slow
 	$(VENV)/bin/pytest lab
 
 ## What make test leaves out to stay under 15 minutes: mwmq's pool engine
-## through the crash and failover drills, the SQL functions, retention and
-## the /ui page (its async engine runs them in make test).
+## through the crash and failover drills, the SQL functions, retention, the
+## /ui page, the delivery rules, several databases and streams (its async
+## engine runs them in make test).
 test-slow: test
-	scripts/test-again.sh mwmq MWMQ_TEST_ENGINE=pool --only failover --only crash --only transactional --only ui
+	scripts/test-again.sh mwmq MWMQ_TEST_ENGINE=pool --only failover --only crash --only transactional --only ui \
+	  --only delivery --only databases --only streams
 
 ## The quick-start experiment: servers, a middleware and clients, then the report.
 run: build python-deps
