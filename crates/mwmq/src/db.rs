@@ -1790,6 +1790,15 @@ impl Pool {
         }
     }
 
+    /// Runs `f` on a connection borrowed for it and given back after: its
+    /// result, or why no connection could be had.
+    pub fn with<T>(&self, f: impl AsyncFnOnce(&PgConn) -> T) -> Result<T, DbError> {
+        let mut c = self.get()?;
+        let r = c.run(f);
+        self.put(c);
+        Ok(r)
+    }
+
     /// Returns a connection. A broken one is closed, and so are the idle ones
     /// (what killed one connection — a restart, a terminated backend — has
     /// usually killed them all); new ones are opened on demand.

@@ -352,13 +352,8 @@ fn run(shared: &Shared, login: &Login, c: &Command) -> Reply {
     let mut answers: Vec<_> = dbs
         .into_iter()
         .map(|d| {
-            let pool = &shared.pool[d];
-            pool.get().and_then(|mut pg| {
-                let mut facts = DbFacts::default();
-                let r = pg.run(async |pg| core.statement(pg, c, &s, &mut facts).await);
-                pool.put(pg);
-                r
-            })
+            let mut facts = DbFacts::default();
+            shared.pool[d].with(async |pg| core.statement(pg, c, &s, &mut facts).await).and_then(|r| r)
         })
         .collect();
     let outcome = if answers.len() == 1 { answers.pop().expect("one") } else { core.merge_lists(answers) };
@@ -468,10 +463,7 @@ fn infos(shared: &Shared, login: &Login, names: &[&str]) -> HashMap<String, Repl
     }
     let mut out = HashMap::new();
     for (db, names) in by_db {
-        let pool = &shared.pool[db];
-        let Ok(mut pg) = pool.get() else { continue };
-        let found = pg.run(async |pg| pg.infos(&names).await);
-        pool.put(pg);
+        let found = shared.pool[db].with(async |pg| pg.infos(&names).await).and_then(|r| r);
         for (name, state) in found.unwrap_or_default() {
             shared.info_cache.put(&name, state.clone(), core.info_ttl());
             out.insert(name.clone(), crate::commands::queues::queue_info(&state, &shared.queues.get(&name)));

@@ -55,11 +55,7 @@ impl Worker {
                 continue;
             }
             let pool = &self.shared.pool[db];
-            let result = pool.get().and_then(|mut c| {
-                let r = c.run(async |pg| pg.release(&mine).await);
-                pool.put(c);
-                r
-            });
+            let result = pool.with(async |pg| pg.release(&mine).await).and_then(|r| r);
             match result {
                 Ok(n) => NetCounters::add(&self.shared.net.leases_released, n),
                 // They expire by themselves after their visibility timeout.
@@ -319,12 +315,7 @@ impl Worker {
             // QLIST: every database's, one after the other.
             let mut answers = Vec::new();
             for pool in self.shared.pool.iter() {
-                let r = pool.get().and_then(|mut pg| {
-                    let r = pg.run(async |pg| core.statement(pg, c, conn, db).await);
-                    pool.put(pg);
-                    r
-                });
-                answers.push(r);
+                answers.push(pool.with(async |pg| core.statement(pg, c, conn, db).await).and_then(|r| r));
             }
             return core.merge_lists(answers).unwrap_or_else(|e| {
                 let status = db.failed_with(&e);

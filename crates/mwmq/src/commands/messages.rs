@@ -20,22 +20,22 @@ fn message_item(m: crate::db::Message) -> Reply {
     Reply::Array(vec![Reply::Int(m.id), Reply::text(m.sender), Reply::Bulk(m.body)])
 }
 
+/// The row a SEND stores, sent by `me` (nobody: "").
+fn send_row<'a>(x: &'a Send, me: Option<&'a str>) -> SendRow<'a> {
+    SendRow {
+        queue: &x.queue,
+        sender: me.unwrap_or(""),
+        to: x.to.as_deref(),
+        body: &x.body,
+        delay_ms: x.delay_ms,
+        group: x.group.as_deref(),
+    }
+}
+
 impl Core<'_> {
     pub(super) async fn send<S: Session + ?Sized>(&self, pg: &PgConn, x: &Send, s: &S) -> Result<Outcome, DbError> {
         let me = s.identity();
-        let id = pg
-            .send(
-                &SendRow {
-                    queue: &x.queue,
-                    sender: me.as_deref().unwrap_or(""),
-                    to: x.to.as_deref(),
-                    body: &x.body,
-                    delay_ms: x.delay_ms,
-                    group: x.group.as_deref(),
-                },
-                x.key.as_deref(),
-            )
-            .await?;
+        let id = pg.send(&send_row(x, me.as_deref()), x.key.as_deref()).await?;
         self.sent(&x.queue);
         self.shared.queues.add(&x.queue, |c| c.sent += 1);
         Ok(Outcome::ok(Reply::Int(id)))
@@ -204,14 +204,7 @@ impl Core<'_> {
             .iter()
             .zip(&names)
             .map(|((c, _), me)| match c {
-                Command::Send(x) => SendRow {
-                    queue: &x.queue,
-                    sender: me.as_deref().unwrap_or(""),
-                    to: x.to.as_deref(),
-                    body: &x.body,
-                    delay_ms: x.delay_ms,
-                    group: x.group.as_deref(),
-                },
+                Command::Send(x) => send_row(x, me.as_deref()),
                 _ => unreachable!("a SEND batch holds SENDs"),
             })
             .collect();
