@@ -193,7 +193,7 @@ def test_the_generator_checks_fire_on_a_throttled_load_generator(tmp_path: Path)
             f"name: gen-{name}\n"
             "topology: {servers: 1, middlewares: 0, threads: 1, virtual_clients: 4}\n"
             "workload: {ratio: '1:10', keys: 1000, value_size: 64, rate: 4000}\n"
-            "run: {duration: 3, warmup: 1, cooldown: 0, repetitions: 1}\n" + hosts
+            "run: {duration: 5, warmup: 1, cooldown: 0, repetitions: 1}\n" + hosts
         )
         exp = load(spec)
         out = run_experiment(exp, prepare(exp, tmp_path / name))
