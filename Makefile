@@ -9,7 +9,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 VENV := .venv
 PYTHON ?= python3
 
-.PHONY: all deps ha-deps test-deps rust-deps python-deps build test test-slow run run-proxy run-mq run-mq-ha bench lint fmt clean
+.PHONY: all deps ha-deps test-deps rust-deps python-deps build test test-slow test-clock run run-proxy run-mq run-mq-ha bench lint fmt clean
 
 all: build
 
@@ -77,29 +77,21 @@ $(VENV)/.installed: lab/pyproject.toml
 build: deps rust-deps
 	$(CARGO) build --release --workspace --bins
 
-test: deps test-deps rust-deps python-deps
-	$(CARGO) build --workspace --bins
-	$(CARGO) test --workspace --no-fail-fast
-	@# The other engine of each service, from the binaries just built (scripts/test-again.sh says why),
-	@# through the suites about connections, requests and failures; the rest of them run with the
-	@# other engine in make test-slow (make test would take more than 15 minutes here otherwise).
-	scripts/test-again.sh mwproxy MWPROXY_TEST_ENGINE=async $(PROXY_SLOW:%=--without %)
-	scripts/test-again.sh mwmq MWMQ_TEST_ENGINE=pool $(MQ_SLOW:%=--without %) \
-	  -- --skip leased_messages_do_not_slow
-	$(VENV)/bin/pytest lab
+## Every test of every component with each service's default engine
+## (mwproxy: pool, mwmq: async). scripts/testrun.py runs them and ends with
+## where the time went (installs, build, each suite), the ten slowest tests
+## and every failure with its log (target/test-logs/).
+test: test-clock deps test-deps rust-deps python-deps
+	scripts/testrun.py $(TEST_ARGS)
 
-## What make test leaves out to stay under 15 minutes: these suites with each
-## service's second engine (make test runs them with the default one) —
-## mwproxy's async engine through the differential test against memcached,
-## TLS and logins, reload and the measurements; mwmq's pool engine through the
-## crash and failover drills, the SQL functions, retention, the /ui page, the
-## delivery rules, several databases, streams, dead letters, secrets and TLS
-## to PostgreSQL.
-PROXY_SLOW = differential secure reload measurement
-MQ_SLOW = failover crash transactional ui delivery databases streams stream_crash deadletters secrets dbtls
-test-slow: test
-	scripts/test-again.sh mwproxy MWPROXY_TEST_ENGINE=async $(PROXY_SLOW:%=--only %)
-	scripts/test-again.sh mwmq MWMQ_TEST_ENGINE=pool $(MQ_SLOW:%=--only %)
+## What CI runs: make test, and every mwproxy and mwmq suite again with the
+## service's other engine (mwproxy: async, mwmq: pool).
+test-slow: test-clock deps test-deps rust-deps python-deps
+	scripts/testrun.py --engines both $(TEST_ARGS)
+
+# The start of a test run, so that the installs before it are timed too.
+test-clock:
+	@mkdir -p target/test-logs && date +%s.%N > target/test-logs/start
 
 ## The quick-start experiment: servers, a middleware and clients, then the report.
 run: build python-deps

@@ -15,23 +15,32 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 
+/// Where [`free_port`] looks: below Linux's ephemeral range (32768-60999 by
+/// default), so that no outgoing connection — a client's, a server's to its
+/// backend — can be given a port between the moment it is handed out and the
+/// moment the server it is for binds it.
+const PORTS: std::ops::Range<u16> = 20_000..32_768;
+
 /// A port on 127.0.0.1 that was free a moment ago and that this process
-/// has not been given before: the kernel may hand out a port again as soon
-/// as it is released, and two tests running side by side must not both
-/// start a server on it (the second one's start probe would reach the first).
+/// has not been given before, so that two tests running side by side never
+/// start a server on the same one (the second one's start probe would reach
+/// the first). Each process starts at a place of its own in [`PORTS`] (from
+/// its process id) and walks on from there, so test binaries that run at the
+/// same time do not offer each other the same ports either.
 pub fn free_port() -> u16 {
-    use std::collections::HashSet;
     use std::sync::Mutex;
-    static GIVEN: Mutex<Option<HashSet<u16>>> = Mutex::new(None);
-    let mut given = GIVEN.lock().unwrap_or_else(|p| p.into_inner());
-    let given = given.get_or_insert_with(HashSet::new);
-    loop {
-        let l = TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral port");
-        let port = l.local_addr().expect("local addr").port();
-        if given.insert(port) {
+    static NEXT: Mutex<Option<u32>> = Mutex::new(None);
+    let span = u32::from(PORTS.end - PORTS.start);
+    let mut next = NEXT.lock().unwrap_or_else(|p| p.into_inner());
+    let at = next.get_or_insert_with(|| std::process::id().wrapping_mul(2_654_435_761) % span);
+    for _ in 0..span {
+        let port = PORTS.start + (*at % span) as u16;
+        *at = (*at + 1) % span;
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
             return port;
         }
     }
+    panic!("no free port on 127.0.0.1 between {} and {}", PORTS.start, PORTS.end)
 }
 
 /// Waits until something accepts connections on `addr`.
