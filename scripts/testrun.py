@@ -8,6 +8,8 @@ where the time went.
     scripts/testrun.py --jobs 2        two Rust test binaries side by side
     scripts/testrun.py --only streams --only lab   some suites (Rust binary names, `lab`,
                                        or a pytest path such as lab/tests/test_netns.py)
+    scripts/testrun.py --only mwproxy::hostile -- clients_that_never_read
+                                       arguments after -- go to each Rust test binary
 
 Phases: the build (every binary and test binary), the Rust test binaries (each
 run from its crate's directory as cargo runs it, its output kept in
@@ -190,6 +192,7 @@ def main() -> int:
     ap.add_argument("--jobs", type=int, default=1, help="Rust test binaries run side by side")
     ap.add_argument("--only", action="append", default=[], help="a suite: a Rust binary's name, lab, or a path")
     ap.add_argument("--no-build", action="store_true", help="skip `cargo build --bins` (test binaries are still brought up to date)")
+    ap.add_argument("test_args", nargs="*", help="after --: given to each Rust test binary (a filter, --nocapture)")
     args = ap.parse_args()
     LOGS.mkdir(parents=True, exist_ok=True)
     start = time.time()
@@ -223,7 +226,7 @@ def main() -> int:
         say(f"==> {phase}: {len(mine)} test binaries, {args.jobs} at a time")
         t0 = time.monotonic()
         with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
-            outcomes += list(pool.map(lambda be: run_binary(be[0], be[1], []), mine))
+            outcomes += list(pool.map(lambda be: run_binary(be[0], be[1], args.test_args), mine))
         phases[phase] = time.monotonic() - t0
     if not args.only or lab_paths:
         outcomes += run_lab(phases, [p for p in lab_paths if p != "lab"])

@@ -6,6 +6,11 @@
 //! text-protocol client that returns raw reply bytes, so tests can compare what
 //! a proxy answers with what memcached answers, byte for byte. [`Postgres`]
 //! starts a throwaway PostgreSQL server (`scripts/postgres.sh`) for mwmq.
+//!
+//! A red test explains itself: every process started here keeps its log,
+//! and when it is dropped while its test is failing (panicking), the log's
+//! last lines are printed into the test's output; [`capture_logs`] does the
+//! same for a middleware run inside the test process.
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -14,6 +19,9 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
+
+mod logs;
+pub use logs::{capture_logs, tail_if_failing};
 
 /// Where [`free_port`] looks: below Linux's ephemeral range (32768-60999 by
 /// default), so that no outgoing connection — a client's, a server's to its
@@ -82,6 +90,8 @@ pub struct Memcached {
     port: u16,
     extra: Vec<String>,
     child: Option<Child>,
+    /// Its standard output and error (printed when its test fails).
+    log: PathBuf,
 }
 
 impl Memcached {
@@ -95,7 +105,7 @@ impl Memcached {
         let extra: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
         let mut last = None;
         for _ in 0..5 {
-            let mut m = Memcached { port: free_port(), extra: extra.clone(), child: None };
+            let mut m = Memcached { port: free_port(), extra: extra.clone(), child: None, log: PathBuf::new() };
             match m.spawn() {
                 Ok(()) => return Ok(m),
                 Err(e) => last = Some(e),
@@ -110,7 +120,9 @@ impl Memcached {
         if running_as_root() {
             cmd.args(["-u", "root"]);
         }
-        cmd.args(&self.extra).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null());
+        self.log = std::env::temp_dir().join(format!("mctest-memcached-{}-{}.log", std::process::id(), self.port));
+        let log = std::fs::File::create(&self.log).context("memcached's log file")?;
+        cmd.args(&self.extra).stdin(Stdio::null()).stdout(log.try_clone()?).stderr(log);
         let mut child = cmd.spawn().context("start memcached")?;
         let addr = self.addr();
         let deadline = Instant::now() + Duration::from_secs(5);
@@ -211,6 +223,8 @@ impl Drop for Memcached {
             let _ = self.resume();
         }
         self.stop();
+        tail_if_failing(&format!("memcached on port {}", self.port), &self.log);
+        let _ = std::fs::remove_file(&self.log);
     }
 }
 
@@ -408,6 +422,7 @@ fn stop_and_remove(script: PathBuf, dir: &std::path::Path) {
 
 impl Drop for Postgres {
     fn drop(&mut self) {
+        tail_if_failing("PostgreSQL", &self.dir.join("server.log"));
         stop_and_remove(postgres_script(), &self.dir);
     }
 }
@@ -523,6 +538,9 @@ impl PgHa {
 
 impl Drop for PgHa {
     fn drop(&mut self) {
+        for log in ["monitor.log", "node1.log", "node2.log"] {
+            tail_if_failing(&format!("pg_auto_failover's {log}"), &self.dir.join(log));
+        }
         stop_and_remove(pg_ha_script(), &self.dir);
     }
 }
@@ -610,6 +628,8 @@ impl RedisServer {
             .arg("--dir")
             .arg(&dir)
             .args(extra)
+            .arg("--logfile")
+            .arg(dir.join("redis.log"))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -636,6 +656,7 @@ impl Drop for RedisServer {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+        tail_if_failing("redis-server", &self.dir.join("redis.log"));
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }

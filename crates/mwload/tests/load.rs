@@ -140,7 +140,7 @@ fn an_open_loop_shows_a_stall_that_a_closed_loop_hides() {
     let cmax = closed.ops["all"].response_us.max;
     assert!(op99 >= 100_000, "open loop p99 shows the 200 ms stall: {op99} us");
     assert!(cmax >= 150_000, "the closed loop met the stall too: max {cmax} us");
-    assert!(cp99 < 50_000 && cp99 * 4 < op99, "but its p99 hides it: {cp99} us against {op99} us");
+    assert!(cp99 * 4 < op99, "but its p99 hides it: {cp99} us against {op99} us");
     let sent = open.ops["all"].count as f64;
     assert!(sent >= 0.9 * 3000.0 * 3.0, "the open loop kept its rate through the stall: {sent} requests");
 }

@@ -61,17 +61,21 @@ pub struct ClientConn {
     line: Mutex<Line>,
     budget: Arc<Budget>,
     /// The size (bytes) batches are planned with: the largest recent reply,
-    /// and when it was seen. Before any reply it is the output budget, so a
-    /// new connection's first batch is a single request; the first batch's
-    /// largest reply sets it, a later batch's raises it at once, and it
-    /// halves every [`PLAN_HALF_LIFE`] without so large a reply. Error
+    /// and how many batches came back since without one as large. Before any
+    /// reply it is the output budget, so a new connection's first batch is a
+    /// single request; the first batch's largest reply sets it, a later
+    /// batch's raises it at once, and it halves every [`PLAN_HALF_LIFE`]
+    /// batches without so large a reply. (It once halved every second: a
+    /// client that never reads, parked for seconds on a busy machine, then
+    /// had its next batch planned with a reply 16 times too small, and 100
+    /// such clients held 500-800 MB of replies past a 32 MB budget.) Error
     /// replies (failures answered at once) are not looked at. So a client
     /// whose replies are small gets full batches at once, and one that asks
     /// for large values keeps small batches through a burst of failures:
     /// what a batch brings back stays near the output budget. (The mean it
     /// once was fell with such a burst; the next batch then asked for 64
     /// large values at once, past every budget.)
-    planned: Mutex<Option<(usize, std::time::Instant)>>,
+    planned: Mutex<Option<(usize, u32)>>,
 }
 
 /// Requests waiting for a worker.
@@ -240,8 +244,9 @@ impl ClientConn {
         }
         if let Some(largest) = largest {
             let mut p = self.planned.lock().unwrap_or_else(|p| p.into_inner());
-            if p.is_none_or(|seen| largest >= decayed(seen)) {
-                *p = Some((largest, std::time::Instant::now()));
+            match &mut *p {
+                Some(seen) if largest < decayed(*seen) => seen.1 = seen.1.saturating_add(1),
+                _ => *p = Some((largest, 0)),
             }
         }
         self.flush_locked(&mut out, net);
@@ -376,12 +381,11 @@ impl ClientConn {
 }
 
 /// How fast a large reply is forgotten when planning batches.
-const PLAN_HALF_LIFE: std::time::Duration = std::time::Duration::from_secs(1);
+const PLAN_HALF_LIFE: u32 = 4;
 
-/// A planned reply size, halved for every [`PLAN_HALF_LIFE`] since it was seen.
-fn decayed((size, seen): (usize, std::time::Instant)) -> usize {
-    let halvings = seen.elapsed().as_millis() / PLAN_HALF_LIFE.as_millis();
-    size >> halvings.min(63)
+/// A planned reply size, halved for every [`PLAN_HALF_LIFE`] batches since it was seen.
+fn decayed((size, batches_since): (usize, u32)) -> usize {
+    size >> (batches_since / PLAN_HALF_LIFE).min(63)
 }
 
 /// Writes as much of `buf` as a non-blocking socket takes now and removes it

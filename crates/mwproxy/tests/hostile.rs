@@ -34,7 +34,11 @@ fn p99(mut v: Vec<Duration>) -> Duration {
     v[(v.len() * 99 / 100).min(v.len() - 1)]
 }
 
-/// Three servers behind a proxy with 8 workers and a 1 s timeout, `n` keys
+/// The servers' timeout in the stall tests: long, so that waiting it out
+/// (what these tests catch) is told apart from a busy machine's delays.
+const STALL_TIMEOUT: Duration = Duration::from_secs(4);
+
+/// Three servers behind a proxy with 8 workers and a 4 s timeout, `n` keys
 /// `{prefix}{i}` stored through it, the ring, and the client that stored them.
 fn three_servers_with_keys(
     prefix: &str,
@@ -43,7 +47,7 @@ fn three_servers_with_keys(
     let servers = common::servers(3);
     let proxy = common::proxy(&servers, |c| {
         c.proxy.workers = 8;
-        c.backend.timeout_ms = 1000;
+        c.backend.timeout_ms = STALL_TIMEOUT.as_millis() as u64;
     });
     let ring = ring_of(&endpoints(&servers));
     let keys: Vec<String> = (0..n).map(|i| format!("{prefix}{i}")).collect();
@@ -96,17 +100,16 @@ fn a_stalled_server_leaves_the_other_servers_keys_fast() {
     servers[0].pause().unwrap();
     let (during, bad_during) = probe(&mut c, Duration::from_millis(2500));
     let stalled_key = keys.iter().find(|k| ring.server_for(k.as_bytes()) == 0).unwrap();
-    let t = Instant::now();
     let reply = c.call_str(&format!("get {stalled_key}\r\n")).unwrap();
-    let fast_failure = t.elapsed();
     servers[0].resume().unwrap();
     stop.store(true, Ordering::Relaxed);
     for l in loaders {
         l.join().unwrap();
     }
     assert_eq!((bad_before, bad_during), (0, 0), "healthy keys are always served");
+    // Failed at once (stalled or down), not after waiting out the timeout.
     assert!(reply.starts_with("SERVER_ERROR backend"), "{reply}");
-    assert!(fast_failure < Duration::from_millis(500), "the stalled server's keys fail at once ({fast_failure:?})");
+    assert!(!reply.contains("timeout"), "the stalled server's keys fail at once: {reply}");
     let rate = |v: &Vec<Duration>, secs: f64| v.len() as f64 / secs;
     let (p99_before, p99_during) = (p99(before.clone()), p99(during.clone()));
     eprintln!(
@@ -114,9 +117,11 @@ fn a_stalled_server_leaves_the_other_servers_keys_fast() {
         rate(&before, 1.0),
         rate(&during, 2.5)
     );
-    // Every worker waiting out the 1 s timeout would put p99 near 1 s and
-    // the rate near zero.
-    assert!(p99_during < Duration::from_millis(250), "p99 of healthy keys during the stall: {p99_during:?}");
+    // Every worker waiting out the 4 s timeout would put p99 near the whole
+    // 2.5 s of the probe and the rate near zero; a busy machine's delays show
+    // in the baseline's p99 too.
+    let bound = (STALL_TIMEOUT / 4).max(p99_before * 4);
+    assert!(p99_during < bound, "p99 of healthy keys during the stall: {p99_during:?} (before: {p99_before:?})");
     assert!(rate(&during, 2.5) > rate(&before, 1.0) / 4.0, "healthy keys keep most of their rate");
     assert!(
         common::eventually(Duration::from_secs(5), || {
@@ -135,6 +140,20 @@ fn many_clients_on_a_stalled_servers_hot_key_leave_the_other_servers_keys_fast()
     let (servers, proxy, ring, keys, mut c) = three_servers_with_keys("hot", 200);
     let hot = keys.iter().find(|k| ring.server_for(k.as_bytes()) == 0).unwrap().clone();
     let healthy: Vec<String> = keys.iter().filter(|k| ring.server_for(k.as_bytes()) != 0).cloned().collect();
+    let healthy_get = |c: &mut Client, run: Duration| {
+        let mut times = Vec::new();
+        let start = Instant::now();
+        let mut i = 0;
+        while start.elapsed() < run {
+            let k = &healthy[i % healthy.len()];
+            let t = Instant::now();
+            assert_eq!(c.call_str(&format!("get {k}\r\n")).unwrap(), format!("VALUE {k} 0 1\r\nx\r\nEND\r\n"));
+            times.push(t.elapsed());
+            i += 1;
+        }
+        times
+    };
+    let before = p99(healthy_get(&mut c, Duration::from_millis(500)));
     servers[0].pause().unwrap();
     let addr = proxy.local_addr();
     let stop = Arc::new(AtomicBool::new(false));
@@ -151,26 +170,23 @@ fn many_clients_on_a_stalled_servers_hot_key_leave_the_other_servers_keys_fast()
         })
         .collect();
     std::thread::sleep(Duration::from_millis(300));
-    let mut times = Vec::new();
-    let start = Instant::now();
-    let mut i = 0;
-    while start.elapsed() < Duration::from_millis(2500) {
-        let k = &healthy[i % healthy.len()];
-        let t = Instant::now();
-        assert_eq!(c.call_str(&format!("get {k}\r\n")).unwrap(), format!("VALUE {k} 0 1\r\nx\r\nEND\r\n"));
-        times.push(t.elapsed());
-        i += 1;
-    }
+    let times = healthy_get(&mut c, Duration::from_millis(2500));
     servers[0].resume().unwrap();
     stop.store(true, Ordering::Relaxed);
     for h in hammers {
         h.join().unwrap();
     }
     let (worst, p) = (*times.iter().max().unwrap(), p99(times.clone()));
-    eprintln!("other servers' keys during the stall: {} requests, p99 {p:?}, max {worst:?}", times.len());
-    // Unfixed, every worker sat out the 1 s timeout: the other keys waited up to 0.7-1 s.
-    assert!(p < Duration::from_millis(100), "p99 of the other servers' keys: {p:?} (max {worst:?})");
-    assert!(worst < Duration::from_millis(300), "the other servers' keys waited {worst:?} (p99 {p:?})");
+    eprintln!(
+        "other servers' keys during the stall: {} requests, p99 {p:?}, max {worst:?} (p99 before {before:?})",
+        times.len()
+    );
+    // Unfixed, every worker sat out the timeout: the other keys waited for
+    // most of it (0.7-1 s of a 1 s timeout). A busy machine's own delays
+    // show in the baseline's p99 too.
+    let bound = (STALL_TIMEOUT / 4).max(before * 4);
+    assert!(p < bound, "p99 of the other servers' keys: {p:?} (max {worst:?}, p99 before {before:?})");
+    assert!(worst < STALL_TIMEOUT / 2, "the other servers' keys waited {worst:?} (p99 {p:?})");
     common::stop(proxy);
 }
 
@@ -312,7 +328,14 @@ fn ordinary_rate(addr: std::net::SocketAddr, run: Duration) -> f64 {
 #[test]
 fn pipelining_neighbours_do_not_starve_an_ordinary_client() {
     let servers = common::servers(1);
-    let proxy = common::proxy(&servers, |c| c.proxy.workers = 8);
+    let proxy = common::proxy(&servers, |c| {
+        c.proxy.workers = 8;
+        // Every carrier waits for the one server here: on a busy machine a
+        // memcached kept off the CPU for 50 ms (the default) would be taken
+        // for stalled, and this test is about fairness, not stalls.
+        c.backend.timeout_ms = 10_000;
+        c.backend.stall_ms = 2000;
+    });
     let addr = proxy.local_addr();
     let mut c = common::client(&proxy);
     assert_eq!(c.call_str("set ordinary 0 0 1\r\nx\r\n").unwrap(), "STORED\r\n");
@@ -548,10 +571,9 @@ fn a_server_streaming_a_huge_value_is_cut_off_at_the_value_limit() {
     });
     let proxy = common::proxy_for(&[fake.endpoint()], |c| c.backend.timeout_ms = 5000);
     let mut c = common::client(&proxy);
-    let t = Instant::now();
     let reply = c.call_str("get huge\r\n").unwrap();
+    // Cut off by the value limit (this reply), not by the 5 s timeout (a `timeout` reply).
     assert_eq!(reply, format!("SERVER_ERROR backend {} reply too large\r\n", fake.endpoint()));
-    assert!(t.elapsed() < Duration::from_secs(4), "cut off long before the timeout ({:?})", t.elapsed());
     common::stop(proxy);
 }
 
@@ -577,7 +599,9 @@ fn a_trickling_server_times_out_at_the_deadline() {
     let reply = c.call_str("get k\r\n").unwrap();
     let took = t.elapsed();
     assert_eq!(reply, format!("SERVER_ERROR backend {} timeout\r\n", fake.endpoint()));
-    assert!(took >= Duration::from_millis(350) && took < Duration::from_millis(1200), "{took:?}");
+    // Not before the deadline; and at it, not reset by every byte (which
+    // would take the whole 500 s trickle).
+    assert!(took >= Duration::from_millis(350) && took < Duration::from_secs(60), "{took:?}");
     common::stop(proxy);
 }
 

@@ -243,7 +243,7 @@ fn a_killed_server_fails_only_its_keys_and_rejoins_by_itself() {
 fn a_stalled_server_times_out_without_holding_up_other_keys() {
     let servers = common::servers(2);
     let proxy = common::proxy(&servers, |c| {
-        c.backend.timeout_ms = 300;
+        c.backend.timeout_ms = 3000;
         c.proxy.workers = 4;
     });
     let ports: Vec<u16> = servers.iter().map(|s| s.port()).collect();
@@ -266,16 +266,16 @@ fn a_stalled_server_times_out_without_holding_up_other_keys() {
     });
     std::thread::sleep(Duration::from_millis(50));
     for _ in 0..20 {
-        let t = Instant::now();
         assert_eq!(
             c.call_str(&format!("get {healthy_key}\r\n")).unwrap(),
             format!("VALUE {healthy_key} 0 1\r\nx\r\nEND\r\n")
         );
-        assert!(t.elapsed() < Duration::from_millis(250), "healthy key served while the other server stalls");
     }
+    // All 20 served while the stalled server's request still waits for its 3 s timeout.
+    assert!(!waiting.is_finished(), "healthy keys were served while the other server stalls");
     let (reply, waited) = waiting.join().unwrap();
     assert!(reply.starts_with(&format!("SERVER_ERROR backend 127.0.0.1:{} timeout", ports[0])), "{reply}");
-    assert!(waited >= Duration::from_millis(250), "answered after the timeout, not before ({waited:?})");
+    assert!(waited >= Duration::from_millis(2900), "answered after the timeout, not before ({waited:?})");
     servers[0].resume().unwrap();
     assert!(
         common::eventually(Duration::from_secs(5), || {

@@ -51,6 +51,7 @@ pub fn mwproxy_binary() -> std::process::Command {
 
 /// A proxy on a free port in front of `servers`, after `tweak` adjusts the defaults.
 pub fn proxy(servers: &[Memcached], tweak: impl FnOnce(&mut Config)) -> Proxy {
+    mctest::capture_logs();
     Proxy::start(config(servers, tweak)).expect("start mwproxy")
 }
 
@@ -151,6 +152,7 @@ impl Drop for FakeServer {
 
 /// A proxy on a free port in front of servers given by address.
 pub fn proxy_for(endpoints: &[String], tweak: impl FnOnce(&mut Config)) -> Proxy {
+    mctest::capture_logs();
     Proxy::start(config_for(endpoints, tweak)).expect("start mwproxy")
 }
 
