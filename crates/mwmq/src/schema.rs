@@ -107,12 +107,14 @@ pub fn migrate(cfg: &Config, migrations: &[&str]) -> Result<u32, String> {
             tx.execute("SELECT pg_catalog.set_config('mwmq.move_from', $1, true)", &[&old]).map_err(sql_error)?;
             tx.batch_execute(MOVE).map_err(|e| format!("moving mwmq's objects from schema {old}: {}", sql_error(e)))?;
         }
-        Some(_) => return Err(format!(
-            "mwmq's version table (mwmq_schema) is in several schemas ({}): keep the one mwmq uses, drop the others",
-            found.join(", ")
-        )),
+        Some(_) => {
+            let all = found.join(", ");
+            return Err(format!("mwmq's version table is in several schemas ({all}): keep the one mwmq uses"));
+        }
     }
-    tx.batch_execute("CREATE TABLE IF NOT EXISTS mwmq.mwmq_schema (version integer NOT NULL)").map_err(sql_error)?;
+    if found.is_empty() {
+        tx.batch_execute("CREATE TABLE mwmq.mwmq_schema (version integer NOT NULL)").map_err(sql_error)?;
+    }
     let current: i32 =
         tx.query_one("SELECT coalesce(max(version), 0) FROM mwmq.mwmq_schema", &[]).map_err(sql_error)?.get(0);
     let known = migrations.len() as i32;

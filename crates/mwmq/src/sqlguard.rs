@@ -83,6 +83,7 @@ DECLARE
     r record;
     allowed text[];
     verb text := CASE WHEN action OPERATOR(pg_catalog.=) 'send' THEN 'send to' ELSE 'receive from' END;
+    called text := CASE WHEN action OPERATOR(pg_catalog.=) 'send' THEN 'mwmq.send' ELSE 'mwmq.ack' END;
 BEGIN
     SELECT p.open, p.max_body INTO policy FROM mwmq.mwmq_sql_policy AS p;
     IF policy.open THEN
@@ -94,15 +95,14 @@ BEGIN
     SELECT u.user_name, u.send_like, u.receive_like, u.admin_like, u.max_body INTO r
     FROM mwmq.mwmq_sql_roles AS u WHERE u.role OPERATOR(pg_catalog.=) CAST(session_user AS pg_catalog.text);
     IF NOT FOUND THEN
-        RAISE EXCEPTION 'mwmq.%: the role % is not one of any mwmq user''s database_roles', action, session_user
+        RAISE EXCEPTION '%: the role % is not one of any mwmq user''s database_roles', called, session_user
             USING ERRCODE = 'insufficient_privilege';
     END IF;
     allowed := CASE WHEN action OPERATOR(pg_catalog.=) 'send' THEN r.send_like ELSE r.receive_like END;
     IF queue IS NULL OR NOT EXISTS (SELECT FROM pg_catalog.unnest(allowed) AS a(p)
                                     WHERE queue OPERATOR(pg_catalog.~~) a.p) THEN
-        RAISE EXCEPTION 'mwmq.%: the role % (mwmq user %) has no permissions to % queue ''%''',
-            CASE WHEN action OPERATOR(pg_catalog.=) 'send' THEN 'send' ELSE 'ack' END,
-            session_user, r.user_name, verb, queue
+        RAISE EXCEPTION '%: the role % (mwmq user %) has no permissions to % queue ''%''',
+            called, session_user, r.user_name, verb, queue
             USING ERRCODE = 'insufficient_privilege';
     END IF;
     user_name := r.user_name;

@@ -301,6 +301,11 @@ fn a_database_role_acts_as_the_mwmq_user_that_lists_it() {
         (code.as_str(), why.as_str()),
         ("42501", "mwmq.ack: the role bobrole (mwmq user bob) has no permissions to receive from queue 'orders.x'")
     );
+    let (code, why) = ack(&mut stranger, &mine).unwrap_err();
+    assert_eq!(
+        (code.as_str(), why.as_str()),
+        ("42501", "mwmq.ack: the role stranger is not one of any mwmq user's database_roles")
+    );
     assert_eq!(ack(&mut app, &mine), Ok(true));
     send(&mut app, "orders.x", b"for dave").unwrap();
     let daves = recv(&mut admin, "orders.x", &[]).remove(0);
