@@ -104,11 +104,12 @@ fn a_granted_role_s_operators_in_public_never_run_inside_the_functions() {
 /// The second attack: a role without the grant, which may create in
 /// `public` (as every role could before PostgreSQL 15), plants the same;
 /// then the application sends in SQL and clients use mwmq over RESP (mwmq's
-/// own connections, a superuser's here): nothing planted runs.
+/// own connections, a superuser's here, whose connection string even puts
+/// `public` before `pg_catalog`): nothing planted runs.
 #[test]
 fn objects_planted_in_public_run_neither_in_the_functions_nor_in_mwmq_s_statements() {
     let pg = Postgres::start().unwrap();
-    let (mq, mut c) = setup(&pg, |_| {});
+    let (mq, mut c) = setup(&pg, |c| c.database.url.push_str(" options='-c search_path=public,pg_catalog'"));
     assert_eq!(q::<String>(&mut c, &["QCREATE", "capped", "MAXMESSAGES", "100"]), "OK");
     markers(&pg, "mallory");
     sql(&pg).batch_execute("CREATE ROLE mallory LOGIN; GRANT CREATE ON SCHEMA public TO mallory").unwrap();
