@@ -33,7 +33,7 @@ MQ=$(free_port)
 wait_port "$MQ"
 . bench/mqlib.sh
 redis-cli -p "$MQ" QCREATE q0 >/dev/null
-psql_q() { as_pg "$PGBIN/psql" -h "$pg" -U postgres -d mwmq -qAtX -c "$1"; }
+psql_q() { as_pg env PGOPTIONS=-csearch_path=mwmq "$PGBIN/psql" -h "$pg" -U postgres -d mwmq -qAtX -c "$1"; }
 
 variant() {  # NAME: q0's settings for it
   case $1 in

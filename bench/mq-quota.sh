@@ -21,7 +21,7 @@ mq_statements
 sed 's/name = '"'"'pg'"'"'/name = '"'"'other'"'"'/' "$work/send.sql" >"$work/sendq.sql"
 chmod 644 "$work/sendq.sql"
 run() {
-  as_pg env PGOPTIONS="-c enable_bitmapscan=off -c enable_seqscan=off -c enable_sort=off" \
+  as_pg env PGOPTIONS="-c search_path=mwmq -c enable_bitmapscan=off -c enable_seqscan=off -c enable_sort=off" \
     "$PGBIN/pgbench" -n -h "$pg" -U postgres -M prepared -c 8 -j 2 -t 2500 -f "$1" mwmq 2>&1 |
     sed -n 's/.*tps = \([0-9.]*\) (without.*/\1/p' | xargs printf '%.0f'
 }

@@ -23,7 +23,7 @@ BIN=target/release
 PY=.venv/bin/python
 for b in "$BIN/mwmq" "$BIN/mwload"; do [ -x "$b" ] || { echo "$b is not built: run make build" >&2; exit 2; }; done
 throwaway_postgres mwmq-soak
-psql_q() { as_pg "$PGBIN/psql" -h "$pg" -U postgres -d mwmq -qAtX -c "$1"; }
+psql_q() { as_pg env PGOPTIONS=-csearch_path=mwmq "$PGBIN/psql" -h "$pg" -U postgres -d mwmq -qAtX -c "$1"; }
 
 MQ=$(free_port)
 "$BIN/mwmq" --listen "127.0.0.1:$MQ" --db "$db" --workers 8 --log warn & pids+=($!)

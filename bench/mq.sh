@@ -68,7 +68,7 @@ rb_run SEND q0 "$BODY" >/dev/null
 pgbench_run "$work/send.sql" >/dev/null
 # Dead rows of the runs before are vacuumed first, so that no VACUUM (the
 # autovacuum's or an mwmq's) lands in one engine's run and not the other's.
-vacuum_now() { as_pg "$PGBIN/psql" -h "$pg" -U postgres -d mwmq -qAtX -c "VACUUM mwmq_messages" >/dev/null; }
+vacuum_now() { as_pg "$PGBIN/psql" -h "$pg" -U postgres -d mwmq -qAtX -c "VACUUM mwmq.mwmq_messages" >/dev/null; }
 vacuum_now
 t=$(cpu_ticks "$MQPID"); ra_mq=$(recvack_run); ra_cpu=$(cpu_per_request "$MQPID" $((2 * N)) "$t")
 ra_pg=$(pgbench_run "$work/recvack.sql")

@@ -6,7 +6,8 @@
 BODY=$(printf 'x%.0s' $(seq 128))
 HEX=$(printf '78%.0s' $(seq 128))
 
-# mwmq's statements, as pgbench scripts on queue "pg" (db.rs: send, pop, recv_plain + ack).
+# mwmq's statements, as pgbench scripts on queue "pg" (db.rs: send, pop, recv_plain + ack), run
+# with search_path = mwmq as mwmq's own connections run them.
 mq_statements() {
   cat >"$work/send.sql" <<SQL
 INSERT INTO mwmq_messages (queue_id, sender, receiver, body, visible_at, counted)
@@ -39,7 +40,7 @@ SQL
 pgbench_run() {
   local script=$1 n=${2:-$N}
   rm -f "$work"/pgb/log*
-  as_pg env PGOPTIONS="-c enable_bitmapscan=off -c enable_seqscan=off -c enable_sort=off" \
+  as_pg env PGOPTIONS="-c search_path=mwmq -c enable_bitmapscan=off -c enable_seqscan=off -c enable_sort=off" \
     "$PGBIN/pgbench" -n -h "$pg" -U postgres -M prepared -c "$CLIENTS" -j 2 -t $((n / CLIENTS)) \
     -f "$script" -l --log-prefix="$work/pgb/log" mwmq >"$work/pgb.out" 2>&1 || { cat "$work/pgb.out" >&2; exit 1; }
   "$PY" - "$work" <<'PY'

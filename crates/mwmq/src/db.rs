@@ -31,8 +31,8 @@ use crate::config::Config;
 use crate::deadline::{Armed, Watch};
 use crate::retention::ARCHIVE_GONE;
 
-/// Schema versions, applied in order, each in one transaction.
-const MIGRATIONS: &[&str] = &[
+/// Schema versions, applied in order (`schema::migrate`), in one transaction.
+pub const MIGRATIONS: &[&str] = &[
     // 1: queues, messages, deduplication keys.
     "CREATE TABLE mwmq_queues (
         id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
@@ -146,15 +146,14 @@ const MIGRATIONS: &[&str] = &[
     crate::retention::MIGRATION,
     // 10: RATE counts POPs too (`limits.rs`).
     crate::limits::POP_MIGRATION,
+    // 11: everything in the schema mwmq; the SQL API under mwmq's rights and bounds (`sqlguard.rs`).
+    crate::sqlguard::MIGRATION,
 ];
 
 /// A queue RECV's plain statements serve: no delivery limit, not paused, no
 /// concurrency or rate limit (any other goes through `mwmq_recv`).
 const PLAIN_QUEUE: &str =
     "dropped_at IS NULL AND max_deliveries IS NULL AND NOT paused AND concurrency IS NULL AND rate IS NULL";
-
-/// The advisory lock that serialises migrations of mwmq processes starting together.
-const MIGRATION_LOCK: i64 = 0x6d77_6d71; // "mwmq"
 
 /// The queue's id, if it exists (reused by most statements).
 const QUEUE: &str = "(SELECT id FROM mwmq_queues WHERE name = $1 AND dropped_at IS NULL)";
@@ -1464,10 +1463,13 @@ fn connect_error(e: postgres::Error) -> String {
 /// when the table is small. (docs/mwmq.md) Those settings make any plan that
 /// would still need a disabled node look expensive, which would start the
 /// JIT compiler (hundreds of ms) on a statement that runs in one: off.
+/// The search path is mwmq's schema only, whatever the connection string
+/// or the role's defaults say, before any statement names anything
+/// (`schema.rs`: nothing in `public` is ever what mwmq calls).
 fn session_settings(cfg: &Config) -> String {
     let timeout = cfg.database.statement_timeout_ms;
     format!(
-        "SET statement_timeout = {timeout}; SET lock_timeout = {timeout}; \
+        "SET search_path = mwmq; SET statement_timeout = {timeout}; SET lock_timeout = {timeout}; \
          SET enable_bitmapscan = off; SET enable_seqscan = off; SET enable_sort = off; SET jit = off"
     )
 }
@@ -1536,32 +1538,9 @@ where
     }))
 }
 
-/// Creates or migrates the schema; refuses a database whose schema is newer than this program.
+/// Creates or migrates the schema (`schema.rs`); refuses a database whose schema is newer than this program.
 pub fn migrate(cfg: &Config) -> Result<u32, String> {
-    let mut client = connect(cfg)?;
-    let mut tx = client.transaction().map_err(|e| e.to_string())?;
-    tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK]).map_err(|e| e.to_string())?;
-    tx.batch_execute("CREATE TABLE IF NOT EXISTS mwmq_schema (version integer NOT NULL)").map_err(|e| e.to_string())?;
-    let current: i32 =
-        tx.query_one("SELECT coalesce(max(version), 0) FROM mwmq_schema", &[]).map_err(|e| e.to_string())?.get(0);
-    let known = MIGRATIONS.len() as i32;
-    if current > known {
-        return Err(format!(
-            "the database's mwmq schema is version {current}, newer than this mwmq ({known}): use a newer mwmq"
-        ));
-    }
-    for (i, sql) in MIGRATIONS.iter().enumerate().skip(current as usize) {
-        tx.batch_execute(sql).map_err(|e| match e.as_db_error() {
-            Some(d) => format!("schema version {}: {} ({})", i + 1, d.message(), d.code().code()),
-            None => format!("schema version {}: {e}", i + 1),
-        })?;
-        tx.execute("INSERT INTO mwmq_schema (version) VALUES ($1)", &[&(i as i32 + 1)]).map_err(|e| e.to_string())?;
-    }
-    tx.commit().map_err(|e| e.to_string())?;
-    if current < known {
-        tracing::info!(from = current, to = known, "database schema migrated");
-    }
-    Ok(known as u32)
+    crate::schema::migrate(cfg, MIGRATIONS)
 }
 
 /// Pool counters (cumulative).

@@ -27,11 +27,13 @@ pub mod queues;
 pub mod rates;
 pub mod rebalance;
 pub mod retention;
+pub mod schema;
 /// RESP as mwmq speaks it (the server side of `respproto`).
 pub use respproto::server as resp;
 pub mod server;
 pub mod shared;
 pub mod sqlapi;
+pub mod sqlguard;
 pub mod streamdb;
 pub mod telemetry;
 pub mod ui;

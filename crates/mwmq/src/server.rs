@@ -69,6 +69,8 @@ impl Service for Mq {
         for (i, entry) in config.database_list().iter().enumerate() {
             let named = |e: String| if pool.len() > 1 { format!("database {:?}: {e}", entry.name) } else { e };
             let version = crate::db::migrate(&config.for_database(i)).map_err(|e| database(named(e)))?;
+            // The users' rights over the SQL API, as this configuration has them.
+            crate::sqlguard::publish(&config.for_database(i)).map_err(|e| database(named(e)))?;
             tracing::info!(schema = version, database = %entry.name, "database ready");
             // One connection now, as the workers will open them.
             pool[i].fill(1).map_err(|e| database(named(e)))?;
@@ -94,7 +96,7 @@ impl Service for Mq {
                      configuration file), listen on loopback, or accept it with --insecure-no-auth"
                 ))));
             }
-            tracing::warn!(%open, "listening beyond loopback WITHOUT AUTHENTICATION (--insecure-no-auth): anyone who reaches this port may read and write every queue");
+            tracing::warn!(%open, "listening beyond loopback WITHOUT AUTHENTICATION (--insecure-no-auth): anyone who reaches this port may read and write every queue, and any database role granted mwmq.send and mwmq.ack may send to and acknowledge on every queue");
         }
         let results = mwserve::results::open_results(&config.stats)?;
         let async_engine = config.server.engine == mwserve::config::Engine::Async;

@@ -7,14 +7,17 @@
 //! FUNCTIONS IN SCHEMA mwmq TO app;`).
 //!
 //! They run with the rights of the role that installed them (SECURITY
-//! DEFINER, with `search_path` fixed to the system catalogue and the schema
-//! of mwmq's tables), so the caller needs no right on the tables; the
-//! message's sender is the caller's login role (`session_user`). What they
-//! do is what SEND and ACK do: the same rows, the same quota check, the same
+//! DEFINER), so the caller needs no right on the tables. What they do is
+//! what SEND and ACK do: the same rows, the same quota check, the same
 //! deduplication keys, and a NOTIFY on mwmq's channel with the queue's name,
 //! which PostgreSQL delivers when (and only if) the transaction commits, so
 //! long polls waiting on the queue wake then. docs/mwmq.md says what this
 //! contract freezes in the schema.
+//!
+//! This is the version 7 they were installed as, kept as it ran; schema
+//! version 11 (`sqlguard.rs`) replaced them: every name qualified, the
+//! search path `pg_catalog, mwmq, pg_temp`, the users' rights, `max_body`
+//! and a quota that holds at COMMIT.
 
 /// Schema version 7: the `mwmq` schema and its functions (their bodies go
 /// through `format()`, which fills in the schema of mwmq's tables: a `%` of

@@ -44,6 +44,10 @@ pub struct UserConfig {
     /// Largest message body it may send, in bytes (default: the server's `max_body`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_body: Option<usize>,
+    /// PostgreSQL roles that act as this user when they call `mwmq.send`
+    /// and `mwmq.ack` (`sqlguard.rs`); a role belongs to one user at most.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub database_roles: Vec<String>,
 }
 
 fn default_max_queues() -> u64 {
@@ -148,7 +152,20 @@ impl Users {
     /// string, an empty or repeated name, or a bad pattern is refused.
     pub fn from_config(users: &[UserConfig]) -> Result<Users, String> {
         let mut by_name = HashMap::new();
+        let mut roles: HashMap<&str, &str> = HashMap::new();
         for u in users {
+            for r in &u.database_roles {
+                // PostgreSQL's names are at most 63 bytes (NAMEDATALEN - 1).
+                if r.is_empty() || r.len() > 63 {
+                    return Err(format!("users: {}: {r:?} is not a database role (1 to 63 bytes)", u.name));
+                }
+                if let Some(other) = roles.insert(r, &u.name) {
+                    return Err(format!(
+                        "users: the database role {r} is in the database_roles of {other} and {}",
+                        u.name
+                    ));
+                }
+            }
             if u.name.is_empty() || u.name.len() > crate::command::MAX_NAME || u.name.contains(char::is_whitespace) {
                 return Err(format!("users: {:?} is not a user name (1 to 200 characters, no spaces)", u.name));
             }
@@ -290,6 +307,7 @@ pub fn user_table(
         admin: admin.to_vec(),
         max_queues: default_max_queues(),
         max_body: None,
+        database_roles: Vec::new(),
     };
     Users::from_config(std::slice::from_ref(&u))?;
     let mut doc = toml::Table::new();
@@ -339,6 +357,13 @@ mod tests {
         assert!(Users::from_config(&bad).unwrap_err().contains("argon2"));
         bad = vec![cfg[0].clone(), cfg[0].clone()];
         assert!(Users::from_config(&bad).unwrap_err().contains("twice"));
+        // A database role acts as one user at most.
+        bad[0].database_roles = vec!["app".into()];
+        bad[1].name = "bob".into();
+        bad[1].database_roles = vec!["app".into()];
+        assert!(Users::from_config(&bad).unwrap_err().contains("database_roles of alice and bob"));
+        bad[1].database_roles = vec!["x".repeat(64)];
+        assert!(Users::from_config(&bad).unwrap_err().contains("not a database role"));
     }
 
     #[test]

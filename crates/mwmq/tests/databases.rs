@@ -362,11 +362,7 @@ fn a_drained_database_is_emptied_by_rebalance() {
             .collect();
         assert_eq!(kept, [(*id, b"acked".to_vec())], "{name}");
     }
-    let left: i64 = postgres::Client::connect(b.conninfo(), postgres::NoTls)
-        .unwrap()
-        .query_one("SELECT count(*) FROM mwmq_archive", &[])
-        .unwrap()
-        .get(0);
+    let left: i64 = sql_at(b.conninfo()).query_one("SELECT count(*) FROM mwmq_archive", &[]).unwrap().get(0);
     assert_eq!(left, 0, "nothing archived is left on the drained database");
     mq.stopper().stop();
     mq.join();

@@ -77,7 +77,7 @@ fn a_commit_the_standby_did_not_confirm_is_never_answered_ok() {
     let mut c = connect(mq.local_addr());
     let _: String = q(&mut c, &["QCREATE", "q"]);
     let first: i64 = q(&mut c, &["SEND", "q", "before", "KEY", "before"]);
-    let mut primary = postgres::Client::connect(&ha.node_conninfo(1), postgres::NoTls).unwrap();
+    let mut primary = sql_at(&ha.node_conninfo(1));
     let stored = |p: &mut postgres::Client, key: &str| -> i64 {
         p.query_one(
             "SELECT count(*) FROM mwmq_messages m JOIN mwmq_keys k ON k.queue_id = m.queue_id AND k.message_id = m.id WHERE k.key = $1",

@@ -160,7 +160,16 @@ impl Drop for MqProcess {
 
 /// Direct SQL on the test database.
 pub fn sql(pg: &Postgres) -> postgres::Client {
-    postgres::Client::connect(pg.conninfo(), postgres::NoTls).expect("sql connection")
+    sql_at(pg.conninfo())
+}
+
+/// [`sql`] for the database at `conninfo`: mwmq's tables (in the schema
+/// `mwmq`) are named without their schema, and what a test creates goes
+/// to `public`, as it would without the setting.
+pub fn sql_at(conninfo: &str) -> postgres::Client {
+    let mut c = postgres::Client::connect(conninfo, postgres::NoTls).expect("sql connection");
+    c.batch_execute("SET search_path = public, mwmq").expect("search_path");
+    c
 }
 
 /// A `[[users]]` entry as `mwmq user add` makes it.

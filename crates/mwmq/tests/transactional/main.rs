@@ -1,10 +1,13 @@
 //! What the database keeps for applications: enqueue and acknowledge in
 //! their own transactions (`sqlsend.rs`, with `sqlsend_app.py` on psycopg),
-//! and acknowledged messages kept for a while (`retention.rs`). One test
-//! binary for both (each binary is linked on its own).
+//! the SQL API under mwmq's rights and bounds, safe from planted objects
+//! (`sqlguard.rs`), and acknowledged messages kept for a while
+//! (`retention.rs`). One test binary for all (each binary is linked on its
+//! own).
 
 #[path = "../common/mod.rs"]
 mod common;
 
 mod retention;
+mod sqlguard;
 mod sqlsend;

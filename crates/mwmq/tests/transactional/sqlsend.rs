@@ -16,7 +16,7 @@ use mwmq::Service;
 /// A database with mwmq's schema (mwmq started on it), the queue `orders`,
 /// an application table, and two roles: `app` granted mwmq's functions,
 /// `stranger` not.
-fn setup(pg: &Postgres, tweak: impl FnOnce(&mut mwmq::Config)) -> (mwmq::Mq, redis::Connection) {
+pub(crate) fn setup(pg: &Postgres, tweak: impl FnOnce(&mut mwmq::Config)) -> (mwmq::Mq, redis::Connection) {
     let mut cfg = config(pg);
     tweak(&mut cfg);
     let mq = start(cfg);
@@ -33,22 +33,22 @@ fn setup(pg: &Postgres, tweak: impl FnOnce(&mut mwmq::Config)) -> (mwmq::Mq, red
 }
 
 /// The connection string for `role`.
-fn as_role(pg: &Postgres, role: &str) -> String {
+pub(crate) fn as_role(pg: &Postgres, role: &str) -> String {
     let info = pg.conninfo().replace("user=postgres", &format!("user={role}"));
     assert!(info.contains(&format!("user={role}")), "{info}");
     info
 }
 
-fn app(pg: &Postgres) -> postgres::Client {
+pub(crate) fn app(pg: &Postgres) -> postgres::Client {
     postgres::Client::connect(&as_role(pg, "app"), postgres::NoTls).unwrap()
 }
 
-fn bodies(messages: &[Leased]) -> Vec<String> {
+pub(crate) fn bodies(messages: &[Leased]) -> Vec<String> {
     messages.iter().map(|m| String::from_utf8_lossy(&m.3).into_owned()).collect()
 }
 
 /// Runs `script` with psql as `role`: its standard output, or the error it stopped on.
-fn psql(pg: &Postgres, role: &str, script: &str) -> Result<String, String> {
+pub(crate) fn psql(pg: &Postgres, role: &str, script: &str) -> Result<String, String> {
     let out = Command::new("psql")
         .args(["-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1", "-d"])
         .arg(as_role(pg, role))
@@ -215,7 +215,7 @@ fn only_granted_roles_may_send_and_bad_calls_say_why() {
     let refused = psql(&pg, "stranger", "SELECT mwmq.ack('orders', 1, 1)").unwrap_err();
     assert!(refused.contains("permission denied for function ack"), "{refused}");
     // Nor do the functions open the tables to their callers.
-    let tables = psql(&pg, "app", "SELECT count(*) FROM mwmq_messages").unwrap_err();
+    let tables = psql(&pg, "app", "SELECT count(*) FROM mwmq.mwmq_messages").unwrap_err();
     assert!(tables.contains("permission denied"), "{tables}");
     let mut db = app(&pg);
     let code = |db: &mut postgres::Client, call: &str| {
