@@ -33,6 +33,7 @@ pub mod server;
 pub mod shared;
 pub mod sqlapi;
 pub mod streamdb;
+pub mod streamrules;
 pub mod telemetry;
 pub mod ui;
 pub mod users;
