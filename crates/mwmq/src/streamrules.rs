@@ -313,34 +313,34 @@ END $$;
 
 -- XREAD over several streams: entries after (a_ms, a_seq) of each; o_i is
 -- the stream's index (from 1). All of them weigh at most maxb (the first
--- always); once one does not fit, the later streams give none.
+-- always), taken round by round (each stream's first entry, then each one's
+-- second, ...) so that a stream of large entries does not crowd the others
+-- out; each stream's part is still a prefix of what it has after its id.
 -- bad[i]: the refusal of stream i's id, given once its type was checked.
 DROP FUNCTION mwmq_xread(text[], bigint[], bigint[], bigint, text[]);
 CREATE OR REPLACE FUNCTION mwmq_xread(snames text[], a_ms bigint[], a_seq bigint[], cnt bigint, bad text[], maxb bigint)
 RETURNS TABLE (o_i int, o_ms bigint, o_seq bigint, o_fields bytea[]) LANGUAGE plpgsql AS $$
 DECLARE
     s mwmq_streams;
-    r record;
-    used bigint := 0;
-    cut boolean := false;
+    sids bigint[] := '{}';
 BEGIN
     FOR i IN 1 .. coalesce(array_length(snames, 1), 0) LOOP
         s := mwmq_stream(snames[i]);
         IF bad[i] IS NOT NULL THEN PERFORM mwmq_rerr(bad[i]); END IF;
-        IF s.id IS NOT NULL AND NOT cut THEN
-            FOR r IN SELECT e.ms, e.seq, e.fields, e.bytes + 16 * e.items + 64 AS w FROM mwmq_stream_entries e
-                     WHERE e.stream_id = s.id AND (e.ms, e.seq) > (a_ms[i], a_seq[i])
-                     ORDER BY e.ms, e.seq LIMIT cnt LOOP
-                IF used > 0 AND used + r.w > maxb THEN
-                    cut := true;
-                    EXIT;
-                END IF;
-                used := used + r.w;
-                o_i := i; o_ms := r.ms; o_seq := r.seq; o_fields := r.fields;
-                RETURN NEXT;
-            END LOOP;
-        END IF;
+        sids := sids || s.id;
     END LOOP;
+    RETURN QUERY
+    SELECT x.i::int, x.ms, x.seq, x.fields FROM (
+        SELECT c.i, c.ms, c.seq, c.fields,
+               sum(c.w) OVER (ORDER BY c.k, c.i ROWS UNBOUNDED PRECEDING) AS run,
+               row_number() OVER (ORDER BY c.k, c.i) AS n
+        FROM (SELECT u.i, e.ms, e.seq, e.fields, e.w, row_number() OVER (PARTITION BY u.i ORDER BY e.ms, e.seq) AS k
+              FROM unnest(sids, a_ms, a_seq) WITH ORDINALITY AS u(sid, ms, seq, i),
+              LATERAL (SELECT y.ms, y.seq, y.fields, y.bytes + 16 * y.items + 64 AS w FROM mwmq_stream_entries y
+                       WHERE y.stream_id = u.sid AND (y.ms, y.seq) > (u.ms, u.seq)
+                       ORDER BY y.ms, y.seq LIMIT cnt) e) c) x
+    WHERE x.n = 1 OR x.run <= maxb
+    ORDER BY x.i, x.ms, x.seq;
 END $$;
 
 -- XREADGROUP ... COUNT cnt STREAMS s '>' of several consumers of one group,
@@ -412,7 +412,8 @@ END $$;
 -- XREADGROUP over several streams: hist[i] false reads new entries ('>'),
 -- true the consumer's pending entries after (a_ms, a_seq). o_fields NULL:
 -- a pending entry that was deleted. All of them weigh at most maxb (the
--- first always).
+-- first always), stream after stream: a stream whose next entry does not
+-- fit gives no more, the later ones what still fits.
 DROP FUNCTION mwmq_xreadgroup(text[], text, text, boolean[], bigint[], bigint[], bigint, boolean, text[]);
 CREATE OR REPLACE FUNCTION mwmq_xreadgroup(snames text[], gname text, cname text, hist boolean[], a_ms bigint[],
                                            a_seq bigint[], cnt bigint, noack boolean, bad text[], maxb bigint)
@@ -422,7 +423,6 @@ DECLARE
     r record;
     now_ms bigint := mwmq_ms();
     used bigint := 0;
-    cut boolean := false;
 BEGIN
     FOR i IN 1 .. coalesce(array_length(snames, 1), 0) LOOP
         s := mwmq_stream(snames[i]);
@@ -432,7 +432,6 @@ BEGIN
         IF bad[i] IS NOT NULL THEN PERFORM mwmq_rerr(bad[i]); END IF;
     END LOOP;
     FOR i IN 1 .. coalesce(array_length(snames, 1), 0) LOOP
-        EXIT WHEN cut;
         s := mwmq_stream(snames[i]);
         IF hist[i] THEN
             PERFORM mwmq_seen(s.id, gname, cname, now_ms);
@@ -441,10 +440,7 @@ BEGIN
                      LEFT JOIN mwmq_stream_entries e ON e.stream_id = p.stream_id AND e.ms = p.ms AND e.seq = p.seq
                      WHERE p.stream_id = s.id AND p.grp = gname AND p.consumer = cname AND (p.ms, p.seq) > (a_ms[i], a_seq[i])
                      ORDER BY p.ms, p.seq LIMIT cnt LOOP
-                IF used > 0 AND used + r.w > maxb THEN
-                    cut := true;
-                    EXIT;
-                END IF;
+                EXIT WHEN used > 0 AND used + r.w > maxb;
                 used := used + r.w;
                 IF r.fields IS NOT NULL THEN
                     UPDATE mwmq_stream_pending p SET delivered_ms = now_ms, deliveries = p.deliveries + 1
