@@ -539,13 +539,14 @@ BEGIN
             END IF;
             CONTINUE;
         END IF;
-        EXIT WHEN used > 0 AND used + w > maxb;
         IF p.stream_id IS NULL THEN
             IF NOT force THEN CONTINUE; END IF;
+            EXIT WHEN used > 0 AND used + w > maxb;
             INSERT INTO mwmq_stream_pending (stream_id, grp, ms, seq, consumer, delivered_ms, deliveries)
             VALUES (s.id, gname, mss[i], seqs[i], cname, delivery, CASE WHEN retry IS NOT NULL THEN retry WHEN justid THEN 1 ELSE 2 END);
         ELSE
             IF min_idle > 0 AND now_ms - p.delivered_ms < min_idle THEN CONTINUE; END IF;
+            EXIT WHEN used > 0 AND used + w > maxb;
             IF mwmq_dead(s, gname, mss[i], seqs[i], f, p.deliveries) THEN CONTINUE; END IF;
             UPDATE mwmq_stream_pending x SET consumer = cname, delivered_ms = delivery,
                 deliveries = CASE WHEN retry IS NOT NULL THEN retry WHEN justid THEN x.deliveries ELSE x.deliveries + 1 END
