@@ -135,6 +135,8 @@ impl Cli {
         if c.server.input_budget < c.server.max_body {
             c.server.input_budget = c.server.max_body;
         }
+        // (A larger --max-body than the reply bound: one entry must still fit a reply.)
+        c.server.max_reply_bytes = c.server.max_reply_bytes.max(c.server.max_body);
         if self.allow_readable_secrets {
             c.server.allow_readable_secrets = true;
         }

@@ -52,6 +52,9 @@ pub struct DatabaseEntry {
 /// Most databases in `[[databases]]`.
 pub const MAX_DATABASES: usize = 64;
 
+/// The largest `max_reply_bytes` (4 GiB: beyond it a reply bounds nothing).
+pub const MAX_REPLY_BYTES: usize = 4 << 30;
+
 impl Config {
     /// Whether the configuration holds secrets: users' password hashes, or a
     /// password in a database connection string.
@@ -153,6 +156,15 @@ pub struct ServerConfig {
     /// Bytes of replies a client may leave unread before mwmq stops taking
     /// its next request (default 1 MiB).
     pub max_pending_output: usize,
+    /// Most bytes of entries in one reply of a stream command (XRANGE,
+    /// XREAD, XREADGROUP, XCLAIM, XAUTOCLAIM, XINFO STREAM FULL): the reply
+    /// is cut between entries, as COUNT cuts it, and the database returns
+    /// no more than that, so it bounds mwmq's memory per reader too (about
+    /// three times this while a reply is built). An entry counts its fields'
+    /// and values' bytes, 16 more for each and 64 for its id; the first
+    /// always goes. At least `max_body` and each user's `max_body`, so one
+    /// entry fits (default 16 MiB: four entries of the default `max_body`).
+    pub max_reply_bytes: usize,
     /// Bytes of request arguments being read, all clients together; a client
     /// whose next argument does not fit waits until it does (default 256 MiB).
     pub input_budget: usize,
@@ -189,6 +201,7 @@ impl Default for ServerConfig {
             max_connections: 10_000,
             max_body: 4 << 20,
             max_pending_output: 1 << 20,
+            max_reply_bytes: 16 << 20,
             input_budget: 256 << 20,
             batch: 32,
             queue_timeout_ms: 10_000,
@@ -355,6 +368,14 @@ impl ServiceConfig for Config {
         if s.input_budget < s.max_body {
             return err(format!("input_budget ({}) must be at least max_body ({})", s.input_budget, s.max_body));
         }
+        let body = self.users.iter().filter_map(|u| u.max_body).fold(s.max_body, usize::max);
+        if s.max_reply_bytes < body || s.max_reply_bytes > MAX_REPLY_BYTES {
+            return err(format!(
+                "max_reply_bytes ({}) must be at least the largest max_body ({body}: one entry must fit a reply) \
+                 and at most {MAX_REPLY_BYTES}",
+                s.max_reply_bytes
+            ));
+        }
         let d = &self.database;
         if !self.databases.is_empty() && !d.url.trim().is_empty() {
             return err("give either one database (--db, database.url) or a [[databases]] list, not both".into());
@@ -473,5 +494,24 @@ mod tests {
         let mut c = ok();
         c.server.input_budget = 10;
         assert!(c.validate().unwrap_err().0.contains("input_budget"));
+        let mut c = ok();
+        c.server.max_reply_bytes = c.server.max_body - 1;
+        assert!(c.validate().unwrap_err().0.contains("max_reply_bytes"));
+        let mut c = ok();
+        c.server.max_reply_bytes = 0;
+        assert!(c.validate().unwrap_err().0.contains("one entry must fit"));
+        let mut c = ok();
+        c.server.max_reply_bytes = MAX_REPLY_BYTES + 1;
+        assert!(c.validate().unwrap_err().0.contains("at most"));
+        let mut c = ok();
+        c.users = vec![crate::users::UserConfig {
+            name: "big".into(),
+            password_hash: crate::users::hash_password(b"pw"),
+            max_body: Some(32 << 20),
+            ..Default::default()
+        }];
+        assert!(c.validate().unwrap_err().0.contains("max_reply_bytes"), "a user's max_body counts too");
+        c.server.max_reply_bytes = 32 << 20;
+        c.validate().unwrap();
     }
 }

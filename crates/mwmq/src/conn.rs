@@ -193,14 +193,21 @@ impl ClientConn {
         self.closing.load(Ordering::Relaxed)
     }
 
-    /// Queues a reply and writes as much as the socket takes.
-    pub fn deliver(&self, bytes: &[u8], leases: Vec<LeaseRef>) -> Delivered {
+    /// Queues a reply and writes as much as the socket takes. With nothing
+    /// else queued the reply becomes the buffer, not a copy in it: a large
+    /// reply (`max_reply_bytes`) is held once while it goes out.
+    pub fn deliver(&self, bytes: Vec<u8>, leases: Vec<LeaseRef>) -> Delivered {
         let mut o = self.out();
         if o.closed {
             return Delivered::Lost(leases);
         }
-        o.buf.extend_from_slice(bytes);
         o.queued_total += bytes.len() as u64;
+        if o.buf.is_empty() {
+            o.buf = bytes;
+            o.sent = 0;
+        } else {
+            o.buf.extend_from_slice(&bytes);
+        }
         if !leases.is_empty() {
             let end = o.queued_total;
             o.leases.push_back((end, leases));

@@ -148,6 +148,7 @@ pub const MIGRATIONS: &[&str] = &[
     crate::limits::POP_MIGRATION,
     // 11: everything in the schema mwmq; the SQL API under mwmq's rights and bounds (`sqlguard.rs`).
     crate::sqlguard::MIGRATION,
+    crate::streamrules::MIGRATION, // 12: streams' creators, sizes, limits and reply bounds (`streamrules.rs`).
 ];
 
 /// A queue RECV's plain statements serve: no delivery limit, not paused, no
@@ -469,15 +470,14 @@ impl Statements {
                  WHERE m.queue_id = r.queue_id AND m.id = r.id AND m.lease = r.lease",
             ).await?,
             exists: c.prepare("SELECT 1 FROM mwmq_queues WHERE name = $1 AND dropped_at IS NULL").await?,
-            // A user creates at most $7 queues (NULL: no limit).
+            // A user creates at most $7 queues and streams (NULL: no limit).
             create: c.prepare(
                 "INSERT INTO mwmq_queues
                     (name, max_deliveries, dead_letter, max_messages, max_bytes, created_by, concurrency, rate,
                      retain_ms)
                  SELECT $1, nullif($2::int, 0), $3, nullif($4::bigint, 0), nullif($5::bigint, 0), $6::text,
                         nullif($8::int, 0), nullif($9::float8, 0), nullif($10::bigint, 0)
-                 WHERE $7::bigint IS NULL
-                    OR (SELECT count(*) FROM mwmq_queues WHERE created_by = $6::text AND dropped_at IS NULL) < $7::bigint
+                 WHERE $7::bigint IS NULL OR mwmq_owned($6::text) < $7::bigint
                  ON CONFLICT (name) WHERE dropped_at IS NULL DO NOTHING RETURNING id",
             ).await?,
             drop: c.prepare(

@@ -35,6 +35,7 @@ pub mod shared;
 pub mod sqlapi;
 pub mod sqlguard;
 pub mod streamdb;
+pub mod streamrules;
 pub mod telemetry;
 pub mod ui;
 pub mod users;

@@ -465,7 +465,7 @@ impl NetThread {
                     NetCounters::add(&shared.net.protocol_errors, 1);
                     let bytes = Reply::err(e.0).to_bytes();
                     c.shared.close_after_replies();
-                    let _ = c.shared.deliver(&bytes, Vec::new());
+                    let _ = c.shared.deliver(bytes, Vec::new());
                     c.rbuf.clear();
                     return Some(if c.shared.pending_output() == 0 { Flow::Close } else { Flow::Idle });
                 }

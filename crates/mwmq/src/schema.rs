@@ -127,6 +127,12 @@ pub fn migrate(cfg: &Config, migrations: &[&str]) -> Result<u32, String> {
         tx.batch_execute(sql).map_err(|e| format!("schema version {}: {}", i + 1, sql_error(e)))?;
         tx.execute("INSERT INTO mwmq.mwmq_schema (version) VALUES ($1)", &[&(i as i32 + 1)]).map_err(sql_error)?;
     }
+    if current < known {
+        // PostgreSQL lets PUBLIC execute a new function: nobody but mwmq's
+        // role and the roles granted mwmq.send/ack may run any of mwmq's
+        // (those two were granted by name, which this does not take back).
+        tx.batch_execute("REVOKE EXECUTE ON ALL FUNCTIONS IN SCHEMA mwmq FROM PUBLIC").map_err(sql_error)?;
+    }
     warn_of_creators(&mut tx)?;
     tx.commit().map_err(|e| e.to_string())?;
     if current < known {

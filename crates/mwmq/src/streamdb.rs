@@ -859,20 +859,20 @@ END $$;
 
 /// The statements behind the stream commands, prepared with a connection.
 pub const STATEMENTS: &[&str] = &[
-    "SELECT * FROM mwmq_xadd($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
+    "SELECT * FROM mwmq_xadd($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)",
     "SELECT mwmq_xlen($1)",
-    "SELECT * FROM mwmq_xrange($1, $2, $3, $4, $5, $6, $7)",
-    "SELECT * FROM mwmq_xread($1, $2, $3, $4, $5)",
+    "SELECT * FROM mwmq_xrange($1, $2, $3, $4, $5, $6, $7, $8)",
+    "SELECT * FROM mwmq_xread($1, $2, $3, $4, $5, $6)",
     "SELECT * FROM mwmq_xlast($1, $2)",
     "SELECT mwmq_xdel($1, $2, $3)",
     "SELECT mwmq_xtrim($1, $2, $3, $4, $5, $6)",
-    "SELECT * FROM mwmq_xreadgroup($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+    "SELECT * FROM mwmq_xreadgroup($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
     "SELECT mwmq_xack($1, $2, $3, $4, $5)",
     "SELECT * FROM mwmq_xpending($1, $2)",
     "SELECT * FROM mwmq_xpending_range($1, $2, $3, $4, $5, $6, $7, $8, $9)",
-    "SELECT * FROM mwmq_xclaim($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)",
-    "SELECT * FROM mwmq_xautoclaim($1, $2, $3, $4, $5, $6, $7, $8)",
-    "SELECT mwmq_xgroup_create($1, $2, $3, $4, $5, $6, $7, $8)",
+    "SELECT * FROM mwmq_xclaim($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)",
+    "SELECT * FROM mwmq_xautoclaim($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+    "SELECT mwmq_xgroup_create($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
     "SELECT mwmq_xgroup_setid($1, $2, $3, $4, $5, $6, $7)",
     "SELECT mwmq_xgroup_destroy($1, $2)",
     "SELECT mwmq_xgroup_consumer($1, $2, $3, $4)",
@@ -882,33 +882,41 @@ pub const STATEMENTS: &[&str] = &[
     "SELECT mwmq_type($1)",
     "SELECT mwmq_exists($1)",
     "SELECT mwmq_del($1)",
-    "SELECT * FROM mwmq_xadd_many($1, $2, $3)",
-    "SELECT * FROM mwmq_xreadgroup_many($1, $2, $3, $4, $5)",
+    "SELECT * FROM mwmq_xadd_many($1, $2, $3, $4, $5)",
+    "SELECT * FROM mwmq_xreadgroup_many($1, $2, $3, $4, $5, $6, $7)",
     "SELECT * FROM mwmq_xack_many($1, $2, $3, $4, $5)",
     "SELECT * FROM mwmq_xinfo_pending($1, $2, $3, $4)",
     "SELECT * FROM mwmq_xinfo_full_consumers($1, $2)",
-    "SELECT mwmq_xgroup_deadletter($1, $2, $3, $4)",
+    "SELECT mwmq_xgroup_deadletter($1, $2, $3, $4, $5, $6)",
     READ_GROUP_FAST,
     ACK_FAST,
+    // QALTER on a stream: MAXMESSAGES ($2 given, $3) and MAXBYTES ($4, $5), 0 lifting it.
+    "UPDATE mwmq_streams SET max_entries = CASE WHEN $2 THEN nullif($3::bigint, 0) ELSE max_entries END,
+                             max_bytes = CASE WHEN $4 THEN nullif($5::bigint, 0) ELSE max_bytes END
+     WHERE name = $1 RETURNING id",
 ];
 
 /// XREADGROUP of new entries by consumers `$3` (COUNT `$4` each, NOACK
 /// `$5`) of stream `$1`'s group `$2` as one plain statement, for the common
 /// case: a stream without tombstones and a group whose entries-read is
-/// known. The row with index 0 says the group was found in that case; when
-/// it is missing the statement did nothing and `mwmq_xreadgroup_many` (the
-/// general case, Redis's errors) runs instead.
+/// known, and no consumer's entries weighing more than `$6`
+/// (`max_reply_bytes`) unless it has one. The row with index 0 says the
+/// group was found in that case; when it is missing the statement did
+/// nothing and `mwmq_xreadgroup_many` (the general case, Redis's errors,
+/// replies cut by their bytes) runs instead.
 const READ_GROUP_FAST: &str = "
 WITH st AS (SELECT id, length, del_ms, del_seq FROM mwmq_streams WHERE name = $1),
 g AS (SELECT x.stream_id, x.last_ms, x.last_seq FROM mwmq_stream_groups x JOIN st ON x.stream_id = st.id
       WHERE x.name = $2 AND x.entries_read IS NOT NULL AND (st.length = 0 OR (st.del_ms = 0 AND st.del_seq = 0))
       FOR UPDATE OF x),
-e AS (SELECT n.ms, n.seq, n.fields FROM g, LATERAL (
-          SELECT x.ms, x.seq, x.fields FROM mwmq_stream_entries x
+e AS (SELECT n.ms, n.seq, n.fields, n.w FROM g, LATERAL (
+          SELECT x.ms, x.seq, x.fields, x.bytes + 16 * x.items + 64 AS w FROM mwmq_stream_entries x
           WHERE x.stream_id = g.stream_id AND (x.ms, x.seq) > (g.last_ms, g.last_seq)
           ORDER BY x.ms, x.seq LIMIT $4::bigint * cardinality($3::text[])) n),
-k AS (SELECT e.ms, e.seq, e.fields, row_number() OVER (ORDER BY e.ms, e.seq) AS k FROM e),
-w AS (SELECT k.ms, k.seq, k.fields, k.k, ((k.k - 1) / $4::bigint + 1)::int AS who FROM k),
+k AS (SELECT e.ms, e.seq, e.fields, e.w, row_number() OVER (ORDER BY e.ms, e.seq) AS k FROM e),
+a AS (SELECT k.ms, k.seq, k.fields, k.k, k.w, ((k.k - 1) / $4::bigint + 1)::int AS who FROM k),
+big AS (SELECT 1 FROM a GROUP BY a.who HAVING count(*) > 1 AND sum(a.w) > $6::bigint),
+w AS (SELECT a.ms, a.seq, a.fields, a.k, a.who FROM a WHERE NOT EXISTS (SELECT 1 FROM big)),
 p AS (INSERT INTO mwmq_stream_pending AS p (stream_id, grp, ms, seq, consumer, delivered_ms, deliveries)
       SELECT g.stream_id, $2, w.ms, w.seq, ($3::text[])[w.who], mwmq_ms(), 1 FROM w, g WHERE NOT $5::boolean
       ON CONFLICT (stream_id, grp, ms, seq)
@@ -921,7 +929,7 @@ m AS (SELECT w.ms, w.seq, (SELECT count(*) FROM w) AS n FROM w ORDER BY w.k DESC
 u AS (UPDATE mwmq_stream_groups x SET last_ms = m.ms, last_seq = m.seq, entries_read = x.entries_read + m.n
       FROM m, g WHERE x.stream_id = g.stream_id AND x.name = $2)
 SELECT w.who, w.ms, w.seq, w.fields FROM w
-UNION ALL SELECT 0, NULL::bigint, NULL::bigint, NULL::bytea[] FROM g";
+UNION ALL SELECT 0, NULL::bigint, NULL::bigint, NULL::bytea[] FROM g WHERE NOT EXISTS (SELECT 1 FROM big)";
 
 /// XACKs `$3` (request index), `$4`, `$5` (ids) of stream `$1`'s group `$2`
 /// as one plain statement: per request, the entries it acknowledged (an id
@@ -971,6 +979,7 @@ pub enum X {
     GroupDeadLetter,
     ReadGroupFast,
     AckFast,
+    Limit,
 }
 
 /// A trim as the functions take it: kind (0 none, 1 MAXLEN, 2 MINID), maxlen, min id, limit.

@@ -68,7 +68,8 @@ pub enum Right {
 }
 
 impl Right {
-    fn verb(self) -> &'static str {
+    /// What it lets a user do, as refusals say it ("send to", ...).
+    pub fn verb(self) -> &'static str {
         match self {
             Right::Send => "send to",
             Right::Receive => "receive from",

@@ -162,9 +162,9 @@ impl Worker {
                 replies[i].take().unwrap_or((Reply::err("internal: no reply"), "server_error", 0));
             let cmd = std::mem::replace(&mut job.cmd, Err(Reply::Nil));
             let op = cmd.as_ref().map(Command::op).unwrap_or(MqOp::Other);
-            self.answer(job, &reply, std::mem::take(&mut leases[i]), false);
-            let t_reply = now_ns();
             let status = if reply.is_error() { status } else { "ok" };
+            self.answer(job, reply, std::mem::take(&mut leases[i]), false);
+            let t_reply = now_ns();
             let facts = db.share(i, hits);
             // The worker's time is counted once, shared by the batch.
             let busy = t_reply.saturating_sub(t_dequeue) / n;
@@ -243,9 +243,9 @@ impl Worker {
             }
             Outcome::Reply(reply, leases, status) => {
                 let quit = matches!(cmd, Ok(Command::Quit));
-                self.answer(&job, &reply, leases, quit);
-                let t_reply = now_ns();
                 let error = reply.is_error();
+                self.answer(&job, reply, leases, quit);
+                let t_reply = now_ns();
                 let status = if error { status } else { "ok" };
                 self.record(&job, op, keys, status, t_dequeue, &db, t_reply, None);
                 self.shared.input.give(job.size);
@@ -256,12 +256,15 @@ impl Worker {
         }
     }
 
-    fn answer(&self, job: &Job, reply: &Reply, leases: Vec<LeaseRef>, quit: bool) {
+    /// Encodes `reply` (dropped once encoded: a large one is not held twice)
+    /// and hands it to the connection.
+    fn answer(&self, job: &Job, reply: Reply, leases: Vec<LeaseRef>, quit: bool) {
         let bytes = reply.to_bytes_as(job.conn.resp3());
+        drop(reply);
         if quit {
             job.conn.close_after_replies();
         }
-        match job.conn.deliver(&bytes, leases) {
+        match job.conn.deliver(bytes, leases) {
             Delivered::Written(n) | Delivered::Pending(n) => NetCounters::add(&self.shared.net.bytes_out, n as u64),
             Delivered::Lost(leases) => self.release(&leases),
         }

@@ -6,7 +6,8 @@
 //! One file per family: `connection.rs` (PING, QUIT, CLIENT, SELECT,
 //! COMMAND, INFO, HELLO, AUTH: answered without the database), `messages.rs`
 //! (SEND, RECV, POP, PEEK, ACK, NACK, TOUCH, and their batches), `queues.rs`
-//! (QCREATE, QALTER, QDROP, QLEN, QINFO, QLIST, REDRIVE). A new command is
+//! (QCREATE, QALTER, QDROP, QLEN, QINFO, QLIST, REDRIVE), `streams.rs` and
+//! `stream_rules.rs` (the stream commands; their rights and limits). A new command is
 //! its parse in `command.rs`, its function in its family's file and a line
 //! in [`Core::statement`] (or [`Core::local`]).
 
@@ -22,6 +23,7 @@ use crate::xcommand::{AddId, GroupRead, XCmd};
 pub mod connection;
 pub mod messages;
 pub mod queues;
+pub mod stream_rules;
 pub mod streams;
 
 /// A client connection as the commands see it, in either engine.
@@ -162,10 +164,13 @@ pub enum Batch {
         /// The request (its COUNT is 1).
         r: Recv,
     },
-    /// XADDs with `*` (no NOMKSTREAM, no trim) to one stream.
+    /// XADDs with `*` (no NOMKSTREAM, no trim) to one stream by one user
+    /// (a stream they create is that user's, counted in its `max_queues`).
     XAdd {
         /// Stream.
         key: String,
+        /// The user logged in (`None`: no users).
+        user: Option<String>,
     },
     /// XACKs of one stream's group.
     XAck {
@@ -217,7 +222,7 @@ impl Batch {
             // (A RECV that may wait is parked when it finds nothing: it goes alone.)
             Command::Recv(r) if r.count == 1 && r.wait_ms == 0 => Some(Batch::Recv { r: r.clone() }),
             Command::Stream(XCmd::Add { key, nomkstream: false, trim: None, id: AddId::Auto, .. }) => {
-                Some(Batch::XAdd { key: key.clone() })
+                Some(Batch::XAdd { key: key.clone(), user: s.user().map(|u| u.name.clone()) })
             }
             Command::Stream(XCmd::Ack { key, group, invalid: false, .. }) => {
                 Some(Batch::XAck { key: key.clone(), group: group.clone() })
@@ -241,9 +246,9 @@ impl Batch {
             // (`r` has COUNT 1 and no WAIT, so equal arguments are batchable too.)
             (Batch::Recv { r }, Command::Recv(x)) => x == r,
             (
-                Batch::XAdd { key },
+                Batch::XAdd { key, user },
                 Command::Stream(XCmd::Add { key: k, nomkstream: false, trim: None, id: AddId::Auto, .. }),
-            ) => k == key,
+            ) => k == key && s.user().map(|u| u.name.clone()) == *user,
             (Batch::XAck { key, group }, Command::Stream(XCmd::Ack { key: k, group: g, invalid: false, .. })) => {
                 k == key && g == group
             }
@@ -273,7 +278,10 @@ impl<'a> Core<'a> {
     /// not run (not logged in, or no right on the queue), as Redis words it.
     pub fn gate<S: Session + ?Sized>(&self, c: &Command, s: &S) -> Option<Reply> {
         if !self.shared.users.enabled() {
-            return None;
+            return match c {
+                Command::Stream(x) => self.entry_too_large(x, None),
+                _ => None,
+            };
         }
         let Some(user) = s.user() else {
             return match c {
@@ -318,32 +326,7 @@ impl<'a> Core<'a> {
                 need(Right::Admin, queue).or_else(|| to.as_deref().and_then(|t| need(Right::Admin, t)))
             }
             Command::Len(q) | Command::QueueInfo(q) => need(Right::See, q),
-            Command::Stream(x) => {
-                use crate::xcommand::XCmd;
-                let right = match x {
-                    XCmd::Add { .. } => Right::Send,
-                    XCmd::Read { .. }
-                    | XCmd::ReadGroup { .. }
-                    | XCmd::Range { .. }
-                    | XCmd::Ack { .. }
-                    | XCmd::Claim(_)
-                    | XCmd::AutoClaim { .. }
-                    | XCmd::Pending { .. } => Right::Receive,
-                    XCmd::Len(_)
-                    | XCmd::InfoStream { .. }
-                    | XCmd::InfoGroups(_)
-                    | XCmd::InfoConsumers { .. }
-                    | XCmd::Type(_)
-                    | XCmd::Exists(_) => Right::See,
-                    _ => Right::Admin,
-                };
-                // A dead-letter stream is written to: the send right on it too.
-                let target = match x {
-                    XCmd::GroupDeadLetter { target: Some(t), .. } => need(Right::Send, t),
-                    _ => None,
-                };
-                x.keys().into_iter().find_map(|k| need(right, k)).or(target)
-            }
+            Command::Stream(x) => self.stream_rights(x, &user).or_else(|| self.entry_too_large(x, Some(&user))),
             _ => None,
         }
     }
@@ -456,7 +439,7 @@ impl<'a> Core<'a> {
                 self.pop_batch(pg, queue, me.as_deref(), from.as_deref(), replies).await.map(|()| 1)
             }
             Batch::Recv { r } => self.recv_batch(pg, r, items, replies, leases).await,
-            Batch::XAdd { key } => self.xadd_batch(pg, key, items, replies).await.map(|()| 1),
+            Batch::XAdd { key, .. } => self.xadd_batch(pg, key, items, replies).await.map(|()| 1),
             Batch::XAck { key, group } => self.xack_batch(pg, key, group, items, replies).await.map(|()| 1),
             Batch::XReadGroup { key, group, count, noack } => {
                 self.xreadgroup_batch(pg, key, group, *count, *noack, items, replies).await.map(|()| 1)

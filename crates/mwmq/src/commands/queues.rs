@@ -90,7 +90,11 @@ impl Core<'_> {
         if dead_letter_missing(pg, options).await? {
             return Err(no_dead_letter(options));
         }
-        pg.alter(q, options).await?;
+        match pg.alter(q, options).await {
+            // Not a queue: maybe a stream (its MAXMESSAGES, MAXBYTES).
+            Err(DbError::NoQueue(_)) => return self.alter_stream(pg, q, options).await,
+            r => r?,
+        }
         self.shared.info_cache.forget(q);
         if options.concurrency.is_some() || options.rate_milli.is_some() {
             // A limit raised or lifted may let parked RECVs have messages.

@@ -4,6 +4,7 @@
 
 use tokio_postgres::Row;
 
+use super::stream_rules::creator;
 use super::{Answer, Core, Outcome, Session};
 use crate::command::Command;
 use crate::db::{DbError, PgConn};
@@ -13,8 +14,8 @@ use crate::xcommand::{AddId, GroupRead, GroupStart, ReadFrom, Sid, XCmd};
 
 /// The most entries one reply carries (XRANGE, XREAD, XREADGROUP without
 /// COUNT or with a larger one; XPENDING, XINFO STREAM FULL): a reply is
-/// built whole, so this bounds its memory at that many bodies. Redis has
-/// no such bound; clients page with COUNT.
+/// built whole, so this bounds its rows; `max_reply_bytes` bounds its bytes.
+/// Redis has no such bound; clients page with COUNT.
 pub const MAX_REPLY_ENTRIES: i64 = 10_000;
 
 /// COUNT as the statements take it: at most [`MAX_REPLY_ENTRIES`].
@@ -112,8 +113,26 @@ impl Core<'_> {
                     AddId::Exact(id) => (2, id.ms, id.seq),
                 };
                 let (kind, maxlen, min, lim) = trim_args(trim.as_ref());
+                let (who, cap) = creator(s);
                 let rows = pg
-                    .x(X::Add, &[key, &mode, &ms, &seq, fields, &!nomkstream, &kind, &maxlen, &min.ms, &min.seq, &lim])
+                    .x(
+                        X::Add,
+                        &[
+                            key,
+                            &mode,
+                            &ms,
+                            &seq,
+                            fields,
+                            &!nomkstream,
+                            &kind,
+                            &maxlen,
+                            &min.ms,
+                            &min.seq,
+                            &lim,
+                            &who,
+                            &cap,
+                        ],
+                    )
                     .await?;
                 match rows.first() {
                     Some(r) => {
@@ -134,7 +153,8 @@ impl Core<'_> {
                     };
                 }
                 let count = capped(*count);
-                let rows = pg.x(X::Range, &[key, &start.ms, &start.seq, &end.ms, &end.seq, &count, rev]).await?;
+                let maxb = self.max_reply();
+                let rows = pg.x(X::Range, &[key, &start.ms, &start.seq, &end.ms, &end.seq, &count, rev, &maxb]).await?;
                 ok(Reply::Array(entries(&rows, 0)))
             }
             XCmd::Read { count, block, streams, bad } => self.xread(pg, count, *block, streams, bad, s).await,
@@ -149,7 +169,8 @@ impl Core<'_> {
             XCmd::GroupCreate { key, group, start, mkstream, entries_read } => {
                 let (last, id, bad) = group_start(start);
                 let er = entries_read.filter(|n| *n >= 0);
-                pg.x(X::GroupCreate, &[key, group, &last, &id.ms, &id.seq, mkstream, &er, &bad]).await?;
+                let (who, cap) = creator(s);
+                pg.x(X::GroupCreate, &[key, group, &last, &id.ms, &id.seq, mkstream, &er, &bad, &who, &cap]).await?;
                 ok(Reply::Simple("OK"))
             }
             XCmd::GroupSetId { key, group, start, entries_read } => {
@@ -164,7 +185,8 @@ impl Core<'_> {
                         return Ok(refusal);
                     }
                 }
-                pg.x(X::GroupDeadLetter, &[key, group, max, target]).await?;
+                let (who, cap) = creator(s);
+                pg.x(X::GroupDeadLetter, &[key, group, max, target, &who, &cap]).await?;
                 ok(Reply::Simple("OK"))
             }
             XCmd::GroupDestroy { key, group } => ok(int(&pg.x(X::GroupDestroy, &[key, group]).await?[0], 0)),
@@ -186,8 +208,10 @@ impl Core<'_> {
                     .collect();
                 let (mss, seqs) = id_arrays(&after);
                 let count = capped(*count);
-                let rows =
-                    pg.x(X::ReadGroup, &[&names, group, consumer, &hist, &mss, &seqs, &count, noack, bad]).await?;
+                let maxb = self.max_reply();
+                let rows = pg
+                    .x(X::ReadGroup, &[&names, group, consumer, &hist, &mss, &seqs, &count, noack, bad, &maxb])
+                    .await?;
                 let parts = by_index(&rows, names.len());
                 let reply = per_stream(names, parts, &hist);
                 if matches!(reply, Reply::NilArray) {
@@ -275,6 +299,7 @@ impl Core<'_> {
                             &l_ms,
                             &l_seq,
                             &c.bad,
+                            &self.max_reply(),
                         ],
                     )
                     .await?;
@@ -288,7 +313,17 @@ impl Core<'_> {
                 let rows = pg
                     .x(
                         X::AutoClaim,
-                        &[key, group, consumer, min_idle, &start.ms, &start.seq, &capped(Some(*count)), justid],
+                        &[
+                            key,
+                            group,
+                            consumer,
+                            min_idle,
+                            &start.ms,
+                            &start.seq,
+                            &capped(Some(*count)),
+                            justid,
+                            &self.max_reply(),
+                        ],
                     )
                     .await?;
                 let (mut claimed, mut deleted, mut cursor) = (Vec::new(), Vec::new(), Sid::ZERO);
@@ -386,7 +421,7 @@ impl Core<'_> {
             })
             .collect();
         let (mss, seqs) = id_arrays(&after);
-        let rows = pg.x(X::Read, &[&names, &mss, &seqs, &capped(*count), &bad]).await?;
+        let rows = pg.x(X::Read, &[&names, &mss, &seqs, &capped(*count), &bad, &self.max_reply()]).await?;
         let parts = by_index(&rows, names.len());
         let keep = vec![false; names.len()];
         match per_stream(names, parts, &keep) {
@@ -401,6 +436,19 @@ impl Core<'_> {
     }
 
     async fn xinfo_stream(&self, pg: &PgConn, key: &str, full: Option<i64>) -> Result<Outcome, DbError> {
+        // (mwmq's extension, shown only where QALTER set a limit.)
+        let limits = |r: &Row| {
+            let (max_entries, max_bytes) = (r.get::<_, Option<i64>>(15), r.get::<_, Option<i64>>(16));
+            let t = Reply::text;
+            match (max_entries, max_bytes) {
+                (None, None) => Vec::new(),
+                _ => vec![
+                    (t("max-messages"), Reply::Int(max_entries.unwrap_or(0))),
+                    (t("max-bytes"), Reply::Int(max_bytes.unwrap_or(0))),
+                    (t("bytes"), int(r, 17)),
+                ],
+            }
+        };
         let rows = pg.x(X::InfoStream, &[&key]).await?;
         let r = &rows[0];
         let t = Reply::text;
@@ -422,7 +470,8 @@ impl Core<'_> {
         if let Some(count) = full {
             // (Read statement by statement: a view of moments apart under load.)
             let cnt = Some(capped((count > 0).then_some(count)));
-            let all = pg.x(X::Range, &[&key, &0i64, &0i64, &i64::MAX, &i64::MAX, &cnt, &false]).await?;
+            let maxb = self.max_reply();
+            let all = pg.x(X::Range, &[&key, &0i64, &0i64, &i64::MAX, &i64::MAX, &cnt, &false, &maxb]).await?;
             m.push((t("entries"), Reply::Array(entries(&all, 0))));
             let mut groups = Vec::new();
             for g in pg.x(X::InfoGroups, &[&key]).await? {
@@ -459,11 +508,13 @@ impl Core<'_> {
                 ]));
             }
             m.push((t("groups"), Reply::Array(groups)));
+            m.extend(limits(r));
             return ok(Reply::Map(m));
         }
         m.push((t("groups"), int(r, 8)));
         m.push((t("first-entry"), edge(9)));
         m.push((t("last-entry"), edge(12)));
+        m.extend(limits(r));
         ok(Reply::Map(m))
     }
 }
@@ -483,10 +534,20 @@ impl Core<'_> {
             counts.push(f.len() as i32);
             fields.extend(f.iter().map(Vec::as_slice));
         }
-        let rows = pg.x(X::AddMany, &[&key, &counts, &fields]).await?;
-        self.sent(key);
-        for (slot, r) in replies.iter_mut().zip(&rows) {
-            *slot = Some((sid(r, 0).reply(), "ok", 0));
+        // (One user's: a batch is of one user, see `Batch::XAdd`.)
+        let (who, cap) = creator(items[0].1);
+        let rows = pg.x(X::AddMany, &[&key, &counts, &fields, &who, &cap]).await?;
+        // A row per entry added, in order; then, if the rest did not fit, why.
+        let added = rows.iter().take_while(|r| r.get::<_, Option<i64>>(0).is_some()).count();
+        let refusal: Option<String> = rows.get(added).map(|r| r.get(2));
+        if added > 0 {
+            self.sent(key);
+        }
+        for (i, slot) in replies.iter_mut().enumerate() {
+            *slot = Some(match rows.get(i).filter(|_| i < added) {
+                Some(r) => (sid(r, 0).reply(), "ok", 0),
+                None => (Reply::Error(refusal.clone().unwrap_or_else(|| "ERR no id".into())), "client_error", 0),
+            });
         }
         Ok(())
     }
@@ -550,10 +611,12 @@ impl Core<'_> {
             .collect();
         // (Without COUNT each takes all there is: the first gets it, the others nothing.)
         let each = capped((count > 0).then_some(count));
-        let mut rows = pg.x(X::ReadGroupFast, &[&key, &group, &consumers, &each, &noack]).await?;
+        let maxb = self.max_reply();
+        let mut rows = pg.x(X::ReadGroupFast, &[&key, &group, &consumers, &each, &noack, &maxb]).await?;
         if !rows.iter().any(|r| r.get::<_, i32>(0) == 0) {
-            // Not the common case (tombstones, an unknown entries-read, no such group): the general function.
-            rows = pg.x(X::ReadGroupMany, &[&key, &group, &consumers, &each, &noack]).await?;
+            // Not the common case (tombstones, an unknown entries-read, no such group, a
+            // reply to cut by its bytes): the general function.
+            rows = pg.x(X::ReadGroupMany, &[&key, &group, &consumers, &each, &noack, &maxb, &0i64]).await?;
         }
         let parts = by_index(&rows, items.len());
         for ((slot, part), (_, s)) in replies.iter_mut().zip(parts).zip(items) {
