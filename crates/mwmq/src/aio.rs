@@ -670,6 +670,8 @@ async fn database(lp: &Rc<Loop>, c: Command, sess: &Rc<Sess>) -> (Carried, u64) 
         if (!empty && !unavailable) || now >= until || *stop.borrow() {
             return (carried, parked);
         }
+        // This look is answered by the next one: its statements count now.
+        lp.count_statements(carried.db.statements);
         // Nothing yet: wait for a wake-up of this queue, the poll, or the end.
         let t0 = now_ns();
         let bell = waiters.bell.notified();
@@ -688,6 +690,18 @@ async fn database(lp: &Rc<Loop>, c: Command, sess: &Rc<Sess>) -> (Carried, u64) 
 }
 
 impl Loop {
+    /// Statements run for a request that is not answered yet (a wait that looks again).
+    fn count_statements(&self, n: u64) {
+        if n > 0 {
+            let mut w = self.writer.borrow_mut();
+            w.record(&self.shared.telemetry.slots, |acc| {
+                acc.db_requests += n;
+                acc.stages.dirty = true;
+            });
+            w.settle(&self.shared.telemetry.slots);
+        }
+    }
+
     /// Hands a request to the statements; its outcome.
     async fn submit(self: &Rc<Self>, cmd: Command, sess: Rc<Sess>) -> Carried {
         let Some(db) = Core::new(&self.shared).home(&cmd) else {

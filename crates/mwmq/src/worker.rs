@@ -206,7 +206,7 @@ impl Worker {
         let outcome = match outcome {
             Outcome::Verify => {
                 job.cmd = cmd;
-                self.record_busy(t_dequeue);
+                self.record_busy(t_dequeue, 0);
                 match self.shared.logins.submit(job) {
                     Ok(()) => return,
                     Err(back) => {
@@ -233,7 +233,7 @@ impl Worker {
                 job.cmd = cmd;
                 // The time until now was work; what follows is waiting.
                 job.parked_at = Some(now_ns());
-                self.record_busy(t_dequeue);
+                self.record_busy(t_dequeue, db.statements);
                 let names: Vec<&str> = names.iter().map(String::as_str).collect();
                 if let Err(mut back) = self.shared.waiters.park(&names, job, seen) {
                     back.parked_at = None;
@@ -267,10 +267,13 @@ impl Worker {
         }
     }
 
-    fn record_busy(&mut self, t_dequeue: u64) {
+    /// Work that answered nothing yet (a login handed on, a wait parked):
+    /// its time, and the statements it ran.
+    fn record_busy(&mut self, t_dequeue: u64, statements: u64) {
         let busy = now_ns().saturating_sub(t_dequeue);
         self.writer.record(&self.shared.telemetry.slots, |acc| {
             acc.stages.busy_ns += busy;
+            acc.db_requests += statements;
             acc.stages.dirty = true;
         });
     }
