@@ -65,6 +65,11 @@ impl Worker {
     }
 
     fn request(&mut self, mut job: Box<Job>) {
+        if job.conn.is_closed() && job.cmd.as_ref().is_ok_and(|c| c.wait().is_some()) {
+            // A wait whose client left: nobody to look for.
+            self.shared.waiters.abandoned.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            return crate::events::abandon(&self.shared, job, true);
+        }
         let core = Core::new(&self.shared);
         if let Some(refusal) = job.cmd.as_ref().ok().and_then(|c| core.gate(c, &*job.conn)) {
             job.cmd = Err(refusal);
@@ -236,6 +241,10 @@ impl Worker {
                 self.record_busy(t_dequeue, db.statements);
                 let names: Vec<&str> = names.iter().map(String::as_str).collect();
                 if let Err(mut back) = self.shared.waiters.park(&names, job, seen) {
+                    if back.conn.is_closed() {
+                        self.shared.waiters.abandoned.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        return crate::events::abandon(&self.shared, back, true);
+                    }
                     back.parked_at = None;
                     back.t_enqueue = now_ns();
                     self.shared.queue.push_again(Work::Request(back));
@@ -257,6 +266,14 @@ impl Worker {
     }
 
     fn answer(&self, job: &Job, reply: &Reply, leases: Vec<LeaseRef>, quit: bool) {
+        if job.wait_until.is_some() && job.conn.hung_up() {
+            // Its client left while it waited: no reply, the leases go back
+            // now (a reply written to a closed peer would keep them until
+            // they expire). The net thread closes the connection.
+            let mut lost = job.conn.close();
+            lost.extend(leases);
+            return self.release(&lost);
+        }
         let bytes = reply.to_bytes_as(job.conn.resp3());
         if quit {
             job.conn.close_after_replies();
