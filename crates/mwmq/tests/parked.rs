@@ -87,7 +87,9 @@ fn a_thousand_blocked_clients_that_vanish_free_everything() {
     settle_parked(&mut me, 1000);
     // Everyone vanishes without a word.
     drop(clients);
+    let t0 = std::time::Instant::now();
     wait_for(&mut me, "connected_clients", 1);
+    eprintln!("1,000 vanished clients freed within {:?}", t0.elapsed());
     wait_for(&mut me, "blocked_clients", 0);
     // Nothing polls for them any more: the database is left alone.
     let before = statements(&mut me);
@@ -126,6 +128,7 @@ fn parked_clients_share_one_poll_per_queue() {
     };
     let (one, _) = measure(&mut me, 1);
     let (many, by_waiters) = measure(&mut me, 200);
+    eprintln!("statements in {window:?}: {one} with 1 parked client, {many} with 200");
     // Today's cost would be 200 statements a period (6,000 in the window).
     assert!(many <= 2 * one + 10, "200 parked clients ran {many} statements where 1 ran {one}");
     assert_eq!(by_waiters, 0, "parked clients with nothing new ran statements of their own");
@@ -176,4 +179,61 @@ fn a_vanished_waiter_loses_no_message_and_a_pipelining_one_is_answered_in_order(
     assert!(rest.is_empty(), "{rest:?}");
     wait_for(&mut me, "connected_clients", 2);
     wait_for(&mut me, "blocked_clients", 0);
+}
+
+/// What only the shared poll can bring: another process's messages and
+/// entries when notifications are off, a lease that ran out, a DELAY that
+/// ended. Each waiter gets its own, with no SEND or XADD of this process to
+/// wake it.
+#[test]
+fn the_shared_poll_finds_what_no_wake_up_announces() {
+    let pg = Postgres::start().unwrap();
+    let quiet = || {
+        let mut c = config(&pg);
+        c.database.notify = false;
+        c
+    };
+    let here = start(quiet());
+    let there = start(quiet());
+    let (a, b) = (here.local_addr(), there.local_addr());
+    let mut me = connect(a);
+    let mut other = connect(b);
+    for q_ in ["q", "leased", "later"] {
+        let _: String = q(&mut me, &["QCREATE", q_]);
+    }
+    let _: String = q(&mut me, &["XGROUP", "CREATE", "gs", "g", "$", "MKSTREAM"]);
+    let _: String = q(&mut me, &["XADD", "s", "*", "f", "old"]);
+    // A message under a short lease taken by the other process, and one sent with a DELAY.
+    let _: i64 = q(&mut other, &["SEND", "leased", "comes back"]);
+    assert_eq!(recv(&mut other, "leased", &["VT", "500"]).len(), 1);
+    let waiters: Vec<std::thread::JoinHandle<String>> = [
+        vec!["RECV", "q", "WAIT", "20000"],
+        vec!["RECV", "leased", "WAIT", "20000"],
+        vec!["RECV", "later", "WAIT", "20000"],
+        vec!["XREAD", "BLOCK", "20000", "STREAMS", "s", "$"],
+        vec!["XREADGROUP", "GROUP", "g", "c", "BLOCK", "20000", "STREAMS", "gs", ">"],
+    ]
+    .into_iter()
+    .map(|args| {
+        let args: Vec<String> = args.into_iter().map(String::from).collect();
+        std::thread::spawn(move || {
+            let mut c = connect(a);
+            let mut cmd = redis::cmd(&args[0]);
+            for x in &args[1..] {
+                cmd.arg(x);
+            }
+            let v: redis::Value = cmd.query(&mut c).unwrap();
+            format!("{v:?}")
+        })
+    })
+    .collect();
+    settle_parked(&mut me, 5);
+    let _: i64 = q(&mut me, &["SEND", "later", "delayed", "DELAY", "300"]);
+    let _: i64 = q(&mut other, &["SEND", "q", "from there"]);
+    let _: String = q(&mut other, &["XADD", "s", "*", "f", "new"]);
+    let _: String = q(&mut other, &["XADD", "gs", "*", "f", "grouped"]);
+    let got: Vec<String> = waiters.into_iter().map(|t| t.join().unwrap()).collect();
+    for (got, want) in got.iter().zip(["from there", "comes back", "delayed", "new", "grouped"]) {
+        assert!(got.contains(&format!("{want:?}")), "wanted {want:?}, got {got}");
+    }
 }
