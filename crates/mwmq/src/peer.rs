@@ -19,9 +19,10 @@ use std::time::Duration;
 use rustix::event::{poll, PollFd, PollFlags, Timespec};
 use tokio::io::{AsyncRead, AsyncReadExt};
 
-/// Bytes a waiting client may send ahead of its reply (as the pool
-/// engine's net thread reads ahead of a request with the workers).
-pub const READ_AHEAD: usize = 64 * 1024;
+/// Bytes a waiting client may send ahead of its reply and have read: the
+/// largest a client's read buffer grows to anyway (`aio.rs`), so that
+/// 10,000 waiting clients that pipeline hold 160 MiB at most.
+pub const READ_AHEAD: usize = 16 * 1024;
 
 /// How often a waiting client that filled [`READ_AHEAD`] is asked whether
 /// it left (its socket is not read any more, so its end is not seen).
