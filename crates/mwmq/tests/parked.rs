@@ -207,11 +207,11 @@ fn the_shared_poll_finds_what_no_wake_up_announces() {
     let _: i64 = q(&mut other, &["SEND", "leased", "comes back"]);
     assert_eq!(recv(&mut other, "leased", &["VT", "500"]).len(), 1);
     let waiters: Vec<std::thread::JoinHandle<String>> = [
-        vec!["RECV", "q", "WAIT", "20000"],
-        vec!["RECV", "leased", "WAIT", "20000"],
-        vec!["RECV", "later", "WAIT", "20000"],
-        vec!["XREAD", "BLOCK", "20000", "STREAMS", "s", "$"],
-        vec!["XREADGROUP", "GROUP", "g", "c", "BLOCK", "20000", "STREAMS", "gs", ">"],
+        vec!["RECV", "q", "WAIT", "60000"],
+        vec!["RECV", "leased", "WAIT", "60000"],
+        vec!["RECV", "later", "WAIT", "60000"],
+        vec!["XREAD", "BLOCK", "60000", "STREAMS", "s", "$"],
+        vec!["XREADGROUP", "GROUP", "g", "c", "BLOCK", "60000", "STREAMS", "gs", ">"],
     ]
     .into_iter()
     .map(|args| {
