@@ -140,7 +140,24 @@ fn metrics(shared: &Shared) -> String {
     p.counter("mwmq_worker_busy_seconds_total", "Time workers spent on requests.", &[], s.busy_ns / 1_000_000_000);
     p.gauge("mwmq_workers", "Worker threads.", &[], shared.config.server.workers as f64);
     p.gauge("mwmq_queue_length", "Requests waiting for a worker now.", &[], shared.queue.len() as f64);
-    p.gauge("mwmq_long_polls_waiting", "RECVs waiting for messages now.", &[], shared.waiters.parked() as f64);
+    p.gauge(
+        "mwmq_long_polls_waiting",
+        "RECVs, XREADs and XREADGROUPs waiting for messages now.",
+        &[],
+        shared.waiters.parked() as f64,
+    );
+    p.counter(
+        "mwmq_wait_polls_total",
+        "Statements of the shared poll for waiting requests (one per database per poll_ms while any wait).",
+        &[],
+        shared.waiters.polls.load(Ordering::Relaxed),
+    );
+    p.counter(
+        "mwmq_waits_abandoned_total",
+        "Waiting requests ended because their client left.",
+        &[],
+        shared.waiters.abandoned.load(Ordering::Relaxed),
+    );
     let (open, idle) = shared.pool.occupancy();
     p.gauge("mwmq_pool_size", "Database connections the pool may hold.", &[], shared.pool.size() as f64);
     p.gauge("mwmq_pool_open", "Database connections open.", &[], open as f64);

@@ -31,6 +31,7 @@ use crate::command::{self, Command, Limits, MqOp};
 use crate::commands::{Answer, Batch, Core, DbFacts, Outcome, Session};
 use crate::config::Config;
 use crate::db::{DbError, LeaseRef, PgConn};
+use crate::peer::{self, while_waiting, Input, Left, Socket};
 use crate::resp::{Reply, Request, RequestParser};
 use crate::shared::Shared;
 use crate::telemetry::{MqAcc, NetCounters, Stamps};
@@ -382,7 +383,12 @@ async fn handshake(
 static NEXT_REQUEST: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
 /// Serves one client until it leaves, breaks the protocol, QUITs, or mwmq stops.
-async fn serve<IO: AsyncRead + AsyncWrite + Unpin>(lp: &Rc<Loop>, io: IO, peer: Option<IpAddr>, accepted: Instant) {
+async fn serve<IO: AsyncRead + AsyncWrite + Socket + Unpin>(
+    lp: &Rc<Loop>,
+    mut io: IO,
+    peer: Option<IpAddr>,
+    accepted: Instant,
+) {
     static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
     let shared = lp.shared.clone();
     let sess = Rc::new(Sess {
@@ -393,7 +399,6 @@ async fn serve<IO: AsyncRead + AsyncWrite + Unpin>(lp: &Rc<Loop>, io: IO, peer: 
         attempts: Attempts::default(),
         peer,
     });
-    let (mut rd, mut wr) = tokio::io::split(io);
     let mut parser = RequestParser::new(shared.config.server.max_body);
     // Small while the client is idle (10,000 idle clients cost little), grown when reads fill it.
     let mut rbuf = vec![0u8; 512];
@@ -409,7 +414,7 @@ async fn serve<IO: AsyncRead + AsyncWrite + Unpin>(lp: &Rc<Loop>, io: IO, peer: 
     'serve: loop {
         if pos == have {
             // Everything read is parsed: the replies go out, then more is read.
-            if !out.is_empty() && !Box::pin(flush(lp, &mut wr, &mut out, &mut out_leases)).await {
+            if !out.is_empty() && !Box::pin(flush(lp, &mut io, &mut out, &mut out_leases)).await {
                 break;
             }
             if closing || *stop.borrow() {
@@ -418,8 +423,8 @@ async fn serve<IO: AsyncRead + AsyncWrite + Unpin>(lp: &Rc<Loop>, io: IO, peer: 
             let deadline = login_deadline.filter(|_| sess.user.borrow().is_none());
             let read = async {
                 match deadline {
-                    Some(d) => tokio::time::timeout_at(d.into(), rd.read(&mut rbuf)).await.ok(),
-                    None => Some(rd.read(&mut rbuf).await),
+                    Some(d) => tokio::time::timeout_at(d.into(), io.read(&mut rbuf)).await.ok(),
+                    None => Some(io.read(&mut rbuf).await),
                 }
             };
             let n = tokio::select! {
@@ -462,7 +467,7 @@ async fn serve<IO: AsyncRead + AsyncWrite + Unpin>(lp: &Rc<Loop>, io: IO, peer: 
             Err(e) => {
                 NetCounters::add(&shared.net.protocol_errors, 1);
                 Reply::err(e.0).encode(&mut out);
-                let _ = Box::pin(flush(lp, &mut wr, &mut out, &mut out_leases)).await;
+                let _ = Box::pin(flush(lp, &mut io, &mut out, &mut out_leases)).await;
                 break;
             }
         };
@@ -483,15 +488,34 @@ async fn serve<IO: AsyncRead + AsyncWrite + Unpin>(lp: &Rc<Loop>, io: IO, peer: 
             t_enqueue: t_parsed,
             parked_ns: 0,
         };
+        if matches!(&cmd, Ok(c) if c.wait().is_some()) {
+            // A wait: what was answered before it goes out first, and the
+            // client is listened to while it waits (peer.rs).
+            if !out.is_empty() && !Box::pin(flush(lp, &mut io, &mut out, &mut out_leases)).await {
+                break;
+            }
+            let left = Left::default();
+            let work = Box::pin(answer(lp, &sess, cmd, stamps, &mut out, &mut out_leases, Some(&left)));
+            let mut input = Input { buf: &mut rbuf, pos: &mut pos, have: &mut have };
+            while_waiting(work, &mut io, &mut input, &left).await;
+            shared.input.give(std::mem::take(&mut reserved));
+            if left.is_set() || peer::hung_up(io.socket()) {
+                // It left: no reply, its leases go back now (below).
+                shared.waiters.abandoned.fetch_add(1, Ordering::Relaxed);
+                out.clear();
+                break;
+            }
+            continue;
+        }
         // (Boxed: an idle client's task holds only what reading needs.)
-        Box::pin(answer(lp, &sess, cmd, stamps, &mut out, &mut out_leases)).await;
+        Box::pin(answer(lp, &sess, cmd, stamps, &mut out, &mut out_leases, None)).await;
         shared.input.give(std::mem::take(&mut reserved));
         if closing {
             // QUIT: its OK goes out, what was pipelined after it is not read (as Redis).
-            let _ = Box::pin(flush(lp, &mut wr, &mut out, &mut out_leases)).await;
+            let _ = Box::pin(flush(lp, &mut io, &mut out, &mut out_leases)).await;
             break;
         }
-        if out.len() >= SMALL && !Box::pin(flush(lp, &mut wr, &mut out, &mut out_leases)).await {
+        if out.len() >= SMALL && !Box::pin(flush(lp, &mut io, &mut out, &mut out_leases)).await {
             break;
         }
     }
@@ -499,7 +523,7 @@ async fn serve<IO: AsyncRead + AsyncWrite + Unpin>(lp: &Rc<Loop>, io: IO, peer: 
     if !out_leases.is_empty() {
         release(lp, std::mem::take(&mut out_leases));
     }
-    let _ = tokio::time::timeout(Duration::from_secs(1), wr.shutdown()).await;
+    let _ = tokio::time::timeout(Duration::from_secs(1), io.shutdown()).await;
 }
 
 /// Writes the replies; false when the client is gone (the leases they
@@ -566,6 +590,7 @@ async fn answer(
     stamps: Stamps,
     out: &mut Vec<u8>,
     out_leases: &mut Vec<LeaseRef>,
+    left: Option<&Left>,
 ) {
     let shared = &*lp.shared;
     let core = Core::new(shared);
@@ -584,7 +609,7 @@ async fn answer(
                 Some(Outcome::Verify) => (log_in(lp, &c, sess).await, DbFacts::default(), t_start, None),
                 Some(o) => (o, DbFacts::default(), t_start, None),
                 None => {
-                    let (carried, parked) = database(lp, c, sess).await;
+                    let (carried, parked) = database(lp, c, sess, left).await;
                     stamps.parked_ns = parked;
                     stamps.t_enqueue += parked;
                     (carried.outcome, carried.db, carried.t_dequeue, Some(carried.busy))
@@ -640,11 +665,12 @@ async fn log_in(lp: &Rc<Loop>, c: &Command, sess: &Rc<Sess>) -> Outcome {
     core.local(c, &**sess, Some(checked)).unwrap_or_else(|| Outcome::ok(Reply::Simple("OK")))
 }
 
-/// Carries out a command that needs the database; a `RECV ... WAIT` that
-/// finds nothing waits for a wake-up (a SEND here, another process's
-/// notification, the poll) and looks again until its wait is over. The
-/// time it waited is returned beside.
-async fn database(lp: &Rc<Loop>, c: Command, sess: &Rc<Sess>) -> (Carried, u64) {
+/// Carries out a command that needs the database; a `RECV ... WAIT` (or
+/// `XREAD ... BLOCK`) that finds nothing waits, without a statement, until
+/// its queue is rung (a SEND here, another process's notification, the
+/// shared poll: `poller.rs`), and looks again, until its wait is over, its
+/// client left (`left`) or mwmq stops. The time it waited is returned beside.
+async fn database(lp: &Rc<Loop>, c: Command, sess: &Rc<Sess>, left: Option<&Left>) -> (Carried, u64) {
     let wait = c.wait().map(|(names, ms)| {
         (names.iter().map(|n| n.to_string()).collect::<Vec<_>>(), Instant::now() + Duration::from_millis(ms))
     });
@@ -654,40 +680,70 @@ async fn database(lp: &Rc<Loop>, c: Command, sess: &Rc<Sess>) -> (Carried, u64) 
     let names: Vec<&str> = names.iter().map(String::as_str).collect();
     let mut c = c;
     let waiters = &lp.shared.waiters;
-    let poll = Duration::from_millis(lp.shared.config.queues.poll_ms.max(10));
     let mut parked = 0u64;
     let mut stop = lp.stop.clone();
+    let gone = || left.is_some_and(Left::is_set);
+    let mut seen = waiters.seq(&names);
+    let mut carried = lp.submit(c.clone(), sess.clone()).await;
     loop {
-        let seen = waiters.seq(&names);
-        let carried = lp.submit(c.clone(), sess.clone()).await;
         let empty = matches!(&carried.outcome, Outcome::Reply(Reply::Array(items), _, _) if items.is_empty())
             || matches!(&carried.outcome, Outcome::Nothing(_));
         if let Outcome::Nothing(Some(next)) = &carried.outcome {
             c = (**next).clone();
         }
         let unavailable = carried.db.unavailable;
-        let now = Instant::now();
-        if (!empty && !unavailable) || now >= until || *stop.borrow() {
+        if (!empty && !unavailable) || Instant::now() >= until || *stop.borrow() || gone() {
             return (carried, parked);
         }
-        // Nothing yet: wait for a wake-up of this queue, the poll, or the end.
+        // This look is answered by the next one: its statements count now.
+        lp.count_statements(std::mem::take(&mut carried.db.statements));
+        // Nothing yet: wait for a wake-up of these names, the end, or the client's.
         let t0 = now_ns();
-        let bell = waiters.bell.notified();
-        tokio::pin!(bell);
-        bell.as_mut().enable();
-        if waiters.seq(&names) == seen {
-            let nap = poll.min(until - now);
-            tokio::select! {
-                _ = &mut bell => {}
-                _ = tokio::time::sleep(nap) => {}
-                _ = stopped(&mut stop) => {}
+        {
+            let _watching = waiters.watch(crate::waiters::interests(&c, sess.identity()));
+            loop {
+                let bell = waiters.bell.notified();
+                tokio::pin!(bell);
+                bell.as_mut().enable();
+                if waiters.seq(&names) != seen {
+                    break;
+                }
+                let left_wait = async {
+                    match left {
+                        Some(l) => l.wait().await,
+                        None => std::future::pending().await,
+                    }
+                };
+                tokio::select! {
+                    _ = &mut bell => {}
+                    _ = tokio::time::sleep_until(until.into()) => break,
+                    _ = stopped(&mut stop) => break,
+                    _ = left_wait => break,
+                }
             }
         }
         parked += now_ns().saturating_sub(t0);
+        if *stop.borrow() || gone() {
+            return (carried, parked);
+        }
+        seen = waiters.seq(&names);
+        carried = lp.submit(c.clone(), sess.clone()).await;
     }
 }
 
 impl Loop {
+    /// Statements run for a request that is not answered yet (a wait that looks again).
+    fn count_statements(&self, n: u64) {
+        if n > 0 {
+            let mut w = self.writer.borrow_mut();
+            w.record(&self.shared.telemetry.slots, |acc| {
+                acc.db_requests += n;
+                acc.stages.dirty = true;
+            });
+            w.settle(&self.shared.telemetry.slots);
+        }
+    }
+
     /// Hands a request to the statements; its outcome.
     async fn submit(self: &Rc<Self>, cmd: Command, sess: Rc<Sess>) -> Carried {
         let Some(db) = Core::new(&self.shared).home(&cmd) else {

@@ -261,7 +261,9 @@ pub struct QueuesConfig {
     pub default_vt_ms: u64,
     /// Longest RECV ... WAIT (default 300000 ms).
     pub max_wait_ms: u64,
-    /// Waiting RECVs look again this often even without a wake-up (default 250 ms).
+    /// The shared poll of waiting requests (RECV WAIT, XREAD BLOCK) runs
+    /// this often: one statement per database, whatever the number waiting
+    /// (default 250 ms).
     pub poll_ms: u64,
     /// SEND ... KEY remembers keys this long (default 86400 s).
     pub dedup_window_s: u64,

@@ -170,7 +170,13 @@ impl ClientConn {
     /// arrives as a new event.
     pub fn finish_request(&self) -> bool {
         self.busy.store(false, Ordering::SeqCst);
-        self.input_waiting.load(Ordering::SeqCst) || self.closing()
+        self.input_waiting.load(Ordering::SeqCst) || self.closing() || self.is_closed()
+    }
+
+    /// Whether the client closed its side or the connection failed (asked
+    /// of the socket without reading: input not read yet does not hide it).
+    pub fn hung_up(&self) -> bool {
+        crate::peer::hung_up(std::os::fd::AsFd::as_fd(self.transport.socket()))
     }
 
     /// Whether replies are encoded in RESP3.

@@ -9,8 +9,10 @@
 //!   `LISTEN mwmq` / `NOTIFY`, payload = queue name); each process announces
 //!   its queues' new messages at most every `notify_ms`, from its events
 //!   thread, so a burst of SENDs costs one notification, not one each;
-//! - every `poll_ms` regardless (the fallback: a notification lost while the
-//!   events connection reconnected, a message whose DELAY ran out);
+//! - the shared poll (`poller.rs`) found that it may have one (the fallback:
+//!   a notification lost while the events connection reconnected, a message
+//!   whose DELAY or lease ran out), one statement per database every
+//!   `poll_ms` for all the waiting requests;
 //! - its wait is over (then it is answered with whatever there is, maybe nothing).
 //!
 //! The events thread also keeps the database tidy every `maintenance_s`:
@@ -39,28 +41,38 @@ use crate::waiters::Waiters;
 /// The channel of mwmq's notifications.
 pub const CHANNEL: &str = "mwmq";
 
-/// The timer thread: answers parked requests whose wait is over and runs
-/// every parked request again each `poll_ms`. Runs until the waiters stop.
+/// The timer thread: answers parked requests whose wait is over, and frees
+/// those whose client left (the net thread frees most of them at once: this
+/// catches one parked while its client was leaving). Runs until the waiters
+/// stop. (Looking again for what parked requests wait for is the shared
+/// poll's: `poller.rs`.)
 pub fn run_timer_thread(shared: Arc<Shared>) {
     let w = &shared.waiters;
-    let poll = Duration::from_millis(shared.config.queues.poll_ms);
-    let mut next_poll = Instant::now() + poll;
+    // A client that left is noticed within this, whatever the waits' ends.
+    let sweep = Duration::from_millis(shared.config.queues.poll_ms.clamp(1, 1000));
     loop {
-        let now = Instant::now();
-        let everything = now >= next_poll || std::mem::take(&mut w.lock().poll_now);
-        if everything {
-            next_poll = now + poll;
+        let (next, gone) = w.due(&shared.queue, Instant::now());
+        for job in gone {
+            abandon(&shared, job, true);
         }
-        let next = w.poll(&shared.queue, now, everything).map_or(next_poll, |d| d.min(next_poll));
+        let next = next.map_or(Instant::now() + sweep, |d| d.min(Instant::now() + sweep));
         let s = w.lock();
         if s.stopping {
             break;
         }
-        if s.poll_now {
-            continue;
-        }
         // A newly parked request may have an earlier deadline: `park` wakes us.
         let _ = w.changed.wait_timeout(s, next.saturating_duration_since(Instant::now()));
+    }
+}
+
+/// Frees a waiting request whose client left: no statement, no reply; its
+/// input budget goes back and its connection is no longer busy (the net
+/// thread is told when `tell_net`: not by the net thread itself, whose
+/// channel it would fill).
+pub(crate) fn abandon(shared: &Shared, job: Box<crate::job::Job>, tell_net: bool) {
+    shared.input.give(job.size);
+    if job.conn.finish_request() && tell_net {
+        shared.done(crate::job::Done { token: job.token, conn_id: job.conn.id });
     }
 }
 

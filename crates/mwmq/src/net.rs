@@ -65,6 +65,11 @@ pub(crate) struct Conn {
     drained: bool,
     /// The client closed its side.
     eof: bool,
+    /// The socket reported the client's close (or a failure), read or not.
+    hung_up: bool,
+    /// The request with the workers may wait (RECV WAIT, XREAD BLOCK...):
+    /// a client that closes its side meanwhile is closed at once.
+    waits: bool,
     /// Input budget taken for the request being read.
     reserved: usize,
     /// When the last read returned (t_recv of the request it completed).
@@ -152,6 +157,7 @@ impl NetThread {
                         if ev.is_readable() || ev.is_read_closed() || ev.is_error() {
                             if let Some(c) = self.conn(token) {
                                 c.drained = false;
+                                c.hung_up |= ev.is_read_closed() || ev.is_error();
                             }
                             self.service(token);
                         }
@@ -219,6 +225,8 @@ impl NetThread {
                 unqueued: None,
                 drained: false,
                 eof: false,
+                hung_up: false,
+                waits: false,
                 reserved: 0,
                 last_read_ns: 0,
             })
@@ -302,6 +310,13 @@ impl NetThread {
         let _ = self.front.poll.registry().deregister(&mut SourceFd(&c.shared.stream().as_raw_fd()));
         let leases = c.shared.close();
         self.shared.release_later(leases);
+        // Its parked wait, if any, ends now: no statement, no reply. (One
+        // with a worker ends there: see `Worker::request` and `answer`.)
+        if c.waits {
+            for job in self.shared.waiters.forget(c.shared.id) {
+                crate::events::abandon(&self.shared, job, false);
+            }
+        }
         self.shared.input.give(c.reserved);
         if let Some(job) = c.unqueued {
             self.shared.input.give(job.size);
@@ -369,6 +384,12 @@ impl NetThread {
                 return Flow::Close;
             }
             let busy = c.shared.busy();
+            if busy && c.waits && (c.eof || c.hung_up) {
+                // A waiting request's client left (or closed its side, as
+                // `printf ... | nc -q0` does): Redis closes such a client, and
+                // so does mwmq, freeing its slot and its wait at once.
+                return Flow::Close;
+            }
             if !busy {
                 c.shared.resume_input();
             }
@@ -500,6 +521,7 @@ impl NetThread {
                 last_try: false,
                 login: None,
             });
+            c.waits = job.wait_until.is_some();
             c.shared.set_busy();
             if let Err(Work::Request(job)) = shared.queue.push_fresh(Work::Request(job)) {
                 NetCounters::add(&shared.net.queue_full, 1);

@@ -214,13 +214,16 @@ impl Service for Mq {
     }
 }
 
-/// The threads both engines have: the timer (the poll of waiting RECVs),
+/// The threads both engines have: the timer (the ends of waits) and the
+/// poller (the shared poll of what they wait for),
 /// the notifier and listener (other processes' messages), the vacuum.
 fn start_background(shared: &Arc<Shared>) -> std::io::Result<Vec<JoinHandle<()>>> {
     let spawn = |name: &str, f: Box<dyn FnOnce() + Send>| std::thread::Builder::new().name(name.into()).spawn(f);
     let mut background = Vec::new();
     let s = shared.clone();
     background.push(spawn("timer", Box::new(move || run_timer_thread(s)))?);
+    let s = shared.clone();
+    background.push(spawn("poller", Box::new(move || crate::poller::run_poller_thread(s)))?);
     let s = shared.clone();
     background.push(spawn("notifier", Box::new(move || run_notifier_thread(s)))?);
     let s = shared.clone();

@@ -1,20 +1,86 @@
-//! Long polls: a `RECV ... WAIT ms` that finds nothing does not hold a
-//! worker. The worker parks the request here and takes other work; a parked
-//! request goes back to the request queue when its queue may have a message
-//! for it (a SEND committed here, another process's notification, the poll,
-//! the end of its wait: see `events.rs`, whose threads drive it).
+//! Long polls: a `RECV ... WAIT ms` (or `XREAD`/`XREADGROUP ... BLOCK`) that
+//! finds nothing does not hold a worker. The worker parks the request here
+//! and takes other work; a parked request goes back to the request queue when
+//! its queue may have a message for it (a SEND committed here, another
+//! process's notification, the shared poll, the end of its wait: see
+//! `events.rs` and `poller.rs`, whose threads drive it). The async engine's
+//! waits are not parked here but say what they wait for ([`Waiters::watch`])
+//! and listen to the [`Waiters::bell`].
 //!
 //! A wake-up that comes between a RECV finding nothing and its parking is
 //! not lost: each queue has a sequence number of wake-ups, read before the
 //! RECV and checked when parking.
+//!
+//! A parked request whose client left is dropped at once
+//! ([`Waiters::forget`]), without a statement; one that is parked after its
+//! client left is refused.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::atomic::AtomicU64;
 use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::Instant;
 
 use mwserve::queue::WorkQueue;
 
+use crate::command::Command;
 use crate::job::{Job, Work};
+use crate::xcommand::{GroupRead, ReadFrom, Sid, XCmd};
+
+/// What a waiting request looks for (what the shared poll asks the database
+/// about on its behalf): when it may be there, the request looks again.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Interest {
+    /// A message of this queue visible now, for anyone or for `me`.
+    Queue {
+        /// Queue.
+        name: String,
+        /// Who receives (messages sent TO someone else are not for it).
+        me: Option<String>,
+    },
+    /// An entry of this stream after this id (XREAD).
+    After(String, Sid),
+    /// An entry of this stream that this consumer group has not had (XREADGROUP `>`).
+    Group(String, String),
+    /// Anything: look again at every poll (an XREAD whose `$` is not resolved
+    /// yet, because its first look failed).
+    Any(String),
+}
+
+impl Interest {
+    /// The queue or stream it is about.
+    pub fn name(&self) -> &str {
+        match self {
+            Interest::Queue { name, .. }
+            | Interest::After(name, _)
+            | Interest::Group(name, _)
+            | Interest::Any(name) => name,
+        }
+    }
+}
+
+/// What a waiting command looks for, received by `me` (`Session::identity`).
+pub fn interests(c: &Command, me: Option<String>) -> Vec<Interest> {
+    match c {
+        Command::Recv(r) => vec![Interest::Queue { name: r.queue.clone(), me }],
+        Command::Stream(XCmd::Read { streams, .. }) => streams
+            .iter()
+            .map(|(k, from)| match from {
+                ReadFrom::After(id) => Interest::After(k.clone(), *id),
+                ReadFrom::Last => Interest::Any(k.clone()),
+            })
+            .collect(),
+        Command::Stream(XCmd::ReadGroup { group, streams, .. }) => streams
+            .iter()
+            .map(|(k, read)| match read {
+                GroupRead::New => Interest::Group(k.clone(), group.clone()),
+                GroupRead::History(_) => Interest::Any(k.clone()),
+            })
+            .collect(),
+        _ => {
+            c.wait().map(|(names, _)| names.iter().map(|n| Interest::Any(n.to_string())).collect()).unwrap_or_default()
+        }
+    }
+}
 
 #[derive(Default)]
 pub(crate) struct State {
@@ -28,8 +94,11 @@ pub(crate) struct State {
     pub(crate) announce: HashSet<String>,
     /// Maintenance asked for (a queue was dropped).
     pub(crate) tidy: bool,
-    /// Run every parked request again now (the listener reconnected).
+    /// Poll now (the listener reconnected: notifications may have been missed).
     pub(crate) poll_now: bool,
+    /// The async engine's waits, by ticket: what each looks for.
+    watching: HashMap<u64, Vec<Interest>>,
+    next_ticket: u64,
     pub(crate) stopping: bool,
 }
 
@@ -45,6 +114,22 @@ pub struct Waiters {
     /// Rung at every wake-up and at the stop: the async engine's waiting
     /// RECVs look at their queue's wake-up number again.
     pub bell: tokio::sync::Notify,
+    /// Statements the shared poll ran (`poller.rs`).
+    pub polls: AtomicU64,
+    /// Parked requests dropped because their client left.
+    pub abandoned: AtomicU64,
+}
+
+/// An async wait registered with [`Waiters::watch`]; unregistered when dropped.
+pub struct Watching<'a> {
+    waiters: &'a Waiters,
+    ticket: u64,
+}
+
+impl Drop for Watching<'_> {
+    fn drop(&mut self) {
+        self.waiters.lock().watching.remove(&self.ticket);
+    }
 }
 
 impl Waiters {
@@ -56,6 +141,8 @@ impl Waiters {
             announced: Condvar::new(),
             notify,
             bell: Default::default(),
+            polls: AtomicU64::new(0),
+            abandoned: AtomicU64::new(0),
         }
     }
 
@@ -70,12 +157,14 @@ impl Waiters {
         names.iter().map(|n| s.seq.get(*n).copied().unwrap_or(0)).fold(0, u64::wrapping_add)
     }
 
-    /// Parks `job` unless a wake-up came since `seen` or mwmq is stopping:
-    /// then the job is given back to be run again at once.
+    /// Parks `job` unless a wake-up came since `seen`, mwmq is stopping or
+    /// its client left: then the job is given back (to be run again at
+    /// once, or dropped when its connection is closed).
     pub fn park(&self, names: &[&str], job: Box<Job>, seen: u64) -> Result<(), Box<Job>> {
         let mut s = self.lock();
         let now = names.iter().map(|n| s.seq.get(*n).copied().unwrap_or(0)).fold(0, u64::wrapping_add);
-        if s.stopping || now != seen || names.is_empty() {
+        // (Checked under the lock: `forget` after a close cannot miss the job.)
+        if s.stopping || now != seen || names.is_empty() || job.conn.is_closed() {
             return Err(job);
         }
         let first = names[0].to_string();
@@ -88,9 +177,55 @@ impl Waiters {
         Ok(())
     }
 
-    /// Requests parked now.
+    /// Requests waiting now (parked, and the async engine's).
     pub fn parked(&self) -> usize {
-        self.lock().parked.values().map(Vec::len).sum()
+        let s = self.lock();
+        s.parked.values().map(Vec::len).sum::<usize>() + s.watching.len()
+    }
+
+    /// An async wait for `interests` (registered until the guard is dropped),
+    /// so that the shared poll asks for what it waits for.
+    pub fn watch(&self, interests: Vec<Interest>) -> Watching<'_> {
+        let mut s = self.lock();
+        let ticket = s.next_ticket;
+        s.next_ticket += 1;
+        s.watching.insert(ticket, interests);
+        Watching { waiters: self, ticket }
+    }
+
+    /// What every waiting request looks for (each once).
+    pub fn wanted(&self) -> Vec<Interest> {
+        let s = self.lock();
+        let mut all: HashSet<Interest> = s.watching.values().flatten().cloned().collect();
+        for job in s.parked.values().flatten() {
+            if let Ok(c) = &job.cmd {
+                all.extend(interests(c, job.conn.identity()));
+            }
+        }
+        all.into_iter().collect()
+    }
+
+    /// The parked requests of connection `conn_id` (its client left), taken
+    /// out: the caller frees what they hold.
+    #[allow(clippy::vec_box)] // jobs move between the queue and here as boxes
+    pub fn forget(&self, conn_id: u64) -> Vec<Box<Job>> {
+        let mut gone = Vec::new();
+        let mut s = self.lock();
+        for jobs in s.parked.values_mut() {
+            if jobs.iter().any(|j| j.conn.id == conn_id) {
+                let (theirs, others) = std::mem::take(jobs).into_iter().partition(|j| j.conn.id == conn_id);
+                *jobs = others;
+                gone.extend::<Vec<Box<Job>>>(theirs);
+            }
+        }
+        if !gone.is_empty() {
+            s.parked.retain(|_, v| !v.is_empty());
+            if s.parked.is_empty() {
+                s.also.clear();
+            }
+            self.abandoned.fetch_add(gone.len() as u64, std::sync::atomic::Ordering::Relaxed);
+        }
+        gone
     }
 
     /// A message may be there for `queue`'s waiters: they run again.
@@ -144,9 +279,13 @@ impl Waiters {
         }
     }
 
-    /// Runs every parked request again (the poll), and answers those whose wait is over.
-    pub(crate) fn poll(&self, queue_of_work: &WorkQueue<Work>, now: Instant, everything: bool) -> Option<Instant> {
+    /// Answers the parked requests whose wait is over, and takes out those
+    /// whose client left (returned: the caller frees what they hold); when
+    /// the next wait ends.
+    #[allow(clippy::vec_box)] // jobs move between the queue and here as boxes
+    pub(crate) fn due(&self, queue_of_work: &WorkQueue<Work>, now: Instant) -> (Option<Instant>, Vec<Box<Job>>) {
         let mut due = Vec::new();
+        let mut gone = Vec::new();
         let mut next: Option<Instant> = None;
         {
             let mut s = self.lock();
@@ -155,13 +294,9 @@ impl Waiters {
                 for mut job in jobs.drain(..) {
                     let until = job.wait_until.unwrap_or(now);
                     if job.conn.is_closed() {
-                        // Its client left: answer into the void so the net thread frees it.
-                        job.last_try = true;
-                        due.push(job);
+                        gone.push(job);
                     } else if until <= now {
                         job.last_try = true;
-                        due.push(job);
-                    } else if everything {
                         due.push(job);
                     } else {
                         next = Some(next.map_or(until, |n| n.min(until)));
@@ -175,10 +310,11 @@ impl Waiters {
                 s.also.clear();
             }
         }
+        self.abandoned.fetch_add(gone.len() as u64, std::sync::atomic::Ordering::Relaxed);
         for job in due {
             requeue(queue_of_work, job);
         }
-        next
+        (next, gone)
     }
 }
 

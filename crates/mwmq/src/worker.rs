@@ -65,6 +65,11 @@ impl Worker {
     }
 
     fn request(&mut self, mut job: Box<Job>) {
+        if job.conn.is_closed() && job.cmd.as_ref().is_ok_and(|c| c.wait().is_some()) {
+            // A wait whose client left: nobody to look for.
+            self.shared.waiters.abandoned.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            return crate::events::abandon(&self.shared, job, true);
+        }
         let core = Core::new(&self.shared);
         if let Some(refusal) = job.cmd.as_ref().ok().and_then(|c| core.gate(c, &*job.conn)) {
             job.cmd = Err(refusal);
@@ -206,7 +211,7 @@ impl Worker {
         let outcome = match outcome {
             Outcome::Verify => {
                 job.cmd = cmd;
-                self.record_busy(t_dequeue);
+                self.record_busy(t_dequeue, 0);
                 match self.shared.logins.submit(job) {
                     Ok(()) => return,
                     Err(back) => {
@@ -233,9 +238,13 @@ impl Worker {
                 job.cmd = cmd;
                 // The time until now was work; what follows is waiting.
                 job.parked_at = Some(now_ns());
-                self.record_busy(t_dequeue);
+                self.record_busy(t_dequeue, db.statements);
                 let names: Vec<&str> = names.iter().map(String::as_str).collect();
                 if let Err(mut back) = self.shared.waiters.park(&names, job, seen) {
+                    if back.conn.is_closed() {
+                        self.shared.waiters.abandoned.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        return crate::events::abandon(&self.shared, back, true);
+                    }
                     back.parked_at = None;
                     back.t_enqueue = now_ns();
                     self.shared.queue.push_again(Work::Request(back));
@@ -259,6 +268,14 @@ impl Worker {
     /// Encodes `reply` (dropped once encoded: a large one is not held twice)
     /// and hands it to the connection.
     fn answer(&self, job: &Job, reply: Reply, leases: Vec<LeaseRef>, quit: bool) {
+        if job.wait_until.is_some() && job.conn.hung_up() {
+            // Its client left while it waited: no reply, the leases go back
+            // now (a reply written to a closed peer would keep them until
+            // they expire). The net thread closes the connection.
+            let mut lost = job.conn.close();
+            lost.extend(leases);
+            return self.release(&lost);
+        }
         let bytes = reply.to_bytes_as(job.conn.resp3());
         drop(reply);
         if quit {
@@ -270,10 +287,13 @@ impl Worker {
         }
     }
 
-    fn record_busy(&mut self, t_dequeue: u64) {
+    /// Work that answered nothing yet (a login handed on, a wait parked):
+    /// its time, and the statements it ran.
+    fn record_busy(&mut self, t_dequeue: u64, statements: u64) {
         let busy = now_ns().saturating_sub(t_dequeue);
         self.writer.record(&self.shared.telemetry.slots, |acc| {
             acc.stages.busy_ns += busy;
+            acc.db_requests += statements;
             acc.stages.dirty = true;
         });
     }

@@ -134,6 +134,7 @@ impl Core<'_> {
         );
         line("maxclients", s.max_connections.to_string());
         line("blocked_clients", s.waiters.parked().to_string());
+        line("waits_abandoned", s.waiters.abandoned.load(std::sync::atomic::Ordering::Relaxed).to_string());
         line("\r\n# Stats\r\ntotal_connections_received", net.accepted.to_string());
         line("total_commands_processed", acc.stages.requests().to_string());
         line("rejected_connections", net.rejected.to_string());
@@ -154,6 +155,7 @@ impl Core<'_> {
         line("pool_open", open.to_string());
         line("pool_idle", idle.to_string());
         line("db_statements", acc.db_requests.to_string());
+        line("wait_polls", s.waiters.polls.load(std::sync::atomic::Ordering::Relaxed).to_string());
         line("db_errors", acc.db_errors.to_string());
         line("db_unavailable", acc.db_unavailable.to_string());
         let pools = &s.pool;
