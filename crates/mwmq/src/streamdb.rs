@@ -903,7 +903,10 @@ pub const STATEMENTS: &[&str] = &[
 /// (`max_reply_bytes`) unless it has one. The row with index 0 says the
 /// group was found in that case; when it is missing the statement did
 /// nothing and `mwmq_xreadgroup_many` (the general case, Redis's errors,
-/// replies cut by their bytes) runs instead.
+/// replies cut by their bytes) runs instead. A consumer's row is touched
+/// once: its names are made distinct before the clock is read (read per
+/// row, a tick between two rows of one consumer once made them distinct,
+/// and the upsert failed: "cannot affect row a second time").
 const READ_GROUP_FAST: &str = "
 WITH st AS (SELECT id, length, del_ms, del_seq FROM mwmq_streams WHERE name = $1),
 g AS (SELECT x.stream_id, x.last_ms, x.last_seq FROM mwmq_stream_groups x JOIN st ON x.stream_id = st.id
@@ -922,7 +925,7 @@ p AS (INSERT INTO mwmq_stream_pending AS p (stream_id, grp, ms, seq, consumer, d
       ON CONFLICT (stream_id, grp, ms, seq)
       DO UPDATE SET consumer = EXCLUDED.consumer, delivered_ms = EXCLUDED.delivered_ms, deliveries = 1),
 c AS (INSERT INTO mwmq_stream_consumers AS c (stream_id, grp, name, seen_ms)
-      SELECT DISTINCT g.stream_id, $2, ($3::text[])[w.who], mwmq_ms() FROM w, g
+      SELECT g.stream_id, $2, n.name, mwmq_ms() FROM (SELECT DISTINCT ($3::text[])[w.who] AS name FROM w) n, g
       ON CONFLICT (stream_id, grp, name) DO UPDATE SET seen_ms = EXCLUDED.seen_ms
       WHERE c.seen_ms < EXCLUDED.seen_ms - 100),
 m AS (SELECT w.ms, w.seq, (SELECT count(*) FROM w) AS n FROM w ORDER BY w.k DESC LIMIT 1),
