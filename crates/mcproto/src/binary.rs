@@ -244,6 +244,13 @@ pub fn error(opcode: u8, opaque: u32, status: u16) -> Vec<u8> {
     out
 }
 
+/// An error response with a message of its own (a throttled login's "retry in 3 s").
+pub fn error_with(opcode: u8, opaque: u32, status: u16, message: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(HEADER_LEN + message.len());
+    Frame { opcode, status, opaque, cas: 0, extras: &[], key: &[], value: message }.write(&mut out);
+    out
+}
+
 /// A success response without a body (noop, quit).
 pub fn success(opcode: u8, opaque: u32) -> Vec<u8> {
     success_with(opcode, opaque, &[])

@@ -6,6 +6,8 @@
 //! text-protocol client that returns raw reply bytes, so tests can compare what
 //! a proxy answers with what memcached answers, byte for byte. [`Postgres`]
 //! starts a throwaway PostgreSQL server (`scripts/postgres.sh`) for mwmq.
+//! [`hostile`] plays attackers: many source addresses, silent and trickling
+//! sockets, and a probe beside them.
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -14,6 +16,8 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
+
+pub mod hostile;
 
 /// A port on 127.0.0.1 that was free a moment ago and that this process
 /// has not been given before: the kernel may hand out a port again as soon

@@ -44,7 +44,7 @@ pub fn routes(shared: Arc<Shared>) -> Routes {
         _ => crate::ui::route(&shared, r),
     });
     // The page's requests are checked by its own logins (the token or a user's password).
-    Routes { paths: PATHS, own_login: Some("/ui/"), handler }
+    Routes { paths: PATHS, own_login: Some("/ui/"), probes: mwserve::http::PROBES, handler }
 }
 
 /// A `/readyz` check under way (at most one at a time: a frozen database

@@ -97,6 +97,11 @@ pub struct AuthConfig {
     pub address_burst: u32,
     /// Failed logins per second a source address earns back (default 1).
     pub address_per_sec: f64,
+    /// Failed logins for one user name, from any sources, before logins
+    /// as that user are refused unchecked (default 20).
+    pub user_burst: u32,
+    /// Failed logins per second a user name earns back (default 1).
+    pub user_per_sec: f64,
     /// Seconds a connection may take to log in before it is closed, where
     /// users are configured (default 30; 0: no limit).
     pub login_timeout_secs: u64,
@@ -109,7 +114,20 @@ impl Default for AuthConfig {
             login_queue: 64,
             address_burst: 10,
             address_per_sec: 1.0,
+            user_burst: 20,
+            user_per_sec: 1.0,
             login_timeout_secs: 30,
+        }
+    }
+}
+
+impl AuthConfig {
+    /// The limits of failed logins, per source address and per user name.
+    pub fn throttle(&self) -> mwserve::throttle::Limits {
+        use mwserve::throttle::{Limits, Rate};
+        Limits {
+            source: Rate { burst: f64::from(self.address_burst.max(1)), per_sec: self.address_per_sec },
+            user: Rate { burst: f64::from(self.user_burst.max(1)), per_sec: self.user_per_sec },
         }
     }
 }

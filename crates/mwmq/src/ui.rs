@@ -17,8 +17,9 @@
 //! ends after [`IDLE`] without use or [`LIFETIME`] in all, at logout, or
 //! when more than [`MAX_SESSIONS`] are open (the least recently used goes).
 //! Passwords are checked one at a time with argon2 (one memory block kept),
-//! and failures are throttled by source address as RESP logins are (the
-//! same throttle). Nothing is kept in a cookie, so another site cannot make
+//! and failures are throttled by source address and user name as RESP
+//! logins are (the same throttle; a throttled login hears `429` with
+//! `Retry-After`). Nothing is kept in a cookie, so another site cannot make
 //! a browser act on the page (no CSRF); the page may not be framed, and runs
 //! no script but its own (its Content-Security-Policy).
 //!
@@ -166,7 +167,7 @@ pub fn route(shared: &Shared, r: &Request) -> Option<Page> {
         ("GET", "/app.js") => file("text/javascript; charset=utf-8", SCRIPT),
         ("GET", "/ui.css") => file("text/css; charset=utf-8", STYLE),
         ("GET", "/api/session") => answer(whoami(shared, r)),
-        ("POST", "/api/login") => answer(login(shared, r)),
+        ("POST", "/api/login") => login_page(shared, r),
         ("POST", "/api/logout") => {
             if let Some(id) = bearer(r) {
                 shared.ui.close(id);
@@ -242,41 +243,85 @@ fn rates_period(shared: &Shared) -> Value {
     json!({ "sample_s": shared.config.queues.rates_sample_ms as f64 / 1000.0, "samples": crate::rates::SAMPLES })
 }
 
-/// `POST /ui/api/login` with `Authorization: Basic` (a user) or `Bearer`
-/// (the admin token): a session.
-fn login(shared: &Shared, r: &Request) -> Result<Value, Refused> {
+/// What a login request offers.
+enum Offered {
+    /// `Authorization: Basic`: a user's name and password.
+    User(String, String),
+    /// `Authorization: Bearer`: the admin token (checked by the endpoint).
+    Token,
+    /// Neither.
+    Nothing,
+}
+
+impl Offered {
+    fn of(r: &Request) -> Offered {
+        let auth = r.authorization.unwrap_or("");
+        if let Some(b64) = auth.strip_prefix("Basic ") {
+            use base64::Engine;
+            let decoded = base64::engine::general_purpose::STANDARD.decode(b64.trim()).unwrap_or_default();
+            let text = String::from_utf8_lossy(&decoded);
+            let (name, password) = text.split_once(':').unwrap_or(("", ""));
+            Offered::User(name.to_string(), password.to_string())
+        } else if auth.starts_with("Bearer ") {
+            Offered::Token
+        } else {
+            Offered::Nothing
+        }
+    }
+
+    /// The user name, counted by the throttle.
+    fn user(&self) -> Option<&[u8]> {
+        match self {
+            Offered::User(name, _) => Some(name.as_bytes()),
+            Offered::Token | Offered::Nothing => None,
+        }
+    }
+}
+
+/// `POST /ui/api/login`: refused with `429` and `Retry-After` while the
+/// source or the user name is throttled, else [`login`]'s answer.
+fn login_page(shared: &Shared, r: &Request) -> Page {
+    let source = r.peer.map(mwserve::throttle::Source::ip);
+    let offered = Offered::of(r);
+    if login_configured(shared, r) {
+        if let Err(t) = shared.logins.throttle.check(source, offered.user()) {
+            let page = answer(Err(Refused(429, t.to_string())));
+            return Page { retry_after: Some(t.retry_secs), ..page };
+        }
+    }
+    answer(login(shared, r, source, offered))
+}
+
+/// A login with `Authorization: Basic` (a user) or `Bearer` (the admin
+/// token): a session.
+fn login(shared: &Shared, r: &Request, source: Option<mwserve::throttle::Source>, offered: Offered) -> Result<Value, Refused> {
     if !login_configured(shared, r) {
         return Err(Refused(403, "no login is configured (no [[users]], no [stats] admin_token_file)".into()));
     }
-    let peer = r.peer.unwrap_or(std::net::IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED));
-    let throttle = &shared.logins.throttle;
-    if !throttle.may_try(peer) {
-        return Err(Refused(429, "too many failed logins from this address: try again later".into()));
-    }
-    let auth = r.authorization.unwrap_or("");
-    let login = if let Some(b64) = auth.strip_prefix("Basic ") {
-        if !shared.users.enabled() {
-            return Err(Refused(403, "no users are configured: log in with the admin token".into()));
+    let login = match &offered {
+        Offered::User(name, password) => {
+            if !shared.users.enabled() {
+                return Err(Refused(403, "no users are configured: log in with the admin token".into()));
+            }
+            let mut verifier = shared.ui.verifier.lock().unwrap_or_else(|p| p.into_inner());
+            shared.users.check_with(name, password.as_bytes(), &mut verifier).map(Login::User)
         }
-        use base64::Engine;
-        let decoded = base64::engine::general_purpose::STANDARD.decode(b64.trim()).unwrap_or_default();
-        let text = String::from_utf8_lossy(&decoded);
-        let (name, password) = text.split_once(':').unwrap_or(("", ""));
-        let mut verifier = shared.ui.verifier.lock().unwrap_or_else(|p| p.into_inner());
-        shared.users.check_with(name, password.as_bytes(), &mut verifier).map(Login::User)
-    } else if auth.starts_with("Bearer ") {
-        if !r.token_configured {
-            return Err(Refused(403, "no admin token is configured: log in with a user's name and password".into()));
+        Offered::Token => {
+            if !r.token_configured {
+                return Err(Refused(403, "no admin token is configured: log in with a user's name and password".into()));
+            }
+            r.token.then_some(Login::Token)
         }
-        r.token.then_some(Login::Token)
-    } else {
-        return Err(Refused(
-            400,
-            "log in with Authorization: Basic (user:password) or Bearer (the admin token)".into(),
-        ));
+        Offered::Nothing => {
+            return Err(Refused(
+                400,
+                "log in with Authorization: Basic (user:password) or Bearer (the admin token)".into(),
+            ))
+        }
     };
+    let peer = r.peer.map(|p| p.to_string()).unwrap_or_default();
     let Some(login) = login else {
-        throttle.failed(peer);
+        shared.logins.throttle.failed(source, offered.user());
         tracing::info!(%peer, "a /ui login failed");
         return Err(Refused(401, "wrong user name, password or token".into()));
     };

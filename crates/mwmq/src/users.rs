@@ -259,6 +259,14 @@ impl Attempts {
         !matches!(g.1, Some(until) if Instant::now() < until)
     }
 
+    /// `None` when an attempt may be checked now; else the whole seconds
+    /// (at least 1) until one may.
+    pub fn wait(&self) -> Option<u64> {
+        let g = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let left = g.1?.checked_duration_since(Instant::now()).filter(|d| !d.is_zero())?;
+        Some(left.as_secs_f64().ceil().max(1.0) as u64)
+    }
+
     /// An attempt failed.
     pub fn failed(&self) {
         let mut g = self.0.lock().unwrap_or_else(|p| p.into_inner());

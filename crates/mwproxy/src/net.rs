@@ -77,8 +77,9 @@ pub(crate) struct Conn {
     binary: bool,
     /// Failed logins on this connection.
     login_failures: u32,
-    /// The client's address (failed logins are throttled by it).
-    peer: Option<std::net::IpAddr>,
+    /// Where the client is (failed logins are throttled by it): its
+    /// address, or a unix socket's client's uid.
+    peer: Option<mwserve::throttle::Source>,
     /// When it was accepted (the handshake and login deadlines run from here).
     accepted: Instant,
 }
@@ -285,7 +286,7 @@ impl NetThread {
                 }
             };
             bump(&net.total_connections);
-            let peer = transport.socket().peer_ip();
+            let peer = transport.socket().peer_source();
             Some(Conn {
                 shared: Arc::new(ClientConn::new(transport, shared.budget.clone())),
                 // Grown on the first read: an idle connection costs a few bytes.
@@ -718,8 +719,9 @@ fn sasl_step(
         return Step::Answered;
     }
     bump(&net.auth_cmds);
-    let locked = conn.peer.is_some_and(|a| !shared.logins.may_try(a));
-    let ok = !locked
+    let user = plain(data).map(|(user, _)| user);
+    let throttled = shared.logins.check(conn.peer, user).err();
+    let ok = throttled.is_none()
         && opcode == binary::op::SASL_AUTH
         && mechanism == b"PLAIN"
         && plain(data).is_some_and(|(user, password)| users.check(user, password));
@@ -728,8 +730,13 @@ fn sasl_step(
         answer(conn, binary::success_with(opcode, opaque, b"Authenticated"), false, shared);
         return Step::Answered;
     }
-    let close = login_failed(conn, shared, generation, locked);
-    answer(conn, binary::error(opcode, opaque, binary::status::AUTH_ERROR), close, shared);
+    let reply = match &throttled {
+        // Told why, never "Auth failure": the password was not checked.
+        Some(t) => binary::error_with(opcode, opaque, binary::status::AUTH_ERROR, t.to_string().as_bytes()),
+        None => binary::error(opcode, opaque, binary::status::AUTH_ERROR),
+    };
+    let close = login_failed(conn, shared, generation, throttled.is_some(), user);
+    answer(conn, reply, close, shared);
     if close {
         bump(&net.auth_closed);
         return Step::Stop;
@@ -737,17 +744,18 @@ fn sasl_step(
     Step::Answered
 }
 
-/// A failed login, text or SASL: counted, the address's failures noted (or
-/// the throttle counted when the address was locked out), and whatever was
-/// pipelined behind it dropped unread (it was sent before the client could
-/// know the login failed). True when the connection must now close: the
-/// address is locked out, or this connection reached `[auth] max_failures`.
-fn login_failed(conn: &mut Conn, shared: &Shared, generation: &Generation, locked: bool) -> bool {
+/// A failed login, text or SASL: counted, the source's and the user name's
+/// failures noted (or the throttle counted when either was locked out), and
+/// whatever was pipelined behind it dropped unread (it was sent before the
+/// client could know the login failed). True when the connection must now
+/// close: the login was throttled, or this connection reached `[auth]
+/// max_failures`.
+fn login_failed(conn: &mut Conn, shared: &Shared, generation: &Generation, locked: bool, user: Option<&[u8]>) -> bool {
     bump(&shared.net.auth_errors);
     if locked {
         bump(&shared.net.auth_throttled);
-    } else if let Some(a) = conn.peer {
-        shared.logins.failed(a);
+    } else {
+        shared.logins.failed(conn.peer, user);
     }
     conn.login_failures += 1;
     let rest = conn.rbuf.len();
@@ -780,7 +788,7 @@ fn plain(data: &[u8]) -> Option<(&[u8], &[u8])> {
 fn log_in(conn: &mut Conn, shared: &Shared, generation: &Generation) -> Option<Option<Flow>> {
     let net = &shared.net;
     let users = generation.users.as_ref()?;
-    let mut reply: Option<&'static [u8]> = None;
+    let mut reply: Option<Vec<u8>> = None;
     let mut close = false;
     let flow = loop {
         let consumed = match mcproto::auth::parse_auth(conn.rbuf.filled()) {
@@ -791,17 +799,23 @@ fn log_in(conn: &mut Conn, shared: &Shared, generation: &Generation) -> Option<O
                 return Some(Some(Flow::Finished));
             }
             Auth::Refused { consumed, reply: r } => {
-                reply = Some(r);
+                reply = Some(r.to_vec());
                 consumed
             }
             Auth::Credentials { consumed, user, password } => {
                 bump(&net.auth_cmds);
-                let locked = conn.peer.is_some_and(|a| !shared.logins.may_try(a));
-                let ok = !locked && users.check(user, password);
-                reply = Some(if ok { mcproto::auth::STORED } else { mcproto::auth::FAILURE });
+                let throttled = shared.logins.check(conn.peer, Some(user)).err();
+                let ok = throttled.is_none() && users.check(user, password);
+                reply = Some(match &throttled {
+                    // Told why, never "authentication failure": the password was not checked.
+                    Some(t) => format!("CLIENT_ERROR {t}\r\n").into_bytes(),
+                    None if ok => mcproto::auth::STORED.to_vec(),
+                    None => mcproto::auth::FAILURE.to_vec(),
+                });
                 conn.authenticated = ok;
                 if !ok {
-                    close = login_failed(conn, shared, generation, locked);
+                    let user = user.to_vec();
+                    close = login_failed(conn, shared, generation, throttled.is_some(), Some(&user));
                     break Some(None);
                 }
                 consumed
@@ -813,7 +827,7 @@ fn log_in(conn: &mut Conn, shared: &Shared, generation: &Generation) -> Option<O
         }
     };
     if let Some(r) = reply {
-        conn.shared.deliver(conn.issued, r.to_vec(), close, net);
+        conn.shared.deliver(conn.issued, r, close, net);
         conn.issued += 1;
     }
     if close {

@@ -132,13 +132,23 @@ impl Stream {
         }
     }
 
-    /// The client's IP address, for counting failed logins by source: a
-    /// unix socket's clients are local and count as 127.0.0.1, as loopback
-    /// clients do.
+    /// The client's IP address: a unix socket's clients are local and
+    /// count as 127.0.0.1, as loopback clients do.
     pub fn peer_ip(&self) -> Option<IpAddr> {
         match self {
             Stream::Tcp(s) => s.peer_addr().ok().map(|a| a.ip()),
             Stream::Unix(_) => Some(IpAddr::V4(Ipv4Addr::LOCALHOST)),
+        }
+    }
+
+    /// Where the client is, as failed logins are counted
+    /// ([`crate::throttle::Source`]): its IP address (IPv6 by /64), or a
+    /// unix socket's client by the user id of its peer credentials
+    /// (`SO_PEERCRED`), so that local users do not share one bucket.
+    pub fn peer_source(&self) -> Option<crate::throttle::Source> {
+        match self {
+            Stream::Tcp(s) => s.peer_addr().ok().map(|a| crate::throttle::Source::ip(a.ip())),
+            Stream::Unix(s) => peer_uid(s).map(crate::throttle::Source::Uid),
         }
     }
 
@@ -321,6 +331,12 @@ impl AsFd for BlockingStream {
     }
 }
 
+/// The user id of a unix socket's peer (the process that connected), as
+/// the kernel recorded it at `connect`.
+pub fn peer_uid(s: &impl AsFd) -> Option<u32> {
+    rustix::net::sockopt::socket_peercred(s).ok().map(|c| c.uid.as_raw())
+}
+
 /// A unix socket's connect that would wait: its server's backlog is full.
 fn backlog_full(e: io::Error) -> io::Error {
     if e.kind() == io::ErrorKind::WouldBlock {
@@ -453,9 +469,13 @@ mod tests {
         let mut got = [0u8; 4];
         server.read_exact(&mut got).unwrap();
         assert_eq!(&got, b"ping");
+        // The server side sees who connected: this process's user.
+        assert_eq!(peer_uid(&server), Some(rustix::process::getuid().as_raw()));
         let polled = Stream::connect(&addr).unwrap();
         assert!(polled.connected().unwrap());
         assert_eq!(polled.peer_ip(), Some(IpAddr::V4(Ipv4Addr::LOCALHOST)));
+        let uid = rustix::process::getuid().as_raw();
+        assert_eq!(polled.peer_source(), Some(crate::throttle::Source::Uid(uid)), "by uid, not as 127.0.0.1");
         drop(l);
         std::fs::remove_file(&path).unwrap();
         let gone = BlockingStream::connect(&addr, Duration::from_secs(1)).unwrap_err();
