@@ -14,8 +14,10 @@
 //! right) or a user's name and password (`[[users]]`: that user's rights),
 //! `POST /ui/api/login` hands out a session: 32 random bytes the page keeps
 //! in the tab (`sessionStorage`) and sends as `Authorization: Bearer`; it
-//! ends after [`IDLE`] without use or [`LIFETIME`] in all, at logout, or
-//! when more than [`MAX_SESSIONS`] are open (the least recently used goes).
+//! ends after [`IDLE`] without use or [`LIFETIME`] in all, or at logout. A
+//! user has at most [`sessions::MAX_PER_OWNER`] (its oldest goes), and when
+//! [`MAX_SESSIONS`] are open a new user's login is refused — one user can
+//! never end another's session ([`sessions`]).
 //! Passwords are checked one at a time with argon2 (one memory block kept),
 //! and failures are throttled by source address and user name as RESP
 //! logins are (the same throttle; a throttled login hears `429` with
@@ -27,10 +29,12 @@
 //! are shown as `/metrics` shows its counters, but dead letters (they hold
 //! bodies) and the buttons are refused: the page is never open to changes.
 
+mod sessions;
+
 use std::collections::HashMap;
 use std::io::Read;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use mwserve::http::{Page, Request};
 use serde_json::{json, Value};
@@ -41,14 +45,10 @@ use crate::resp::Reply;
 use crate::shared::Shared;
 use crate::users::{Attempts, User, Verifier};
 
+pub use sessions::{IDLE, LIFETIME, MAX_PER_OWNER, MAX_SESSIONS};
+
 /// Where the page lives.
 pub const PREFIX: &str = "/ui";
-/// A session unused this long ends.
-pub const IDLE: Duration = Duration::from_secs(30 * 60);
-/// A session ends this long after its login, used or not.
-pub const LIFETIME: Duration = Duration::from_secs(12 * 3600);
-/// Sessions open at most.
-pub const MAX_SESSIONS: usize = 64;
 /// Queues the page lists at most (the others are counted, not listed).
 pub const MAX_LISTED: usize = 200;
 /// Dead letters the page shows at most.
@@ -93,18 +93,22 @@ impl Login {
             Login::User(u) => Some(u.name.clone()),
         }
     }
-}
 
-struct Sess {
-    login: Login,
-    started: Instant,
-    used: Instant,
+    /// Whose sessions it counts among (the token's holders are one owner;
+    /// no user name can be taken for it).
+    fn owner(&self) -> String {
+        match self {
+            Login::Nobody => String::new(),
+            Login::Token => "\0token".into(),
+            Login::User(u) => format!("user {}", u.name),
+        }
+    }
 }
 
 /// The page's sessions and its password checker.
 #[derive(Default)]
 pub struct Ui {
-    sessions: Mutex<HashMap<String, Sess>>,
+    sessions: sessions::Sessions<Login>,
     verifier: Mutex<Verifier>,
 }
 
@@ -114,41 +118,25 @@ struct Refused(u16, String);
 impl Ui {
     /// Sessions open now (for tests and memory checks).
     pub fn sessions(&self) -> usize {
-        let mut s = self.sessions.lock().unwrap_or_else(|p| p.into_inner());
-        expire(&mut s, Instant::now());
-        s.len()
+        self.sessions.len()
     }
 
+    /// A new session for `login` (its owner's oldest may end; refused when
+    /// every session is another owner's).
     fn open(&self, login: Login) -> Result<String, Refused> {
         let id = random_hex(32).map_err(|e| Refused(503, format!("no randomness for a session: {e}")))?;
-        let now = Instant::now();
-        let mut s = self.sessions.lock().unwrap_or_else(|p| p.into_inner());
-        expire(&mut s, now);
-        if s.len() >= MAX_SESSIONS {
-            if let Some(oldest) = s.iter().min_by_key(|(_, v)| v.used).map(|(k, _)| k.clone()) {
-                s.remove(&oldest);
-            }
-        }
-        s.insert(id.clone(), Sess { login, started: now, used: now });
+        let owner = login.owner();
+        self.sessions.open(id.clone(), &owner, login).map_err(|full| Refused(503, full.to_string()))?;
         Ok(id)
     }
 
     fn session(&self, id: &str) -> Option<Login> {
-        let now = Instant::now();
-        let mut s = self.sessions.lock().unwrap_or_else(|p| p.into_inner());
-        expire(&mut s, now);
-        let sess = s.get_mut(id)?;
-        sess.used = now;
-        Some(sess.login.clone())
+        self.sessions.get(id)
     }
 
     fn close(&self, id: &str) {
-        self.sessions.lock().unwrap_or_else(|p| p.into_inner()).remove(id);
+        self.sessions.close(id);
     }
-}
-
-fn expire(s: &mut HashMap<String, Sess>, now: Instant) {
-    s.retain(|_, v| now.duration_since(v.used) < IDLE && now.duration_since(v.started) < LIFETIME);
 }
 
 /// `n` bytes from the kernel's random source, in hex.
@@ -610,28 +598,5 @@ mod tests {
         assert!(matches!(refused(Reply::Error("NOPERM no".into())), Err(Refused(403, _))));
         assert!(matches!(refused(Reply::Error("NOQUEUE no".into())), Err(Refused(404, _))));
         assert!(refused(Reply::Simple("OK")).is_ok());
-    }
-
-    #[test]
-    fn sessions_expire_and_are_bounded() {
-        let ui = Ui::default();
-        let first = ui.open(Login::Token).ok().unwrap();
-        assert_eq!(first.len(), 64);
-        assert!(ui.session(&first).is_some());
-        assert!(ui.session("not a session").is_none());
-        for _ in 0..MAX_SESSIONS + 10 {
-            ui.open(Login::Token).ok().unwrap();
-        }
-        assert_eq!(ui.sessions(), MAX_SESSIONS, "at most MAX_SESSIONS");
-        assert!(ui.session(&first).is_none(), "the least recently used went first");
-        let mut s = ui.sessions.lock().unwrap();
-        let long_ago = Instant::now().checked_sub(IDLE + Duration::from_secs(1));
-        if let Some(t) = long_ago {
-            for v in s.values_mut() {
-                v.used = t;
-            }
-            expire(&mut s, Instant::now());
-            assert!(s.is_empty(), "idle sessions end");
-        }
     }
 }
