@@ -290,6 +290,12 @@ pub struct QueuesConfig {
     pub metrics_queues: Vec<String>,
     /// Most queues with series of their own on /metrics (default 100).
     pub metrics_max_queues: usize,
+    /// Queues whose series /metrics shows to anyone (patterns, default
+    /// none); the other queues of `metrics_queues` only to a request that
+    /// carries the admin token (`Authorization: Bearer`), and are otherwise
+    /// added up as `queue="_other"`, so that /metrics names no queue that
+    /// `/ui` would hide.
+    pub public_queues: Vec<String>,
     /// The `/ui` page's rates: each queue's counters are sampled this often,
     /// and the last 60 periods kept (default 10000 ms: ten minutes).
     pub rates_sample_ms: u64,
@@ -309,6 +315,7 @@ impl Default for QueuesConfig {
             info_cache_ms: 1000,
             metrics_queues: vec!["*".into()],
             metrics_max_queues: 100,
+            public_queues: Vec::new(),
             rates_sample_ms: 10_000,
         }
     }

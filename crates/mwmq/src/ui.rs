@@ -282,7 +282,12 @@ fn login_page(shared: &Shared, r: &Request) -> Page {
 
 /// A login with `Authorization: Basic` (a user) or `Bearer` (the admin
 /// token): a session.
-fn login(shared: &Shared, r: &Request, source: Option<mwserve::throttle::Source>, offered: Offered) -> Result<Value, Refused> {
+fn login(
+    shared: &Shared,
+    r: &Request,
+    source: Option<mwserve::throttle::Source>,
+    offered: Offered,
+) -> Result<Value, Refused> {
     if !login_configured(shared, r) {
         return Err(Refused(403, "no login is configured (no [[users]], no [stats] admin_token_file)".into()));
     }
@@ -296,7 +301,10 @@ fn login(shared: &Shared, r: &Request, source: Option<mwserve::throttle::Source>
         }
         Offered::Token => {
             if !r.token_configured {
-                return Err(Refused(403, "no admin token is configured: log in with a user's name and password".into()));
+                return Err(Refused(
+                    403,
+                    "no admin token is configured: log in with a user's name and password".into(),
+                ));
             }
             r.token.then_some(Login::Token)
         }

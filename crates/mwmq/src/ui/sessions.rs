@@ -76,7 +76,8 @@ impl<L: Clone> Sessions<L> {
         let now = Instant::now();
         let mut s = self.lock();
         expire(&mut s, now);
-        let own: Vec<(&String, Instant)> = s.iter().filter(|(_, v)| v.owner == owner).map(|(k, v)| (k, v.used)).collect();
+        let own: Vec<(&String, Instant)> =
+            s.iter().filter(|(_, v)| v.owner == owner).map(|(k, v)| (k, v.used)).collect();
         if own.len() >= MAX_PER_OWNER || (s.len() >= MAX_SESSIONS && !own.is_empty()) {
             let oldest = own.iter().min_by_key(|(_, used)| *used).map(|(k, _)| (*k).clone());
             if let Some(k) = oldest {
