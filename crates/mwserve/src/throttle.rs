@@ -232,7 +232,8 @@ impl Throttle {
     pub fn check(&self, source: Option<Source>, user: Option<&[u8]>) -> Result<(), Throttled> {
         let now = Instant::now();
         let by_source = source.and_then(|s| self.sources.wait(&s, now).map(|w| (By::Source(s), w)));
-        let by_user = || user.and_then(|u| self.users.wait(&self.names.hash_one(u), now).map(|w| (By::User(shown_name(u)), w)));
+        let by_user =
+            || user.and_then(|u| self.users.wait(&self.names.hash_one(u), now).map(|w| (By::User(shown_name(u)), w)));
         match by_source.or_else(by_user) {
             None => Ok(()),
             Some((by, retry_secs)) => {
@@ -331,7 +332,10 @@ mod tests {
 
     #[test]
     fn a_user_name_is_locked_out_whatever_the_sources() {
-        let t = Throttle::new(Limits { source: Rate { burst: 10.0, per_sec: 0.001 }, user: Rate { burst: 5.0, per_sec: 0.001 } });
+        let t = Throttle::new(Limits {
+            source: Rate { burst: 10.0, per_sec: 0.001 },
+            user: Rate { burst: 5.0, per_sec: 0.001 },
+        });
         let mut checked = 0;
         for i in 0..200u32 {
             let source = Some(Source::ip(IpAddr::from(std::net::Ipv4Addr::from(0x7f00_0001 + i % 50))));
@@ -350,7 +354,10 @@ mod tests {
 
     #[test]
     fn the_tables_stay_bounded_and_keep_the_worst_offenders() {
-        let t = Throttle::new(Limits { source: Rate { burst: 2.0, per_sec: 0.001 }, user: Rate { burst: 2.0, per_sec: 0.001 } });
+        let t = Throttle::new(Limits {
+            source: Rate { burst: 2.0, per_sec: 0.001 },
+            user: Rate { burst: 2.0, per_sec: 0.001 },
+        });
         let attacker = ip("192.0.2.1");
         t.failed(attacker, Some(b"victim"));
         t.failed(attacker, Some(b"victim"));

@@ -138,7 +138,11 @@ fn end_of_head(r: &[u8]) -> Option<usize> {
 /// body as `Content-Length` says.
 pub fn progress(buf: &[u8]) -> Progress {
     let Some(end) = end_of_head(buf) else {
-        return if buf.len() > MAX_HEAD { Progress::Refuse(431, "the request's head is too large\n") } else { Progress::Incomplete };
+        return if buf.len() > MAX_HEAD {
+            Progress::Refuse(431, "the request's head is too large\n")
+        } else {
+            Progress::Incomplete
+        };
     };
     let length = content_length(&String::from_utf8_lossy(&buf[..end]));
     if length > MAX_BODY {
@@ -250,6 +254,9 @@ mod tests {
         assert!(matches!(progress(big.as_bytes()), Progress::Refuse(413, _)));
         let page = Page { retry_after: Some(3), ..Page::text(429, "slow down\n".into()) };
         let text = String::from_utf8(page.to_bytes()).unwrap();
-        assert!(text.starts_with("HTTP/1.1 429 Too Many Requests\r\n") && text.contains("\r\nRetry-After: 3\r\n"), "{text}");
+        assert!(
+            text.starts_with("HTTP/1.1 429 Too Many Requests\r\n") && text.contains("\r\nRetry-After: 3\r\n"),
+            "{text}"
+        );
     }
 }
