@@ -58,6 +58,9 @@ pub(crate) struct Conn {
     rbuf: ReadBuf,
     /// Bytes still to discard (the data block of a refused value).
     swallow: usize,
+    /// Bytes of the input budget held for the request that has begun in
+    /// `rbuf` and is still arriving (`budget::Budget::reserve`).
+    reserved: usize,
     /// Requests numbered so far.
     issued: u64,
     /// The connection has work but found the queue full.
@@ -292,6 +295,7 @@ impl NetThread {
                 // Grown on the first read: an idle connection costs a few bytes.
                 rbuf: ReadBuf::with_capacity(0),
                 swallow: 0,
+                reserved: 0,
                 issued: 0,
                 unqueued: false,
                 done: false,
@@ -384,6 +388,7 @@ impl NetThread {
 
     fn remove(&mut self, token: Token) {
         if let Some(c) = self.front.clients.remove(token) {
+            self.shared.budget.input_moved(c.reserved, 0);
             c.shared.forget_waiting();
             let _ = self.front.poll.registry().deregister(&mut ClientConnSource(&c.shared));
             c.shared.close();
@@ -435,7 +440,13 @@ impl NetThread {
             if conn.done {
                 return Flow::Finished;
             }
-            if let Some(flow) = parse_all(conn, shared, generation, ids, pipeline.as_mut()) {
+            let parsed = parse_all(conn, shared, generation, ids, pipeline.as_mut());
+            // What was parsed no longer arrives: its share of the budget goes back.
+            let want = arriving(conn);
+            if want < conn.reserved && shared.budget.reserve(conn.reserved, want) {
+                conn.reserved = want;
+            }
+            if let Some(flow) = parsed {
                 return flow;
             }
             if !shared.budget.may_run(conn.shared.pending_output()) {
@@ -458,6 +469,14 @@ impl NetThread {
                 // read raises none, so then the loop reads on until it sees it.
                 return Flow::Drained;
             }
+            // A request that has begun holds its whole size of the budget
+            // before more of it is read; without room, it waits (as a
+            // connection whose line is full does).
+            let want = arriving(conn);
+            if !shared.budget.reserve(conn.reserved, want) {
+                return Flow::Blocked;
+            }
+            conn.reserved = want;
             reads += 1;
             conn.rbuf.shrink_to(READ_CHUNK);
             // A read with nothing pending lands in the loop's scratch buffer
@@ -510,6 +529,25 @@ impl NetThread {
         self.pipeline.as_ref().is_none_or(Pipeline::idle)
             && self.front.clients.iter().all(|c| !c.unqueued && c.shared.idle(c.issued))
     }
+}
+
+/// Bytes the request that has begun in the connection's buffer will take
+/// once it is all there: its declared size (a binary frame's header, a
+/// storage command's line), else what is there and one more read (a line
+/// still coming); 0 when nothing has begun or the rest is swallowed.
+fn arriving(conn: &Conn) -> usize {
+    let buf = conn.rbuf.filled();
+    if buf.is_empty() || conn.swallow > 0 {
+        return 0;
+    }
+    let declared = if conn.binary {
+        binary::frame_len(buf)
+    } else if conn.authenticated {
+        mcproto::parse::declared_len(buf)
+    } else {
+        None
+    };
+    declared.unwrap_or(buf.len() + READ_CHUNK / 4).max(buf.len())
 }
 
 /// Parses every whole request in the buffer and puts it in the connection's
@@ -655,6 +693,12 @@ fn binary_step(conn: &mut Conn, shared: &Shared, generation: &Generation) -> Ste
     let sasl = generation.users.is_some();
     match binary::parse_binary(conn.rbuf.filled(), &generation.limits, sasl, conn.authenticated) {
         Binary::Incomplete => Step::Wait,
+        // Before login, `version` is answered here, never carried to a server.
+        Binary::Request { request: Request::Version, ctx, consumed } if !conn.authenticated => {
+            conn.rbuf.consume(consumed);
+            answer(conn, binary::success_with(ctx.opcode, ctx.opaque, crate::VERSION.as_bytes()), false, shared);
+            Step::Answered
+        }
         Binary::Request { request, ctx, consumed } => {
             conn.rbuf.consume(consumed);
             Step::Job(Work::Request(request), consumed, ctx)
