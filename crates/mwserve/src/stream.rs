@@ -407,6 +407,14 @@ impl From<std::net::TcpListener> for Listener {
 /// Binds a unix socket at `path` with `mode` (else what the umask leaves).
 /// A socket file left by a process that is gone is replaced; one that a
 /// live server answers on, or a file that is not a socket, is refused.
+///
+/// With a mode, the socket has it from the first moment it exists at
+/// `path`: it is bound in a private directory beside `path` (mode 0700, so
+/// nobody else can reach it there), given its mode, and renamed into place
+/// — memcached sets the umask around `bind` instead, but the umask belongs
+/// to the whole process, and another thread creating a file meanwhile
+/// would get it too. (A chmod after `bind` at `path` itself left a moment
+/// in which a client could connect with the umask's permissions.)
 pub fn bind_unix(path: &Path, mode: Option<u32>) -> io::Result<std::os::unix::net::UnixListener> {
     if let Ok(meta) = std::fs::symlink_metadata(path) {
         if !meta.file_type().is_socket() {
@@ -417,11 +425,33 @@ pub fn bind_unix(path: &Path, mode: Option<u32>) -> io::Result<std::os::unix::ne
         }
         std::fs::remove_file(path)?;
     }
-    let l = std::os::unix::net::UnixListener::bind(path)?;
-    if let Some(mode) = mode {
+    let Some(mode) = mode else { return std::os::unix::net::UnixListener::bind(path) };
+    let l = bind_private(path, mode)?;
+    // The belt: whatever the rename kept, the mode asked for (a chmod only if it differs).
+    if std::fs::metadata(path)?.permissions().mode() & 0o7777 != mode {
         std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))?;
     }
     Ok(l)
+}
+
+/// Binds in a private directory beside `path`, sets `mode`, renames the
+/// socket to `path`.
+fn bind_private(path: &Path, mode: u32) -> io::Result<std::os::unix::net::UnixListener> {
+    use std::os::unix::fs::DirBuilderExt;
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let parent = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let dir = parent.join(format!(".mw{}-{}", std::process::id(), NEXT.fetch_add(1, Ordering::Relaxed)));
+    std::fs::DirBuilder::new().mode(0o700).create(&dir)?;
+    let inner = dir.join("s");
+    let bound = std::os::unix::net::UnixListener::bind(&inner).and_then(|l| {
+        std::fs::set_permissions(&inner, std::fs::Permissions::from_mode(mode))?;
+        std::fs::rename(&inner, path)?;
+        Ok(l)
+    });
+    let _ = std::fs::remove_file(&inner);
+    let _ = std::fs::remove_dir(&dir);
+    bound
 }
 
 #[cfg(test)]
@@ -452,6 +482,34 @@ mod tests {
         std::fs::write(&file, b"x").unwrap();
         assert_eq!(bind_unix(&file, None).unwrap_err().kind(), io::ErrorKind::AlreadyExists);
         assert_eq!(std::fs::read(&file).unwrap(), b"x", "a file that is not a socket is left alone");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// The socket was chmod-ed after `bind`: for a moment it had the
+    /// umask's mode at its path. Now it appears there by a rename, already
+    /// with its mode: inotify sees it moved in, never created there nor
+    /// changed after.
+    #[test]
+    fn a_unix_socket_appears_with_its_mode() {
+        use rustix::fs::inotify;
+        let dir = std::env::temp_dir().join(format!("mwserve-unix-mode-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("s.sock");
+        let watch = inotify::init(inotify::CreateFlags::NONBLOCK).unwrap();
+        let all = inotify::WatchFlags::CREATE | inotify::WatchFlags::ATTRIB | inotify::WatchFlags::MOVED_TO;
+        inotify::add_watch(&watch, &dir, all).unwrap();
+        let l = bind_unix(&path, Some(0o640)).unwrap();
+        assert_eq!(std::fs::symlink_metadata(&path).unwrap().permissions().mode() & 0o7777, 0o640);
+        let mut buf = [std::mem::MaybeUninit::uninit(); 4096];
+        let mut events = inotify::Reader::new(&watch, &mut buf);
+        let mut seen = Vec::new();
+        while let Ok(e) = events.next() {
+            if e.file_name().is_some_and(|n| n.to_bytes() == b"s.sock") {
+                seen.push(e.events());
+            }
+        }
+        assert_eq!(seen, [inotify::ReadFlags::MOVED_TO], "moved in with its mode, nothing after");
+        drop(l);
         let _ = std::fs::remove_dir_all(&dir);
     }
 
