@@ -83,7 +83,7 @@ impl Config {
 
 /// Password checks: argon2 on threads of their own, never a worker's, each
 /// with one block of memory for its hashes; failures throttled per
-/// connection and per source address; a deadline to log in.
+/// connection, per source address and per user name; a deadline to log in.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct AuthConfig {

@@ -10,7 +10,7 @@
 //! cost for a user who does not exist), paid on the login threads
 //! (`logins.rs`), each with one argon2 memory block it keeps ([`Verifier`]);
 //! a connection's failed attempts also make it wait (see `Attempts`), and so
-//! do its source address's (`mwserve::throttle`).
+//! do its source address's and the user name's (`mwserve::throttle`).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -743,8 +743,10 @@ fn binary_step(conn: &mut Conn, shared: &Shared, generation: &Generation) -> Ste
 
 /// The SASL commands: `PLAIN` is the one mechanism, checked against the
 /// users of `--auth-file` as text logins are, failures counted, throttled
-/// per address and closing the connection at `[auth] max_failures`, and
-/// whatever was pipelined behind a failed login dropped unread.
+/// per source and per user name (a throttled login hears the auth error
+/// status with the throttle's message), closing the connection at `[auth]
+/// max_failures`, and whatever was pipelined behind a failed login dropped
+/// unread.
 fn sasl_step(
     conn: &mut Conn,
     shared: &Shared,
@@ -826,8 +828,9 @@ fn plain(data: &[u8]) -> Option<(&[u8], &[u8])> {
 /// Beyond memcached, guessing is made expensive: whatever was pipelined
 /// behind a failed login is dropped unread (it was sent before the client
 /// could know the login failed), the connection is closed at its
-/// `[auth] max_failures`-th failure, and a source address that failed too
-/// often (`mwserve::throttle`) has its logins refused unchecked, and the
+/// `[auth] max_failures`-th failure, and a source or a user name that failed
+/// too often (`mwserve::throttle`) has its logins refused unchecked — told
+/// `CLIENT_ERROR too many failed logins ...; retry in N s` — and the
 /// connection closed.
 fn log_in(conn: &mut Conn, shared: &Shared, generation: &Generation) -> Option<Option<Flow>> {
     let net = &shared.net;
