@@ -8,9 +8,10 @@
 //!   arrive within [`HEADER_TIMEOUT`] of the connection, or it is closed
 //!   without an answer. The loop holds at most [`MAX_CONNECTIONS`]
 //!   connections, at most [`MAX_PER_SOURCE`] from one source (an address,
-//!   IPv6 by /64); past either cap, the connection reading longest is
-//!   closed to make room, so newcomers — a probe sends its request at once —
-//!   always get in, however many silent sockets an attacker holds.
+//!   IPv6 by /64); past either cap, the connection reading longest (else the
+//!   one slowest to read its answer) is closed to make room, so newcomers —
+//!   a probe sends its request at once — always get in, however many silent
+//!   or non-reading sockets an attacker holds.
 //! - **Answering**: a probe (a `GET` of [`Routes::probes`]) runs on its own
 //!   lane, at most [`MAX_PROBES`] at once; more wait their turn, never
 //!   refused. A page runs on a slot of its own, at most [`MAX_CONCURRENT`]
@@ -226,7 +227,9 @@ impl Endpoint {
     }
 
     /// Closes the connection that has been reading longest (of `source`,
-    /// or of all); false when none is reading.
+    /// or of all), else the one whose client has been slowest to read its
+    /// answer; false when every one is waiting for or building its answer
+    /// (at most the lanes' worth, and probes that wait their turn).
     fn evict(&mut self, source: Option<Source>) -> bool {
         let oldest = self
             .conns
@@ -234,8 +237,12 @@ impl Endpoint {
             .into_iter()
             .filter_map(|t| {
                 let c = self.conns.get_mut(t)?;
-                let fits = matches!(c.state, State::Reading(_)) && source.is_none_or(|s| c.source == s);
-                fits.then_some((c.accepted, t))
+                let since = match &c.state {
+                    State::Reading(_) => (0, c.accepted),
+                    State::Writing { since, .. } => (1, *since),
+                    State::Waiting(_) | State::Answering => return None,
+                };
+                source.is_none_or(|s| c.source == s).then_some((since, t))
             })
             .min();
         match oldest {
