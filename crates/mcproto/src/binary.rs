@@ -17,6 +17,10 @@
 //! over 250 bytes, or a body of the wrong shape for its opcode are answered
 //! and the connection closed; an unknown opcode is answered and its body
 //! skipped; a value over the limit gets "Too large." and its body is skipped.
+//! Beyond memcached, before login a frame is judged by its header alone: an
+//! opcode other than SASL's and `version`, or a key or body larger than a
+//! SASL exchange needs ([`MAX_UNAUTHENTICATED_BODY`]), closes the connection
+//! before any of its body is buffered.
 
 use base64::Engine as _;
 
@@ -35,6 +39,11 @@ pub const HEADER_LEN: usize = 24;
 const MAX_MECH_LEN: usize = 32;
 /// The largest SASL authentication data accepted (a PLAIN login).
 pub const MAX_SASL_DATA: usize = 1024;
+/// The largest body a request may declare before its connection has logged
+/// in (a SASL mechanism and its data): a frame declaring more closes the
+/// connection at its header, before any of its body is buffered — as the
+/// text protocol closes an over-long line before login.
+pub const MAX_UNAUTHENTICATED_BODY: usize = MAX_MECH_LEN + MAX_SASL_DATA;
 
 /// Opcodes (memcached's `protocol_binary.h`).
 pub mod op {
@@ -244,6 +253,13 @@ pub fn error(opcode: u8, opaque: u32, status: u16) -> Vec<u8> {
     out
 }
 
+/// An error response with a message of its own (a throttled login's "retry in 3 s").
+pub fn error_with(opcode: u8, opaque: u32, status: u16, message: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(HEADER_LEN + message.len());
+    Frame { opcode, status, opaque, cas: 0, extras: &[], key: &[], value: message }.write(&mut out);
+    out
+}
+
 /// A success response without a body (noop, quit).
 pub fn success(opcode: u8, opaque: u32) -> Vec<u8> {
     success_with(opcode, opaque, &[])
@@ -385,15 +401,19 @@ pub fn parse_binary(buf: &[u8], limits: &Limits, sasl: bool, authenticated: bool
         return Binary::Refuse { reply: Vec::new(), consumed: 0, swallow: 0, close: true, stale_key: None };
     }
     let (extlen, keylen, bodylen) = (usize::from(h.extlen), usize::from(h.keylen), h.bodylen as usize);
+    // Before login, judged by the header alone: nothing of a refused frame is buffered.
+    let public = matches!(h.opcode, op::SASL_LIST_MECHS | op::SASL_AUTH | op::SASL_STEP | op::VERSION);
+    if sasl && !authenticated && !public {
+        return Binary::refuse(&h, status::AUTH_ERROR, 0, 0, true);
+    }
+    if sasl && !authenticated && (keylen > MAX_MECH_LEN || bodylen > MAX_UNAUTHENTICATED_BODY) {
+        return Binary::refuse(&h, status::EINVAL, 0, 0, true);
+    }
     if buf.len() < HEADER_LEN + extlen + keylen {
         return Binary::Incomplete;
     }
     if keylen > bodylen || keylen + extlen > bodylen {
         return Binary::refuse(&h, status::UNKNOWN_COMMAND, 0, 0, true);
-    }
-    let public = matches!(h.opcode, op::SASL_LIST_MECHS | op::SASL_AUTH | op::SASL_STEP | op::VERSION);
-    if sasl && !authenticated && !public {
-        return Binary::refuse(&h, status::AUTH_ERROR, 0, 0, true);
     }
     if keylen > limits.max_key_len.min(crate::parse::MAX_KEY_LEN) {
         return Binary::refuse(&h, status::EINVAL, 0, 0, true);
@@ -552,6 +572,13 @@ pub fn parse_binary(buf: &[u8], limits: &Limits, sasl: bool, authenticated: bool
         }
         _ => Binary::refuse(&h, status::UNKNOWN_COMMAND, HEADER_LEN, bodylen, false),
     }
+}
+
+/// The length of the request whose header is at the front of `buf` (header
+/// and declared body), once the header is there: what buffering it whole
+/// will cost.
+pub fn frame_len(buf: &[u8]) -> Option<usize> {
+    Header::read(buf).map(|h| HEADER_LEN + h.bodylen as usize)
 }
 
 /// Whether a key can be written as a token of a text command; other keys go

@@ -6,6 +6,8 @@
 //! text-protocol client that returns raw reply bytes, so tests can compare what
 //! a proxy answers with what memcached answers, byte for byte. [`Postgres`]
 //! starts a throwaway PostgreSQL server (`scripts/postgres.sh`) for mwmq.
+//! [`hostile`] plays attackers: many source addresses, silent and trickling
+//! sockets, and a probe beside them.
 //!
 //! A red test explains itself: every process started here keeps its log,
 //! and when it is dropped while its test is failing (panicking), the log's
@@ -20,6 +22,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 
+pub mod hostile;
 mod logs;
 pub use logs::{capture_logs, tail_if_failing};
 

@@ -1,5 +1,7 @@
 //! The HTTP admin endpoint (`--admin ADDR`, served by `mwserve::http`):
-//! `/metrics` in Prometheus text format (with each queue's counters), `/stats`
+//! `/metrics` in Prometheus text format (with each queue's counters: the
+//! `[queues] public_queues` to anyone, the others only with the admin
+//! token), `/stats`
 //! as JSON (the window in progress and the last closed one), `/healthz`
 //! (liveness: 200 while the process serves, 503 once it is stopping),
 //! `/readyz` (readiness: 503 while the database cannot be reached) and the
@@ -30,7 +32,7 @@ const HEALTH_TIMEOUT: Duration = Duration::from_secs(2);
 pub fn routes(shared: Arc<Shared>) -> Routes {
     let check: Mutex<Vec<Option<postgres::Client>>> = Mutex::new((0..shared.pool.len()).map(|_| None).collect());
     let handler = Arc::new(move |r: &Request| match (r.method, r.path) {
-        ("GET", "/metrics") => Some(Page::ok(PROMETHEUS, metrics(&shared))),
+        ("GET", "/metrics") => Some(Page::ok(PROMETHEUS, metrics(&shared, r.token))),
         ("GET", "/stats") => {
             let (current, last) = current_record(&shared);
             Some(Page::ok("application/json", serde_json::json!({ "current": current, "last": last }).to_string()))
@@ -44,7 +46,7 @@ pub fn routes(shared: Arc<Shared>) -> Routes {
         _ => crate::ui::route(&shared, r),
     });
     // The page's requests are checked by its own logins (the token or a user's password).
-    Routes { paths: PATHS, own_login: Some("/ui/"), handler }
+    Routes { paths: PATHS, own_login: Some("/ui/"), probes: mwserve::http::PROBES, handler }
 }
 
 /// A `/readyz` check under way (at most one at a time: a frozen database
@@ -117,7 +119,9 @@ fn readyz(shared: &Shared, conns: &mut [Option<postgres::Client>]) -> Page {
     }
 }
 
-fn metrics(shared: &Shared) -> String {
+/// The page; `token`: the request carries the admin token (every queue of
+/// `metrics_queues` is named, not only the public ones).
+fn metrics(shared: &Shared, token: bool) -> String {
     let run = shared.telemetry.run();
     let acc = &run.total;
     let s = &acc.stages;
@@ -242,15 +246,10 @@ fn metrics(shared: &Shared) -> String {
         &[],
         paused.len() as f64,
     );
-    let q = &shared.config.queues;
-    for name in paused
-        .iter()
-        .filter(|n| q.metrics_queues.iter().any(|p| crate::users::matches(p, n)))
-        .take(q.metrics_max_queues)
-    {
+    for name in paused.iter().filter(|n| named(shared, n, token)).take(shared.config.queues.metrics_max_queues) {
         p.gauge("mwmq_queue_paused", "1 while the queue is paused.", &[("queue", name.as_str())], 1.0);
     }
-    for (queue, fields) in queue_series(shared) {
+    for (queue, fields) in queue_series(shared, token) {
         for (field, value) in fields {
             let help = format!("Messages {} this queue since start.", field.replace('_', " "));
             p.counter(&format!("mwmq_queue_{field}_total"), &help, &[("queue", queue.as_str())], value);
@@ -259,18 +258,26 @@ fn metrics(shared: &Shared) -> String {
     p.render()
 }
 
-/// The per-queue series /metrics shows: the queues `[queues] metrics_queues`
-/// names, in name order, at most `metrics_max_queues` of them; the rest added
-/// up as `_other` (so /metrics neither names every queue nor grows without bound).
-fn queue_series(shared: &Shared) -> Vec<(String, Vec<(&'static str, u64)>)> {
+/// Whether /metrics names `queue`: `[queues] metrics_queues` names it, and
+/// it is public (`public_queues`) or the request carries the admin token.
+fn named(shared: &Shared, queue: &str, token: bool) -> bool {
+    let q = &shared.config.queues;
+    let any = |patterns: &[String]| patterns.iter().any(|p| crate::users::matches(p, queue));
+    any(&q.metrics_queues) && (token || any(&q.public_queues))
+}
+
+/// The per-queue series /metrics shows: the queues it names ([`named`]),
+/// in name order, at most `metrics_max_queues` of them; the rest added up as
+/// `_other` (so /metrics neither names every queue nor grows without
+/// bound, nor names a queue to someone `/ui` would hide it from).
+fn queue_series(shared: &Shared, token: bool) -> Vec<(String, Vec<(&'static str, u64)>)> {
     let q = &shared.config.queues;
     let mut all = shared.queues.all();
     all.sort_by(|a, b| a.0.cmp(&b.0));
     let mut shown = Vec::new();
     let mut other: Vec<(&'static str, u64)> = Vec::new();
     for (queue, counts) in all {
-        let named = q.metrics_queues.iter().any(|p| crate::users::matches(p, &queue));
-        if named && shown.len() < q.metrics_max_queues {
+        if named(shared, &queue, token) && shown.len() < q.metrics_max_queues {
             shown.push((queue, counts.fields().to_vec()));
         } else {
             let fields = counts.fields();

@@ -86,7 +86,7 @@ impl Config {
 
 /// Password checks: argon2 on threads of their own, never a worker's, each
 /// with one block of memory for its hashes; failures throttled per
-/// connection and per source address; a deadline to log in.
+/// connection, per source address and per user name; a deadline to log in.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct AuthConfig {
@@ -100,6 +100,11 @@ pub struct AuthConfig {
     pub address_burst: u32,
     /// Failed logins per second a source address earns back (default 1).
     pub address_per_sec: f64,
+    /// Failed logins for one user name, from any sources, before logins
+    /// as that user are refused unchecked (default 20).
+    pub user_burst: u32,
+    /// Failed logins per second a user name earns back (default 1).
+    pub user_per_sec: f64,
     /// Seconds a connection may take to log in before it is closed, where
     /// users are configured (default 30; 0: no limit).
     pub login_timeout_secs: u64,
@@ -112,7 +117,20 @@ impl Default for AuthConfig {
             login_queue: 64,
             address_burst: 10,
             address_per_sec: 1.0,
+            user_burst: 20,
+            user_per_sec: 1.0,
             login_timeout_secs: 30,
+        }
+    }
+}
+
+impl AuthConfig {
+    /// The limits of failed logins, per source address and per user name.
+    pub fn throttle(&self) -> mwserve::throttle::Limits {
+        use mwserve::throttle::{Limits, Rate};
+        Limits {
+            source: Rate { burst: f64::from(self.address_burst.max(1)), per_sec: self.address_per_sec },
+            user: Rate { burst: f64::from(self.user_burst.max(1)), per_sec: self.user_per_sec },
         }
     }
 }
@@ -287,6 +305,12 @@ pub struct QueuesConfig {
     pub metrics_queues: Vec<String>,
     /// Most queues with series of their own on /metrics (default 100).
     pub metrics_max_queues: usize,
+    /// Queues whose series /metrics shows to anyone (patterns, default
+    /// none); the other queues of `metrics_queues` only to a request that
+    /// carries the admin token (`Authorization: Bearer`), and are otherwise
+    /// added up as `queue="_other"`, so that /metrics names no queue that
+    /// `/ui` would hide.
+    pub public_queues: Vec<String>,
     /// The `/ui` page's rates: each queue's counters are sampled this often,
     /// and the last 60 periods kept (default 10000 ms: ten minutes).
     pub rates_sample_ms: u64,
@@ -306,6 +330,7 @@ impl Default for QueuesConfig {
             info_cache_ms: 1000,
             metrics_queues: vec!["*".into()],
             metrics_max_queues: 100,
+            public_queues: Vec::new(),
             rates_sample_ms: 10_000,
         }
     }

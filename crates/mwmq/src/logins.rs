@@ -4,7 +4,7 @@
 //! memory stays bounded whatever attackers send.
 //!
 //! A worker that meets `AUTH` or `HELLO ... AUTH` checks the cheap things
-//! first (the connection's and the source address's throttles), then hands
+//! first (the connection's, the source address's and the user name's throttles), then hands
 //! the request to a bounded queue of logins and goes on with other work. A
 //! login thread — `[auth] login_threads` of them, each with one argon2 memory
 //! block it keeps (`users::Verifier`) — checks the password and puts the request
@@ -20,7 +20,7 @@ use crate::job::Job;
 pub struct Logins {
     tx: Sender<Box<Job>>,
     rx: Receiver<Box<Job>>,
-    /// Failed logins by source address.
+    /// Failed logins by source address and by user name.
     pub throttle: mwserve::throttle::Throttle,
 }
 

@@ -116,13 +116,7 @@ impl Service for Mq {
             done: Mutex::new(None),
             port: addr.port(),
             users,
-            logins: crate::logins::Logins::new(
-                config.auth.login_queue,
-                mwserve::throttle::Limits {
-                    burst: f64::from(config.auth.address_burst.max(1)),
-                    per_sec: config.auth.address_per_sec,
-                },
-            ),
+            logins: crate::logins::Logins::new(config.auth.login_queue, config.auth.throttle()),
             queues: Default::default(),
             info_cache: Default::default(),
             paused: Default::default(),

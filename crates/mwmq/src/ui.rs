@@ -14,11 +14,14 @@
 //! right) or a user's name and password (`[[users]]`: that user's rights),
 //! `POST /ui/api/login` hands out a session: 32 random bytes the page keeps
 //! in the tab (`sessionStorage`) and sends as `Authorization: Bearer`; it
-//! ends after [`IDLE`] without use or [`LIFETIME`] in all, at logout, or
-//! when more than [`MAX_SESSIONS`] are open (the least recently used goes).
+//! ends after [`IDLE`] without use or [`LIFETIME`] in all, or at logout. A
+//! user has at most [`sessions::MAX_PER_OWNER`] (its oldest goes), and when
+//! [`MAX_SESSIONS`] are open a new user's login is refused — one user can
+//! never end another's session ([`sessions`]).
 //! Passwords are checked one at a time with argon2 (one memory block kept),
-//! and failures are throttled by source address as RESP logins are (the
-//! same throttle). Nothing is kept in a cookie, so another site cannot make
+//! and failures are throttled by source address and user name as RESP
+//! logins are (the same throttle; a throttled login hears `429` with
+//! `Retry-After`). Nothing is kept in a cookie, so another site cannot make
 //! a browser act on the page (no CSRF); the page may not be framed, and runs
 //! no script but its own (its Content-Security-Policy).
 //!
@@ -26,10 +29,12 @@
 //! are shown as `/metrics` shows its counters, but dead letters (they hold
 //! bodies) and the buttons are refused: the page is never open to changes.
 
+mod sessions;
+
 use std::collections::HashMap;
 use std::io::Read;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use mwserve::http::{Page, Request};
 use serde_json::{json, Value};
@@ -40,14 +45,10 @@ use crate::resp::Reply;
 use crate::shared::Shared;
 use crate::users::{Attempts, User, Verifier};
 
+pub use sessions::{IDLE, LIFETIME, MAX_PER_OWNER, MAX_SESSIONS};
+
 /// Where the page lives.
 pub const PREFIX: &str = "/ui";
-/// A session unused this long ends.
-pub const IDLE: Duration = Duration::from_secs(30 * 60);
-/// A session ends this long after its login, used or not.
-pub const LIFETIME: Duration = Duration::from_secs(12 * 3600);
-/// Sessions open at most.
-pub const MAX_SESSIONS: usize = 64;
 /// Queues the page lists at most (the others are counted, not listed).
 pub const MAX_LISTED: usize = 200;
 /// Dead letters the page shows at most.
@@ -92,18 +93,22 @@ impl Login {
             Login::User(u) => Some(u.name.clone()),
         }
     }
-}
 
-struct Sess {
-    login: Login,
-    started: Instant,
-    used: Instant,
+    /// Whose sessions it counts among (the token's holders are one owner;
+    /// no user name can be taken for it).
+    fn owner(&self) -> String {
+        match self {
+            Login::Nobody => String::new(),
+            Login::Token => "\0token".into(),
+            Login::User(u) => format!("user {}", u.name),
+        }
+    }
 }
 
 /// The page's sessions and its password checker.
 #[derive(Default)]
 pub struct Ui {
-    sessions: Mutex<HashMap<String, Sess>>,
+    sessions: sessions::Sessions<Login>,
     verifier: Mutex<Verifier>,
 }
 
@@ -113,41 +118,25 @@ struct Refused(u16, String);
 impl Ui {
     /// Sessions open now (for tests and memory checks).
     pub fn sessions(&self) -> usize {
-        let mut s = self.sessions.lock().unwrap_or_else(|p| p.into_inner());
-        expire(&mut s, Instant::now());
-        s.len()
+        self.sessions.len()
     }
 
+    /// A new session for `login` (its owner's oldest may end; refused when
+    /// every session is another owner's).
     fn open(&self, login: Login) -> Result<String, Refused> {
         let id = random_hex(32).map_err(|e| Refused(503, format!("no randomness for a session: {e}")))?;
-        let now = Instant::now();
-        let mut s = self.sessions.lock().unwrap_or_else(|p| p.into_inner());
-        expire(&mut s, now);
-        if s.len() >= MAX_SESSIONS {
-            if let Some(oldest) = s.iter().min_by_key(|(_, v)| v.used).map(|(k, _)| k.clone()) {
-                s.remove(&oldest);
-            }
-        }
-        s.insert(id.clone(), Sess { login, started: now, used: now });
+        let owner = login.owner();
+        self.sessions.open(id.clone(), &owner, login).map_err(|full| Refused(503, full.to_string()))?;
         Ok(id)
     }
 
     fn session(&self, id: &str) -> Option<Login> {
-        let now = Instant::now();
-        let mut s = self.sessions.lock().unwrap_or_else(|p| p.into_inner());
-        expire(&mut s, now);
-        let sess = s.get_mut(id)?;
-        sess.used = now;
-        Some(sess.login.clone())
+        self.sessions.get(id)
     }
 
     fn close(&self, id: &str) {
-        self.sessions.lock().unwrap_or_else(|p| p.into_inner()).remove(id);
+        self.sessions.close(id);
     }
-}
-
-fn expire(s: &mut HashMap<String, Sess>, now: Instant) {
-    s.retain(|_, v| now.duration_since(v.used) < IDLE && now.duration_since(v.started) < LIFETIME);
 }
 
 /// `n` bytes from the kernel's random source, in hex.
@@ -166,7 +155,7 @@ pub fn route(shared: &Shared, r: &Request) -> Option<Page> {
         ("GET", "/app.js") => file("text/javascript; charset=utf-8", SCRIPT),
         ("GET", "/ui.css") => file("text/css; charset=utf-8", STYLE),
         ("GET", "/api/session") => answer(whoami(shared, r)),
-        ("POST", "/api/login") => answer(login(shared, r)),
+        ("POST", "/api/login") => login_page(shared, r),
         ("POST", "/api/logout") => {
             if let Some(id) = bearer(r) {
                 shared.ui.close(id);
@@ -242,41 +231,93 @@ fn rates_period(shared: &Shared) -> Value {
     json!({ "sample_s": shared.config.queues.rates_sample_ms as f64 / 1000.0, "samples": crate::rates::SAMPLES })
 }
 
-/// `POST /ui/api/login` with `Authorization: Basic` (a user) or `Bearer`
-/// (the admin token): a session.
-fn login(shared: &Shared, r: &Request) -> Result<Value, Refused> {
+/// What a login request offers.
+enum Offered {
+    /// `Authorization: Basic`: a user's name and password.
+    User(String, String),
+    /// `Authorization: Bearer`: the admin token (checked by the endpoint).
+    Token,
+    /// Neither.
+    Nothing,
+}
+
+impl Offered {
+    fn of(r: &Request) -> Offered {
+        let auth = r.authorization.unwrap_or("");
+        if let Some(b64) = auth.strip_prefix("Basic ") {
+            use base64::Engine;
+            let decoded = base64::engine::general_purpose::STANDARD.decode(b64.trim()).unwrap_or_default();
+            let text = String::from_utf8_lossy(&decoded);
+            let (name, password) = text.split_once(':').unwrap_or(("", ""));
+            Offered::User(name.to_string(), password.to_string())
+        } else if auth.starts_with("Bearer ") {
+            Offered::Token
+        } else {
+            Offered::Nothing
+        }
+    }
+
+    /// The user name, counted by the throttle.
+    fn user(&self) -> Option<&[u8]> {
+        match self {
+            Offered::User(name, _) => Some(name.as_bytes()),
+            Offered::Token | Offered::Nothing => None,
+        }
+    }
+}
+
+/// `POST /ui/api/login`: refused with `429` and `Retry-After` while the
+/// source or the user name is throttled, else [`login`]'s answer.
+fn login_page(shared: &Shared, r: &Request) -> Page {
+    let source = r.peer.map(mwserve::throttle::Source::ip);
+    let offered = Offered::of(r);
+    if login_configured(shared, r) {
+        if let Err(t) = shared.logins.throttle.check(source, offered.user()) {
+            let page = answer(Err(Refused(429, t.to_string())));
+            return Page { retry_after: Some(t.retry_secs), ..page };
+        }
+    }
+    answer(login(shared, r, source, offered))
+}
+
+/// A login with `Authorization: Basic` (a user) or `Bearer` (the admin
+/// token): a session.
+fn login(
+    shared: &Shared,
+    r: &Request,
+    source: Option<mwserve::throttle::Source>,
+    offered: Offered,
+) -> Result<Value, Refused> {
     if !login_configured(shared, r) {
         return Err(Refused(403, "no login is configured (no [[users]], no [stats] admin_token_file)".into()));
     }
-    let peer = r.peer.unwrap_or(std::net::IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED));
-    let throttle = &shared.logins.throttle;
-    if !throttle.may_try(peer) {
-        return Err(Refused(429, "too many failed logins from this address: try again later".into()));
-    }
-    let auth = r.authorization.unwrap_or("");
-    let login = if let Some(b64) = auth.strip_prefix("Basic ") {
-        if !shared.users.enabled() {
-            return Err(Refused(403, "no users are configured: log in with the admin token".into()));
+    let login = match &offered {
+        Offered::User(name, password) => {
+            if !shared.users.enabled() {
+                return Err(Refused(403, "no users are configured: log in with the admin token".into()));
+            }
+            let mut verifier = shared.ui.verifier.lock().unwrap_or_else(|p| p.into_inner());
+            shared.users.check_with(name, password.as_bytes(), &mut verifier).map(Login::User)
         }
-        use base64::Engine;
-        let decoded = base64::engine::general_purpose::STANDARD.decode(b64.trim()).unwrap_or_default();
-        let text = String::from_utf8_lossy(&decoded);
-        let (name, password) = text.split_once(':').unwrap_or(("", ""));
-        let mut verifier = shared.ui.verifier.lock().unwrap_or_else(|p| p.into_inner());
-        shared.users.check_with(name, password.as_bytes(), &mut verifier).map(Login::User)
-    } else if auth.starts_with("Bearer ") {
-        if !r.token_configured {
-            return Err(Refused(403, "no admin token is configured: log in with a user's name and password".into()));
+        Offered::Token => {
+            if !r.token_configured {
+                return Err(Refused(
+                    403,
+                    "no admin token is configured: log in with a user's name and password".into(),
+                ));
+            }
+            r.token.then_some(Login::Token)
         }
-        r.token.then_some(Login::Token)
-    } else {
-        return Err(Refused(
-            400,
-            "log in with Authorization: Basic (user:password) or Bearer (the admin token)".into(),
-        ));
+        Offered::Nothing => {
+            return Err(Refused(
+                400,
+                "log in with Authorization: Basic (user:password) or Bearer (the admin token)".into(),
+            ))
+        }
     };
+    let peer = r.peer.map(|p| p.to_string()).unwrap_or_default();
     let Some(login) = login else {
-        throttle.failed(peer);
+        shared.logins.throttle.failed(source, offered.user());
         tracing::info!(%peer, "a /ui login failed");
         return Err(Refused(401, "wrong user name, password or token".into()));
     };
@@ -565,28 +606,5 @@ mod tests {
         assert!(matches!(refused(Reply::Error("NOPERM no".into())), Err(Refused(403, _))));
         assert!(matches!(refused(Reply::Error("NOQUEUE no".into())), Err(Refused(404, _))));
         assert!(refused(Reply::Simple("OK")).is_ok());
-    }
-
-    #[test]
-    fn sessions_expire_and_are_bounded() {
-        let ui = Ui::default();
-        let first = ui.open(Login::Token).ok().unwrap();
-        assert_eq!(first.len(), 64);
-        assert!(ui.session(&first).is_some());
-        assert!(ui.session("not a session").is_none());
-        for _ in 0..MAX_SESSIONS + 10 {
-            ui.open(Login::Token).ok().unwrap();
-        }
-        assert_eq!(ui.sessions(), MAX_SESSIONS, "at most MAX_SESSIONS");
-        assert!(ui.session(&first).is_none(), "the least recently used went first");
-        let mut s = ui.sessions.lock().unwrap();
-        let long_ago = Instant::now().checked_sub(IDLE + Duration::from_secs(1));
-        if let Some(t) = long_ago {
-            for v in s.values_mut() {
-                v.used = t;
-            }
-            expire(&mut s, Instant::now());
-            assert!(s.is_empty(), "idle sessions end");
-        }
     }
 }

@@ -10,7 +10,7 @@
 //! cost for a user who does not exist), paid on the login threads
 //! (`logins.rs`), each with one argon2 memory block it keeps ([`Verifier`]);
 //! a connection's failed attempts also make it wait (see `Attempts`), and so
-//! do its source address's (`mwserve::throttle`).
+//! do its source address's and the user name's (`mwserve::throttle`).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -275,6 +275,14 @@ impl Attempts {
     pub fn may_try(&self) -> bool {
         let g = self.0.lock().unwrap_or_else(|p| p.into_inner());
         !matches!(g.1, Some(until) if Instant::now() < until)
+    }
+
+    /// `None` when an attempt may be checked now; else the whole seconds
+    /// (at least 1) until one may.
+    pub fn wait(&self) -> Option<u64> {
+        let g = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let left = g.1?.checked_duration_since(Instant::now()).filter(|d| !d.is_zero())?;
+        Some(left.as_secs_f64().ceil().max(1.0) as u64)
     }
 
     /// An attempt failed.

@@ -129,6 +129,7 @@ fn qinfo_reports_ready_delayed_leased_and_the_oldest_age() {
     drop(mq);
     let mut cfg = config(&pg);
     cfg.stats.admin = Some("127.0.0.1:0".into());
+    cfg.queues.public_queues = vec!["*".into()];
     let mq = start(cfg);
     let mut c = connect(mq.local_addr());
     let _: i64 = q(&mut c, &["SEND", "known", "one more"]);

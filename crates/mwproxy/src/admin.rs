@@ -33,7 +33,7 @@ pub fn routes(shared: Arc<Shared>) -> Routes {
         ("POST", "/reload") => Some(reload(&shared)),
         _ => None,
     });
-    Routes { paths: PATHS, own_login: None, handler }
+    Routes { paths: PATHS, own_login: None, probes: mwserve::http::PROBES, handler }
 }
 
 /// `POST /reload`: 200 with what changed, 400 with why the running

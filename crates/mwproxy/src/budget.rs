@@ -12,8 +12,17 @@
 //! `memory_budget` bytes of waiting requests (or of unread replies), only
 //! connections that hold none are read (or served). They can always take
 //! one step, so well-behaved clients keep being served while greedy ones
-//! wait for their own replies to be read. The proxy's memory is then bounded
-//! by the budgets plus one request and one reply per connection.
+//! wait for their own replies to be read.
+//!
+//! A request still arriving counts too ([`Budget::reserve`]): once its size
+//! is known (a binary header, a storage command's line) a connection holds
+//! that much of the total before reading more of it, and is not read on
+//! while the total has no room (unless nothing else is held: one request can
+//! always arrive). A reservation is whole, so every connection that holds
+//! one can finish its request, and a client that sends half a value and
+//! stops holds its share of the budget, not memory beside it. The proxy's
+//! memory is then bounded by the budgets plus one read (16 KiB) and one
+//! reply per connection.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -55,6 +64,28 @@ impl Budget {
     /// Whether a connection with `unread` bytes of replies may run requests (and be read).
     pub fn may_run(&self, unread: usize) -> bool {
         unread == 0 || (unread <= self.output_per_conn && self.output.load(Ordering::Relaxed) <= self.total)
+    }
+
+    /// A connection that holds `held` bytes for a request still arriving
+    /// asks to hold `want`: granted when all connections' waiting and
+    /// arriving requests stay within the total, or when no other connection
+    /// holds any; less than it holds is always granted.
+    pub fn reserve(&self, held: usize, want: usize) -> bool {
+        if want <= held {
+            moved(&self.input, held, want);
+            return true;
+        }
+        let mut now = self.input.load(Ordering::Relaxed);
+        loop {
+            let others = now.saturating_sub(held);
+            if others > 0 && others + want > self.total {
+                return false;
+            }
+            match self.input.compare_exchange_weak(now, now + (want - held), Ordering::Relaxed, Ordering::Relaxed) {
+                Ok(_) => return true,
+                Err(n) => now = n,
+            }
+        }
     }
 
     /// A connection's waiting requests changed from `before` to `after` bytes.
@@ -115,5 +146,20 @@ mod tests {
         b.input_moved(0, 160);
         assert!(!b.may_read(1) && b.may_read(0));
         assert_eq!((b.input_bytes(), b.output_bytes()), (160, 50));
+    }
+
+    #[test]
+    fn requests_still_arriving_hold_the_budget_whole_or_not_at_all() {
+        let cfg =
+            ProxyConfig { max_pending_input: 100, max_pending_output: 100, memory_budget: 150, ..Default::default() };
+        let b = Budget::new(&cfg);
+        assert!(b.reserve(0, 1000), "alone, a request larger than the budget may arrive");
+        assert!(!b.reserve(0, 10), "while it holds the budget, another may not");
+        assert!(b.reserve(1000, 100) && b.input_bytes() == 100, "giving back is always granted");
+        assert!(b.reserve(0, 50) && b.input_bytes() == 150);
+        assert!(!b.reserve(0, 1), "the total is held");
+        assert!(!b.may_read(1), "and connections with waiting requests are not read");
+        assert!(b.reserve(50, 0) && b.reserve(100, 0));
+        assert_eq!(b.input_bytes(), 0);
     }
 }

@@ -46,6 +46,11 @@ pub struct AuthConfig {
     pub address_burst: u32,
     /// Failed logins per second a source address earns back (default 1).
     pub address_per_sec: f64,
+    /// Failed logins for one user name, from any sources, before logins
+    /// as that user are refused unchecked (default 20).
+    pub user_burst: u32,
+    /// Failed logins per second a user name earns back (default 1).
+    pub user_per_sec: f64,
     /// Seconds a connection may take to log in before it is closed, where
     /// users are configured (default 30; 0: no limit).
     pub login_timeout_secs: u64,
@@ -61,6 +66,8 @@ impl Default for AuthConfig {
             max_failures: 3,
             address_burst: 10,
             address_per_sec: 1.0,
+            user_burst: 20,
+            user_per_sec: 1.0,
             login_timeout_secs: 30,
             allow_readable_secrets: false,
         }
@@ -68,9 +75,13 @@ impl Default for AuthConfig {
 }
 
 impl AuthConfig {
-    /// The per-address limits of failed logins.
+    /// The limits of failed logins, per source and per user name.
     pub fn throttle(&self) -> mwserve::throttle::Limits {
-        mwserve::throttle::Limits { burst: f64::from(self.address_burst.max(1)), per_sec: self.address_per_sec }
+        use mwserve::throttle::{Limits, Rate};
+        Limits {
+            source: Rate { burst: f64::from(self.address_burst.max(1)), per_sec: self.address_per_sec },
+            user: Rate { burst: f64::from(self.user_burst.max(1)), per_sec: self.user_per_sec },
+        }
     }
 }
 

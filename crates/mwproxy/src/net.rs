@@ -58,6 +58,9 @@ pub(crate) struct Conn {
     rbuf: ReadBuf,
     /// Bytes still to discard (the data block of a refused value).
     swallow: usize,
+    /// Bytes of the input budget held for the request that has begun in
+    /// `rbuf` and is still arriving (`budget::Budget::reserve`).
+    reserved: usize,
     /// Requests numbered so far.
     issued: u64,
     /// The connection has work but found the queue full.
@@ -77,8 +80,9 @@ pub(crate) struct Conn {
     binary: bool,
     /// Failed logins on this connection.
     login_failures: u32,
-    /// The client's address (failed logins are throttled by it).
-    peer: Option<std::net::IpAddr>,
+    /// Where the client is (failed logins are throttled by it): its
+    /// address, or a unix socket's client's uid.
+    peer: Option<mwserve::throttle::Source>,
     /// When it was accepted (the handshake and login deadlines run from here).
     accepted: Instant,
 }
@@ -285,12 +289,13 @@ impl NetThread {
                 }
             };
             bump(&net.total_connections);
-            let peer = transport.socket().peer_ip();
+            let peer = transport.socket().peer_source();
             Some(Conn {
                 shared: Arc::new(ClientConn::new(transport, shared.budget.clone())),
                 // Grown on the first read: an idle connection costs a few bytes.
                 rbuf: ReadBuf::with_capacity(0),
                 swallow: 0,
+                reserved: 0,
                 issued: 0,
                 unqueued: false,
                 done: false,
@@ -383,6 +388,7 @@ impl NetThread {
 
     fn remove(&mut self, token: Token) {
         if let Some(c) = self.front.clients.remove(token) {
+            self.shared.budget.input_moved(c.reserved, 0);
             c.shared.forget_waiting();
             let _ = self.front.poll.registry().deregister(&mut ClientConnSource(&c.shared));
             c.shared.close();
@@ -434,7 +440,13 @@ impl NetThread {
             if conn.done {
                 return Flow::Finished;
             }
-            if let Some(flow) = parse_all(conn, shared, generation, ids, pipeline.as_mut()) {
+            let parsed = parse_all(conn, shared, generation, ids, pipeline.as_mut());
+            // What was parsed no longer arrives: its share of the budget goes back.
+            let want = arriving(conn);
+            if want < conn.reserved && shared.budget.reserve(conn.reserved, want) {
+                conn.reserved = want;
+            }
+            if let Some(flow) = parsed {
                 return flow;
             }
             if !shared.budget.may_run(conn.shared.pending_output()) {
@@ -457,6 +469,14 @@ impl NetThread {
                 // read raises none, so then the loop reads on until it sees it.
                 return Flow::Drained;
             }
+            // A request that has begun holds its whole size of the budget
+            // before more of it is read; without room, it waits (as a
+            // connection whose line is full does).
+            let want = arriving(conn);
+            if !shared.budget.reserve(conn.reserved, want) {
+                return Flow::Blocked;
+            }
+            conn.reserved = want;
             reads += 1;
             conn.rbuf.shrink_to(READ_CHUNK);
             // A read with nothing pending lands in the loop's scratch buffer
@@ -509,6 +529,25 @@ impl NetThread {
         self.pipeline.as_ref().is_none_or(Pipeline::idle)
             && self.front.clients.iter().all(|c| !c.unqueued && c.shared.idle(c.issued))
     }
+}
+
+/// Bytes the request that has begun in the connection's buffer will take
+/// once it is all there: its declared size (a binary frame's header, a
+/// storage command's line), else what is there and one more read (a line
+/// still coming); 0 when nothing has begun or the rest is swallowed.
+fn arriving(conn: &Conn) -> usize {
+    let buf = conn.rbuf.filled();
+    if buf.is_empty() || conn.swallow > 0 {
+        return 0;
+    }
+    let declared = if conn.binary {
+        binary::frame_len(buf)
+    } else if conn.authenticated {
+        mcproto::parse::declared_len(buf)
+    } else {
+        None
+    };
+    declared.unwrap_or(buf.len() + READ_CHUNK / 4).max(buf.len())
 }
 
 /// Parses every whole request in the buffer and puts it in the connection's
@@ -654,6 +693,12 @@ fn binary_step(conn: &mut Conn, shared: &Shared, generation: &Generation) -> Ste
     let sasl = generation.users.is_some();
     match binary::parse_binary(conn.rbuf.filled(), &generation.limits, sasl, conn.authenticated) {
         Binary::Incomplete => Step::Wait,
+        // Before login, `version` is answered here, never carried to a server.
+        Binary::Request { request: Request::Version, ctx, consumed } if !conn.authenticated => {
+            conn.rbuf.consume(consumed);
+            answer(conn, binary::success_with(ctx.opcode, ctx.opaque, crate::VERSION.as_bytes()), false, shared);
+            Step::Answered
+        }
         Binary::Request { request, ctx, consumed } => {
             conn.rbuf.consume(consumed);
             Step::Job(Work::Request(request), consumed, ctx)
@@ -698,8 +743,10 @@ fn binary_step(conn: &mut Conn, shared: &Shared, generation: &Generation) -> Ste
 
 /// The SASL commands: `PLAIN` is the one mechanism, checked against the
 /// users of `--auth-file` as text logins are, failures counted, throttled
-/// per address and closing the connection at `[auth] max_failures`, and
-/// whatever was pipelined behind a failed login dropped unread.
+/// per source and per user name (a throttled login hears the auth error
+/// status with the throttle's message), closing the connection at `[auth]
+/// max_failures`, and whatever was pipelined behind a failed login dropped
+/// unread.
 fn sasl_step(
     conn: &mut Conn,
     shared: &Shared,
@@ -718,8 +765,9 @@ fn sasl_step(
         return Step::Answered;
     }
     bump(&net.auth_cmds);
-    let locked = conn.peer.is_some_and(|a| !shared.logins.may_try(a));
-    let ok = !locked
+    let user = plain(data).map(|(user, _)| user);
+    let throttled = shared.logins.check(conn.peer, user).err();
+    let ok = throttled.is_none()
         && opcode == binary::op::SASL_AUTH
         && mechanism == b"PLAIN"
         && plain(data).is_some_and(|(user, password)| users.check(user, password));
@@ -728,8 +776,13 @@ fn sasl_step(
         answer(conn, binary::success_with(opcode, opaque, b"Authenticated"), false, shared);
         return Step::Answered;
     }
-    let close = login_failed(conn, shared, generation, locked);
-    answer(conn, binary::error(opcode, opaque, binary::status::AUTH_ERROR), close, shared);
+    let reply = match &throttled {
+        // Told why, never "Auth failure": the password was not checked.
+        Some(t) => binary::error_with(opcode, opaque, binary::status::AUTH_ERROR, t.to_string().as_bytes()),
+        None => binary::error(opcode, opaque, binary::status::AUTH_ERROR),
+    };
+    let close = login_failed(conn, shared, generation, throttled.is_some(), user);
+    answer(conn, reply, close, shared);
     if close {
         bump(&net.auth_closed);
         return Step::Stop;
@@ -737,17 +790,18 @@ fn sasl_step(
     Step::Answered
 }
 
-/// A failed login, text or SASL: counted, the address's failures noted (or
-/// the throttle counted when the address was locked out), and whatever was
-/// pipelined behind it dropped unread (it was sent before the client could
-/// know the login failed). True when the connection must now close: the
-/// address is locked out, or this connection reached `[auth] max_failures`.
-fn login_failed(conn: &mut Conn, shared: &Shared, generation: &Generation, locked: bool) -> bool {
+/// A failed login, text or SASL: counted, the source's and the user name's
+/// failures noted (or the throttle counted when either was locked out), and
+/// whatever was pipelined behind it dropped unread (it was sent before the
+/// client could know the login failed). True when the connection must now
+/// close: the login was throttled, or this connection reached `[auth]
+/// max_failures`.
+fn login_failed(conn: &mut Conn, shared: &Shared, generation: &Generation, locked: bool, user: Option<&[u8]>) -> bool {
     bump(&shared.net.auth_errors);
     if locked {
         bump(&shared.net.auth_throttled);
-    } else if let Some(a) = conn.peer {
-        shared.logins.failed(a);
+    } else {
+        shared.logins.failed(conn.peer, user);
     }
     conn.login_failures += 1;
     let rest = conn.rbuf.len();
@@ -774,13 +828,14 @@ fn plain(data: &[u8]) -> Option<(&[u8], &[u8])> {
 /// Beyond memcached, guessing is made expensive: whatever was pipelined
 /// behind a failed login is dropped unread (it was sent before the client
 /// could know the login failed), the connection is closed at its
-/// `[auth] max_failures`-th failure, and a source address that failed too
-/// often (`mwserve::throttle`) has its logins refused unchecked, and the
+/// `[auth] max_failures`-th failure, and a source or a user name that failed
+/// too often (`mwserve::throttle`) has its logins refused unchecked — told
+/// `CLIENT_ERROR too many failed logins ...; retry in N s` — and the
 /// connection closed.
 fn log_in(conn: &mut Conn, shared: &Shared, generation: &Generation) -> Option<Option<Flow>> {
     let net = &shared.net;
     let users = generation.users.as_ref()?;
-    let mut reply: Option<&'static [u8]> = None;
+    let mut reply: Option<Vec<u8>> = None;
     let mut close = false;
     let flow = loop {
         let consumed = match mcproto::auth::parse_auth(conn.rbuf.filled()) {
@@ -791,17 +846,23 @@ fn log_in(conn: &mut Conn, shared: &Shared, generation: &Generation) -> Option<O
                 return Some(Some(Flow::Finished));
             }
             Auth::Refused { consumed, reply: r } => {
-                reply = Some(r);
+                reply = Some(r.to_vec());
                 consumed
             }
             Auth::Credentials { consumed, user, password } => {
                 bump(&net.auth_cmds);
-                let locked = conn.peer.is_some_and(|a| !shared.logins.may_try(a));
-                let ok = !locked && users.check(user, password);
-                reply = Some(if ok { mcproto::auth::STORED } else { mcproto::auth::FAILURE });
+                let throttled = shared.logins.check(conn.peer, Some(user)).err();
+                let ok = throttled.is_none() && users.check(user, password);
+                reply = Some(match &throttled {
+                    // Told why, never "authentication failure": the password was not checked.
+                    Some(t) => format!("CLIENT_ERROR {t}\r\n").into_bytes(),
+                    None if ok => mcproto::auth::STORED.to_vec(),
+                    None => mcproto::auth::FAILURE.to_vec(),
+                });
                 conn.authenticated = ok;
                 if !ok {
-                    close = login_failed(conn, shared, generation, locked);
+                    let user = user.to_vec();
+                    close = login_failed(conn, shared, generation, throttled.is_some(), Some(&user));
                     break Some(None);
                 }
                 consumed
@@ -813,7 +874,7 @@ fn log_in(conn: &mut Conn, shared: &Shared, generation: &Generation) -> Option<O
         }
     };
     if let Some(r) = reply {
-        conn.shared.deliver(conn.issued, r.to_vec(), close, net);
+        conn.shared.deliver(conn.issued, r, close, net);
         conn.issued += 1;
     }
     if close {

@@ -51,7 +51,7 @@ pub struct Shared {
     /// Client connections served at once (`max_connections`, lowered to fit
     /// the file descriptor limit).
     pub max_connections: usize,
-    /// Failed logins per source address.
+    /// Failed logins per source and per user name.
     pub logins: mwserve::throttle::Throttle,
     /// Where a reload reads the configuration (set by `main`).
     source: Mutex<Option<Source<Config>>>,

@@ -5,7 +5,7 @@
 
 mod common;
 
-use std::io::{Read, Write};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -71,6 +71,8 @@ fn password_guessing_is_slowed_to_the_address_rate() {
         c.auth.file = Some(users.clone());
         c.auth.address_burst = 10;
         c.auth.address_per_sec = 2.0;
+        // (The address's rate is measured here; the user name's has a test of its own.)
+        c.auth.user_burst = 100_000;
     });
     let addr = proxy.local_addr();
 
@@ -108,11 +110,12 @@ fn password_guessing_is_slowed_to_the_address_rate() {
         let (reply, _) = read_until_closed(&mut s, Duration::from_millis(200));
         assert!(!reply.contains("STORED"));
         if tries == 50 {
-            // Even the right password is refused while the address is locked out.
+            // Even the right password is refused while the address is locked out, and told so.
             let mut s = TcpStream::connect(addr).unwrap();
             s.write_all(attempt("alice", "correct-horse").as_bytes()).unwrap();
             let (reply, closed) = read_until_closed(&mut s, Duration::from_secs(1));
-            locked_out_right_password = reply.starts_with("CLIENT_ERROR authentication failure") && closed;
+            locked_out_right_password =
+                reply.starts_with("CLIENT_ERROR too many failed logins from 127.0.0.1; retry in ") && closed;
         }
     }
     assert!(tries > 50, "the attack ran: {tries} tries");
@@ -365,4 +368,147 @@ fn tls_stream(addr: SocketAddr, ca: &Path) -> rustls::StreamOwned<rustls::Client
     let sock = TcpStream::connect(addr).unwrap();
     sock.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
     rustls::StreamOwned::new(conn, sock)
+}
+
+/// One login attempt on a fresh connection (`connect`): the reply line.
+fn login_on<S: Read + Write>(mut s: S, user: &str, password: &str) -> String {
+    s.write_all(attempt(user, password).as_bytes()).unwrap();
+    let mut line = String::new();
+    BufReader::new(s).read_line(&mut line).unwrap();
+    line
+}
+
+fn from(i: usize, addr: SocketAddr) -> TcpStream {
+    let s = mctest::hostile::connect_from(mctest::hostile::loopback(i), addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    s
+}
+
+/// 50 source addresses in 127.0.0.0/8 made 200 checked guesses at one user
+/// in 10 s: failures were counted per address only. Now they are also
+/// counted per user name: past `[auth] user_burst`, logins as that user are
+/// refused unchecked from anywhere — and told so, over text
+/// (`CLIENT_ERROR too many failed logins for user alice; retry in N s`) and
+/// over binary SASL (the auth error status with that message), where the
+/// right password used to hear "authentication failure".
+#[test]
+fn guesses_at_one_user_from_fifty_addresses_are_throttled_and_told_so() {
+    let dir = scratch("by-user");
+    let backend = common::servers(1);
+    let users = users_file(&dir);
+    let proxy = common::proxy(&backend, |c| {
+        c.auth.file = Some(users.clone());
+        c.auth.user_burst = 10;
+        c.auth.user_per_sec = 1.0;
+    });
+    let addr = proxy.local_addr();
+    let t0 = Instant::now();
+    let (mut checked, mut throttled) = (0, 0);
+    for i in 0..200 {
+        let reply = login_on(from(i % 50, addr), "alice", &format!("guess{i}"));
+        if reply == "CLIENT_ERROR authentication failure\r\n" {
+            checked += 1;
+        } else {
+            assert!(reply.starts_with("CLIENT_ERROR too many failed logins for user alice; retry in "), "{reply:?}");
+            throttled += 1;
+        }
+    }
+    let secs = t0.elapsed().as_secs_f64();
+    assert!(checked as f64 <= 10.0 + secs + 1.0, "{checked} guesses checked in {secs:.1} s");
+    assert!(throttled > 0);
+    // The right password, by binary SASL: the auth error status, saying why.
+    let mut s = from(60, addr);
+    let mut sasl = Vec::new();
+    mcproto::binary::encode_request(
+        &mut sasl,
+        mcproto::binary::op::SASL_AUTH,
+        7,
+        0,
+        &[],
+        b"PLAIN",
+        b"\0alice\0correct-horse",
+    );
+    s.write_all(&sasl).unwrap();
+    let mut got = Vec::new();
+    let frame = loop {
+        let mut buf = [0u8; 512];
+        let n = s.read(&mut buf).unwrap();
+        assert!(n > 0, "closed without an answer");
+        got.extend_from_slice(&buf[..n]);
+        if let Some((f, _)) = mcproto::binary::Frame::read(&got) {
+            break (f.status, String::from_utf8_lossy(f.value).into_owned());
+        }
+    };
+    assert_eq!(frame.0, mcproto::binary::status::AUTH_ERROR);
+    assert!(frame.1.starts_with("too many failed logins for user alice; retry in "), "{}", frame.1);
+    // Another user is not throttled; alice logs in once her bucket has drained.
+    assert_eq!(login_on(from(61, addr), "bob", "x"), "CLIENT_ERROR authentication failure\r\n");
+    assert!(
+        common::eventually(Duration::from_secs(60), || login_on(from(62, addr), "alice", "correct-horse")
+            == "STORED\r\n"),
+        "alice logs in once her bucket drains"
+    );
+    common::stop(proxy);
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// Every unix-socket client counted as 127.0.0.1: a dozen bad guesses by one
+/// local process locked out every local client, TCP ones included. Now a
+/// unix-socket client is counted by its peer credentials' uid: its lockout
+/// names that uid, and a client over TCP from 127.0.0.1 still logs in.
+#[test]
+fn unix_socket_clients_are_throttled_by_their_uid() {
+    use std::os::unix::fs::MetadataExt;
+    let dir = scratch("by-uid");
+    let (ca, cert, key) = certificates(&dir);
+    let backend = common::servers(1);
+    let users = users_file(&dir);
+    let path = dir.join("mwproxy.sock");
+    let proxy = common::proxy(&backend, |c| {
+        c.auth.file = Some(users.clone());
+        c.auth.address_burst = 3;
+        c.auth.address_per_sec = 0.01;
+        c.tls.cert = Some(cert.to_string_lossy().into_owned());
+        c.tls.key = Some(key.to_string_lossy().into_owned());
+        c.tls.plain_listen = Some(path.to_string_lossy().into_owned());
+    });
+    let unix = || std::os::unix::net::UnixStream::connect(&path).unwrap();
+    for i in 0..3 {
+        assert_eq!(login_on(unix(), "mallory", &format!("guess{i}")), "CLIENT_ERROR authentication failure\r\n");
+    }
+    let uid = std::fs::metadata("/proc/self").unwrap().uid();
+    let locked = login_on(unix(), "alice", "correct-horse");
+    assert!(
+        locked.starts_with(&format!("CLIENT_ERROR too many failed logins from local uid {uid}; retry in ")),
+        "{locked:?}"
+    );
+    // Over TCP from 127.0.0.1 (TLS, the other listener): another source.
+    let tls = tls_stream(proxy.local_addr(), &ca);
+    assert_eq!(login_on(tls, "alice", "correct-horse"), "STORED\r\n", "a loopback client is not locked out");
+    common::stop(proxy);
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// 8 sockets that sent nothing, reopened every 4 s, held every slot of the
+/// admin endpoint: `/healthz` and `/readyz` answered 503 for as long as they
+/// stayed. Now requests are read without a slot and probes have a lane of
+/// their own: with 8 and then 64 silent sockets and 8 trickling ones held
+/// and reopened, every probe every 100 ms answers 200, and so do pages.
+#[test]
+fn silent_admin_sockets_cannot_take_probes_down() {
+    use mctest::hostile::{http_status, probe, Flood, Kind};
+    let backend = common::servers(1);
+    let proxy = common::proxy(&backend, |c| c.stats.admin = Some("127.0.0.1:0".into()));
+    let admin = proxy.admin_addr().unwrap();
+    for (n, reopen) in [(8, Duration::from_secs(4)), (64, Duration::from_secs(1))] {
+        let idle = Flood::start(admin, n, Kind::Idle, None, reopen);
+        let slow = Flood::start(admin, 8, Kind::Trickling, None, Duration::from_secs(4));
+        std::thread::sleep(Duration::from_millis(300));
+        let (failed, asked) = probe(admin, &["/healthz", "/readyz"], Duration::from_secs(4));
+        assert!(failed.is_empty(), "{n} silent sockets: {} of {asked} probes failed: {failed:?}", failed.len());
+        assert_eq!(http_status(admin, "/metrics", Duration::from_secs(30)), Ok(200), "pages are served too");
+        slow.stop();
+        idle.stop();
+    }
+    common::stop(proxy);
 }

@@ -6,15 +6,14 @@
 mod common;
 
 use mwproxy::Service;
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufReader, Write};
 use std::net::TcpStream;
-use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use mcproto::ring::{HashKind, Ring, ServerSpec};
-use mctest::{free_port, wait_for_port, Client, Memcached};
+use mctest::{Client, Memcached};
 
 fn ring_of(endpoints: &[String]) -> Ring {
     let specs: Vec<ServerSpec> = endpoints.iter().map(|e| e.parse().unwrap()).collect();
@@ -190,66 +189,6 @@ fn many_clients_on_a_stalled_servers_hot_key_leave_the_other_servers_keys_fast()
     common::stop(proxy);
 }
 
-/// mwproxy as its own process, so its memory can be read.
-struct ProxyProcess {
-    child: Child,
-    port: u16,
-    stderr: Arc<Mutex<String>>,
-}
-
-impl ProxyProcess {
-    fn start(shell_prefix: &str, args: &[&str]) -> ProxyProcess {
-        let port = free_port();
-        let mut cmd = Command::new("sh");
-        let line = format!(
-            "{shell_prefix} exec {} -p {port} {} {}",
-            env!("CARGO_BIN_EXE_mwproxy"),
-            common::engine_args().join(" "),
-            args.iter().map(|a| format!("'{a}'")).collect::<Vec<_>>().join(" ")
-        );
-        cmd.args(["-c", &line]).stdout(Stdio::null()).stderr(Stdio::piped());
-        let mut child = cmd.spawn().unwrap();
-        let stderr = Arc::new(Mutex::new(String::new()));
-        let err = child.stderr.take().unwrap();
-        let sink = stderr.clone();
-        std::thread::spawn(move || {
-            for line in BufReader::new(err).lines().map_while(Result::ok) {
-                let mut s = sink.lock().unwrap();
-                s.push_str(&line);
-                s.push('\n');
-            }
-        });
-        wait_for_port(([127, 0, 0, 1], port).into(), Duration::from_secs(5)).unwrap();
-        ProxyProcess { child, port, stderr }
-    }
-
-    fn addr(&self) -> std::net::SocketAddr {
-        ([127, 0, 0, 1], self.port).into()
-    }
-
-    fn rss_mb(&self) -> f64 {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap();
-        let kb: f64 = status
-            .lines()
-            .find_map(|l| l.strip_prefix("VmRSS:"))
-            .and_then(|v| v.split_whitespace().next())
-            .and_then(|v| v.parse().ok())
-            .unwrap();
-        kb / 1024.0
-    }
-
-    fn log(&self) -> String {
-        self.stderr.lock().unwrap().clone()
-    }
-}
-
-impl Drop for ProxyProcess {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 /// Sends `bytes` and never reads; gives up writing when the proxy stops reading.
 fn flood(addr: std::net::SocketAddr, bytes: Vec<u8>) -> std::thread::JoinHandle<TcpStream> {
     std::thread::spawn(move || {
@@ -265,7 +204,8 @@ fn clients_that_never_read_keep_memory_bounded_and_neighbours_served() {
     let server = Memcached::start_with(&["-m", "256"]).unwrap();
     // Under a 2 GiB address-space limit, as in production containers: running
     // out of memory would abort the process and drop every client.
-    let mut proxy = ProxyProcess::start("ulimit -v 2097152;", &["-m", &server.endpoint(), "--memory-budget", "32m"]);
+    let mut proxy =
+        common::ProxyProcess::start("ulimit -v 2097152;", &["-m", &server.endpoint(), "--memory-budget", "32m"]);
     let mut c = Client::connect(proxy.addr()).unwrap();
     let big = "b".repeat(512 * 1024);
     assert_eq!(c.call_str(&format!("set big 0 0 {}\r\n{big}\r\n", big.len())).unwrap(), "STORED\r\n");
@@ -522,7 +462,7 @@ fn over_the_file_limit_clients_are_refused_and_servers_stay_reachable() {
     let mut server = Memcached::start().unwrap();
     // 4 workers x 1 server + 2 (or 2 loops x 1 server + 2 x 2) + 64
     // descriptors are kept: 30 clients fit in 100.
-    let proxy = ProxyProcess::start("ulimit -n 100;", &["-m", &server.endpoint(), "-t", "4"]);
+    let proxy = common::ProxyProcess::start("ulimit -n 100;", &["-m", &server.endpoint(), "-t", "4"]);
     assert!(
         common::eventually(Duration::from_secs(2), || proxy.log().contains("does not fit")),
         "the start-up says the limit is too low: {}",
@@ -548,7 +488,7 @@ fn over_the_file_limit_clients_are_refused_and_servers_stay_reachable() {
         clients[0].call_str("set x 0 0 1\r\nx\r\n").is_ok_and(|r| r == "STORED\r\n")
     }));
     // A soft limit below the hard one is raised at start.
-    let raised = ProxyProcess::start("ulimit -Sn 100; ulimit -Hn 4096;", &["-m", &server.endpoint()]);
+    let raised = common::ProxyProcess::start("ulimit -Sn 100; ulimit -Hn 4096;", &["-m", &server.endpoint()]);
     let mut c = Client::connect(raised.addr()).unwrap();
     let max = common::stat(&c.call_str("stats\r\n").unwrap(), "max_connections");
     assert_eq!(max, 4096 - common::reserved_fds(8, 1) - 64, "{}", raised.log());
@@ -616,8 +556,10 @@ fn a_server_answering_garbage_is_logged_once_not_per_request() {
             }
         }
     });
-    let proxy =
-        ProxyProcess::start("", &["-m", &fake.endpoint(), "--retry-min-ms", "1", "--retry-max-ms", "2", "-t", "2"]);
+    let proxy = common::ProxyProcess::start(
+        "",
+        &["-m", &fake.endpoint(), "--retry-min-ms", "1", "--retry-max-ms", "2", "-t", "2"],
+    );
     let mut c = Client::connect(proxy.addr()).unwrap();
     let mut errors = 0;
     for _ in 0..300 {
@@ -635,7 +577,7 @@ fn a_server_answering_garbage_is_logged_once_not_per_request() {
 fn ten_thousand_connections_are_held_with_bounded_memory() {
     mctest::raise_fd_limit(20_500);
     let server = Memcached::start().unwrap();
-    let proxy = ProxyProcess::start("", &["-m", &server.endpoint(), "--max-connections", "10000"]);
+    let proxy = common::ProxyProcess::start("", &["-m", &server.endpoint(), "--max-connections", "10000"]);
     let mut good = Client::connect(proxy.addr()).unwrap();
     assert_eq!(good.call_str("set k 0 0 1\r\nv\r\n").unwrap(), "STORED\r\n");
     let before = proxy.rss_mb();

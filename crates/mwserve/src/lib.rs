@@ -11,11 +11,13 @@
 //! - [`stream`]: addresses and connections, TCP or unix sockets;
 //! - [`queue`]: the bounded, fair request queue between net threads and workers;
 //! - [`fdlimit`]: raising the open-file limit and working out how many clients fit;
-//! - [`http`]: the small blocking HTTP admin endpoint (`/metrics`, `/stats`, `/healthz`);
+//! - [`http`]: the small HTTP admin endpoint (`/metrics`, `/stats`, `/healthz`),
+//!   whose probes idle or slow sockets cannot take down;
 //! - [`results`]: the stats thread's window loop and the results directory;
 //! - [`shell`]: what a running middleware has besides its own threads
 //!   (address, stats thread, admin endpoint);
-//! - [`throttle`]: failed logins per source address (both middlewares);
+//! - [`throttle`]: failed logins per source (address, IPv6 /64, unix uid) and
+//!   per user name (both middlewares);
 //! - [`process`]: logging, stopping on SIGTERM/SIGINT, size and boolean flags.
 
 pub mod cli;

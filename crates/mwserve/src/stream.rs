@@ -132,13 +132,23 @@ impl Stream {
         }
     }
 
-    /// The client's IP address, for counting failed logins by source: a
-    /// unix socket's clients are local and count as 127.0.0.1, as loopback
-    /// clients do.
+    /// The client's IP address: a unix socket's clients are local and
+    /// count as 127.0.0.1, as loopback clients do.
     pub fn peer_ip(&self) -> Option<IpAddr> {
         match self {
             Stream::Tcp(s) => s.peer_addr().ok().map(|a| a.ip()),
             Stream::Unix(_) => Some(IpAddr::V4(Ipv4Addr::LOCALHOST)),
+        }
+    }
+
+    /// Where the client is, as failed logins are counted
+    /// ([`crate::throttle::Source`]): its IP address (IPv6 by /64), or a
+    /// unix socket's client by the user id of its peer credentials
+    /// (`SO_PEERCRED`), so that local users do not share one bucket.
+    pub fn peer_source(&self) -> Option<crate::throttle::Source> {
+        match self {
+            Stream::Tcp(s) => s.peer_addr().ok().map(|a| crate::throttle::Source::ip(a.ip())),
+            Stream::Unix(s) => peer_uid(s).map(crate::throttle::Source::Uid),
         }
     }
 
@@ -321,6 +331,12 @@ impl AsFd for BlockingStream {
     }
 }
 
+/// The user id of a unix socket's peer (the process that connected), as
+/// the kernel recorded it at `connect`.
+pub fn peer_uid(s: &impl AsFd) -> Option<u32> {
+    rustix::net::sockopt::socket_peercred(s).ok().map(|c| c.uid.as_raw())
+}
+
 /// A unix socket's connect that would wait: its server's backlog is full.
 fn backlog_full(e: io::Error) -> io::Error {
     if e.kind() == io::ErrorKind::WouldBlock {
@@ -391,6 +407,14 @@ impl From<std::net::TcpListener> for Listener {
 /// Binds a unix socket at `path` with `mode` (else what the umask leaves).
 /// A socket file left by a process that is gone is replaced; one that a
 /// live server answers on, or a file that is not a socket, is refused.
+///
+/// With a mode, the socket has it from the first moment it exists at
+/// `path`: it is bound in a private directory beside `path` (mode 0700, so
+/// nobody else can reach it there), given its mode, and renamed into place
+/// — memcached sets the umask around `bind` instead, but the umask belongs
+/// to the whole process, and another thread creating a file meanwhile
+/// would get it too. (A chmod after `bind` at `path` itself left a moment
+/// in which a client could connect with the umask's permissions.)
 pub fn bind_unix(path: &Path, mode: Option<u32>) -> io::Result<std::os::unix::net::UnixListener> {
     if let Ok(meta) = std::fs::symlink_metadata(path) {
         if !meta.file_type().is_socket() {
@@ -401,11 +425,33 @@ pub fn bind_unix(path: &Path, mode: Option<u32>) -> io::Result<std::os::unix::ne
         }
         std::fs::remove_file(path)?;
     }
-    let l = std::os::unix::net::UnixListener::bind(path)?;
-    if let Some(mode) = mode {
+    let Some(mode) = mode else { return std::os::unix::net::UnixListener::bind(path) };
+    let l = bind_private(path, mode)?;
+    // The belt: whatever the rename kept, the mode asked for (a chmod only if it differs).
+    if std::fs::metadata(path)?.permissions().mode() & 0o7777 != mode {
         std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))?;
     }
     Ok(l)
+}
+
+/// Binds in a private directory beside `path`, sets `mode`, renames the
+/// socket to `path`.
+fn bind_private(path: &Path, mode: u32) -> io::Result<std::os::unix::net::UnixListener> {
+    use std::os::unix::fs::DirBuilderExt;
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let parent = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let dir = parent.join(format!(".mw{}-{}", std::process::id(), NEXT.fetch_add(1, Ordering::Relaxed)));
+    std::fs::DirBuilder::new().mode(0o700).create(&dir)?;
+    let inner = dir.join("s");
+    let bound = std::os::unix::net::UnixListener::bind(&inner).and_then(|l| {
+        std::fs::set_permissions(&inner, std::fs::Permissions::from_mode(mode))?;
+        std::fs::rename(&inner, path)?;
+        Ok(l)
+    });
+    let _ = std::fs::remove_file(&inner);
+    let _ = std::fs::remove_dir(&dir);
+    bound
 }
 
 #[cfg(test)]
@@ -439,6 +485,34 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
     }
 
+    /// The socket was chmod-ed after `bind`: for a moment it had the
+    /// umask's mode at its path. Now it appears there by a rename, already
+    /// with its mode: inotify sees it moved in, never created there nor
+    /// changed after.
+    #[test]
+    fn a_unix_socket_appears_with_its_mode() {
+        use rustix::fs::inotify;
+        let dir = std::env::temp_dir().join(format!("mwserve-unix-mode-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("s.sock");
+        let watch = inotify::init(inotify::CreateFlags::NONBLOCK).unwrap();
+        let all = inotify::WatchFlags::CREATE | inotify::WatchFlags::ATTRIB | inotify::WatchFlags::MOVED_TO;
+        inotify::add_watch(&watch, &dir, all).unwrap();
+        let l = bind_unix(&path, Some(0o640)).unwrap();
+        assert_eq!(std::fs::symlink_metadata(&path).unwrap().permissions().mode() & 0o7777, 0o640);
+        let mut buf = [std::mem::MaybeUninit::uninit(); 4096];
+        let mut events = inotify::Reader::new(&watch, &mut buf);
+        let mut seen = Vec::new();
+        while let Ok(e) = events.next() {
+            if e.file_name().is_some_and(|n| n.to_bytes() == b"s.sock") {
+                seen.push(e.events());
+            }
+        }
+        assert_eq!(seen, [inotify::ReadFlags::MOVED_TO], "moved in with its mode, nothing after");
+        drop(l);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
     #[test]
     fn blocking_and_polled_streams_carry_bytes_over_a_unix_socket() {
         let dir = std::env::temp_dir().join(format!("mwserve-unix-b-{}", std::process::id()));
@@ -453,9 +527,13 @@ mod tests {
         let mut got = [0u8; 4];
         server.read_exact(&mut got).unwrap();
         assert_eq!(&got, b"ping");
+        // The server side sees who connected: this process's user.
+        assert_eq!(peer_uid(&server), Some(rustix::process::getuid().as_raw()));
         let polled = Stream::connect(&addr).unwrap();
         assert!(polled.connected().unwrap());
         assert_eq!(polled.peer_ip(), Some(IpAddr::V4(Ipv4Addr::LOCALHOST)));
+        let uid = rustix::process::getuid().as_raw();
+        assert_eq!(polled.peer_source(), Some(crate::throttle::Source::Uid(uid)), "by uid, not as 127.0.0.1");
         drop(l);
         std::fs::remove_file(&path).unwrap();
         let gone = BlockingStream::connect(&addr, Duration::from_secs(1)).unwrap_err();

@@ -86,6 +86,22 @@ fn refusals_follow_memcached() {
     assert_eq!(refused(locked), (Some(status::AUTH_ERROR), 0, 0, true));
     let version = parse_binary(&req(op::VERSION, 0, 0, &[], &[], &[]), &Limits::default(), true, false);
     assert!(matches!(version, Binary::Request { request: Request::Version, .. }));
+    // Before login, a frame is judged by its header: a 65,535-byte key, or a
+    // body larger than a SASL exchange, closes the connection before any of it is buffered.
+    let header_with = |opcode: u8, keylen: u16, bodylen: u32, logged_in: bool| {
+        let mut h = Vec::new();
+        Header { magic: REQUEST_MAGIC, opcode, keylen, extlen: 0, bodylen, opaque: 0, cas: 0 }.write(&mut h);
+        parse_binary(&h, &Limits::default(), true, logged_in)
+    };
+    let header_only = |opcode: u8, keylen: u16, bodylen: u32| header_with(opcode, keylen, bodylen, false);
+    assert_eq!(refused(header_only(op::GET, u16::MAX, u32::from(u16::MAX))), (Some(status::AUTH_ERROR), 0, 0, true));
+    assert_eq!(refused(header_only(op::SASL_AUTH, u16::MAX, u32::from(u16::MAX))), (Some(status::EINVAL), 0, 0, true));
+    let too_long = (MAX_UNAUTHENTICATED_BODY + 1) as u32;
+    assert_eq!(refused(header_only(op::SASL_AUTH, 5, too_long)), (Some(status::EINVAL), 0, 0, true));
+    assert_eq!(header_only(op::SASL_AUTH, 5, 100), Binary::Incomplete, "a login of a plausible size is awaited");
+    assert_eq!(frame_len(&req(op::SET, 0, 0, &set_extras(0, 0), b"k", b"value")[..24]), Some(24 + 8 + 1 + 5));
+    // Logged in, a large key is refused as memcached refuses it (after its bytes).
+    assert_eq!(header_with(op::GET, 300, 300, true), Binary::Incomplete);
     // Without logins the SASL commands are unknown.
     let mechs = parse(&req(op::SASL_LIST_MECHS, 0, 0, &[], &[], &[]));
     assert_eq!(refused(mechs), (Some(status::UNKNOWN_COMMAND), 24, 0, false));

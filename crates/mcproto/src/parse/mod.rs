@@ -171,6 +171,23 @@ pub fn parse_request(buf: &[u8], limits: &Limits) -> Parsed {
     }
 }
 
+/// The length of the storage request whose command line is at the front of
+/// `buf` — its line, data block and `\r\n` — once the line is there; `None`
+/// for a line still coming or another command. (What buffering the request
+/// whole will cost, known before its data block arrives.)
+pub fn declared_len(buf: &[u8]) -> Option<usize> {
+    let nl = memchr(b'\n', buf)?;
+    let line = buf[..nl].strip_suffix(b"\r").unwrap_or(&buf[..nl]);
+    let tokens: Vec<&[u8]> = line.split(|&b| b == b' ').filter(|t| !t.is_empty()).take(5).collect();
+    let vlen = match tokens.first().copied()? {
+        b"set" | b"add" | b"replace" | b"append" | b"prepend" | b"cas" => tokens.get(4)?,
+        b"ms" => tokens.get(2)?,
+        _ => return None,
+    };
+    let vlen = usize::try_from(parse_i32(vlen)?).ok()?;
+    Some(nl + 1 + vlen + 2)
+}
+
 fn done(request: Request, consumed: usize) -> Parsed {
     Parsed::Request { request, consumed }
 }

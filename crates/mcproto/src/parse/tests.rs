@@ -442,3 +442,16 @@ fn meta_errors_as_memcached_gives_them() {
     assert_eq!(parse_request(b"ms k 5\r\nhel", &lim()), Parsed::Incomplete);
     assert_eq!(reply_of(b"MG k v\r\n"), Some(ERROR), "commands are case-sensitive");
 }
+
+#[test]
+fn a_storage_request_declares_its_length_before_its_data_arrives() {
+    let set = b"set k 0 0 5\r\nhello\r\n";
+    assert_eq!(declared_len(&set[..13]), Some(set.len()), "once the line is there");
+    assert_eq!(declared_len(&set[..8]), None, "the line is still coming");
+    let cas = b"cas k 0 0 3 99\r\n";
+    assert_eq!(declared_len(cas), Some(cas.len() + 3 + 2));
+    let ms = b"ms k 1048576 T0\r\n";
+    assert_eq!(declared_len(ms), Some(ms.len() + 1_048_576 + 2));
+    assert_eq!(declared_len(b"get k\r\n"), None);
+    assert_eq!(declared_len(b"set k 0 0 -1\r\n"), None);
+}

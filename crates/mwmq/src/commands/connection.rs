@@ -87,6 +87,8 @@ impl Core<'_> {
         }
         let wrong = || Reply::Error("WRONGPASS invalid username-password pair or user is disabled.".into());
         let throttle = &self.shared.logins.throttle;
+        let source = s.peer().map(mwserve::throttle::Source::ip);
+        let user = Some(credentials.user.as_bytes());
         match checked {
             Some(Some(user)) => {
                 s.attempts().succeeded();
@@ -95,17 +97,22 @@ impl Core<'_> {
             }
             Some(None) => {
                 s.attempts().failed();
-                if let Some(a) = s.peer() {
-                    throttle.failed(a);
-                }
+                throttle.failed(source, user);
                 tracing::debug!(user = %credentials.user, "failed login");
                 Some(wrong())
             }
-            None if !s.attempts().may_try() || s.peer().is_some_and(|a| !throttle.may_try(a)) => {
+            None => {
+                // Refused unchecked, and told so (never WRONGPASS: the
+                // password may be right). `-ERR`, which every Redis client
+                // raises with its message.
+                let refusal = match s.attempts().wait() {
+                    Some(secs) => Some(format!("ERR too many failed logins on this connection; retry in {secs} s")),
+                    None => throttle.check(source, user).err().map(|t| format!("ERR {t}")),
+                };
+                let refusal = refusal?;
                 users.failures.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                Some(wrong())
+                Some(Reply::Error(refusal))
             }
-            None => None,
         }
     }
 

@@ -232,6 +232,7 @@ fn a_paused_queue_shows_on_metrics_of_every_process() {
         let mut cfg = config(&pg);
         cfg.stats.admin = Some("127.0.0.1:0".into());
         cfg.queues.maintenance_s = 1;
+        cfg.queues.public_queues = vec!["*".into()];
         start(cfg)
     };
     let (a, b) = (with_admin(), with_admin());

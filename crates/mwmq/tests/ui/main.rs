@@ -303,9 +303,41 @@ fn the_api_refuses_without_a_session_and_with_forged_or_weak_ones() {
     assert!(statuses.iter().all(|s| *s == 401 || *s == 429), "{statuses:?}");
     assert!(statuses.iter().filter(|s| **s == 401).count() <= 5, "throttled after the burst: {statuses:?}");
     assert_eq!(statuses.last(), Some(&429), "{statuses:?}");
-    // ... even the right password, and token guesses count too.
-    assert_eq!(http(admin, "POST", "/ui/api/login", Some(&basic("boss", "boss pass"))).0, 429);
+    // ... even the right password, told so with when to come back; token guesses count too.
+    let (status, text) = http(admin, "POST", "/ui/api/login", Some(&basic("boss", "boss pass")));
+    assert_eq!(status, 429, "{text}");
+    assert!(text.contains("\r\nRetry-After: "), "{text}");
+    assert!(text.contains("too many failed logins from 127.0.0.1; retry in "), "{text}");
     assert_eq!(http(admin, "POST", "/ui/api/login", Some("Bearer guess")).0, 429);
+}
+
+/// A user without rights who logged in 64 times in 2.5 s ended the admin's
+/// session (the least recently used of 64 went). Now a user has at most 8
+/// sessions and its own oldest goes: the admin's outlives another user's
+/// 100 logins.
+#[test]
+fn another_users_logins_do_not_end_the_admins_session() {
+    let pg = Postgres::start().unwrap();
+    let mq = start(configured(&pg, 10));
+    let admin = mq.admin_addr().unwrap();
+    let boss = format!("Bearer {}", session(admin, &basic("boss", "boss pass")));
+    let token = format!("Bearer {}", session(admin, &format!("Bearer {TOKEN}")));
+    let mut sessions = Vec::new();
+    for _ in 0..100 {
+        sessions.push(session(admin, &basic("worker", "work pass")));
+    }
+    for s in [&boss, &token] {
+        let (status, text) = http(admin, "GET", "/ui/api/session", Some(s));
+        assert_eq!(status, 200);
+        assert!(text.contains("\"login\":\"boss\"") || text.contains("\"login\":\"admin token\""), "{text}");
+        assert_eq!(http(admin, "GET", "/ui/api/queues", Some(s)).0, 200, "still logged in");
+    }
+    assert_eq!(
+        http(admin, "GET", "/ui/api/queues", Some(&format!("Bearer {}", sessions[0]))).0,
+        401,
+        "its own oldest went"
+    );
+    assert_eq!(http(admin, "GET", "/ui/api/queues", Some(&format!("Bearer {}", sessions[99]))).0, 200);
 }
 
 #[test]

@@ -263,3 +263,73 @@ pub fn closes_alike(direct: std::net::SocketAddr, proxy: std::net::SocketAddr, c
         assert!(a_closed && b_closed, "both close after {shown:?} (memcached: {a_closed}, mwproxy: {b_closed})");
     }
 }
+
+/// mwproxy as its own process, so its memory can be read.
+pub struct ProxyProcess {
+    /// The process.
+    pub child: std::process::Child,
+    /// Where it listens (127.0.0.1).
+    pub port: u16,
+    stderr: std::sync::Arc<std::sync::Mutex<String>>,
+}
+
+impl ProxyProcess {
+    /// Starts it with `args` (and the engine's flags) after the shell
+    /// commands `shell_prefix` (limits: `ulimit -v ...;`).
+    pub fn start(shell_prefix: &str, args: &[&str]) -> ProxyProcess {
+        use std::io::BufRead;
+        use std::process::{Command, Stdio};
+        use std::sync::{Arc, Mutex};
+        let port = mctest::free_port();
+        let mut cmd = Command::new("sh");
+        let line = format!(
+            "{shell_prefix} exec {} -p {port} {} {}",
+            env!("CARGO_BIN_EXE_mwproxy"),
+            engine_args().join(" "),
+            args.iter().map(|a| format!("'{a}'")).collect::<Vec<_>>().join(" ")
+        );
+        cmd.args(["-c", &line]).stdout(Stdio::null()).stderr(Stdio::piped());
+        let mut child = cmd.spawn().unwrap();
+        let stderr = Arc::new(Mutex::new(String::new()));
+        let err = child.stderr.take().unwrap();
+        let sink = stderr.clone();
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(err).lines().map_while(Result::ok) {
+                let mut s = sink.lock().unwrap();
+                s.push_str(&line);
+                s.push('\n');
+            }
+        });
+        mctest::wait_for_port(([127, 0, 0, 1], port).into(), Duration::from_secs(5)).unwrap();
+        ProxyProcess { child, port, stderr }
+    }
+
+    /// Its address.
+    pub fn addr(&self) -> std::net::SocketAddr {
+        ([127, 0, 0, 1], self.port).into()
+    }
+
+    /// Its resident memory, in MB.
+    pub fn rss_mb(&self) -> f64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap();
+        let kb: f64 = status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.split_whitespace().next())
+            .and_then(|v| v.parse().ok())
+            .unwrap();
+        kb / 1024.0
+    }
+
+    /// What it logged.
+    pub fn log(&self) -> String {
+        self.stderr.lock().unwrap().clone()
+    }
+}
+
+impl Drop for ProxyProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
