@@ -283,11 +283,12 @@ fn sigterm_answers_everything_in_flight_and_leaves_no_lease_behind() {
     let t0 = Instant::now();
     let status = mq.terminate();
     assert!(status.success(), "mwmq exited with {status}");
-    assert!(t0.elapsed() < Duration::from_secs(10), "stopping took {:?}", t0.elapsed());
+    // Far from the parked RECV's 60 s: it did not wait for it.
+    assert!(t0.elapsed() < Duration::from_secs(30), "stopping took {:?}", t0.elapsed());
     sending.store(false, Ordering::Relaxed);
     let (n, waited) = waiter.join().unwrap();
     assert_eq!(n, 0);
-    assert!(waited < Duration::from_secs(10), "the parked RECV was answered at shutdown, not after its wait");
+    assert!(waited < Duration::from_secs(30), "the parked RECV was answered at shutdown, not after its 60 s wait");
     let sent = sender.join().unwrap();
     assert!(!sent.is_empty());
     let mut db = sql(&pg);
@@ -312,10 +313,10 @@ fn a_stalled_database_gets_tryagain_and_service_resumes() {
     let mut admin = sql(&pg);
     let mut tx = admin.transaction().unwrap();
     tx.batch_execute("LOCK TABLE mwmq_messages IN ACCESS EXCLUSIVE MODE").unwrap();
-    let t0 = Instant::now();
+    // Unfixed, the SEND waited for the lock (held until the rollback below):
+    // the client's 30 s read timeout would end it with an error of its own.
     let e = err(&mut c, &["SEND", "q", "blocked"]);
-    assert!(e.starts_with("TRYAGAIN"), "{e}");
-    assert!(t0.elapsed() < Duration::from_secs(3), "the stall was not cut short: {:?}", t0.elapsed());
+    assert!(e.starts_with("TRYAGAIN"), "the stall was not cut short: {e}");
     assert_eq!(q::<String>(&mut c, &["PING"]), "PONG", "mwmq itself keeps answering");
     tx.rollback().unwrap();
     let id: i64 = q(&mut c, &["SEND", "q", "after"]);

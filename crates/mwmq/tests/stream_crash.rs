@@ -146,6 +146,11 @@ fn sigkill_of_mwmq_and_postgres_restarts_lose_no_stream_entry() {
             pg.restart(if round == 1 { "immediate" } else { "fast" }).unwrap();
         }
     }
+    // Enough traffic to mean something, however slow the machine (a minute at most).
+    let enough = Instant::now() + Duration::from_secs(60);
+    while history.lock().unwrap().added.len() <= 200 && Instant::now() < enough {
+        std::thread::sleep(Duration::from_millis(100));
+    }
     std::thread::sleep(Duration::from_millis(300));
     adding.store(false, Ordering::Relaxed);
     for t in producers {
