@@ -128,7 +128,7 @@ impl Memcached {
         cmd.args(&self.extra).stdin(Stdio::null()).stdout(log.try_clone()?).stderr(log);
         let mut child = cmd.spawn().context("start memcached")?;
         let addr = self.addr();
-        let deadline = Instant::now() + Duration::from_secs(5);
+        let deadline = Instant::now() + Duration::from_secs(20);
         loop {
             if let Some(status) = child.try_wait()? {
                 bail!("memcached on port {} exited at start: {status}", self.port);
@@ -231,6 +231,11 @@ impl Drop for Memcached {
     }
 }
 
+/// How long a [`Client`] waits for a reply before the test fails: long, so
+/// that a busy machine's delays are never taken for a server that does not
+/// answer (what a test that needs a shorter wait sets itself).
+const READ_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// A blocking memcached text-protocol client for tests: it sends bytes and
 /// returns replies as raw bytes.
 pub struct Client {
@@ -243,7 +248,7 @@ impl Client {
     pub fn connect(addr: SocketAddr) -> Result<Client> {
         let stream =
             TcpStream::connect_timeout(&addr, Duration::from_secs(5)).with_context(|| format!("connect to {addr}"))?;
-        stream.set_read_timeout(Some(Duration::from_secs(5)))?;
+        stream.set_read_timeout(Some(READ_TIMEOUT))?;
         stream.set_nodelay(true)?;
         Ok(Client { stream, buf: Vec::new() })
     }
@@ -316,13 +321,19 @@ impl Client {
                 }
             }
         }
-        self.stream.set_read_timeout(Some(Duration::from_secs(5)))?;
+        self.stream.set_read_timeout(Some(READ_TIMEOUT))?;
         Ok((std::mem::take(&mut self.buf), closed))
     }
 
     fn fill(&mut self) -> Result<()> {
         let mut chunk = [0u8; 65536];
-        let n = self.stream.read(&mut chunk)?;
+        let n = loop {
+            match self.stream.read(&mut chunk) {
+                // A signal to the test process (a child's exit, a stop) is not the peer's doing.
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                r => break r?,
+            }
+        };
         if n == 0 {
             bail!("connection closed by peer");
         }
