@@ -40,7 +40,7 @@ pub struct ServerArgs {
     /// Trace every k-th request into trace.csv, 0 = off [default: 100].
     #[arg(long, value_name = "K")]
     pub trace_every: Option<u64>,
-    /// HTTP admin endpoint (/metrics, /stats, /healthz): host:port or a port on 127.0.0.1.
+    /// HTTP admin endpoint (/metrics, /stats, /healthz, /readyz; mwmq: /ui; mwproxy: /reload): host:port or a port on 127.0.0.1.
     #[arg(long, value_name = "ADDR")]
     pub admin: Option<String>,
     /// Name of this process in results files.
