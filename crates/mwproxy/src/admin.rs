@@ -3,10 +3,12 @@
 //! (the window in progress and the last closed one), `/healthz` (liveness:
 //! 200 while the process serves, 503 once it is stopping) and `/readyz`
 //! (readiness: 503, with the servers that are down, while some key has no
-//! replica that can be reached; 200 otherwise).
+//! replica that is known to answer — down, stalled, or not checked yet by the
+//! health checker (`checker.rs`); 200 otherwise).
 //!
 //! `/metrics` shows the closed windows (so its counters equal the sums of
-//! windows.jsonl and, after the run, summary.json); it lags by at most one window.
+//! windows.jsonl and, after the run, summary.json); it lags by at most one
+//! window. The servers' `up` gauges and health-check counters are read live.
 
 use std::sync::Arc;
 
@@ -62,15 +64,19 @@ fn readyz(shared: &Shared) -> Page {
     let generation = shared.generation();
     let router = &generation.router;
     let down = generation.down(&shared.servers);
+    let unchecked = generation.unchecked(&shared.servers);
+    let unsure = |s: &usize| down.contains(s) || unchecked.contains(s);
     let r = router.replication;
     // With ejection on, an ejected server's keys are on the others' ring: only that ring can lose keys.
-    let lost =
-        !down.is_empty() && router.placing().replica_sets(r).iter().any(|set| set.iter().all(|s| down.contains(s)));
+    let lost = !(down.is_empty() && unchecked.is_empty())
+        && router.placing().replica_sets(r).iter().any(|set| set.iter().all(unsure));
+    let addrs = |list: &[usize]| list.iter().map(|&p| router.addrs[p].clone()).collect::<Vec<_>>();
     let body = serde_json::json!({
         "ready": !lost,
         "servers": generation.ids.len(),
         "replication": r,
-        "down": down.iter().map(|&p| router.addrs[p].clone()).collect::<Vec<_>>(),
+        "down": addrs(&down),
+        "unchecked": addrs(&unchecked),
     });
     Page::json(if lost { 503 } else { 200 }, &body)
 }
@@ -126,6 +132,9 @@ fn metrics(shared: &Shared) -> String {
         p.histogram_seconds("mwproxy_backend_server_seconds", "Send to reply, per server.", &l, &b.server);
         let up = !shared.servers.is_down(i);
         p.gauge("mwproxy_backend_up", "1 when the server answers.", &l, if up { 1.0 } else { 0.0 });
+        let (checks, failed) = shared.servers.health.checks(i);
+        p.counter("mwproxy_backend_health_checks_total", "Health checks of the server (check_ms).", &l, checks);
+        p.counter("mwproxy_backend_health_check_failures_total", "Health checks that failed.", &l, failed);
     }
     let net = &run.extra.net_last;
     let v = |name: &str| NetCounters::value_of(net, name);

@@ -104,6 +104,10 @@ pub struct Cli {
     /// A server silent this long while others answer is stalled, 0 = off [default: 50].
     #[arg(long, value_name = "MS")]
     pub stall_ms: Option<u64>,
+    /// Ask a server no request reached for this long `version` (and a down one when its backoff
+    /// ends), 0 = off [default: 1000].
+    #[arg(long, value_name = "MS")]
+    pub check_ms: Option<u64>,
     /// Unread replies plus waiting requests of all clients, in bytes [default: 256m].
     #[arg(long, value_name = "BYTES", value_parser = parse_size)]
     pub memory_budget: Option<usize>,
@@ -264,6 +268,7 @@ impl Cli {
             c.routing.miss_failover = true;
         }
         set(&mut c.backend.stall_ms, self.stall_ms);
+        set(&mut c.backend.check_ms, self.check_ms);
         set(&mut c.proxy.memory_budget, self.memory_budget);
         set(&mut c.limits.max_reply_size, self.max_reply_size);
         let some = |field: &mut Option<String>, flag: &Option<String>| {

@@ -276,6 +276,11 @@ pub struct BackendConfig {
     pub eject_after: u32,
     /// Milliseconds an ejected server stays off the ring (twemproxy's `server_retry_timeout`, default 30000).
     pub eject_for_ms: u64,
+    /// Active health check (`checker.rs`): every server is asked `version`
+    /// at start, then again when no request has reached it for this long,
+    /// and a server that is down when its backoff ends; 0 = off, a server's
+    /// health is then what requests find (default 1000).
+    pub check_ms: u64,
 }
 
 impl BackendConfig {
@@ -303,6 +308,7 @@ impl Default for BackendConfig {
             eject: false,
             eject_after: 2,
             eject_for_ms: 30_000,
+            check_ms: 1000,
         }
     }
 }
@@ -487,6 +493,9 @@ impl ServiceConfig for Config {
         }
         if b.retry_min_ms == 0 || b.retry_max_ms < b.retry_min_ms {
             return err("backend retry_min_ms must be >= 1 and retry_max_ms >= retry_min_ms".into());
+        }
+        if b.check_ms > 0 && b.check_ms < 10 {
+            return err(format!("backend check_ms must be 0 (no health checks) or at least 10, not {}", b.check_ms));
         }
         if b.stall_ms >= b.timeout_ms {
             return err(format!(

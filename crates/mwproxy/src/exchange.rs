@@ -198,7 +198,8 @@ impl Servers {
         *write(&self.login) = login.map(Arc::from);
     }
 
-    fn login(&self) -> Option<Arc<[u8]>> {
+    /// The login a new connection sends first, if the servers want one.
+    pub fn login(&self) -> Option<Arc<[u8]>> {
         read(&self.login).clone()
     }
 
@@ -230,6 +231,11 @@ impl Servers {
     /// How long opening a connection may take.
     pub fn connect_timeout(&self) -> Duration {
         Duration::from_millis(self.connect_timeout_ms.load(Ordering::Relaxed))
+    }
+
+    /// How long a reply may take.
+    pub fn timeout(&self) -> Duration {
+        Duration::from_nanos(self.timeout_ns())
     }
 
     fn timeout_ns(&self) -> u64 {

@@ -1,7 +1,7 @@
 //! File descriptors: how many clients fit.
 //!
 //! At start the soft limit on open files is raised to the hard limit. Each
-//! worker needs a connection to every server, and the proxy needs a few
+//! worker (and the health checker) needs a connection to every server, and the proxy needs a few
 //! descriptors of its own (listener, event loops, results files, admin
 //! endpoint); what is left is for clients. When `max_connections` does not
 //! fit, the proxy says so at start and serves as many clients as fit, so that
@@ -18,17 +18,20 @@ pub fn raise_and_plan(config: &Config) -> Result<FdPlan, String> {
 }
 
 /// How many clients fit under a limit of `limit` open files: each worker
-/// (or async loop) needs a connection to every server, each event loop two
-/// descriptors.
+/// (or async loop) and the health checker need a connection to every
+/// server, each event loop two descriptors.
 pub fn plan(config: &Config, limit: u64) -> Result<FdPlan, String> {
     let p = &config.proxy;
     let (carriers, loops, who) = match p.engine {
         crate::config::Engine::Pool => (p.workers, p.net_threads, "workers"),
         crate::config::Engine::Async => (p.loops(), p.loops(), "loops"),
     };
-    let backends = (carriers * config.routing.servers.len()) as u64;
+    let backends = ((carriers + 1) * config.routing.servers.len()) as u64;
     let own = backends + 2 * loops as u64;
-    let what = format!("{carriers} {who} x {} servers (and the event loops)", config.routing.servers.len());
+    let what = format!(
+        "{carriers} {who} and the health checker x {} servers (and the event loops)",
+        config.routing.servers.len()
+    );
     mwserve::fdlimit::plan(limit, own, &what, config.proxy.max_connections)
 }
 
@@ -43,8 +46,8 @@ mod tests {
         c.proxy.engine = crate::config::Engine::Pool;
         c.proxy.workers = 8;
         let p = plan(&c, 1024).unwrap();
-        assert_eq!(p.reserve, 16 + 2 + mwserve::fdlimit::OWN);
-        assert_eq!(p.max_connections, 1024 - 16 - 2 - mwserve::fdlimit::OWN as usize);
+        assert_eq!(p.reserve, 18 + 2 + mwserve::fdlimit::OWN);
+        assert_eq!(p.max_connections, 1024 - 18 - 2 - mwserve::fdlimit::OWN as usize);
         let p = plan(&c, 100_000).unwrap();
         assert_eq!(p.max_connections, c.proxy.max_connections);
         let e = plan(&c, 50).unwrap_err();

@@ -57,6 +57,12 @@ impl Generation {
         (0..self.ids.len()).filter(|&p| servers.is_down(self.ids[p])).collect()
     }
 
+    /// Positions of this configuration's servers that the health checker
+    /// has not checked yet (none when checks are off).
+    pub fn unchecked(&self, servers: &Servers) -> Vec<usize> {
+        (0..self.ids.len()).filter(|&p| servers.health.unchecked(self.ids[p])).collect()
+    }
+
     /// Whether server number `s` is one of this configuration's.
     pub fn uses(&self, s: usize) -> bool {
         self.ids.contains(&s)

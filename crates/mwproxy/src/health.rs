@@ -18,8 +18,18 @@
 //!   becomes the probe and waits up to the timeout, while the others give up
 //!   at once. So a stalled server holds at most one worker, and requests for
 //!   other servers' keys keep their usual speed.
-//! - Transitions (down, up again) are logged at warn; failures of a server
-//!   that is already down are summed up at most once every 10 seconds.
+//! - The **health checker** (`checker.rs`, `[backend] check_ms`) keeps this
+//!   view current without client traffic: [`Health::check_due`] says which
+//!   servers to check — every server once at start, a down server when its
+//!   backoff has ended (taking the probe slot, so a request and a check never
+//!   probe together), an up server no request has reached for `check_ms` —
+//!   and [`Health::checked`] takes the outcome as a probe's or a request's
+//!   would be taken: success brings the server up for everyone, failure marks
+//!   it down or doubles its backoff. Until a server's first check is over it
+//!   is *unchecked*, and `/readyz` does not count on it.
+//! - Transitions (down, up again) are logged at warn, with what found them
+//!   (`by = request` or `by = check`); failures of a server that is already
+//!   down are summed up at most once every 10 seconds.
 
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -51,6 +61,12 @@ struct Server {
     /// Failures not logged yet, and when the last log line was written.
     unlogged: AtomicU64,
     logged_ms: AtomicU64,
+    /// The checker has checked it (since checks were on), and when it last finished a check.
+    checked: AtomicBool,
+    checked_ms: AtomicU64,
+    /// Checks run, and those that failed.
+    checks: AtomicU64,
+    check_failures: AtomicU64,
 }
 
 /// Whether requests wait for a carrier (a worker, a loop) right now.
@@ -60,6 +76,14 @@ pub type WorkWaiting = Box<dyn Fn() -> bool + Send + Sync>;
 /// a server that failed `eject_after` times in a row (no success between)
 /// leaves the ring for `eject_for_ms`; the routing builds the ring of the
 /// others meanwhile (`route::Router::placing`).
+///
+/// Failures and successes count whoever found them, a request or the health
+/// checker, but only while the server is on the ring: the checker goes on
+/// checking an ejected server, and its failures neither eject it again nor
+/// stretch its time off the ring (as twemproxy, it is back after
+/// `eject_for_ms`, and needs `eject_after` new failures to leave again); its
+/// success does not bring it back early either — that would move its keys
+/// back and forth with every blip.
 #[derive(Debug)]
 pub struct Ejection {
     started: Instant,
@@ -122,7 +146,7 @@ impl Ejection {
 
     /// A failure of `s`: its `eject_after`-th in a row ejects it; whether it did.
     fn failure(&self, s: usize) -> Option<u64> {
-        if !self.enabled() {
+        if !self.enabled() || self.off_ring(s, self.now_ms()) {
             return None;
         }
         let n = self.in_row[s].fetch_add(1, Ordering::AcqRel) + 1;
@@ -156,6 +180,7 @@ pub struct Health {
     any_progress_ms: AtomicU64,
     /// The rules, which a reload may change.
     stall_ms: AtomicU64,
+    check_ms: AtomicU64,
     retry_min_ms: AtomicU64,
     retry_max_ms: AtomicU64,
 }
@@ -179,6 +204,7 @@ impl Health {
             work_waiting,
             any_progress_ms: AtomicU64::new(0),
             stall_ms: AtomicU64::new(0),
+            check_ms: AtomicU64::new(0),
             retry_min_ms: AtomicU64::new(0),
             retry_max_ms: AtomicU64::new(0),
         };
@@ -186,9 +212,10 @@ impl Health {
         h
     }
 
-    /// Takes the stall and backoff rules of `cfg` (a reload).
+    /// Takes the stall, backoff and check rules of `cfg` (a reload).
     pub fn configure(&self, cfg: &BackendConfig) {
         self.stall_ms.store(cfg.stall_ms, Ordering::Relaxed);
+        self.check_ms.store(cfg.check_ms, Ordering::Relaxed);
         self.retry_min_ms.store(cfg.retry_min_ms, Ordering::Relaxed);
         self.retry_max_ms.store(cfg.retry_max_ms, Ordering::Relaxed);
         self.ejection.configure(cfg);
@@ -276,6 +303,11 @@ impl Health {
 
     /// An exchange with `s` failed: it is down for a backoff.
     pub fn failed(&self, s: usize, e: &BackendError) {
+        self.down(s, e, "request");
+    }
+
+    /// `s` failed (`by` a request or a check): down for a backoff, doubled if it was down already.
+    fn down(&self, s: usize, e: &BackendError, by: &str) {
         let h = &self.servers[s];
         let now = self.now_ms();
         let n = h.failures.fetch_add(1, Ordering::AcqRel);
@@ -285,7 +317,7 @@ impl Health {
         if n == 0 {
             h.down_since_ms.store(now, Ordering::Relaxed);
             h.logged_ms.store(now, Ordering::Relaxed);
-            tracing::warn!(server = %self.addr(s), "server down: {e}; retrying in {backoff} ms");
+            tracing::warn!(server = %self.addr(s), by, "server down: {e}; retrying in {backoff} ms");
         } else {
             self.note_error(s, e, now);
         }
@@ -307,20 +339,85 @@ impl Health {
             && h.logged_ms.compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed).is_ok()
         {
             h.unlogged.fetch_sub(n, Ordering::Relaxed);
-            tracing::warn!(server = %self.addr(s), "{n} failed requests in the last {} s; last: {e}", (now - last) / 1000);
+            tracing::warn!(server = %self.addr(s), "{n} failed requests or checks in the last {} s; last: {e}", (now - last) / 1000);
         }
     }
 
     /// An exchange with `s` succeeded: it is up.
     pub fn succeeded(&self, s: usize) {
+        self.up(s, "request");
+    }
+
+    /// `s` answered (`by` a request or a check): up for everyone.
+    fn up(&self, s: usize, by: &str) {
         self.ejection.success(s);
         let h = &self.servers[s];
         if h.failures.load(Ordering::Relaxed) != 0 {
             h.failures.store(0, Ordering::Release);
             h.down_until_ms.store(0, Ordering::Relaxed);
             let down_ms = self.now_ms().saturating_sub(h.down_since_ms.load(Ordering::Relaxed));
-            tracing::warn!(server = %self.addr(s), "server up again after {down_ms} ms");
+            tracing::warn!(server = %self.addr(s), by, "server up again after {down_ms} ms");
         }
+    }
+
+    /// Whether the health checker should check `s` now: `Some(true)` as
+    /// the probe of a down server whose backoff has ended (the probe slot is
+    /// taken; [`Health::checked`] gives it back), `Some(false)` an up server
+    /// never checked, or that no request has reached for `check_ms` and none
+    /// is on its way to (those are watched by the exchange's rules); `None`
+    /// otherwise: checks off, the server in its backoff or probed by a
+    /// request, or checked or reached within `check_ms`.
+    pub fn check_due(&self, s: usize) -> Option<bool> {
+        let check_ms = self.check_ms.load(Ordering::Relaxed);
+        if check_ms == 0 {
+            return None;
+        }
+        let h = &self.servers[s];
+        let now = self.now_ms();
+        if h.failures.load(Ordering::Acquire) > 0 {
+            return (now >= h.down_until_ms.load(Ordering::Relaxed) && self.claim_probe(s)).then_some(true);
+        }
+        // The first check comes whatever the traffic: `/readyz` waits for it.
+        if !h.checked.load(Ordering::Acquire) {
+            return Some(false);
+        }
+        if h.waiting.load(Ordering::Acquire) > 0 {
+            return None;
+        }
+        let reached = h.progress_ms.load(Ordering::Relaxed).max(h.checked_ms.load(Ordering::Relaxed));
+        (now.saturating_sub(reached) >= check_ms).then_some(false)
+    }
+
+    /// The checker's check of `s` is over (`probe`: it held the probe slot):
+    /// counted, and taken as a request's outcome is — success brings the
+    /// server up for everyone, failure marks it down (or doubles its backoff).
+    pub fn checked(&self, s: usize, probe: bool, outcome: Result<(), &BackendError>) {
+        let h = &self.servers[s];
+        h.checks.fetch_add(1, Ordering::Relaxed);
+        match outcome {
+            Ok(()) => self.up(s, "check"),
+            Err(e) => {
+                h.check_failures.fetch_add(1, Ordering::Relaxed);
+                self.down(s, e, "check");
+            }
+        }
+        h.checked_ms.store(self.now_ms(), Ordering::Relaxed);
+        h.checked.store(true, Ordering::Release);
+        if probe {
+            self.end_probe(s);
+        }
+    }
+
+    /// Whether checks are on and `s` has not been checked yet: nobody knows
+    /// whether it answers.
+    pub fn unchecked(&self, s: usize) -> bool {
+        self.check_ms.load(Ordering::Relaxed) > 0 && !self.servers[s].checked.load(Ordering::Acquire)
+    }
+
+    /// Checks of `s` run since start, and those that failed.
+    pub fn checks(&self, s: usize) -> (u64, u64) {
+        let h = &self.servers[s];
+        (h.checks.load(Ordering::Relaxed), h.check_failures.load(Ordering::Relaxed))
     }
 
     /// Whether `s` is currently down (or stalled).
@@ -345,66 +442,4 @@ impl Health {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn health(n: usize) -> Health {
-        health_with(n, 8, Box::new(|| false))
-    }
-
-    fn health_with(n: usize, carriers: usize, work_waiting: WorkWaiting) -> Health {
-        let cfg = BackendConfig { stall_ms: 50, retry_min_ms: 10_000, ..BackendConfig::default() };
-        let h = Health::new(n, &cfg, carriers, work_waiting);
-        for i in 0..n {
-            h.name(i, format!("s{i}"));
-        }
-        h
-    }
-
-    #[test]
-    fn a_down_server_admits_one_probe_at_a_time() {
-        let h = health(2);
-        assert_eq!(h.admit(0), Ok(false));
-        h.failed(0, &BackendError::Timeout);
-        assert_eq!(h.admit(0), Err(BackendError::Down), "within the backoff nobody tries");
-        h.servers[0].down_until_ms.store(0, Ordering::Relaxed);
-        assert_eq!(h.admit(0), Ok(true), "after the backoff one request probes");
-        assert_eq!(h.admit(0), Err(BackendError::Down), "the others still fail at once");
-        h.end_probe(0);
-        h.succeeded(0);
-        assert_eq!(h.admit(0), Ok(false));
-        assert!(!h.is_down(0));
-    }
-
-    #[test]
-    fn a_server_is_stalled_only_when_others_answer_meanwhile() {
-        let h = health(2);
-        h.begin_wait(0);
-        let t0 = h.servers[0].progress_ms.load(Ordering::Relaxed);
-        assert!(!h.stalled(0, t0 + 40));
-        assert!(!h.stalled(0, t0 + 100), "nobody else answered: the whole machine may be slow");
-        h.any_progress_ms.store(t0 + 90, Ordering::Relaxed);
-        assert!(h.stalled(0, t0 + 100));
-        h.servers[0].progress_ms.store(t0 + 95, Ordering::Relaxed);
-        assert!(!h.stalled(0, t0 + 100), "an answer ends the stall");
-        h.end_wait(0);
-        h.servers[0].progress_ms.store(0, Ordering::Relaxed);
-        assert!(!h.stalled(0, t0 + 1000), "nothing waiting, nothing stalled");
-    }
-
-    #[test]
-    fn a_server_every_carrier_waits_for_is_stalled_when_work_queues_behind_it() {
-        use std::sync::Arc;
-        let queued = Arc::new(AtomicBool::new(false));
-        let q = queued.clone();
-        let h = health_with(2, 2, Box::new(move || q.load(Ordering::Relaxed)));
-        h.begin_wait(0);
-        let t0 = h.servers[0].progress_ms.load(Ordering::Relaxed);
-        assert!(!h.stalled(0, t0 + 100), "one carrier of two waits: the other can talk to the others");
-        h.begin_wait(0);
-        assert!(!h.stalled(0, t0 + 100), "every carrier waits, but nothing queues behind them");
-        queued.store(true, Ordering::Relaxed);
-        assert!(!h.stalled(0, t0 + 40), "not silent for stall_ms yet");
-        assert!(h.stalled(0, t0 + 100), "every carrier waits and requests queue: stalled");
-    }
-}
+mod tests;

@@ -18,7 +18,8 @@
 //! core (`route/`), how a request talks to a server — admission, probe,
 //! repairs first, stall, timeout, failure — by the exchange (`exchange.rs`)
 //! over the servers' shared health (`health.rs`) and repair logs
-//! (`repair.rs`); none of these does I/O. The engines only move bytes. The
+//! (`repair.rs`); none of these does I/O. A health checker thread
+//! (`checker.rs`) keeps the health current when no request reaches a server. The engines only move bytes. The
 //! shell every middleware has — flags, configuration, listener, admin
 //! endpoint, stats thread — is `mwserve`'s; [`Proxy`] starts it all and
 //! `main.rs` only parses the command line (`cli.rs`).
@@ -28,6 +29,7 @@ pub mod auth;
 pub mod backend;
 pub mod batch;
 pub mod budget;
+pub mod checker;
 pub mod cli;
 pub mod config;
 pub mod conn;

@@ -143,6 +143,9 @@ fn stats_variant(args: &[Vec<u8>], shared: &Shared, generation: &Generation, out
                 stat(&format!("backend:{i}:timeouts"), &b.timeouts);
                 stat(&format!("backend:{i}:reconnects"), &b.reconnects);
                 stat(&format!("backend:{i}:repairs_waiting"), &shared.servers.repairs.waiting(id));
+                let (checks, failed) = shared.servers.health.checks(id);
+                stat(&format!("backend:{i}:health_checks"), &checks);
+                stat(&format!("backend:{i}:health_check_failures"), &failed);
                 stat(&format!("backend:{i}:server_us_mean"), &format!("{:.1}", b.server.mean()));
                 stat(&format!("backend:{i}:server_us_p99"), &b.server.quantile(0.99));
             }
@@ -252,6 +255,11 @@ pub fn general_stats(shared: &Shared, generation: &Generation, backends: &Backen
     put("repairs_queued", r.queued.load(Ordering::Relaxed).to_string());
     put("repairs_done", r.done.load(Ordering::Relaxed).to_string());
     put("repair_flushes", r.flushes.load(Ordering::Relaxed).to_string());
+    let (checks, failed) = (0..shared.servers.capacity())
+        .map(|s| shared.servers.health.checks(s))
+        .fold((0, 0), |(a, b), (c, d)| (a + c, b + d));
+    put("health_checks", checks.to_string());
+    put("health_check_failures", failed.to_string());
     let capacity = cfg.proxy.carriers() as f64 * uptime.as_nanos() as f64;
     let util = if capacity > 0.0 { live.busy_ns as f64 / capacity } else { 0.0 };
     put("worker_utilization", format!("{util:.4}"));

@@ -26,6 +26,7 @@ pub struct Proxy {
     shared: Arc<Shared>,
     net_threads: Vec<JoinHandle<()>>,
     workers: Vec<JoinHandle<()>>,
+    checker: Option<JoinHandle<()>>,
 }
 
 impl Proxy {
@@ -102,6 +103,8 @@ impl Service for Proxy {
         let s = shared.clone();
         let shell =
             Shell::start(addr.clone(), &shared.config.stats, admin, move || run_stats_thread(s, results), stopper)?;
+        let s = shared.clone();
+        let checker = std::thread::Builder::new().name("health-check".into()).spawn(move || crate::checker::run(s))?;
         let mut workers = Vec::new();
         for id in 0..workers_n {
             let worker = Worker::new(id, shared.clone());
@@ -114,7 +117,7 @@ impl Service for Proxy {
             net_threads.push(std::thread::Builder::new().name(format!("{name}-{id}")).spawn(move || net.run())?);
         }
         tracing::info!(%addr, engine = p.engine.name(), threads = loops.max(workers_n), "mwproxy listening");
-        Ok(Proxy { shell, shared, net_threads, workers })
+        Ok(Proxy { shell, shared, net_threads, workers, checker: Some(checker) })
     }
 
     fn shell(&self) -> &Shell {
@@ -127,6 +130,9 @@ impl Service for Proxy {
         }
         self.shared.queue.close();
         for t in self.workers.drain(..) {
+            let _ = t.join();
+        }
+        if let Some(t) = self.checker.take() {
             let _ = t.join();
         }
         self.shell.finish(|| self.shared.telemetry.stop());

@@ -244,8 +244,15 @@ fn readyz_answers_503_while_some_key_has_no_reachable_replica() {
         let v: serde_json::Value = serde_json::from_str(&body).unwrap();
         (status.contains("200"), v)
     };
-    let (ok, v) = ready();
-    assert!(ok && v["ready"] == true && v["down"].as_array().unwrap().is_empty(), "{v}");
+    // Ready once the health checker's first look at each server is over.
+    assert!(
+        common::eventually(Duration::from_secs(30), || {
+            let (ok, v) = ready();
+            ok && v["ready"] == true && v["down"].as_array().unwrap().is_empty()
+        }),
+        "{}",
+        ready().1
+    );
     let mut c = common::client(&proxy);
     let touch = |c: &mut Client| {
         for k in 0..40 {

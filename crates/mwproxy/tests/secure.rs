@@ -128,18 +128,24 @@ fn mwproxy_logs_in_to_servers_that_require_it() {
     }
     drop(c);
     common::stop(proxy);
-    // Wrong credentials: the servers refuse, and the client hears it from the proxy.
+    // Wrong credentials: the servers refuse, and the client hears it from the
+    // proxy. (Without health checks: a check would find the refusal first and
+    // the client would hear `unavailable`, the reason being in the log;
+    // tests/health_check.rs has that case.)
     let wrong = dir.join("wrong");
     std::fs::write(&wrong, "alice:nope\n").unwrap();
     private(&wrong);
-    let proxy = common::proxy(&guarded, |c| c.backend.auth_file = Some(wrong.to_string_lossy().into_owned()));
+    let proxy = common::proxy(&guarded, |c| {
+        c.backend.auth_file = Some(wrong.to_string_lossy().into_owned());
+        c.backend.check_ms = 0;
+    });
     let mut c = common::client(&proxy);
     let reply = c.call_str("get k1\r\n").unwrap();
     assert!(reply.starts_with("SERVER_ERROR backend") && reply.contains("login refused"), "{reply}");
     drop(c);
     common::stop(proxy);
     // Without a login at all, the client hears the server's own refusal.
-    let proxy = common::proxy(&guarded, |_| {});
+    let proxy = common::proxy(&guarded, |c| c.backend.check_ms = 0);
     let reply = common::client(&proxy).call_str("get k1\r\n").unwrap();
     assert_eq!(reply, "CLIENT_ERROR unauthenticated\r\n");
     common::stop(proxy);

@@ -29,11 +29,12 @@ pub fn engine_args() -> Vec<&'static str> {
 }
 
 /// Descriptors a proxy keeps for itself besides the 64 of its own, with
-/// `workers` pool workers (or two async loops) and `servers` servers.
+/// `workers` pool workers (or two async loops) and `servers` servers (the
+/// health checker has a connection to each server too).
 pub fn reserved_fds(workers: u64, servers: u64) -> u64 {
     match engine() {
-        mwproxy::config::Engine::Pool => workers * servers + 2,
-        mwproxy::config::Engine::Async => 2 * servers + 2 * 2,
+        mwproxy::config::Engine::Pool => (workers + 1) * servers + 2,
+        mwproxy::config::Engine::Async => 3 * servers + 2 * 2,
     }
 }
 
