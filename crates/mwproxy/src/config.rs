@@ -578,6 +578,11 @@ mod tests {
         c.routing.servers.push(c.routing.servers[0].clone());
         assert!(c.validate().unwrap_err().0.contains("twice"));
         let mut c = with_servers(1);
+        c.backend.check_ms = 5;
+        assert!(c.validate().unwrap_err().0.contains("check_ms"));
+        c.backend.check_ms = 0;
+        assert!(c.validate().is_ok(), "0 turns the health checks off");
+        let mut c = with_servers(1);
         c.proxy.listen = "nonsense".into();
         assert!(c.validate().unwrap_err().0.contains("listen"));
     }
