@@ -311,8 +311,9 @@ fn pipelining_neighbours_do_not_starve_an_ordinary_client() {
     eprintln!("ordinary client: {alone:.0}/s alone, {crowded:.0}/s next to 16 pipelining clients ({pipelined:.0}/s)");
     // Behind pipelining connections that never let go of their worker, it
     // got about 0.2% of its rate alone; memcached itself, sharing the same
-    // cores, leaves it 10-25%.
-    assert!(crowded > alone / 50.0, "{crowded:.0}/s next to the pipelining clients vs {alone:.0}/s alone");
+    // cores, leaves it 10-25% — and 1.3% on a host loaded 14 times over its
+    // two cores, hence the bound at 0.5%.
+    assert!(crowded > alone / 200.0, "{crowded:.0}/s next to the pipelining clients vs {alone:.0}/s alone");
     // And the pipelining clients are not held to the ordinary client's pace
     // (measured: pool 10-30x its rate; async, which serves every ready
     // connection a batch per loop turn, 7x on a busy machine to 170x).
