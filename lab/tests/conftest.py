@@ -1,14 +1,97 @@
 """Fixtures: real memcached and mwproxy processes on free loopback ports (stopped
-after each test, through the lab's own process group), and a textbook example."""
+after each test, through the lab's own process group), and a textbook example.
+
+A failed test explains itself: its report ends with the tail of the log of
+every process it started (memcached, mwproxy, mwmq, mwload, PostgreSQL, the
+relays: `mwlab.procs.started_since`), those of the module- and
+session-scoped fixtures it uses included, and the seeds it ran with (the
+`--seed` of each command, and any `seed` the test recorded with
+`record_property`)."""
 
 from __future__ import annotations
 
 import signal
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
-from mwlab.procs import ProcessGroup, binary, free_port, wait_port
+from mwlab.procs import ProcessGroup, Started, binary, free_port, started_mark, started_since, wait_port
+
+# How much of each log a failure report shows.
+TAIL_LINES = 40
+TAIL_CHARS = 6000
+# At most this many logs per failure (the latest ones).
+MAX_LOGS = 16
+
+# Per fixture name (of a broader scope than a test): the processes its last setup started.
+_FIXTURE_STARTS: dict[str, tuple[int, int]] = {}
+_TEST_START = pytest.StashKey[int]()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_fixture_setup(fixturedef, request):
+    before = started_mark()
+    yield
+    if fixturedef.scope != "function":
+        _FIXTURE_STARTS[fixturedef.argname] = (before, started_mark())
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    item.stash[_TEST_START] = started_mark()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    if report.failed and call.when in ("setup", "call", "teardown"):
+        for title, text in failure_sections(item):
+            report.sections.append((title, text))
+
+
+def failure_sections(item) -> list[tuple[str, str]]:
+    """The seeds and log tails of what `item` started, and of the broader fixtures it uses."""
+    procs: dict[int, Started] = {}
+    for name in item.fixturenames:
+        if name in _FIXTURE_STARTS:
+            lo, hi = _FIXTURE_STARTS[name]
+            procs.update((s.seq, s) for s in started_since(lo, hi))
+    procs.update((s.seq, s) for s in started_since(item.stash.get(_TEST_START, started_mark())))
+    started = [procs[k] for k in sorted(procs)]
+    sections = []
+    seeds = [f"{k} = {v}" for k, v in item.user_properties if "seed" in str(k)]
+    for s in started:
+        for i, arg in enumerate(s.cmd[:-1]):
+            if arg == "--seed":
+                seeds.append(f"{s.name}: --seed {s.cmd[i + 1]}")
+    if seeds:
+        sections.append(("seeds", "\n".join(seeds)))
+    if started:
+        lines = [f"{s.name}: {' '.join(s.cmd)}" for s in started]
+        sections.append(("processes started", "\n".join(lines)))
+    logs = [(s.name, log) for s in started for log in s.logs()]
+    if len(logs) > MAX_LOGS:
+        left_out = len(logs) - MAX_LOGS
+        sections.append(("logs", f"{left_out} earlier logs left out; the latest {MAX_LOGS} follow"))
+    for name, log in logs[-MAX_LOGS:]:
+        sections.append((f"log tail: {name} ({log})", tail(log)))
+    return sections
+
+
+def tail(path: Path) -> str:
+    """The last lines of a log (what there is of it)."""
+    try:
+        with path.open("rb") as f:
+            f.seek(0, 2)
+            f.seek(max(0, f.tell() - 4 * TAIL_CHARS))
+            text = f.read().decode(errors="replace")
+    except OSError as e:
+        return f"(not readable: {e})"
+    text = "\n".join(text.splitlines()[-TAIL_LINES:])[-TAIL_CHARS:]
+    return text or "(empty)"
+
 
 # Jain, Example 18.1 (a 2^2 3 design): (memory, cache) levels -> three observations.
 JAIN_18_1 = {

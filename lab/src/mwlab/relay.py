@@ -30,7 +30,7 @@ import threading
 import time
 from pathlib import Path
 
-from mwlab.procs import LabError, binary, free_port, wait_port
+from mwlab.procs import LabError, binary, free_port, note_started, wait_port
 
 
 def _us(seconds: float) -> str:
@@ -85,6 +85,7 @@ class Relays:
         with (self.logs / f"relay-{port}.log").open("w") as log:
             p = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
         self.procs.append(p)
+        note_started(f"relay-{port}", cmd, self.logs / f"relay-{port}.log")
         try:
             wait_port(port, timeout=10, proc=p, host=listen.rsplit(":", 1)[0])
         except LabError as e:

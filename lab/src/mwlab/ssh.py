@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mwlab.procs import LabError, Proc, ProcessGroup, binary, wait_port
+from mwlab.procs import LabError, Proc, ProcessGroup, binary, note_started, wait_port
 
 # Seconds a remote process may outlive its planned end before `timeout` stops it.
 GRACE = 120
@@ -278,6 +278,8 @@ class Remote:
         popen = RemotePopen(self, host, work, name)
         p = Proc(name, popen, port, g.logs / f"{name}.log")
         g.procs.append(p)
+        # (Its log is fetched there at the end of the run.)
+        note_started(f"{name} on {host}", args, p.log)
         if port is not None:
             try:
                 wait_port(port, host=self.dests[host].host, timeout=15)
