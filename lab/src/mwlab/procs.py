@@ -514,11 +514,22 @@ class ResourceSampler(threading.Thread):
         self.emulation = emulation
         self.stopping = threading.Event()
 
-    def _links(self, f, stamp: int) -> None:
-        """Emulated hosts: bytes and packets per link direction, and CPU throttling per host."""
+    def _links(self, f) -> None:
+        """Emulated hosts: bytes and packets per link direction, and CPU
+        throttling per host. The counters' time is taken when they are read
+        (within 2 ms: a read that took longer, the thread preempted on a
+        loaded machine, is read again), so that a rate from two readings is
+        the rate of the link, not of the sampler's lateness."""
         if self.emulation is None:
             return
-        for (host, direction), (nbytes, packets) in sorted(self.emulation.link_counters().items()):
+        for _ in range(5):
+            before = time.time()
+            counters = self.emulation.link_counters()
+            after = time.time()
+            if after - before <= 0.002:
+                break
+        stamp = round((before + after) / 2 * 1000)
+        for (host, direction), (nbytes, packets) in sorted(counters.items()):
             f.write(f"{stamp},{host},{direction},{nbytes},{packets}\n")
         for host, (throttled, nr_throttled, periods) in sorted(self.emulation.cpu_counters().items()):
             f.write(f"{stamp},{host},throttle,{throttled:.6f},{nr_throttled}/{periods}\n")
@@ -564,14 +575,14 @@ class ResourceSampler(threading.Thread):
                 links.write("unix_ms,host,direction,bytes,packets\n")
                 self._qdisc("start")
             self._cumulative(cpu, int(time.time() * 1000))
-            self._links(links, int(time.time() * 1000))
+            self._links(links)
             while not self.stopping.wait(self.interval):
                 now = time.monotonic()
                 dt = max(now - t_last, 1e-6)
                 t_last = now
                 stamp = int(time.time() * 1000)
                 self._cumulative(cpu, stamp)
-                self._links(links, stamp)
+                self._links(links)
                 for p in list(self.group.procs):
                     if p.popen.pid is None:
                         continue
@@ -599,7 +610,7 @@ class ResourceSampler(threading.Thread):
                 f.flush()
             self._cumulative(cpu, int(time.time() * 1000))
             if links is not None:
-                self._links(links, int(time.time() * 1000))
+                self._links(links)
                 self._qdisc("end")
 
     def _qdisc(self, when: str) -> None:
