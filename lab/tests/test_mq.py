@@ -247,11 +247,16 @@ def test_a_synchronous_standby_is_a_factor_and_its_round_trip_is_modelled(tmp_pa
     devices = {p.point: {d.name: d for d in p.devices} for p in fit.points}
     with_standby = devices["standby=1,vcli=4"]
     trip = with_standby["standby round trip (in the database time)"]
-    assert trip.delay and not trip.in_network and 0 < trip.demand_us < 20_000
+    assert trip.delay and not trip.in_network and trip.demand_us == pytest.approx(rows[1]["standby_lag_us"])
     alone = devices["standby=0,vcli=4"]
     assert not any(name.startswith("standby") for name in alone)
-    # Every SEND's commit waited for the standby: its database time is longer.
-    assert with_standby["database connections"].demand_us > alone["database connections"].demand_us
+    # Every SEND's commit waited for the standby: against the point without
+    # one, run just before or after it in this test, its database time is
+    # longer (the lower quartiles: a busy second moves a mean, not those).
+    assert rows[1]["mw_server_p25_us"] > rows[0]["mw_server_p25_us"], (
+        rows[1]["mw_server_p25_us"],
+        rows[0]["mw_server_p25_us"],
+    )
 
 
 def test_a_stream_workload_runs_through_the_lab(tmp_path: Path):

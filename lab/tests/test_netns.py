@@ -9,15 +9,13 @@ import os
 import signal
 import subprocess
 import sys
-import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
 import pytest
 import yaml
 
-from mwlab.netns import Emulation, HostSpec, clean_stale, netem_available, tbf_burst
+from mwlab.netns import Emulation, HostSpec, clean_stale, measure_link, netem_available, tbf_burst
 from mwlab.procs import LabError
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="emulated hosts need root (network namespaces, tc)")
@@ -83,74 +81,6 @@ def test_a_killed_runners_hosts_are_removed_by_the_next_run():
     assert bridge not in subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
 
 
-@dataclass
-class Stream:
-    """What one direction of a link carried while a sender offered all it could."""
-
-    bits: float
-    # An interval that contains both readings of the counters (load can only lengthen it).
-    seconds: float
-    # Packets the link's shaper held back for want of tokens meanwhile (None: not shaped).
-    overlimits: int | None
-
-    @property
-    def bps(self) -> float:
-        return self.bits / self.seconds
-
-
-def _stream(
-    emu: Emulation, src: str, dst: str, port: int, link: tuple[str, str], seconds: float = 1.0
-) -> Stream:
-    """`src` sends to `dst` as fast as it can; once the bytes flow, what
-    `link`'s counters saw over `seconds` and what its shaper held back."""
-    receiver = subprocess.Popen(
-        emu.wrap(
-            dst,
-            [
-                sys.executable,
-                "-c",
-                "import socket\n"
-                f"s = socket.socket(); s.bind(('{emu.addr(dst)}', {port})); s.listen(1)\n"
-                "c, _ = s.accept()\n"
-                "while c.recv(1 << 16): pass\n",
-            ],
-        )
-    )
-    sender = subprocess.Popen(
-        emu.wrap(
-            src,
-            [
-                sys.executable,
-                "-c",
-                "import socket, time\n"
-                "while True:\n"
-                f"    try: c = socket.create_connection(('{emu.addr(dst)}', {port})); break\n"
-                "    except OSError: time.sleep(0.05)\n"
-                "while True: c.sendall(b'x' * 65536)\n",
-            ],
-        )
-    )
-    try:
-        first = emu.link_counters()[link][0]
-        deadline = time.monotonic() + 30
-        while emu.link_counters()[link][0] - first < 1 << 18:
-            assert time.monotonic() < deadline, f"no data flowed on {link} in 30 s"
-            time.sleep(0.05)
-        t0 = time.monotonic()
-        before = emu.link_counters()[link][0]
-        held = emu.qdisc_stats().get(link, {}).get("overlimits")
-        time.sleep(seconds)
-        if held is not None:
-            held = emu.qdisc_stats()[link]["overlimits"] - held
-        after = emu.link_counters()[link][0]
-        t1 = time.monotonic()
-    finally:
-        for p in (sender, receiver):
-            p.kill()
-            p.wait()
-    return Stream((after - before) * 8, t1 - t0, held)
-
-
 def test_a_shaped_link_carries_no_more_than_its_rate_in_each_direction():
     """Each direction of a shaped link under a sender that offers more: over
     any stretch of time the link carries at most its rate plus its bucket
@@ -162,9 +92,9 @@ def test_a_shaped_link_carries_no_more_than_its_rate_in_each_direction():
     up, down = 50e6, 20e6
     hosts = [HostSpec("vm", up_bps=up, down_bps=down), HostSpec("peer"), HostSpec("free")]
     with Emulation(hosts) as emu:
-        free = _stream(emu, "free", "peer", 5000, ("free", "up"))
-        sent = _stream(emu, "vm", "peer", 5001, ("vm", "up"))
-        received = _stream(emu, "peer", "vm", 5002, ("vm", "down"))
+        free = measure_link(emu, "free", "peer", 5000, ("free", "up"))
+        sent = measure_link(emu, "vm", "peer", 5001, ("vm", "up"))
+        received = measure_link(emu, "peer", "vm", 5002, ("vm", "down"))
     assert free.overlimits is None, "an unshaped link has no shaper"
     for got, rate, what in ((sent, up, "sent on a 50"), (received, down, "received on a 20")):
         said = f"{got.bps / 1e6:.1f} Mbit/s {what} Mbit/s link; unshaped {free.bps / 1e6:.0f} Mbit/s"

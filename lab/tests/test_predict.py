@@ -224,7 +224,7 @@ def test_calibrate_then_measure_with_real_processes(tmp_path, capsys, monkeypatc
     --plan` runs the plan. How close the prediction comes is a measurement
     of the machine as much as of the model (three runs one after another
     on a shared machine: one measured 850, 18,600 and 6,100 requests/s at
-    N = 1, 2, 4), so it is a figure of `bench/lab-figures.sh`, not a
+    N = 1, 2, 4), so it is a figure of `bench/lab.py`, not a
     verdict here; the predictions' accuracy is tested on synthetic systems
     above."""
     from mwlab import plan as planning

@@ -16,7 +16,8 @@ cgroup v2 if the machine has it, else in v1's cpu / cpuset hierarchies.
 
 Everything is named after the runner's pid, so a later run can remove what a
 killed run left behind (`clean_stale`), and `Emulation.close` removes
-everything, whatever happened.
+everything, whatever happened. `measure_link` measures what a link carries
+under a sender that offers all it can (the tests and bench/lab.py).
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ import os
 import re
 import shutil
 import subprocess
+import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -414,3 +417,75 @@ class Emulation:
                     throttled = int(fields.get("throttled_time", 0)) / 1e9
                 out[name] = (throttled, int(fields.get("nr_throttled", 0)), int(fields.get("nr_periods", 0)))
         return out
+
+
+@dataclass
+class LinkSample:
+    """What one direction of a link carried while a sender offered all it could."""
+
+    bits: float
+    # An interval that contains both readings of the counters (load can only lengthen it).
+    seconds: float
+    # Packets the link's shaper held back for want of tokens meanwhile (None: not shaped).
+    overlimits: int | None
+
+    @property
+    def bps(self) -> float:
+        return self.bits / self.seconds
+
+
+def measure_link(
+    emu: Emulation, src: str, dst: str, port: int, link: tuple[str, str], seconds: float = 1.0
+) -> LinkSample:
+    """`src` sends to `dst` (TCP, on `port`) as fast as it can; once the bytes
+    flow, what `link` (a host and `up` or `down`) carried over `seconds` by
+    its counters, and what its shaper held back meanwhile. The interval is
+    read before the first reading and after the second: the rate it gives is
+    never above the link's."""
+    receiver = subprocess.Popen(
+        emu.wrap(
+            dst,
+            [
+                sys.executable,
+                "-c",
+                "import socket\n"
+                f"s = socket.socket(); s.bind(('{emu.addr(dst)}', {port})); s.listen(1)\n"
+                "c, _ = s.accept()\n"
+                "while c.recv(1 << 16): pass\n",
+            ],
+        )
+    )
+    sender = subprocess.Popen(
+        emu.wrap(
+            src,
+            [
+                sys.executable,
+                "-c",
+                "import socket, time\n"
+                "while True:\n"
+                f"    try: c = socket.create_connection(('{emu.addr(dst)}', {port})); break\n"
+                "    except OSError: time.sleep(0.05)\n"
+                "while True: c.sendall(b'x' * 65536)\n",
+            ],
+        )
+    )
+    try:
+        first = emu.link_counters()[link][0]
+        deadline = time.monotonic() + 30
+        while emu.link_counters()[link][0] - first < 1 << 18:
+            if time.monotonic() > deadline:
+                raise LabError(f"no data flowed from {src} to {dst} in 30 s")
+            time.sleep(0.05)
+        t0 = time.monotonic()
+        before = emu.link_counters()[link][0]
+        held = emu.qdisc_stats().get(link, {}).get("overlimits")
+        time.sleep(seconds)
+        if held is not None:
+            held = emu.qdisc_stats()[link]["overlimits"] - held
+        after = emu.link_counters()[link][0]
+        t1 = time.monotonic()
+    finally:
+        for p in (sender, receiver):
+            p.kill()
+            p.wait()
+    return LinkSample((after - before) * 8, t1 - t0, held)
