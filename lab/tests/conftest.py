@@ -10,13 +10,25 @@ session-scoped fixtures it uses included, and the seeds it ran with (the
 
 from __future__ import annotations
 
+import shutil
 import signal
+import subprocess
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from mwlab.procs import ProcessGroup, Started, binary, free_port, started_mark, started_since, wait_port
+from mwlab.procs import (
+    ProcessGroup,
+    Started,
+    binary,
+    free_port,
+    note_started,
+    started_mark,
+    started_since,
+    wait_port,
+)
 
 # How much of each log a failure report shows.
 TAIL_LINES = 40
@@ -91,6 +103,69 @@ def tail(path: Path) -> str:
         return f"(not readable: {e})"
     text = "\n".join(text.splitlines()[-TAIL_LINES:])[-TAIL_CHARS:]
     return text or "(empty)"
+
+
+GOREDIS = Path(__file__).parent / "goredis"
+_GO_BUILD = pytest.StashKey["GoBuild"]()
+
+
+class GoBuild:
+    """The go-redis stream worker of lab/tests/goredis, compiled in the
+    background: on a cold Go cache it takes minutes, which the tests
+    collected before it spend running (none of them times anything)."""
+
+    def __init__(self) -> None:
+        go = shutil.which("go") or "/usr/local/go/bin/go"
+        self.dir = Path(tempfile.mkdtemp(prefix="mwlab-goredis-"))
+        self.exe = self.dir / "goredis-streams"
+        self.log = self.dir / "build.log"
+        cmd = [go, "build", "-o", str(self.exe), "."]
+        self.error = ""
+        self.proc: subprocess.Popen | None = None
+        try:
+            with self.log.open("wb") as f:
+                self.proc = subprocess.Popen(cmd, cwd=GOREDIS, stdout=f, stderr=subprocess.STDOUT)
+            note_started("go build", cmd, self.log)
+        except OSError as e:
+            self.error = f"`{' '.join(cmd)}` could not start: {e} (make test-deps says how to install Go)"
+
+    def wait(self, timeout: float = 900) -> Path:
+        """The worker's path once built (fails the test with go's output if it did not build)."""
+        if self.proc is None:
+            pytest.fail(self.error)
+        try:
+            code = self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"go build did not finish in {timeout:.0f} s: {tail(self.log)}")
+        if code != 0:
+            pytest.fail(f"go build failed ({code}): {tail(self.log)}")
+        return self.exe
+
+    def close(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def pytest_collection_finish(session):
+    if any(item.name.startswith("test_go_redis") for item in session.items):
+        session.config.stash[_GO_BUILD] = GoBuild()
+
+
+def pytest_sessionfinish(session):
+    build = session.config.stash.get(_GO_BUILD, None)
+    if build is not None:
+        build.close()
+
+
+@pytest.fixture
+def goredis_worker(request) -> Path:
+    """The go-redis stream worker's executable (built when the session began)."""
+    config = request.config
+    if _GO_BUILD not in config.stash:
+        config.stash[_GO_BUILD] = GoBuild()
+    return config.stash[_GO_BUILD].wait()
 
 
 # Jain, Example 18.1 (a 2^2 3 design): (memory, cache) levels -> three observations.

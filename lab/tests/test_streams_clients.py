@@ -148,17 +148,14 @@ def test_faststream_stream_subscribers_in_one_group_share_the_work(mwmq):
     r.close()
 
 
-def test_go_redis_workers_share_a_group_and_rescue_a_dead_one(mwmq, tmp_path: Path):
+def test_go_redis_workers_share_a_group_and_rescue_a_dead_one(mwmq, goredis_worker: Path):
     """go-redis (v9), unchanged: two workers in a group (XReadGroup with
     BLOCK, XAck), one that dies holding a batch, XAutoClaim of what it held;
-    every message handled once, nothing pending (lab/tests/goredis)."""
+    every message handled once, nothing pending (lab/tests/goredis, built
+    while the session's other tests run: conftest.py)."""
     import json
-    import shutil
 
-    go = shutil.which("go") or "/usr/local/go/bin/go"
-    src = Path(__file__).parent / "goredis"
-    exe = tmp_path / "goredis-streams"
-    subprocess.run([go, "build", "-o", str(exe), "."], cwd=src, check=True, capture_output=True)
+    exe = goredis_worker
     _, plain_port = mwmq
     run = subprocess.run(
         [str(exe), f"127.0.0.1:{plain_port}", "app", "app-secret"], capture_output=True, text=True, timeout=60
