@@ -95,13 +95,19 @@ def test_checks_and_model_tables(result: Path):
     assert len(model) == 2 and {"x_measured", "x_model", "bottleneck"} <= set(model.columns)
     util = pd.read_csv(result / "utilization.csv")
     assert {"workers", "database connections", "PostgreSQL CPU", "host CPU"} <= set(util["device"])
-    # One database connection for two workers: the pool is what limits the busier point.
-    busy = model[model["point"] == "vcli=3,tmw=2"].iloc[0]
-    assert "database connections" in busy["bottleneck"], busy["bottleneck"]
     from mwlab.analysis import read_experiment
-    from mwlab.fit import bottleneck_agrees, fit_experiment
+    from mwlab.fit import bottleneck, bottleneck_agrees, fit_experiment
 
     meta = read_experiment(result)
+    # One database connection for two workers: the pool is what limits the
+    # busier point, among the system's own centers (the host's and
+    # PostgreSQL's CPU have what other processes left of the machine: on a
+    # loaded machine they may come first).
+    (busy,) = [
+        p for p in fit_experiment(aggregate, meta.columns, meta.settings).points if p.point == "vcli=3,tmw=2"
+    ]
+    own = [d for d in busy.devices if d.name not in ("host CPU", "PostgreSQL CPU")]
+    assert "database connections" in bottleneck(own).split(" = "), [(d.name, d.per_server_us) for d in own]
     from mwlab.fit import queue_views
 
     pool = queue_views(aggregate, meta.settings, center="pool")

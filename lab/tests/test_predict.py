@@ -104,6 +104,22 @@ def test_held_out_populations_of_a_known_system_are_exact(tmp_path):
     assert "2 x workers" in " ".join(pr.whatif["what if"])
 
 
+def test_a_calibration_too_noisy_for_an_interval_predicts_an_unbounded_one(tmp_path):
+    """Repetitions that differ by orders of magnitude (a busy machine's
+    runs): the prediction stands, its interval is (0, inf), not a crash."""
+    rows = []
+    for n in NS:
+        r = row(n, 4, reps=2)
+        r.update(client_tput_std=1e6 * r["client_tput"], client_rt_mean_us_std=1e6 * r["client_rt_mean_us"])
+        rows.append(r)
+    res = result_dir(tmp_path, rows, FACTORS)
+    agg, info = pd.read_csv(res / "aggregate.csv"), info_of(res)
+    (p,) = predict(agg, info, clients=[8], only_n={1, 4, 16, 64})
+    assert p.x > 0 and p.x_lo == pytest.approx(0, abs=1e-300) and p.x_hi == math.inf
+    assert p.r_hi == math.inf
+    assert predictions(res, agg, info).heldout is not None
+
+
 def test_more_workers_follow_the_fitted_holding_time(tmp_path):
     # Holding time grows with the busy workers k = X S, as on a shared machine:
     # S = 50 + 10 k, solved here as the fixed point the measurement would show.

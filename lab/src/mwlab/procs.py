@@ -542,11 +542,14 @@ class ResourceSampler(threading.Thread):
         for p in list(self.group.procs):
             if p.popen.pid is None:
                 continue
+            # The threads first: the process's time, read after them, is
+            # never less than theirs (it holds its exited threads' too).
+            threads = _thread_times(p.popen.pid)
             sample = _proc_times(p.popen.pid)
             if sample is None:
                 continue
             f.write(f"{stamp},{p.name},*,{sample[0]:.3f}\n")
-            for cls, secs in sorted(_thread_times(p.popen.pid).items()):
+            for cls, secs in sorted(threads.items()):
                 f.write(f"{stamp},{p.name},{cls},{secs:.3f}\n")
         for name, pid in self.trees.items():
             classes = tree_times(pid, self._seen[name])
