@@ -191,7 +191,7 @@ ENGINES = {
     "middleware": {"workers": 2, "threads": 1},
     "workload": {"ratio": "1:1", "value_size": 200, "receive": "recv"},
     "factors": {"engine": ["pool", "async"], "vcli": [4]},
-    "run": {"duration": 2, "warmup": 1, "cooldown": 0, "repetitions": 1, "window_ms": 500},
+    "run": {"duration": 1, "warmup": 0.5, "cooldown": 0, "repetitions": 1, "window_ms": 500},
 }
 
 
@@ -226,7 +226,7 @@ STANDBY = {
     "middleware": {"engine": "async", "threads": 1},
     "workload": {"ratio": "1:0", "value_size": 200},
     "factors": {"standby": [0, 1], "vcli": [4]},
-    "run": {"duration": 2, "warmup": 1, "cooldown": 0, "repetitions": 1, "window_ms": 500},
+    "run": {"duration": 1, "warmup": 0.5, "cooldown": 0, "repetitions": 1, "window_ms": 500},
 }
 
 
@@ -273,6 +273,8 @@ def test_a_stream_workload_runs_through_the_lab(tmp_path: Path):
         "name": "mq-streams-tiny",
         "workload": {"ratio": "1:1", "value_size": 200, "receive": "stream"},
         "factors": {"vcli": [2]},
+        # (The assertion counts what was sent, read and acknowledged: a second is plenty.)
+        "run": {**TINY["run"], "duration": 1, "warmup": 0.5},
     }
     exp = parse(spec)
     exp.source = spec

@@ -287,7 +287,7 @@ def test_calibrate_then_measure_with_real_processes(tmp_path, capsys, monkeypatc
     monkeypatch.setattr(planning, "MAX_REPS", 2)
     spec_file = tmp_path / "spec.yaml"
     spec_file.write_text(json.dumps(spec))
-    assert main(["plan", str(spec_file), "--from", str(out), "--target", "25%", "--json"]) == 0
+    assert main(["plan", str(spec_file), "--from", str(out), "--target", "90%", "--json"]) == 0
     plan = json.loads(capsys.readouterr().out)
     (c,) = plan["configurations"]
     assert c["repetitions"] >= 2 and set(c["N"]) <= {1, 2, 4} and c["runs"] == len(c["N"]) * c["repetitions"]
@@ -297,7 +297,7 @@ def test_calibrate_then_measure_with_real_processes(tmp_path, capsys, monkeypatc
     short = {**spec, "run": {**spec["run"], "duration": 1, "warmup": 0.2}}
     spec_file.write_text(json.dumps(short))
     planned = tmp_path / "planned"
-    args = ["run", str(spec_file), "--plan", "--from", str(out), "--target", "25%", "--results", str(planned)]
+    args = ["run", str(spec_file), "--plan", "--from", str(out), "--target", "90%", "--results", str(planned)]
     assert main(args) == 0
     assert "plan for predict-real" in capsys.readouterr().out
     (result,) = (planned / "predict-real-plan").iterdir()

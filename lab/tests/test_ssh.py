@@ -39,7 +39,7 @@ def spec(ssh: dict | None) -> dict:
         "topology": {"servers": 1, "middlewares": 1, "client_machines": 1, "threads": 1},
         "middleware": {"workers": 2},
         "factors": {"vcli": [2]},
-        "run": {"duration": 4, "warmup": 1, "cooldown": 0, "repetitions": 1, "window_ms": 500},
+        "run": {"duration": 2, "warmup": 1, "cooldown": 0, "repetitions": 1, "window_ms": 500},
     }
     if ssh:
         doc["hosts"] = {"emulation": "ssh", "ssh": ssh}

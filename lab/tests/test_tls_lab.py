@@ -20,7 +20,7 @@ SPEC = {
     "topology": {"servers": 2, "middlewares": 1, "threads": 1},
     "middleware": {"engine": "async", "server_tls": True, "auth": True},
     "factors": {"tls": [False, True]},
-    "run": {"duration": 2, "warmup": 1, "cooldown": 0, "repetitions": 1, "window_ms": 500},
+    "run": {"duration": 1, "warmup": 0.5, "cooldown": 0, "repetitions": 1, "window_ms": 500},
 }
 
 
