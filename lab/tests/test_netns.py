@@ -82,26 +82,32 @@ def test_a_killed_runners_hosts_are_removed_by_the_next_run():
 
 
 def test_a_shaped_link_carries_no_more_than_its_rate_in_each_direction():
-    """Each direction of a shaped link under a sender that offers more: over
-    any stretch of time the link carries at most its rate plus its bucket
-    (and one frame on its way), its shaper held packets back (it was the
-    limit, not the sender), and it carries at least half of its rate — or
-    of what an unshaped link carried in the same test, on a machine too
-    busy to offer that much. A link not shaped, shaped in the wrong
-    direction or to a rate in the wrong unit fails."""
+    """Each direction of a shaped link under a sender that offers more: the
+    shapers are on the right devices at the right rates, and over any
+    stretch of time the link carries at most its rate plus its bucket (and
+    one frame on its way); its bytes went through the shaper, which held
+    packets back (it was the limit). How near the link comes to its rate
+    is the machine's (a Python receiver on a machine at load 13 drained
+    12.7 Mbit/s through the 50 Mbit/s link a second after an unshaped one
+    moved 3 Gbit/s): `bench/lab.py link` prints it. A link not shaped,
+    shaped in the wrong direction or to a rate in the wrong unit fails."""
     up, down = 50e6, 20e6
-    hosts = [HostSpec("vm", up_bps=up, down_bps=down), HostSpec("peer"), HostSpec("free")]
+    hosts = [HostSpec("vm", up_bps=up, down_bps=down), HostSpec("peer")]
     with Emulation(hosts) as emu:
-        free = measure_link(emu, "free", "peer", 5000, ("free", "up"))
+        show = ["tc", "qdisc", "show", "dev"]
+        up_tc = subprocess.run(emu.wrap("vm", [*show, "eth0"]), capture_output=True, text=True).stdout
+        down_tc = subprocess.run([*show, emu.hosts["vm"].veth], capture_output=True, text=True).stdout
+        assert "tbf" in up_tc and "rate 50Mbit" in up_tc, up_tc
+        assert "tbf" in down_tc and "rate 20Mbit" in down_tc, down_tc
         sent = measure_link(emu, "vm", "peer", 5001, ("vm", "up"))
         received = measure_link(emu, "peer", "vm", 5002, ("vm", "down"))
-    assert free.overlimits is None, "an unshaped link has no shaper"
     for got, rate, what in ((sent, up, "sent on a 50"), (received, down, "received on a 20")):
-        said = f"{got.bps / 1e6:.1f} Mbit/s {what} Mbit/s link; unshaped {free.bps / 1e6:.0f} Mbit/s"
+        said = f"{got.bps / 1e6:.1f} Mbit/s {what} Mbit/s link"
         assert got.bits <= rate * got.seconds + 8 * (tbf_burst(rate) + 1514), said
-        assert got.bps >= 0.5 * min(rate, free.bps), said
-        if free.bps > rate:
-            assert got.overlimits, f"the shaper held nothing back: {said}"
+        # (The shaper's counters are read between the link's: what it passed
+        # is part of what the link carried.)
+        assert 0 < got.shaped_bytes * 8 <= got.bits + 8 * 1514, (got, said)
+        assert got.overlimits, f"the shaper held nothing back: {said}"
 
 
 def test_delay_needs_netem_and_says_so():
@@ -244,7 +250,10 @@ def test_the_message_queue_system_on_emulated_hosts(tmp_path: Path):
         "middleware": {"workers": 2, "db_pool": 2},
         "workload": {"ratio": "1:1", "value_size": 200, "receive": "pop"},
         "hosts": {"emulation": "netns", "server_link": "200mbit", "middleware_cpus": 1},
-        "run": {"duration": 2, "warmup": 1, "cooldown": 0, "repetitions": 1, "window_ms": 500},
+        # (Two seconds of warm-up: the first requests create the queues, and
+        # on a loaded machine the middleware's cgroup once completed none in
+        # its first three seconds.)
+        "run": {"duration": 2, "warmup": 2, "cooldown": 0, "repetitions": 1, "window_ms": 500},
     }
     exp = parse(spec)
     exp.source = spec

@@ -426,8 +426,10 @@ class LinkSample:
     bits: float
     # An interval that contains both readings of the counters (load can only lengthen it).
     seconds: float
-    # Packets the link's shaper held back for want of tokens meanwhile (None: not shaped).
+    # Packets the link's shaper held back for want of tokens meanwhile, and
+    # the bytes it passed (None: not shaped), read between the two readings.
     overlimits: int | None
+    shaped_bytes: int | None
 
     @property
     def bps(self) -> float:
@@ -478,14 +480,15 @@ def measure_link(
             time.sleep(0.05)
         t0 = time.monotonic()
         before = emu.link_counters()[link][0]
-        held = emu.qdisc_stats().get(link, {}).get("overlimits")
+        q0 = emu.qdisc_stats().get(link)
         time.sleep(seconds)
-        if held is not None:
-            held = emu.qdisc_stats()[link]["overlimits"] - held
+        q1 = emu.qdisc_stats().get(link)
         after = emu.link_counters()[link][0]
         t1 = time.monotonic()
     finally:
         for p in (sender, receiver):
             p.kill()
             p.wait()
-    return LinkSample((after - before) * 8, t1 - t0, held)
+    held = q1["overlimits"] - q0["overlimits"] if q0 and q1 else None
+    passed = q1["bytes"] - q0["bytes"] if q0 and q1 else None
+    return LinkSample((after - before) * 8, t1 - t0, held, passed)
