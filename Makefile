@@ -127,6 +127,7 @@ bench: build python-deps
 	bench/mq-quota.sh
 	bench/mq-peers.sh
 	bench/mq-streams.sh
+	$(VENV)/bin/python bench/lab.py
 
 lint: rust-deps python-deps
 	$(CARGO) fmt --all -- --check

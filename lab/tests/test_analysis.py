@@ -239,3 +239,25 @@ def test_cpu_of_remote_hosts_counts_where_it_ran():
     busy = noise_checks(pd.Series({**m, **h, "host_util_mw0": 0.99, "cpu_other_mw0_cores": 1.5}), "p")
     assert not {c.name: c for c in busy}["mw0 CPU not saturated"].ok
     assert not {c.name: c for c in busy}["no interference on mw0"].ok
+
+
+def test_the_generator_checks_judge_by_the_rate_and_the_lateness():
+    """An open-loop generator kept its schedule when it sent at least 95% of
+    its target rate with at most 1% of its sends over 1 ms late; the
+    arrivals are exponential when the Anderson-Darling test says so."""
+    from mwlab.checks import generator_checks
+
+    def verdicts(**row) -> dict[str, bool]:
+        base = {"gen_target_rate": 4000.0, "gen_late_p99_us": 300.0, "gen_gap_ad": 0.5}
+        return {c.name: c.ok for c in generator_checks(pd.Series({**base, **row}), "p")}
+
+    kept = "load generator kept its schedule"
+    assert verdicts(gen_rate_ratio=0.999, gen_late_share=0.001)[kept]
+    assert verdicts(gen_rate_ratio=0.95, gen_late_share=0.01)[kept], "the limits themselves pass"
+    assert not verdicts(gen_rate_ratio=0.90, gen_late_share=0.0)[kept], "too few sent"
+    assert not verdicts(gen_rate_ratio=1.0, gen_late_share=0.05)[kept], "too many late"
+    exponential = "arrivals exponential"
+    assert verdicts(gen_rate_ratio=1.0, gen_late_share=0.0, gen_gap_exponential=1.0)[exponential]
+    assert not verdicts(gen_rate_ratio=1.0, gen_late_share=0.0, gen_gap_exponential=0.0)[exponential]
+    assert exponential not in verdicts(gen_rate_ratio=1.0, gen_late_share=0.0)
+    assert verdicts() == {}, "a closed-loop run has no schedule to keep"

@@ -145,7 +145,12 @@ def run_pylibmc_suite(port: int, tmp_path, name: str) -> dict[str, str]:
     report = tmp_path / f"{name}.xml"
     env = {**os.environ, "MEMCACHED_HOST": "127.0.0.1", "MEMCACHED_PORT": str(port)}
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junit-xml={report}"]
-    cmd.append(str(suite))
+    # Its test_touch reads back at once an item stored to expire in 1 s,
+    # which memcached's once-a-second clock may expire at once (the next
+    # tick): it fails now and then against memcached itself, more often on
+    # a busy machine, and the comparison below would be with the clock.
+    # (Touch through mwproxy: pylibmc_scenario above.)
+    cmd += ["-k", "not test_touch", str(suite)]
     subprocess.run(cmd, env=env, cwd=tmp_path, capture_output=True, timeout=300)
     outcomes = {}
     for case in ElementTree.parse(report).iter("testcase"):

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -16,11 +17,12 @@ import pandas as pd
 import psutil
 import pytest
 
-from mwlab.analysis import summarize
+from mwlab.analysis import clock_offsets, summarize
 from mwlab.checks import run_checks
 from mwlab.netns import Emulation, HostSpec
-from mwlab.procs import wait_port
+from mwlab.procs import started_mark, started_since, wait_port
 from mwlab.report import noise_notes
+from mwlab.results import read_windows
 from mwlab.runner import prepare, run_experiment
 from mwlab.spec import parse
 
@@ -37,7 +39,7 @@ def spec(ssh: dict | None) -> dict:
         "topology": {"servers": 1, "middlewares": 1, "client_machines": 1, "threads": 1},
         "middleware": {"workers": 2},
         "factors": {"vcli": [2]},
-        "run": {"duration": 4, "warmup": 1, "cooldown": 0, "repetitions": 1, "window_ms": 500},
+        "run": {"duration": 2, "warmup": 1, "cooldown": 0, "repetitions": 1, "window_ms": 500},
     }
     if ssh:
         doc["hosts"] = {"emulation": "ssh", "ssh": ssh}
@@ -81,13 +83,23 @@ def test_a_remote_client_gives_the_same_files_as_a_local_one(tmp_path: Path):
             ssh = {"client0": there, "mw0": there}
             remote = parse(spec(ssh))
             remote.source = spec(ssh)
+            mark = started_mark()
             out = run_experiment(remote, prepare(remote, tmp_path / "remote"))
             # Nothing started remotely outlives the run (the sampler, the
-            # middleware, `timeout` around each).
+            # middleware, `timeout` around each): no process in the run's
+            # remote directories (others' runs on this machine have theirs).
+            works = {
+                m.group(0)
+                for s in started_since(mark)
+                if " on " in s.name
+                for a in s.cmd
+                if (m := re.search(r"/tmp/mwlab-[^/\s]+", a))
+            }
+            assert works, [s.cmd for s in started_since(mark)]
             left = [
                 p.info["cmdline"]
                 for p in psutil.process_iter(["cmdline"])
-                if any("/tmp/mwlab-" in a for a in p.info["cmdline"] or [])
+                if any(w in a for a in p.info["cmdline"] or [] for w in works)
             ]
             assert not left, left
         finally:
@@ -99,8 +111,11 @@ def test_a_remote_client_gives_the_same_files_as_a_local_one(tmp_path: Path):
     run_r, run_l = out / "vcli=2" / "rep-1", here / "vcli=2" / "rep-1"
     record = json.loads((run_r / "run.json").read_text())
     assert record["status"] == "ok", record.get("error")
-    assert record["placement"]["hosts"]["client0"]["addr"] == addr
-    assert abs(record["placement"]["hosts"]["client0"]["clock_offset_ms"]) < 50
+    client0 = record["placement"]["hosts"]["client0"]
+    assert client0["addr"] == addr
+    # One clock (the remote host is this machine): the offset is read to
+    # within half the round trip that read it.
+    assert abs(client0["clock_offset_ms"]) <= client0["clock_rtt_ms"] / 2 + 0.001, client0
     assert record["placement"]["processes"]["cl0"] == "client0"
     wanted = {"cl0/windows.jsonl", "cl0/summary.json", "mw0/windows.jsonl", "mw0/summary.json", "run.json"}
     assert wanted <= files(run_r)
@@ -122,7 +137,7 @@ def test_a_remote_client_gives_the_same_files_as_a_local_one(tmp_path: Path):
     assert row["status"] == "ok"
     # The remote processes' CPU, on this machine's clock (inside the clients'
     # span), per request and per thread class; not counted as this machine's.
-    assert row["cpu_cl0_cores"] > 0.02 and row["cpu_mw0_cores"] > 0.02
+    assert row["cpu_cl0_cores"] > 0 and row["cpu_mw0_cores"] > 0
     assert row["cpu_mw_worker_us"] > 0 and row["cpu_cl_load_us"] > 0
     assert 0 < row["host_util_client0"] <= 1.05 and row["cores_client0"] == os.cpu_count()
     assert row["cpu_host_mw0_us"] == pytest.approx(row["cpu_mw0_us"], rel=1e-6)
@@ -130,11 +145,24 @@ def test_a_remote_client_gives_the_same_files_as_a_local_one(tmp_path: Path):
     assert {"client0 CPU not saturated", "no interference on mw0"} <= names
     _, table = noise_notes(summary)
     assert {"client0 CPU busy", "others on mw0 (cores)"} <= set(table.columns)
-    # The middleware's windows inside the clients' span cover a slightly
-    # different stretch of time than the clients' own, and this machine is
-    # shared: a wrong clock offset shows as windows outside the span (no
-    # figure) or tens of per cent, not a few.
-    assert abs(row["mw_tput"] - row["client_tput"]) / row["client_tput"] < 0.12, "one clock for both hosts"
-    assert row["client_requests"] > 100
+    # One clock for both hosts: moved by its host's offset, each of the
+    # middleware's windows starts where a client window starts (to within
+    # the offset's uncertainty), and in those windows both counted the same
+    # requests, but for those in flight at the two ends (one per virtual
+    # client at each).
+    offsets = clock_offsets(record)
+    hosts = record["placement"]["hosts"]
+    clients = [w for w in read_windows(run_r / "cl0") if w["client"]["phase"] == "measure"]
+    starts = {w["start_unix_ms"] - round(offsets["cl0"]): w["ops"]["all"]["count"] for w in clients}
+    near = (hosts["client0"]["clock_rtt_ms"] + hosts["mw0"]["clock_rtt_ms"]) / 2 + 1
+    matched = {}
+    for w in read_windows(run_r / "mw0"):
+        start = w["start_unix_ms"] - round(offsets["mw0"])
+        twin = [s for s in starts if abs(s - start) <= near]
+        if twin:
+            matched[twin[0]] = w["ops"]["all"]["count"]
+    assert set(matched) == set(starts), (sorted(starts), offsets)
+    assert abs(sum(matched.values()) - sum(starts.values())) <= 2 * row["N"], (matched, starts)
+    assert row["client_requests"] > 0
     logs = pd.Series(sorted(p.name for p in (run_r / "logs").iterdir()))
     assert "cl0.log" in set(logs), "the remote log is fetched"

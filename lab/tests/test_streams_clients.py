@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -133,9 +134,8 @@ def test_faststream_stream_subscribers_in_one_group_share_the_work(mwmq):
         await publisher.connect()
         for n in range(40):
             await publisher.publish(n, stream="app.jobs")
-        for _ in range(200):
-            if len(handled) >= 40:
-                break
+        deadline = time.monotonic() + 30
+        while len(handled) < 40 and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
         await asyncio.sleep(0.3)
         for b in [*brokers, publisher]:
@@ -148,17 +148,14 @@ def test_faststream_stream_subscribers_in_one_group_share_the_work(mwmq):
     r.close()
 
 
-def test_go_redis_workers_share_a_group_and_rescue_a_dead_one(mwmq, tmp_path: Path):
+def test_go_redis_workers_share_a_group_and_rescue_a_dead_one(mwmq, goredis_worker: Path):
     """go-redis (v9), unchanged: two workers in a group (XReadGroup with
     BLOCK, XAck), one that dies holding a batch, XAutoClaim of what it held;
-    every message handled once, nothing pending (lab/tests/goredis)."""
+    every message handled once, nothing pending (lab/tests/goredis, built
+    while the session's other tests run: conftest.py)."""
     import json
-    import shutil
 
-    go = shutil.which("go") or "/usr/local/go/bin/go"
-    src = Path(__file__).parent / "goredis"
-    exe = tmp_path / "goredis-streams"
-    subprocess.run([go, "build", "-o", str(exe), "."], cwd=src, check=True, capture_output=True)
+    exe = goredis_worker
     _, plain_port = mwmq
     run = subprocess.run(
         [str(exe), f"127.0.0.1:{plain_port}", "app", "app-secret"], capture_output=True, text=True, timeout=60

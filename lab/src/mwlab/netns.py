@@ -16,7 +16,8 @@ cgroup v2 if the machine has it, else in v1's cpu / cpuset hierarchies.
 
 Everything is named after the runner's pid, so a later run can remove what a
 killed run left behind (`clean_stale`), and `Emulation.close` removes
-everything, whatever happened.
+everything, whatever happened. `measure_link` measures what a link carries
+under a sender that offers all it can (the tests and bench/lab.py).
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ import os
 import re
 import shutil
 import subprocess
+import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -87,6 +90,16 @@ def netem_available() -> bool:
         )
     finally:
         _run(["ip", "link", "del", name], check=False)
+
+
+def tbf_burst(rate_bps: float) -> int:
+    """The bucket (bytes) of a link shaped to `rate_bps`: over any stretch of
+    time T the link carries at most rate x T plus this. A small bucket (two
+    full frames, or 100 µs at the rate) makes the link serialise packets
+    nearly as a real one does; a large one would let a light load through at
+    the veth's speed, and one of a single frame loses a sixth of the rate to
+    timer granularity."""
+    return max(int(rate_bps / 8 * 100e-6), 2 * 1514)
 
 
 @dataclass
@@ -265,12 +278,8 @@ class Emulation:
             )
             parent = ["parent", "1:1"]
         if rate_bps:
-            # A small bucket (two full frames, or 100 µs at the rate) makes the
-            # link serialise packets nearly as a real one does; a large one
-            # would let a light load through at the veth's speed, and one of a
-            # single frame loses a sixth of the rate to timer granularity.
             rate = rate_bps
-            burst = max(int(rate / 8 * 100e-6), 2 * 1514)
+            burst = tbf_burst(rate)
             _run(
                 [
                     *tc,
@@ -332,12 +341,17 @@ class Emulation:
     def ping(self, host: str, count: int = 20) -> float | None:
         """The mean round trip (µs) from `host` to the bridge: its own link's
         delay both ways (what netem added, plus microseconds of path)."""
+        rtts = self.ping_rtts(host, count)
+        return rtts[1] if rtts else None
+
+    def ping_rtts(self, host: str, count: int = 20) -> tuple[float, float] | None:
+        """The shortest and the mean round trip (µs) of `ping`."""
         out = _run(
             self.wrap(host, ["ping", "-q", "-n", "-c", str(count), "-i", "0.01", f"{self.subnet}.254"]),
             check=False,
         ).stdout
-        m = re.search(r"= [0-9.]+/([0-9.]+)/", out)
-        return float(m.group(1)) * 1000 if m else None
+        m = re.search(r"= ([0-9.]+)/([0-9.]+)/", out)
+        return (float(m.group(1)) * 1000, float(m.group(2)) * 1000) if m else None
 
     def wrap(self, host: str, cmd: list[str]) -> list[str]:
         """`cmd` run inside `host`: its namespace and its cgroups."""
@@ -403,3 +417,78 @@ class Emulation:
                     throttled = int(fields.get("throttled_time", 0)) / 1e9
                 out[name] = (throttled, int(fields.get("nr_throttled", 0)), int(fields.get("nr_periods", 0)))
         return out
+
+
+@dataclass
+class LinkSample:
+    """What one direction of a link carried while a sender offered all it could."""
+
+    bits: float
+    # An interval that contains both readings of the counters (load can only lengthen it).
+    seconds: float
+    # Packets the link's shaper held back for want of tokens meanwhile, and
+    # the bytes it passed (None: not shaped), read between the two readings.
+    overlimits: int | None
+    shaped_bytes: int | None
+
+    @property
+    def bps(self) -> float:
+        return self.bits / self.seconds
+
+
+def measure_link(
+    emu: Emulation, src: str, dst: str, port: int, link: tuple[str, str], seconds: float = 1.0
+) -> LinkSample:
+    """`src` sends to `dst` (TCP, on `port`) as fast as it can; once the bytes
+    flow, what `link` (a host and `up` or `down`) carried over `seconds` by
+    its counters, and what its shaper held back meanwhile. The interval is
+    read before the first reading and after the second: the rate it gives is
+    never above the link's."""
+    receiver = subprocess.Popen(
+        emu.wrap(
+            dst,
+            [
+                sys.executable,
+                "-c",
+                "import socket\n"
+                f"s = socket.socket(); s.bind(('{emu.addr(dst)}', {port})); s.listen(1)\n"
+                "c, _ = s.accept()\n"
+                "while c.recv(1 << 16): pass\n",
+            ],
+        )
+    )
+    sender = subprocess.Popen(
+        emu.wrap(
+            src,
+            [
+                sys.executable,
+                "-c",
+                "import socket, time\n"
+                "while True:\n"
+                f"    try: c = socket.create_connection(('{emu.addr(dst)}', {port})); break\n"
+                "    except OSError: time.sleep(0.05)\n"
+                "while True: c.sendall(b'x' * 65536)\n",
+            ],
+        )
+    )
+    try:
+        first = emu.link_counters()[link][0]
+        deadline = time.monotonic() + 30
+        while emu.link_counters()[link][0] - first < 1 << 18:
+            if time.monotonic() > deadline:
+                raise LabError(f"no data flowed from {src} to {dst} in 30 s")
+            time.sleep(0.05)
+        t0 = time.monotonic()
+        before = emu.link_counters()[link][0]
+        q0 = emu.qdisc_stats().get(link)
+        time.sleep(seconds)
+        q1 = emu.qdisc_stats().get(link)
+        after = emu.link_counters()[link][0]
+        t1 = time.monotonic()
+    finally:
+        for p in (sender, receiver):
+            p.kill()
+            p.wait()
+    held = q1["overlimits"] - q0["overlimits"] if q0 and q1 else None
+    passed = q1["bytes"] - q0["bytes"] if q0 and q1 else None
+    return LinkSample((after - before) * 8, t1 - t0, held, passed)

@@ -583,13 +583,25 @@ def predict_one(
     )
     sx, sr = _total(sigma["x"]), _total(sigma["r"])
     st = _total({**sigma["r"], "tail": _tail_spread(cal, n)})
-    pred.x_lo, pred.x_hi = x * math.exp(-Z90 * sx), x * math.exp(Z90 * sx)
-    pred.r_lo, pred.r_hi = r * math.exp(-Z90 * sr), r * math.exp(Z90 * sr)
-    pred.p50_lo, pred.p50_hi = pred.p50_us * math.exp(-Z90 * st), pred.p50_us * math.exp(Z90 * st)
-    pred.p99_lo, pred.p99_hi = pred.p99_us * math.exp(-Z90 * st), pred.p99_us * math.exp(Z90 * st)
+    pred.x_lo, pred.x_hi = _interval(x, sx)
+    pred.r_lo, pred.r_hi = _interval(r, sr)
+    pred.p50_lo, pred.p50_hi = _interval(pred.p50_us, st)
+    pred.p99_lo, pred.p99_hi = _interval(pred.p99_us, st)
     if math.isnan(sx) or math.isnan(sr):
         notes.append("no interval: the calibration's noise was not measured")
     return pred
+
+
+def _interval(value: float, sigma: float) -> tuple[float, float]:
+    """The 90% interval of a positive figure whose logarithm has standard
+    deviation `sigma`; (0, inf) when the calibration was so noisy that the
+    bound does not fit in a float (runs that measured the machine's load
+    more than the system)."""
+    try:
+        hi = value * math.exp(Z90 * sigma)
+    except OverflowError:
+        hi = math.inf
+    return value * math.exp(-Z90 * sigma), hi
 
 
 # The two-sided 90% quantile of the normal distribution.

@@ -3,6 +3,11 @@ mwload clients on free loopback ports, stopped on every way out (including
 Ctrl-C), and a sampler of their CPU, memory and the host's network once a
 second, like dstat (figures from psutil; thread names from
 /proc/PID/task/TID/comm, which psutil does not read).
+
+Every process started here (and PostgreSQL's servers, and the relays) is
+noted with its command and where it logs (`started_since`), so that a failed
+test can print the tail of each log and the seeds it ran with
+(lab/tests/conftest.py).
 """
 
 from __future__ import annotations
@@ -29,6 +34,39 @@ REPO = Path(__file__).resolve().parents[3]
 
 class LabError(RuntimeError):
     """Something the lab needs is missing or failed."""
+
+
+@dataclass
+class Started:
+    """A process this Python process started: its name, command and where its
+    log is now (a callable: PostgreSQL's log moves when the server stops)."""
+
+    seq: int
+    name: str
+    cmd: list[str]
+    logs: Callable[[], list[Path]]
+
+
+_STARTED: list[Started] = []
+_STARTED_KEEP = 2000
+
+
+def note_started(name: str, cmd: list[str], logs: Callable[[], list[Path]] | Path) -> None:
+    """Notes a started process (the last 2,000 are kept)."""
+    where = logs if callable(logs) else (lambda path=logs: [path])
+    seq = _STARTED[-1].seq + 1 if _STARTED else 1
+    _STARTED.append(Started(seq, name, [str(c) for c in cmd], where))
+    del _STARTED[:-_STARTED_KEEP]
+
+
+def started_mark() -> int:
+    """A mark to pass to `started_since` later."""
+    return _STARTED[-1].seq if _STARTED else 0
+
+
+def started_since(mark: int, upto: int | None = None) -> list[Started]:
+    """The processes started after `mark` (and up to `upto`), oldest first."""
+    return [s for s in _STARTED if s.seq > mark and (upto is None or s.seq <= upto)]
 
 
 _GIVEN_PORTS: set[int] = set()
@@ -105,6 +143,7 @@ class ProcessGroup:
             )
         p = Proc(name, popen, port, log)
         self.procs.append(p)
+        note_started(name, cmd, log)
         if port is not None:
             try:
                 wait_port(port, proc=popen, host=host)
@@ -199,11 +238,18 @@ class Postgres:
         self.dir.chmod(0o755)
         script = str(REPO / "scripts" / "postgres.sh")
         cmd = self.wrap([script, "start", str(self.dir / "pg"), *self.settings])
+        note_started("postgres", cmd, self._log_files)
         out = _start_database(cmd, "PostgreSQL", 120, self.__exit__)
         self.conninfo = out.strip().splitlines()[-1]
         if self.listen:
             self.conninfo = f"host={self.listen} port={self.port} user=postgres dbname=mwmq"
         return self
+
+    def _log_files(self) -> list[Path]:
+        """The server's logs: in its directory while it runs, then their copies."""
+        if self.dir is not None:
+            return sorted((self.dir / "pg").glob("*.log"))
+        return sorted(self.logs.glob("pg-*.log"))
 
     def pid(self) -> int | None:
         """The postmaster's process id."""
@@ -273,6 +319,7 @@ class PgHa:
         self.dir = Path(tempfile.mkdtemp(prefix="mwlab-pgha-"))
         self.dir.chmod(0o755)
         cmd = [str(REPO / "scripts" / "pg-ha.sh"), "start", str(self.dir / "ha"), "timeouts=default"]
+        note_started("postgres-ha", cmd, self._log_files)
         _start_database(cmd, "the primary and its standby", 180, self.__exit__)
         self.ports = [int(p) for p in (self.dir / "ha" / "ports").read_text().strip().split(",")]
         self.conninfo = f"host={self.SOCKETS} port={self.ports[1]} user=postgres dbname=mwmq"
@@ -293,6 +340,12 @@ class PgHa:
                 lag = float(r.stdout.split()[0]) if r.returncode == 0 and r.stdout.split() else 0.0
                 if lag > 0:
                     self.lags_us.append((time.time() * 1000.0, lag))
+
+    def _log_files(self) -> list[Path]:
+        """The monitor's and the nodes' logs: in their directory while they run, then their copies."""
+        if self.dir is not None:
+            return sorted((self.dir / "ha").glob("*.log"))
+        return sorted(self.logs.glob("pgha-*.log"))
 
     def _postmaster(self, node: int) -> int | None:
         try:
@@ -461,11 +514,22 @@ class ResourceSampler(threading.Thread):
         self.emulation = emulation
         self.stopping = threading.Event()
 
-    def _links(self, f, stamp: int) -> None:
-        """Emulated hosts: bytes and packets per link direction, and CPU throttling per host."""
+    def _links(self, f) -> None:
+        """Emulated hosts: bytes and packets per link direction, and CPU
+        throttling per host. The counters' time is taken when they are read
+        (within 2 ms: a read that took longer, the thread preempted on a
+        loaded machine, is read again), so that a rate from two readings is
+        the rate of the link, not of the sampler's lateness."""
         if self.emulation is None:
             return
-        for (host, direction), (nbytes, packets) in sorted(self.emulation.link_counters().items()):
+        for _ in range(5):
+            before = time.time()
+            counters = self.emulation.link_counters()
+            after = time.time()
+            if after - before <= 0.002:
+                break
+        stamp = round((before + after) / 2 * 1000)
+        for (host, direction), (nbytes, packets) in sorted(counters.items()):
             f.write(f"{stamp},{host},{direction},{nbytes},{packets}\n")
         for host, (throttled, nr_throttled, periods) in sorted(self.emulation.cpu_counters().items()):
             f.write(f"{stamp},{host},throttle,{throttled:.6f},{nr_throttled}/{periods}\n")
@@ -478,11 +542,14 @@ class ResourceSampler(threading.Thread):
         for p in list(self.group.procs):
             if p.popen.pid is None:
                 continue
+            # The threads first: the process's time, read after them, is
+            # never less than theirs (it holds its exited threads' too).
+            threads = _thread_times(p.popen.pid)
             sample = _proc_times(p.popen.pid)
             if sample is None:
                 continue
             f.write(f"{stamp},{p.name},*,{sample[0]:.3f}\n")
-            for cls, secs in sorted(_thread_times(p.popen.pid).items()):
+            for cls, secs in sorted(threads.items()):
                 f.write(f"{stamp},{p.name},{cls},{secs:.3f}\n")
         for name, pid in self.trees.items():
             classes = tree_times(pid, self._seen[name])
@@ -511,14 +578,14 @@ class ResourceSampler(threading.Thread):
                 links.write("unix_ms,host,direction,bytes,packets\n")
                 self._qdisc("start")
             self._cumulative(cpu, int(time.time() * 1000))
-            self._links(links, int(time.time() * 1000))
+            self._links(links)
             while not self.stopping.wait(self.interval):
                 now = time.monotonic()
                 dt = max(now - t_last, 1e-6)
                 t_last = now
                 stamp = int(time.time() * 1000)
                 self._cumulative(cpu, stamp)
-                self._links(links, stamp)
+                self._links(links)
                 for p in list(self.group.procs):
                     if p.popen.pid is None:
                         continue
@@ -546,7 +613,7 @@ class ResourceSampler(threading.Thread):
                 f.flush()
             self._cumulative(cpu, int(time.time() * 1000))
             if links is not None:
-                self._links(links, int(time.time() * 1000))
+                self._links(links)
                 self._qdisc("end")
 
     def _qdisc(self, when: str) -> None:

@@ -17,6 +17,9 @@ milliseconds only, and added 4.45 ms to a PostgreSQL round trip asked to add
 
 [`Relays.probe`] measures what a relay with given delays actually adds:
 round trips to an echo server through a twin relay against direct ones.
+Each relay holds data `held_s` each way (what it was asked for, less its
+own overhead): no round trip through it is shorter than twice that, however
+loaded the machine, which is what the lab's tests hold it to.
 """
 
 from __future__ import annotations
@@ -28,9 +31,10 @@ import statistics
 import subprocess
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
-from mwlab.procs import LabError, binary, free_port, wait_port
+from mwlab.procs import LabError, binary, free_port, note_started, wait_port
 
 
 def _us(seconds: float) -> str:
@@ -52,8 +56,11 @@ class Relays:
         self.logs.mkdir(parents=True, exist_ok=True)
         # What a relay adds with no delay at all (its two extra hops and its
         # wake-ups), taken off the delays it is asked for, as a calibrated
-        # emulator does: the link then adds what was configured.
-        self.overhead_us = max(self.probe(0.0), 0.0)
+        # emulator does: the link then adds what was configured. The least
+        # of 30 echoes, not their median: on a loaded machine the median
+        # carries the wake-ups of the moment, and a run calibrated in a busy
+        # second would add too little delay all along.
+        self.overhead_us = max(self.probe(0.0, stat=min), 0.0)
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -72,7 +79,7 @@ class Relays:
         half its own measured overhead); its address."""
         port = free_port()
         listen = f"{ip or self.listen_ip}:{port}"
-        net = max(delay_s - getattr(self, "overhead_us", 0.0) / 2e6, 0.0)
+        net = self.held_s(delay_s)
         jitter_s = min(jitter_s, net)
         cmd = [str(binary("mwrelay")), "--listen", listen, "--upstream", upstream, "--delay", _us(net)]
         if os.geteuid() == 0 and shutil.which("chrt"):
@@ -85,11 +92,17 @@ class Relays:
         with (self.logs / f"relay-{port}.log").open("w") as log:
             p = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
         self.procs.append(p)
+        note_started(f"relay-{port}", cmd, self.logs / f"relay-{port}.log")
         try:
             wait_port(port, timeout=10, proc=p, host=listen.rsplit(":", 1)[0])
         except LabError as e:
             raise LabError(f"mwrelay did not listen on {listen}: {e}") from e
         return listen
+
+    def held_s(self, delay_s: float) -> float:
+        """How long a relay asked for `delay_s` holds data each way: the
+        delay less half its own round-trip overhead."""
+        return max(delay_s - getattr(self, "overhead_us", 0.0) / 2e6, 0.0)
 
     def route(self, src: str, dst: str, upstream: str, delay_s: float, jitter_s: float = 0.0) -> str:
         """The address `src` should use to reach `upstream` on `dst` (one relay per pair)."""
@@ -98,14 +111,31 @@ class Relays:
             self.routes[key] = (dst, self.relay(upstream, delay_s, jitter_s))
         return self.routes[key][1]
 
-    def probe(self, delay_s: float, jitter_s: float = 0.0, rounds: int = 30) -> float:
+    def probe(
+        self,
+        delay_s: float,
+        jitter_s: float = 0.0,
+        rounds: int = 30,
+        stat: Callable[[list[float]], float] = statistics.median,
+    ) -> float:
         """The round-trip time (µs) a relay with these delays adds, measured:
-        median of `rounds` echoes through a twin relay less the direct ones."""
+        `stat` (the median) of `rounds` echoes through a twin relay less that
+        of the direct ones."""
+        return self.probe_times(delay_s, jitter_s, rounds, stat)[0]
+
+    def probe_times(
+        self,
+        delay_s: float,
+        jitter_s: float = 0.0,
+        rounds: int = 30,
+        stat: Callable[[list[float]], float] = statistics.median,
+    ) -> tuple[float, float]:
+        """`probe`'s figure, and the shortest round trip through the twin relay (µs)."""
         with _Echo() as echo:
             via = self.relay(echo.addr, delay_s, jitter_s, "127.0.0.1")
             direct = _round_trips(echo.addr, rounds, b"p", b"p")
             relayed = _round_trips(via, rounds, b"p", b"p")
-        return (statistics.median(relayed) - statistics.median(direct)) * 1e6
+        return (stat(relayed) - stat(direct)) * 1e6, min(relayed) * 1e6
 
 
 # A PostgreSQL SSLRequest: the server answers one byte at once, before any login.
@@ -114,9 +144,15 @@ _PG_PING = (8).to_bytes(4, "big") + (80877103).to_bytes(4, "big")
 
 def ping(addr: str, kind: str, rounds: int = 20) -> float:
     """The median round trip (seconds) of a request the server at `addr`
-    answers at once: `version` for memcached, an SSLRequest for PostgreSQL
-    (one connection each, timed from the request to the answer, once the
-    backend for it has started)."""
+    answers at once (`ping_times`)."""
+    return statistics.median(ping_times(addr, kind, rounds))
+
+
+def ping_times(addr: str, kind: str, rounds: int = 20) -> list[float]:
+    """Round trips (seconds) of a request the server at `addr` answers at
+    once: `version` for memcached, an SSLRequest for PostgreSQL (one
+    connection each, timed from the request to the answer, once the backend
+    for it has started)."""
     host, port = addr.rsplit(":", 1)
     times = []
     if kind == "memcached":
@@ -135,7 +171,7 @@ def ping(addr: str, kind: str, rounds: int = 20) -> float:
                 times.append(time.perf_counter() - t)
     else:
         raise ValueError(f"no ping for {kind}")
-    return statistics.median(times)
+    return times
 
 
 def _round_trips(addr: str, rounds: int, request: bytes, end: bytes) -> list[float]:

@@ -19,6 +19,7 @@ import contextlib
 import json
 import math
 import shutil
+import statistics
 import subprocess
 import time
 from collections.abc import Callable
@@ -39,7 +40,7 @@ from mwlab.procs import (
     memcached_cmd,
     usable_cores,
 )
-from mwlab.relay import Relays, path_delay, ping
+from mwlab.relay import Relays, path_delay, ping_times
 from mwlab.spec import Experiment, Run, Settings, host_names, run_seconds
 
 Progress = Callable[[int, int, str, float], None]
@@ -393,31 +394,43 @@ def _delay_record(
             if kind is None:
                 continue  # a middleware: stopped by now, probed through a twin relay below
             try:
-                measured = (ping(relayed, kind) - ping(upstream, kind)) * 1e6
+                through, direct = ping_times(relayed, kind), ping_times(upstream, kind)
             except (LabError, OSError):
                 continue  # a server behind TLS or logins answers no plain ping
             probes.append(
                 {
                     "what": f"{kind} ping from {src} to {dst}",
                     "expected_us": rtt(src, dst),
-                    "measured_us": measured,
+                    "measured_us": (statistics.median(through) - statistics.median(direct)) * 1e6,
+                    # No round trip through the relay is shorter than what it holds.
+                    "held_us": 2 * relays.held_s(path_delay(delays, src, dst)[0]) * 1e6,
+                    "shortest_us": min(through) * 1e6,
                 }
             )
         pairs = {path_delay(delays, a, b) for a, b in _pairs(hosts)}
         for d, j in sorted(p for p in pairs if p[0]):
+            measured, shortest = relays.probe_times(d, j)
             probes.append(
                 {
                     "what": f"relay {d * 1e3:g} ms",
                     "expected_us": 2 * d * 1e6,
-                    "measured_us": relays.probe(d, j),
+                    "measured_us": measured,
+                    "held_us": 2 * relays.held_s(d) * 1e6,
+                    "shortest_us": shortest,
                 }
             )
     else:
         for host, (d, _) in sorted(delays.items()):
-            measured = place.emu.ping(host)
-            if measured is not None:
+            rtts = place.emu.ping_rtts(host)
+            if rtts is not None:
                 probes.append(
-                    {"what": f"netem on {host}", "expected_us": 2 * d * 1e6, "measured_us": measured}
+                    {
+                        "what": f"netem on {host}",
+                        "expected_us": 2 * d * 1e6,
+                        "measured_us": rtts[1],
+                        "held_us": 2 * d * 1e6,
+                        "shortest_us": rtts[0],
+                    }
                 )
     return {
         "method": "relay" if relays is not None else "netem",

@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mwlab.procs import LabError, Proc, ProcessGroup, binary, wait_port
+from mwlab.procs import LabError, Proc, ProcessGroup, binary, note_started, wait_port
 
 # Seconds a remote process may outlive its planned end before `timeout` stops it.
 GRACE = 120
@@ -153,6 +153,7 @@ class Remote:
         self.dirs: dict[str, str] = {}
         self.bins: dict[tuple[str, str], str] = {}
         self.offsets: dict[str, float] = {}
+        self.rtts: dict[str, float] = {}
         self.cores: dict[str, int] = {}
         self.started: list[tuple[str, str, str]] = []
         self.samplers: dict[str, str] = {}
@@ -205,11 +206,19 @@ class Remote:
             raise LabError(f"{host}: `{command}` failed: {(result.stderr or result.stdout or '').strip()}")
         return result.stdout or ""
 
-    def _clock(self, host: str) -> None:
-        t0 = time.time()
-        remote = int(self.run(host, "date +%s%N").strip()) / 1e9
-        t1 = time.time()
-        self.offsets[host] = remote - (t0 + t1) / 2
+    def _clock(self, host: str, tries: int = 3) -> None:
+        """The offset of `host`'s clock from this machine's: its time less
+        the middle of the round trip that read it, from the shortest of a
+        few round trips (the offset is known to within half of it, kept as
+        `clock_rtt_ms`; a loaded machine lengthens some round trips)."""
+        best = (float("inf"), 0.0)
+        for _ in range(tries):
+            t0 = time.time()
+            remote = int(self.run(host, "date +%s%N").strip()) / 1e9
+            t1 = time.time()
+            if t1 - t0 < best[0]:
+                best = (t1 - t0, remote - (t0 + t1) / 2)
+        self.rtts[host], self.offsets[host] = best
 
     def _cores(self, host: str) -> int:
         answer = self.run(host, "nproc", check=False).strip()
@@ -278,6 +287,8 @@ class Remote:
         popen = RemotePopen(self, host, work, name)
         p = Proc(name, popen, port, g.logs / f"{name}.log")
         g.procs.append(p)
+        # (Its log is fetched there at the end of the run.)
+        note_started(f"{name} on {host}", args, p.log)
         if port is not None:
             try:
                 wait_port(port, host=self.dests[host].host, timeout=15)
@@ -340,6 +351,7 @@ class Remote:
                 "addr": d.host,
                 "ssh_port": d.port,
                 "clock_offset_ms": round(self.offsets.get(host, 0.0) * 1000, 3),
+                "clock_rtt_ms": round(self.rtts.get(host, 0.0) * 1000, 3),
                 "cores": self.cores.get(host),
                 "sampled": host in self.samplers,
             }
