@@ -155,11 +155,13 @@ pub fn probe_timed(addr: SocketAddr, path: &str, during: Duration) -> (Vec<(Stri
 }
 
 /// Clients that ask `GET path` again and again, each request on a fresh
-/// connection `pause` after the last one's answer, `per_source` of them from
-/// each of `sources` loopback addresses ([`loopback`]), until stopped: a
-/// flood of probes that all stay within an endpoint's per-source caps. (The
-/// pause keeps hundreds of clients from taking the test machine's every
-/// core, which would starve the server they attack and measure nothing.)
+/// connection as soon as the last one's answer came but at most once per
+/// `every`, `per_source` of them from each of `sources` loopback addresses
+/// ([`loopback`]), until stopped: a flood of probes that all stay within an
+/// endpoint's per-source caps. (A slow endpoint has every client waiting on
+/// it at once; a fast one is not asked faster than `every` allows, so that
+/// hundreds of clients do not take the test machine's every core and starve
+/// the server they attack.)
 pub struct Askers {
     stop: Arc<AtomicBool>,
     threads: Vec<JoinHandle<Vec<u16>>>,
@@ -167,7 +169,7 @@ pub struct Askers {
 
 impl Askers {
     /// Starts them at `addr`.
-    pub fn start(addr: SocketAddr, path: &'static str, sources: usize, per_source: usize, pause: Duration) -> Askers {
+    pub fn start(addr: SocketAddr, path: &'static str, sources: usize, per_source: usize, every: Duration) -> Askers {
         let stop = Arc::new(AtomicBool::new(false));
         let threads = (0..sources * per_source)
             .map(|i| {
@@ -178,8 +180,9 @@ impl Askers {
                     .spawn(move || {
                         let mut statuses = Vec::new();
                         while !flag.load(Ordering::Relaxed) {
+                            let asked = Instant::now();
                             statuses.push(ask_from(from, addr, path).unwrap_or(0));
-                            std::thread::sleep(pause);
+                            std::thread::sleep(every.saturating_sub(asked.elapsed()));
                         }
                         statuses
                     })
