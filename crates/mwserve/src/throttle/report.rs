@@ -3,19 +3,26 @@
 //! failures in between are counted, and the source's next line says how
 //! many there were. At most [`MAX_LOGGED`] sources are followed at once;
 //! past them, the failures of sources not followed share one line per
-//! interval (`process::Throttled`), so spraying sources cannot flood the log.
+//! interval, so spraying sources cannot flood the log.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use super::{shown_name, Attempt, Source};
-use crate::process::Throttled;
 
 /// At most one line per source this often.
 pub const LOG_EVERY: Duration = Duration::from_secs(10);
 /// Sources followed one by one at most.
 const MAX_LOGGED: usize = 4_096;
+
+/// Whose lines: one source's (or unknown sources'), or the sources past
+/// [`MAX_LOGGED`] together.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Who {
+    Source(Option<Source>),
+    Others,
+}
 
 /// A source's last line, and the failures since that were not logged.
 #[derive(Debug, Clone, Copy)]
@@ -24,18 +31,9 @@ struct Line {
     unlogged: u64,
 }
 
+#[derive(Default)]
 pub(super) struct Report {
-    lines: Mutex<HashMap<Option<Source>, Line>>,
-    others: Throttled,
-}
-
-impl Default for Report {
-    fn default() -> Self {
-        Report {
-            lines: Mutex::new(HashMap::new()),
-            others: Throttled::new("failed logins from more sources than are logged one by one", LOG_EVERY),
-        }
-    }
+    lines: Mutex<HashMap<Who, Line>>,
 }
 
 impl std::fmt::Debug for Report {
@@ -50,15 +48,14 @@ impl Report {
     pub(super) fn failed(&self, a: &Attempt, what: &dyn std::fmt::Display) {
         let now = Instant::now();
         let mut lines = self.lines.lock().unwrap_or_else(|p| p.into_inner());
-        if lines.len() >= MAX_LOGGED && !lines.contains_key(&a.source) {
-            lines.retain(|_, l| now.duration_since(l.at) < LOG_EVERY);
-            if lines.len() >= MAX_LOGGED {
-                drop(lines);
-                self.others.note(&describe(a, what));
-                return;
+        let mut who = Who::Source(a.source);
+        if lines.len() > MAX_LOGGED && !lines.contains_key(&who) {
+            lines.retain(|w, l| *w == Who::Others || now.duration_since(l.at) < LOG_EVERY);
+            if lines.len() > MAX_LOGGED {
+                who = Who::Others;
             }
         }
-        let before = match lines.get_mut(&a.source) {
+        let before = match lines.get_mut(&who) {
             Some(l) if now.duration_since(l.at) < LOG_EVERY => {
                 l.unlogged += 1;
                 return;
@@ -66,13 +63,14 @@ impl Report {
             Some(l) => l.unlogged,
             None => 0,
         };
-        lines.insert(a.source, Line { at: now, unlogged: 0 });
+        lines.insert(who, Line { at: now, unlogged: 0 });
         drop(lines);
         let text = describe(a, what);
-        if before > 0 {
-            tracing::warn!("{text} (and {before} more failed logins from there since its last line)");
-        } else {
-            tracing::warn!("{text}");
+        match (who, before) {
+            (Who::Others, 0) => tracing::warn!("{text} (one line per {LOG_EVERY:?} for sources past {MAX_LOGGED})"),
+            (Who::Others, n) => tracing::warn!("{text} (and {n} more failed logins from sources past {MAX_LOGGED})"),
+            (_, 0) => tracing::warn!("{text}"),
+            (_, n) => tracing::warn!("{text} (and {n} more failed logins from there since its last line)"),
         }
     }
 }
