@@ -1,7 +1,8 @@
 //! Hostile clients for the tests of both middlewares: client sockets bound to
 //! chosen loopback addresses (so one test can come from many sources), a
-//! flood of sockets that say nothing or trickle at an HTTP endpoint, and a
-//! probe that asks it every 100 ms, as a liveness probe would.
+//! flood of sockets that say nothing or trickle at an HTTP endpoint, a flood
+//! of clients that ask it again and again ([`Askers`]), and a probe that
+//! asks it every 100 ms, as a liveness probe would.
 
 use std::io::{self, Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, TcpStream};
@@ -133,4 +134,77 @@ pub fn probe(addr: SocketAddr, paths: &[&str], during: Duration) -> (Vec<(String
         std::thread::sleep(Duration::from_millis(100));
     }
     (failed, asked)
+}
+
+/// [`probe`] of one path, timed: the answers that were not `200`, and how
+/// long each answer took (for a report; a test asserts no time).
+pub fn probe_timed(addr: SocketAddr, path: &str, during: Duration) -> (Vec<(String, String)>, Vec<Duration>) {
+    let t0 = Instant::now();
+    let (mut failed, mut took) = (Vec::new(), Vec::new());
+    while t0.elapsed() < during {
+        let asked = Instant::now();
+        match http_status(addr, path, Duration::from_secs(10)) {
+            Ok(200) => {}
+            Ok(status) => failed.push((path.to_string(), status.to_string())),
+            Err(e) => failed.push((path.to_string(), e)),
+        }
+        took.push(asked.elapsed());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    (failed, took)
+}
+
+/// Clients that ask `GET path` again and again, each request on a fresh
+/// connection as soon as the last one's answer came but at most once per
+/// `every`, `per_source` of them from each of `sources` loopback addresses
+/// ([`loopback`]), until stopped: a flood of probes that all stay within an
+/// endpoint's per-source caps. (A slow endpoint has every client waiting on
+/// it at once; a fast one is not asked faster than `every` allows, so that
+/// hundreds of clients do not take the test machine's every core and starve
+/// the server they attack.)
+pub struct Askers {
+    stop: Arc<AtomicBool>,
+    threads: Vec<JoinHandle<Vec<u16>>>,
+}
+
+impl Askers {
+    /// Starts them at `addr`.
+    pub fn start(addr: SocketAddr, path: &'static str, sources: usize, per_source: usize, every: Duration) -> Askers {
+        let stop = Arc::new(AtomicBool::new(false));
+        let threads = (0..sources * per_source)
+            .map(|i| {
+                let flag = stop.clone();
+                let from = loopback(i % sources);
+                std::thread::Builder::new()
+                    .stack_size(128 * 1024)
+                    .spawn(move || {
+                        let mut statuses = Vec::new();
+                        while !flag.load(Ordering::Relaxed) {
+                            let asked = Instant::now();
+                            statuses.push(ask_from(from, addr, path).unwrap_or(0));
+                            std::thread::sleep(every.saturating_sub(asked.elapsed()));
+                        }
+                        statuses
+                    })
+                    .expect("a thread")
+            })
+            .collect();
+        Askers { stop, threads }
+    }
+
+    /// Stops them: every answer's status (0: none came).
+    pub fn stop(self) -> Vec<u16> {
+        self.stop.store(true, Ordering::Relaxed);
+        self.threads.into_iter().flat_map(|t| t.join().unwrap_or_default()).collect()
+    }
+}
+
+/// `GET path` from `from`: the answer's status.
+fn ask_from(from: Ipv4Addr, addr: SocketAddr, path: &str) -> Option<u16> {
+    let mut s = connect_from(from, addr).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
+    write!(s, "GET {path} HTTP/1.1\r\nHost: flood\r\n\r\n").ok()?;
+    let mut text = Vec::new();
+    s.read_to_end(&mut text).ok()?;
+    String::from_utf8_lossy(&text).split(' ').nth(1)?.parse().ok()
 }

@@ -1,17 +1,18 @@
 //! The HTTP admin endpoint (`--admin ADDR`, served by `mwserve::http`):
 //! `/metrics` in Prometheus text format (with each queue's counters: the
 //! `[queues] public_queues` to anyone, the others only with the admin
-//! token), `/stats`
+//! token; a wrong token hears `401` and counts as a failed login), `/stats`
 //! as JSON (the window in progress and the last closed one), `/healthz`
-//! (liveness: 200 while the process serves, 503 once it is stopping),
-//! `/readyz` (readiness: 503 while the database cannot be reached) and the
-//! `/ui` page ([`crate::ui`]).
+//! (liveness, answered by the endpoint's loop itself: 200 while the process
+//! serves, 503 once it is stopping), `/readyz` (readiness: 503 while the
+//! database cannot be reached; one check at a time, its answer served again
+//! for `mwserve::http::READY_FOR`) and the `/ui` page ([`crate::ui`]).
 
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use mwserve::http::{Page, Request, Routes, PROMETHEUS};
+use mwserve::http::{Page, Probes, Request, Routes, PROMETHEUS};
 use mwstats::prom::PromText;
 use mwstats::OpClass;
 
@@ -31,22 +32,29 @@ const HEALTH_TIMEOUT: Duration = Duration::from_secs(2);
 /// reached or does not answer in time, whatever the pool holds.
 pub fn routes(shared: Arc<Shared>) -> Routes {
     let check: Mutex<Vec<Option<postgres::Client>>> = Mutex::new((0..shared.pool.len()).map(|_| None).collect());
+    let (live, ready, throttle) = (shared.clone(), shared.clone(), shared.logins.throttle.clone());
     let handler = Arc::new(move |r: &Request| match (r.method, r.path) {
         ("GET", "/metrics") => Some(Page::ok(PROMETHEUS, metrics(&shared, r.token))),
         ("GET", "/stats") => {
             let (current, last) = current_record(&shared);
             Some(Page::ok("application/json", serde_json::json!({ "current": current, "last": last }).to_string()))
         }
-        ("GET", "/healthz") => Some(if shared.stopping.load(Ordering::Relaxed) {
-            Page::text(503, "stopping\n".into())
-        } else {
-            Page::text(200, "ok\n".into())
-        }),
-        ("GET", "/readyz") => Some(readyz(&shared, &mut check.lock().unwrap_or_else(|p| p.into_inner()))),
         _ => crate::ui::route(&shared, r),
     });
-    // The page's requests are checked by its own logins (the token or a user's password).
-    Routes { paths: PATHS, own_login: Some("/ui/"), probes: mwserve::http::PROBES, handler }
+    let probes = Probes {
+        // Answered by the endpoint's loop itself: a flag, nothing else.
+        live: Arc::new(move || {
+            if live.stopping.load(Ordering::Relaxed) {
+                Page::text(503, "stopping\n".into())
+            } else {
+                Page::text(200, "ok\n".into())
+            }
+        }),
+        ready: Arc::new(move || readyz(&ready, &mut check.lock().unwrap_or_else(|p| p.into_inner()))),
+    };
+    // The page's requests are checked by its own logins (the token or a
+    // user's password); a wrong admin token elsewhere counts as a failed login.
+    Routes { paths: PATHS, own_login: Some("/ui/"), probes: Some(probes), throttle: Some(throttle), handler }
 }
 
 /// A `/readyz` check under way (at most one at a time: a frozen database
@@ -228,9 +236,15 @@ fn metrics(shared: &Shared, token: bool) -> String {
     p.counter("mwmq_auth_failures_total", "Failed logins.", &[], shared.users.failures.load(Ordering::Relaxed));
     p.counter(
         "mwmq_auth_throttled_total",
-        "Logins refused unchecked (their address failed too often).",
+        "Logins refused unchecked (their address or user name failed too often).",
         &[],
         shared.logins.throttle.refused.load(Ordering::Relaxed),
+    );
+    p.counter(
+        "mwmq_auth_repeated_total",
+        "Logins refused as wrong unchecked (the same password failed from the same address lately).",
+        &[],
+        shared.logins.throttle.repeated.load(Ordering::Relaxed),
     );
     for (name, help, value) in [
         ("mwmq_handshake_timeouts_total", "Connections closed for not finishing TLS in time.", net.handshake_timeouts),

@@ -655,11 +655,13 @@ async fn log_in(lp: &Rc<Loop>, c: &Command, sess: &Rc<Sess>) -> Outcome {
     let permit = lp.logins.acquire().await;
     lp.logins_waiting.set(lp.logins_waiting.get() - 1);
     let shared = lp.shared.clone();
+    let peer = sess.peer;
     let checked = tokio::task::spawn_blocking(move || {
-        VERIFIER.with(|m| shared.users.check_with(&credentials.user, &credentials.password, &mut m.borrow_mut()))
+        let (throttle, users) = (&shared.logins.throttle, &shared.users);
+        VERIFIER.with(|m| crate::logins::check(throttle, users, peer, &credentials, "AUTH", &mut m.borrow_mut()))
     })
     .await
-    .unwrap_or(None);
+    .unwrap_or(crate::users::Checked::Wrong);
     drop(permit);
     let core = Core::new(&lp.shared);
     core.local(c, &**sess, Some(checked)).unwrap_or_else(|| Outcome::ok(Reply::Simple("OK")))

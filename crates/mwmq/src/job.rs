@@ -36,8 +36,8 @@ pub struct Job {
     pub parked_at: Option<u64>,
     /// The wait is over: answer with whatever there is.
     pub last_try: bool,
-    /// A login checked by a login thread: the user, or `None` for a wrong password.
-    pub login: Option<Option<Arc<crate::users::User>>>,
+    /// A login checked by a login thread: its outcome.
+    pub login: Option<crate::users::Checked>,
 }
 
 /// What the request queue carries.

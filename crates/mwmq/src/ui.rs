@@ -44,6 +44,7 @@ use crate::commands::{Core, DbFacts, Outcome, Session};
 use crate::resp::Reply;
 use crate::shared::Shared;
 use crate::users::{Attempts, User, Verifier};
+use mwserve::throttle::Attempt;
 
 pub use sessions::{IDLE, LIFETIME, MAX_PER_OWNER, MAX_SESSIONS};
 
@@ -257,73 +258,73 @@ impl Offered {
         }
     }
 
-    /// The user name, counted by the throttle.
-    fn user(&self) -> Option<&[u8]> {
-        match self {
-            Offered::User(name, _) => Some(name.as_bytes()),
-            Offered::Token | Offered::Nothing => None,
-        }
+    /// The login as the throttle sees it (`None` without credentials).
+    fn attempt<'a>(&'a self, r: &'a Request) -> Option<Attempt<'a>> {
+        let source = r.peer.map(mwserve::throttle::Source::ip);
+        let (user, secret): (Option<&[u8]>, &[u8]) = match self {
+            Offered::User(name, password) => (Some(name.as_bytes()), password.as_bytes()),
+            Offered::Token => (None, bearer(r).unwrap_or("").as_bytes()),
+            Offered::Nothing => return None,
+        };
+        Some(Attempt { source, user, secret, via: "/ui" })
     }
 }
 
-/// `POST /ui/api/login`: refused with `429` and `Retry-After` while the
-/// source or the user name is throttled, else [`login`]'s answer.
+/// `POST /ui/api/login`: [`login`]'s answer; a throttled login hears `429`
+/// with `Retry-After`.
 fn login_page(shared: &Shared, r: &Request) -> Page {
-    let source = r.peer.map(mwserve::throttle::Source::ip);
-    let offered = Offered::of(r);
-    if login_configured(shared, r) {
-        if let Err(t) = shared.logins.throttle.check(source, offered.user()) {
-            let page = answer(Err(Refused(429, t.to_string())));
-            return Page { retry_after: Some(t.retry_secs), ..page };
-        }
+    match login(shared, r, Offered::of(r)) {
+        Ok(v) => answer(Ok(v)),
+        Err((refused, retry_after)) => Page { retry_after, ..answer(Err(refused)) },
     }
-    answer(login(shared, r, source, offered))
 }
 
 /// A login with `Authorization: Basic` (a user) or `Bearer` (the admin
-/// token): a session.
-fn login(
-    shared: &Shared,
-    r: &Request,
-    source: Option<mwserve::throttle::Source>,
-    offered: Offered,
-) -> Result<Value, Refused> {
+/// token): a session. Within the logins' throttle, as RESP logins: charged
+/// before the check, a password that failed lately refused unchecked; a
+/// throttled one refused with the seconds to wait.
+fn login(shared: &Shared, r: &Request, offered: Offered) -> Result<Value, (Refused, Option<u64>)> {
     if !login_configured(shared, r) {
-        return Err(Refused(403, "no login is configured (no [[users]], no [stats] admin_token_file)".into()));
+        return Err((Refused(403, "no login is configured (no [[users]], no [stats] admin_token_file)".into()), None));
+    }
+    let wrong = || (Refused(401, "wrong user name, password or token".into()), None);
+    match &offered {
+        Offered::User(..) if !shared.users.enabled() => {
+            return Err((Refused(403, "no users are configured: log in with the admin token".into()), None))
+        }
+        Offered::Token if !r.token_configured => {
+            let why = "no admin token is configured: log in with a user's name and password";
+            return Err((Refused(403, why.into()), None));
+        }
+        Offered::Nothing => {
+            let why = "log in with Authorization: Basic (user:password) or Bearer (the admin token)";
+            return Err((Refused(400, why.into()), None));
+        }
+        _ => {}
+    }
+    let attempt = offered.attempt(r).expect("credentials offered");
+    let throttle = &shared.logins.throttle;
+    match throttle.begin(&attempt) {
+        Ok(()) => {}
+        Err(mwserve::throttle::Refused::Repeated) => {
+            shared.users.failures.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            return Err(wrong());
+        }
+        Err(mwserve::throttle::Refused::Throttled(t)) => return Err((Refused(429, t.to_string()), Some(t.retry_secs))),
     }
     let login = match &offered {
         Offered::User(name, password) => {
-            if !shared.users.enabled() {
-                return Err(Refused(403, "no users are configured: log in with the admin token".into()));
-            }
             let mut verifier = shared.ui.verifier.lock().unwrap_or_else(|p| p.into_inner());
             shared.users.check_with(name, password.as_bytes(), &mut verifier).map(Login::User)
         }
-        Offered::Token => {
-            if !r.token_configured {
-                return Err(Refused(
-                    403,
-                    "no admin token is configured: log in with a user's name and password".into(),
-                ));
-            }
-            r.token.then_some(Login::Token)
-        }
-        Offered::Nothing => {
-            return Err(Refused(
-                400,
-                "log in with Authorization: Basic (user:password) or Bearer (the admin token)".into(),
-            ))
-        }
+        _ => r.token.then_some(Login::Token),
     };
-    let peer = r.peer.map(|p| p.to_string()).unwrap_or_default();
-    let Some(login) = login else {
-        shared.logins.throttle.failed(source, offered.user());
-        tracing::info!(%peer, "a /ui login failed");
-        return Err(Refused(401, "wrong user name, password or token".into()));
-    };
+    throttle.checked(&attempt, login.is_some());
+    let Some(login) = login else { return Err(wrong()) };
     let name = login.name();
+    let peer = r.peer.map(|p| p.to_string()).unwrap_or_default();
     tracing::info!(%peer, user = name.as_deref().unwrap_or(""), "logged in to /ui");
-    let session = shared.ui.open(login)?;
+    let session = shared.ui.open(login).map_err(|e| (e, None))?;
     Ok(json!({ "session": session, "login": name }))
 }
 

@@ -225,6 +225,18 @@ impl Users {
     }
 }
 
+/// A login's outcome (`logins::check`).
+#[derive(Clone)]
+pub enum Checked {
+    /// The password is the user's.
+    User(Arc<User>),
+    /// It is not (checked).
+    Wrong,
+    /// Refused unchecked: the same password failed lately, or the source or
+    /// the user name is throttled.
+    Refused(mwserve::throttle::Refused),
+}
+
 /// Checks passwords against argon2 PHC hashes in one block of memory kept
 /// from check to check (as large as the largest hash checked needs), so a
 /// login thread's memory does not grow with the logins it checks.

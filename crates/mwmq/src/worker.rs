@@ -413,7 +413,9 @@ pub fn run_login_thread(shared: Arc<Shared>) {
             Ok(Command::Auth(c)) | Ok(Command::Hello { auth: Some(c), .. }) => c,
             _ => unreachable!("only logins are queued for the login threads"),
         };
-        job.login = Some(shared.users.check_with(&credentials.user, &credentials.password, &mut memory));
+        let peer = crate::commands::Session::peer(&*job.conn);
+        let throttle = &shared.logins.throttle;
+        job.login = Some(crate::logins::check(throttle, &shared.users, peer, credentials, "AUTH", &mut memory));
         job.t_enqueue = now_ns();
         shared.queue.push_again(Work::Request(job));
     }

@@ -412,11 +412,14 @@ fn results_files_and_admin_endpoint() {
     let (status, ready) = http_get(admin, "/readyz");
     assert!(status.contains("200") && ready.contains("database up"), "{status} {ready}");
     pg.stop().unwrap();
+    // (A readiness check's answer is served again for READY_FOR.)
+    std::thread::sleep(mwserve::http::READY_FOR);
     let (status, ready) = http_get(admin, "/readyz");
     assert!(status.contains("503") && ready.contains("database down"), "{status} {ready}");
     let (status, live) = http_get(admin, "/healthz");
     assert!(status.contains("200") && live.starts_with("ok"), "the process itself serves: {status} {live}");
     pg.restart("fast").unwrap();
+    std::thread::sleep(mwserve::http::READY_FOR);
     let (status, _) = http_get(admin, "/readyz");
     assert!(status.contains("200"), "{status}");
     mq.stopper().stop();

@@ -12,7 +12,7 @@
 
 use std::sync::Arc;
 
-use mwserve::http::{Page, Routes, PROMETHEUS};
+use mwserve::http::{Page, Probes, Routes, PROMETHEUS};
 use mwstats::clock::unix_ms;
 use mwstats::prom::PromText;
 use mwstats::OpKind;
@@ -25,17 +25,19 @@ use crate::windows::build_record;
 /// The paths the endpoint serves.
 pub const PATHS: &[&str] = &["/metrics", "/stats", "/healthz", "/readyz", "POST /reload"];
 
-/// What the endpoint serves for `shared`'s proxy.
+/// What the endpoint serves for `shared`'s proxy: `/healthz` answered by
+/// the endpoint's loop itself (it reads a flag), `/readyz` one check at a
+/// time, a wrong admin token counted as a failed login.
 pub fn routes(shared: Arc<Shared>) -> Routes {
+    let (live, ready, throttle) = (shared.clone(), shared.clone(), shared.logins.clone());
     let handler = Arc::new(move |r: &mwserve::http::Request| match (r.method, r.path) {
         ("GET", "/metrics") => Some(Page::ok(PROMETHEUS, metrics(&shared))),
         ("GET", "/stats") => Some(Page::ok("application/json", stats_json(&shared))),
-        ("GET", "/healthz") => Some(healthz(&shared)),
-        ("GET", "/readyz") => Some(readyz(&shared)),
         ("POST", "/reload") => Some(reload(&shared)),
         _ => None,
     });
-    Routes { paths: PATHS, own_login: None, probes: mwserve::http::PROBES, handler }
+    let probes = Probes { live: Arc::new(move || healthz(&live)), ready: Arc::new(move || readyz(&ready)) };
+    Routes { paths: PATHS, own_login: None, probes: Some(probes), throttle: Some(throttle), handler }
 }
 
 /// `POST /reload`: 200 with what changed, 400 with why the running
@@ -160,9 +162,15 @@ fn metrics(shared: &Shared) -> String {
     p.counter("mwproxy_auth_errors_total", "Login attempts with wrong credentials.", &[], v("auth_errors"));
     p.counter(
         "mwproxy_auth_throttled_total",
-        "Login attempts refused unchecked (their address failed too often).",
+        "Login attempts refused unchecked (their address or user name failed too often).",
         &[],
         v("auth_throttled"),
+    );
+    p.counter(
+        "mwproxy_auth_repeated_total",
+        "Login attempts refused as wrong unchecked (the same password failed from the same address lately).",
+        &[],
+        shared.logins.repeated.load(std::sync::atomic::Ordering::Relaxed),
     );
     p.counter("mwproxy_auth_closed_total", "Connections closed after failed logins.", &[], v("auth_closed"));
     p.counter(

@@ -241,6 +241,7 @@ pub fn general_stats(shared: &Shared, generation: &Generation, backends: &Backen
     for k in ["auth_throttled", "auth_closed", "login_timeouts", "handshake_timeouts", "handshake_refused"] {
         put(k, net(k).to_string());
     }
+    put("auth_repeated", shared.logins.repeated.load(std::sync::atomic::Ordering::Relaxed).to_string());
     put("tls_handshake_failures", net("tls_handshake_failures").to_string());
     put("config_generation", generation.id.to_string());
     put("config_reloads", net("config_reloads").to_string());

@@ -33,6 +33,7 @@ use mcproto::binary::{self, Binary, Ctx};
 use mcproto::{parse_request, Parsed, ReadBuf, Request};
 use mio::{Events, Interest, Token};
 use mwserve::listen::{Front, Transport, WAKER};
+use mwserve::throttle::{Attempt, Refused, Throttled};
 use mwstats::clock::now_ns;
 
 use crate::conn::{ClientConn, Job};
@@ -742,11 +743,11 @@ fn binary_step(conn: &mut Conn, shared: &Shared, generation: &Generation) -> Ste
 }
 
 /// The SASL commands: `PLAIN` is the one mechanism, checked against the
-/// users of `--auth-file` as text logins are, failures counted, throttled
-/// per source and per user name (a throttled login hears the auth error
-/// status with the throttle's message), closing the connection at `[auth]
-/// max_failures`, and whatever was pipelined behind a failed login dropped
-/// unread.
+/// users of `--auth-file` as text logins are ([`check_login`]), failures
+/// counted, throttled per source and per user name (a throttled login hears
+/// the auth error status with the throttle's message), closing the
+/// connection at `[auth] max_failures`, and whatever was pipelined behind a
+/// failed login dropped unread.
 fn sasl_step(
     conn: &mut Conn,
     shared: &Shared,
@@ -765,23 +766,27 @@ fn sasl_step(
         return Step::Answered;
     }
     bump(&net.auth_cmds);
+    let offered = plain(data).filter(|_| opcode == binary::op::SASL_AUTH && mechanism == b"PLAIN");
     let user = plain(data).map(|(user, _)| user);
-    let throttled = shared.logins.check(conn.peer, user).err();
-    let ok = throttled.is_none()
-        && opcode == binary::op::SASL_AUTH
-        && mechanism == b"PLAIN"
-        && plain(data).is_some_and(|(user, password)| users.check(user, password));
-    if ok {
+    let checked = match offered {
+        Some((user, password)) => check_login(conn, shared, "binary SASL", user, password, |u, p| users.check(u, p)),
+        // Not a PLAIN login: nothing to check, still a failure (within the throttle).
+        None => match shared.logins.check(&Attempt { source: conn.peer, user, secret: b"", via: "binary SASL" }) {
+            Err(Refused::Throttled(t)) => Err(t),
+            _ => Ok(false),
+        },
+    };
+    if checked == Ok(true) {
         conn.authenticated = true;
         answer(conn, binary::success_with(opcode, opaque, b"Authenticated"), false, shared);
         return Step::Answered;
     }
-    let reply = match &throttled {
+    let reply = match &checked {
         // Told why, never "Auth failure": the password was not checked.
-        Some(t) => binary::error_with(opcode, opaque, binary::status::AUTH_ERROR, t.to_string().as_bytes()),
-        None => binary::error(opcode, opaque, binary::status::AUTH_ERROR),
+        Err(t) => binary::error_with(opcode, opaque, binary::status::AUTH_ERROR, t.to_string().as_bytes()),
+        Ok(_) => binary::error(opcode, opaque, binary::status::AUTH_ERROR),
     };
-    let close = login_failed(conn, shared, generation, throttled.is_some(), user);
+    let close = login_failed(conn, shared, generation, checked.is_err());
     answer(conn, reply, close, shared);
     if close {
         bump(&net.auth_closed);
@@ -790,18 +795,40 @@ fn sasl_step(
     Step::Answered
 }
 
-/// A failed login, text or SASL: counted, the source's and the user name's
-/// failures noted (or the throttle counted when either was locked out), and
-/// whatever was pipelined behind it dropped unread (it was sent before the
-/// client could know the login failed). True when the connection must now
-/// close: the login was throttled, or this connection reached `[auth]
-/// max_failures`.
-fn login_failed(conn: &mut Conn, shared: &Shared, generation: &Generation, locked: bool, user: Option<&[u8]>) -> bool {
+/// A login, text or SASL, within the throttle (`mwserve::throttle`): the
+/// password checked with `check` (`Ok(true)`: right), charged to the source
+/// and the user name before it is; a password that failed lately from the
+/// same source for the same user is wrong without a check and not counted
+/// again (`Ok(false)`); a throttled login is refused unchecked (`Err`).
+fn check_login(
+    conn: &Conn,
+    shared: &Shared,
+    via: &'static str,
+    user: &[u8],
+    password: &[u8],
+    check: impl FnOnce(&[u8], &[u8]) -> bool,
+) -> Result<bool, Throttled> {
+    let attempt = Attempt { source: conn.peer, user: Some(user), secret: password, via };
+    match shared.logins.begin(&attempt) {
+        Err(Refused::Throttled(t)) => Err(t),
+        Err(Refused::Repeated) => Ok(false),
+        Ok(()) => {
+            let right = check(user, password);
+            shared.logins.checked(&attempt, right);
+            Ok(right)
+        }
+    }
+}
+
+/// A failed login, text or SASL: counted (or the throttle counted when it
+/// was refused unchecked), and whatever was pipelined behind it dropped
+/// unread (it was sent before the client could know the login failed). True
+/// when the connection must now close: the login was throttled, or this
+/// connection reached `[auth] max_failures`.
+fn login_failed(conn: &mut Conn, shared: &Shared, generation: &Generation, locked: bool) -> bool {
     bump(&shared.net.auth_errors);
     if locked {
         bump(&shared.net.auth_throttled);
-    } else {
-        shared.logins.failed(conn.peer, user);
     }
     conn.login_failures += 1;
     let rest = conn.rbuf.len();
@@ -851,18 +878,16 @@ fn log_in(conn: &mut Conn, shared: &Shared, generation: &Generation) -> Option<O
             }
             Auth::Credentials { consumed, user, password } => {
                 bump(&net.auth_cmds);
-                let throttled = shared.logins.check(conn.peer, Some(user)).err();
-                let ok = throttled.is_none() && users.check(user, password);
-                reply = Some(match &throttled {
+                let checked = check_login(conn, shared, "the text protocol", user, password, |u, p| users.check(u, p));
+                reply = Some(match &checked {
                     // Told why, never "authentication failure": the password was not checked.
-                    Some(t) => format!("CLIENT_ERROR {t}\r\n").into_bytes(),
-                    None if ok => mcproto::auth::STORED.to_vec(),
-                    None => mcproto::auth::FAILURE.to_vec(),
+                    Err(t) => format!("CLIENT_ERROR {t}\r\n").into_bytes(),
+                    Ok(true) => mcproto::auth::STORED.to_vec(),
+                    Ok(false) => mcproto::auth::FAILURE.to_vec(),
                 });
-                conn.authenticated = ok;
-                if !ok {
-                    let user = user.to_vec();
-                    close = login_failed(conn, shared, generation, throttled.is_some(), Some(&user));
+                conn.authenticated = checked == Ok(true);
+                if !conn.authenticated {
+                    close = login_failed(conn, shared, generation, checked.is_err());
                     break Some(None);
                 }
                 consumed

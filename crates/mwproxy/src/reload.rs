@@ -127,6 +127,9 @@ fn apply(shared: &Shared, mut next: Config) -> Result<Report, String> {
     shared.install(
         Generation::new(id, next, &addrs, ids, creds.users, creds.tls).ejecting(shared.servers.health.ejection.clone()),
     );
+    // The users file may give a user another password: a password that
+    // failed before the reload is checked again, not refused as a repeat.
+    shared.logins.forget_failures();
     Ok(Report { generation: id, added, removed, kept, not_applied })
 }
 

@@ -51,8 +51,9 @@ pub struct Shared {
     /// Client connections served at once (`max_connections`, lowered to fit
     /// the file descriptor limit).
     pub max_connections: usize,
-    /// Failed logins per source and per user name.
-    pub logins: mwserve::throttle::Throttle,
+    /// Failed logins per source and per user name (shared with the admin
+    /// endpoint, where a wrong admin token counts too).
+    pub logins: Arc<mwserve::throttle::Throttle>,
     /// Where a reload reads the configuration (set by `main`).
     source: Mutex<Option<Source<Config>>>,
 }
@@ -78,7 +79,7 @@ impl Shared {
             stopping: AtomicBool::new(false),
             max_connections,
             tls_log: Throttled::new("TLS handshakes failed", std::time::Duration::from_secs(10)),
-            logins: mwserve::throttle::Throttle::new(config.auth.throttle()),
+            logins: Arc::new(mwserve::throttle::Throttle::new(config.auth.throttle())),
             servers,
             installed: AtomicU64::new(generation.id),
             generation: ArcSwap::from_pointee(generation),

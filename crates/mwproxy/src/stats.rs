@@ -140,7 +140,7 @@ atomic_block! {
         auth_cmds,
         /// Login attempts with wrong credentials (memcached's `auth_errors`).
         auth_errors,
-        /// Login attempts refused unchecked: their source address failed too often.
+        /// Login attempts refused unchecked: their source address or user name failed too often.
         auth_throttled,
         /// Connections closed after `[auth] max_failures` failed logins, or
         /// a login from a throttled address.

@@ -516,3 +516,158 @@ fn silent_admin_sockets_cannot_take_probes_down() {
     }
     common::stop(proxy);
 }
+
+/// A SASL PLAIN login (binary protocol) on `s`: the answer's status.
+fn sasl_login(mut s: TcpStream, user: &str, password: &str) -> u16 {
+    let mut frame = Vec::new();
+    let data = format!("\0{user}\0{password}");
+    mcproto::binary::encode_request(&mut frame, mcproto::binary::op::SASL_AUTH, 1, 0, &[], b"PLAIN", data.as_bytes());
+    s.write_all(&frame).unwrap();
+    let mut got = Vec::new();
+    loop {
+        let mut buf = [0u8; 512];
+        let n = s.read(&mut buf).unwrap();
+        assert!(n > 0, "closed without an answer");
+        got.extend_from_slice(&buf[..n]);
+        if let Some((f, _)) = mcproto::binary::Frame::read(&got) {
+            return f.status;
+        }
+    }
+}
+
+/// 9 source addresses × 32 connections repeating `GET /readyz` (within
+/// every cap) made 2 of 68 `/healthz` polls answer `503`, and one source
+/// alone took it past a second: probes waited in one line behind readiness
+/// checks. Now `/healthz` is answered by the endpoint's loop and `/readyz`
+/// checks once a period: every `/healthz` answers 200 (latency printed).
+#[test]
+fn a_flood_of_readiness_probes_cannot_take_liveness_down() {
+    let backend = common::servers(1);
+    let proxy = common::proxy(&backend, |c| c.stats.admin = Some("127.0.0.1:0".into()));
+    let admin = proxy.admin_addr().unwrap();
+    let flood = mctest::hostile::Askers::start(admin, "/readyz", 9, 32, Duration::from_millis(50));
+    std::thread::sleep(Duration::from_millis(300));
+    let (failed, took) = mctest::hostile::probe_timed(admin, "/healthz", Duration::from_secs(4));
+    let answers = flood.stop();
+    let mut sorted = took.clone();
+    sorted.sort();
+    let ok = answers.iter().filter(|&&s| s == 200).count();
+    eprintln!(
+        "/healthz under {} /readyz ({ok} answered 200): {} polls, median {:?}, max {:?}",
+        answers.len(),
+        took.len(),
+        sorted[sorted.len() / 2],
+        sorted.last().unwrap()
+    );
+    assert!(failed.is_empty(), "{} of {} /healthz failed: {failed:?}", failed.len(), took.len());
+    assert!(ok > answers.len() / 2, "the flood was answered: {ok} of {}", answers.len());
+    common::stop(proxy);
+}
+
+/// A client retrying a login with a stale password (redis-py and many
+/// memcached clients retry) filled its address's burst of 10 in seconds, and
+/// the right password from the same host was then refused. Now the same
+/// password from the same address for the same user, failed within a
+/// minute, is answered as wrong at once, unchecked and not counted again —
+/// over text and binary SASL alike; and a reload that changes the password
+/// makes the next attempt checked again.
+#[test]
+fn a_client_repeating_a_wrong_password_does_not_lock_out_its_host() {
+    let dir = scratch("repeat");
+    let backend = common::servers(1);
+    let users = users_file(&dir);
+    let config = common::config(&backend, |c| c.auth.file = Some(users.clone()));
+    let proxy = mwproxy::Proxy::start(config.clone()).unwrap();
+    let reload = proxy.reloads(std::sync::Arc::new(move || Ok(config.clone()))).expect("mwproxy reloads");
+    let addr = proxy.local_addr();
+    for _ in 0..20 {
+        assert_eq!(login_on(from(3, addr), "alice", "stale"), "CLIENT_ERROR authentication failure\r\n");
+        assert_eq!(sasl_login(from(3, addr), "alice", "stale"), mcproto::binary::status::AUTH_ERROR);
+    }
+    assert_eq!(login_on(from(3, addr), "alice", "correct-horse"), "STORED\r\n", "not locked out");
+    assert_eq!(sasl_login(from(3, addr), "alice", "correct-horse"), 0);
+    let stats = stats(addr);
+    assert!(common::stat(&stats, "auth_repeated") >= 39, "{stats}");
+    assert_eq!(common::stat(&stats, "auth_throttled"), 0, "{stats}");
+    // The password changes to the one that failed: checked again after the reload.
+    assert_eq!(login_on(from(4, addr), "alice", "next-horse"), "CLIENT_ERROR authentication failure\r\n");
+    std::fs::write(&users, "alice:next-horse\n").unwrap();
+    reload().expect("reloaded");
+    assert_eq!(login_on(from(4, addr), "alice", "next-horse"), "STORED\r\n");
+    common::stop(proxy);
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// Failed and throttled logins only raised counters. Now each is logged at
+/// warn with the address and the user name — one line per address per 10 s
+/// — and never the password, over text and binary SASL.
+#[test]
+fn a_failed_login_is_logged_with_the_user_and_address_and_never_the_password() {
+    let dir = scratch("logged");
+    let server = mctest::Memcached::start().unwrap();
+    let users = users_file(&dir);
+    let proxy = common::ProxyProcess::start("", &["-m", &server.endpoint(), "--auth-file", &users]);
+    let t0 = Instant::now();
+    for i in 0..3 {
+        let reply = login_on(from(5, proxy.addr()), "alice", &format!("secret-guess-{i}"));
+        assert_eq!(reply, "CLIENT_ERROR authentication failure\r\n");
+    }
+    assert_eq!(sasl_login(from(6, proxy.addr()), "alice", "secret-sasl"), mcproto::binary::status::AUTH_ERROR);
+    let secs = t0.elapsed().as_secs_f64();
+    let lines =
+        || -> Vec<String> { proxy.log().lines().filter(|l| l.contains("failed login")).map(String::from).collect() };
+    assert!(common::eventually(Duration::from_secs(30), || lines().len() >= 2), "logged: {}", proxy.log());
+    let found = lines();
+    let text: Vec<&String> = found.iter().filter(|l| l.contains("127.0.0.7")).collect();
+    assert!(!text.is_empty() && text.len() <= 1 + (secs / 10.0) as usize, "one line per address per 10 s: {found:?}");
+    assert!(
+        text[0].contains("WARN")
+            && text[0].contains("failed login over the text protocol from 127.0.0.7 as user \"alice\": wrong password"),
+        "{found:?}"
+    );
+    assert!(found.iter().any(|l| l.contains("over binary SASL from 127.0.0.8 as user \"alice\"")), "{found:?}");
+    assert!(!proxy.log().contains("secret-"), "never the password: {}", proxy.log());
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// A scrape with a wrong admin token got 200 and the public view, silently.
+/// Now a wrong token hears 401 and counts as a failed login of its address,
+/// in the same throttle as the proxy's logins; no token is the public view.
+#[test]
+fn a_wrong_admin_token_on_metrics_is_refused_and_counted() {
+    let dir = scratch("token");
+    let backend = common::servers(1);
+    let users = users_file(&dir);
+    let token_file = dir.join("admin-token");
+    let token = "admin-test-token-0123456789";
+    std::fs::write(&token_file, format!("{token}\n")).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&token_file, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let proxy = common::proxy(&backend, |c| {
+        c.auth.file = Some(users.clone());
+        c.auth.address_burst = 3;
+        c.auth.address_per_sec = 0.01;
+        c.stats.admin = Some("127.0.0.1:0".into());
+        c.stats.admin_token_file = Some(token_file.to_string_lossy().into_owned());
+    });
+    let admin = proxy.admin_addr().unwrap();
+    let scrape = |auth: &str| {
+        let mut s = TcpStream::connect(admin).unwrap();
+        write!(s, "GET /metrics HTTP/1.1\r\n{auth}\r\n").unwrap();
+        let mut text = String::new();
+        s.read_to_string(&mut text).unwrap();
+        text
+    };
+    assert!(scrape("").starts_with("HTTP/1.1 200"), "no token: the public view");
+    assert!(scrape(&format!("Authorization: Bearer {token}\r\n")).starts_with("HTTP/1.1 200"));
+    for i in 0..3 {
+        let wrong = scrape(&format!("Authorization: Bearer wrong-{i}\r\n"));
+        assert!(wrong.starts_with("HTTP/1.1 401") && wrong.contains("wrong admin token"), "{wrong}");
+    }
+    let locked = login_on(TcpStream::connect(proxy.local_addr()).unwrap(), "alice", "correct-horse");
+    assert!(locked.starts_with("CLIENT_ERROR too many failed logins from 127.0.0.1"), "{locked:?}");
+    assert!(scrape(&format!("Authorization: Bearer {token}\r\n")).starts_with("HTTP/1.1 429"));
+    assert!(scrape("").starts_with("HTTP/1.1 200"), "the public view stays");
+    common::stop(proxy);
+    std::fs::remove_dir_all(&dir).ok();
+}

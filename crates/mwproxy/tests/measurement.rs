@@ -240,6 +240,9 @@ fn readyz_answers_503_while_some_key_has_no_reachable_replica() {
     });
     let admin = proxy.admin_addr().unwrap();
     let ready = || {
+        // (A readiness check's answer is served again for READY_FOR: wait it
+        // out, so that this answer is a new check's.)
+        std::thread::sleep(mwserve::http::READY_FOR);
         let (status, body) = http_get(admin, "/readyz");
         let v: serde_json::Value = serde_json::from_str(&body).unwrap();
         (status.contains("200"), v)

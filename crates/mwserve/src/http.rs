@@ -1,23 +1,27 @@
 //! The HTTP admin endpoint of a middleware (`--admin ADDR`): a small server
 //! of its own, one request per connection, answered and closed. It never
 //! touches the request path; what each path shows is the middleware's
-//! business (a [`Handler`]).
+//! business (a [`Handler`], and its [`Probes`]).
 //!
 //! **Probes can trust it.** Sockets that send nothing, trickle, or never
-//! read their answer cannot take `/healthz` and `/readyz` down
+//! read their answer, and floods of probes, cannot take `/healthz` down
 //! ([`serve`]): requests are read by one event loop, without a slot, within
 //! [`HEADER_TIMEOUT`]; past [`MAX_CONNECTIONS`] in all or [`MAX_PER_SOURCE`]
-//! from one source, the connection reading longest makes room; probes
-//! ([`Routes::probes`]) are answered on a lane of their own, never refused
-//! for want of a page's slot; pages take one of [`MAX_CONCURRENT`] slots
-//! (`503` past them, `429` past [`MAX_PAGES_PER_SOURCE`] for one source),
-//! and answers are written by the loop within [`WRITE_TIMEOUT`].
+//! from one source, a connection still reading makes room; `/healthz` is
+//! answered by the loop itself, at once; `/readyz` runs one check at a time
+//! and serves its answer again for [`READY_FOR`] (probes waiting for a check
+//! capped at [`MAX_READY_WAITING_PER_SOURCE`] per source); pages take one
+//! of [`MAX_CONCURRENT`] slots (`503` past them, `429` past
+//! [`MAX_PAGES_PER_SOURCE`] for one source), and answers are written by the
+//! loop within [`WRITE_TIMEOUT`].
 //!
 //! Requests that change something (any method but `GET`) must carry the
 //! token of `[stats] admin_token_file` when one is configured — except under
 //! a prefix whose pages log their users in themselves ([`Routes::own_login`]:
 //! mwmq's `/ui/`, which takes the token or a user's password and hands out
-//! sessions); an endpoint beyond loopback without a token is warned about.
+//! sessions); a request that presents a wrong token hears `401` and counts
+//! as a failed login ([`Routes::throttle`]); an endpoint beyond loopback
+//! without a token is warned about.
 
 mod page;
 mod serve;
@@ -28,16 +32,19 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
-pub use page::{Handler, Page, Request, Routes, MAX_BODY, MAX_HEAD, PROMETHEUS};
+pub use page::{Handler, Page, Probe, Probes, Request, Routes, MAX_BODY, MAX_HEAD, PROMETHEUS};
 pub use serve::{
-    HEADER_TIMEOUT, MAX_CONCURRENT, MAX_CONNECTIONS, MAX_PAGES_PER_SOURCE, MAX_PER_SOURCE, MAX_PROBES, WRITE_TIMEOUT,
+    HEADER_TIMEOUT, MAX_CONCURRENT, MAX_CONNECTIONS, MAX_PAGES_PER_SOURCE, MAX_PER_SOURCE, MAX_READY_WAITING,
+    MAX_READY_WAITING_PER_SOURCE, READY_FOR, READY_WAIT, WRITE_TIMEOUT,
 };
 
 use crate::config::StatsConfig;
 use crate::start::StartError;
 
-/// The paths both middlewares' probes use.
-pub const PROBES: &[&str] = &["/healthz", "/readyz"];
+/// The liveness probe's path (answered by the endpoint's loop: [`Probes::live`]).
+pub const LIVENESS: &str = "/healthz";
+/// The readiness probe's path ([`Probes::ready`]).
+pub const READINESS: &str = "/readyz";
 
 /// A running admin endpoint.
 pub struct HttpEndpoint {
@@ -70,6 +77,9 @@ impl HttpEndpoint {
     /// requests other than `GET` must carry it (outside `routes.own_login`).
     pub fn start(addr: &str, routes: Routes, token: Option<String>) -> io::Result<HttpEndpoint> {
         let listener = TcpListener::bind(addr)?;
+        // (std's backlog of 128 overflows under a burst of connecting
+        // probes, and each SYN dropped costs its client a second.)
+        rustix::net::listen(&listener, crate::listen::LISTEN_BACKLOG)?;
         let addr = listener.local_addr()?;
         let stop = Arc::new(AtomicBool::new(false));
         let endpoint = serve::Endpoint::new(listener, routes, token, stop.clone())?;

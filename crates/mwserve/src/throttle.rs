@@ -1,7 +1,7 @@
 //! Failed logins, counted twice: per source and per user name. Each is a
 //! leaky bucket that every failure fills by one and that drains at a steady
-//! rate; while either bucket of an attempt is over its burst, the login is
-//! refused without checking the password — and told so
+//! rate; while either bucket of an attempt is full (at its burst), the login
+//! is refused without checking the password — and told so
 //! ([`Throttled`]: "too many failed logins from 10.0.0.7; retry in 3 s"),
 //! never "wrong password", so a user who typed it right knows to wait.
 //!
@@ -18,20 +18,48 @@
 //!   user's logins throttled; the user is told so, and `auth_throttled`
 //!   counts it.
 //!
-//! A login that succeeds empties neither bucket (a valid user must not
-//! unlock guessing). Both tables are bounded ([`MAX_SOURCES`],
-//! [`MAX_USERS`]; names are kept as keyed hashes of a fixed size): when one
-//! is full, drained buckets are forgotten first, then the emptiest is
-//! dropped, so spraying sources or user names can neither grow a table nor
-//! free the attacker's own lockout.
+//! **The charge comes before the check** ([`Throttle::begin`]): an attempt
+//! about to be checked fills both buckets at once, atomically, and the
+//! charge is given back only if the password was right
+//! ([`Throttle::checked`]). So attempts checked at the same time (several
+//! login threads, a queue of logins) cannot pass a bucket that has room for
+//! one: the checked guesses at a user in `t` seconds are at most `burst +
+//! per_sec × t`, and a bucket never holds more than its burst, so the user
+//! waits at most `1 / per_sec` s once an attack stops. A login that succeeds
+//! empties neither bucket beyond its own charge (a valid user must not
+//! unlock guessing).
+//!
+//! **A failure repeated is not counted again** ([`remembered`]): the same
+//! password from the same source for the same user, failed within
+//! [`REPEAT_WINDOW`], is refused at once as wrong without a check and
+//! without a charge — a misconfigured client retrying (redis-py retries a
+//! failed login) no longer locks its host out. Only keyed hashes of the
+//! triples are kept, never a password; [`Throttle::forget_failures`] clears
+//! them when the passwords may have changed (a reload).
+//!
+//! **Failures are logged** ([`report`]) at warn, with the source and the user
+//! name (never the password), one line per source per [`LOG_EVERY`] with a
+//! count of those not logged.
+//!
+//! Every table is bounded ([`MAX_SOURCES`], [`MAX_USERS`],
+//! [`remembered::MAX_REMEMBERED`]; names are kept as keyed hashes of a
+//! fixed size): when one is full, drained buckets are forgotten first, then
+//! the emptiest is dropped, so spraying sources or user names can neither
+//! grow a table nor free the attacker's own lockout.
+
+mod remembered;
+mod report;
 
 use std::collections::HashMap;
 use std::fmt;
 use std::hash::{BuildHasher, Hash};
 use std::net::{IpAddr, Ipv6Addr};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Mutex, MutexGuard};
 use std::time::Instant;
+
+pub use remembered::{MAX_REMEMBERED, REPEAT_WINDOW};
+pub use report::LOG_EVERY;
 
 /// Sources tracked at most.
 pub const MAX_SOURCES: usize = 16_384;
@@ -148,6 +176,30 @@ fn shown_name(name: &[u8]) -> String {
     s
 }
 
+/// A login attempt as the throttle sees it.
+#[derive(Debug, Clone, Copy)]
+pub struct Attempt<'a> {
+    /// Where it comes from (`None`: unknown, counted in no source's bucket).
+    pub source: Option<Source>,
+    /// The user name it names (`None`: none, as with the admin token).
+    pub user: Option<&'a [u8]>,
+    /// The password (or token) offered: hashed to recognise a repeat, never kept.
+    pub secret: &'a [u8],
+    /// What it logs in to (`AUTH`, `/ui`, `SASL`, `the admin token`), for the log.
+    pub via: &'static str,
+}
+
+/// Why an attempt was refused without its password being checked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Refused {
+    /// The same password from the same source for the same user failed less
+    /// than [`REPEAT_WINDOW`] ago: it is still wrong. Answered as any wrong
+    /// password; not counted again.
+    Repeated,
+    /// A bucket of the attempt is full: told so, never "wrong password".
+    Throttled(Throttled),
+}
+
 /// One bucket: its level when last touched.
 #[derive(Debug, Clone, Copy)]
 struct Bucket {
@@ -168,21 +220,28 @@ impl<K: Eq + Hash + Copy> Table<K> {
         Table { rate, max, buckets: Mutex::new(HashMap::new()) }
     }
 
+    fn lock(&self) -> MutexGuard<'_, HashMap<K, Bucket>> {
+        self.buckets.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
     fn level(&self, b: &Bucket, now: Instant) -> f64 {
         (b.level - now.saturating_duration_since(b.at).as_secs_f64() * self.rate.per_sec).max(0.0)
     }
 
-    /// `None` when an attempt for `key` may be checked now; else the whole
-    /// seconds until one may.
-    fn wait(&self, key: &K, now: Instant) -> Option<u64> {
-        let buckets = self.buckets.lock().unwrap_or_else(|p| p.into_inner());
+    /// `None` when the bucket of `key` has room for one more attempt now;
+    /// else the whole seconds until it has.
+    fn wait(&self, buckets: &HashMap<K, Bucket>, key: &K, now: Instant) -> Option<u64> {
         let over = buckets.get(key).map(|b| self.level(b, now) + 1.0 - self.rate.burst).filter(|&o| o > 0.0)?;
         let secs = if self.rate.per_sec > 0.0 { (over / self.rate.per_sec).ceil() } else { f64::from(u32::MAX) };
         Some((secs as u64).max(1))
     }
 
-    fn failed(&self, key: K, now: Instant) {
-        let mut buckets = self.buckets.lock().unwrap_or_else(|p| p.into_inner());
+    /// Fills the bucket of `key` by `by` (never below empty); a new key
+    /// makes room in a full table first.
+    fn add(&self, buckets: &mut HashMap<K, Bucket>, key: K, by: f64, now: Instant) {
+        if by <= 0.0 && !buckets.contains_key(&key) {
+            return;
+        }
         if buckets.len() >= self.max && !buckets.contains_key(&key) {
             buckets.retain(|_, b| self.level(b, now) > 0.0);
             if buckets.len() >= self.max {
@@ -196,15 +255,12 @@ impl<K: Eq + Hash + Copy> Table<K> {
             }
         }
         let level = buckets.get(&key).map_or(0.0, |b| self.level(b, now));
-        buckets.insert(key, Bucket { level: level + 1.0, at: now });
-    }
-
-    fn len(&self) -> usize {
-        self.buckets.lock().unwrap_or_else(|p| p.into_inner()).len()
+        buckets.insert(key, Bucket { level: (level + by).max(0.0), at: now });
     }
 }
 
-/// Failed logins by source and by user name.
+/// Failed logins by source and by user name, the failures recently seen,
+/// and their log.
 #[derive(Debug)]
 pub struct Throttle {
     sources: Table<Source>,
@@ -212,8 +268,12 @@ pub struct Throttle {
     /// The key of the names' hashes (random per process: nobody can aim
     /// two names at one bucket).
     names: std::collections::hash_map::RandomState,
+    remembered: remembered::Remembered,
+    report: report::Report,
     /// Attempts refused unchecked (their source or user name was locked out).
     pub refused: AtomicU64,
+    /// Attempts refused as wrong unchecked: the same password failed lately.
+    pub repeated: AtomicU64,
 }
 
 impl Throttle {
@@ -223,151 +283,100 @@ impl Throttle {
             sources: Table::new(limits.source, MAX_SOURCES),
             users: Table::new(limits.user, MAX_USERS),
             names: Default::default(),
+            remembered: remembered::Remembered::default(),
+            report: report::Report::default(),
             refused: AtomicU64::new(0),
+            repeated: AtomicU64::new(0),
         }
     }
 
-    /// Whether a login from `source` as `user` (either unknown: not
-    /// counted) may be checked now; a refusal is counted and says why.
-    pub fn check(&self, source: Option<Source>, user: Option<&[u8]>) -> Result<(), Throttled> {
+    /// Whether `a` would be checked now, charging nothing: a cheap look
+    /// before a login waits for its check (the check itself calls
+    /// [`Throttle::begin`]). A refusal is counted and logged.
+    pub fn check(&self, a: &Attempt) -> Result<(), Refused> {
+        self.admit(a, false)
+    }
+
+    /// `a`'s password is about to be checked: unless refused, the attempt
+    /// is counted as a failure in both its buckets from now on, and
+    /// [`Throttle::checked`] must follow with the outcome. A refusal is
+    /// counted and logged.
+    pub fn begin(&self, a: &Attempt) -> Result<(), Refused> {
+        self.admit(a, true)
+    }
+
+    /// The outcome of an attempt [`Throttle::begin`] let through: a right
+    /// password gets its charge back; a wrong one keeps it, is remembered
+    /// (a repeat within [`REPEAT_WINDOW`] is refused unchecked) and logged.
+    pub fn checked(&self, a: &Attempt, right: bool) {
+        if right {
+            self.charge(a, -1.0, Instant::now());
+        } else {
+            self.remembered.remember(a);
+            self.report.failed(a, &"wrong password");
+        }
+    }
+
+    /// Forgets the failed passwords remembered: the next attempt with any
+    /// of them is checked again (after a reload that may change passwords).
+    pub fn forget_failures(&self) {
+        self.remembered.clear();
+    }
+
+    fn admit(&self, a: &Attempt, take: bool) -> Result<(), Refused> {
+        if self.remembered.contains(a) {
+            self.repeated.fetch_add(1, Ordering::Relaxed);
+            self.report.failed(a, &"the same wrong password again (not checked)");
+            return Err(Refused::Repeated);
+        }
         let now = Instant::now();
-        let by_source = source.and_then(|s| self.sources.wait(&s, now).map(|w| (By::Source(s), w)));
-        let by_user =
-            || user.and_then(|u| self.users.wait(&self.names.hash_one(u), now).map(|w| (By::User(shown_name(u)), w)));
+        let user = a.user.map(|u| self.names.hash_one(u));
+        // Both buckets looked at and filled under their locks (always
+        // sources first): attempts begun at once cannot share one room.
+        let mut sources = self.sources.lock();
+        let mut users = self.users.lock();
+        let by_source = a.source.and_then(|s| self.sources.wait(&sources, &s, now).map(|w| (By::Source(s), w)));
+        let by_user = || {
+            let (u, name) = (user?, a.user?);
+            self.users.wait(&users, &u, now).map(|w| (By::User(shown_name(name)), w))
+        };
         match by_source.or_else(by_user) {
-            None => Ok(()),
+            None => {
+                if take {
+                    if let Some(s) = a.source {
+                        self.sources.add(&mut sources, s, 1.0, now);
+                    }
+                    if let Some(u) = user {
+                        self.users.add(&mut users, u, 1.0, now);
+                    }
+                }
+                Ok(())
+            }
             Some((by, retry_secs)) => {
+                drop((sources, users));
                 self.refused.fetch_add(1, Ordering::Relaxed);
-                Err(Throttled { by, retry_secs })
+                let t = Throttled { by, retry_secs };
+                self.report.failed(a, &format_args!("refused unchecked: {t}"));
+                Err(Refused::Throttled(t))
             }
         }
     }
 
-    /// A login from `source` as `user` failed (it was checked).
-    pub fn failed(&self, source: Option<Source>, user: Option<&[u8]>) {
-        let now = Instant::now();
-        if let Some(s) = source {
-            self.sources.failed(s, now);
+    fn charge(&self, a: &Attempt, by: f64, now: Instant) {
+        if let Some(s) = a.source {
+            self.sources.add(&mut self.sources.lock(), s, by, now);
         }
-        if let Some(u) = user {
-            self.users.failed(self.names.hash_one(u), now);
+        if let Some(u) = a.user {
+            let key = self.names.hash_one(u);
+            self.users.add(&mut self.users.lock(), key, by, now);
         }
     }
 
     /// Sources and user names tracked now.
     pub fn tracked(&self) -> (usize, usize) {
-        (self.sources.len(), self.users.len())
+        (self.sources.lock().len(), self.users.lock().len())
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use std::time::Duration;
-
-    fn limits(burst: f64, per_sec: f64) -> Limits {
-        Limits { source: Rate { burst, per_sec }, user: Rate { burst: 1000.0, per_sec: 1000.0 } }
-    }
-
-    fn ip(text: &str) -> Option<Source> {
-        Some(Source::ip(text.parse().unwrap()))
-    }
-
-    #[test]
-    fn a_source_is_locked_out_after_its_burst_and_earns_attempts_back() {
-        let t = Throttle::new(limits(3.0, 20.0));
-        let (a, b) = (ip("10.0.0.1"), ip("10.0.0.2"));
-        for _ in 0..3 {
-            assert!(t.check(a, None).is_ok());
-            t.failed(a, None);
-        }
-        let refused = t.check(a, None).unwrap_err();
-        assert_eq!(refused.to_string(), "too many failed logins from 10.0.0.1; retry in 1 s");
-        assert!(t.check(b, None).is_ok(), "another address is not");
-        std::thread::sleep(Duration::from_millis(80));
-        assert!(t.check(a, None).is_ok(), "one attempt earned back after 1/20 s");
-        t.failed(a, None);
-        assert!(t.check(a, None).is_err());
-        assert_eq!(t.refused.load(Ordering::Relaxed), 2);
-    }
-
-    #[test]
-    fn the_wait_is_what_the_bucket_needs_to_drain() {
-        let t = Throttle::new(limits(2.0, 0.5));
-        for _ in 0..5 {
-            t.failed(ip("10.0.0.1"), None);
-        }
-        // Level 5, burst 2, half an attempt a second: (5 + 1 - 2) / 0.5 = 8 s.
-        let w = t.check(ip("10.0.0.1"), None).unwrap_err().retry_secs;
-        assert!((7..=8).contains(&w), "{w}");
-    }
-
-    #[test]
-    fn ipv6_is_grouped_by_its_64_and_mapped_ipv4_is_ipv4() {
-        assert_eq!(ip("2001:db8:1:2:aaaa::1"), ip("2001:db8:1:2:ffff:1:2:3"));
-        assert_ne!(ip("2001:db8:1:2::1"), ip("2001:db8:1:3::1"));
-        assert_eq!(ip("2001:db8:1:2:aaaa::1").unwrap().to_string(), "2001:db8:1:2::/64");
-        assert_eq!(ip("::ffff:192.0.2.7"), ip("192.0.2.7"));
-        assert_ne!(ip("192.0.2.7"), ip("192.0.2.8"), "IPv4 by address");
-        let t = Throttle::new(limits(2.0, 0.001));
-        t.failed(ip("2001:db8::1"), None);
-        t.failed(ip("2001:db8::2"), None);
-        let refused = t.check(ip("2001:db8::ffff:3"), None).unwrap_err();
-        assert_eq!(refused.by, By::Source(ip("2001:db8::").unwrap()));
-        assert!(refused.to_string().starts_with("too many failed logins from 2001:db8::/64; retry in "));
-        assert!(t.check(ip("2001:db8:0:1::1"), None).is_ok(), "the next /64 is another source");
-    }
-
-    #[test]
-    fn unix_clients_are_bucketed_by_uid() {
-        let t = Throttle::new(limits(2.0, 0.001));
-        t.failed(Some(Source::Uid(1000)), None);
-        t.failed(Some(Source::Uid(1000)), None);
-        let refused = t.check(Some(Source::Uid(1000)), None).unwrap_err();
-        assert_eq!(refused.by, By::Source(Source::Uid(1000)));
-        assert!(refused.to_string().contains("from local uid 1000"), "{refused}");
-        assert!(t.check(Some(Source::Uid(1001)), None).is_ok(), "another local user is not locked out");
-        assert!(t.check(ip("127.0.0.1"), None).is_ok(), "nor loopback TCP clients");
-    }
-
-    #[test]
-    fn a_user_name_is_locked_out_whatever_the_sources() {
-        let t = Throttle::new(Limits {
-            source: Rate { burst: 10.0, per_sec: 0.001 },
-            user: Rate { burst: 5.0, per_sec: 0.001 },
-        });
-        let mut checked = 0;
-        for i in 0..200u32 {
-            let source = Some(Source::ip(IpAddr::from(std::net::Ipv4Addr::from(0x7f00_0001 + i % 50))));
-            if t.check(source, Some(b"alice")).is_ok() {
-                checked += 1;
-                t.failed(source, Some(b"alice"));
-            }
-        }
-        assert_eq!(checked, 5, "the user's burst, across 50 addresses");
-        let refused = t.check(ip("127.0.0.99"), Some(b"alice")).unwrap_err();
-        assert_eq!(refused.by, By::User("alice".into()));
-        assert!(t.check(ip("127.0.0.99"), Some(b"bob")).is_ok(), "another user is not");
-        assert_eq!(shown_name(b"a\r\n-ERR x \"y\""), "a??-ERR?x??y?", "nothing that breaks a protocol line");
-        assert!(shown_name(&[b'x'; 300]).ends_with("..."));
-    }
-
-    #[test]
-    fn the_tables_stay_bounded_and_keep_the_worst_offenders() {
-        let t = Throttle::new(Limits {
-            source: Rate { burst: 2.0, per_sec: 0.001 },
-            user: Rate { burst: 2.0, per_sec: 0.001 },
-        });
-        let attacker = ip("192.0.2.1");
-        t.failed(attacker, Some(b"victim"));
-        t.failed(attacker, Some(b"victim"));
-        for i in 0..(MAX_SOURCES as u32 + 500) {
-            let name = format!("sprayed-{i}");
-            t.failed(Some(Source::ip(IpAddr::from(std::net::Ipv4Addr::from(0x0a00_0000 + i)))), Some(name.as_bytes()));
-        }
-        let (sources, users) = t.tracked();
-        assert!(sources <= MAX_SOURCES && users <= MAX_USERS, "{sources} {users}");
-        assert!(t.check(attacker, None).is_err(), "spraying from other addresses does not free the attacker's");
-        assert!(t.check(None, Some(b"victim")).is_err(), "spraying names does not free the victim's lockout");
-    }
-}
+mod tests;

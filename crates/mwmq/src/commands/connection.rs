@@ -1,23 +1,18 @@
 //! PING, QUIT, CLIENT, SELECT, COMMAND, INFO, HELLO, AUTH: answered
 //! without the database (a login's password is checked off the loop).
 
-use std::sync::Arc;
+use mwserve::throttle::Refused;
 
 use super::{Core, Outcome, Session};
 use crate::command::{Command, Credentials};
 use crate::resp::Reply;
-use crate::users::User;
+use crate::users::Checked;
 
 impl Core<'_> {
     /// The outcome of a command answered without the database; `None` for
-    /// the others. `checked`: a login's password, checked (the user, or
-    /// `None` for a wrong one).
-    pub fn local<S: Session + ?Sized>(
-        &self,
-        c: &Command,
-        s: &S,
-        checked: Option<Option<Arc<User>>>,
-    ) -> Option<Outcome> {
+    /// the others. `checked`: a login's outcome, once its password was
+    /// checked (`logins::check`).
+    pub fn local<S: Session + ?Sized>(&self, c: &Command, s: &S, checked: Option<Checked>) -> Option<Outcome> {
         let local = |r: Reply| Some(Outcome::ok(r));
         match c {
             Command::Ping(None) => local(Reply::Simple("PONG")),
@@ -68,16 +63,14 @@ impl Core<'_> {
 
     /// `AUTH` and `HELLO ... AUTH`: the connection becomes the user, or
     /// hears Redis's refusal; `None`: the password is to be checked (off
-    /// the loop or worker; the request comes back with the outcome in
-    /// `checked`). Failed attempts are counted, make the connection wait
-    /// before its next one is checked, and count against its source address;
-    /// a throttled attempt is refused without a check.
-    fn log_in<S: Session + ?Sized>(
-        &self,
-        s: &S,
-        credentials: &Credentials,
-        checked: Option<Option<Arc<User>>>,
-    ) -> Option<Reply> {
+    /// the loop or worker, `logins::check`; the request comes back with the
+    /// outcome in `checked`). Failed attempts are counted, make the
+    /// connection wait before its next one is checked, and count against its
+    /// source address and the user name; a throttled attempt is refused
+    /// without a check, and so is a password that failed lately from the
+    /// same source for the same user (answered as wrong, not counted again).
+    fn log_in<S: Session + ?Sized>(&self, s: &S, credentials: &Credentials, checked: Option<Checked>) -> Option<Reply> {
+        use std::sync::atomic::Ordering::Relaxed;
         let users = &self.shared.users;
         if !users.enabled() {
             return Some(Reply::err(
@@ -86,33 +79,40 @@ impl Core<'_> {
             ));
         }
         let wrong = || Reply::Error("WRONGPASS invalid username-password pair or user is disabled.".into());
-        let throttle = &self.shared.logins.throttle;
-        let source = s.peer().map(mwserve::throttle::Source::ip);
-        let user = Some(credentials.user.as_bytes());
+        // Refused unchecked, and told so (never WRONGPASS: the password may
+        // be right). `-ERR`, which every Redis client raises with its message.
+        let throttled = |why: String| {
+            users.failures.fetch_add(1, Relaxed);
+            Some(Reply::Error(format!("ERR {why}")))
+        };
+        let checked = match checked {
+            Some(c) => c,
+            None => {
+                if let Some(secs) = s.attempts().wait() {
+                    return throttled(format!("too many failed logins on this connection; retry in {secs} s"));
+                }
+                let a = crate::logins::attempt(s.peer(), credentials, "AUTH");
+                match self.shared.logins.throttle.check(&a) {
+                    Ok(()) => return None,
+                    Err(Refused::Repeated) => {
+                        users.failures.fetch_add(1, Relaxed);
+                        Checked::Refused(Refused::Repeated)
+                    }
+                    Err(refused) => Checked::Refused(refused),
+                }
+            }
+        };
         match checked {
-            Some(Some(user)) => {
+            Checked::User(user) => {
                 s.attempts().succeeded();
                 s.set_user(user);
                 Some(Reply::Simple("OK"))
             }
-            Some(None) => {
+            Checked::Wrong | Checked::Refused(Refused::Repeated) => {
                 s.attempts().failed();
-                throttle.failed(source, user);
-                tracing::debug!(user = %credentials.user, "failed login");
                 Some(wrong())
             }
-            None => {
-                // Refused unchecked, and told so (never WRONGPASS: the
-                // password may be right). `-ERR`, which every Redis client
-                // raises with its message.
-                let refusal = match s.attempts().wait() {
-                    Some(secs) => Some(format!("ERR too many failed logins on this connection; retry in {secs} s")),
-                    None => throttle.check(source, user).err().map(|t| format!("ERR {t}")),
-                };
-                let refusal = refusal?;
-                users.failures.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                Some(Reply::Error(refusal))
-            }
+            Checked::Refused(Refused::Throttled(t)) => throttled(t.to_string()),
         }
     }
 
@@ -157,6 +157,7 @@ impl Core<'_> {
         line("auth_users", if s.users.enabled() { "yes" } else { "no" }.to_string());
         line("auth_failures", s.users.failures.load(std::sync::atomic::Ordering::Relaxed).to_string());
         line("auth_throttled", s.logins.throttle.refused.load(std::sync::atomic::Ordering::Relaxed).to_string());
+        line("auth_repeated", s.logins.throttle.repeated.load(std::sync::atomic::Ordering::Relaxed).to_string());
         line("logins_waiting", s.logins.waiting().to_string());
         line("\r\n# Database\r\npool_size", s.pool.size().to_string());
         line("pool_open", open.to_string());

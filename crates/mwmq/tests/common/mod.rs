@@ -117,6 +117,11 @@ pub struct MqProcess {
 impl MqProcess {
     /// Starts `mwmq` on `port` (0: a free one) with `extra` flags.
     pub fn start(pg: &Postgres, port: u16, extra: &[&str]) -> MqProcess {
+        MqProcess::start_with(pg, port, extra, Stdio::inherit())
+    }
+
+    /// [`MqProcess::start`], its log (stderr) going to `stderr`.
+    pub fn start_with(pg: &Postgres, port: u16, extra: &[&str], stderr: Stdio) -> MqProcess {
         let port = if port == 0 { mctest::free_port() } else { port };
         let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
         let child = Command::new(env!("CARGO_BIN_EXE_mwmq"))
@@ -124,6 +129,7 @@ impl MqProcess {
             .args(["--engine", engine().name()])
             .args(extra)
             .stdout(Stdio::null())
+            .stderr(stderr)
             .spawn()
             .expect("spawn mwmq");
         let mut p = MqProcess { child, addr };

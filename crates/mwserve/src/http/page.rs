@@ -98,19 +98,41 @@ pub type Handler = Arc<dyn Fn(&Request) -> Option<Page> + Send + Sync>;
 /// What an endpoint serves: its handler, the paths listed in the answer to
 /// an unknown one, the prefix (if any) whose pages log their users in
 /// themselves, so that their requests other than `GET` are not refused for
-/// want of the admin token, and the probes.
+/// want of the admin token, the probes, and the login throttle that a wrong
+/// admin token counts in.
 #[derive(Clone)]
 pub struct Routes {
     /// Listed in the answer to an unknown path.
     pub paths: &'static [&'static str],
     /// The prefix whose pages check logins themselves.
     pub own_login: Option<&'static str>,
-    /// The paths of probes (`/healthz`, `/readyz`): a `GET` of one is
-    /// answered on a lane of its own, ahead of pages, never refused for
-    /// want of a page's slot.
-    pub probes: &'static [&'static str],
+    /// `GET /healthz` and `GET /readyz`, answered ahead of pages and never
+    /// by the handler.
+    pub probes: Option<Probes>,
+    /// Where a request with a wrong admin token counts as a failed login
+    /// (the middleware's login throttle), and where a source locked out has
+    /// its token refused unchecked.
+    pub throttle: Option<Arc<crate::throttle::Throttle>>,
     /// The pages.
     pub handler: Handler,
+}
+
+/// A probe's page, built without a request.
+pub type Probe = Arc<dyn Fn() -> Page + Send + Sync>;
+
+/// The probes of an endpoint.
+#[derive(Clone)]
+pub struct Probes {
+    /// `GET /healthz` (liveness): built by the endpoint's loop itself the
+    /// moment the request is read — never queued, never refused for want of
+    /// a slot. It must only read a flag (is the process stopping?): it must
+    /// not wait for anything.
+    pub live: Probe,
+    /// `GET /readyz` (readiness): built on a thread of its own, one check at
+    /// a time; every `/readyz` that arrives meanwhile waits for that check,
+    /// and its page answers every `/readyz` for [`super::READY_FOR`] after,
+    /// so a flood of probes costs one check per period.
+    pub ready: Probe,
 }
 
 /// The content type of Prometheus' text exposition format.
