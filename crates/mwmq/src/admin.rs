@@ -222,6 +222,18 @@ fn metrics(shared: &Shared, token: bool) -> String {
         shared.vacuums.load(Ordering::Relaxed),
     );
     p.counter(
+        "mwmq_stream_replies_refused_total",
+        "XRANGE, XREVRANGE and XINFO STREAM FULL refused: their entries would pass max_reply_bytes (or 10,000).",
+        &[],
+        shared.stream_replies.refused.load(Ordering::Relaxed),
+    );
+    p.counter(
+        "mwmq_stream_replies_cut_total",
+        "XREAD, XREADGROUP, XCLAIM and XAUTOCLAIM replies cut short by max_reply_bytes.",
+        &[],
+        shared.stream_replies.cut.load(Ordering::Relaxed),
+    );
+    p.counter(
         "mwmq_db_statements_cut_total",
         "Connections cut because the database did not answer a statement in time.",
         &[],

@@ -475,7 +475,7 @@ async fn serve<IO: AsyncRead + AsyncWrite + Socket + Unpin>(
         let cmd = match request {
             Request::Args(args) => command::parse(&args, &lp.limits),
             Request::TooLarge { len, .. } => Err(Reply::err(format!(
-                "an argument of {len} bytes is over the limit of {} bytes (max_body)",
+                "an argument of {len} bytes is over the server's limit of {} bytes (max_body)",
                 shared.config.server.max_body
             ))),
             Request::Empty => continue,
@@ -877,6 +877,20 @@ impl Loop {
                 let core = Core::new(&self.shared);
                 let r =
                     self.on_connection(d, &mut db, async |pg, db| core.statement(pg, &p.cmd, &*p.sess, db).await).await;
+                // A creation, with several databases: the user's queues and streams
+                // on the others counted, then the command again (`commands/owned.rs`).
+                let r = match r {
+                    Err(DbError::CountOwned(user)) => match self.owned_elsewhere(&user, d).await {
+                        Ok(n) => {
+                            let core = core.counted(n);
+                            let again =
+                                async |pg: &PgConn, db: &mut DbFacts| core.statement(pg, &p.cmd, &*p.sess, db).await;
+                            self.on_connection(d, &mut db, again).await
+                        }
+                        Err(e) => Err(e),
+                    },
+                    r => r,
+                };
                 match r {
                     Ok(o) => o,
                     Err(e) => {
@@ -912,6 +926,14 @@ impl Loop {
                     core.batch_statement(pg, kind, &items, &mut got, &mut got_leases).await
                 })
                 .await;
+            if let Err(DbError::CountOwned(_)) = r {
+                // XADDs that would create their stream: one by one, the
+                // first counting the user's others (`commands/owned.rs`).
+                for p in group {
+                    self.run_one(d, p).await;
+                }
+                return;
+            }
             match r {
                 Ok(statements) => {
                     db.statements = statements;
@@ -945,6 +967,16 @@ impl Loop {
                 release(self, leases);
             }
         }
+    }
+
+    /// The queues and streams `user` has on every database but `home`.
+    async fn owned_elsewhere(self: &Rc<Self>, user: &str, home: usize) -> Result<i64, DbError> {
+        let mut n = 0;
+        for d in (0..self.dbs.len()).filter(|d| *d != home) {
+            let mut facts = DbFacts::default();
+            n += self.on_connection(d, &mut facts, async |pg, _| crate::commands::owned::owned(pg, user).await).await?;
+        }
+        Ok(n)
     }
 
     /// Runs `f` on a connection within the statement deadline, noting

@@ -149,6 +149,7 @@ pub const MIGRATIONS: &[&str] = &[
     // 11: everything in the schema mwmq; the SQL API under mwmq's rights and bounds (`sqlguard.rs`).
     crate::sqlguard::MIGRATION,
     crate::streamrules::MIGRATION, // 12: streams' creators, sizes, limits and reply bounds (`streamrules.rs`).
+    crate::streambounds::MIGRATION, // 15: replies that say they were cut, MAXBYTES per field (`streambounds.rs`).
 ];
 
 /// A queue RECV's plain statements serve: no delivery limit, not paused, no
@@ -513,6 +514,10 @@ pub enum DbError {
     Failed(String),
     /// Redis's own refusal, as Redis words it (the stream commands).
     Redis(String),
+    /// With several databases, a command would create a queue or stream
+    /// for this user: its queues and streams on the other databases must be
+    /// counted, and the command run again (`commands/owned.rs`).
+    CountOwned(String),
 }
 
 /// Whether an error means the server cannot take writes: a standby, or a

@@ -494,7 +494,7 @@ impl NetThread {
             let cmd = match request {
                 Request::Args(args) => command::parse(&args, &self.limits),
                 Request::TooLarge { len, .. } => Err(Reply::err(format!(
-                    "an argument of {len} bytes is over the limit of {max_body} bytes (max_body)"
+                    "an argument of {len} bytes is over the server's limit of {max_body} bytes (max_body)"
                 ))),
                 Request::Empty => unreachable!("skipped above"),
             };

@@ -124,6 +124,7 @@ impl Service for Mq {
             rates: Default::default(),
             ui: Default::default(),
             vacuums: Default::default(),
+            stream_replies: Default::default(),
             tls,
             tls_log: mwserve::process::Throttled::new("TLS handshakes failed", std::time::Duration::from_secs(10)),
             config,

@@ -101,6 +101,8 @@ pub struct Shared {
     pub ui: crate::ui::Ui,
     /// VACUUMs of the messages table this process ran.
     pub vacuums: std::sync::atomic::AtomicU64,
+    /// Stream replies refused or cut by `max_reply_bytes` (INFO, `/metrics`).
+    pub stream_replies: crate::streambounds::ReplyCounts,
     /// The TLS listener's configuration (`--tls-cert`), when there is one.
     pub tls: Option<Arc<rustls::ServerConfig>>,
     /// Failed TLS handshakes, logged at most every 10 s.

@@ -43,7 +43,8 @@
 //! the COMMIT fails and the transaction is rolled back. Transactions that
 //! send in SQL therefore never pass a quota together; SENDs over RESP are
 //! not in that queue (their check is in their own statement, as before), so
-//! the overshoot is at most the RESP SENDs running at that moment.
+//! the overshoot is at most the RESP SENDs running at that moment. (Schema
+//! 15 gives the refusal at the send the queue's figures: `streambounds.rs`.)
 
 /// Schema version 11. It runs with `search_path = mwmq`, after
 /// `schema::migrate` moved the objects of an older database into `mwmq`.

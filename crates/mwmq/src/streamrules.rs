@@ -22,6 +22,9 @@
 //!   delivers, XCLAIM claims and XAUTOCLAIM's cursor stops where it fell.
 //!   The rows never exist beyond that in mwmq: tokio-postgres buffers a
 //!   statement's whole result, so the bound is the database's to keep.
+//!   (Schema 15, `streambounds.rs`, refuses a range over the bound instead
+//!   of cutting it, has the reads say when they cut, and counts 16 bytes per
+//!   field or value toward MAXBYTES.)
 
 use crate::xcommand::AddId;
 

@@ -395,7 +395,14 @@ fn run(shared: &Shared, login: &Login, c: &Command) -> Reply {
         .into_iter()
         .map(|d| {
             let mut facts = DbFacts::default();
-            shared.pool[d].with(async |pg| core.statement(pg, c, &s, &mut facts).await).and_then(|r| r)
+            let mut run = |core: Core| shared.pool[d].with(async |pg| core.statement(pg, c, &s, &mut facts).await);
+            match run(core).and_then(|r| r) {
+                // A creation with several databases: the user's others counted first (`commands/owned.rs`).
+                Err(crate::db::DbError::CountOwned(user)) => {
+                    core.owned_elsewhere(&user, d).and_then(|n| run(core.counted(n)).and_then(|r| r))
+                }
+                r => r,
+            }
         })
         .collect();
     let outcome = if answers.len() == 1 { answers.pop().expect("one") } else { core.merge_lists(answers) };

@@ -145,6 +145,14 @@ impl Worker {
                 }
                 db.t_done = Some(now_ns());
                 pool.put(pg);
+                if let Err(DbError::CountOwned(_)) = result {
+                    // XADDs that would create their stream: one by one, the
+                    // first counting the user's others (`commands/owned.rs`).
+                    for job in jobs {
+                        self.one(job);
+                    }
+                    return;
+                }
                 match result {
                     Ok(n) => db.statements = n,
                     Err(e) => {
@@ -362,8 +370,17 @@ impl Worker {
         db.t_pool = Some(now);
         db.t_send = Some(now);
         let result = pg.run(async |pg| core.statement(pg, c, conn, db).await);
-        db.t_done = Some(now_ns());
         pool.put(pg);
+        // A creation, with several databases: the user's queues and streams
+        // on the others counted, then the command again (`commands/owned.rs`).
+        let result = match result {
+            Err(DbError::CountOwned(user)) => core.owned_elsewhere(&user, home).and_then(|n| {
+                let core = core.counted(n);
+                pool.with(async |pg| core.statement(pg, c, conn, db).await).and_then(|r| r)
+            }),
+            r => r,
+        };
+        db.t_done = Some(now_ns());
         match result {
             Ok(Outcome::Reply(Reply::Array(items), _, _)) if items.is_empty() && seen.is_some() => {
                 let until = job.wait_until.unwrap_or_else(Instant::now);

@@ -82,7 +82,7 @@ fn malformed_input_gets_redis_errors_and_others_are_served() {
     req.extend_from_slice(b"\r\n*1\r\n$4\r\nPING\r\n");
     s.write_all(&req).unwrap();
     let got = read_until(&mut s, "+PONG\r\n");
-    assert!(got.contains("an argument of 5000 bytes is over the limit of 1024 bytes"), "{got:?}");
+    assert!(got.contains("an argument of 5000 bytes is over the server's limit of 1024 bytes"), "{got:?}");
     assert!(got.ends_with("+PONG\r\n"), "{got:?}");
     assert_eq!(q::<i64>(&mut good, &["QLEN", "q"]), 0, "the refused SEND stored nothing");
     // Truncated frames from clients that then vanish.

@@ -266,7 +266,7 @@ fn streams_count_against_max_queues_take_quotas_and_max_body_covers_an_xadd() {
     let full = err(&mut s, &["XADD", "small.2", "*", "k", "v"]);
     assert_eq!(
         full,
-        "OVERQUOTA stream 'small.2' is full: 3 entries, 103 bytes (MAXMESSAGES 3, MAXBYTES 0; 0 is no limit)"
+        "OVERQUOTA stream 'small.2' is full: 3 entries, 199 bytes (MAXMESSAGES 3, MAXBYTES 0; 0 is no limit)"
     );
     assert!(err(&mut s, &["XADD", "small.2", "1-*", "k", "v"]).starts_with("OVERQUOTA stream"), "any id");
     let info = format!("{:?}", v(&mut ops, &["XINFO", "STREAM", "small.2"]));
@@ -284,11 +284,11 @@ fn streams_count_against_max_queues_take_quotas_and_max_body_covers_an_xadd() {
     // An admin's XADD with MAXLEN on a full stream trims first: a ring of 5.
     let _: String = q(&mut ops, &["XADD", "small.2", "MAXLEN", "5", "*", "k", "v"]);
     assert_eq!(q::<i64>(&mut ops, &["XLEN", "small.2"]), 5);
-    // Bytes (fields and values).
-    let _: String = q(&mut ops, &["XADD", "small.3", "*", "k", &"x".repeat(20)]); // 2 + 21 bytes
-    assert_eq!(q::<String>(&mut ops, &["QALTER", "small.3", "MAXBYTES", "30"]), "OK");
-    assert!(err(&mut ops, &["XADD", "small.3", "*", "k", &"x".repeat(7)]).starts_with("OVERQUOTA stream 'small.3'"));
-    let _: String = q(&mut ops, &["XADD", "small.3", "*", "k", &"x".repeat(6)]);
+    // Bytes (fields and values, and 16 for each).
+    let _: String = q(&mut ops, &["XADD", "small.3", "*", "k", &"x".repeat(20)]); // 34 held, 21 + 2 x 16 bytes
+    assert_eq!(q::<String>(&mut ops, &["QALTER", "small.3", "MAXBYTES", "134"]), "OK");
+    assert!(err(&mut ops, &["XADD", "small.3", "*", "k", &"x".repeat(15)]).starts_with("OVERQUOTA stream 'small.3'"));
+    let _: String = q(&mut ops, &["XADD", "small.3", "*", "k", &"x".repeat(14)]); // 87 + 47: 134
     assert_eq!(q::<String>(&mut ops, &["QALTER", "small.3", "MAXBYTES", "0"]), "OK");
     let _: String = q(&mut ops, &["XADD", "small.3", "*", "k", &"x".repeat(100)]);
     // QALTER's other options are a queue's; a name that is neither: NOQUEUE.
@@ -310,12 +310,15 @@ fn id_list(r: std::ops::RangeInclusive<u32>) -> Vec<String> {
 
 /// XRANGE, XREAD, XREADGROUP (alone and batched), XCLAIM, XAUTOCLAIM and
 /// XINFO STREAM FULL returned up to 10,000 entries whatever their size.
-/// Now a reply stops before the entry that would take it past
+/// Now the reads stop before the entry that would take their reply past
 /// `max_reply_bytes`, and the client goes on from the last id it got, as
-/// with COUNT. Entries of 50,000 bytes weigh 50,097 (`bytes + 16 per field
-/// or value + 64`): five fit 256 KiB, six do not.
+/// with COUNT; a range (XRANGE, XREVRANGE, XINFO STREAM FULL's entries)
+/// over the bound is refused, so that a paging loop never takes a short
+/// page for the end (cut ranges gave 2 entries of `... COUNT 10`, and the
+/// loop stopped). INFO counts both. Entries of 50,000 bytes weigh 50,097
+/// (`bytes + 16 per field or value + 64`): five fit 256 KiB, six do not.
 #[test]
-fn replies_are_cut_by_their_bytes_and_continue_from_the_last_id() {
+fn reads_are_cut_by_their_bytes_and_ranges_over_them_refused() {
     let pg = Postgres::start().unwrap();
     let mut cfg = config(&pg);
     cfg.server.max_body = 64 << 10;
@@ -330,27 +333,52 @@ fn replies_are_cut_by_their_bytes_and_continue_from_the_last_id() {
     let half = "y".repeat(40_000);
     assert_eq!(
         err(&mut c, &["XADD", "s", "24-1", "a", &half, "b", &half]),
-        "OVERQUOTA an entry of 80006 bytes (fields, values and id) is over the limit of 65536 bytes (max_body)"
+        "OVERQUOTA an entry of 80006 bytes (fields, values and id) is over the server's limit of 65536 bytes \
+         (max_body)"
     );
     assert_eq!(q::<i64>(&mut c, &["XLEN", "s"]), 23);
 
-    // XRANGE in pages of five; from the last id, the rest; COUNT still cuts first.
+    // A range over the bound is refused, and says how to page; with COUNT small enough, entries.
+    let refused = "ERR the reply would exceed max_reply_bytes (262144 bytes): ask for fewer entries with COUNT";
+    let counted =
+        |c: &mut redis::Connection| (info_field(c, "stream_replies_refused"), info_field(c, "stream_replies_cut"));
+    assert_eq!(counted(&mut c), (0, 0));
+    for args in [
+        &["XRANGE", "s", "-", "+"][..],
+        &["XRANGE", "s", "-", "+", "COUNT", "10"],
+        &["XRANGE", "s", "-", "+", "COUNT", "6"],
+        &["XREVRANGE", "s", "+", "-"],
+        &["XREVRANGE", "s", "+", "-", "COUNT", "10"],
+        &["XINFO", "STREAM", "s", "FULL"],
+        &["XINFO", "STREAM", "s", "FULL", "COUNT", "0"],
+    ] {
+        assert_eq!(err(&mut c, args), refused, "{args:?}");
+    }
+    assert_eq!(counted(&mut c), (7, 0), "each refusal counted");
+    // Redis's paging loop: pages of COUNT until a shorter one, which is the end.
     let (mut got, mut from) = (Vec::new(), "-".to_string());
     loop {
-        let page = ids(&v(&mut c, &["XRANGE", "s", &from, "+"]));
-        let Some(last) = page.last() else { break };
-        assert!(page.len() <= 5, "{page:?}");
-        from = format!("({last}");
-        got.extend(page);
+        let page = ids(&v(&mut c, &["XRANGE", "s", &from, "+", "COUNT", "5"]));
+        got.extend(page.iter().cloned());
+        match page.last() {
+            Some(last) if page.len() == 5 => from = format!("({last}"),
+            _ => break,
+        }
     }
-    assert_eq!(got, id_list(1..=23));
-    assert_eq!(ids(&v(&mut c, &["XRANGE", "s", "-", "+"])), id_list(1..=5));
+    assert_eq!(got, id_list(1..=23), "every entry, and the short page was the end");
     let rev: Vec<String> = (19..=23).rev().map(|i| format!("{i}-1")).collect();
-    assert_eq!(ids(&v(&mut c, &["XREVRANGE", "s", "+", "-"])), rev);
+    assert_eq!(ids(&v(&mut c, &["XREVRANGE", "s", "+", "-", "COUNT", "5"])), rev);
     assert_eq!(ids(&v(&mut c, &["XRANGE", "s", "-", "+", "COUNT", "2"])), id_list(1..=2));
+    assert_eq!(ids(&v(&mut c, &["XRANGE", "s", "(21-1", "+"])), id_list(22..=23), "a range that fits, whole");
+    let full = v(&mut c, &["XINFO", "STREAM", "s", "FULL", "COUNT", "5"]);
+    assert_eq!(ids(field(&full, "entries")), id_list(1..=5));
+    assert_eq!(counted(&mut c), (7, 0));
 
     // XREAD: from the last id; over two streams, round by round (the small one is not crowded out).
     assert_eq!(read_ids(&v(&mut c, &["XREAD", "COUNT", "100", "STREAMS", "s", "0"])), id_list(1..=5));
+    assert_eq!(counted(&mut c), (7, 1), "a read cut by its bytes is counted");
+    assert_eq!(read_ids(&v(&mut c, &["XREAD", "COUNT", "5", "STREAMS", "s", "0"])), id_list(1..=5));
+    assert_eq!(counted(&mut c), (7, 1), "one that COUNT stopped is not");
     assert_eq!(read_ids(&v(&mut c, &["XREAD", "STREAMS", "s", "5-1"])), id_list(6..=10));
     for i in 1..=3 {
         let _: String = q(&mut c, &["XADD", "small", &format!("{i}-1"), "k", "v"]);
@@ -394,9 +422,6 @@ fn replies_are_cut_by_their_bytes_and_continue_from_the_last_id() {
     let justid = v(&mut c, &["XAUTOCLAIM", "s", "g", "c4", "0", "0", "COUNT", "100", "JUSTID"]);
     let redis::Value::Array(parts) = &justid else { panic!("{justid:?}") };
     assert_eq!(ids(&parts[1]).len(), 10, "ids alone weigh little");
-    // XINFO STREAM FULL: its entries too.
-    let full = v(&mut c, &["XINFO", "STREAM", "s", "FULL"]);
-    assert_eq!(ids(field(&full, "entries")), id_list(1..=5));
 
     // Consumers of one group reading at once (one statement when batched): each reply is cut, none skipped.
     assert_eq!(q::<String>(&mut c, &["XGROUP", "CREATE", "s", "g2", "0"]), "OK");
@@ -404,10 +429,13 @@ fn replies_are_cut_by_their_bytes_and_continue_from_the_last_id() {
     for who in ["a", "b", "c"] {
         pipe.cmd("XREADGROUP").arg("GROUP").arg("g2").arg(who).arg("COUNT").arg("10").arg("STREAMS").arg("s").arg(">");
     }
+    let cut_before = counted(&mut c).1;
     let replies: Vec<redis::Value> = pipe.query(&mut c).unwrap();
     let parts: Vec<Vec<String>> = replies.iter().map(read_ids).collect();
     assert!(parts.iter().all(|p| p.len() <= 5), "{parts:?}");
     assert_eq!(parts.concat(), id_list(1..=15), "in order, none skipped");
+    assert_eq!(counted(&mut c).1, cut_before + 3, "each consumer's reply was cut, batched or not");
+    assert_eq!(counted(&mut c).0, 7);
 }
 
 /// A number (kB) from /proc/PID/status.
@@ -422,7 +450,9 @@ fn status_kb(pid: u32, field: &str) -> u64 {
 /// Three concurrent `XRANGE - +` over ten entries of 100 MB took mwmq to
 /// 3.7 GB RSS (each reply held whole, several times over: the database's
 /// rows, the reply, its encoding). Now the database stops returning entries
-/// at `max_reply_bytes`, so a reader costs a few times that at most.
+/// at `max_reply_bytes` (a range past it is refused, after at most that
+/// much was read), so a reader costs a few times that at most; the readers
+/// page with `COUNT 2`.
 ///
 /// Here: entries of 8,000,000 bytes (an admin whose `max_body` allows
 /// them), `max_reply_bytes` 16 MiB (two entries a reply), three readers
@@ -473,8 +503,14 @@ fn three_readers_of_large_entries_keep_rss_within_the_reply_bound() {
                 for _ in 0..2 {
                     let (mut got, mut from, mut pages) = (Vec::new(), "-".to_string(), 0);
                     loop {
-                        let page: Vec<(String, Vec<Vec<u8>>)> =
-                            redis::cmd("XRANGE").arg("large").arg(&from).arg("+").query(&mut c).unwrap();
+                        let page: Vec<(String, Vec<Vec<u8>>)> = redis::cmd("XRANGE")
+                            .arg("large")
+                            .arg(&from)
+                            .arg("+")
+                            .arg("COUNT")
+                            .arg(2)
+                            .query(&mut c)
+                            .unwrap();
                         let Some((last, _)) = page.last() else { break };
                         from = format!("({last}");
                         assert!(page.iter().all(|(_, f)| f[1].len() == ENTRY), "whole entries");
@@ -504,4 +540,226 @@ fn three_readers_of_large_entries_keep_rss_within_the_reply_bound() {
     );
     assert!(peak <= before + bound, "peak {peak} kB > {before} kB + {bound} kB");
     std::fs::remove_dir_all(&dir).ok();
+}
+
+/// Milliseconds since the Unix epoch.
+fn now_ms() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64
+}
+
+/// A user with only the send right ended a stream: `XADD c.s
+/// 9223372036854775807-9223372036854775806 a b` succeeded, and then `XADD
+/// c.s * ...` failed for everyone with `ERR The stream has exhausted the
+/// last possible ID`; an id of 2100 dated every later `*` id 2100. Now an id
+/// more than 10 s ahead of the server's clock needs the admin right: ids of
+/// the past and the present stay a sender's (idempotent producers), `*`
+/// works for everyone, and an admin keeps Redis's freedom.
+#[test]
+fn a_send_only_user_cannot_move_a_stream_s_ids_ahead() {
+    let pg = Postgres::start().unwrap();
+    let mut cfg = config(&pg);
+    cfg.users = vec![user("producer", "p-pw", &["c.*"], &[], &[]), user("ops", "o-pw", &["c.*"], &["c.*"], &["c.*"])];
+    let mq = start(cfg);
+    let (mut p, mut ops) = (login(mq.local_addr(), "producer", "p-pw"), login(mq.local_addr(), "ops", "o-pw"));
+    let _: String = q(&mut p, &["XADD", "c.s", "*", "a", "b"]);
+    let refused = "NOPERM User producer has no permissions to administer stream 'c.s': an XADD id more than 10 s \
+                   ahead of the server's clock moves the id every later '*' follows; use '*' or an id up to now";
+    let ahead = format!("{}-0", now_ms() + 600_000);
+    for id in ["9223372036854775807-9223372036854775806", "4102444800000-0", "4102444800000-*", "4102444800000", &ahead]
+    {
+        assert_eq!(err(&mut p, &["XADD", "c.s", id, "a", "b"]), refused, "{id}");
+    }
+    // Nothing moved: everyone's '*' is dated now.
+    for c in [&mut p, &mut ops] {
+        let id: String = q(c, &["XADD", "c.s", "*", "a", "b"]);
+        let ms: i64 = id.split('-').next().unwrap().parse().unwrap();
+        assert!(ms <= now_ms() + 1_000, "{id} is of now");
+    }
+    assert_eq!(q::<i64>(&mut ops, &["XLEN", "c.s"]), 3);
+    // Ids up to now (and a little ahead, for producers' clocks) are a sender's.
+    let _: String = q(&mut p, &["XADD", "c.t", "1000-1", "a", "b"]);
+    let _: String = q(&mut p, &["XADD", "c.t", "1000-*", "a", "b"]);
+    let _: String = q(&mut p, &["XADD", "c.t", &format!("{}-*", now_ms()), "a", "b"]);
+    let _: String = q(&mut p, &["XADD", "c.t", &format!("{}-0", now_ms() + 5_000), "a", "b"]);
+    // An admin may, as in Redis.
+    let edge = "9223372036854775807-9223372036854775807";
+    assert_eq!(q::<String>(&mut ops, &["XADD", "c.edge", edge, "a", "b"]), edge);
+    assert!(err(&mut p, &["XADD", "c.edge", "*", "a", "b"]).contains("exhausted the last possible ID"));
+}
+
+/// A user with no `max_body` of its own was told an XADD past the
+/// server's `max_body` was "over user adm's limit"; the server's limit
+/// past one argument read `ERR an argument of N bytes is over the limit
+/// ...`, a user's `OVERQUOTA a body of N bytes is over user u's limit ...`.
+/// Now each names whose limit it is, in one form; the classes stay (ERR
+/// for an argument the server will not read, OVERQUOTA for a body or entry
+/// over a limit). Also QINFO on a stream: its counts and limits.
+#[test]
+fn refusals_over_a_size_limit_say_whose_limit_it_is() {
+    let pg = Postgres::start().unwrap();
+    let mut cfg = config(&pg);
+    cfg.server.max_body = 2048;
+    let mut shop = user("shop", "s-pw", &["*"], &["*"], &[]);
+    shop.max_body = Some(100);
+    cfg.users = vec![user("adm", "a-pw", &["*"], &["*"], &["*"]), shop];
+    let mq = start(cfg);
+    let addr = mq.local_addr();
+    let (mut adm, mut shop) = (login(addr, "adm", "a-pw"), login(addr, "shop", "s-pw"));
+    let _: String = q(&mut adm, &["QCREATE", "q"]);
+    let (x2000, x100) = ("x".repeat(2000), "y".repeat(100));
+    assert_eq!(
+        err(&mut adm, &["XADD", "s", "*", "f", &x2000, "g", &x100]),
+        "OVERQUOTA an entry of 2103 bytes (fields, values and id) is over the server's limit of 2048 bytes (max_body)"
+    );
+    assert_eq!(
+        err(&mut adm, &["SEND", "q", &"z".repeat(2049)]),
+        "ERR an argument of 2049 bytes is over the server's limit of 2048 bytes (max_body)"
+    );
+    assert_eq!(
+        err(&mut shop, &["SEND", "q", &"z".repeat(101)]),
+        "OVERQUOTA a body of 101 bytes is over user shop's limit of 100 bytes (max_body)"
+    );
+    assert_eq!(
+        err(&mut shop, &["XADD", "s", "*", "f", &x100]),
+        "OVERQUOTA an entry of 102 bytes (fields, values and id) is over user shop's limit of 100 bytes (max_body)"
+    );
+    // QINFO of a stream: what it holds, no entry.
+    let _: String = q(&mut shop, &["XADD", "s", "*", "f", "v"]);
+    let info = qinfo(&mut shop, "s");
+    assert_eq!((info["type"].as_str(), info["length"].as_str(), info["bytes"].as_str()), ("stream", "1", "34"));
+    assert_eq!((info["max_messages"].as_str(), info["groups"].as_str()), ("0", "0"));
+}
+
+/// An entry's fields and values counted their bytes alone toward MAXBYTES:
+/// 1,020 empty fields cost nothing. Now each counts 16 more, as a reply
+/// weighs it.
+#[test]
+fn empty_fields_count_toward_maxbytes() {
+    let pg = Postgres::start().unwrap();
+    let mq = start(config(&pg));
+    let mut c = connect(mq.local_addr());
+    let _: String = q(&mut c, &["XADD", "e", "*", "k", "v"]); // 2 + 2 x 16
+    assert_eq!(q::<String>(&mut c, &["QALTER", "e", "MAXBYTES", "1000"]), "OK");
+    let xadd_empty = |c: &mut redis::Connection, n: usize| {
+        let mut cmd = redis::cmd("XADD");
+        cmd.arg("e").arg("*");
+        for _ in 0..n {
+            cmd.arg("");
+        }
+        cmd.query::<String>(c).map_err(|e| format!("{} {}", e.code().unwrap_or("?"), e.detail().unwrap_or("")))
+    };
+    assert_eq!(
+        xadd_empty(&mut c, 1020),
+        Err("OVERQUOTA stream 'e' is full: 1 entries, 34 bytes (MAXMESSAGES 0, MAXBYTES 1000; 0 is no limit)".into())
+    );
+    assert!(xadd_empty(&mut c, 60).is_ok(), "960 bytes more: 994");
+    assert!(xadd_empty(&mut c, 2).is_err(), "32 more would be 1026");
+    assert_eq!(qinfo_int(&mut c, "e", "bytes"), 994);
+    assert_eq!(field(&v(&mut c, &["XINFO", "STREAM", "e"]), "bytes"), &redis::Value::Int(994));
+    // Trimming and deleting give back what the entries counted.
+    let first: Vec<(String, Vec<String>)> = q(&mut c, &["XRANGE", "e", "-", "+", "COUNT", "1"]);
+    assert_eq!(q::<i64>(&mut c, &["XDEL", "e", &first[0].0]), 1);
+    assert_eq!(qinfo_int(&mut c, "e", "bytes"), 960);
+    assert_eq!(q::<i64>(&mut c, &["XTRIM", "e", "MAXLEN", "0"]), 1);
+    assert_eq!(qinfo_int(&mut c, "e", "bytes"), 0);
+}
+
+/// With three `[[databases]]`, a user with `max_queues = 3` created 9
+/// queues (and as many streams): the count was each database's. Now a
+/// creation counts the user's queues and streams on every database, by
+/// any command that creates (QCREATE, XADD alone or batched, XGROUP CREATE
+/// ... MKSTREAM); creations at once on different databases pass it by at
+/// most the user's connections creating less one (docs/mwmq.md).
+#[test]
+fn max_queues_holds_across_databases() {
+    let pg = Postgres::start().unwrap();
+    let mut db = sql(&pg);
+    db.batch_execute("CREATE DATABASE mwmq_1").unwrap();
+    db.batch_execute("CREATE DATABASE mwmq_2").unwrap();
+    let urls: Vec<String> = ["mwmq", "mwmq_1", "mwmq_2"]
+        .iter()
+        .map(|d| pg.conninfo().replace("dbname=mwmq", &format!("dbname={d}")))
+        .collect();
+    let mut cfg = config_for("");
+    cfg.databases = urls
+        .iter()
+        .enumerate()
+        .map(|(i, url)| mwmq::config::DatabaseEntry { name: format!("db{i}"), url: url.clone(), drain: false })
+        .collect();
+    let mut small = user("small", "s-pw", &["*"], &["*"], &["*"]);
+    small.max_queues = 3;
+    let mut burst = user("burst", "b-pw", &["*"], &["*"], &["*"]);
+    burst.max_queues = 3;
+    cfg.users = vec![small, burst];
+    let mq = start(cfg);
+    let addr = mq.local_addr();
+    let placement = mwmq::placement::Placement::new(vec!["db0".into(), "db1".into(), "db2".into()]);
+    // Names of `who` on database `d`: the k-th.
+    let on = |who: &str, d: usize, k: usize| {
+        (0..).map(|i| format!("{who}.{i}")).filter(|n| placement.home(n) == d).nth(k).unwrap()
+    };
+    let mut s = login(addr, "small", "s-pw");
+
+    // One on each database: a queue, a stream by XADD, one by XGROUP CREATE ... MKSTREAM.
+    assert_eq!(q::<String>(&mut s, &["QCREATE", &on("small", 0, 0)]), "OK");
+    let _: String = q(&mut s, &["XADD", &on("small", 1, 0), "*", "k", "v"]);
+    assert_eq!(q::<String>(&mut s, &["XGROUP", "CREATE", &on("small", 2, 0), "g", "$", "MKSTREAM"]), "OK");
+    // A fourth, on any database, by any command, is refused; what exists is served.
+    let over = "OVERQUOTA user small may create at most 3 queues (max_queues); 2 of its queues and streams are on \
+                other databases";
+    for d in 0..3 {
+        let name = on("small", d, 1);
+        assert_eq!(err(&mut s, &["QCREATE", &name]), over, "{name}");
+        assert_eq!(err(&mut s, &["XADD", &name, "*", "k", "v"]), over, "{name}");
+        assert_eq!(err(&mut s, &["XGROUP", "CREATE", &name, "g", "$", "MKSTREAM"]), over, "{name}");
+    }
+    let adds: Vec<Vec<String>> = (0..3).map(|_| strings(&["XADD", &on("small", 0, 2), "*", "k", "v"])).collect();
+    let replies = pipelined(addr, Some(("small", "s-pw")), &adds);
+    assert!(replies.iter().all(|r| *r == format!("-{over}")), "batched XADDs alike: {replies:?}");
+    let _: String = q(&mut s, &["XADD", &on("small", 1, 0), "*", "k", "v"]);
+    let owned = |who: &str| -> i64 {
+        urls.iter()
+            .map(|u| {
+                let mut c = sql_at(u);
+                let r = c
+                    .query_one(
+                        "SELECT (SELECT count(*) FROM mwmq_queues WHERE created_by = $1 AND dropped_at IS NULL)
+                              + (SELECT count(*) FROM mwmq_streams WHERE created_by = $1)",
+                        &[&who],
+                    )
+                    .unwrap();
+                r.get::<_, i64>(0)
+            })
+            .sum()
+    };
+    assert_eq!(owned("small"), 3);
+    // DEL frees a place, on any database: batched XADDs then make the stream once.
+    assert_eq!(q::<i64>(&mut s, &["DEL", &on("small", 1, 0)]), 1);
+    let adds: Vec<Vec<String>> = (0..3).map(|_| strings(&["XADD", &on("small", 2, 1), "*", "k", "v"])).collect();
+    let replies = pipelined(addr, Some(("small", "s-pw")), &adds);
+    assert!(replies.iter().all(|r| r.starts_with('$')), "{replies:?}");
+    assert_eq!(q::<i64>(&mut s, &["XLEN", &on("small", 2, 1)]), 3);
+    assert_eq!(owned("small"), 3);
+
+    // Six connections creating two each at once, over the three databases: the
+    // quota is met, and passed by at most the connections less one.
+    let barrier = std::sync::Arc::new(std::sync::Barrier::new(6));
+    let names: Vec<String> = (0..12).map(|k| on("burst", k % 3, k / 3)).collect();
+    let racers: Vec<_> = (0..6)
+        .map(|i| {
+            let (barrier, mine) = (barrier.clone(), [names[2 * i].clone(), names[2 * i + 1].clone()]);
+            std::thread::spawn(move || {
+                let mut c = login(addr, "burst", "b-pw");
+                barrier.wait();
+                mine.iter()
+                    .map(|n| redis::cmd("XADD").arg(n).arg("*").arg("k").arg("v").query::<String>(&mut c).is_ok())
+                    .filter(|made| *made)
+                    .count()
+            })
+        })
+        .collect();
+    let made: usize = racers.into_iter().map(|t| t.join().unwrap()).sum();
+    eprintln!("six connections racing over three databases made {made} streams (max_queues 3)");
+    assert_eq!(made as i64, owned("burst"));
+    assert!((3..=3 + 6 - 1).contains(&made), "{made} streams made by six connections with max_queues 3");
 }

@@ -704,9 +704,12 @@ fn concurrent_producers_and_consumers_batched_lose_and_repeat_nothing() {
     );
 }
 
+/// A reply is built whole: its size is bounded (clients page with COUNT).
+/// A range that would carry more than 10,000 entries is refused (it used
+/// to stop at 10,000, and a client paging until a short page took it for
+/// the end); a read stops there.
 #[test]
 fn a_reply_carries_at_most_ten_thousand_entries() {
-    // A reply is built whole: its size is bounded (clients page with COUNT).
     let pg = Postgres::start().expect("postgres");
     let mq = start(config(&pg));
     let mut c = connect(mq.local_addr());
@@ -716,7 +719,11 @@ fn a_reply_carries_at_most_ten_thousand_entries() {
     }
     let () = pipe.query(&mut c).expect("10,050 XADDs");
     assert_eq!(q::<i64>(&mut c, &["XLEN", "big"]), 10_050);
-    let all: Vec<(String, Vec<String>)> = q(&mut c, &["XRANGE", "big", "-", "+"]);
+    let refused = "ERR the reply would carry more than 10000 entries (mwmq's most per reply): ask for fewer entries \
+                   with COUNT";
+    assert_eq!(err(&mut c, &["XRANGE", "big", "-", "+"]), refused);
+    assert_eq!(err(&mut c, &["XREVRANGE", "big", "+", "-", "COUNT", "10001"]), refused);
+    let all: Vec<(String, Vec<String>)> = q(&mut c, &["XRANGE", "big", "-", "+", "COUNT", "10000"]);
     assert_eq!(all.len(), 10_000);
     assert_eq!(all.last().unwrap().0, "10000-0");
     let rest: Vec<(String, Vec<String>)> = q(&mut c, &["XRANGE", "big", "(10000-0", "+", "COUNT", "20000"]);

@@ -175,6 +175,9 @@ impl Core<'_> {
         line("db_outages", pools.outages().to_string());
         line("db_seconds_without_primary", format!("{:.3}", pools.down_seconds(mwstats::clock::now_ns())));
         line("vacuums", s.vacuums.load(std::sync::atomic::Ordering::Relaxed).to_string());
+        let replies = &s.stream_replies;
+        line("stream_replies_refused", replies.refused.load(std::sync::atomic::Ordering::Relaxed).to_string());
+        line("stream_replies_cut", replies.cut.load(std::sync::atomic::Ordering::Relaxed).to_string());
         t
     }
 }

@@ -7,7 +7,8 @@
 //! COMMAND, INFO, HELLO, AUTH: answered without the database), `messages.rs`
 //! (SEND, RECV, POP, PEEK, ACK, NACK, TOUCH, and their batches), `queues.rs`
 //! (QCREATE, QALTER, QDROP, QLEN, QINFO, QLIST, REDRIVE), `streams.rs` and
-//! `stream_rules.rs` (the stream commands; their rights and limits). A new command is
+//! `stream_rules.rs` (the stream commands; their rights and limits),
+//! `owned.rs` (`max_queues` over several databases). A new command is
 //! its parse in `command.rs`, its function in its family's file and a line
 //! in [`Core::statement`] (or [`Core::local`]).
 
@@ -22,6 +23,7 @@ use crate::xcommand::{AddId, GroupRead, XCmd};
 
 pub mod connection;
 pub mod messages;
+pub mod owned;
 pub mod queues;
 pub mod stream_rules;
 pub mod streams;
@@ -68,6 +70,10 @@ impl DbError {
             DbError::OverQuota(m) => Reply::Error(format!("OVERQUOTA {m}")),
             DbError::Failed(m) => Reply::err(format!("database: {m}")),
             DbError::Redis(m) => Reply::Error(m.clone()),
+            // (The engines count and run the command again: a client never sees it.)
+            DbError::CountOwned(u) => Reply::Error(format!(
+                "TRYAGAIN the queues and streams of user {u} on the other databases are not counted"
+            )),
         }
     }
 }
@@ -132,7 +138,11 @@ impl DbFacts {
     pub fn failed_with(&mut self, e: &DbError) -> &'static str {
         match e {
             // The database answered; the request was wrong.
-            DbError::NoQueue(_) | DbError::Exists(_) | DbError::OverQuota(_) | DbError::Redis(_) => "client_error",
+            DbError::NoQueue(_)
+            | DbError::Exists(_)
+            | DbError::OverQuota(_)
+            | DbError::Redis(_)
+            | DbError::CountOwned(_) => "client_error",
             DbError::Unavailable(_) | DbError::Failed(_) => {
                 self.failed = true;
                 self.unavailable = matches!(e, DbError::Unavailable(_));
@@ -266,12 +276,15 @@ pub type Answer = Option<(Reply, &'static str, u64)>;
 pub struct Core<'a> {
     /// The process's shared state.
     pub shared: &'a Shared,
+    /// With several databases: the queues and streams, on the other
+    /// databases, of the user whose creation this runs again (`owned.rs`).
+    owned_elsewhere: Option<i64>,
 }
 
 impl<'a> Core<'a> {
     /// Over `shared`.
     pub fn new(shared: &'a Shared) -> Core<'a> {
-        Core { shared }
+        Core { shared, owned_elsewhere: None }
     }
 
     /// With users configured: the refusal of a command this connection may
@@ -398,7 +411,7 @@ impl<'a> Core<'a> {
         db: &mut DbFacts,
     ) -> Result<Outcome, DbError> {
         db.statements = 1;
-        match c {
+        let r = match c {
             Command::Send(x) => self.send(pg, x, s).await,
             Command::Recv(r) => self.recv(pg, r, s, db).await,
             Command::Pop { queue, from } => self.pop_or_peek(pg, queue, from.as_deref(), true, s, db).await,
@@ -418,7 +431,8 @@ impl<'a> Core<'a> {
             Command::List { pending } => self.list(pg, *pending, s).await,
             Command::Stream(x) => self.stream(pg, x, s).await,
             _ => unreachable!("local commands are answered without the database"),
-        }
+        };
+        self.owned_refusal(r, s)
     }
 
     /// Carries out a batch (`items`: the requests of `live`) as one

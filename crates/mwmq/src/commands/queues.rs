@@ -78,8 +78,8 @@ impl Core<'_> {
         if dead_letter_missing(pg, options).await? {
             return Err(no_dead_letter(options));
         }
-        let user = s.user();
-        pg.create(q, options, user.as_ref().map(|u| u.name.as_str()), user.as_ref().map(|u| u.max_queues)).await?;
+        let (who, cap) = self.creator(s);
+        pg.create(q, options, who.as_deref(), cap.map(|c| c.max(0) as u64)).await?;
         Ok(Outcome::ok(Reply::Simple("OK")))
     }
 
@@ -181,7 +181,11 @@ impl Core<'_> {
     }
 
     pub(super) async fn queue_info(&self, pg: &PgConn, q: &str) -> Result<Outcome, DbError> {
-        let state = pg.info(q).await?;
+        let state = match pg.info(q).await {
+            // Not a queue: maybe a stream (its counts and limits).
+            Err(DbError::NoQueue(_)) => return self.stream_info(pg, q).await,
+            r => r?,
+        };
         self.shared.info_cache.put(q, state.clone(), self.info_ttl());
         Ok(Outcome::ok(queue_info(&state, &self.shared.queues.get(q))))
     }

@@ -1,18 +1,20 @@
 //! Streams under queues' rules, on the commands' side: the right each
 //! stream command needs (Redis's ACL categories guide it: what reads
-//! entries or names needs receive, what removes entries needs admin),
-//! `max_body` over a whole XADD, who a stream a command creates belongs to,
-//! and QALTER's MAXMESSAGES / MAXBYTES on a stream. The database's side is
-//! `streamrules.rs`; docs/mwmq.md has the table of rights.
+//! entries or names needs receive, what removes entries or moves a stream's
+//! ids where every later `*` must follow needs admin), `max_body` over a
+//! whole XADD, and QALTER's MAXMESSAGES / MAXBYTES on a stream. Who a stream
+//! a command creates belongs to is `owned.rs`'s; the database's side is
+//! `streamrules.rs` and `streambounds.rs`; docs/mwmq.md has the table of
+//! rights.
 
-use super::{Core, Outcome, Session};
+use super::{Core, Outcome};
 use crate::command::QueueOptions;
 use crate::db::{DbError, PgConn};
 use crate::resp::Reply;
 use crate::streamdb::X;
 use crate::streamrules::xadd_size;
 use crate::users::{Right, User};
-use crate::xcommand::XCmd;
+use crate::xcommand::{AddId, Sid, XCmd};
 
 /// The right a stream command needs on each stream it names.
 pub fn right_of(x: &XCmd) -> Right {
@@ -44,25 +46,39 @@ pub fn right_of(x: &XCmd) -> Right {
     }
 }
 
+/// How far ahead of the server's clock (ms) the id of an XADD by a user
+/// without the admin right may be. An id sets the stream's last id, which
+/// every later `*` id follows: `9223372036854775807-9223372036854775806`
+/// ended the stream for everyone, `4102444800000-0` dated every later entry
+/// 2100. Ids of the past and the present stay a sender's (idempotent
+/// producers, copies of another stream); this margin covers the clocks of
+/// producers that make ids of their own.
+pub const SENDER_ID_AHEAD_MS: i64 = 10_000;
+
+/// Milliseconds since the Unix epoch, by this server's clock.
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
+/// QINFO of a stream: its length, bytes (as MAXBYTES counts them), limits
+/// (0: none), groups, last id and entries ever added.
+const STREAM_INFO: &str = "SELECT st.length, st.bytes, coalesce(st.max_entries, 0), coalesce(st.max_bytes, 0),
+        (SELECT count(*) FROM mwmq_stream_groups g WHERE g.stream_id = st.id), st.last_ms, st.last_seq, st.added
+ FROM mwmq_streams st WHERE st.name = $1";
+
 /// A user's refusal of `right` on stream `key`.
 fn refusal(user: &User, right: Right, key: &str) -> Reply {
     Reply::Error(format!("NOPERM User {} has no permissions to {} stream '{key}'", user.name, right.verb()))
 }
 
-/// Who creates a stream a command of `s` makes, and how many queues and
-/// streams they may have (`None`s: no users, no limit).
-pub(super) fn creator<S: Session + ?Sized>(s: &S) -> (Option<String>, Option<i64>) {
-    match s.user() {
-        Some(u) => (Some(u.name.clone()), Some(i64::try_from(u.max_queues).unwrap_or(i64::MAX))),
-        None => (None, None),
-    }
-}
-
 impl Core<'_> {
     /// The refusal of stream command `x` by `user`, if it lacks a right:
     /// the command's on every stream it names; XADD's trimming (MAXLEN,
-    /// MINID) also the admin right, as XTRIM; XGROUP DEADLETTER the send
-    /// right on its target, which it writes to.
+    /// MINID) also the admin right, as XTRIM, and so does an XADD id more
+    /// than [`SENDER_ID_AHEAD_MS`] ahead of the clock; XGROUP DEADLETTER the
+    /// send right on its target, which it writes to.
     pub(super) fn stream_rights(&self, x: &XCmd, user: &User) -> Option<Reply> {
         let right = right_of(x);
         if let Some(k) = x.keys().into_iter().find(|k| !user.may(right, k)) {
@@ -74,6 +90,16 @@ impl Core<'_> {
                  entries, as XTRIM does",
                 user.name
             ))),
+            XCmd::Add { key, id: AddId::AtMs(ms) | AddId::Exact(Sid { ms, .. }), .. }
+                if *ms > now_ms().saturating_add(SENDER_ID_AHEAD_MS) && !user.may(Right::Admin, key) =>
+            {
+                Some(Reply::Error(format!(
+                    "NOPERM User {} has no permissions to administer stream '{key}': an XADD id more than {} s ahead \
+                     of the server's clock moves the id every later '*' follows; use '*' or an id up to now",
+                    user.name,
+                    SENDER_ID_AHEAD_MS / 1000
+                )))
+            }
             XCmd::GroupDeadLetter { target: Some(t), .. } if !user.may(Right::Send, t) => {
                 Some(refusal(user, Right::Send, t))
             }
@@ -88,7 +114,11 @@ impl Core<'_> {
         let max = user.and_then(|u| u.max_body).unwrap_or(self.shared.config.server.max_body);
         let size = xadd_size(id, fields);
         (size > max).then(|| {
-            let whose = user.map_or_else(|| "the".to_string(), |u| format!("user {}'s", u.name));
+            // (The user's own limit, else the server's: the refusal names whose.)
+            let whose = match user.and_then(|u| u.max_body.map(|_| &u.name)) {
+                Some(name) => format!("user {name}'s"),
+                None => "the server's".to_string(),
+            };
             Reply::Error(format!(
                 "OVERQUOTA an entry of {size} bytes (fields, values and id) is over {whose} limit of {max} bytes \
                  (max_body)"
@@ -99,6 +129,26 @@ impl Core<'_> {
     /// `max_reply_bytes`, as the database functions take it.
     pub(super) fn max_reply(&self) -> i64 {
         i64::try_from(self.shared.config.server.max_reply_bytes).unwrap_or(i64::MAX)
+    }
+
+    /// QINFO of `name`, which is no queue: a stream's counts and limits
+    /// (no entry: QINFO needs any right, XINFO STREAM the receive right),
+    /// `-NOQUEUE` if it is no stream either.
+    pub(super) async fn stream_info(&self, pg: &PgConn, name: &str) -> Result<Outcome, DbError> {
+        let r = pg.client().query_opt(STREAM_INFO, &[&name]).await;
+        let Some(row) = pg.checked(r)? else { return Err(DbError::NoQueue(name.to_string())) };
+        let t = Reply::text;
+        let last = crate::xcommand::Sid { ms: row.get(5), seq: row.get(6) };
+        Ok(Outcome::ok(Reply::Map(vec![
+            (t("type"), t("stream")),
+            (t("length"), Reply::Int(row.get(0))),
+            (t("bytes"), Reply::Int(row.get(1))),
+            (t("max_messages"), Reply::Int(row.get(2))),
+            (t("max_bytes"), Reply::Int(row.get(3))),
+            (t("groups"), Reply::Int(row.get(4))),
+            (t("last_id"), last.reply()),
+            (t("entries_added"), Reply::Int(row.get(7))),
+        ])))
     }
 
     /// QALTER of `name`, which is no queue: a stream's MAXMESSAGES (entries)
@@ -131,7 +181,7 @@ impl Core<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::xcommand::{AddId, Sid, Trim, Trimming};
+    use crate::xcommand::{Trim, Trimming};
 
     #[test]
     fn what_reads_entries_or_names_needs_receive() {

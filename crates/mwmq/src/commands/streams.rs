@@ -4,23 +4,56 @@
 
 use tokio_postgres::Row;
 
-use super::stream_rules::creator;
 use super::{Answer, Core, Outcome, Session};
 use crate::command::Command;
 use crate::db::{DbError, PgConn};
 use crate::resp::Reply;
+use crate::streambounds::REPLY_TOO_LARGE;
 use crate::streamdb::{id_arrays, trim_args, X};
 use crate::xcommand::{AddId, GroupRead, GroupStart, ReadFrom, Sid, XCmd};
 
 /// The most entries one reply carries (XRANGE, XREAD, XREADGROUP without
 /// COUNT or with a larger one; XPENDING, XINFO STREAM FULL): a reply is
 /// built whole, so this bounds its rows; `max_reply_bytes` bounds its bytes.
-/// Redis has no such bound; clients page with COUNT.
+/// Redis has no such bound; clients page with COUNT. A range that would
+/// carry more is refused ([`whole`]), a read stops there.
 pub const MAX_REPLY_ENTRIES: i64 = 10_000;
 
 /// COUNT as the statements take it: at most [`MAX_REPLY_ENTRIES`].
 fn capped(count: Option<i64>) -> i64 {
     count.map_or(MAX_REPLY_ENTRIES, |c| c.min(MAX_REPLY_ENTRIES))
+}
+
+/// COUNT as a range's statement takes it: one more than a reply may carry
+/// when more was asked for (or all), so that [`whole`] sees it would not fit.
+fn range_count(count: Option<i64>) -> i64 {
+    match count {
+        Some(c) if c <= MAX_REPLY_ENTRIES => c,
+        _ => MAX_REPLY_ENTRIES + 1,
+    }
+}
+
+/// A range's rows, or its refusal: a range is answered whole or not at all,
+/// so that a client's paging loop never takes a short page for the end (the
+/// database refuses one over `max_reply_bytes` itself, see `streambounds.rs`).
+fn whole(core: &Core<'_>, rows: Result<Vec<Row>, DbError>) -> Result<Vec<Row>, DbError> {
+    let refused = |e| {
+        core.shared.stream_replies.refused();
+        Err(e)
+    };
+    match rows {
+        Err(DbError::Redis(m)) if m.starts_with(REPLY_TOO_LARGE) => refused(DbError::Redis(m)),
+        Ok(rows) if rows.len() as i64 > MAX_REPLY_ENTRIES => refused(DbError::Redis(format!(
+            "ERR the reply would carry more than {MAX_REPLY_ENTRIES} entries (mwmq's most per reply): ask for fewer \
+             entries with COUNT"
+        ))),
+        r => r,
+    }
+}
+
+/// How many replies the rows of index -1 say were cut.
+fn cuts(rows: &[Row]) -> u64 {
+    rows.iter().filter(|r| r.get::<_, i32>(0) == -1).count() as u64
 }
 
 const WRONGTYPE: &str = "WRONGTYPE Operation against a key holding the wrong kind of value";
@@ -113,7 +146,7 @@ impl Core<'_> {
                     AddId::Exact(id) => (2, id.ms, id.seq),
                 };
                 let (kind, maxlen, min, lim) = trim_args(trim.as_ref());
-                let (who, cap) = creator(s);
+                let (who, cap) = self.creator(s);
                 let rows = pg
                     .x(
                         X::Add,
@@ -152,10 +185,10 @@ impl Core<'_> {
                         _ => ok(Reply::Array(Vec::new())),
                     };
                 }
-                let count = capped(*count);
+                let count = range_count(*count);
                 let maxb = self.max_reply();
-                let rows = pg.x(X::Range, &[key, &start.ms, &start.seq, &end.ms, &end.seq, &count, rev, &maxb]).await?;
-                ok(Reply::Array(entries(&rows, 0)))
+                let rows = pg.x(X::Range, &[key, &start.ms, &start.seq, &end.ms, &end.seq, &count, rev, &maxb]).await;
+                ok(Reply::Array(entries(&whole(self, rows)?, 0)))
             }
             XCmd::Read { count, block, streams, bad } => self.xread(pg, count, *block, streams, bad, s).await,
             XCmd::Del { key, ids } => {
@@ -169,7 +202,7 @@ impl Core<'_> {
             XCmd::GroupCreate { key, group, start, mkstream, entries_read } => {
                 let (last, id, bad) = group_start(start);
                 let er = entries_read.filter(|n| *n >= 0);
-                let (who, cap) = creator(s);
+                let (who, cap) = self.creator(s);
                 pg.x(X::GroupCreate, &[key, group, &last, &id.ms, &id.seq, mkstream, &er, &bad, &who, &cap]).await?;
                 ok(Reply::Simple("OK"))
             }
@@ -185,7 +218,7 @@ impl Core<'_> {
                         return Ok(refusal);
                     }
                 }
-                let (who, cap) = creator(s);
+                let (who, cap) = self.creator(s);
                 pg.x(X::GroupDeadLetter, &[key, group, max, target, &who, &cap]).await?;
                 ok(Reply::Simple("OK"))
             }
@@ -212,6 +245,7 @@ impl Core<'_> {
                 let rows = pg
                     .x(X::ReadGroup, &[&names, group, consumer, &hist, &mss, &seqs, &count, noack, bad, &maxb])
                     .await?;
+                self.shared.stream_replies.cut(cuts(&rows));
                 let parts = by_index(&rows, names.len());
                 let reply = per_stream(names, parts, &hist);
                 if matches!(reply, Reply::NilArray) {
@@ -303,8 +337,12 @@ impl Core<'_> {
                         ],
                     )
                     .await?;
+                // (A last row without an id: the reply was cut by its bytes.)
+                let claimed: Vec<&Row> = rows.iter().filter(|r| r.get::<_, Option<i64>>(0).is_some()).collect();
+                self.shared.stream_replies.cut((rows.len() - claimed.len()) as u64);
                 ok(Reply::Array(
-                    rows.iter()
+                    claimed
+                        .into_iter()
                         .map(|r| if c.justid { sid(r, 0).reply() } else { entry(sid(r, 0), r.get(2)) })
                         .collect(),
                 ))
@@ -328,11 +366,14 @@ impl Core<'_> {
                     .await?;
                 let (mut claimed, mut deleted, mut cursor) = (Vec::new(), Vec::new(), Sid::ZERO);
                 for r in &rows {
-                    let id = sid(r, 1);
-                    match r.get::<_, i32>(0) {
+                    let kind = r.get::<_, i32>(0);
+                    let id = if kind == 3 { Sid::ZERO } else { sid(r, 1) };
+                    match kind {
                         0 if *justid => claimed.push(id.reply()),
                         0 => claimed.push(entry(id, r.get(3))),
                         1 => deleted.push(id.reply()),
+                        // (The reply was cut by its bytes: the cursor is where.)
+                        3 => self.shared.stream_replies.cut(1),
                         _ => cursor = id,
                     }
                 }
@@ -422,6 +463,7 @@ impl Core<'_> {
             .collect();
         let (mss, seqs) = id_arrays(&after);
         let rows = pg.x(X::Read, &[&names, &mss, &seqs, &capped(*count), &bad, &self.max_reply()]).await?;
+        self.shared.stream_replies.cut(cuts(&rows).min(1));
         let parts = by_index(&rows, names.len());
         let keep = vec![false; names.len()];
         match per_stream(names, parts, &keep) {
@@ -471,8 +513,9 @@ impl Core<'_> {
             // (Read statement by statement: a view of moments apart under load.)
             let cnt = Some(capped((count > 0).then_some(count)));
             let maxb = self.max_reply();
-            let all = pg.x(X::Range, &[&key, &0i64, &0i64, &i64::MAX, &i64::MAX, &cnt, &false, &maxb]).await?;
-            m.push((t("entries"), Reply::Array(entries(&all, 0))));
+            let entries_cnt = Some(range_count((count > 0).then_some(count)));
+            let all = pg.x(X::Range, &[&key, &0i64, &0i64, &i64::MAX, &i64::MAX, &entries_cnt, &false, &maxb]).await;
+            m.push((t("entries"), Reply::Array(entries(&whole(self, all)?, 0))));
             let mut groups = Vec::new();
             for g in pg.x(X::InfoGroups, &[&key]).await? {
                 let name: String = g.get(0);
@@ -535,8 +578,9 @@ impl Core<'_> {
             fields.extend(f.iter().map(Vec::as_slice));
         }
         // (One user's: a batch is of one user, see `Batch::XAdd`.)
-        let (who, cap) = creator(items[0].1);
-        let rows = pg.x(X::AddMany, &[&key, &counts, &fields, &who, &cap]).await?;
+        let (who, cap) = self.creator(items[0].1);
+        let rows = pg.x(X::AddMany, &[&key, &counts, &fields, &who, &cap]).await;
+        let rows = self.owned_refusal(rows, items[0].1)?;
         // A row per entry added, in order; then, if the rest did not fit, why.
         let added = rows.iter().take_while(|r| r.get::<_, Option<i64>>(0).is_some()).count();
         let refusal: Option<String> = rows.get(added).map(|r| r.get(2));
@@ -617,6 +661,7 @@ impl Core<'_> {
             // Not the common case (tombstones, an unknown entries-read, no such group, a
             // reply to cut by its bytes): the general function.
             rows = pg.x(X::ReadGroupMany, &[&key, &group, &consumers, &each, &noack, &maxb, &0i64]).await?;
+            self.shared.stream_replies.cut(cuts(&rows));
         }
         let parts = by_index(&rows, items.len());
         for ((slot, part), (_, s)) in replies.iter_mut().zip(parts).zip(items) {

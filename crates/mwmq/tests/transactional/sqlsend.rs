@@ -231,7 +231,10 @@ fn only_granted_roles_may_send_and_bad_calls_say_why() {
     assert_eq!(q::<String>(&mut c, &["QCREATE", "small", "MAXMESSAGES", "1"]), "OK");
     db.execute("SELECT mwmq.send('small', 'one')", &[]).unwrap();
     let (state, why) = code(&mut db, "SELECT mwmq.send('small', 'two')");
-    assert_eq!((state.as_str(), why.as_str()), ("54000", "mwmq.send: queue small is full"));
+    let full =
+        "mwmq.send: queue small is full: 1 messages, 3 bytes with this transaction's (MAXMESSAGES 1, MAXBYTES 0; \
+                0 is no limit)";
+    assert_eq!((state.as_str(), why.as_str()), ("54000", full), "with the figures RESP's refusal gives");
     assert_eq!(qinfo_int(&mut c, "small", "ready"), 1);
 }
 
