@@ -149,7 +149,7 @@ pub const MIGRATIONS: &[&str] = &[
     // 11: everything in the schema mwmq; the SQL API under mwmq's rights and bounds (`sqlguard.rs`).
     crate::sqlguard::MIGRATION,
     crate::streamrules::MIGRATION, // 12: streams' creators, sizes, limits and reply bounds (`streamrules.rs`).
-    crate::streambounds::MIGRATION, // 15: replies that say they were cut, MAXBYTES per field (`streambounds.rs`).
+    crate::streambounds::MIGRATION, // 13: replies that say they were cut, MAXBYTES per field (`streambounds.rs`).
 ];
 
 /// A queue RECV's plain statements serve: no delivery limit, not paused, no

@@ -1,4 +1,4 @@
-//! Streams under queues' rules, round two (schema version 15): replies that
+//! Streams under queues' rules, round two (schema version 13): replies that
 //! say when the bound on their bytes cut them, stream bytes that count what
 //! each field costs, and the SQL API's "queue is full" with its figures.
 //!
