@@ -78,3 +78,20 @@ def test_a_failed_test_prints_its_seeds_and_the_tail_of_every_log(tmp_path: Path
     # Nothing of the kind for the test that passed.
     passed = out[: out.index("FAILURES")] if "FAILURES" in out else ""
     assert "log tail" not in passed
+
+
+def test_free_ports_are_distinct_below_the_ephemeral_range_and_skip_a_bound_one():
+    import socket
+
+    from mwlab import procs
+
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", procs._NEXT_PORT[0]))
+    try:
+        blocked = taken.getsockname()[1]
+        ports = [procs.free_port() for _ in range(500)]
+    finally:
+        taken.close()
+    assert len(set(ports)) == len(ports)
+    assert all(10_000 <= p < 20_000 for p in ports), "outside the lab's range"
+    assert blocked not in ports, "a port something listens on was handed out"
