@@ -139,9 +139,11 @@ fn build_record(
 /// The record of the window in progress (for `/stats`).
 pub fn current_record(shared: &Shared) -> (WindowRecord, Option<WindowRecord>) {
     let t = &shared.telemetry;
+    // The slots are read under the run's lock, which the stats thread holds
+    // while it closes a window: what they hold is then this window's.
+    let run = t.run();
     let mut live = MqAcc::default();
     t.slots.peek(&mut live);
-    let run = t.run();
     let start = run.window_start();
     let now = unix_ms();
     let rec = build_record(

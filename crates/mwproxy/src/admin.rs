@@ -85,10 +85,12 @@ fn readyz(shared: &Shared) -> Page {
 
 fn stats_json(shared: &Shared) -> String {
     let t = &shared.telemetry;
+    // The slots are read under the run's lock, which the stats thread holds
+    // while it closes a window: what they hold is then this window's.
     let mut live = WorkerAcc::new(0);
-    t.slots.peek(&mut live);
     let (last, start, net_before) = {
         let run = t.run();
+        t.slots.peek(&mut live);
         (run.last.clone(), run.window_start(), run.extra.net_last.clone())
     };
     let now = unix_ms();

@@ -23,10 +23,14 @@ pub fn pool(shared: &Shared) -> (Value, u64, u64) {
     let v = |name: &str| NetCounters::value_of(&net, name);
     let open = v("total_connections").saturating_sub(v("closed_connections"));
     let generation = shared.generation();
-    // The totals up to the last window, with the current window's counts added.
+    // The totals up to the last window, with the current window's counts
+    // added. The run's lock is taken first and held while the slots are
+    // read: the stats thread moves the slots into the totals under it, so a
+    // request is never counted both in a slot and in the totals (read the
+    // other way round, a window closing in between was counted twice).
+    let run = shared.telemetry.run();
     let mut live = WorkerAcc::new(0);
     shared.telemetry.slots.peek(&mut live);
-    let run = shared.telemetry.run();
     let total = &run.total;
     let backend = |slot: usize| {
         let (a, b) = (total.backend(slot), live.backend(slot));

@@ -19,8 +19,11 @@ use mwproxy::Service;
 /// Long enough for anything this machine does under load.
 const PATIENCE: Duration = Duration::from_secs(30);
 
-/// `/readyz`: whether it answered 200, and its body.
+/// `/readyz`: whether it answered 200, and its body. A readiness answer is
+/// served again for `READY_FOR`: waited out first, so that this answer is a
+/// new look at the servers' health.
 fn ready(admin: SocketAddr) -> (bool, serde_json::Value) {
+    std::thread::sleep(mwserve::http::READY_FOR);
     let (status, body) = http_get(admin, "/readyz");
     let v = serde_json::from_str(&body).unwrap_or_else(|e| panic!("{e}: {body}"));
     (status.contains(" 200 "), v)
