@@ -150,6 +150,7 @@ pub const MIGRATIONS: &[&str] = &[
     crate::sqlguard::MIGRATION,
     crate::streamrules::MIGRATION, // 12: streams' creators, sizes, limits and reply bounds (`streamrules.rs`).
     crate::streambounds::MIGRATION, // 13: replies that say they were cut, MAXBYTES per field (`streambounds.rs`).
+    crate::sqlquota::MIGRATION, // 14: SQL callers count apart from RESP; the quota checked at COMMIT (`sqlquota.rs`).
 ];
 
 /// A queue RECV's plain statements serve: no delivery limit, not paused, no
@@ -400,7 +401,6 @@ impl Statements {
                  WHERE name = $1 AND dropped_at IS NULL RETURNING id",
             ).await?,
             pause: c.prepare("UPDATE mwmq_queues SET paused = $2 WHERE name = $1 AND dropped_at IS NULL RETURNING id").await?,
-            // A quota set or lifted: the queue's count starts from what it holds.
             // A quota set or lifted: the queue's messages are marked counted, or not.
             mark: c.prepare(
                 "UPDATE mwmq_messages m SET counted = q.quota
@@ -408,14 +408,21 @@ impl Statements {
                        FROM mwmq_queues WHERE name = $1 AND dropped_at IS NULL) q
                  WHERE m.queue_id = q.id AND m.counted <> q.quota",
             ).await?,
+            // A quota set or lifted: the queue's count starts from what it
+            // holds (nothing without a quota). The SQL callers' stripes (16
+            // and up, `sqlquota.rs`) may be locked by open transactions and
+            // are left alone: stripe 0 takes what they count away.
             recount: c.prepare(
                 "WITH q AS (SELECT id, (max_messages IS NOT NULL OR max_bytes IS NOT NULL) AS counted
                             FROM mwmq_queues WHERE name = $1 AND dropped_at IS NULL),
+                 s AS (SELECT coalesce(sum(c.messages), 0)::bigint AS messages, coalesce(sum(c.bytes), 0)::bigint AS bytes
+                       FROM mwmq_queue_counts c WHERE c.queue_id = (SELECT id FROM q) AND c.stripe >= 16),
                  d AS (DELETE FROM mwmq_queue_counts c USING q
-                       WHERE c.queue_id = q.id AND (c.stripe <> 0 OR NOT q.counted))
+                       WHERE c.queue_id = q.id AND c.stripe BETWEEN 1 AND 15)
                  INSERT INTO mwmq_queue_counts AS c (queue_id, stripe, messages, bytes)
-                 SELECT q.id, 0, count(m.id), coalesce(sum(octet_length(m.body)), 0)
-                 FROM q LEFT JOIN mwmq_messages m ON m.queue_id = q.id WHERE q.counted GROUP BY q.id
+                 SELECT q.id, 0, count(m.id) - s.messages, coalesce(sum(octet_length(m.body)), 0) - s.bytes
+                 FROM q CROSS JOIN s LEFT JOIN mwmq_messages m ON m.queue_id = q.id AND q.counted
+                 GROUP BY q.id, s.messages, s.bytes
                  ON CONFLICT (queue_id, stripe) DO UPDATE SET messages = EXCLUDED.messages, bytes = EXCLUDED.bytes",
             ).await?,
             // Counts from the indexes (ready, not yet visible, dead letters)

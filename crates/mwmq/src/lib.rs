@@ -36,6 +36,7 @@ pub mod server;
 pub mod shared;
 pub mod sqlapi;
 pub mod sqlguard;
+pub mod sqlquota;
 pub mod streambounds;
 pub mod streamdb;
 pub mod streamrules;

@@ -1,7 +1,8 @@
 //! What the database keeps for applications: enqueue and acknowledge in
 //! their own transactions (`sqlsend.rs`, with `sqlsend_app.py` on psycopg),
 //! the SQL API under mwmq's rights and bounds, safe from planted objects
-//! (`sqlguard.rs`), and acknowledged messages kept for a while
+//! (`sqlguard.rs`), holding up nothing of RESP's however long they stay
+//! open (`sqlstall.rs`), and acknowledged messages kept for a while
 //! (`retention.rs`). One test binary for all (each binary is linked on its
 //! own).
 
@@ -11,3 +12,4 @@ mod common;
 mod retention;
 mod sqlguard;
 mod sqlsend;
+mod sqlstall;

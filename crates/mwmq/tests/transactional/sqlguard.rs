@@ -199,7 +199,12 @@ fn a_database_made_by_an_older_mwmq_moves_into_the_schema_mwmq_and_keeps_its_mes
         .iter()
         .map(|r| r.get(0))
         .collect();
-    assert!(!paths.is_empty() && paths.iter().all(|p| p == "search_path=pg_catalog, mwmq, pg_temp"), "{paths:?}");
+    // Each sets the path first (mwmq.send and mwmq.ack also `mwmq.sql_caller`: `sqlquota.rs`).
+    let path = "search_path=pg_catalog, mwmq, pg_temp";
+    assert!(
+        !paths.is_empty() && paths.iter().all(|p| p == path || p.strip_prefix(path) == Some(" mwmq.sql_caller=on")),
+        "{paths:?}"
+    );
     let creators: i64 = db
         .query_one(
             "SELECT count(*) FROM pg_roles WHERE has_schema_privilege(oid, 'mwmq', 'CREATE') AND NOT rolsuper",
