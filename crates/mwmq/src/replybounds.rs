@@ -1,17 +1,23 @@
-//! Schema version 14: the replies that were not bounded by their bytes
-//! yet, and consumers per group capped.
+//! The migration after streambounds' (`streambounds.rs`, schema 13; the
+//! SQL quota's comes between them when it is in): the replies that were not
+//! bounded by their bytes yet, and consumers per group capped.
 //!
 //! - **RECV ... COUNT n** (`mwmq_recv`, the statement of queues that are
 //!   not plain; the plain statement in `db.rs` does the same): the messages
 //!   leased weigh at most `maxb` (`max_reply_bytes`), a message counting
 //!   its body, its sender and 64 bytes (its id, lease and RESP's framing);
 //!   the first is always leased, and the cut falls between messages, so
-//!   what is not returned is not leased either. Dead letters met on the way
+//!   what is not returned is not leased either (a consumer's read, like
+//!   XREADGROUP's: fewer than COUNT is normal). Dead letters met on the way
 //!   are moved as before and weigh nothing.
-//! - **XINFO CONSUMERS**, **XPENDING**'s extended form and **XINFO STREAM
-//!   FULL**'s groups stop at `maxb`, as XRANGE's entries do (schema 12): a
-//!   consumer or pending entry weighs its name and 96 bytes (128 for a
-//!   consumer of FULL), the first row always goes. FULL's group part is one
+//! - **XPENDING**'s extended form is a range a client pages through with
+//!   COUNT, so it is answered whole or refused, as XRANGE is
+//!   (`mwmq_reply_too_large`, `streambounds.rs`): a pending entry weighs its
+//!   consumer's name and 96 bytes, the first is never refused.
+//! - **XINFO CONSUMERS** and **XINFO STREAM FULL**'s groups (after its
+//!   entries, which are whole or refused) stop at `maxb`: a consumer weighs
+//!   its name and 96 bytes (128 in FULL), the first row always goes; FULL's
+//!   `pel-count` still says how many there are. FULL's group part is one
 //!   statement per group (it was one per consumer: 90,000 consumers made
 //!   90,000 statements).
 //! - **Consumers per group**: a consumer is made by XREADGROUP, XCLAIM,
@@ -22,11 +28,15 @@
 //!   so concurrent new consumers cannot pass the limit together. A name
 //!   that exists is never refused.
 //!
-//! Every name is unqualified: mwmq's connections run with `search_path =
-//! mwmq` (`schema.rs`). The functions of earlier versions stay beside the
-//! new ones (an older mwmq still calls them until it is stopped).
+//! Nothing here redefines what streambounds' migration or the SQL quota's
+//! define (`mwmq_seen` and `mwmq_xgroup_consumer` are the only functions
+//! replaced; the others are new names or, for `mwmq_recv`, a new
+//! overload). Every name is unqualified: mwmq's connections run with
+//! `search_path = mwmq` (`schema.rs`). The functions of earlier versions
+//! stay beside the new ones (an older mwmq still calls them until it is
+//! stopped).
 
-/// Migration 14.
+/// The migration after streambounds'. It runs with `search_path = mwmq`.
 pub const MIGRATION: &str = r#"
 -- Whether group gname of stream sid may have consumer cname: it has it, or
 -- fewer than mwmq.max_consumers; OVERQUOTA otherwise.
@@ -107,7 +117,8 @@ BEGIN
     END LOOP;
 END $$;
 
--- XPENDING's extended form, weighing at most maxb (the first always).
+-- XPENDING's extended form: a range, whole or refused as mwmq_xrange's
+-- (`streambounds.rs`) when more than its first row would weigh more than maxb.
 CREATE FUNCTION mwmq_xpending_range(sname text, gname text, min_idle bigint, a_ms bigint, a_seq bigint,
                                     b_ms bigint, b_seq bigint, cnt bigint, cname text, maxb bigint)
 RETURNS TABLE (o_ms bigint, o_seq bigint, o_consumer text, o_idle bigint, o_deliveries bigint) LANGUAGE plpgsql AS $$
@@ -124,7 +135,7 @@ BEGIN
                AND (p.ms, p.seq) <= (b_ms, b_seq) AND (cname IS NULL OR p.consumer = cname)
                AND (min_idle IS NULL OR now_ms - p.delivered_ms >= min_idle)
              ORDER BY p.ms, p.seq LIMIT cnt LOOP
-        EXIT WHEN used > 0 AND used + r.w > maxb;
+        IF used > 0 AND used + r.w > maxb THEN PERFORM mwmq_reply_too_large(maxb); END IF;
         used := used + r.w;
         o_ms := r.ms; o_seq := r.seq; o_consumer := r.consumer; o_idle := r.idle; o_deliveries := r.deliveries;
         RETURN NEXT;

@@ -98,7 +98,8 @@ fn until_info(c: &mut redis::Connection, field: &str, what: &str, ok: impl Fn(u6
 
 /// 100 clients with a receive buffer of 4 KiB each sent one `XRANGE big - +`
 /// over 8 entries of 4 MiB and never read: each held a reply of 12 MiB (the
-/// three entries `max_reply_bytes` allows), 1.58 GB in all, kept after they
+/// three entries `max_reply_bytes` allowed; now the whole range is refused
+/// over it, so `COUNT 3` asks for them), 1.58 GB in all, kept after they
 /// closed. Now every reply held counts in `output_budget` (64 MiB here):
 /// the readers past it wait, unread, and those whose replies do not move
 /// for `reply_stall_ms` while others wait are closed. Meanwhile a client
@@ -143,7 +144,7 @@ fn unread_replies_stay_within_the_output_budget_and_a_reader_is_served() {
 
     std::fs::write(format!("/proc/{pid}/clear_refs"), "5").expect("reset VmHWM");
     let before = status_kb(pid, "VmRSS:") * 1024;
-    let xrange = resp(&["XRANGE", "big", "-", "+"]);
+    let xrange = resp(&["XRANGE", "big", "-", "+", "COUNT", "3"]);
     for round in 1..=2 {
         let delayed = info_field(&mut info, "output_delayed");
         let closed = info_field(&mut info, "stalled_readers_closed");
@@ -243,7 +244,8 @@ fn recv_and_listings_are_cut_at_max_reply_bytes() {
 /// Now a group has at most `max_consumers_per_group` (1,000 here): the
 /// 1,001st name is refused with `-OVERQUOTA` (a name that exists never
 /// is), in a batch of XREADGROUPs too, and the listings stop at
-/// `max_reply_bytes` (64 KiB here: about 220 consumers of 200-byte names).
+/// `max_reply_bytes` (64 KiB here: about 220 consumers of 200-byte names);
+/// XPENDING's extended form, a range, is refused past it instead.
 #[test]
 fn consumers_per_group_are_capped_and_their_listings_bounded() {
     const CAP: usize = 1000;
@@ -299,7 +301,19 @@ fn consumers_per_group_are_capped_and_their_listings_bounded() {
     let full: redis::Value =
         redis::cmd("XINFO").arg("STREAM").arg("s").arg("FULL").arg("COUNT").arg(0).query(&mut reader).unwrap();
     assert!(size(&full) <= 2 * REPLY, "XINFO STREAM FULL: about {} bytes", size(&full));
-    let pending: Vec<redis::Value> =
-        redis::cmd("XPENDING").arg("s").arg("g").arg("-").arg("+").arg(10_000).query(&mut reader).unwrap();
-    assert!(!pending.is_empty() && pending.iter().map(size).sum::<usize>() <= 2 * REPLY);
+
+    // XPENDING's extended form is a range a client pages through: whole or
+    // refused, as XRANGE. 250 more pending entries of a 200-byte consumer
+    // name weigh about 75 KiB.
+    let mut adds = redis::pipe();
+    for i in 0..250 {
+        adds.cmd("XADD").arg("s").arg("*").arg("n").arg(i).ignore();
+    }
+    let () = adds.query(&mut boss).unwrap();
+    let _: redis::Value = q(&mut reader, &["XREADGROUP", "GROUP", "g", &name(1), "COUNT", "300", "STREAMS", "s", ">"]);
+    let e = err(&mut reader, &["XPENDING", "s", "g", "-", "+", "10000"]);
+    assert!(e.starts_with("ERR the reply would exceed max_reply_bytes"), "{e}");
+    let page: Vec<redis::Value> =
+        redis::cmd("XPENDING").arg("s").arg("g").arg("-").arg("+").arg(100).query(&mut reader).unwrap();
+    assert_eq!(page.len(), 100, "a page that fits is whole");
 }

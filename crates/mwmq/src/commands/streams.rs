@@ -283,6 +283,7 @@ impl Core<'_> {
                     pg.x(X::PendingRange, &[key, group, &p.idle, &z, &z, &z, &z, &z, &p.consumer, &z]).await?;
                     return ok(Reply::Array(Vec::new()));
                 }
+                // A range like XRANGE's: whole or refused (`replybounds.rs`).
                 let rows = pg
                     .x(
                         X::PendingRange,
@@ -294,12 +295,13 @@ impl Core<'_> {
                             &p.start.seq,
                             &p.end.ms,
                             &p.end.seq,
-                            &capped(Some(p.count)),
+                            &range_count(Some(p.count)),
                             &p.consumer,
                             &self.max_reply(),
                         ],
                     )
-                    .await?;
+                    .await;
+                let rows = whole(self, rows)?;
                 ok(Reply::Array(
                     rows.iter()
                         .map(|r| {
