@@ -113,8 +113,8 @@ fn until_info(c: &mut redis::Connection, field: &str, what: &str, ok: impl Fn(u6
 /// glibc's allocator keeps what its arenas freed (the pool engine's four
 /// workers each have one). Then the same attack again: the peak over both
 /// stays within the same bound (what the first freed serves the second).
-/// Measured: +92 MiB (async engine), +232 MiB (pool); before, the first
-/// attack alone took +1.2 GB.
+/// Measured: +92 to +108 MiB (async engine), +232 to +237 MiB (pool);
+/// before, the first attack alone took +1.2 to +1.3 GB.
 #[test]
 fn unread_replies_stay_within_the_output_budget_and_a_reader_is_served() {
     const ATTACKERS: usize = 100;
