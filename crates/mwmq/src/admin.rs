@@ -215,6 +215,23 @@ fn metrics(shared: &Shared, token: bool) -> String {
     p.counter("mwmq_protocol_errors_total", "Inputs that were not RESP.", &[], net.protocol_errors);
     p.counter("mwmq_queue_full_total", "Times the request queue was full.", &[], net.queue_full);
     p.counter("mwmq_leases_released_total", "Leases given back (reply not delivered).", &[], net.leases_released);
+    let out = shared.output.snapshot();
+    p.gauge("mwmq_output_budget_bytes", "The output budget (output_budget).", &[], out.limit as f64);
+    p.gauge(
+        "mwmq_output_held_bytes",
+        "Bytes of replies built and not yet written, and reserved for replies being built.",
+        &[],
+        out.held as f64,
+    );
+    p.gauge("mwmq_output_peak_bytes", "The most mwmq_output_held_bytes has been.", &[], out.peak as f64);
+    p.gauge("mwmq_output_waiting", "Requests waiting for room in the output budget now.", &[], out.waiting as f64);
+    p.counter("mwmq_output_delayed_total", "Requests that waited for room in the output budget.", &[], out.delayed);
+    p.counter(
+        "mwmq_stalled_readers_closed_total",
+        "Connections closed for leaving replies unread (reply_stall_ms) while requests waited for the output budget.",
+        &[],
+        net.stalled_readers,
+    );
     p.counter(
         "mwmq_db_vacuums_total",
         "VACUUMs of the messages table run by this process (queues.vacuum_s).",

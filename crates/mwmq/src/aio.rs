@@ -31,6 +31,7 @@ use crate::command::{self, Command, Limits, MqOp};
 use crate::commands::{Answer, Batch, Core, DbFacts, Outcome, Session};
 use crate::config::Config;
 use crate::db::{DbError, LeaseRef, PgConn};
+use crate::output::Share;
 use crate::peer::{self, while_waiting, Input, Left, Socket};
 use crate::resp::{Reply, Request, RequestParser};
 use crate::shared::Shared;
@@ -39,6 +40,20 @@ use crate::users::{Attempts, User};
 
 /// A request larger than this takes its size from the input budget first.
 const SMALL: usize = 64 * 1024;
+
+/// A connection's replies not yet written, the leases they carry, and what
+/// they hold of the output budget (`output.rs`).
+struct Out {
+    bytes: Vec<u8>,
+    leases: Vec<LeaseRef>,
+    charge: Share,
+}
+
+impl Out {
+    fn is_empty(&self) -> bool {
+        self.bytes.is_empty()
+    }
+}
 
 /// A client connection of the async engine.
 struct Sess {
@@ -403,8 +418,7 @@ async fn serve<IO: AsyncRead + AsyncWrite + Socket + Unpin>(
     // Small while the client is idle (10,000 idle clients cost little), grown when reads fill it.
     let mut rbuf = vec![0u8; 512];
     let (mut have, mut pos) = (0usize, 0usize);
-    let mut out: Vec<u8> = Vec::new();
-    let mut out_leases: Vec<LeaseRef> = Vec::new();
+    let mut out = Out { bytes: Vec::new(), leases: Vec::new(), charge: Share::none(&shared.output) };
     let mut reserved = 0usize;
     let mut last_read_ns = 0u64;
     let mut stop = lp.stop.clone();
@@ -414,7 +428,7 @@ async fn serve<IO: AsyncRead + AsyncWrite + Socket + Unpin>(
     'serve: loop {
         if pos == have {
             // Everything read is parsed: the replies go out, then more is read.
-            if !out.is_empty() && !Box::pin(flush(lp, &mut io, &mut out, &mut out_leases)).await {
+            if !out.is_empty() && !Box::pin(flush(lp, &mut io, &mut out)).await {
                 break;
             }
             if closing || *stop.borrow() {
@@ -466,8 +480,8 @@ async fn serve<IO: AsyncRead + AsyncWrite + Socket + Unpin>(
             Ok(Some(r)) => r,
             Err(e) => {
                 NetCounters::add(&shared.net.protocol_errors, 1);
-                Reply::err(e.0).encode(&mut out);
-                let _ = Box::pin(flush(lp, &mut io, &mut out, &mut out_leases)).await;
+                Reply::err(e.0).encode(&mut out.bytes);
+                let _ = Box::pin(flush(lp, &mut io, &mut out)).await;
                 break;
             }
         };
@@ -491,70 +505,111 @@ async fn serve<IO: AsyncRead + AsyncWrite + Socket + Unpin>(
         if matches!(&cmd, Ok(c) if c.wait().is_some()) {
             // A wait: what was answered before it goes out first, and the
             // client is listened to while it waits (peer.rs).
-            if !out.is_empty() && !Box::pin(flush(lp, &mut io, &mut out, &mut out_leases)).await {
+            if !out.is_empty() && !Box::pin(flush(lp, &mut io, &mut out)).await {
                 break;
             }
             let left = Left::default();
-            let work = Box::pin(answer(lp, &sess, cmd, stamps, &mut out, &mut out_leases, Some(&left)));
+            let work = Box::pin(answer(lp, &sess, cmd, stamps, &mut out, Some(&left)));
             let mut input = Input { buf: &mut rbuf, pos: &mut pos, have: &mut have };
             while_waiting(work, &mut io, &mut input, &left).await;
             shared.input.give(std::mem::take(&mut reserved));
             if left.is_set() || peer::hung_up(io.socket()) {
                 // It left: no reply, its leases go back now (below).
                 shared.waiters.abandoned.fetch_add(1, Ordering::Relaxed);
-                out.clear();
+                out.bytes.clear();
                 break;
             }
             continue;
         }
+        // A reply that may be large first reserves what it may weigh of the
+        // output budget, and waits (unread) until that fits; replies not
+        // yet written go out first while the budget is used up.
+        let need = cmd.as_ref().ok().and_then(|c| shared.bounds.of(c));
+        let mut reply = need.and_then(|n| shared.output.reserve(n));
+        let no_room = need.is_some() && reply.is_none();
+        if !out.is_empty() && (no_room || shared.output.over()) && !Box::pin(flush(lp, &mut io, &mut out)).await {
+            break;
+        }
+        if let (Some(n), true) = (need, no_room) {
+            let gone = || *stop.borrow() || peer::hung_up(io.socket());
+            reply = shared.output.wait_for(n, gone).await;
+            if reply.is_none() {
+                break;
+            }
+        }
         // (Boxed: an idle client's task holds only what reading needs.)
-        Box::pin(answer(lp, &sess, cmd, stamps, &mut out, &mut out_leases, None)).await;
+        Box::pin(answer(lp, &sess, cmd, stamps, &mut out, None)).await;
+        // The reply holds what it weighs now, not its reservation.
+        drop(reply);
         shared.input.give(std::mem::take(&mut reserved));
         if closing {
             // QUIT: its OK goes out, what was pipelined after it is not read (as Redis).
-            let _ = Box::pin(flush(lp, &mut io, &mut out, &mut out_leases)).await;
+            let _ = Box::pin(flush(lp, &mut io, &mut out)).await;
             break;
         }
-        if out.len() >= SMALL && !Box::pin(flush(lp, &mut io, &mut out, &mut out_leases)).await {
+        if out.bytes.len() >= SMALL && !Box::pin(flush(lp, &mut io, &mut out)).await {
             break;
         }
     }
     shared.input.give(reserved);
-    if !out_leases.is_empty() {
-        release(lp, std::mem::take(&mut out_leases));
+    if !out.leases.is_empty() {
+        release(lp, std::mem::take(&mut out.leases));
     }
     let _ = tokio::time::timeout(Duration::from_secs(1), io.shutdown()).await;
 }
 
 /// Writes the replies; false when the client is gone (the leases they
-/// carried are given back).
-async fn flush<W: AsyncWrite + Unpin>(
-    lp: &Rc<Loop>,
-    wr: &mut W,
-    out: &mut Vec<u8>,
-    leases: &mut Vec<LeaseRef>,
-) -> bool {
-    // A client that does not read holds only itself, until mwmq stops:
-    // then it has a second more.
+/// carried are given back) or was closed for stalling.
+async fn flush<W: AsyncWrite + Unpin>(lp: &Rc<Loop>, wr: &mut W, out: &mut Out) -> bool {
+    // A client that does not read holds only itself, until mwmq stops
+    // (then it has a second more) or others wait for the output budget
+    // while its replies do not move for `reply_stall_ms` (`output.rs`).
     let mut stop = lp.stop.clone();
-    let write = async { wr.write_all(out).await.is_ok() && wr.flush().await.is_ok() };
+    let output = &lp.shared.output;
+    let progress = Cell::new(Instant::now());
+    let bytes = &out.bytes;
+    let write = async {
+        let mut sent = 0;
+        while sent < bytes.len() {
+            match wr.write(&bytes[sent..]).await {
+                Ok(0) | Err(_) => return false,
+                Ok(n) => {
+                    sent += n;
+                    progress.set(Instant::now());
+                }
+            }
+        }
+        wr.flush().await.is_ok()
+    };
+    let stalled = async {
+        loop {
+            let check = output.stall.max(Duration::from_millis(100));
+            tokio::time::sleep(check.min(Duration::from_secs(1))).await;
+            if output.stalled(progress.get()) {
+                NetCounters::add(&lp.shared.net.stalled_readers, 1);
+                return;
+            }
+        }
+    };
     let ok = tokio::select! {
         ok = write => ok,
         _ = async {
             stopped(&mut stop).await;
             tokio::time::sleep(Duration::from_secs(1)).await;
         } => false,
+        _ = stalled => false,
     };
     if ok {
-        NetCounters::add(&lp.shared.net.bytes_out, out.len() as u64);
-        leases.clear();
-    } else if !leases.is_empty() {
-        release(lp, std::mem::take(leases));
+        NetCounters::add(&lp.shared.net.bytes_out, out.bytes.len() as u64);
+        out.leases.clear();
+    } else if !out.leases.is_empty() {
+        release(lp, std::mem::take(&mut out.leases));
     }
-    out.clear();
-    if out.capacity() > SMALL {
-        out.shrink_to(SMALL);
+    out.bytes.clear();
+    if out.bytes.capacity() > SMALL {
+        out.bytes.shrink_to(SMALL);
     }
+    out.charge.set(0);
     ok
 }
 
@@ -588,8 +643,7 @@ async fn answer(
     sess: &Rc<Sess>,
     cmd: Result<Command, Reply>,
     stamps: Stamps,
-    out: &mut Vec<u8>,
-    out_leases: &mut Vec<LeaseRef>,
+    out: &mut Out,
     left: Option<&Left>,
 ) {
     let shared = &*lp.shared;
@@ -601,6 +655,8 @@ async fn answer(
         _ => 1,
     };
     let mut stamps = stamps;
+    // A wait's reservation of the output budget, for its last look (`database`).
+    let mut room = None;
     let (outcome, db, t_dequeue, busy) = match cmd {
         Err(refusal) => (Outcome::Reply(refusal, Vec::new(), "client_error"), DbFacts::default(), t_start, None),
         Ok(c) => match core.gate(&c, &**sess) {
@@ -609,7 +665,8 @@ async fn answer(
                 Some(Outcome::Verify) => (log_in(lp, &c, sess).await, DbFacts::default(), t_start, None),
                 Some(o) => (o, DbFacts::default(), t_start, None),
                 None => {
-                    let (carried, parked) = database(lp, c, sess, left).await;
+                    let (carried, parked, reserved) = database(lp, c, sess, left).await;
+                    room = reserved;
                     stamps.parked_ns = parked;
                     stamps.t_enqueue += parked;
                     (carried.outcome, carried.db, carried.t_dequeue, Some(carried.busy))
@@ -622,8 +679,11 @@ async fn answer(
         Outcome::Nothing(_) => (Reply::NilArray, Vec::new(), "ok"),
         Outcome::Park(..) | Outcome::Verify => (Reply::err("internal: no reply"), Vec::new(), "server_error"),
     };
-    reply.encode_as(out, sess.resp3());
-    out_leases.extend(leases);
+    reply.encode_as(&mut out.bytes, sess.resp3());
+    out.leases.extend(leases);
+    // Unwritten replies hold what they weigh; the reservation goes.
+    out.charge.set(out.bytes.len());
+    drop(room);
     let status = if reply.is_error() { status } else { "ok" };
     let done = crate::telemetry::Done { op, keys, status, t_dequeue, t_reply: now_ns(), busy };
     let mut w = lp.writer.borrow_mut();
@@ -671,13 +731,16 @@ async fn log_in(lp: &Rc<Loop>, c: &Command, sess: &Rc<Sess>) -> Outcome {
 /// `XREAD ... BLOCK`) that finds nothing waits, without a statement, until
 /// its queue is rung (a SEND here, another process's notification, the
 /// shared poll: `poller.rs`), and looks again, until its wait is over, its
-/// client left (`left`) or mwmq stops. The time it waited is returned beside.
-async fn database(lp: &Rc<Loop>, c: Command, sess: &Rc<Sess>, left: Option<&Left>) -> (Carried, u64) {
+/// client left (`left`) or mwmq stops. The time it waited is returned
+/// beside, and the last look's reservation of the output budget: each look
+/// reserves what its reply may weigh (waiting for room as a request does),
+/// and a wait holds none while it is parked.
+async fn database(lp: &Rc<Loop>, c: Command, sess: &Rc<Sess>, left: Option<&Left>) -> (Carried, u64, Option<Share>) {
     let wait = c.wait().map(|(names, ms)| {
         (names.iter().map(|n| n.to_string()).collect::<Vec<_>>(), Instant::now() + Duration::from_millis(ms))
     });
     let Some((names, until)) = wait else {
-        return (lp.submit(c, sess.clone()).await, 0);
+        return (lp.submit(c, sess.clone()).await, 0, None);
     };
     let names: Vec<&str> = names.iter().map(String::as_str).collect();
     let mut c = c;
@@ -686,6 +749,13 @@ async fn database(lp: &Rc<Loop>, c: Command, sess: &Rc<Sess>, left: Option<&Left
     let mut stop = lp.stop.clone();
     let gone = || left.is_some_and(Left::is_set);
     let mut seen = waiters.seq(&names);
+    let room = async |c: &Command| match lp.shared.bounds.of(c) {
+        Some(n) => lp.shared.output.wait_for(n, || *lp.stop.borrow() || gone()).await.map(Some).ok_or(()),
+        None => Ok(None),
+    };
+    let Ok(mut held) = room(&c).await else {
+        return (nothing(&c), 0, None);
+    };
     let mut carried = lp.submit(c.clone(), sess.clone()).await;
     loop {
         let empty = matches!(&carried.outcome, Outcome::Reply(Reply::Array(items), _, _) if items.is_empty())
@@ -695,10 +765,11 @@ async fn database(lp: &Rc<Loop>, c: Command, sess: &Rc<Sess>, left: Option<&Left
         }
         let unavailable = carried.db.unavailable;
         if (!empty && !unavailable) || Instant::now() >= until || *stop.borrow() || gone() {
-            return (carried, parked);
+            return (carried, parked, held);
         }
         // This look is answered by the next one: its statements count now.
         lp.count_statements(std::mem::take(&mut carried.db.statements));
+        drop(held.take());
         // Nothing yet: wait for a wake-up of these names, the end, or the client's.
         let t0 = now_ns();
         {
@@ -726,11 +797,25 @@ async fn database(lp: &Rc<Loop>, c: Command, sess: &Rc<Sess>, left: Option<&Left
         }
         parked += now_ns().saturating_sub(t0);
         if *stop.borrow() || gone() {
-            return (carried, parked);
+            return (carried, parked, None);
         }
         seen = waiters.seq(&names);
+        match room(&c).await {
+            Ok(r) => held = r,
+            // (Its client left or mwmq stops while it waited for room: the empty answer it has.)
+            Err(()) => return (carried, parked, None),
+        }
         carried = lp.submit(c.clone(), sess.clone()).await;
     }
+}
+
+/// A wait's empty answer, when it ends before its first look.
+fn nothing(c: &Command) -> Carried {
+    let outcome = match c {
+        Command::Recv(_) => Outcome::ok(Reply::Array(Vec::new())),
+        _ => Outcome::Nothing(None),
+    };
+    Carried { outcome, db: DbFacts::default(), t_dequeue: now_ns(), busy: 0 }
 }
 
 impl Loop {

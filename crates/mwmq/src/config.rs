@@ -186,6 +186,23 @@ pub struct ServerConfig {
     /// Bytes of request arguments being read, all clients together; a client
     /// whose next argument does not fit waits until it does (default 256 MiB).
     pub input_budget: usize,
+    /// Bytes of replies built and not yet written, all clients together
+    /// (`output.rs`): a request whose reply may be large (RECV, POP, XRANGE,
+    /// ...) reserves what it may return before its statement and waits,
+    /// unread, until that fits; connections holding unwritten replies run
+    /// nothing while it is used up. At least `max_reply_bytes` (default 256
+    /// MiB: sixteen replies of the default `max_reply_bytes`).
+    pub output_budget: usize,
+    /// While requests wait for `output_budget`, a connection whose
+    /// unwritten replies made no progress for this long is closed (its
+    /// leases given back), as Redis closes a client past its output
+    /// buffer's soft limit; 0: never (default 10000 ms).
+    pub reply_stall_ms: u64,
+    /// Most consumers one consumer group of a stream may have: an
+    /// XREADGROUP, XCLAIM, XAUTOCLAIM or XGROUP CREATECONSUMER that would
+    /// make one more is refused (`-OVERQUOTA`); 0: no limit, as Redis
+    /// (default 1000).
+    pub max_consumers_per_group: u64,
     /// Most requests a worker carries out together (1: one at a time, the
     /// seed's architecture, which the lab's models assume and ask for). Above
     /// 1, a worker that takes a SEND, ACK or POP also takes up to `batch - 1`
@@ -221,6 +238,9 @@ impl Default for ServerConfig {
             max_pending_output: 1 << 20,
             max_reply_bytes: 16 << 20,
             input_budget: 256 << 20,
+            output_budget: 256 << 20,
+            reply_stall_ms: 10_000,
+            max_consumers_per_group: 1000,
             batch: 32,
             queue_timeout_ms: 10_000,
             insecure_no_auth: false,
@@ -403,6 +423,12 @@ impl ServiceConfig for Config {
                 s.max_reply_bytes
             ));
         }
+        if s.output_budget < s.max_reply_bytes {
+            return err(format!(
+                "output_budget ({}) must be at least max_reply_bytes ({}): a whole reply must fit",
+                s.output_budget, s.max_reply_bytes
+            ));
+        }
         let d = &self.database;
         if !self.databases.is_empty() && !d.url.trim().is_empty() {
             return err("give either one database (--db, database.url) or a [[databases]] list, not both".into());
@@ -524,6 +550,9 @@ mod tests {
         let mut c = ok();
         c.server.max_reply_bytes = c.server.max_body - 1;
         assert!(c.validate().unwrap_err().0.contains("max_reply_bytes"));
+        let mut c = ok();
+        c.server.output_budget = c.server.max_reply_bytes - 1;
+        assert!(c.validate().unwrap_err().0.contains("output_budget"));
         let mut c = ok();
         c.server.max_reply_bytes = 0;
         assert!(c.validate().unwrap_err().0.contains("one entry must fit"));

@@ -7,6 +7,11 @@
 //! its reply straight to the socket; what the socket does not take stays
 //! here and the net thread writes it when the socket becomes writable.
 //!
+//! The unwritten replies count in the output budget (`output.rs`) until
+//! they are written, and remember when they last moved: a connection whose
+//! replies stall while others wait for that budget is closed by the net
+//! thread.
+//!
 //! A RECV reply carries leases. They are kept until the reply's last byte
 //! has been handed to the socket: if the connection dies first, the net
 //! thread or the worker gives them back (the messages become visible again at
@@ -18,14 +23,22 @@ use std::net::Shutdown;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
+use std::sync::Arc;
+use std::time::Instant;
+
 use mwserve::listen::Transport;
 
 use crate::db::LeaseRef;
+use crate::output::{OutputBudget, Share};
 
 struct Output {
     buf: Vec<u8>,
     /// Bytes of `buf` already written.
     sent: usize,
+    /// What the unwritten bytes hold of the output budget (`output.rs`).
+    charge: Share,
+    /// When the unwritten bytes last moved (or arrived, when there were none).
+    progress: Instant,
     /// Bytes ever queued, and written, on this connection.
     queued_total: u64,
     written_total: u64,
@@ -72,8 +85,9 @@ pub enum Delivered {
 }
 
 impl ClientConn {
-    /// A connection over `transport` (plain TCP, or TLS over it).
-    pub fn new(id: u64, transport: Transport) -> ClientConn {
+    /// A connection over `transport` (plain TCP, or TLS over it) whose
+    /// unwritten replies count in `budget`.
+    pub fn new(id: u64, transport: Transport, budget: &Arc<OutputBudget>) -> ClientConn {
         let peer = transport.socket().peer_ip();
         ClientConn {
             id,
@@ -81,6 +95,8 @@ impl ClientConn {
             out: Mutex::new(Output {
                 buf: Vec::new(),
                 sent: 0,
+                charge: Share::none(budget),
+                progress: Instant::now(),
                 queued_total: 0,
                 written_total: 0,
                 leases: VecDeque::new(),
@@ -211,9 +227,12 @@ impl ClientConn {
         if o.buf.is_empty() {
             o.buf = bytes;
             o.sent = 0;
+            o.progress = Instant::now();
         } else {
             o.buf.extend_from_slice(&bytes);
         }
+        let unwritten = o.buf.len() - o.sent;
+        o.charge.set(unwritten);
         if !leases.is_empty() {
             let end = o.queued_total;
             o.leases.push_back((end, leases));
@@ -229,6 +248,7 @@ impl ClientConn {
         o.closed = true;
         o.buf = Vec::new();
         o.sent = 0;
+        o.charge.set(0);
         o.leases.drain(..).flat_map(|(_, l)| l).collect()
     }
 
@@ -256,6 +276,9 @@ impl ClientConn {
         while o.leases.front().is_some_and(|(end, _)| *end <= o.written_total) {
             o.leases.pop_front();
         }
+        if written > 0 {
+            o.progress = Instant::now();
+        }
         if o.sent == o.buf.len() {
             o.buf.clear();
             o.sent = 0;
@@ -267,6 +290,8 @@ impl ClientConn {
             o.buf.drain(..sent);
             o.sent = 0;
         }
+        let unwritten = o.buf.len() - o.sent;
+        o.charge.set(unwritten);
         Ok(written)
     }
 
@@ -284,6 +309,13 @@ impl ClientConn {
     pub fn pending_output(&self) -> usize {
         let o = self.out();
         o.buf.len() - o.sent + self.transport.held()
+    }
+
+    /// Whether the connection holds unwritten replies that made no
+    /// progress for `reply_stall_ms` while requests wait for the output budget.
+    pub fn stalled(&self, budget: &OutputBudget) -> bool {
+        let o = self.out();
+        o.sent < o.buf.len() && budget.stalled(o.progress)
     }
 
     /// Whether the connection was closed.

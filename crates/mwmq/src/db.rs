@@ -151,6 +151,8 @@ pub const MIGRATIONS: &[&str] = &[
     crate::streamrules::MIGRATION, // 12: streams' creators, sizes, limits and reply bounds (`streamrules.rs`).
     crate::streambounds::MIGRATION, // 13: replies that say they were cut, MAXBYTES per field (`streambounds.rs`).
     crate::sqlquota::MIGRATION, // 14: SQL callers count apart from RESP; the quota checked at COMMIT (`sqlquota.rs`).
+    // 15: RECV, QARCHIVE, QDEAD, XINFO, XPENDING replies bounded by bytes; consumers per group capped.
+    crate::replybounds::MIGRATION,
 ];
 
 /// A queue RECV's plain statements serve: no delivery limit, not paused, no
@@ -313,15 +315,23 @@ impl Statements {
                                   (SELECT count(*) FROM mwmq_queues WHERE name = $1 AND {PLAIN_QUEUE}), NULL, NULL",
                 group_head!()
             )).await?,
+            // The messages leased weigh at most $6 (`max_reply_bytes`; body,
+            // sender and 64 each, the first always: `replybounds.rs`).
             recv_plain: c.prepare(&format!(
                 "UPDATE mwmq_messages m
                  SET lease = mwmq_lease_token(), leased_to = $2,
                      visible_at = now() + interval '1 millisecond' * $5::float8,
                      deliveries = m.deliveries + 1
-                 FROM (SELECT m.queue_id, m.id FROM mwmq_messages m
-                       WHERE m.queue_id = (SELECT id FROM mwmq_queues WHERE name = $1 AND {PLAIN_QUEUE})
-                         AND {ELIGIBLE}
-                       ORDER BY visible_at, id LIMIT $4 FOR UPDATE SKIP LOCKED) c
+                 FROM (SELECT x.queue_id, x.id FROM (
+                           SELECT l.queue_id, l.id, sum(l.w) OVER (ORDER BY l.visible_at, l.id) AS run,
+                                  row_number() OVER (ORDER BY l.visible_at, l.id) AS k
+                           FROM (SELECT m.queue_id, m.id, m.visible_at,
+                                        octet_length(m.body) + octet_length(m.sender) + 64 AS w
+                                 FROM mwmq_messages m
+                                 WHERE m.queue_id = (SELECT id FROM mwmq_queues WHERE name = $1 AND {PLAIN_QUEUE})
+                                   AND {ELIGIBLE}
+                                 ORDER BY visible_at, id LIMIT $4 FOR UPDATE SKIP LOCKED) l) x
+                       WHERE x.k = 1 OR x.run <= $6::bigint) c
                  WHERE m.queue_id = c.queue_id AND m.id = c.id
                  RETURNING m.queue_id, m.id, m.lease, m.sender, m.body"
             )).await?,
@@ -329,7 +339,7 @@ impl Statements {
             // (`limits.rs`). The last row counts the dead letters:
             // (the queue's id or NULL without one, moved out, moved in, NULL, NULL).
             recv: c
-                .prepare("SELECT r_queue_id, r_id, r_lease, r_sender, r_body FROM mwmq_recv($1, $2, $3, $4, $5)")
+                .prepare("SELECT r_queue_id, r_id, r_lease, r_sender, r_body FROM mwmq_recv($1, $2, $3, $4, $5, $6)")
                 .await?,
             // A paused queue hands out nothing; a rate-limited one as many as
             // its bucket allows (`limits.rs`: the function is called for those only).
@@ -363,21 +373,34 @@ impl Statements {
                  {ARCHIVE_GONE}
                  SELECT count(*) FROM gone"
             )).await?,
+            // (QARCHIVE and QDEAD weigh at most $3, as RECV: the first always.)
             archive: c.prepare(&format!(
-                "SELECT id, sender, body, deliveries, (extract(epoch FROM acked_at) * 1000)::bigint, acked_by
-                 FROM mwmq_archive WHERE queue_id = {QUEUE} ORDER BY acked_at DESC, id DESC LIMIT $2"
+                "SELECT id, sender, body, deliveries, acked_ms, acked_by FROM (
+                    SELECT a.*, sum(a.w) OVER (ORDER BY a.acked_at DESC, a.id DESC) AS run,
+                           row_number() OVER (ORDER BY a.acked_at DESC, a.id DESC) AS k
+                    FROM (SELECT id, sender, body, deliveries, (extract(epoch FROM acked_at) * 1000)::bigint AS acked_ms,
+                                 acked_by, acked_at,
+                                 octet_length(body) + octet_length(sender) + coalesce(octet_length(acked_by), 0) + 128 AS w
+                          FROM mwmq_archive WHERE queue_id = {QUEUE} ORDER BY acked_at DESC, id DESC LIMIT $2) a) x
+                 WHERE x.k = 1 OR x.run <= $3::bigint ORDER BY x.k"
             )).await?,
             // A queue's dead letters: those it holds as a dead-letter queue,
             // and those it sent to its own; last moved first (a dead letter is
             // visible from its move on, until someone takes it).
             dead: c.prepare(
-                "WITH q AS (SELECT id, name, dead_letter FROM mwmq_queues WHERE name = $1 AND dropped_at IS NULL)
-                 SELECT m.id, dq.name, m.dead_from, m.dead_reason, m.deliveries, m.sender,
-                        (extract(epoch FROM m.sent_at) * 1000)::bigint, m.body
-                 FROM q JOIN mwmq_queues dq ON dq.dropped_at IS NULL AND (dq.id = q.id OR dq.name = q.dead_letter)
-                 JOIN mwmq_messages m ON m.queue_id = dq.id AND m.dead_from IS NOT NULL
-                                     AND (dq.id = q.id OR m.dead_from = q.name)
-                 ORDER BY m.visible_at DESC, m.id DESC LIMIT $2",
+                "WITH q AS (SELECT id, name, dead_letter FROM mwmq_queues WHERE name = $1 AND dropped_at IS NULL),
+                 d AS (SELECT m.id, dq.name AS held_in, m.dead_from, m.dead_reason, m.deliveries, m.sender,
+                              (extract(epoch FROM m.sent_at) * 1000)::bigint AS sent_ms, m.body, m.visible_at,
+                              octet_length(m.body) + octet_length(m.sender) + octet_length(dq.name)
+                                + coalesce(octet_length(m.dead_from), 0) + 256 AS w
+                       FROM q JOIN mwmq_queues dq ON dq.dropped_at IS NULL AND (dq.id = q.id OR dq.name = q.dead_letter)
+                       JOIN mwmq_messages m ON m.queue_id = dq.id AND m.dead_from IS NOT NULL
+                                           AND (dq.id = q.id OR m.dead_from = q.name)
+                       ORDER BY m.visible_at DESC, m.id DESC LIMIT $2)
+                 SELECT id, held_in, dead_from, dead_reason, deliveries, sender, sent_ms, body FROM (
+                    SELECT d.*, sum(d.w) OVER (ORDER BY d.visible_at DESC, d.id DESC) AS run,
+                           row_number() OVER (ORDER BY d.visible_at DESC, d.id DESC) AS k FROM d) x
+                 WHERE x.k = 1 OR x.run <= $3::bigint ORDER BY x.k",
             ).await?,
             nack: c.prepare(&format!(
                 "UPDATE mwmq_messages SET lease = NULL, leased_to = NULL,
@@ -865,9 +888,11 @@ impl PgConn {
         }
     }
 
-    /// RECV: up to `count` messages, leased for `vt_ms`, lowest id first;
-    /// and of the messages looked at, how many were dead-lettered (moved to
-    /// the dead-letter queue, or dropped when there is none).
+    /// RECV: up to `count` messages, leased for `vt_ms`, lowest id first,
+    /// weighing at most `maxb` bytes (the first always; body, sender and 64
+    /// each); and of the messages looked at, how many were dead-lettered
+    /// (moved to the dead-letter queue, or dropped when there is none).
+    #[allow(clippy::too_many_arguments)]
     pub async fn recv(
         &self,
         queue: &str,
@@ -876,13 +901,14 @@ impl PgConn {
         count: u32,
         vt_ms: u64,
         plain_first: bool,
+        maxb: i64,
     ) -> Result<Received, DbError> {
         let (count, vt) = (i64::from(count), vt_ms as f64);
         // The common case in one plain statement (unless the queue is known
         // not to be plain); an empty answer may also mean a queue with a
         // delivery limit, paused or limited (or none at all): then the full one.
         if plain_first {
-            let r = self.client.query(&self.st.recv_plain, &[&queue, &me, &from, &count, &vt]).await;
+            let r = self.client.query(&self.st.recv_plain, &[&queue, &me, &from, &count, &vt, &maxb]).await;
             let plain = self.check(r)?;
             if !plain.is_empty() {
                 let mut messages: Vec<Leased> = plain.iter().map(|r| self.leased(r)).collect();
@@ -890,7 +916,7 @@ impl PgConn {
                 return Ok(Received { messages, dead_lettered: 0, dropped: 0, not_plain: false, statements: 1 });
             }
         }
-        let r = self.client.query(&self.st.recv, &[&queue, &me, &from, &count, &vt]).await;
+        let r = self.client.query(&self.st.recv, &[&queue, &me, &from, &count, &vt, &maxb]).await;
         let mut rows = self.check(r)?;
         let totals = rows.pop().expect("the statement's last row counts the dead letters");
         let (exists, dead, moved): (bool, i64, i64) =
@@ -1006,8 +1032,14 @@ impl PgConn {
 
     /// The rows of a statement that lists `count` of a queue's messages
     /// (`$1` the queue, `$2` how many); none: `-NOQUEUE` if it does not exist.
-    async fn listing(&self, st: &Statement, queue: &str, count: u32) -> Result<Vec<tokio_postgres::Row>, DbError> {
-        let r = self.client.query(st, &[&queue, &i64::from(count)]).await;
+    async fn listing(
+        &self,
+        st: &Statement,
+        queue: &str,
+        count: u32,
+        maxb: i64,
+    ) -> Result<Vec<tokio_postgres::Row>, DbError> {
+        let r = self.client.query(st, &[&queue, &i64::from(count), &maxb]).await;
         let rows = self.check(r)?;
         if rows.is_empty() {
             return self.or_no_queue(queue, Vec::new()).await;
@@ -1015,10 +1047,11 @@ impl PgConn {
         Ok(rows)
     }
 
-    /// QARCHIVE: the latest `count` acknowledged messages kept, newest first.
-    pub async fn archived(&self, queue: &str, count: u32) -> Result<Vec<Archived>, DbError> {
+    /// QARCHIVE: the latest `count` acknowledged messages kept, newest
+    /// first, weighing at most `maxb` bytes (the first always).
+    pub async fn archived(&self, queue: &str, count: u32, maxb: i64) -> Result<Vec<Archived>, DbError> {
         Ok(self
-            .listing(&self.st.archive, queue, count)
+            .listing(&self.st.archive, queue, count, maxb)
             .await?
             .iter()
             .map(|r| Archived {
@@ -1032,10 +1065,10 @@ impl PgConn {
             .collect())
     }
 
-    /// QDEAD: the latest `count` dead letters of `queue`.
-    pub async fn dead_letters(&self, queue: &str, count: u32) -> Result<Vec<DeadLetter>, DbError> {
+    /// QDEAD: the latest `count` dead letters of `queue`, weighing at most `maxb` bytes (the first always).
+    pub async fn dead_letters(&self, queue: &str, count: u32, maxb: i64) -> Result<Vec<DeadLetter>, DbError> {
         Ok(self
-            .listing(&self.st.dead, queue, count)
+            .listing(&self.st.dead, queue, count, maxb)
             .await?
             .iter()
             .map(|r| DeadLetter {
@@ -1482,7 +1515,9 @@ fn session_settings(cfg: &Config) -> String {
     let timeout = cfg.database.statement_timeout_ms;
     format!(
         "SET search_path = mwmq; SET statement_timeout = {timeout}; SET lock_timeout = {timeout}; \
-         SET enable_bitmapscan = off; SET enable_seqscan = off; SET enable_sort = off; SET jit = off"
+         SET enable_bitmapscan = off; SET enable_seqscan = off; SET enable_sort = off; SET jit = off; \
+         SET mwmq.max_consumers = {}",
+        cfg.server.max_consumers_per_group
     )
 }
 

@@ -28,6 +28,9 @@ pub struct Job {
     pub t_enqueue: u64,
     /// Input-budget bytes the request holds until it is answered.
     pub size: usize,
+    /// What its reply may weigh, reserved of the output budget before its
+    /// statement (`output.rs`), until its reply is handed to the connection.
+    pub reply: Option<crate::output::Share>,
     /// A RECV ... WAIT waits for messages until then.
     pub wait_until: Option<Instant>,
     /// Time spent parked waiting for messages so far (ns).

@@ -21,6 +21,7 @@ pub mod job;
 pub mod limits;
 pub mod logins;
 pub mod net;
+pub mod output;
 pub mod peer;
 pub mod pgpass;
 pub mod placement;
@@ -28,6 +29,7 @@ pub mod poller;
 pub mod queues;
 pub mod rates;
 pub mod rebalance;
+pub mod replybounds;
 pub mod retention;
 pub mod schema;
 /// RESP as mwmq speaks it (the server side of `respproto`).

@@ -13,7 +13,10 @@
 //! 64 KiB takes its size from the process's input budget first, and waits
 //! (unread, so TCP backpressure reaches its client) while the budget is used
 //! up; a client that leaves more than `max_pending_output` bytes of replies
-//! unread gets no further request served until it reads. When the request
+//! unread gets no further request served until it reads, nor any while the
+//! output budget is used up (`output.rs`); one whose unread replies do not
+//! move for `reply_stall_ms` while others wait for that budget is closed.
+//! When the request
 //! queue is full, the request waits in its connection and the net thread
 //! tries again every millisecond.
 //!
@@ -135,7 +138,8 @@ impl NetThread {
         let mut drain_until: Option<Instant> = None;
         loop {
             // (Woken at least every SWEEP for the connections' deadlines.)
-            let timeout = if !self.blocked.is_empty() || drain_until.is_some() {
+            let waiting = !self.shared.reply_line.is_empty();
+            let timeout = if !self.blocked.is_empty() || drain_until.is_some() || waiting {
                 Some(Duration::from_millis(1))
             } else {
                 Some(SWEEP)
@@ -170,6 +174,9 @@ impl NetThread {
             let blocked = std::mem::take(&mut self.blocked);
             for token in blocked {
                 self.service(token);
+            }
+            if waiting {
+                self.admit_replies();
             }
             self.sweep();
             if self.shared.stopping.load(Ordering::Relaxed) {
@@ -219,7 +226,7 @@ impl NetThread {
             NetCounters::add(&net.accepted, 1);
             open.fetch_add(1, Ordering::Relaxed);
             Some(Conn {
-                shared: Arc::new(ClientConn::new(*last_conn_id, transport)),
+                shared: Arc::new(ClientConn::new(*last_conn_id, transport, &shared.output)),
                 parser: RequestParser::new(shared.config.server.max_body),
                 rbuf: Vec::new(),
                 unqueued: None,
@@ -242,6 +249,34 @@ impl NetThread {
         self.cap_handshakes();
         for token in accepted {
             self.service(token);
+        }
+    }
+
+    /// Requests that waited for room in the output budget and now fit go
+    /// to the workers with their reservation; those whose client left are
+    /// dropped; all of them when mwmq stops.
+    fn admit_replies(&mut self) {
+        let shared = self.shared.clone();
+        let line = &shared.reply_line;
+        let admitted: Vec<_> = if shared.stopping.load(Ordering::Relaxed) {
+            line.take_all().into_iter().map(|j| (j, None)).collect()
+        } else {
+            let bounds = shared.bounds;
+            let need = |j: &Job| match &j.cmd {
+                Ok(c) if !j.conn.is_closed() => bounds.of(c).unwrap_or(0),
+                _ => 0,
+            };
+            line.admit(|j| need(j)).into_iter().map(|(j, r)| (j, Some(r))).collect()
+        };
+        for (mut job, reply) in admitted {
+            if job.conn.is_closed() {
+                crate::events::abandon(&shared, job, false);
+                continue;
+            }
+            job.reply = reply;
+            // (Its wait for room is not a wait for a worker.)
+            job.t_enqueue = now_ns();
+            shared.queue.push_again(Work::Request(job));
         }
     }
 
@@ -294,6 +329,9 @@ impl NetThread {
                 late.push((token, &shared.net.handshake_timeouts));
             } else if login.is_some_and(|l| age > l) && c.shared.user().is_none() && !c.shared.busy() {
                 late.push((token, &shared.net.login_timeouts));
+            } else if c.shared.stalled(&shared.output) {
+                // Holds unread replies that others wait for room for (`output.rs`).
+                late.push((token, &shared.net.stalled_readers));
             }
         }
         for (token, counter) in late {
@@ -407,8 +445,11 @@ impl NetThread {
             }
             let c = self.conn(token).expect("still there");
             // Only a busy connection holds its input back; whether it still
-            // is, the service loop asks in a way no worker can slip past.
-            let may_parse = !stopping && c.shared.pending_output() <= max_output;
+            // is, the service loop asks in a way no worker can slip past. One
+            // that holds unread replies waits for them to be read while the
+            // output budget is used up (its writable events bring it back).
+            let pending = c.shared.pending_output();
+            let may_parse = !stopping && pending <= max_output && self.shared.output.may_run(pending);
             if !busy && may_parse {
                 match self.parse(token) {
                     Some(flow) => return flow,
@@ -515,6 +556,7 @@ impl NetThread {
                 t_parsed,
                 t_enqueue: t_parsed,
                 size: std::mem::take(&mut c.reserved),
+                reply: None,
                 wait_until,
                 parked_ns: 0,
                 parked_at: None,

@@ -102,6 +102,10 @@ impl Service for Mq {
         let async_engine = config.server.engine == mwserve::config::Engine::Async;
         // The measurement slots: one per worker, or one per event loop.
         let workers = if async_engine { config.loops() } else { config.server.workers };
+        let output = Arc::new(crate::output::OutputBudget::new(
+            config.server.output_budget,
+            std::time::Duration::from_millis(config.server.reply_stall_ms),
+        ));
         let shared = Arc::new(Shared {
             queue: mwserve::queue::WorkQueue::new(config.server.queue_capacity),
             pool,
@@ -112,6 +116,9 @@ impl Service for Mq {
             max_connections: fds.max_connections,
             open_connections: AtomicUsize::new(0),
             input: InputBudget::new(config.server.input_budget),
+            reply_line: crate::output::Line::new(&output),
+            output,
+            bounds: crate::output::Bounds::new(&config),
             started: Instant::now(),
             done: Mutex::new(None),
             port: addr.port(),

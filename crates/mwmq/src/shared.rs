@@ -1,6 +1,6 @@
 //! What the threads of one mwmq process share: the configuration, the
 //! request queue, the database pool, the waiting RECVs, the measurements,
-//! the net thread's counters and the input budget.
+//! the net thread's counters, the input budget and the output budget.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -77,6 +77,12 @@ pub struct Shared {
     pub open_connections: AtomicUsize,
     /// Input bytes in flight.
     pub input: InputBudget,
+    /// Bytes of replies built and not yet written (`output.rs`).
+    pub output: Arc<crate::output::OutputBudget>,
+    /// What a request whose reply may be large reserves of `output`.
+    pub bounds: crate::output::Bounds,
+    /// The pool engine's requests waiting for room in `output`.
+    pub reply_line: crate::output::Line<Box<crate::job::Job>>,
     /// When the process started.
     pub started: Instant,
     /// Where workers report answered requests (set once the net thread exists).

@@ -869,7 +869,7 @@ pub const STATEMENTS: &[&str] = &[
     "SELECT * FROM mwmq_xreadgroup($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
     "SELECT mwmq_xack($1, $2, $3, $4, $5)",
     "SELECT * FROM mwmq_xpending($1, $2)",
-    "SELECT * FROM mwmq_xpending_range($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+    "SELECT * FROM mwmq_xpending_range($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
     "SELECT * FROM mwmq_xclaim($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)",
     "SELECT * FROM mwmq_xautoclaim($1, $2, $3, $4, $5, $6, $7, $8, $9)",
     "SELECT mwmq_xgroup_create($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
@@ -878,7 +878,7 @@ pub const STATEMENTS: &[&str] = &[
     "SELECT mwmq_xgroup_consumer($1, $2, $3, $4)",
     "SELECT * FROM mwmq_xinfo_stream($1)",
     "SELECT * FROM mwmq_xinfo_groups($1)",
-    "SELECT * FROM mwmq_xinfo_consumers($1, $2)",
+    "SELECT * FROM mwmq_xinfo_consumers($1, $2, $3)",
     "SELECT mwmq_type($1)",
     "SELECT mwmq_exists($1)",
     "SELECT mwmq_del($1)",
@@ -894,12 +894,14 @@ pub const STATEMENTS: &[&str] = &[
     "UPDATE mwmq_streams SET max_entries = CASE WHEN $2 THEN nullif($3::bigint, 0) ELSE max_entries END,
                              max_bytes = CASE WHEN $4 THEN nullif($5::bigint, 0) ELSE max_bytes END
      WHERE name = $1 RETURNING id",
+    "SELECT * FROM mwmq_xinfo_full_group($1, $2, $3, $4)",
 ];
 
 /// XREADGROUP of new entries by consumers `$3` (COUNT `$4` each, NOACK
 /// `$5`) of stream `$1`'s group `$2` as one plain statement, for the common
-/// case: a stream without tombstones and a group whose entries-read is
-/// known, and no consumer's entries weighing more than `$6`
+/// case: a stream without tombstones, a group whose entries-read is known
+/// and that has each consumer already (a new one may be one too many:
+/// `replybounds.rs`), and no consumer's entries weighing more than `$6`
 /// (`max_reply_bytes`) unless it has one. The row with index 0 says the
 /// group was found in that case; when it is missing the statement did
 /// nothing and `mwmq_xreadgroup_many` (the general case, Redis's errors,
@@ -911,6 +913,9 @@ const READ_GROUP_FAST: &str = "
 WITH st AS (SELECT id, length, del_ms, del_seq FROM mwmq_streams WHERE name = $1),
 g AS (SELECT x.stream_id, x.last_ms, x.last_seq FROM mwmq_stream_groups x JOIN st ON x.stream_id = st.id
       WHERE x.name = $2 AND x.entries_read IS NOT NULL AND (st.length = 0 OR (st.del_ms = 0 AND st.del_seq = 0))
+        AND NOT EXISTS (SELECT 1 FROM unnest($3::text[]) AS n(name) WHERE NOT EXISTS (
+                            SELECT 1 FROM mwmq_stream_consumers c
+                            WHERE c.stream_id = x.stream_id AND c.grp = $2 AND c.name = n.name))
       FOR UPDATE OF x),
 e AS (SELECT n.ms, n.seq, n.fields, n.w FROM g, LATERAL (
           SELECT x.ms, x.seq, x.fields, x.bytes + 16 * x.items + 64 AS w FROM mwmq_stream_entries x
@@ -983,6 +988,7 @@ pub enum X {
     ReadGroupFast,
     AckFast,
     Limit,
+    InfoFullGroup,
 }
 
 /// A trim as the functions take it: kind (0 none, 1 MAXLEN, 2 MINID), maxlen, min id, limit.

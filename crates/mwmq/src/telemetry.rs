@@ -134,6 +134,9 @@ pub struct NetCounters {
     pub handshake_refused: AtomicU64,
     /// Connections closed for not logging in within `[auth] login_timeout_secs`.
     pub login_timeouts: AtomicU64,
+    /// Connections closed for leaving their replies unread (`reply_stall_ms`)
+    /// while requests waited for the output budget.
+    pub stalled_readers: AtomicU64,
 }
 
 impl NetCounters {
@@ -158,6 +161,7 @@ impl NetCounters {
             handshake_timeouts: v(&self.handshake_timeouts),
             handshake_refused: v(&self.handshake_refused),
             login_timeouts: v(&self.login_timeouts),
+            stalled_readers: v(&self.stalled_readers),
         }
     }
 }
@@ -189,6 +193,8 @@ pub struct NetSnapshot {
     pub handshake_refused: u64,
     /// See [`NetCounters`].
     pub login_timeouts: u64,
+    /// See [`NetCounters`].
+    pub stalled_readers: u64,
 }
 
 /// When a request arrived and was parsed and queued, and how long it was parked.

@@ -5,7 +5,9 @@
 //! A RECV that asked to WAIT and found nothing is parked (`events.rs`)
 //! instead of holding the worker; it comes back through the queue when a
 //! message may be there or its wait is over. Leases whose reply could not be
-//! written are given back at once.
+//! written are given back at once. A request whose reply may be large first
+//! reserves it of the output budget (`output.rs`); when that does not fit,
+//! it waits in the budget's line, not in the worker.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -75,6 +77,7 @@ impl Worker {
             job.cmd = Err(refusal);
             return self.one(job);
         }
+        let Some(job) = self.with_room(job) else { return };
         let batch = self.shared.config.server.batch;
         if batch > 1 {
             if let Some(kind) = job.cmd.as_ref().ok().and_then(|c| Batch::of(c, &*job.conn)) {
@@ -89,14 +92,42 @@ impl Worker {
                 if !more.is_empty() {
                     let mut jobs = vec![job];
                     jobs.extend(more.into_iter().filter_map(|w| match w {
-                        Work::Request(j) => Some(j),
+                        Work::Request(j) => self.with_room(j),
                         Work::Release(_) => None,
                     }));
-                    return self.batch(kind, jobs);
+                    return match jobs.len() {
+                        1 => self.one(jobs.pop().expect("one")),
+                        _ => self.batch(kind, jobs),
+                    };
                 }
             }
         }
         self.one(job);
+    }
+
+    /// The request with its reply's reservation of the output budget
+    /// (`output.rs`), when its reply may be large; `None` when that does
+    /// not fit now: it waits in the line (the net thread lets it go once
+    /// it fits), and this worker goes on with other work.
+    fn with_room(&self, mut job: Box<Job>) -> Option<Box<Job>> {
+        let shared = &self.shared;
+        let need = match &job.cmd {
+            Ok(c) if job.reply.is_none() && !shared.stopping.load(std::sync::atomic::Ordering::Relaxed) => {
+                shared.bounds.of(c)
+            }
+            _ => None,
+        };
+        let Some(need) = need else { return Some(job) };
+        match shared.output.reserve(need) {
+            Some(r) => {
+                job.reply = Some(r);
+                Some(job)
+            }
+            None => {
+                shared.reply_line.push(job);
+                None
+            }
+        }
     }
 
     /// Carries out several compatible requests as one statement.
@@ -177,6 +208,8 @@ impl Worker {
             let op = cmd.as_ref().map(Command::op).unwrap_or(MqOp::Other);
             let status = if reply.is_error() { status } else { "ok" };
             self.answer(job, reply, std::mem::take(&mut leases[i]), false);
+            // (The connection holds the reply now.)
+            job.reply = None;
             let t_reply = now_ns();
             let facts = db.share(i, hits);
             // The worker's time is counted once, shared by the batch.
@@ -244,8 +277,10 @@ impl Worker {
                     Err(_) => Vec::new(),
                 };
                 job.cmd = cmd;
-                // The time until now was work; what follows is waiting.
+                // The time until now was work; what follows is waiting,
+                // without a reservation (it reserves again when it looks again).
                 job.parked_at = Some(now_ns());
+                job.reply = None;
                 self.record_busy(t_dequeue, db.statements);
                 let names: Vec<&str> = names.iter().map(String::as_str).collect();
                 if let Err(mut back) = self.shared.waiters.park(&names, job, seen) {
@@ -262,6 +297,7 @@ impl Worker {
                 let quit = matches!(cmd, Ok(Command::Quit));
                 let error = reply.is_error();
                 self.answer(&job, reply, leases, quit);
+                job.reply = None;
                 let t_reply = now_ns();
                 let status = if error { status } else { "ok" };
                 self.record(&job, op, keys, status, t_dequeue, &db, t_reply, None);

@@ -153,6 +153,13 @@ impl Core<'_> {
         line("handshake_timeouts", net.handshake_timeouts.to_string());
         line("handshake_refused", net.handshake_refused.to_string());
         line("login_timeouts", net.login_timeouts.to_string());
+        let out = s.output.snapshot();
+        line("output_budget", out.limit.to_string());
+        line("output_held_bytes", out.held.to_string());
+        line("output_peak_bytes", out.peak.to_string());
+        line("output_waiting", out.waiting.to_string());
+        line("output_delayed", out.delayed.to_string());
+        line("stalled_readers_closed", net.stalled_readers.to_string());
         line("statements_cut", s.pool.cut().to_string());
         line("auth_users", if s.users.enabled() { "yes" } else { "no" }.to_string());
         line("auth_failures", s.users.failures.load(std::sync::atomic::Ordering::Relaxed).to_string());

@@ -49,7 +49,7 @@ impl Core<'_> {
         db: &mut DbFacts,
     ) -> Result<Outcome, DbError> {
         let me = s.identity();
-        let msgs = self.lease(pg, r, me.as_deref(), r.count, 1, &mut db.statements).await?;
+        let msgs = self.lease(pg, r, me.as_deref(), r.count, 1, self.max_reply(), &mut db.statements).await?;
         let n = msgs.len() as u64;
         self.shared.queues.add(&r.queue, |c| c.received += n);
         db.hits = n;
@@ -140,7 +140,10 @@ impl Core<'_> {
     /// dead letters at the front (moved or dropped in the same statement)
     /// and leased fewer than `enough`, it runs again, at most 8 more times,
     /// so that a poison message does not send receivers away empty-handed.
-    /// `statements` counts the statements run.
+    /// The messages of one statement weigh at most `maxb` (the first
+    /// always: `max_reply_bytes` for a RECV's reply). `statements` counts
+    /// the statements run.
+    #[allow(clippy::too_many_arguments)]
     async fn lease(
         &self,
         pg: &PgConn,
@@ -148,6 +151,7 @@ impl Core<'_> {
         me: Option<&str>,
         count: u32,
         enough: usize,
+        maxb: i64,
         statements: &mut u64,
     ) -> Result<Vec<Leased>, DbError> {
         let mut msgs = Vec::new();
@@ -156,7 +160,8 @@ impl Core<'_> {
                 *statements += 1;
             }
             let plain_first = !self.shared.not_plain.is(&r.queue);
-            let got = pg.recv(&r.queue, me, r.from.as_deref(), count - msgs.len() as u32, r.vt_ms, plain_first).await?;
+            let want = count - msgs.len() as u32;
+            let got = pg.recv(&r.queue, me, r.from.as_deref(), want, r.vt_ms, plain_first, maxb).await?;
             // (One statement is counted already: the request's, or the retry's above.)
             *statements += got.statements - 1;
             if got.not_plain && plain_first {
@@ -334,7 +339,8 @@ impl Core<'_> {
             for (me, is) in by_name {
                 statements += 1;
                 let k = is.len();
-                let msgs = self.lease(pg, r, me, k as u32, k, &mut statements).await?;
+                // (One message a reply: no bound on them together.)
+                let msgs = self.lease(pg, r, me, k as u32, k, i64::MAX, &mut statements).await?;
                 let n = msgs.len() as u64;
                 self.shared.queues.add(&r.queue, |c| c.received += n);
                 let mut msgs = msgs.into_iter();

@@ -105,7 +105,7 @@ impl Core<'_> {
 
     /// QARCHIVE: `[id, sender, body, deliveries, acked_at_ms, acked_by]` each, newest first.
     pub(super) async fn archive(&self, pg: &PgConn, q: &str, count: u32) -> Result<Outcome, DbError> {
-        let kept = pg.archived(q, count).await?;
+        let kept = pg.archived(q, count, self.max_reply()).await?;
         let rows = kept
             .into_iter()
             .map(|a| {
@@ -125,7 +125,7 @@ impl Core<'_> {
     /// QDEAD: `[id, queue, from, reason, deliveries, sender, sent_at_ms, body]`
     /// each, last dead-lettered first.
     pub(super) async fn dead_letters(&self, pg: &PgConn, q: &str, count: u32) -> Result<Outcome, DbError> {
-        let dead = pg.dead_letters(q, count).await?;
+        let dead = pg.dead_letters(q, count, self.max_reply()).await?;
         let rows = dead
             .into_iter()
             .map(|d| {

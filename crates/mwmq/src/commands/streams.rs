@@ -279,10 +279,11 @@ impl Core<'_> {
             XCmd::Pending { key, group, range: Some(p) } => {
                 if p.count == 0 || p.start > p.end {
                     // (Redis still checks the group first.)
-                    pg.x(X::PendingRange, &[key, group, &p.idle, &0i64, &0i64, &0i64, &0i64, &0i64, &p.consumer])
-                        .await?;
+                    let z = 0i64;
+                    pg.x(X::PendingRange, &[key, group, &p.idle, &z, &z, &z, &z, &z, &p.consumer, &z]).await?;
                     return ok(Reply::Array(Vec::new()));
                 }
+                // A range like XRANGE's: whole or refused (`replybounds.rs`).
                 let rows = pg
                     .x(
                         X::PendingRange,
@@ -294,11 +295,13 @@ impl Core<'_> {
                             &p.start.seq,
                             &p.end.ms,
                             &p.end.seq,
-                            &capped(Some(p.count)),
+                            &range_count(Some(p.count)),
                             &p.consumer,
+                            &self.max_reply(),
                         ],
                     )
-                    .await?;
+                    .await;
+                let rows = whole(self, rows)?;
                 ok(Reply::Array(
                     rows.iter()
                         .map(|r| {
@@ -406,7 +409,7 @@ impl Core<'_> {
                 ))
             }
             XCmd::InfoConsumers { key, group } => {
-                let rows = pg.x(X::InfoConsumers, &[key, group]).await?;
+                let rows = pg.x(X::InfoConsumers, &[key, group, &self.max_reply()]).await?;
                 let t = Reply::text;
                 ok(Reply::Array(
                     rows.iter()
@@ -510,36 +513,57 @@ impl Core<'_> {
             (t("recorded-first-entry-id"), sid(r, 6).reply()),
         ];
         if let Some(count) = full {
-            // (Read statement by statement: a view of moments apart under load.)
+            // (Read statement by statement: a view of moments apart under
+            // load.) The whole reply weighs at most `max_reply_bytes`: the
+            // entries first, then each group's part with what is left.
             let cnt = Some(capped((count > 0).then_some(count)));
             let maxb = self.max_reply();
             let entries_cnt = Some(range_count((count > 0).then_some(count)));
             let all = pg.x(X::Range, &[&key, &0i64, &0i64, &i64::MAX, &i64::MAX, &entries_cnt, &false, &maxb]).await;
-            m.push((t("entries"), Reply::Array(entries(&whole(self, all)?, 0))));
+            let all = whole(self, all)?;
+            let mut used: i64 =
+                all.iter().map(|r| crate::streamrules::entry_weight(&r.get::<_, Vec<Vec<u8>>>(2)) as i64).sum();
+            m.push((t("entries"), Reply::Array(entries(&all, 0))));
             let mut groups = Vec::new();
             for g in pg.x(X::InfoGroups, &[&key]).await? {
                 let name: String = g.get(0);
                 let opt = |i: usize| g.get::<_, Option<i64>>(i).map(Reply::Int).unwrap_or(Reply::Nil);
-                let no_one: Option<&str> = None;
-                let pending = pg.x(X::InfoPending, &[&key, &name, &cnt, &no_one]).await?;
-                let pending = pending
-                    .iter()
-                    .map(|p| {
-                        Reply::Array(vec![sid(p, 0).reply(), Reply::text(p.get::<_, String>(2)), int(p, 3), int(p, 4)])
-                    })
-                    .collect();
-                let mut consumers = Vec::new();
-                for c in pg.x(X::InfoFullConsumers, &[&key, &name]).await? {
-                    let cname: String = c.get(0);
-                    let own = pg.x(X::InfoPending, &[&key, &name, &cnt, &Some(cname.as_str())]).await?;
-                    let own = own.iter().map(|p| Reply::Array(vec![sid(p, 0).reply(), int(p, 3), int(p, 4)])).collect();
-                    consumers.push(Reply::Map(vec![
-                        (t("name"), Reply::text(cname)),
-                        (t("seen-time"), int(&c, 1)),
-                        (t("pel-count"), int(&c, 2)),
-                        (t("pending"), Reply::Array(own)),
-                    ]));
+                let left = maxb - used;
+                let rows =
+                    if left > 0 { pg.x(X::InfoFullGroup, &[&key, &name, &cnt, &left]).await? } else { Vec::new() };
+                let (mut pending, mut consumers) = (Vec::new(), Vec::new());
+                let mut own: Vec<Reply> = Vec::new();
+                let mut consumer: Option<Vec<(Reply, Reply)>> = None;
+                let mut close = |consumer: &mut Option<Vec<(Reply, Reply)>>, own: &mut Vec<Reply>| {
+                    if let Some(mut c) = consumer.take() {
+                        c.push((t("pending"), Reply::Array(std::mem::take(own))));
+                        consumers.push(Reply::Map(c));
+                    }
+                };
+                for p in &rows {
+                    used += p.get::<_, i64>(6);
+                    let row = |name: bool| {
+                        let mut v = vec![sid(p, 1).reply()];
+                        if name {
+                            v.push(Reply::text(p.get::<_, String>(3)));
+                        }
+                        v.extend([int(p, 4), int(p, 5)]);
+                        Reply::Array(v)
+                    };
+                    match p.get::<_, i32>(0) {
+                        0 => pending.push(row(true)),
+                        1 => {
+                            close(&mut consumer, &mut own);
+                            consumer = Some(vec![
+                                (t("name"), Reply::text(p.get::<_, String>(3))),
+                                (t("seen-time"), int(p, 4)),
+                                (t("pel-count"), int(p, 5)),
+                            ]);
+                        }
+                        _ => own.push(row(false)),
+                    }
                 }
+                close(&mut consumer, &mut own);
                 groups.push(Reply::Map(vec![
                     (t("name"), Reply::text(name)),
                     (t("last-delivered-id"), sid(&g, 3).reply()),
@@ -659,22 +683,49 @@ impl Core<'_> {
         let mut rows = pg.x(X::ReadGroupFast, &[&key, &group, &consumers, &each, &noack, &maxb]).await?;
         if !rows.iter().any(|r| r.get::<_, i32>(0) == 0) {
             // Not the common case (tombstones, an unknown entries-read, no such group, a
-            // reply to cut by its bytes): the general function.
-            rows = pg.x(X::ReadGroupMany, &[&key, &group, &consumers, &each, &noack, &maxb, &0i64]).await?;
+            // new consumer, a reply to cut by its bytes): the general function.
+            match pg.x(X::ReadGroupMany, &[&key, &group, &consumers, &each, &noack, &maxb, &0i64]).await {
+                Ok(r) => rows = r,
+                // A new consumer one too many for its group: each on its own, so
+                // that only the new ones are refused.
+                Err(DbError::Redis(m)) if m.starts_with("OVERQUOTA") => {
+                    for ((slot, who), (_, s)) in replies.iter_mut().zip(&consumers).zip(items) {
+                        let one = [*who];
+                        *slot = Some(
+                            match pg.x(X::ReadGroupMany, &[&key, &group, &&one[..], &each, &noack, &maxb, &0i64]).await
+                            {
+                                Ok(rows) => {
+                                    self.shared.stream_replies.cut(cuts(&rows));
+                                    group_reply(key, by_index(&rows, 1).remove(0), s.resp3())
+                                }
+                                Err(DbError::Redis(m)) => (Reply::Error(m), "client_error", 0),
+                                Err(e) => return Err(e),
+                            },
+                        );
+                    }
+                    return Ok(());
+                }
+                Err(e) => return Err(e),
+            }
             self.shared.stream_replies.cut(cuts(&rows));
         }
         let parts = by_index(&rows, items.len());
         for ((slot, part), (_, s)) in replies.iter_mut().zip(parts).zip(items) {
-            let n = part.len() as u64;
-            let reply = if part.is_empty() {
-                Reply::NilArray
-            } else {
-                as_stream_pairs(Reply::Map(vec![(Reply::text(key), Reply::Array(part))]), s.resp3())
-            };
-            *slot = Some((reply, "ok", n));
+            *slot = Some(group_reply(key, part, s.resp3()));
         }
         Ok(())
     }
+}
+
+/// One XREADGROUP's answer in a batch: the entries it got from `key`, or the null array.
+fn group_reply(key: &str, part: Vec<Reply>, resp3: bool) -> (Reply, &'static str, u64) {
+    let n = part.len() as u64;
+    let reply = if part.is_empty() {
+        Reply::NilArray
+    } else {
+        as_stream_pairs(Reply::Map(vec![(Reply::text(key), Reply::Array(part))]), resp3)
+    };
+    (reply, "ok", n)
 }
 
 fn group_start(g: &GroupStart) -> (bool, Sid, Option<&str>) {
