@@ -11,7 +11,8 @@
 //! `pid % 16`, made every RESP SEND and ACK of the queue wait until its
 //! statement timeout while holding one of mwmq's database connections, which
 //! soon stalled every other queue too. Now `mwmq.send` and `mwmq.ack` run
-//! with `mwmq.sql_caller = on` (a SET of the function: on inside them only),
+//! with `mwmq.sql_caller = on` (set by each before its rights check, for the
+//! rest of the caller's transaction, which only ever counts as an SQL caller),
 //! and the counting triggers put what they change in stripes 16 + `pid % 16`,
 //! which no RESP statement writes: RESP's quota check, QINFO and the count
 //! a SEND refused with read the sum of all 32 with a plain read, which never
@@ -63,10 +64,31 @@ BEGIN
     RETURN NULL;
 END $$;
 
--- mwmq.send and mwmq.ack count in the SQL stripes (a SET of the function:
--- on inside them only, whatever the caller set).
-ALTER FUNCTION mwmq.send(text, bytea, text, bigint, text, text) SET mwmq.sql_caller = 'on';
-ALTER FUNCTION mwmq.ack(text, bigint, bigint) SET mwmq.sql_caller = 'on';
+-- mwmq.send and mwmq.ack count in the SQL stripes: each sets
+-- mwmq.sql_caller to on for the rest of the caller's transaction before its
+-- rights check, whatever the caller set before. (Not a SET clause of the
+-- functions: PostgreSQL lets only a superuser attach a custom setting to a
+-- function, and mwmq's role need not be one.)
+DO $patch$
+DECLARE
+    f regprocedure;
+    call text;
+    def text;
+BEGIN
+    FOR f, call IN VALUES
+        ('mwmq.send(text, bytea, text, bigint, text, text)'::regprocedure,
+         $c$    SELECT * INTO who FROM mwmq.mwmq_sql_caller(send.queue, 'send');$c$),
+        ('mwmq.ack(text, bigint, bigint)'::regprocedure,
+         $c$    SELECT * INTO who FROM mwmq.mwmq_sql_caller(ack.queue, 'receive');$c$)
+    LOOP
+        def := pg_catalog.pg_get_functiondef(f);
+        IF pg_catalog.strpos(def, call) OPERATOR(pg_catalog.=) 0 THEN
+            RAISE EXCEPTION '% no longer checks its caller''s rights as schema version 11 wrote it', f;
+        END IF;
+        EXECUTE pg_catalog.replace(def, call,
+            $s$    PERFORM pg_catalog.set_config('mwmq.sql_caller', 'on', true);$s$ || pg_catalog.chr(10) || call);
+    END LOOP;
+END $patch$;
 
 -- mwmq.send keeps the quota's check for COMMIT whatever SET CONSTRAINTS the
 -- caller ran before. The one statement is patched into whatever body the

@@ -250,7 +250,8 @@ fn sigterm_answers_everything_in_flight_and_leaves_no_lease_behind() {
     for _ in 0..20 {
         let _: i64 = q(&mut c, &["SEND", "big", &body]);
     }
-    // A client takes 20 MiB of messages and never reads the reply.
+    // A client asks for 20 MiB of messages and never reads the reply: the
+    // reply stops at max_reply_bytes (16 MiB), so it takes 15 of them.
     let mut deaf = std::net::TcpStream::connect(addr).unwrap();
     std::io::Write::write_all(&mut deaf, b"*4\r\n$4\r\nRECV\r\n$3\r\nbig\r\n$5\r\nCOUNT\r\n$2\r\n20\r\n").unwrap();
     // A client waits for messages; another keeps sending.
@@ -262,12 +263,17 @@ fn sigterm_answers_everything_in_flight_and_leaves_no_lease_behind() {
     });
     let sending = Arc::new(AtomicBool::new(true));
     let go = sending.clone();
+    let sends = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = sends.clone();
     let sender = std::thread::spawn(move || {
         let mut s = connect_as(addr, "sender");
         let mut ok = Vec::new();
         while go.load(Ordering::Relaxed) {
             match redis::cmd("SEND").arg("other").arg("x").query::<i64>(&mut s) {
-                Ok(id) => ok.push(id),
+                Ok(id) => {
+                    ok.push(id);
+                    counted.fetch_add(1, Ordering::Relaxed);
+                }
                 Err(e) if e.code() == Some("NOQUEUE") => {
                     let _: redis::RedisResult<String> = redis::cmd("QCREATE").arg("other").query(&mut s);
                 }
@@ -276,10 +282,16 @@ fn sigterm_answers_everything_in_flight_and_leaves_no_lease_behind() {
         }
         ok
     });
-    std::thread::sleep(Duration::from_millis(700));
-    let leased: i64 =
-        sql(&pg).query_one("SELECT count(*) FROM mwmq_messages WHERE lease IS NOT NULL", &[]).unwrap().get(0);
-    assert_eq!(leased, 20, "the deaf client's RECV leased its messages");
+    let mut db = sql(&pg);
+    let mut leased = 0;
+    let took = eventually(Duration::from_secs(30), || {
+        leased = db.query_one("SELECT count(*) FROM mwmq_messages WHERE lease IS NOT NULL", &[]).unwrap().get(0);
+        leased == 15
+    });
+    assert!(took, "the deaf client's RECV leased what fits in max_reply_bytes: {leased} leased, not 15");
+    // The waiter parked and the sender sending before the stop.
+    assert!(eventually(Duration::from_secs(30), || info_field(&mut c, "blocked_clients") >= 1), "the waiter parked");
+    assert!(eventually(Duration::from_secs(30), || sends.load(Ordering::Relaxed) >= 1), "the sender sent");
     let t0 = Instant::now();
     let status = mq.terminate();
     assert!(status.success(), "mwmq exited with {status}");
