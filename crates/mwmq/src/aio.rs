@@ -773,12 +773,13 @@ async fn database(lp: &Rc<Loop>, c: Command, sess: &Rc<Sess>, left: Option<&Left
         // Nothing yet: wait for a wake-up of these names, the end, or the client's.
         let t0 = now_ns();
         {
-            let _watching = waiters.watch(crate::waiters::interests(&c, sess.identity()));
+            let watching = waiters.watch(crate::waiters::interests(&c, sess.identity()));
             loop {
                 let bell = waiters.bell.notified();
                 tokio::pin!(bell);
                 bell.as_mut().enable();
-                if waiters.seq(&names) != seen {
+                // A wake-up of its names, or a look that rang this wait.
+                if waiters.seq(&names) != seen || watching.rung() {
                     break;
                 }
                 let left_wait = async {

@@ -303,6 +303,13 @@ pub struct QueuesConfig {
     /// this often: one statement per database, whatever the number waiting
     /// (default 250 ms).
     pub poll_ms: u64,
+    /// Notifications on mwmq's channel (other processes' new messages, or
+    /// anyone's NOTIFY) are hints: the shared poll looks at the names they
+    /// hinted at most this often, once for all that came meanwhile (default 10 ms).
+    pub wake_ms: u64,
+    /// Most queues or streams one waiting request may wait on (`XREAD ...
+    /// BLOCK` over many keys); more is refused with `-ERR` (default 128).
+    pub max_wait_names: usize,
     /// SEND ... KEY remembers keys this long (default 86400 s).
     pub dedup_window_s: u64,
     /// Dropped queues' messages and expired keys are removed this often (default 60 s).
@@ -342,6 +349,8 @@ impl Default for QueuesConfig {
             default_vt_ms: 30_000,
             max_wait_ms: 300_000,
             poll_ms: 250,
+            wake_ms: 10,
+            max_wait_names: 128,
             dedup_window_s: 86_400,
             maintenance_s: 60,
             purge_ms: 1000,
@@ -472,6 +481,9 @@ impl ServiceConfig for Config {
         }
         if q.poll_ms == 0 || q.maintenance_s == 0 || q.purge_ms == 0 || q.rates_sample_ms == 0 {
             return err("poll_ms, maintenance_s, purge_ms and rates_sample_ms must be positive".into());
+        }
+        if q.wake_ms == 0 || q.max_wait_names == 0 {
+            return err("wake_ms and max_wait_names must be positive".into());
         }
         crate::users::Users::from_config(&self.users).map_err(ConfigError)?;
         if self.auth.login_threads == 0 || self.auth.login_queue == 0 {

@@ -8,7 +8,10 @@
 //! - another mwmq process on the same database announced one (PostgreSQL
 //!   `LISTEN mwmq` / `NOTIFY`, payload = queue name); each process announces
 //!   its queues' new messages at most every `notify_ms`, from its events
-//!   thread, so a burst of SENDs costs one notification, not one each;
+//!   thread, so a burst of SENDs costs one notification, not one each. A
+//!   notification is a hint for the shared poll, which looks (one statement
+//!   for a burst of them, at most every `wake_ms`) and wakes as many
+//!   waiters as it found messages for;
 //! - the shared poll (`poller.rs`) found that it may have one (the fallback:
 //!   a notification lost while the events connection reconnected, a message
 //!   whose DELAY or lease ran out), one statement per database every
@@ -77,7 +80,9 @@ pub(crate) fn abandon(shared: &Shared, job: Box<crate::job::Job>, tell_net: bool
 }
 
 /// The listener thread (with `notify`): LISTENs on its own connection and
-/// wakes the waiters of every queue another process announced.
+/// hands every queue or stream another process announced to the poller as a
+/// hint (`poller.rs`): anyone who can log in to the database can NOTIFY on
+/// the channel, so a notification wakes nobody by itself.
 pub fn run_listener_thread(shared: Arc<Shared>, db: usize) {
     let cfg = &shared.config.for_database(db);
     let w = &shared.waiters;
@@ -96,20 +101,19 @@ pub fn run_listener_thread(shared: Arc<Shared>, db: usize) {
         };
         backoff = Duration::from_millis(cfg.database.retry_min_ms);
         // Whatever was announced while not listening was missed: look again.
-        w.lock().poll_now = true;
-        w.changed.notify_all();
+        w.poll_now();
         loop {
             if w.lock().stopping {
                 return;
             }
-            let mut woken = Vec::new();
             let mut failed = false;
             {
                 let mut n = c.notifications();
                 let mut it = n.timeout_iter(Duration::from_millis(200));
-                loop {
+                // (Back to the stop's check after a quiet 200 ms or 1024 notifications.)
+                for _ in 0..1024 {
                     match it.next() {
-                        Ok(Some(note)) => woken.push(note.payload().to_string()),
+                        Ok(Some(note)) => w.hint(note.payload()),
                         Ok(None) => break,
                         Err(e) => {
                             tracing::debug!("notifications: {e}");
@@ -117,13 +121,7 @@ pub fn run_listener_thread(shared: Arc<Shared>, db: usize) {
                             break;
                         }
                     }
-                    if woken.len() >= 1024 {
-                        break;
-                    }
                 }
-            }
-            for q in woken {
-                w.wake(&shared.queue, &q);
             }
             if failed || c.is_closed() {
                 break;

@@ -11,12 +11,20 @@
 //! not lost: each queue has a sequence number of wake-ups, read before the
 //! RECV and checked when parking.
 //!
+//! Wake-ups come in two strengths. A SEND, XADD or queue drop of this
+//! process wakes every waiter of its name ([`Waiters::wake`]). What the
+//! shared poll found, and what another process's notification made it look
+//! for ([`Waiters::hint`]: a notification is a hint, not a wake-up, since any
+//! role that can log in to the database may send one), rings at most as many
+//! waiters as it found messages or entries for ([`Waiters::ring`]), the
+//! oldest first; the others stay parked.
+//!
 //! A parked request whose client left is dropped at once
 //! ([`Waiters::forget`]), without a statement; one that is parked after its
 //! client left is refused.
 
-use std::collections::{HashMap, HashSet};
-use std::sync::atomic::AtomicU64;
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::Instant;
 
@@ -58,6 +66,51 @@ impl Interest {
     }
 }
 
+/// Which waiters of a name a look rings, and how many ([`Waiters::ring`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Ring {
+    /// The queue or stream.
+    pub name: String,
+    /// Who of its waiters.
+    pub who: Who,
+    /// At most this many (`usize::MAX`: all).
+    pub n: usize,
+}
+
+/// The waiters of a name a [`Ring`] is for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Who {
+    /// Every waiter (the queue, stream or group is gone: they are answered so).
+    Everyone,
+    /// RECVs received by this identity.
+    Queue(Option<String>),
+    /// XREADs after an id.
+    Readers,
+    /// XREADGROUPs of this group.
+    Group(String),
+    /// Waits that look at every poll ([`Interest::Any`]).
+    Any,
+}
+
+impl Ring {
+    /// Whether a waiter that looks for `i` is one this rings.
+    pub fn matches(&self, i: &Interest) -> bool {
+        if i.name() != self.name {
+            return false;
+        }
+        match (&self.who, i) {
+            (Who::Everyone, _) | (Who::Readers, Interest::After(..)) | (Who::Any, Interest::Any(_)) => true,
+            (Who::Queue(me), Interest::Queue { me: m, .. }) => me == m,
+            (Who::Group(g), Interest::Group(_, grp)) => g == grp,
+            _ => false,
+        }
+    }
+}
+
+/// Names hinted by notifications and not looked at yet, at most: past it,
+/// the next look is a full poll (`hints_overflowed`).
+pub const MAX_HINTED: usize = 4096;
+
 /// What a waiting command looks for, received by `me` (`Session::identity`).
 pub fn interests(c: &Command, me: Option<String>) -> Vec<Interest> {
     match c {
@@ -82,6 +135,12 @@ pub fn interests(c: &Command, me: Option<String>) -> Vec<Interest> {
     }
 }
 
+/// One async wait.
+struct Watch {
+    interests: Vec<Interest>,
+    rung: bool,
+}
+
 #[derive(Default)]
 pub(crate) struct State {
     #[allow(clippy::vec_box)] // jobs move between the queue and here as boxes
@@ -96,8 +155,12 @@ pub(crate) struct State {
     pub(crate) tidy: bool,
     /// Poll now (the listener reconnected: notifications may have been missed).
     pub(crate) poll_now: bool,
-    /// The async engine's waits, by ticket: what each looks for.
-    watching: HashMap<u64, Vec<Interest>>,
+    /// The async engine's waits, by ticket (the oldest first): what each
+    /// looks for, and whether a look rang it.
+    watching: BTreeMap<u64, Watch>,
+    /// Names another process's notification named since the last look
+    /// (at most [`MAX_HINTED`]).
+    pub(crate) hinted: HashSet<String>,
     next_ticket: u64,
     pub(crate) stopping: bool,
 }
@@ -109,6 +172,8 @@ pub struct Waiters {
     pub(crate) changed: Condvar,
     /// The notifier thread waits on it: a queue to announce, maintenance asked for.
     pub(crate) announced: Condvar,
+    /// The poller thread waits on it: a hint, a poll asked for, mwmq is stopping.
+    pub(crate) look: Condvar,
     /// Other processes on the database hear of new messages (`database.notify`).
     notify: bool,
     /// Rung at every wake-up and at the stop: the async engine's waiting
@@ -118,12 +183,23 @@ pub struct Waiters {
     pub polls: AtomicU64,
     /// Parked requests dropped because their client left.
     pub abandoned: AtomicU64,
+    /// Notifications heard on mwmq's channel (hints: `events.rs`).
+    pub hints: AtomicU64,
+    /// Hints that found [`MAX_HINTED`] names waiting to be looked at (a full poll instead).
+    pub hints_overflowed: AtomicU64,
 }
 
 /// An async wait registered with [`Waiters::watch`]; unregistered when dropped.
 pub struct Watching<'a> {
     waiters: &'a Waiters,
     ticket: u64,
+}
+
+impl Watching<'_> {
+    /// Whether a look rang this wait ([`Waiters::ring`]).
+    pub fn rung(&self) -> bool {
+        self.waiters.lock().watching.get(&self.ticket).is_some_and(|w| w.rung)
+    }
 }
 
 impl Drop for Watching<'_> {
@@ -139,10 +215,13 @@ impl Waiters {
             state: Mutex::default(),
             changed: Condvar::new(),
             announced: Condvar::new(),
+            look: Condvar::new(),
             notify,
             bell: Default::default(),
             polls: AtomicU64::new(0),
             abandoned: AtomicU64::new(0),
+            hints: AtomicU64::new(0),
+            hints_overflowed: AtomicU64::new(0),
         }
     }
 
@@ -189,20 +268,98 @@ impl Waiters {
         let mut s = self.lock();
         let ticket = s.next_ticket;
         s.next_ticket += 1;
-        s.watching.insert(ticket, interests);
+        s.watching.insert(ticket, Watch { interests, rung: false });
         Watching { waiters: self, ticket }
     }
 
-    /// What every waiting request looks for (each once).
-    pub fn wanted(&self) -> Vec<Interest> {
+    /// What the waiting requests look for, each once, with how many look for it.
+    pub fn wanted(&self) -> HashMap<Interest, usize> {
         let s = self.lock();
-        let mut all: HashSet<Interest> = s.watching.values().flatten().cloned().collect();
+        let mut all: HashMap<Interest, usize> = HashMap::new();
+        for i in s.watching.values().flat_map(|w| w.interests.iter()) {
+            *all.entry(i.clone()).or_default() += 1;
+        }
         for job in s.parked.values().flatten() {
             if let Ok(c) = &job.cmd {
-                all.extend(interests(c, job.conn.identity()));
+                for i in interests(c, job.conn.identity()) {
+                    *all.entry(i).or_default() += 1;
+                }
             }
         }
-        all.into_iter().collect()
+        all
+    }
+
+    /// Another process's notification named `name` (or anyone's: any role
+    /// that can log in may NOTIFY): the poller looks whether its waiters may
+    /// find something, once for a burst of them (`poller.rs`).
+    pub fn hint(&self, name: &str) {
+        self.hints.fetch_add(1, Ordering::Relaxed);
+        let mut s = self.lock();
+        if s.hinted.contains(name) {
+            return;
+        }
+        if s.hinted.len() < MAX_HINTED {
+            s.hinted.insert(name.to_string());
+        } else {
+            self.hints_overflowed.fetch_add(1, Ordering::Relaxed);
+            s.poll_now = true;
+        }
+        drop(s);
+        self.look.notify_all();
+    }
+
+    /// Asks the poller for a full poll now (notifications may have been missed).
+    pub fn poll_now(&self) {
+        self.lock().poll_now = true;
+        self.look.notify_all();
+    }
+
+    /// A look found something for `r`'s waiters: up to `r.n` of them, the
+    /// oldest first, look again; the others stay parked.
+    pub fn ring(&self, queue_of_work: &WorkQueue<Work>, r: &Ring) {
+        let mut left = r.n;
+        let mut bell = false;
+        let jobs = {
+            let mut s = self.lock();
+            for w in s.watching.values_mut() {
+                if left == 0 {
+                    break;
+                }
+                if w.interests.iter().any(|i| r.matches(i)) {
+                    // (One rung already and not looking yet counts: it will look.)
+                    bell |= !w.rung;
+                    w.rung = true;
+                    left -= 1;
+                }
+            }
+            let mut firsts = vec![r.name.clone()];
+            firsts.extend(s.also.get(&r.name).into_iter().flatten().filter(|f| **f != r.name).cloned());
+            let mut taken = Vec::new();
+            for first in firsts {
+                let Some(jobs) = s.parked.get_mut(&first) else { continue };
+                let mut i = 0;
+                while i < jobs.len() && left > 0 {
+                    let wanted = match &jobs[i].cmd {
+                        Ok(c) => interests(c, jobs[i].conn.identity()).iter().any(|x| r.matches(x)),
+                        Err(_) => false,
+                    };
+                    if wanted {
+                        taken.push(jobs.remove(i));
+                        left -= 1;
+                    } else {
+                        i += 1;
+                    }
+                }
+            }
+            s.parked.retain(|_, v| !v.is_empty());
+            taken
+        };
+        if bell {
+            self.bell.notify_waiters();
+        }
+        for job in jobs {
+            requeue(queue_of_work, job);
+        }
     }
 
     /// The parked requests of connection `conn_id` (its client left), taken
@@ -223,7 +380,7 @@ impl Waiters {
             if s.parked.is_empty() {
                 s.also.clear();
             }
-            self.abandoned.fetch_add(gone.len() as u64, std::sync::atomic::Ordering::Relaxed);
+            self.abandoned.fetch_add(gone.len() as u64, Ordering::Relaxed);
         }
         gone
     }
@@ -271,6 +428,7 @@ impl Waiters {
             s.parked.drain().flat_map(|(_, v)| v).collect()
         };
         self.changed.notify_all();
+        self.look.notify_all();
         self.announced.notify_all();
         self.bell.notify_waiters();
         for mut job in all {
@@ -310,7 +468,7 @@ impl Waiters {
                 s.also.clear();
             }
         }
-        self.abandoned.fetch_add(gone.len() as u64, std::sync::atomic::Ordering::Relaxed);
+        self.abandoned.fetch_add(gone.len() as u64, Ordering::Relaxed);
         for job in due {
             requeue(queue_of_work, job);
         }

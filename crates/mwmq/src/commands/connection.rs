@@ -7,6 +7,7 @@ use super::{Core, Outcome, Session};
 use crate::command::{Command, Credentials};
 use crate::resp::Reply;
 use crate::users::Checked;
+use crate::xcommand::XCmd;
 
 impl Core<'_> {
     /// The outcome of a command answered without the database; `None` for
@@ -14,6 +15,9 @@ impl Core<'_> {
     /// checked (`logins::check`).
     pub fn local<S: Session + ?Sized>(&self, c: &Command, s: &S, checked: Option<Checked>) -> Option<Outcome> {
         let local = |r: Reply| Some(Outcome::ok(r));
+        if let Some(refusal) = self.too_many_names(c) {
+            return Some(Outcome::Reply(refusal, Vec::new(), "client_error"));
+        }
         match c {
             Command::Ping(None) => local(Reply::Simple("PONG")),
             Command::Ping(Some(m)) => local(Reply::Bulk(m.clone())),
@@ -59,6 +63,26 @@ impl Core<'_> {
             Command::QueueInfo(q) => self.cached_info(q).map(Outcome::ok),
             _ => None,
         }
+    }
+
+    /// A waiting request over more names than `queues.max_wait_names`
+    /// (XREAD BLOCK over many keys) is refused: each name is watched and
+    /// asked about while it waits.
+    fn too_many_names(&self, c: &Command) -> Option<Reply> {
+        let (names, _) = c.wait()?;
+        let cap = self.shared.config.queues.max_wait_names;
+        let what = match c {
+            Command::Stream(XCmd::ReadGroup { .. }) => "XREADGROUP ... BLOCK",
+            Command::Stream(_) => "XREAD ... BLOCK",
+            _ => "RECV ... WAIT",
+        };
+        (names.len() > cap).then(|| {
+            Reply::err(format!(
+                "{what} waits on at most {cap} keys ({} given; queues.max_wait_names): \
+                 split them over several connections",
+                names.len()
+            ))
+        })
     }
 
     /// `AUTH` and `HELLO ... AUTH`: the connection becomes the user, or
@@ -171,6 +195,11 @@ impl Core<'_> {
         line("pool_idle", idle.to_string());
         line("db_statements", acc.db_requests.to_string());
         line("wait_polls", s.waiters.polls.load(std::sync::atomic::Ordering::Relaxed).to_string());
+        line("wake_hints", s.waiters.hints.load(std::sync::atomic::Ordering::Relaxed).to_string());
+        line(
+            "wake_hints_overflowed",
+            s.waiters.hints_overflowed.load(std::sync::atomic::Ordering::Relaxed).to_string(),
+        );
         line("db_errors", acc.db_errors.to_string());
         line("db_unavailable", acc.db_unavailable.to_string());
         let pools = &s.pool;
