@@ -5,6 +5,7 @@ and the network-limit experiment saturates at the server's link."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
 import subprocess
@@ -218,7 +219,12 @@ def test_the_generator_checks_fire_on_a_throttled_load_generator(tmp_path: Path)
         assert (summary["status"] == "ok").all(), summary.get("error")
         checks = {c.name: c for c in run_checks(summary, aggregate)}
         verdicts[name] = (checks["load generator kept its schedule"], summary.iloc[0])
-        verdicts[name + " gaps"] = checks["arrivals exponential"]
+        # (No verdict when the gaps' histogram has too few classes for the
+        # test, which a loaded machine's coarse timing can make: then the
+        # check is absent, and its figure says undetermined.)
+        verdicts[name + " gaps"] = checks.get("arrivals exponential")
+        if verdicts[name + " gaps"] is None:
+            assert math.isnan(summary.iloc[0]["gen_gap_exponential"]), summary.iloc[0]["gen_gap_ad"]
     # The report draws the lateness (once: rendering takes seconds).
     write_report(out, summary, aggregate)
     assert (out / "plots" / "lateness.svg").exists() and "Send lateness" in (out / "report.html").read_text()
@@ -231,8 +237,11 @@ def test_the_generator_checks_fire_on_a_throttled_load_generator(tmp_path: Path)
     assert healthy.ok == kept, healthy.detail
     # Measured here: A² 0.13 unthrottled on a quiet machine; throttled 20 to
     # 2,615 from run to run (the check rejects above 1.591).
-    assert not verdicts["throttled gaps"].ok, verdicts["throttled gaps"].detail
-    assert verdicts["healthy gaps"].ok == bool(h["gen_gap_exponential"]), verdicts["healthy gaps"].detail
+    # (The gaps' check on synthetic rows: test_analysis.py.)
+    if verdicts["throttled gaps"] is not None:
+        assert not verdicts["throttled gaps"].ok, verdicts["throttled gaps"].detail
+    if verdicts["healthy gaps"] is not None:
+        assert verdicts["healthy gaps"].ok == bool(h["gen_gap_exponential"]), verdicts["healthy gaps"].detail
 
 
 def test_the_message_queue_system_on_emulated_hosts(tmp_path: Path):

@@ -283,7 +283,7 @@ fn sigterm_answers_everything_in_flight_and_leaves_no_lease_behind() {
         ok
     });
     let mut db = sql(&pg);
-    let mut leased = 0;
+    let mut leased: i64 = 0;
     let took = eventually(Duration::from_secs(30), || {
         leased = db.query_one("SELECT count(*) FROM mwmq_messages WHERE lease IS NOT NULL", &[]).unwrap().get(0);
         leased == 15

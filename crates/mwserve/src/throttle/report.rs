@@ -13,8 +13,10 @@ use super::{shown_name, Attempt, Source};
 
 /// At most one line per source this often.
 pub const LOG_EVERY: Duration = Duration::from_secs(10);
-/// Sources followed one by one at most.
-const MAX_LOGGED: usize = 4_096;
+/// Sources followed one by one at most: in any [`LOG_EVERY`], at most this
+/// many lines plus one for the rest (65 lines per 10 s, about 1 KB/s of log
+/// however many addresses an attacker sprays from).
+pub(super) const MAX_LOGGED: usize = 64;
 
 /// Whose lines: one source's (or unknown sources'), or the sources past
 /// [`MAX_LOGGED`] together.
@@ -49,9 +51,9 @@ impl Report {
         let now = Instant::now();
         let mut lines = self.lines.lock().unwrap_or_else(|p| p.into_inner());
         let mut who = Who::Source(a.source);
-        if lines.len() > MAX_LOGGED && !lines.contains_key(&who) {
+        if lines.len() >= MAX_LOGGED && !lines.contains_key(&who) {
             lines.retain(|w, l| *w == Who::Others || now.duration_since(l.at) < LOG_EVERY);
-            if lines.len() > MAX_LOGGED {
+            if lines.len() >= MAX_LOGGED {
                 who = Who::Others;
             }
         }

@@ -196,6 +196,33 @@ fn failures_are_logged_once_per_source_without_the_password() {
     assert!(!text.contains("hunter"), "no password: {text}");
 }
 
+/// A failed-login flood from many addresses (an attacker with a /20, or
+/// loopback's /8) wrote one line per source: 4,096 sources per 10 s, about
+/// 90 KB/s of log. Now the sources past MAX_LOGGED share one line.
+#[test]
+fn failures_sprayed_from_many_sources_log_a_bounded_number_of_lines() {
+    let lines = Lines::default();
+    let sink = lines.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(move || sink.clone())
+        .with_ansi(false)
+        .with_max_level(tracing::Level::WARN)
+        .finish();
+    let t = Throttle::new(limits(1000.0, 1000.0));
+    tracing::subscriber::with_default(subscriber, || {
+        for i in 0..1_000u32 {
+            let a = attempt(ip(&format!("10.1.{}.{}", i / 250, i % 250 + 1)), Some(b"alice"), b"guess");
+            if t.begin(&a).is_ok() {
+                t.checked(&a, false);
+            }
+        }
+    });
+    let text = String::from_utf8(lines.0.lock().unwrap().clone()).unwrap();
+    let logged = text.lines().count();
+    assert!(logged > 1, "failures are logged: {text}");
+    assert!(logged <= super::report::MAX_LOGGED + 1, "{logged} lines for 1,000 sources in one interval");
+}
+
 #[test]
 fn ipv6_is_grouped_by_its_64_and_mapped_ipv4_is_ipv4() {
     assert_eq!(ip("2001:db8:1:2:aaaa::1"), ip("2001:db8:1:2:ffff:1:2:3"));
