@@ -153,6 +153,8 @@ pub const MIGRATIONS: &[&str] = &[
     crate::sqlquota::MIGRATION, // 14: SQL callers count apart from RESP; the quota checked at COMMIT (`sqlquota.rs`).
     // 15: RECV, QARCHIVE, QDEAD, XINFO, XPENDING replies bounded by bytes; consumers per group capped.
     crate::replybounds::MIGRATION,
+    // 16: mwmq.send's names bounded as SEND's; SQL messages counted at COMMIT by the quota then (`sqlbounds.rs`).
+    crate::sqlbounds::MIGRATION,
 ];
 
 /// A queue RECV's plain statements serve: no delivery limit, not paused, no
@@ -203,6 +205,7 @@ struct Statements {
     alter: Statement,
     pause: Statement,
     recount: Statement,
+    settle: Statement,
     mark: Statement,
     info: Statement,
     quota: Statement,
@@ -421,8 +424,13 @@ impl Statements {
                      concurrency = CASE WHEN $10::bool THEN nullif($11::int, 0) ELSE concurrency END,
                      rate = CASE WHEN $12::bool THEN nullif($13::float8, 0) ELSE rate END,
                      retain_ms = CASE WHEN $14::bool THEN nullif($15::bigint, 0) ELSE retain_ms END
-                 WHERE name = $1 AND dropped_at IS NULL RETURNING id",
+                 WHERE name = $1 AND dropped_at IS NULL
+                 RETURNING id, (SELECT o.max_messages IS NOT NULL OR o.max_bytes IS NOT NULL
+                                FROM mwmq_queues o WHERE o.id = mwmq_queues.id) AS had_quota,
+                           (max_messages IS NOT NULL OR max_bytes IS NOT NULL) AS has_quota",
             ).await?,
+            // After a quota was set or lifted: SQL transactions that read it at COMMIT before have committed (`sqlbounds.rs`).
+            settle: c.prepare("SELECT mwmq_settle_barrier($1)").await?,
             pause: c.prepare("UPDATE mwmq_queues SET paused = $2 WHERE name = $1 AND dropped_at IS NULL RETURNING id").await?,
             // A quota set or lifted: the queue's messages are marked counted, or not.
             mark: c.prepare(
@@ -1017,15 +1025,30 @@ impl PgConn {
                 ],
             )
             .await;
-        if self.check(r)?.is_none() {
+        let Some(row) = self.check(r)? else {
             return Err(DbError::NoQueue(queue.to_string()));
-        }
+        };
         if msgs.is_some() || bytes.is_some() {
+            // Set or lifted: SQL transactions that read the old state at
+            // their COMMIT are let finish first; a value changed needs no wait.
+            let settled = if row.get::<_, bool>(1) != row.get::<_, bool>(2) {
+                let r = self.client.query_one(&self.st.settle, &[&queue]).await;
+                self.check(r)?.get::<_, bool>(0)
+            } else {
+                true
+            };
             // Its messages marked first (they count from now on), then what it holds now.
             let r = self.client.execute(&self.st.mark, &[&queue]).await;
             self.check(r)?;
             let r = self.client.execute(&self.st.recount, &[&queue]).await;
             self.check(r)?;
+            if !settled {
+                return Err(DbError::Redis(format!(
+                    "TRYAGAIN the quota of queue '{queue}' is changed, but an SQL transaction that sent to it \
+                     checked its COMMIT before the change and is still open (SET CONSTRAINTS ... IMMEDIATE): \
+                     its messages may be miscounted; run this QALTER again once it ended"
+                )));
+            }
         }
         Ok(())
     }

@@ -37,6 +37,7 @@ pub use respproto::server as resp;
 pub mod server;
 pub mod shared;
 pub mod sqlapi;
+pub mod sqlbounds;
 pub mod sqlguard;
 pub mod sqlquota;
 pub mod streambounds;
