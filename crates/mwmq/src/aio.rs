@@ -17,6 +17,7 @@
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
 use std::net::IpAddr;
+use std::os::fd::AsFd;
 use std::rc::Rc;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -330,6 +331,7 @@ async fn accept(lp: Rc<Loop>, l: tokio::net::TcpListener, tls: bool) {
             continue;
         }
         let _ = stream.set_nodelay(true);
+        peer::limit_unsent(stream.as_fd());
         lp.clients.set(lp.clients.get() + 1);
         let lp2 = lp.clone();
         tokio::task::spawn_local(async move {

@@ -374,7 +374,7 @@ pub fn parse(args: &[Vec<u8>], limits: &Limits) -> Result<Command, Refusal> {
                 other => {
                     return Err(Reply::err(format!(
                         "unknown subcommand '{}'. Try CLIENT SETNAME, CLIENT GETNAME, CLIENT ID",
-                        other.to_lowercase()
+                        shown(other.to_lowercase().as_bytes())
                     )))
                 }
             }
@@ -672,13 +672,15 @@ pub fn parse(args: &[Vec<u8>], limits: &Limits) -> Result<Command, Refusal> {
                 Command::Peek { queue, from }
             }
         }
-        _ => {
-            let shown: String =
-                args[0].iter().take(64).flat_map(|b| std::ascii::escape_default(*b)).map(char::from).collect();
-            return Err(Reply::err(format!("unknown command '{shown}'")));
-        }
+        _ => return Err(Reply::err(format!("unknown command '{}'", shown(&args[0])))),
     };
     Ok(c)
+}
+
+/// What an error quotes of the client's bytes: the first 64, escaped (a
+/// reply that reserves nothing of the output budget stays small: `output.rs`).
+pub fn shown(arg: &[u8]) -> String {
+    arg.iter().take(64).flat_map(|b| std::ascii::escape_default(*b)).map(char::from).collect()
 }
 
 #[cfg(test)]

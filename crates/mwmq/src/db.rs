@@ -526,12 +526,12 @@ impl Statements {
                 "SELECT (SELECT count(*) FROM mwmq_messages m WHERE m.queue_id = q.id)
                  FROM mwmq_queues q WHERE q.name = $1 AND q.dropped_at IS NULL",
             ).await?,
-            list: c.prepare("SELECT name FROM mwmq_queues WHERE dropped_at IS NULL ORDER BY name").await?,
+            list: c.prepare("SELECT name FROM mwmq_queues WHERE dropped_at IS NULL ORDER BY name LIMIT $1").await?,
             pending: c.prepare(
                 "SELECT q.name FROM mwmq_queues q WHERE q.dropped_at IS NULL AND EXISTS (
                     SELECT 1 FROM mwmq_messages m WHERE m.queue_id = q.id AND m.visible_at <= now()
                     AND (m.receiver IS NULL OR m.receiver = $1))
-                 ORDER BY q.name",
+                 ORDER BY q.name LIMIT $2",
             ).await?,
         })
     }
@@ -1361,11 +1361,11 @@ impl PgConn {
         }
     }
 
-    /// QLIST, or QLIST PENDING for `me`.
-    pub async fn list(&self, pending_for: Option<Option<&str>>) -> Result<Vec<String>, DbError> {
+    /// QLIST, or QLIST PENDING for `me`: at most `most` names.
+    pub async fn list(&self, pending_for: Option<Option<&str>>, most: i64) -> Result<Vec<String>, DbError> {
         let r = match pending_for {
-            None => self.client.query(&self.st.list, &[]).await,
-            Some(me) => self.client.query(&self.st.pending, &[&me]).await,
+            None => self.client.query(&self.st.list, &[&most]).await,
+            Some(me) => self.client.query(&self.st.pending, &[&me, &most]).await,
         };
         Ok(self.check(r)?.iter().map(|r| r.get(0)).collect())
     }

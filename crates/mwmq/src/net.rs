@@ -26,7 +26,7 @@
 //! file descriptors, get `-ERR max number of clients reached` and are closed.
 
 use std::io;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsFd, AsRawFd};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -214,7 +214,8 @@ impl NetThread {
         let (open, net) = (&shared.open_connections, &shared.net);
         let full = || open.load(Ordering::Relaxed) >= shared.max_connections;
         let tls_cfg = shared.tls.clone();
-        let conn = |stream, tls: bool| {
+        let conn = |stream: mwserve::stream::Stream, tls: bool| {
+            crate::peer::limit_unsent(stream.as_fd());
             let transport = match Transport::new(stream, tls.then_some(tls_cfg.as_ref()).flatten()) {
                 Ok(t) => t,
                 Err(e) => {

@@ -9,9 +9,9 @@
 //! - **Every reply counts** from the moment it is built until its last byte
 //!   is written to the socket ([`Share`]: a connection's unwritten replies).
 //! - **A request whose reply may be large** (it returns message bodies or
-//!   entries: RECV, POP, PEEK, QARCHIVE, QDEAD, XRANGE, XREAD, XREADGROUP,
-//!   XCLAIM, XAUTOCLAIM, XPENDING's extended form, XINFO STREAM and
-//!   CONSUMERS) first reserves what it may return ([`Bounds::of`]: at most
+//!   entries, or a listing: RECV, POP, PEEK, QARCHIVE, QDEAD, QLIST,
+//!   XRANGE, XREAD, XREADGROUP, XCLAIM, XAUTOCLAIM, XPENDING, XINFO STREAM,
+//!   GROUPS and CONSUMERS, a PING's echo) first reserves what it may return ([`Bounds::of`]: at most
 //!   `max_reply_bytes`), before its statement runs, since the database's
 //!   rows are in mwmq's memory as soon as they arrive. Once its reply is
 //!   built the reservation becomes the reply's real size. A request whose
@@ -30,9 +30,13 @@
 //!   RECV after them would wait: a memory attack turned into a denial of
 //!   service.
 //!
-//! mwmq's memory for replies is then about `output_budget`, plus the
-//! statements in flight building theirs (bounded by the database
-//! connections, not by the clients), plus one small reply per connection.
+//! Every other reply is small ([`SMALL_REPLY`]): what is held is at most
+//! `output_budget`, plus a reply being swapped for its reservation, plus
+//! one small reply per connection. mwmq's memory for replies is then about
+//! that, plus the statements in flight building theirs (bounded by the
+//! database connections, not by the clients). Progress of a reader is seen
+//! through mwmq's writes, which the kernel lets through every 32 KiB the
+//! client takes (`peer::limit_unsent`).
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -316,6 +320,14 @@ pub const PER_MESSAGE: usize = 1024;
 /// entry of many small fields may weigh more, and is counted as what it is
 /// once its reply is built).
 pub const PER_ENTRY: usize = 4096;
+/// The most a reply that reserves nothing may weigh (see [`Bounds::of`]):
+/// INFO, the largest of them, is about 3 KiB; an error quotes at most 64
+/// bytes of what the client sent beside names (at most 200 bytes). What
+/// the output budget may hold beyond `output_budget` is at most this much
+/// per connection (each may add one reply after the budget was last seen
+/// not used up), besides a reply being swapped for its reservation.
+pub const SMALL_REPLY: usize = 8 * 1024;
+
 /// A consumer or pending entry in XINFO or XPENDING (a name of at most 200 bytes, numbers, framing).
 pub const PER_ROW: usize = 320;
 
@@ -345,15 +357,42 @@ impl Bounds {
     }
 
     /// What `c`'s reply may weigh, for a request whose reply may be large;
-    /// `None` for one whose reply is small (a number, an id, a name).
+    /// `None` for one whose reply is small (at most [`SMALL_REPLY`]: a
+    /// number, an id, a name, OK, an error, INFO). Every command is named
+    /// here (no catch-all), so that a new one is classed when it is added.
     pub fn of(&self, c: &Command) -> Option<usize> {
         let up_to = |n: usize, each: usize| Some(n.saturating_mul(each).min(self.reply.max(each)));
         match c {
             Command::Recv(r) => up_to(r.count as usize, self.message),
             Command::Pop { .. } | Command::Peek { .. } => Some(self.message),
             Command::Archive { count, .. } | Command::DeadLetters { count, .. } => up_to(*count as usize, self.message),
+            // (QLIST's names are at most max_reply_bytes: `commands/queues.rs`.)
+            Command::List { .. } => Some(self.reply),
+            // (PING echoes its message, which may be as large as max_body.)
+            Command::Ping(Some(m)) if m.len() + 64 > SMALL_REPLY => Some(m.len() + 64),
             Command::Stream(x) => self.of_stream(x),
-            _ => None,
+            Command::Ping(_)
+            | Command::Quit
+            | Command::SetName(_)
+            | Command::GetName
+            | Command::ClientId
+            | Command::ClientInfo
+            | Command::Select
+            | Command::CommandDocs
+            | Command::Info
+            | Command::Hello { .. }
+            | Command::Auth(_)
+            | Command::Create(..)
+            | Command::Alter(..)
+            | Command::Pause(..)
+            | Command::QueueInfo(_)
+            | Command::Redrive { .. }
+            | Command::Touch { .. }
+            | Command::Drop(_)
+            | Command::Len(_)
+            | Command::Send(_)
+            | Command::Ack { .. }
+            | Command::Nack { .. } => None,
         }
     }
 
@@ -386,7 +425,27 @@ impl Bounds {
                 0 => Some(self.reply),
                 n => up_to(n, PER_ROW),
             },
-            _ => None,
+            // XPENDING's summary: a row per consumer with entries pending.
+            XCmd::Pending { range: None, .. } => match self.consumers {
+                0 => Some(self.reply),
+                n => up_to(n, PER_ROW).map(|b| b + 256),
+            },
+            // (A stream's groups are not counted: at most a whole reply.)
+            XCmd::InfoGroups(_) => Some(self.reply),
+            XCmd::Add { .. }
+            | XCmd::Len(_)
+            | XCmd::Del { .. }
+            | XCmd::Trim { .. }
+            | XCmd::GroupCreate { .. }
+            | XCmd::GroupSetId { .. }
+            | XCmd::GroupDeadLetter { .. }
+            | XCmd::GroupDestroy { .. }
+            | XCmd::CreateConsumer { .. }
+            | XCmd::DelConsumer { .. }
+            | XCmd::Ack { .. }
+            | XCmd::Type(_)
+            | XCmd::Exists(_)
+            | XCmd::DelKeys(_) => None,
         }
     }
 }

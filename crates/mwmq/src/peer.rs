@@ -28,6 +28,25 @@ pub const READ_AHEAD: usize = 16 * 1024;
 /// it left (its socket is not read any more, so its end is not seen).
 const ASK_EVERY: Duration = Duration::from_millis(500);
 
+/// Bytes of replies a TCP socket keeps unsent in the kernel
+/// (`TCP_NOTSENT_LOWAT`; see [`limit_unsent`]).
+pub const UNSENT: u32 = 64 * 1024;
+
+/// Keeps at most [`UNSENT`] bytes of `socket`'s replies waiting in the
+/// kernel, beside what the client's receive window takes. Without it
+/// Linux grows a socket's send buffer to 4 MiB, and mwmq's writes into it
+/// stop for as long as the client takes to read a third of that: a client
+/// reading 62 KB/s made no progress mwmq could see for 20 s and was closed
+/// as a stalled reader (`output.rs`). With it a write goes through each
+/// time the client took half of [`UNSENT`]. (Not a TCP socket, or not
+/// Linux: left as it is.)
+pub fn limit_unsent(socket: BorrowedFd<'_>) {
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    let _ = socket2::SockRef::from(&socket).set_tcp_notsent_lowat(UNSENT);
+    #[cfg(not(any(target_os = "linux", target_os = "android")))]
+    let _ = socket;
+}
+
 /// Whether the peer of `socket` closed its side or the connection failed.
 /// Asked without reading: input not read yet does not hide it (POLLRDHUP).
 pub fn hung_up(socket: BorrowedFd<'_>) -> bool {

@@ -431,7 +431,7 @@ fn syntax() -> Reply {
 fn subcommand_syntax(sub: &[u8], cmd: &str) -> Reply {
     Reply::err(format!(
         "unknown subcommand or wrong number of arguments for '{}'. Try {cmd} HELP.",
-        String::from_utf8_lossy(sub)
+        crate::command::shown(sub)
     ))
 }
 
@@ -741,11 +741,11 @@ pub fn parse(cmd: &str, args: &[Vec<u8>]) -> Result<XCmd, Reply> {
                 "STREAM" | "GROUPS" | "CONSUMERS" => Err(arity(&format!("xinfo|{}", sub.to_lowercase()))),
                 _ => Err(Reply::err(format!(
                     "unknown subcommand '{}'. Try XINFO HELP.",
-                    String::from_utf8_lossy(&args[1])
+                    crate::command::shown(&args[1])
                 ))),
             }
         }
-        _ => Err(Reply::err(format!("unknown command '{cmd}'"))),
+        _ => Err(Reply::err(format!("unknown command '{}'", crate::command::shown(cmd.as_bytes())))),
     }
 }
 
@@ -980,7 +980,7 @@ fn parse_xgroup(args: &[Vec<u8>]) -> Result<XCmd, Reply> {
             Ok(XCmd::DelConsumer { key: key(&args[2])?, group: label(&args[3])?, consumer: label(&args[4])? })
         }
         "DESTROY" | "CREATECONSUMER" | "DELCONSUMER" | "DEADLETTER" => Err(wrong()),
-        _ => Err(Reply::err(format!("unknown subcommand '{}'. Try XGROUP HELP.", String::from_utf8_lossy(&args[1])))),
+        _ => Err(Reply::err(format!("unknown subcommand '{}'. Try XGROUP HELP.", crate::command::shown(&args[1])))),
     }
 }
 
@@ -1075,7 +1075,7 @@ fn claim_options(args: &[Vec<u8>], mut j: usize, c: &mut Claim) -> Result<(), Re
                 j += 1;
                 c.lastid = Some(entry_id(&args[j])?);
             }
-            _ => return Err(Reply::err(format!("Unrecognized XCLAIM option '{}'", String::from_utf8_lossy(&args[j])))),
+            _ => return Err(Reply::err(format!("Unrecognized XCLAIM option '{}'", crate::command::shown(&args[j])))),
         }
         j += 1;
     }

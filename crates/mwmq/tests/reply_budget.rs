@@ -317,3 +317,139 @@ fn consumers_per_group_are_capped_and_their_listings_bounded() {
         redis::cmd("XPENDING").arg("s").arg("g").arg("-").arg("+").arg(100).query(&mut reader).unwrap();
     assert_eq!(page.len(), 100, "a page that fits is whole");
 }
+
+/// A server with a small output budget (4 MiB; replies of at most 1 MiB,
+/// readers stalled 1 s while others wait are closed), its config's directory.
+fn small_budget(pg: &Postgres, name: &str) -> (MqProcess, std::path::PathBuf) {
+    let dir = std::env::temp_dir().join(format!("mwmq-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("mwmq.toml");
+    let text = format!(
+        "[server]\nmax_body = {}\nmax_reply_bytes = {}\noutput_budget = {}\nreply_stall_ms = 1000\n",
+        256 << 10,
+        1 << 20,
+        4 << 20
+    );
+    std::fs::write(&file, text).unwrap();
+    (MqProcess::start(pg, 0, &["--config", file.to_str().unwrap()]), dir)
+}
+
+/// QLIST and XPENDING's summary reserved nothing of the output budget:
+/// 800 clients that never read, each with one QLIST of 990 queues of
+/// 200-byte names (206 KB) unread, held 2.5 times the budget, and as no
+/// request waited for room none was closed (each connection could hold
+/// one such reply: max_connections × 206 KB). Now every reply that may be
+/// larger than a small one (`SMALL_REPLY`, 8 KiB) reserves its room first,
+/// so what is held stays within the budget plus one reply being swapped
+/// for its reservation plus a small reply per connection, and the
+/// non-readers are closed as stalled while a client that reads is served.
+/// Here: 300 queues and 300 consumers with 200-byte names (replies of
+/// ~63 and ~70 KB), 200 non-readers pipelining five of each; before, the
+/// peak was ~13 MB on a 4 MiB budget.
+#[test]
+fn listings_reserve_room_in_the_output_budget() {
+    const CLIENTS: u64 = 200;
+    let pg = Postgres::start().unwrap();
+    let (mq, dir) = small_budget(&pg, "listings-budget");
+    let mut c = connect(mq.addr);
+    let long = |i: usize| format!("{i:0>200}");
+    let mut p = redis::pipe();
+    for i in 0..300 {
+        p.cmd("QCREATE").arg(long(i)).ignore();
+    }
+    p.cmd("XGROUP").arg("CREATE").arg("s").arg("g").arg("$").arg("MKSTREAM").ignore();
+    for _ in 0..300 {
+        p.cmd("XADD").arg("s").arg("*").arg("f").arg("v").ignore();
+    }
+    for i in 0..300 {
+        p.cmd("XREADGROUP").arg("GROUP").arg("g").arg(long(i)).arg("COUNT").arg(1).arg("STREAMS").arg("s").arg(">");
+        p.ignore();
+    }
+    let () = p.query(&mut c).unwrap();
+    let mut info = connect(mq.addr);
+    let closed = info_field(&mut info, "stalled_readers_closed");
+    let mut requests = Vec::new();
+    for _ in 0..5 {
+        requests.extend(resp(&["QLIST"]));
+        requests.extend(resp(&["XPENDING", "s", "g"]));
+    }
+    let attackers: Vec<TcpStream> = (0..CLIENTS)
+        .map(|_| {
+            let mut s = tiny_reader(mq.addr);
+            s.write_all(&requests).unwrap();
+            s
+        })
+        .collect();
+    // The budget is used up: the non-readers are closed as stalled ...
+    until_info(&mut info, "stalled_readers_closed", "non-readers closed", |v| v >= closed + CLIENTS / 2);
+    // ... and a client that reads is served meanwhile.
+    let names: Vec<String> = q(&mut c, &["QLIST"]);
+    assert_eq!(names.len(), 300);
+    let pending: redis::Value = q(&mut c, &["XPENDING", "s", "g"]);
+    assert!(matches!(pending, redis::Value::Array(ref a) if a.len() == 4), "{pending:?}");
+    let peak = info_field(&mut info, "output_peak_bytes");
+    let bound = (4 << 20) + (1 << 20) + (CLIENTS + 2) * 8192;
+    eprintln!("output budget peak {peak} bytes, bound {bound}");
+    assert!(peak <= bound, "output_peak_bytes {peak} > {bound}");
+    drop(attackers);
+    until_info(&mut info, "output_held_bytes", "replies of closed clients given back", |v| v == 0);
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// A client that reads slowly but steadily was closed as stalled: mwmq saw
+/// progress only when its own writes went through, and the kernel's send
+/// buffer (grown to megabytes) took seconds at the reader's pace to have
+/// room again. Now at most 64 KiB wait unsent in the kernel, so a write
+/// goes through each time the reader took 32 KiB. Here: a reader of 16 KiB
+/// every 100 ms pipelines 24 replies of 512 KiB while non-readers keep the
+/// budget used up for 4 s (`reply_stall_ms` 1 s): the non-readers are
+/// closed, the slow reader gets every reply whole.
+#[test]
+fn a_slow_reader_is_not_closed_while_non_readers_are() {
+    let pg = Postgres::start().unwrap();
+    let (mq, dir) = small_budget(&pg, "slow-reader");
+    let mut c = connect(mq.addr);
+    c.set_read_timeout(Some(Duration::from_secs(120))).unwrap();
+    let value = vec![b'e'; 128 << 10];
+    for _ in 0..4 {
+        let _: String = redis::cmd("XADD").arg("big").arg("*").arg("f").arg(&value).query(&mut c).unwrap();
+    }
+    let mut info = connect(mq.addr);
+    let closed = info_field(&mut info, "stalled_readers_closed");
+    let xrange = resp(&["XRANGE", "big", "-", "+"]);
+    let mut slow = TcpStream::connect(mq.addr).unwrap();
+    slow.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    slow.write_all(&xrange.repeat(24)).unwrap();
+    let addr = mq.addr;
+    let attack = std::thread::spawn(move || {
+        // A non-reader every 100 ms for 4 s: the budget stays used up.
+        let t0 = Instant::now();
+        let mut held = Vec::new();
+        while t0.elapsed() < Duration::from_secs(4) {
+            let mut s = tiny_reader(addr);
+            s.write_all(&xrange.repeat(24)).unwrap();
+            held.push(s);
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    });
+    let mut seen = Vec::new();
+    let mut buf = vec![0u8; 16 << 10];
+    while !attack.is_finished() {
+        let n = std::io::Read::read(&mut slow, &mut buf).unwrap();
+        assert!(n > 0, "the slow reader was closed after {} bytes", seen.len());
+        seen.extend_from_slice(&buf[..n]);
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let got = seen.len();
+    attack.join().unwrap();
+    let stalled = info_field(&mut info, "stalled_readers_closed") - closed;
+    assert!(stalled > 0, "no non-reader was closed: the budget was not used up");
+    // The rest at full speed: every reply whole.
+    let mut r = BufReader::new(std::io::Read::chain(std::io::Cursor::new(seen), slow));
+    for i in 0..24 {
+        let reply = read_reply(&mut r).unwrap_or_else(|e| panic!("reply {i}: {e}"));
+        assert!(reply.len() > 4 * (128 << 10), "reply {i}: {} bytes", reply.len());
+    }
+    eprintln!("slow reader read {got} bytes slowly, {stalled} non-readers closed");
+    std::fs::remove_dir_all(&dir).ok();
+}

@@ -377,6 +377,9 @@ impl<'a> Core<'a> {
         });
         // (A queue being moved exists on two databases for a moment.)
         names.dedup();
+        if names.len() > self.most_listed() {
+            return Ok(self.too_many_listed());
+        }
         Ok(Outcome::ok(Reply::Array(names)))
     }
 

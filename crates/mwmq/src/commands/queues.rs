@@ -7,6 +7,9 @@ use crate::queues::Counts;
 use crate::resp::Reply;
 use crate::users::Right;
 
+/// What a name weighs in QLIST's reply, at most (200 bytes and RESP's framing).
+pub const LISTED_NAME: usize = 256;
+
 /// QINFO's answer: what the queue holds now (from the database) and what
 /// this process has seen happen to it since start.
 pub fn queue_info(state: &QueueState, counts: &Counts) -> Reply {
@@ -198,6 +201,24 @@ impl Core<'_> {
         Ok(Outcome::ok(Reply::Simple("OK")))
     }
 
+    /// The most names QLIST answers: a name weighs at most
+    /// [`LISTED_NAME`] bytes, and the reply at most `max_reply_bytes`.
+    pub(super) fn most_listed(&self) -> usize {
+        self.shared.config.server.max_reply_bytes / LISTED_NAME
+    }
+
+    /// QLIST's refusal when there are more queues than a reply may hold.
+    pub(super) fn too_many_listed(&self) -> Outcome {
+        Outcome::Reply(
+            Reply::err(format!(
+                "QLIST would list more than {} queues, more than a reply may hold (max_reply_bytes / {LISTED_NAME})",
+                self.most_listed()
+            )),
+            Vec::new(),
+            "client_error",
+        )
+    }
+
     pub(super) async fn list<S: Session + ?Sized>(
         &self,
         pg: &PgConn,
@@ -205,7 +226,11 @@ impl Core<'_> {
         s: &S,
     ) -> Result<Outcome, DbError> {
         let me = s.identity();
-        let mut names = pg.list(pending.then_some(me.as_deref())).await?;
+        let most = self.most_listed();
+        let mut names = pg.list(pending.then_some(me.as_deref()), most as i64 + 1).await?;
+        if names.len() > most {
+            return Ok(self.too_many_listed());
+        }
         if let Some(user) = s.user() {
             names.retain(|q| user.may(Right::See, q));
         }
