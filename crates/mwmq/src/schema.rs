@@ -93,6 +93,9 @@ $move$;
 pub fn migrate(cfg: &Config, migrations: &[&str]) -> Result<u32, String> {
     let mut client = crate::db::connect(cfg)?;
     let mut tx = client.transaction().map_err(|e| e.to_string())?;
+    // The migrations' notices ("schema ... already exists, skipping") are
+    // PostgreSQL talking to itself, not news for mwmq's log.
+    tx.batch_execute("SET LOCAL client_min_messages = warning").map_err(sql_error)?;
     tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK]).map_err(sql_error)?;
     own_schema(&mut tx)?;
     let found: Vec<String> = tx.query(VERSION_TABLES, &[]).map_err(sql_error)?.iter().map(|r| r.get(0)).collect();

@@ -31,6 +31,7 @@ fn users_are_who_they_logged_in_as_and_may_only_what_they_were_given() {
         user("alice", "alice-pw", &["inbox"], &["inbox"], &["inbox", "jobs*"]),
         user("bob", "bob-pw", &[], &["inbox"], &[]),
         user("mallory", "mallory-pw", &["inbox"], &["inbox"], &[]),
+        user("sid", "sid-pw", &["inbox"], &[], &[]),
     ];
     let mq = start(cfg);
     let addr = mq.local_addr();
@@ -93,6 +94,14 @@ fn users_are_who_they_logged_in_as_and_may_only_what_they_were_given() {
     assert!(format!("{map:?}").contains("mwmq"), "{map:?}");
     assert!(recv(&mut h, "inbox", &[]).is_empty());
 
+    // QLIST PENDING names the queues holding a message this user may take:
+    // a sender without the receive right sees the queue, nothing pending in it.
+    let _: i64 = q(&mut alice, &["SEND", "inbox", "for anyone"]);
+    let mut sid = login(addr, "sid", "sid-pw");
+    assert_eq!(q::<Vec<String>>(&mut sid, &["QLIST"]), ["inbox"]);
+    assert!(q::<Vec<String>>(&mut sid, &["QLIST", "PENDING"]).is_empty(), "sid may not receive from inbox");
+    assert_eq!(q::<Vec<String>>(&mut alice, &["QLIST", "PENDING"]), ["inbox"]);
+
     // redis-cli --user --pass, as a user would.
     let out = Command::new("redis-cli")
         .args([
@@ -108,7 +117,7 @@ fn users_are_who_they_logged_in_as_and_may_only_what_they_were_given() {
         ])
         .output()
         .unwrap();
-    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "1", "bob's message, leased");
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "2", "bob's message, leased, and the one for anyone");
     let info: String = q(&mut alice, &["INFO"]);
     let failures: u64 = info.lines().find_map(|l| l.strip_prefix("auth_failures:")).unwrap().trim().parse().unwrap();
     assert!(failures >= 3, "failed attempts are counted: {failures}");

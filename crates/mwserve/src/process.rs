@@ -7,7 +7,7 @@ pub fn init_logging(filter: Option<&str>) {
     let _ = init_logging_to(filter, None);
 }
 
-/// As [`init_logging`], to the file at `path` (appended to, without colours)
+/// As [`init_logging`] (colours only when standard error is a terminal), to the file at `path` (appended to, without colours)
 /// when one is given.
 pub fn init_logging_to(filter: Option<&str>, path: Option<&std::path::Path>) -> std::io::Result<()> {
     let filter = filter.map(str::to_string).or_else(|| std::env::var("RUST_LOG").ok()).unwrap_or_else(|| "info".into());
@@ -18,7 +18,11 @@ pub fn init_logging_to(filter: Option<&str>, path: Option<&std::path::Path>) -> 
             let file = std::fs::OpenOptions::new().create(true).append(true).open(p)?;
             fmt.with_ansi(false).with_writer(std::sync::Mutex::new(file)).try_init()
         }
-        None => fmt.with_writer(std::io::stderr).try_init(),
+        // Colours only on a terminal: a redirected log gets plain text.
+        None => {
+            use std::io::IsTerminal;
+            fmt.with_ansi(std::io::stderr().is_terminal()).with_writer(std::io::stderr).try_init()
+        }
     };
     Ok(())
 }

@@ -232,7 +232,10 @@ impl Core<'_> {
             return Ok(self.too_many_listed());
         }
         if let Some(user) = s.user() {
-            names.retain(|q| user.may(Right::See, q));
+            // PENDING: what this connection may take now, so the receive
+            // right; otherwise any right lets a user see a queue.
+            let right = if pending { Right::Receive } else { Right::See };
+            names.retain(|q| user.may(right, q));
         }
         Ok(Outcome::ok(Reply::Array(names.into_iter().map(Reply::text).collect())))
     }
