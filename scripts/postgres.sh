@@ -58,7 +58,15 @@ start() {
     chown postgres "$dir"
     chmod 700 "$dir"
     if ! runuser -u postgres -- test -x "$dir"; then
-      echo "postgres.sh: the postgres user cannot reach $dir (a parent directory is private); use a directory under /tmp" >&2
+      # The parents the postgres user may not enter (mktemp -d makes one: mode 700).
+      blocked=""
+      p=$dir
+      while [ "$p" != / ]; do
+        p=$(dirname "$p")
+        runuser -u postgres -- test -x "$p" || blocked="$p${blocked:+ }$blocked"
+      done
+      echo "postgres.sh: the postgres user cannot reach $dir: it may not enter ${blocked:-a parent directory}." >&2
+      echo "  chmod 755 ${blocked:-that directory}, or use a directory whose parents others may enter (mkdir /tmp/pg)" >&2
       exit 1
     fi
   fi
