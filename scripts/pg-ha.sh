@@ -131,7 +131,7 @@ print(",".join(str(s.getsockname()[1]) for s in ss))')
     chown postgres "$dir"
     chmod 700 "$dir"
     if ! runuser -u postgres -- test -x "$dir"; then
-      echo "pg-ha.sh: the postgres user cannot reach $dir (a parent directory is private); use a directory under /tmp" >&2
+      echo "pg-ha.sh: the postgres user cannot reach $dir (a parent directory is private: chmod 755 it, or use a directory whose parents others may enter, such as /tmp/pg-ha)" >&2
       exit 1
     fi
   fi
