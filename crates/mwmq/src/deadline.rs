@@ -14,6 +14,11 @@
 //! request is answered `-TRYAGAIN`, the worker is free and the connection is
 //! dropped (the server rolls the statement back when it runs again). A
 //! connection whose socket could not be told apart has no deadline (logged).
+//! Only mwmq's own connections may open database sockets in its process
+//! while it connects: code beside it that did (a test running mwmq in its
+//! own process, with SQL connections of its own) could see one of its
+//! sockets taken for mwmq's and cut at a deadline; such tests open their
+//! connections before mwmq starts.
 
 use std::collections::HashSet;
 use std::os::fd::{AsFd, OwnedFd, RawFd};

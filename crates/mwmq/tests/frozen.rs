@@ -53,6 +53,12 @@ fn a_frozen_database_gets_tryagain_in_bounded_time_and_service_resumes() {
     cfg.database.statement_timeout_ms = 300;
     cfg.database.pool_wait_ms = 300;
     cfg.database.connect_timeout_ms = 300;
+    // The test's own connection, opened before mwmq's: mwmq tells its
+    // sockets apart as the one new socket to the database in its process
+    // (`deadline.rs`), and this test runs mwmq in its own process, where a
+    // connection opened while mwmq reconnects after the thaw was once taken
+    // for mwmq's and cut.
+    let mut db = sql(&pg);
     let mq = start(cfg);
     let addr = mq.local_addr();
     let mut c = connect(addr);
@@ -133,8 +139,7 @@ fn a_frozen_database_gets_tryagain_in_bounded_time_and_service_resumes() {
     let _: i64 = q(&mut c, &["SEND", "idle", "wake"]);
     let (got, waited) = poller.join().unwrap();
     assert_eq!(got, 1, "the parked RECV got the message sent after the freeze ({waited:?})");
-    let stored: i64 =
-        sql(&pg).query_one("SELECT count(*) FROM mwmq_messages WHERE id = ANY($1)", &[&sent]).unwrap().get(0);
+    let stored: i64 = db.query_one("SELECT count(*) FROM mwmq_messages WHERE id = ANY($1)", &[&sent]).unwrap().get(0);
     assert_eq!(stored as usize, sent.len(), "every acknowledged SEND is in the table");
     let info: String = q(&mut c, &["INFO"]);
     assert!(info.contains("statements_cut:"), "{info}");
