@@ -115,22 +115,31 @@ pub fn cut(socket: &impl AsFd) {
     let _ = rustix::net::shutdown(socket, rustix::net::Shutdown::Both);
 }
 
-/// The numbers of this process's open sockets.
-pub fn sockets() -> HashSet<RawFd> {
+/// This process's open sockets: each one's descriptor number and the
+/// socket's inode (`socket:[inode]`), so that a socket opened on a number
+/// another one freed in between still counts as new.
+pub fn sockets() -> HashSet<(RawFd, String)> {
     let Ok(dir) = std::fs::read_dir("/proc/self/fd") else { return HashSet::new() };
     dir.flatten()
-        .filter(|e| std::fs::read_link(e.path()).is_ok_and(|t| t.to_string_lossy().starts_with("socket:")))
-        .filter_map(|e| e.file_name().to_str().and_then(|n| n.parse().ok()))
+        .filter_map(|e| {
+            let target = std::fs::read_link(e.path()).ok()?.to_string_lossy().into_owned();
+            let fd = e.file_name().to_str()?.parse().ok()?;
+            target.starts_with("socket:").then_some((fd, target))
+        })
         .collect()
 }
 
 /// Of the sockets in `after` but not in `before`, the one whose peer is the
 /// database (a Unix socket, or a TCP one to one of `ports`), duplicated.
-pub fn new_socket(before: &HashSet<RawFd>, after: &HashSet<RawFd>, ports: &[u16]) -> Option<OwnedFd> {
+pub fn new_socket(
+    before: &HashSet<(RawFd, String)>,
+    after: &HashSet<(RawFd, String)>,
+    ports: &[u16],
+) -> Option<OwnedFd> {
     let me = rustix::process::pidfd_open(rustix::process::getpid(), rustix::process::PidfdFlags::empty()).ok()?;
     let mut found: Vec<OwnedFd> = after
         .difference(before)
-        .filter_map(|&fd| rustix::process::pidfd_getfd(&me, fd, rustix::process::PidfdGetfdFlags::empty()).ok())
+        .filter_map(|(fd, _)| rustix::process::pidfd_getfd(&me, *fd, rustix::process::PidfdGetfdFlags::empty()).ok())
         .filter(|s| match rustix::net::getpeername(s) {
             Ok(Some(addr)) => match addr.address_family() {
                 rustix::net::AddressFamily::UNIX => true,
@@ -143,4 +152,36 @@ pub fn new_socket(before: &HashSet<RawFd>, after: &HashSet<RawFd>, ports: &[u16]
         })
         .collect();
     (found.len() == 1).then(|| found.pop()).flatten()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::fd::AsRawFd;
+    use std::os::unix::net::{UnixListener, UnixStream};
+
+    /// A database connection opened on the descriptor number another socket
+    /// freed just before is still the new one (numbers alone missed it).
+    #[test]
+    fn a_socket_on_a_reused_descriptor_number_is_found_as_new() {
+        let dir = std::env::temp_dir().join(format!("mwmq-deadline-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("db.sock");
+        let _ = std::fs::remove_file(&path);
+        let listener = UnixListener::bind(&path).unwrap();
+        let old = UnixStream::connect(&path).unwrap();
+        let (_old_peer, _) = listener.accept().unwrap();
+        let number = old.as_raw_fd();
+        let before = sockets();
+        drop(old);
+        let new = UnixStream::connect(&path).unwrap();
+        let after = sockets();
+        let found = new_socket(&before, &after, &[]).expect("the new connection's socket");
+        let ino = |fd: RawFd| std::fs::read_link(format!("/proc/self/fd/{fd}")).unwrap();
+        assert_eq!(ino(found.as_raw_fd()), ino(new.as_raw_fd()), "the socket found is the new connection's");
+        if new.as_raw_fd() == number {
+            assert!(after.iter().any(|(fd, _)| *fd == number) && before.iter().any(|(fd, _)| *fd == number));
+        }
+        std::fs::remove_dir_all(&dir).ok();
+    }
 }
