@@ -5,8 +5,7 @@
 use crate::resp::Reply;
 use crate::xcommand::XCmd;
 
-/// Longest queue or client name, in bytes.
-pub const MAX_NAME: usize = 200;
+pub use crate::words::{shown, MAX_NAME};
 /// Most messages one RECV may lease.
 pub const MAX_COUNT: u32 = 1000;
 /// Longest visibility timeout or delay (7 days), in ms.
@@ -675,12 +674,6 @@ pub fn parse(args: &[Vec<u8>], limits: &Limits) -> Result<Command, Refusal> {
         _ => return Err(Reply::err(format!("unknown command '{}'", shown(&args[0])))),
     };
     Ok(c)
-}
-
-/// What an error quotes of the client's bytes: the first 64, escaped (a
-/// reply that reserves nothing of the output budget stays small: `output.rs`).
-pub fn shown(arg: &[u8]) -> String {
-    arg.iter().take(64).flat_map(|b| std::ascii::escape_default(*b)).map(char::from).collect()
 }
 
 #[cfg(test)]

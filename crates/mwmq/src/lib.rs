@@ -48,6 +48,7 @@ pub mod ui;
 pub mod users;
 pub mod waiters;
 pub mod windows;
+pub mod words;
 pub mod worker;
 pub mod xcommand;
 

@@ -431,7 +431,7 @@ fn syntax() -> Reply {
 fn subcommand_syntax(sub: &[u8], cmd: &str) -> Reply {
     Reply::err(format!(
         "unknown subcommand or wrong number of arguments for '{}'. Try {cmd} HELP.",
-        crate::command::shown(sub)
+        crate::words::shown(sub)
     ))
 }
 
@@ -449,10 +449,10 @@ fn int(b: &[u8]) -> Result<i64, Reply> {
 
 fn key(b: &[u8]) -> Result<String, Reply> {
     let s = std::str::from_utf8(b).map_err(|_| Reply::err("a stream name must be UTF-8"))?;
-    if s.is_empty() || s.len() > crate::command::MAX_NAME || s.chars().any(|c| c.is_whitespace() || c.is_control()) {
+    if s.is_empty() || s.len() > crate::words::MAX_NAME || s.chars().any(|c| c.is_whitespace() || c.is_control()) {
         return Err(Reply::err(format!(
             "a stream name must be 1 to {} bytes without spaces or control characters",
-            crate::command::MAX_NAME
+            crate::words::MAX_NAME
         )));
     }
     Ok(s.to_string())
@@ -461,8 +461,8 @@ fn key(b: &[u8]) -> Result<String, Reply> {
 /// A group or consumer name (any bytes Redis takes; mwmq keeps UTF-8 text).
 fn label(b: &[u8]) -> Result<String, Reply> {
     let s = std::str::from_utf8(b).map_err(|_| Reply::err("a group or consumer name must be UTF-8"))?;
-    if s.len() > crate::command::MAX_NAME {
-        return Err(Reply::err(format!("a group or consumer name must be at most {} bytes", crate::command::MAX_NAME)));
+    if s.len() > crate::words::MAX_NAME {
+        return Err(Reply::err(format!("a group or consumer name must be at most {} bytes", crate::words::MAX_NAME)));
     }
     Ok(s.to_string())
 }
@@ -739,13 +739,12 @@ pub fn parse(cmd: &str, args: &[Vec<u8>]) -> Result<XCmd, Reply> {
                 "GROUPS" if argc == 3 => Ok(XCmd::InfoGroups(key(&args[2])?)),
                 "CONSUMERS" if argc == 4 => Ok(XCmd::InfoConsumers { key: key(&args[2])?, group: label(&args[3])? }),
                 "STREAM" | "GROUPS" | "CONSUMERS" => Err(arity(&format!("xinfo|{}", sub.to_lowercase()))),
-                _ => Err(Reply::err(format!(
-                    "unknown subcommand '{}'. Try XINFO HELP.",
-                    crate::command::shown(&args[1])
-                ))),
+                _ => {
+                    Err(Reply::err(format!("unknown subcommand '{}'. Try XINFO HELP.", crate::words::shown(&args[1]))))
+                }
             }
         }
-        _ => Err(Reply::err(format!("unknown command '{}'", crate::command::shown(cmd.as_bytes())))),
+        _ => Err(Reply::err(format!("unknown command '{}'", crate::words::shown(cmd.as_bytes())))),
     }
 }
 
@@ -980,7 +979,7 @@ fn parse_xgroup(args: &[Vec<u8>]) -> Result<XCmd, Reply> {
             Ok(XCmd::DelConsumer { key: key(&args[2])?, group: label(&args[3])?, consumer: label(&args[4])? })
         }
         "DESTROY" | "CREATECONSUMER" | "DELCONSUMER" | "DEADLETTER" => Err(wrong()),
-        _ => Err(Reply::err(format!("unknown subcommand '{}'. Try XGROUP HELP.", crate::command::shown(&args[1])))),
+        _ => Err(Reply::err(format!("unknown subcommand '{}'. Try XGROUP HELP.", crate::words::shown(&args[1])))),
     }
 }
 
@@ -1075,7 +1074,7 @@ fn claim_options(args: &[Vec<u8>], mut j: usize, c: &mut Claim) -> Result<(), Re
                 j += 1;
                 c.lastid = Some(entry_id(&args[j])?);
             }
-            _ => return Err(Reply::err(format!("Unrecognized XCLAIM option '{}'", crate::command::shown(&args[j])))),
+            _ => return Err(Reply::err(format!("Unrecognized XCLAIM option '{}'", crate::words::shown(&args[j])))),
         }
         j += 1;
     }
