@@ -35,8 +35,8 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
+use crate::backend_error::BackendError;
 use crate::config::BackendConfig;
-use crate::route::BackendError;
 
 /// How often repeated failures of a down server are logged.
 const LOG_EVERY_MS: u64 = 10_000;

@@ -27,6 +27,7 @@
 pub mod admin;
 pub mod auth;
 pub mod backend;
+pub mod backend_error;
 pub mod batch;
 pub mod budget;
 pub mod checker;

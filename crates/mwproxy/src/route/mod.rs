@@ -30,6 +30,7 @@ use mcproto::ring::Ring;
 use mcproto::{GetKind, MalformedResponse, MetaKind, Request};
 use mwstats::OpKind;
 
+pub use crate::backend_error::BackendError;
 use crate::config::{Config, MultigetFailure, MultigetMode, ReadPolicy};
 use crate::health::Ejection;
 use crate::stats::WorkerCounters;
@@ -42,33 +43,6 @@ pub type Framing = fn(&[u8]) -> Result<Option<usize>, MalformedResponse>;
 
 /// memcached's answer when a retrieval reply would not fit in memory.
 pub const REPLY_TOO_LARGE: &[u8] = b"SERVER_ERROR out of memory writing get response\r\n";
-
-/// Why a server gave no usable reply.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum BackendError {
-    /// The server is marked down (or another request is probing it).
-    #[error("unavailable")]
-    Down,
-    /// The server stopped answering: requests are not sent to it, and waiting
-    /// ones are given up, while one probe waits for it.
-    #[error("stalled")]
-    Stalled,
-    /// Connecting failed.
-    #[error("connect failed: {0}")]
-    Connect(String),
-    /// Reading or writing failed, or the server closed the connection.
-    #[error("connection lost: {0}")]
-    Io(String),
-    /// No complete reply before the deadline.
-    #[error("timeout")]
-    Timeout,
-    /// The server sent something that is not a memcached reply.
-    #[error("protocol error: {0}")]
-    Protocol(String),
-    /// The reply grew beyond what the request can legitimately produce.
-    #[error("reply too large")]
-    TooLarge,
-}
 
 /// One request to one server in the current round.
 #[derive(Clone, Copy, Debug)]
