@@ -209,8 +209,13 @@ def main() -> int:
     binaries = test_binaries(phases)
     lab_paths = [o for o in args.only if o == "lab" or o.startswith("lab/")]
     rust_only = [o for o in args.only if o not in lab_paths]
-    if rust_only:
+    if args.only:
+        # Only the named suites: none of the Rust binaries when only the lab's were named.
         binaries = [b for b in binaries if b.suite in rust_only or b.name in rust_only or b.crate in rust_only]
+        unknown = [o for o in rust_only if not any(o in (b.suite, b.name, b.crate) for b in binaries)]
+        if unknown:
+            print(f"no test suite is called {', '.join(unknown)}", file=sys.stderr)
+            return 2
     outcomes: list[Outcome] = []
     runs: list[tuple[str, Binary, str | None]] = [("rust", b, None) for b in binaries]
     if args.engines == "both":

@@ -75,7 +75,7 @@ def test_checks_and_model_tables(result: Path):
     summary, aggregate = summarize(result)
     assert len(summary) == 2 and (summary["status"] == "ok").all()
     for _, r in summary.iterrows():
-        assert_same_requests(r)
+        assert_same_requests(r, result / r["point"] / f"rep-{r['rep']}")
         assert_law_figures(r, result / r["point"] / f"rep-{r['rep']}")
         assert r["client_errors"] == 0
         # In pairs each SEND is answered by a receive, and what came is
@@ -206,7 +206,7 @@ def test_the_engine_is_a_factor_and_both_are_modelled(tmp_path: Path):
     assert len(summary) == 2 and (summary["status"] == "ok").all(), summary
     for _, r in summary.iterrows():
         assert r["client_errors"] == 0 and r["client_tput"] > 0
-        assert_same_requests(r)
+        assert_same_requests(r, result / r["point"] / f"rep-{r['rep']}")
     rows = {r["engine"]: r for _, r in summary.iterrows()}
     assert rows["async"]["cpu_mw_loop_cores"] > 0, "the loops' threads are sampled"
     from mwlab.analysis import read_experiment

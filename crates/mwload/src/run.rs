@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use anyhow::{Context, Result};
 use mcproto::ring::{HashKind, Ring};
-use mwstats::clock::{mono_of_unix_ms, unix_ms};
+use mwstats::clock::{mono_of_unix_ms, unix_ms, unix_us};
 use mwstats::record::{ClientRecord, FORMAT};
 use mwstats::slots::{Accumulator, Slots};
 use mwstats::window::{next_boundary, sleep_until};
@@ -114,6 +114,7 @@ fn record(
         window,
         start_unix_ms: ws,
         duration_ms: dur,
+        collected_late_us: None,
         ops: acc.records(cfg.mq.is_some()),
         middleware: None,
         client: Some(client_record(cfg, acc, phase, conns)),
@@ -205,11 +206,14 @@ pub fn run(cfg: RunConfig) -> Result<Outcome> {
             let all_done = || shared.finished.load(Ordering::Relaxed) == threads as u64;
             let stopped = sleep_until(boundary, all_done);
             let we = if stopped { unix_ms().clamp(ws, boundary) } else { boundary };
+            let late_us = unix_us().saturating_sub(we * 1000);
             shared.slots.collect(&mut spares, &mut window);
             let phase = sched.phase(ws, we);
             let conns = shared.connections();
             if let Some(w) = out.as_mut() {
-                w.window(&record(cfg, &window, Some(index), ws, we - ws, phase, conns))?;
+                let mut r = record(cfg, &window, Some(index), ws, we - ws, phase, conns);
+                r.collected_late_us = Some(late_us);
+                w.window(&r)?;
             }
             if cfg.progress {
                 progress((we - start) as f64 / 1000.0, phase, &window, we - ws);

@@ -97,6 +97,7 @@ fn build_record(
         window,
         start_unix_ms,
         duration_ms,
+        collected_late_us: None,
         ops: s.ops.records(),
         middleware: Some(MiddlewareRecord {
             queue_length_mean: s.queue_length_mean(duration_ms),

@@ -115,6 +115,7 @@ pub fn build_record(
         window,
         start_unix_ms,
         duration_ms,
+        collected_late_us: None,
         ops: acc.ops.records(),
         middleware: Some(MiddlewareRecord {
             queue_length_mean: acc.queue_length_mean(duration_ms),

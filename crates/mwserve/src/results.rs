@@ -7,7 +7,7 @@
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use mwstats::clock::unix_ms;
+use mwstats::clock::{unix_ms, unix_us};
 use mwstats::window::{next_boundary, sleep_until};
 use mwstats::writer::ResultsWriter;
 use mwstats::writer::TraceRow;
@@ -58,7 +58,11 @@ pub fn run_windows(
     loop {
         let stopped = sleep_until(boundary, || stop.load(Ordering::Relaxed));
         let end = if stopped { unix_ms().max(start) } else { boundary };
-        let record = w.close(index, start, end, out.is_some() || always);
+        let late_us = unix_us().saturating_sub(end * 1000);
+        let mut record = w.close(index, start, end, out.is_some() || always);
+        if let Some(r) = record.as_mut() {
+            r.collected_late_us = Some(late_us);
+        }
         if let (Some(f), Some(r)) = (out.as_mut(), record.as_ref()) {
             if let Err(e) = f.window(r).and_then(|_| f.trace(w.trace())) {
                 tracing::error!("cannot write results: {e}; results output stopped");

@@ -44,6 +44,11 @@ pub fn unix_ms() -> u64 {
     unix_ms_of(now_ns())
 }
 
+/// Wall-clock microseconds since the Unix epoch, now (on the same clock as [`unix_ms`]).
+pub fn unix_us() -> u64 {
+    ((anchor().unix_ns + u128::from(now_ns())) / 1_000) as u64
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

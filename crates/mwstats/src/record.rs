@@ -173,6 +173,11 @@ pub struct WindowRecord {
     pub start_unix_ms: u64,
     /// Length of the window (or run).
     pub duration_ms: u64,
+    /// How long after the window's end its counts were collected: requests
+    /// completed in that time are counted in this window, not the next (a
+    /// loaded machine delays the collecting thread). Absent in summaries.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub collected_late_us: Option<u64>,
     /// Per operation class, plus `all`.
     pub ops: BTreeMap<String, OpRecord>,
     /// Middleware figures (absent for clients).
