@@ -63,7 +63,8 @@ command_of() {
       *) args+=(--only "$w") ;;
     esac
   done
-  echo "scripts/testrun.py --no-build ${args[*]}"
+  # As make test runs them: two Rust test binaries side by side.
+  echo "scripts/testrun.py --no-build --jobs 2 ${args[*]}"
 }
 cmd=$(command_of)
 
