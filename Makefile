@@ -78,7 +78,7 @@ build: deps rust-deps
 	$(CARGO) build --release --workspace --bins
 
 ## Every test of every component with each service's default engine
-## (mwproxy: pool, mwmq: async). scripts/testrun.py runs them and ends with
+## (async, for both mwproxy and mwmq). scripts/testrun.py runs them and ends with
 ## where the time went (installs, build, each suite), the ten slowest tests
 ## and every failure with its log (target/test-logs/). Two Rust test
 ## binaries run side by side (no test holds a timing to a fixed margin,
@@ -86,8 +86,8 @@ build: deps rust-deps
 test: test-clock deps test-deps rust-deps python-deps
 	scripts/testrun.py --jobs 2 $(TEST_ARGS)
 
-## What CI runs: make test, and every mwproxy and mwmq suite again with the
-## service's other engine (mwproxy: async, mwmq: pool), one binary at a
+## What CI runs (.ci/run): make test's suites, and every mwproxy and mwmq
+## suite again with the service's other engine (pool), one binary at a
 ## time (CI has the time).
 test-slow: test-clock deps test-deps rust-deps python-deps
 	scripts/testrun.py --engines both $(TEST_ARGS)

@@ -23,7 +23,11 @@
 # it failed in.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-n=${1:?usage: scripts/test-repeat.sh N [--hog] [--fresh] [--keep] [all|slow|rust|lab|SUITE|PATH ...]}
+if [ $# -eq 0 ] || [ "$1" = -h ] || [ "$1" = --help ]; then
+  sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'
+  [ $# -eq 0 ] && exit 2 || exit 0
+fi
+n=$1
 shift
 hog=0 fresh=0 keep=0 what=()
 for a in "$@"; do

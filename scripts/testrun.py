@@ -43,7 +43,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 LOGS = ROOT / "target" / "test-logs"
 # The other engine of each service (the default is tested first).
-OTHER_ENGINE = {"mwproxy": "MWPROXY_TEST_ENGINE=async", "mwmq": "MWMQ_TEST_ENGINE=pool"}
+OTHER_ENGINE = {"mwproxy": "MWPROXY_TEST_ENGINE=pool", "mwmq": "MWMQ_TEST_ENGINE=pool"}
 TEST_LINE = re.compile(r"^test (\S+) \.\.\. (ok|FAILED|ignored)(?: <(\d+(?:\.\d+)?)s>)?")
 PRINT_LOCK = threading.Lock()
 
@@ -165,25 +165,52 @@ def failure_section(log: Path) -> str:
     return text[i:] if i >= 0 else text[-8000:]
 
 
+def node_id(classname: str, name: str) -> str:
+    """pytest's own name of a test (what `--only` and pytest take) from a
+    JUnit case: `tests.test_mq` + `test_x` -> `lab/tests/test_mq.py::test_x`."""
+    parts = classname.split(".")
+    module = max((i for i, p in enumerate(parts) if p.startswith("test_")), default=len(parts) - 1)
+    return "::".join(["lab/" + "/".join(parts[: module + 1]) + ".py", *parts[module + 1 :], name])
+
+
 def run_lab(phases: dict[str, float], paths: list[str]) -> list[Outcome]:
-    """pytest over the lab (or the paths given), per-test times from its JUnit file."""
-    junit = LOGS / "lab.xml"
+    """pytest over the lab (or the paths given), per-test times from its
+    JUnit file; its whole output is shown and kept in target/test-logs/lab.log."""
+    junit, log = LOGS / "lab.xml", LOGS / "lab.log"
+    junit.unlink(missing_ok=True)
     cmd = [str(ROOT / ".venv" / "bin" / "pytest"), *(paths or ["lab"]), f"--junitxml={junit}", "--durations=10"]
     say(f"==> lab: {' '.join(cmd)}")
     t0 = time.monotonic()
-    r = subprocess.run(cmd, cwd=ROOT)
+    with open(log, "w") as out:
+        p = subprocess.Popen(cmd, cwd=ROOT, env=lab_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        assert p.stdout is not None
+        for line in p.stdout:
+            sys.stdout.write(line)
+            out.write(line)
+        returncode = p.wait()
     took = time.monotonic() - t0
     phases["lab"] = phases.get("lab", 0.0) + took
-    o = Outcome("lab", took, r.returncode == 0, junit)
+    o = Outcome("lab", took, returncode == 0, log)
     if junit.exists():
         for case in ET.parse(junit).getroot().iter("testcase"):
-            name = f"lab {case.get('classname', '')}::{case.get('name', '')}"
+            name = node_id(case.get("classname", ""), case.get("name", ""))
             o.tests[name] = float(case.get("time", 0))
             if case.find("failure") is not None or case.find("error") is not None:
                 o.failed.append(name)
     if not o.ok and not o.failed:
-        o.failed.append(f"(pytest exited with status {r.returncode})")
+        o.failed.append(f"(pytest exited with status {returncode})")
     return [o]
+
+
+def lab_env() -> dict[str, str]:
+    """The lab runs the binaries this run built (target/debug), not a release
+    build an earlier `make run` or `make bench` left behind."""
+    env = dict(os.environ)
+    debug = ROOT / "target" / "debug"
+    for name in ("mwproxy", "mwmq", "mwload", "mwrelay", "mwsample"):
+        if (debug / name).exists():
+            env.setdefault(f"{name.upper()}_BIN", str(debug / name))
+    return env
 
 
 def main() -> int:
@@ -195,6 +222,10 @@ def main() -> int:
     ap.add_argument("test_args", nargs="*", help="after --: given to each Rust test binary (a filter, --nocapture)")
     args = ap.parse_args()
     LOGS.mkdir(parents=True, exist_ok=True)
+    # Only this run's logs (the start stamp stays: `make` left it).
+    for old in LOGS.iterdir():
+        if old.is_file() and old.name != "start":
+            old.unlink()
     start = time.time()
     phases: dict[str, float] = {}
     stamp = LOGS / "start"

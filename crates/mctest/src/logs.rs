@@ -27,7 +27,13 @@ fn write_tail(out: &mut impl Write, what: &str, path: &Path) {
             let text = String::from_utf8_lossy(&bytes);
             let lines: Vec<&str> = text.lines().collect();
             let from = lines.len().saturating_sub(TAIL_LINES);
-            let _ = writeln!(out, "---- {what}: the last {} lines of {} ----", lines.len() - from, path.display());
+            // The file goes with the test's other files; these lines are what stays.
+            let _ = writeln!(
+                out,
+                "---- {what}: the last {} lines of its log ({}) ----",
+                lines.len() - from,
+                path.display()
+            );
             for l in &lines[from..] {
                 let _ = writeln!(out, "{l}");
             }
@@ -65,7 +71,7 @@ mod tests {
         let out = String::from_utf8(out).unwrap();
         let lines: Vec<&str> = out.lines().collect();
         assert_eq!(lines.len(), TAIL_LINES + 2, "{out}");
-        assert!(lines[0].starts_with("---- memcached: the last 40 lines of "), "{out}");
+        assert!(lines[0].starts_with("---- memcached: the last 40 lines of its log ("), "{out}");
         assert_eq!((lines[1], lines[TAIL_LINES]), ("line 61", "line 100"));
         std::fs::remove_file(&path).unwrap();
         let mut out = Vec::new();

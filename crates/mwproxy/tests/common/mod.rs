@@ -9,12 +9,13 @@ use std::time::Duration;
 use mctest::{Client, Memcached};
 use mwproxy::{Config, Proxy};
 
-/// The engine the tests run against: `MWPROXY_TEST_ENGINE=pool|async`
-/// (`make test` runs the suites once with each).
+/// The engine the tests run against: `MWPROXY_TEST_ENGINE=async|pool`,
+/// by default mwproxy's own default, async (`make test` runs the suites
+/// with it, `make test-slow` once more with the pool engine).
 pub fn engine() -> mwproxy::config::Engine {
     match std::env::var("MWPROXY_TEST_ENGINE").as_deref() {
-        Err(_) | Ok("") | Ok("pool") => mwproxy::config::Engine::Pool,
-        Ok("async") => mwproxy::config::Engine::Async,
+        Err(_) | Ok("") | Ok("async") => mwproxy::config::Engine::Async,
+        Ok("pool") => mwproxy::config::Engine::Pool,
         Ok(other) => panic!("MWPROXY_TEST_ENGINE must be pool or async, not {other:?}"),
     }
 }
