@@ -75,15 +75,16 @@ fn fastest_round_trip(addr: &str, rounds: usize) -> Duration {
 #[test]
 fn a_round_trip_takes_twice_the_delay_longer_and_bytes_stay_in_order() {
     let echo = echo_server();
-    let (_r, via) = relay(&echo, "3ms");
+    let (_r, via) = relay(&echo, "20ms");
     let direct = fastest_round_trip(&echo, 40);
-    let relayed = fastest_round_trip(&via, 40);
+    let relayed = fastest_round_trip(&via, 20);
     let added = relayed.saturating_sub(direct);
-    // Never less than the delay each way; and the fastest round trip is far
-    // from what a delay applied twice per direction (12 ms) or a segment held
-    // back by Nagle's algorithm (40 ms) would give.
-    assert!(added >= Duration::from_micros(5_900), "added {added:?}");
-    assert!(added < Duration::from_millis(10), "added {added:?}");
+    // Never less than the delay each way; and the fastest of 20 round trips
+    // is 20 ms short of what a delay applied twice per direction (80 ms) or
+    // a segment held back by Nagle's algorithm (40 ms more) would give: a
+    // loaded machine would have to delay every one of them that much.
+    assert!(added >= Duration::from_micros(39_900), "added {added:?}");
+    assert!(added < Duration::from_millis(60), "added {added:?}");
     // A larger stream, written in pieces, comes back whole and in order.
     let mut s = TcpStream::connect(&via).unwrap();
     let data: Vec<u8> = (0..200_000u32).map(|i| (i % 251) as u8).collect();

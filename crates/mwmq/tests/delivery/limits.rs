@@ -205,7 +205,7 @@ fn rate_holds_across_processes() {
     // A burst of one second's worth, then 10 a second.
     let most = 10.0 + 10.0 * secs + 1.0;
     assert!((delivered as f64) <= most, "{delivered} delivered in {secs:.2} s (at most {most:.0})");
-    assert!(delivered >= 20, "{delivered} delivered in {secs:.2} s");
+    assert!(delivered > 10, "more than the burst: the bucket refilled; {delivered} delivered in {secs:.2} s");
     let info = qinfo(&mut c, "mail");
     assert_eq!(info["rate_per_sec"], "10");
     assert!(info["held_by_rate"].parse::<i64>().unwrap() > 0, "{info:?}");
