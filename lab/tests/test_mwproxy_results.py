@@ -4,6 +4,7 @@ Prometheus page parses with `prometheus_client`, damaged files are refused."""
 
 from __future__ import annotations
 
+import json
 import math
 import socket
 import threading
@@ -75,7 +76,17 @@ def run(tmp_path: Path, memcached: int, start_proxy):
         ]
     )
     load(proxy.port, clients=4, requests=400)
-    time.sleep(0.5)
+    # The page counts closed windows: wait until the open one holds none of
+    # the (finished) load's requests, however late the window closes.
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        with urllib.request.urlopen(f"http://127.0.0.1:{proxy.admin_port}/stats", timeout=5) as r:
+            current = json.loads(r.read())["current"]
+        if current["ops"].get("all", {}).get("count", 0) == 0:
+            break
+        time.sleep(0.05)
+    else:
+        pytest.fail("the load's requests never left the open window")
     with urllib.request.urlopen(f"http://127.0.0.1:{proxy.admin_port}/metrics", timeout=5) as r:
         page = r.read().decode()
     assert proxy.stop() == 0

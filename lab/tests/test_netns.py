@@ -92,17 +92,19 @@ def test_a_shaped_link_carries_no_more_than_its_rate_in_each_direction():
     12.7 Mbit/s through the 50 Mbit/s link a second after an unshaped one
     moved 3 Gbit/s): `bench/lab.py link` prints it. A link not shaped,
     shaped in the wrong direction or to a rate in the wrong unit fails."""
-    up, down = 50e6, 20e6
+    # Rates a Python receiver drains even on a loaded machine (12.7 Mbit/s
+    # at load 13, above), so that the shaper, not the receiver, is the limit.
+    up, down = 8e6, 4e6
     hosts = [HostSpec("vm", up_bps=up, down_bps=down), HostSpec("peer")]
     with Emulation(hosts) as emu:
         show = ["tc", "qdisc", "show", "dev"]
         up_tc = subprocess.run(emu.wrap("vm", [*show, "eth0"]), capture_output=True, text=True).stdout
         down_tc = subprocess.run([*show, emu.hosts["vm"].veth], capture_output=True, text=True).stdout
-        assert "tbf" in up_tc and "rate 50Mbit" in up_tc, up_tc
-        assert "tbf" in down_tc and "rate 20Mbit" in down_tc, down_tc
+        assert "tbf" in up_tc and "rate 8Mbit" in up_tc, up_tc
+        assert "tbf" in down_tc and "rate 4Mbit" in down_tc, down_tc
         sent = measure_link(emu, "vm", "peer", 5001, ("vm", "up"))
         received = measure_link(emu, "peer", "vm", 5002, ("vm", "down"))
-    for got, rate, what in ((sent, up, "sent on a 50"), (received, down, "received on a 20")):
+    for got, rate, what in ((sent, up, "sent on an 8"), (received, down, "received on a 4")):
         said = f"{got.bps / 1e6:.1f} Mbit/s {what} Mbit/s link"
         assert got.bits <= rate * got.seconds + 8 * (tbf_burst(rate) + 1514), said
         # (The shaper's counters are read between the link's: what it passed
@@ -233,7 +235,9 @@ def test_the_generator_checks_fire_on_a_throttled_load_generator(tmp_path: Path)
     healthy, h = verdicts["healthy"]
     throttled, t = verdicts["throttled"]
     assert not throttled.ok, throttled.detail
-    assert t["gen_late_share"] > h["gen_late_share"], (throttled.detail, healthy.detail)
+    # (Both shares may be all of the sends on a loaded machine: no more for
+    # the healthy one; the p99 tells them apart.)
+    assert t["gen_late_share"] >= h["gen_late_share"], (throttled.detail, healthy.detail)
     assert t["gen_late_p99_us"] > h["gen_late_p99_us"], (throttled.detail, healthy.detail)
     kept = h["gen_rate_ratio"] >= 1 - RATE_SHORTFALL and h["gen_late_share"] <= LATE_SHARE_LIMIT
     assert healthy.ok == kept, healthy.detail

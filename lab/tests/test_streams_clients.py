@@ -109,6 +109,7 @@ def test_faststream_stream_subscribers_in_one_group_share_the_work(mwmq):
     a and b); a publisher sends 40 messages: each is handled once, by one
     of them, and acknowledged (nothing left pending)."""
     import redis
+    import redis.asyncio as aioredis
     from faststream.redis import RedisBroker, StreamSub
 
     _, plain_port = mwmq
@@ -137,7 +138,12 @@ def test_faststream_stream_subscribers_in_one_group_share_the_work(mwmq):
         deadline = time.monotonic() + 30
         while len(handled) < 40 and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
-        await asyncio.sleep(0.3)
+        # The handlers returned; their acknowledgements follow: wait for them
+        # (not for a fixed time) before the apps stop.
+        watch = aioredis.Redis(port=plain_port, username="app", password="app-secret")
+        while time.monotonic() < deadline and (await watch.xpending("app.jobs", "workers"))["pending"]:
+            await asyncio.sleep(0.05)
+        await watch.aclose()
         for b in [*brokers, publisher]:
             await b.stop()
 
