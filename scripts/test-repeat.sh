@@ -14,8 +14,9 @@
 # `mwmq::streams`, a crate's name) or a pytest path. Several may be given.
 # --hog keeps one core busy with a CPU-bound process from start to end (what
 # a shared CI host looks like). --fresh clones anew for every run (and so
-# builds and installs every time); otherwise one clone is made, and `make test`
-# once prepares it. --keep leaves the clone (its path is printed).
+# builds and installs every time); otherwise one clone, kept in
+# target/test-repeat/clone between invocations (its build and .venv reused, its
+# files brought to HEAD), serves every run. --keep leaves the fresh clones.
 #
 # Each run's output is kept in target/test-repeat/<when>/run-K.log (and a red
 # run's suites' own logs beside it, run-K-suites/); the
@@ -84,7 +85,17 @@ results="$logdir/failures.tsv"
 : > "$results"
 dir="$top/clone"
 if [ "$fresh" = 0 ]; then
-  clone "$dir"
+  # One clone for every run, kept between invocations in target/ so that its
+  # build is incremental: brought to HEAD and cleaned of everything but its
+  # build and its .venv before each invocation.
+  dir="$src/target/test-repeat/clone"
+  if [ -d "$dir/.git" ]; then
+    git -C "$dir" fetch -q "$src" HEAD
+    git -C "$dir" checkout -q --force FETCH_HEAD
+    git -C "$dir" clean -q -ffdx -e /target -e /.venv
+  else
+    clone "$dir"
+  fi
   if [[ "$cmd" != make* ]]; then
     echo "preparing the clone (installs and build)"
     (cd "$dir" && make -s deps test-deps rust-deps python-deps >/dev/null && cargo build -q --workspace --bins && \
