@@ -294,11 +294,11 @@ fn connections_over_the_limit_are_refused_politely() {
     for c in &mut held {
         assert_eq!(c.call_str("get x\r\n").unwrap(), "END\r\n");
     }
-    let (reply, closed) = mctest::exchange(proxy.local_addr(), b"get x\r\n", Duration::from_millis(300)).unwrap();
+    let (reply, closed) = common::exchange_until_closed(proxy.local_addr(), b"get x\r\n");
     assert_eq!(String::from_utf8_lossy(&reply), "SERVER_ERROR Too many open connections\r\n");
     assert!(closed);
     drop(held.pop());
-    assert!(common::eventually(Duration::from_secs(3), || {
+    assert!(common::eventually(common::PATIENCE, || {
         Client::connect(proxy.local_addr()).and_then(|mut c| c.call_str("get x\r\n")).is_ok_and(|r| r == "END\r\n")
     }));
     common::stop(proxy);
