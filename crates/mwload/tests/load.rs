@@ -277,7 +277,10 @@ fn open_loop_arrivals_during_an_outage_are_counted_as_not_sent() {
     // generator's largest lateness, unsent when the run ends.
     let due = (s.ops["all"].count + client.unsent) as f64;
     let behind = client.send_late_us.as_ref().map_or(0.0, |h| h.max as f64 / 1e6) * 2000.0;
-    assert!(due <= 6300.0 && due >= 5400.0 - behind, "every arrival accounted for: {due} (generator {behind:.0} behind)");
+    assert!(
+        due <= 6300.0 && due >= 5400.0 - behind,
+        "every arrival accounted for: {due} (generator {behind:.0} behind)"
+    );
     assert_eq!(out.status.code(), Some(3), "{stderr}");
     assert!(stderr.contains("not sent for want of a connection"), "{stderr}");
 }
