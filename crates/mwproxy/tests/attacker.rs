@@ -235,7 +235,7 @@ fn a_connection_that_never_logs_in_is_closed() {
     assert!(closed, "closed for not logging in");
     let mut timeouts =
         || common::stat(&member.call_str("stats\r\n").expect("the logged-in client is still served"), "login_timeouts");
-    assert!(common::eventually(Duration::from_secs(10), || timeouts() == 1), "closed by the login deadline");
+    assert!(common::eventually(common::PATIENCE, || timeouts() == 1), "closed by the login deadline");
     common::stop(proxy);
     std::fs::remove_dir_all(&dir).ok();
 }

@@ -573,7 +573,7 @@ fn a_binary_key_with_a_space_is_repaired_like_any_other() {
     assert!(stats("repairs_queued") >= 2);
     // Reads keep coming until both servers were repaired: then the key is gone everywhere.
     assert!(
-        common::eventually(Duration::from_secs(10), || {
+        common::eventually(common::PATIENCE, || {
             let r = c.run(&get, 4);
             r[0].1 == status::KEY_ENOENT && stats("repairs_done") >= 2
         }),

@@ -277,7 +277,7 @@ fn readyz_answers_503_while_some_key_has_no_reachable_replica() {
     servers[0].restart().unwrap();
     servers[1].restart().unwrap();
     assert!(
-        common::eventually(Duration::from_secs(5), || {
+        common::eventually(common::PATIENCE, || {
             touch(&mut c);
             ready().0
         }),

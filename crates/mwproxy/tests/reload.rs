@@ -100,8 +100,8 @@ fn servers_added_and_removed_under_load_lose_nothing_and_keys_follow_the_new_rin
     let pid = proxy.0.id().to_string();
     let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
     let admin: SocketAddr = format!("127.0.0.1:{admin_port}").parse().unwrap();
-    wait_for_port(addr, Duration::from_secs(10)).unwrap();
-    wait_for_port(admin, Duration::from_secs(10)).unwrap();
+    wait_for_port(addr, common::PATIENCE).unwrap();
+    wait_for_port(admin, common::PATIENCE).unwrap();
 
     // 64 connections of mwload for 5 s, sets and gets, no reconnecting: a
     // dropped connection would show as lost, a failed request as an error.
@@ -122,11 +122,11 @@ fn servers_added_and_removed_under_load_lose_nothing_and_keys_follow_the_new_rin
     write_config(&conf, port, &[a, b, c, d]);
     assert!(Command::new("kill").args(["-HUP", &pid]).status().unwrap().success());
     assert!(
-        common::eventually(Duration::from_secs(5), || common::stat(&proxy_stats(addr), "config_generation") == 2),
+        common::eventually(common::PATIENCE, || common::stat(&proxy_stats(addr), "config_generation") == 2),
         "SIGHUP reloaded: {}",
         proxy_stats(addr)
     );
-    assert!(common::eventually(Duration::from_secs(5), || server_stat(d, "curr_items") > 0), "the new server serves");
+    assert!(common::eventually(common::PATIENCE, || server_stat(d, "curr_items") > 0), "the new server serves");
     std::thread::sleep(Duration::from_millis(1000));
 
     // One server removed, by POST /reload.
@@ -165,9 +165,7 @@ fn servers_added_and_removed_under_load_lose_nothing_and_keys_follow_the_new_rin
     let stats = proxy_stats(addr);
     assert_eq!(common::stat(&stats, "config_generation"), 3, "{stats}");
     assert_eq!(common::stat(&stats, "config_reloads"), 2, "{stats}");
-    assert!(
-        common::eventually(Duration::from_secs(5), || common::stat(&proxy_stats(addr), "config_reload_failures") == 2)
-    );
+    assert!(common::eventually(common::PATIENCE, || common::stat(&proxy_stats(addr), "config_reload_failures") == 2));
     assert_eq!(common::stat(&stats, "servers"), 3, "{stats}");
     // Unchanged servers kept their connections. (A loop that had not used a
     // server yet may open its own link to it later, so connections may be
@@ -177,7 +175,7 @@ fn servers_added_and_removed_under_load_lose_nothing_and_keys_follow_the_new_rin
     // The removed server's connections are closed once idle.
     let mut c0 = Client::connect(addr).unwrap();
     assert!(
-        common::eventually(Duration::from_secs(5), || {
+        common::eventually(common::PATIENCE, || {
             let _ = c0.call_str("get poke\r\n");
             server_stat(c, "curr_connections") <= 2
         }),

@@ -148,7 +148,7 @@ fn garbage_and_vanishing_clients_do_not_hurt_others() {
         assert_eq!(good.call_str("get good\r\n").unwrap(), format!("VALUE good 0 {}\r\n{v}\r\nEND\r\n", v.len()));
     }
     assert!(
-        common::eventually(Duration::from_secs(5), || {
+        common::eventually(common::PATIENCE, || {
             good.call_str("stats\r\n").unwrap().contains("STAT curr_connections 1\r\n")
         }),
         "vanished clients are cleaned up"
@@ -174,7 +174,7 @@ fn a_client_that_closes_right_after_half_a_line_is_cleaned_up() {
         c.shutdown_write().unwrap();
     }
     assert!(
-        common::eventually(Duration::from_secs(5), || {
+        common::eventually(common::PATIENCE, || {
             good.call_str("stats\r\n").unwrap().contains("STAT curr_connections 1\r\n")
         }),
         "every half-line client is cleaned up: {}",
@@ -225,7 +225,7 @@ fn a_killed_server_fails_only_its_keys_and_rejoins_by_itself() {
     std::thread::sleep(Duration::from_millis(300));
     servers[2].restart().unwrap();
     assert!(
-        common::eventually(Duration::from_secs(5), || {
+        common::eventually(common::PATIENCE, || {
             c.call_str(&format!("set {dead_key} 0 0 1\r\ny\r\n")).unwrap() == "STORED\r\n"
         }),
         "server 2 rejoins"
@@ -278,7 +278,7 @@ fn a_stalled_server_times_out_without_holding_up_other_keys() {
     assert!(waited >= Duration::from_millis(2900), "answered after the timeout, not before ({waited:?})");
     servers[0].resume().unwrap();
     assert!(
-        common::eventually(Duration::from_secs(5), || {
+        common::eventually(common::PATIENCE, || {
             c.call_str(&format!("get {stalled_key}\r\n")).unwrap() == format!("VALUE {stalled_key} 0 1\r\nx\r\nEND\r\n")
         }),
         "the server is used again once it answers"
@@ -294,11 +294,11 @@ fn connections_over_the_limit_are_refused_politely() {
     for c in &mut held {
         assert_eq!(c.call_str("get x\r\n").unwrap(), "END\r\n");
     }
-    let (reply, closed) = mctest::exchange(proxy.local_addr(), b"get x\r\n", Duration::from_millis(300)).unwrap();
+    let (reply, closed) = common::exchange_until_closed(proxy.local_addr(), b"get x\r\n");
     assert_eq!(String::from_utf8_lossy(&reply), "SERVER_ERROR Too many open connections\r\n");
     assert!(closed);
     drop(held.pop());
-    assert!(common::eventually(Duration::from_secs(3), || {
+    assert!(common::eventually(common::PATIENCE, || {
         Client::connect(proxy.local_addr()).and_then(|mut c| c.call_str("get x\r\n")).is_ok_and(|r| r == "END\r\n")
     }));
     common::stop(proxy);
@@ -331,7 +331,7 @@ fn a_full_queue_applies_backpressure_and_loses_nothing() {
     // Counters are exact per connection; another connection's last replies
     // may be recorded a moment after they were written.
     let mut stats = String::new();
-    let counted = common::eventually(Duration::from_secs(2), || {
+    let counted = common::eventually(common::PATIENCE, || {
         stats = common::client(&proxy).call_str("stats\r\n").unwrap();
         stats.contains("STAT cmd_set 1600\r\n")
     });

@@ -18,28 +18,72 @@ fn scratch(name: &str) -> PathBuf {
     dir
 }
 
-/// Sends `request` on `s` and reads what comes until nothing more does.
-fn exchange(s: &mut TcpStream, request: &[u8]) -> String {
+/// How long a reply may take before the test fails: long, so that a loaded
+/// machine's delays are never taken for a missing reply.
+const PATIENCE: Duration = Duration::from_secs(30);
+
+/// Sends `request` on `s` and reads its reply: until `complete` holds of the
+/// bytes read (or the peer closes, shown as `<closed>`), within [`PATIENCE`];
+/// then whatever else arrives before 150 ms pass quietly. That window only
+/// catches extra bytes (a second reply, a close): a correct peer sends none,
+/// so a busy machine can only make it miss them, never fail the test, and
+/// extra bytes that come later show at the front of the next reply.
+fn exchange(s: &mut TcpStream, request: &[u8], complete: impl Fn(&[u8]) -> bool) -> String {
     s.write_all(request).unwrap();
-    s.set_read_timeout(Some(Duration::from_millis(150))).unwrap();
+    let deadline = std::time::Instant::now() + PATIENCE;
     let mut out = Vec::new();
     let mut buf = [0u8; 4096];
+    let mut waiting = true;
     loop {
+        if waiting && complete(&out) {
+            waiting = false;
+        }
+        let wait = if waiting {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            assert!(
+                !left.is_zero(),
+                "no whole reply to {:?} within {PATIENCE:?}: {:?}",
+                String::from_utf8_lossy(request),
+                String::from_utf8_lossy(&out)
+            );
+            left
+        } else {
+            Duration::from_millis(150)
+        };
+        s.set_read_timeout(Some(wait)).unwrap();
         match s.read(&mut buf) {
             Ok(0) => {
                 out.extend_from_slice(b"<closed>");
                 break;
             }
             Ok(n) => out.extend_from_slice(&buf[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) if waiting && matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {}
             Err(_) => break,
         }
     }
     String::from_utf8_lossy(&out).into_owned()
 }
 
-/// Sessions of requests, each sent alone on its connection; the replies of all.
-fn sessions(addr: SocketAddr) -> Vec<Vec<String>> {
-    let sessions: Vec<Vec<&[u8]>> = vec![
+/// Whether `buf` holds one or more whole replies and nothing else. memcached
+/// answers all the requests of one read in one write, so the first whole
+/// replies that arrive are the whole answer to one write of requests.
+fn whole_replies(mut buf: &[u8]) -> bool {
+    if buf.is_empty() {
+        return false;
+    }
+    while !buf.is_empty() {
+        match mcproto::response_len(buf) {
+            Ok(Some(n)) => buf = &buf[n..],
+            _ => return false,
+        }
+    }
+    true
+}
+
+/// The requests of each session: each is sent alone on its connection.
+fn session_requests() -> Vec<Vec<&'static [u8]>> {
+    vec![
         vec![b"get k\r\n", b"version\r\n", b"mg k v\r\n", b"set k 0 0\r\n", b"add k 0 0 12\r\nalice secret\r\n"],
         vec![b"set x 0 0 5\r\nalice\r\n", b"set x 0 0 11\r\nalice wrong\r\n", b"set x 0 0 3\r\nabcxx"],
         vec![b"set x 0 0 11\r\neve hunter2\r\n", b"get k\r\n", b"set x 0 0 12\r\nalice secret\r\n"],
@@ -49,12 +93,30 @@ fn sessions(addr: SocketAddr) -> Vec<Vec<String>> {
         vec![b"set x 0 0 11\r\nalice wrong\r\nget k\r\n", b"set x 0 0 12\r\nalice secret\r\n"],
         vec![b"set whatever 5 60 13\r\nalice  secret\r\n", b"get k\r\n", b"quit\r\n"],
         vec![b"set x 0 0 7\r\nbob pw2\r\n", b"incr n 1\r\n", b"set n 0 0 1\r\n1\r\n", b"incr n 1\r\n"],
-    ];
-    sessions
+    ]
+}
+
+/// The replies of memcached at `addr` to every session: each reply read
+/// until it is whole replies (or the connection closes).
+fn reference_sessions(addr: SocketAddr) -> Vec<Vec<String>> {
+    session_requests()
         .into_iter()
         .map(|reqs| {
             let mut s = TcpStream::connect(addr).unwrap();
-            reqs.iter().map(|r| exchange(&mut s, r)).collect()
+            reqs.iter().map(|r| exchange(&mut s, r, whole_replies)).collect()
+        })
+        .collect()
+}
+
+/// The replies of the proxy at `addr` to every session, each read until it
+/// is as long as the one `expected` (or longer, or the connection closes).
+fn sessions(addr: SocketAddr, expected: &[Vec<String>]) -> Vec<Vec<String>> {
+    session_requests()
+        .into_iter()
+        .zip(expected)
+        .map(|(reqs, wanted)| {
+            let mut s = TcpStream::connect(addr).unwrap();
+            reqs.iter().zip(wanted).map(|(r, w)| exchange(&mut s, r, |got| got.len() >= w.len())).collect()
         })
         .collect()
 }
@@ -72,29 +134,37 @@ fn users_file(dir: &std::path::Path) -> PathBuf {
     path
 }
 
+/// The reply to a failed login.
+const FAILED: &str = "CLIENT_ERROR authentication failure\r\n";
+
 #[test]
 fn authentication_answers_as_memcached_with_an_auth_file() {
     let dir = scratch("auth");
     let users = users_file(&dir);
     let reference = Memcached::start_with(&["-Y", users.to_str().unwrap()]).unwrap();
-    let expected = sessions(reference.addr());
+    let expected = reference_sessions(reference.addr());
     assert_eq!(expected[0][0], "CLIENT_ERROR unauthenticated\r\n", "memcached asks for a login");
+    // What the proxy answers: memcached's replies, but for the two sessions
+    // where it differs by design (asserted below).
+    let mut wanted = expected.clone();
+    wanted[4][0] = FAILED.into();
+    wanted[5][0] = FAILED.into();
     let backend = common::servers(1);
     let proxy = common::proxy(&backend, |c| c.auth.file = Some(users.to_string_lossy().into_owned()));
-    let got = sessions(proxy.local_addr());
+    let got = sessions(proxy.local_addr(), &wanted);
     for (i, (e, g)) in expected.iter().zip(&got).enumerate() {
         if i == 4 {
             // Beyond memcached: what was pipelined behind a failed login is
             // dropped, so one write of many guesses tries one.
             assert_eq!(e, &["STORED\r\nEND\r\n"], "memcached takes a password pipelined behind a wrong one");
-            assert_eq!(g, &["CLIENT_ERROR authentication failure\r\n"], "mwproxy drops it");
+            assert_eq!(g, &[FAILED], "mwproxy drops it");
             continue;
         }
         if i == 5 {
             // The same: the `get` behind the failed login is dropped, and the
             // client hears that its login failed (memcached answers the `get`).
             assert_eq!(e[0], "CLIENT_ERROR unauthenticated\r\n");
-            assert_eq!(g[0], "CLIENT_ERROR authentication failure\r\n");
+            assert_eq!(g[0], FAILED);
             assert_eq!(e[1..], g[1..]);
             continue;
         }
@@ -306,7 +376,8 @@ fn clients_speak_tls_and_plaintext_to_the_tls_port_is_refused() {
     assert_eq!(got, (0, 7, b"hello".to_vec()));
     // Plaintext to the TLS port: refused and closed, counted; everyone else goes on.
     let mut wrong = TcpStream::connect(proxy.local_addr()).unwrap();
-    let answer = exchange(&mut wrong, b"get t\r\n");
+    // (Read until it closes: nothing it could send completes the reply.)
+    let answer = exchange(&mut wrong, b"get t\r\n", |_| false);
     assert!(answer.ends_with("<closed>") && !answer.contains("VALUE"), "{answer:?}");
     // A client that does not trust the proxy's CA gives up in the handshake.
     let mut untrusting = tls_client(proxy.local_addr(), &c.stranger_cert, None);

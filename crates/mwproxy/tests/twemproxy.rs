@@ -273,7 +273,7 @@ fn the_same_file_served_by_twemproxy_then_by_mwproxy() {
     let stats_tw = mctest::free_port();
     let tw = nutcracker(&path, stats_tw);
     for port in [a, b, stats_tw] {
-        mctest::wait_for_port(format!("127.0.0.1:{port}").parse().unwrap(), std::time::Duration::from_secs(5)).unwrap();
+        mctest::wait_for_port(format!("127.0.0.1:{port}").parse().unwrap(), common::PATIENCE).unwrap();
     }
     for port in [a, b] {
         let mut c = Client::connect(format!("127.0.0.1:{port}").parse().unwrap()).unwrap();
@@ -291,7 +291,7 @@ fn the_same_file_served_by_twemproxy_then_by_mwproxy() {
     let mw =
         Running(mwproxy().arg("-c").arg(&path).args(["-s", &stats_mw.to_string(), "--log", "warn"]).spawn().unwrap());
     for port in [a, b, stats_mw] {
-        mctest::wait_for_port(format!("127.0.0.1:{port}").parse().unwrap(), std::time::Duration::from_secs(5)).unwrap();
+        mctest::wait_for_port(format!("127.0.0.1:{port}").parse().unwrap(), common::PATIENCE).unwrap();
     }
     for port in [a, b] {
         let mut c = Client::connect(format!("127.0.0.1:{port}").parse().unwrap()).unwrap();
@@ -357,8 +357,7 @@ fn memcached_on(path: &std::path::Path) -> Running {
         cmd.args(["-u", "root"]);
     }
     let m = Running(cmd.stdout(std::process::Stdio::null()).stderr(std::process::Stdio::null()).spawn().unwrap());
-    let up =
-        common::eventually(std::time::Duration::from_secs(5), || std::os::unix::net::UnixStream::connect(path).is_ok());
+    let up = common::eventually(common::PATIENCE, || std::os::unix::net::UnixStream::connect(path).is_ok());
     assert!(up, "memcached on {}", path.display());
     m
 }
@@ -400,7 +399,7 @@ fn a_pool_on_unix_sockets_serves_as_twemproxy_does() {
     let keys: Vec<String> = keys(200);
     let tw = nutcracker(&path, stats_tw);
     for port in [tw_port, stats_tw] {
-        mctest::wait_for_port(format!("127.0.0.1:{port}").parse().unwrap(), std::time::Duration::from_secs(5)).unwrap();
+        mctest::wait_for_port(format!("127.0.0.1:{port}").parse().unwrap(), common::PATIENCE).unwrap();
     }
     let mut c = Client::connect(format!("127.0.0.1:{tw_port}").parse().unwrap()).unwrap();
     for (i, k) in keys.iter().enumerate() {
@@ -413,9 +412,9 @@ fn a_pool_on_unix_sockets_serves_as_twemproxy_does() {
     std::fs::write(&path, body(&format!("{} 0660", ours_sock.display()))).unwrap();
     let mw =
         Running(mwproxy().arg("-c").arg(&path).args(["-s", &stats_mw.to_string(), "--log", "warn"]).spawn().unwrap());
-    mctest::wait_for_port(format!("127.0.0.1:{stats_mw}").parse().unwrap(), std::time::Duration::from_secs(5)).unwrap();
+    mctest::wait_for_port(format!("127.0.0.1:{stats_mw}").parse().unwrap(), common::PATIENCE).unwrap();
     let listening = || std::os::unix::net::UnixStream::connect(&ours_sock).is_ok();
-    assert!(common::eventually(std::time::Duration::from_secs(5), listening));
+    assert!(common::eventually(common::PATIENCE, listening));
     assert_eq!(std::fs::metadata(&ours_sock).unwrap().permissions().mode() & 0o777, 0o660);
     let asks: String = keys.iter().map(|k| format!("get {k}\r\n")).collect();
     let replies = over_unix(&ours_sock, asks.as_bytes(), keys.len());
@@ -438,14 +437,14 @@ fn a_pool_on_unix_sockets_serves_as_twemproxy_does() {
         rustix::process::Signal::TERM,
     )
     .unwrap();
-    assert!(common::eventually(std::time::Duration::from_secs(10), || !ours_sock.exists()), "socket file removed");
+    assert!(common::eventually(common::PATIENCE, || !ours_sock.exists()), "socket file removed");
     drop(mw);
     let stale = std::os::unix::net::UnixListener::bind(&ours_sock).unwrap();
     drop(stale);
     let mw = Running(
         mwproxy().arg("-c").arg(&path).args(["-s", &mctest::free_port().to_string(), "--log", "warn"]).spawn().unwrap(),
     );
-    assert!(common::eventually(std::time::Duration::from_secs(5), || {
+    assert!(common::eventually(common::PATIENCE, || {
         over_unix(&ours_sock, format!("get {}\r\n", keys[0]).as_bytes(), 1).contains("v0")
     }));
     // A second one on the same socket is refused: it is in use.
@@ -468,7 +467,7 @@ fn sighup_reads_the_file_again() {
     };
     write(1);
     let mw = Running(mwproxy().arg("-c").arg(&path).args(["-s", &stats.to_string(), "--log", "warn"]).spawn().unwrap());
-    mctest::wait_for_port(format!("127.0.0.1:{stats}").parse().unwrap(), std::time::Duration::from_secs(5)).unwrap();
+    mctest::wait_for_port(format!("127.0.0.1:{stats}").parse().unwrap(), common::PATIENCE).unwrap();
     let servers_in =
         |doc: &serde_json::Value| doc["pool"].as_object().unwrap().keys().filter(|k| k.contains(':')).count();
     assert_eq!(servers_in(&stats_of(stats)), 1);
@@ -479,7 +478,7 @@ fn sighup_reads_the_file_again() {
     )
     .unwrap();
     assert!(
-        common::eventually(std::time::Duration::from_secs(5), || servers_in(&stats_of(stats)) == 2),
+        common::eventually(common::PATIENCE, || servers_in(&stats_of(stats)) == 2),
         "the second server after SIGHUP"
     );
     drop(mw);
@@ -504,7 +503,7 @@ fn an_ejected_server_leaves_the_ring_and_comes_back() {
             .unwrap(),
     );
     let addr = format!("127.0.0.1:{listen}").parse().unwrap();
-    mctest::wait_for_port(addr, std::time::Duration::from_secs(5)).unwrap();
+    mctest::wait_for_port(addr, common::PATIENCE).unwrap();
     let mut specs: Vec<mcproto::ring::ServerSpec> =
         servers.iter().map(|s| format!("{}:1", s.endpoint()).parse().unwrap()).collect();
     twemproxy_order(&mut specs);
@@ -517,7 +516,7 @@ fn an_ejected_server_leaves_the_ring_and_comes_back() {
     servers[victim].stop();
     // Its keys fail until it has failed twice in a row; then they are stored on the others.
     let mut c = Client::connect(addr).unwrap();
-    let stored = common::eventually(std::time::Duration::from_secs(5), || {
+    let stored = common::eventually(common::PATIENCE, || {
         c.call_str(&format!("set {} 0 0 1\r\nx\r\n", victim_keys[0])).unwrap() == "STORED\r\n"
     });
     assert!(stored, "the key is stored elsewhere once its server is ejected");
@@ -550,7 +549,7 @@ fn an_ejected_server_leaves_the_ring_and_comes_back() {
     assert!(ready.starts_with("HTTP/1.1 200") && ready.contains("\"ready\":true"), "{ready}");
     // Back after the retry timeout, once it answers again.
     servers[victim].restart().unwrap();
-    let back = common::eventually(std::time::Duration::from_secs(8), || {
+    let back = common::eventually(common::PATIENCE, || {
         let _ = c.call_str(&format!("set {} 0 0 1\r\nz\r\n", victim_keys[1]));
         common::holders(&servers, &victim_keys[1]).contains(&victim)
     });
@@ -574,7 +573,7 @@ fn while_a_server_is_ejected_its_keys_go_where_twemproxy_sends_them() {
     let keys: Vec<String> = (0..150).map(|i| format!("e{i}")).collect();
     // Where each proxy puts every key once the stopped server is off its ring.
     let placed = |c: &mut Client, marker: &str| -> Vec<usize> {
-        let ejected = common::eventually(std::time::Duration::from_secs(5), || {
+        let ejected = common::eventually(common::PATIENCE, || {
             keys.iter().all(|k| c.call_str(&format!("set {k} 0 0 1\r\n{marker}\r\n")).unwrap() == "STORED\r\n")
         });
         assert!(ejected, "{marker}: every key stored once the server is ejected");
@@ -601,7 +600,7 @@ fn while_a_server_is_ejected_its_keys_go_where_twemproxy_sends_them() {
             .collect()
     };
     let tw = nutcracker(&path, mctest::free_port());
-    mctest::wait_for_port(addr, std::time::Duration::from_secs(5)).unwrap();
+    mctest::wait_for_port(addr, common::PATIENCE).unwrap();
     let theirs = placed(&mut Client::connect(addr).unwrap(), "t");
     drop(tw);
     let mw = Running(
@@ -612,7 +611,7 @@ fn while_a_server_is_ejected_its_keys_go_where_twemproxy_sends_them() {
             .spawn()
             .unwrap(),
     );
-    mctest::wait_for_port(addr, std::time::Duration::from_secs(5)).unwrap();
+    mctest::wait_for_port(addr, common::PATIENCE).unwrap();
     let ours = placed(&mut Client::connect(addr).unwrap(), "m");
     drop(mw);
     assert_eq!(ours, theirs, "the ejected server's keys (and the others') on the same servers");
@@ -664,12 +663,12 @@ fn nutcrackers_command_line_starts_mwproxy_unchanged() {
         .status()
         .unwrap();
     assert!(started.success(), "the parent returns once the daemon runs");
-    assert!(common::eventually(std::time::Duration::from_secs(5), || pid_file.exists()));
+    assert!(common::eventually(common::PATIENCE, || pid_file.exists()));
     let pid: i32 = std::fs::read_to_string(&pid_file).unwrap().trim().parse().unwrap();
     let pid = rustix::process::Pid::from_raw(pid).unwrap();
     let _daemon = Daemon(pid);
     assert_eq!(rustix::process::getsid(Some(pid)).unwrap(), pid, "the daemon leads a session of its own");
-    mctest::wait_for_port(format!("127.0.0.1:{listen}").parse().unwrap(), std::time::Duration::from_secs(5)).unwrap();
+    mctest::wait_for_port(format!("127.0.0.1:{listen}").parse().unwrap(), common::PATIENCE).unwrap();
     let mut c = Client::connect(format!("127.0.0.1:{listen}").parse().unwrap()).unwrap();
     assert_eq!(c.call_str("set a 0 0 1\r\nx\r\n").unwrap(), "STORED\r\n");
     // -D describes every stat the stats port serves.
@@ -683,7 +682,7 @@ fn nutcrackers_command_line_starts_mwproxy_unchanged() {
         assert!(described.contains(&format!("  {k} ")), "{k} described: {described}");
     }
     rustix::process::kill_process(pid, rustix::process::Signal::TERM).unwrap();
-    assert!(common::eventually(std::time::Duration::from_secs(10), || !pid_file.exists()), "pid file removed at exit");
+    assert!(common::eventually(common::PATIENCE, || !pid_file.exists()), "pid file removed at exit");
     let logged = std::fs::read_to_string(&log).unwrap();
     assert!(logged.contains("serving") && logged.contains("stopped"), "{logged}");
     assert!(!logged.contains('\u{1b}'), "no colours in a log file");

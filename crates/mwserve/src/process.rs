@@ -76,9 +76,13 @@ impl Throttled {
 
     /// It happened again (`detail` says how); true when this one was logged.
     pub fn note(&self, detail: &dyn std::fmt::Display) -> bool {
+        self.note_at(detail, self.started.elapsed().as_millis() as u64)
+    }
+
+    /// [`Throttled::note`] at `now`, in milliseconds since it was made (the tests' clock).
+    fn note_at(&self, detail: &dyn std::fmt::Display, now: u64) -> bool {
         use std::sync::atomic::Ordering::Relaxed;
         let n = self.unlogged.fetch_add(1, Relaxed) + 1;
-        let now = self.started.elapsed().as_millis() as u64;
         let last = self.logged_ms.load(Relaxed);
         let due = last == u64::MAX || now.saturating_sub(last) >= self.every_ms;
         if !due || self.logged_ms.compare_exchange(last, now, Relaxed, Relaxed).is_err() {
@@ -130,12 +134,15 @@ mod tests {
         assert!(parse_bool("maybe").is_err());
     }
 
+    /// On a clock the test gives (a loaded machine could let 50 ms pass
+    /// between two calls).
     #[test]
     fn a_throttled_warning_is_logged_once_per_interval() {
         let t = Throttled::new("x", std::time::Duration::from_millis(50));
-        assert!(t.note(&"first"), "the first one is logged");
-        assert!(!t.note(&"again") && !t.note(&"again"), "then not within the interval");
-        std::thread::sleep(std::time::Duration::from_millis(60));
-        assert!(t.note(&"later"), "and again after it");
+        assert!(t.note_at(&"first", 0), "the first one is logged");
+        assert!(!t.note_at(&"again", 10) && !t.note_at(&"again", 49), "then not within the interval");
+        assert!(t.note_at(&"later", 50), "and again after it");
+        assert!(!t.note_at(&"again", 60), "then not within the next interval");
+        assert_eq!(t.unlogged.load(std::sync::atomic::Ordering::Relaxed), 1, "the one not logged since");
     }
 }

@@ -294,7 +294,7 @@ impl Throttle {
     /// before a login waits for its check (the check itself calls
     /// [`Throttle::begin`]). A refusal is counted and logged.
     pub fn check(&self, a: &Attempt) -> Result<(), Refused> {
-        self.admit(a, false)
+        self.admit(a, false, Instant::now())
     }
 
     /// `a`'s password is about to be checked: unless refused, the attempt
@@ -302,7 +302,7 @@ impl Throttle {
     /// [`Throttle::checked`] must follow with the outcome. A refusal is
     /// counted and logged.
     pub fn begin(&self, a: &Attempt) -> Result<(), Refused> {
-        self.admit(a, true)
+        self.admit(a, true, Instant::now())
     }
 
     /// The outcome of an attempt [`Throttle::begin`] let through: a right
@@ -323,13 +323,14 @@ impl Throttle {
         self.remembered.clear();
     }
 
-    fn admit(&self, a: &Attempt, take: bool) -> Result<(), Refused> {
+    /// [`Throttle::check`] (`take` false) or [`Throttle::begin`] (true) at
+    /// the time `now` (the tests' clock).
+    fn admit(&self, a: &Attempt, take: bool, now: Instant) -> Result<(), Refused> {
         if self.remembered.contains(a) {
             self.repeated.fetch_add(1, Ordering::Relaxed);
             self.report.failed(a, &"the same wrong password again (not checked)");
             return Err(Refused::Repeated);
         }
-        let now = Instant::now();
         let user = a.user.map(|u| self.names.hash_one(u));
         // Both buckets looked at and filled under their locks (always
         // sources first): attempts begun at once cannot share one room.

@@ -59,9 +59,12 @@ fn repairs_go_first_and_replies_end_calls_in_order() {
     assert!(!ex.in_flight());
 }
 
+/// The backoff is long (1 s), so that a loaded machine's delay between
+/// two steps of the test cannot outlast it; the test sleeps it out once.
 #[test]
 fn a_down_server_fails_calls_at_once_and_admits_one_probe_after_the_backoff() {
-    let sv = servers(1, |_| {});
+    const BACKOFF: Duration = Duration::from_secs(1);
+    let sv = servers(1, |c| c.retry_min_ms = BACKOFF.as_millis() as u64);
     let (mut a, mut b) = (Exchange::new(0), Exchange::new(0));
     let mut log = Log::new();
     // A connect failure: the calls end with it and the server is down.
@@ -76,7 +79,8 @@ fn a_down_server_fails_calls_at_once_and_admits_one_probe_after_the_backoff() {
     assert!(begin(&mut b, &sv, 1, 0, &mut log).is_none());
     assert_eq!(log[0].1, Err(BackendError::Down));
     log.clear();
-    std::thread::sleep(Duration::from_millis(40));
+    // (The health's clock is the monotonic one: a sleep of the backoff outlasts it.)
+    std::thread::sleep(BACKOFF + Duration::from_millis(10));
     // After it, the first carrier probes, and reopening is counted once.
     let (out, owners) = outbox(1, 0, 1);
     assert!(a.begin(&sv, &out, &owners, &mut Vec::new(), 1, || Ok(true), &mut logger(&mut log)));

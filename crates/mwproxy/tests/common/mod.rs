@@ -86,6 +86,17 @@ pub fn holders(servers: &[Memcached], key: &str) -> Vec<usize> {
         .collect()
 }
 
+/// How long a test waits for something that must happen before it fails:
+/// long, so that a loaded machine's delays are never taken for the thing not
+/// happening (a wait that ends with the condition costs nothing more).
+pub const PATIENCE: Duration = Duration::from_secs(30);
+
+/// Sends `request` on a new connection to `addr` and reads until the peer
+/// closes (or stays silent for [`PATIENCE`]): the bytes, and whether it closed.
+pub fn exchange_until_closed(addr: std::net::SocketAddr, request: &[u8]) -> (Vec<u8>, bool) {
+    mctest::exchange(addr, request, PATIENCE).unwrap()
+}
+
 /// Waits up to `within` for `cond`.
 pub fn eventually(within: Duration, mut cond: impl FnMut() -> bool) -> bool {
     let deadline = std::time::Instant::now() + within;
@@ -250,16 +261,17 @@ pub fn twemproxy_pool(options: &str, entries: &[String]) -> Twemproxy {
         .unwrap();
     let addr = format!("127.0.0.1:{listen}").parse().unwrap();
     let t = Twemproxy { addr, child, dir };
-    mctest::wait_for_port(addr, Duration::from_secs(5)).unwrap();
+    mctest::wait_for_port(addr, PATIENCE).unwrap();
     t
 }
 
 /// Sends each of `cases` on a new connection to memcached directly and to
-/// the proxy: the same bytes come back, and both close the connection.
+/// the proxy: the same bytes come back, and both close the connection (each
+/// read until it closes: one that does not fails after [`PATIENCE`]).
 pub fn closes_alike(direct: std::net::SocketAddr, proxy: std::net::SocketAddr, cases: &[Vec<u8>]) {
     for case in cases {
-        let (a, a_closed) = mctest::exchange(direct, case, Duration::from_millis(300)).unwrap();
-        let (b, b_closed) = mctest::exchange(proxy, case, Duration::from_millis(300)).unwrap();
+        let (a, a_closed) = exchange_until_closed(direct, case);
+        let (b, b_closed) = exchange_until_closed(proxy, case);
         let shown = String::from_utf8_lossy(&case[..case.len().min(40)]).into_owned();
         assert_eq!(b, a, "replies to {shown:?}");
         assert!(a_closed && b_closed, "both close after {shown:?} (memcached: {a_closed}, mwproxy: {b_closed})");
@@ -302,7 +314,7 @@ impl ProxyProcess {
                 s.push('\n');
             }
         });
-        mctest::wait_for_port(([127, 0, 0, 1], port).into(), Duration::from_secs(5)).unwrap();
+        mctest::wait_for_port(([127, 0, 0, 1], port).into(), PATIENCE).unwrap();
         ProxyProcess { child, port, stderr }
     }
 

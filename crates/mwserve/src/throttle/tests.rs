@@ -1,6 +1,6 @@
 use super::*;
 use std::sync::atomic::AtomicUsize;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 fn limits(burst: f64, per_sec: f64) -> Limits {
     Limits { source: Rate { burst, per_sec }, user: Rate { burst: 1000.0, per_sec: 1000.0 } }
@@ -16,7 +16,12 @@ fn attempt<'a>(source: Option<Source>, user: Option<&'a [u8]>, secret: &'a [u8])
 
 /// Whether an attempt from `source` as `user` would be checked now.
 fn may(t: &Throttle, source: Option<Source>, user: Option<&[u8]>) -> Result<(), Throttled> {
-    match t.check(&attempt(source, user, b"a password never tried")) {
+    may_at(t, source, user, Instant::now())
+}
+
+/// Whether an attempt from `source` as `user` would be checked at `now`.
+fn may_at(t: &Throttle, source: Option<Source>, user: Option<&[u8]>, now: Instant) -> Result<(), Throttled> {
+    match t.admit(&attempt(source, user, b"a password never tried"), false, now) {
         Ok(()) => Ok(()),
         Err(Refused::Throttled(t)) => Err(t),
         Err(Refused::Repeated) => panic!("never tried"),
@@ -27,41 +32,56 @@ static GUESS: AtomicUsize = AtomicUsize::new(0);
 
 /// A wrong password from `source` as `user`, checked: false when refused unchecked.
 fn fail(t: &Throttle, source: Option<Source>, user: Option<&[u8]>) -> bool {
+    fail_at(t, source, user, Instant::now())
+}
+
+/// [`fail`] at the time `now`.
+fn fail_at(t: &Throttle, source: Option<Source>, user: Option<&[u8]>, now: Instant) -> bool {
     let guess = format!("guess-{}", GUESS.fetch_add(1, Ordering::Relaxed));
     let a = attempt(source, user, guess.as_bytes());
-    let begun = t.begin(&a).is_ok();
+    let begun = t.admit(&a, true, now).is_ok();
     if begun {
         t.checked(&a, false);
     }
     begun
 }
 
+/// On the throttle's clock given by the test (a loaded machine's delays
+/// between two calls would refill a bucket of 20 a second).
 #[test]
 fn a_source_is_locked_out_after_its_burst_and_earns_attempts_back() {
     let t = Throttle::new(limits(3.0, 20.0));
     let (a, b) = (ip("10.0.0.1"), ip("10.0.0.2"));
+    let start = Instant::now();
     for _ in 0..3 {
-        assert!(fail(&t, a, None));
+        assert!(fail_at(&t, a, None, start));
     }
-    let refused = may(&t, a, None).unwrap_err();
+    let refused = may_at(&t, a, None, start).unwrap_err();
     assert_eq!(refused.to_string(), "too many failed logins from 10.0.0.1; retry in 1 s");
-    assert!(may(&t, b, None).is_ok(), "another address is not");
-    std::thread::sleep(Duration::from_millis(80));
-    assert!(fail(&t, a, None), "one attempt earned back after 1/20 s");
-    assert!(may(&t, a, None).is_err());
-    assert_eq!(t.refused.load(Ordering::Relaxed), 2);
+    assert!(may_at(&t, b, None, start).is_ok(), "another address is not");
+    assert!(may_at(&t, a, None, start + Duration::from_millis(40)).is_err(), "not yet earned back after 40 ms");
+    let later = start + Duration::from_millis(80);
+    assert!(fail_at(&t, a, None, later), "one attempt earned back after 1/20 s");
+    assert!(may_at(&t, a, None, later).is_err());
+    assert_eq!(t.refused.load(Ordering::Relaxed), 3);
 }
 
 #[test]
 fn the_wait_is_what_the_bucket_needs_to_drain_and_a_bucket_holds_its_burst_at_most() {
     let t = Throttle::new(limits(2.0, 0.5));
+    let now = Instant::now();
     for _ in 0..5 {
-        fail(&t, ip("10.0.0.1"), None);
+        fail_at(&t, ip("10.0.0.1"), None, now);
     }
     // Level 2 (the burst: the three refused attempts were not charged), half
-    // an attempt a second: (2 + 1 - 2) / 0.5 = 2 s.
-    let w = may(&t, ip("10.0.0.1"), None).unwrap_err().retry_secs;
-    assert!((1..=2).contains(&w), "{w}");
+    // an attempt a second: (2 + 1 - 2) / 0.5 = 2 s; half a second later, 1.5 s, rounded up.
+    let w = may_at(&t, ip("10.0.0.1"), None, now).unwrap_err().retry_secs;
+    assert_eq!(w, 2);
+    let w = may_at(&t, ip("10.0.0.1"), None, now + Duration::from_millis(500)).unwrap_err().retry_secs;
+    assert_eq!(w, 2);
+    let w = may_at(&t, ip("10.0.0.1"), None, now + Duration::from_millis(1500)).unwrap_err().retry_secs;
+    assert_eq!(w, 1);
+    assert!(may_at(&t, ip("10.0.0.1"), None, now + Duration::from_secs(2)).is_ok(), "drained enough after 2 s");
 }
 
 /// Attempts checked at the same time (a queue of logins, several login
