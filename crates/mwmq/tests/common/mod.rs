@@ -16,7 +16,7 @@ use mwmq::{Config, Mq};
 pub fn engine() -> mwserve::config::Engine {
     match std::env::var("MWMQ_TEST_ENGINE").as_deref() {
         Ok("pool") => mwserve::config::Engine::Pool,
-        Ok("async") | Err(_) => mwserve::config::Engine::Async,
+        Ok("async") | Ok("") | Err(_) => mwserve::config::Engine::Async,
         Ok(other) => panic!("MWMQ_TEST_ENGINE must be pool or async, not {other:?}"),
     }
 }
