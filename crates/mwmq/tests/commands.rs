@@ -90,11 +90,24 @@ fn delays_leases_order_keys_and_addresses() {
     let mut carol = connect_as(addr, "carol");
     let _: String = q(&mut alice, &["QCREATE", "q"]);
 
-    // A delayed message is invisible until its time.
-    let d: i64 = q(&mut alice, &["SEND", "q", "later", "DELAY", "400"]);
-    assert!(recv(&mut bob, "q", &[]).is_empty());
-    std::thread::sleep(Duration::from_millis(500));
-    let m = recv(&mut bob, "q", &["VT", "300"]);
+    // A delayed message is invisible until its time, then visible. (Timed
+    // from before the SEND: a look that came back sooner than the delay was
+    // made before the message's time, however slow the machine.)
+    let sent_at = Instant::now();
+    let d: i64 = q(&mut alice, &["SEND", "q", "later", "DELAY", "1000"]);
+    let mut m = recv(&mut bob, "q", &["VT", "300"]);
+    if sent_at.elapsed() < Duration::from_millis(1000) {
+        assert!(m.is_empty(), "a delayed message is invisible until its time");
+    }
+    if m.is_empty() {
+        assert!(
+            eventually(Duration::from_secs(30), || {
+                m = recv(&mut bob, "q", &["VT", "300"]);
+                !m.is_empty()
+            }),
+            "the delayed message never came"
+        );
+    }
     assert_eq!((m[0].0, m[0].2.as_str()), (d, "alice"));
     // Its lease expires: redelivered with a new lease; the stale ACK is refused.
     std::thread::sleep(Duration::from_millis(400));

@@ -40,8 +40,9 @@ fn a_group_goes_one_at_a_time_in_the_order_sent() {
     }
     send(&mut c, "jobs", "u1", None);
     send(&mut c, "jobs", "u2", None);
-    // One per group, and the ungrouped ones.
-    let first = recv(&mut c, "jobs", &["COUNT", "10", "VT", "300"]);
+    // One per group, and the ungrouped ones (leased for 30 s: b1's lease must
+    // not end before it is made short below).
+    let first = recv(&mut c, "jobs", &["COUNT", "10", "VT", "30000"]);
     assert_eq!(bodies(&first), ["a1", "b1", "u1", "u2"]);
     assert!(recv(&mut c, "jobs", &["COUNT", "10"]).is_empty(), "each group's next waits for its head");
     let peeked: Option<(i64, String, Vec<u8>)> = q(&mut c, &["PEEK", "jobs"]);
@@ -57,9 +58,17 @@ fn a_group_goes_one_at_a_time_in_the_order_sent() {
     assert_eq!(q::<i64>(&mut c, &["NACK", "jobs", &next[0].0.to_string(), &next[0].1.to_string()]), 1);
     let again = recv(&mut c, "jobs", &["COUNT", "10"]);
     assert_eq!(bodies(&again), ["a2"]);
-    // An expired lease too: b1 comes back before b2.
-    std::thread::sleep(Duration::from_millis(400));
-    let b = recv(&mut c, "jobs", &["COUNT", "10"]);
+    // An expired lease too: b1, its lease cut to 300 ms, comes back before b2.
+    let b1 = &by_body["b1"];
+    assert_eq!(q::<i64>(&mut c, &["TOUCH", "jobs", &b1.0.to_string(), &b1.1.to_string(), "300"]), 1);
+    let mut b = Vec::new();
+    assert!(
+        eventually(Duration::from_secs(30), || {
+            b = recv(&mut c, "jobs", &["COUNT", "10"]);
+            !b.is_empty()
+        }),
+        "b1 did not come back within 30 s of its lease's end"
+    );
     assert_eq!(bodies(&b), ["b1"]);
     ack(&mut c, "jobs", &again[0]);
     ack(&mut c, "jobs", &b[0]);
