@@ -228,12 +228,17 @@ fn pops_and_recvs(batch: usize) {
     mq.join();
 }
 
-/// One worker (pool engine), or one loop with one database connection (async engine).
+/// One worker (pool engine), or one loop with one database connection
+/// (async engine); the admin endpoint, whose /metrics shows what waits for
+/// them while they are held; no maintenance pass (only requests' statements
+/// touch the messages table).
 fn one_carrier(pg: &Postgres) -> mwmq::Config {
     let mut cfg = config(pg);
     cfg.server.workers = 1;
     cfg.server.threads = 1;
     cfg.server.loop_db = 1;
+    cfg.stats.admin = Some("127.0.0.1:0".into());
+    cfg.queues.maintenance_s = 3600;
     cfg
 }
 
@@ -259,11 +264,16 @@ fn waiting_recvs_are_leased_together_one_message_each() {
             s
         })
         .collect();
-    for s in &mut socks {
-        s.write_all(b"*2\r\n$4\r\nRECV\r\n$1\r\nq\r\n").unwrap();
-        std::thread::sleep(Duration::from_millis(20));
+    // The first RECV waits for the lock, then the other seven are taken in.
+    let admin = mq.admin_addr().unwrap();
+    let base = metric(admin, "mwmq_received_bytes_total");
+    let frame = b"*2\r\n$4\r\nRECV\r\n$1\r\nq\r\n";
+    socks[0].write_all(frame).unwrap();
+    until_a_statement_waits_for_the_lock(&mut lock);
+    for s in &mut socks[1..] {
+        s.write_all(frame).unwrap();
     }
-    std::thread::sleep(Duration::from_millis(300));
+    until_taken_in(admin, 7, base, 8 * frame.len());
     lock.commit().unwrap();
     let mut got = HashSet::new();
     for s in &mut socks {
@@ -526,12 +536,16 @@ fn recvs_of_different_receivers_share_a_statement_and_get_only_theirs() {
                 (s, *name)
             })
             .collect();
-        for (s, _) in &mut socks {
-            let frame = format!("*2\r\n$4\r\nRECV\r\n${}\r\n{queue}\r\n", queue.len());
+        // The first RECV waits for the lock, then the other five are taken in.
+        let admin = mq.admin_addr().unwrap();
+        let base = metric(admin, "mwmq_received_bytes_total");
+        let frame = format!("*2\r\n$4\r\nRECV\r\n${}\r\n{queue}\r\n", queue.len());
+        socks[0].0.write_all(frame.as_bytes()).unwrap();
+        until_a_statement_waits_for_the_lock(&mut lock);
+        for (s, _) in &mut socks[1..] {
             s.write_all(frame.as_bytes()).unwrap();
-            std::thread::sleep(Duration::from_millis(20));
         }
-        std::thread::sleep(Duration::from_millis(300));
+        until_taken_in(admin, socks.len() - 1, base, socks.len() * frame.len());
         lock.commit().unwrap();
         let mut got = Vec::new();
         for (s, name) in &mut socks {

@@ -196,6 +196,10 @@ fn waiting_grouped_sends_are_batched_and_keep_their_groups() {
     let pg = Postgres::start().unwrap();
     let mut cfg = config(&pg);
     (cfg.server.workers, cfg.server.threads, cfg.server.loop_db) = (1, 1, 1);
+    // /metrics shows what waits while the carrier is held; no maintenance
+    // pass (only requests' statements touch the messages table).
+    cfg.stats.admin = Some("127.0.0.1:0".into());
+    cfg.queues.maintenance_s = 3600;
     let mq = start(cfg);
     let mut c = connect(mq.local_addr());
     assert_eq!(q::<String>(&mut c, &["QCREATE", "jobs"]), "OK");
@@ -205,6 +209,12 @@ fn waiting_grouped_sends_are_batched_and_keep_their_groups() {
     let mut lock = db.transaction().unwrap();
     lock.batch_execute("LOCK TABLE mwmq_messages IN ACCESS EXCLUSIVE MODE").unwrap();
     let groups = ["a", "b", "a", "", "b", "a", "c", ""];
+    // Each SEND is written once mwmq has taken in the one before: the first
+    // waits for the lock, each other for the worker (pool) or in the loop
+    // (async), in the order written.
+    let admin = mq.admin_addr().unwrap();
+    let base = metric(admin, "mwmq_received_bytes_total");
+    let mut written = 0;
     let mut socks: Vec<std::net::TcpStream> = groups
         .iter()
         .enumerate()
@@ -218,11 +228,15 @@ fn waiting_grouped_sends_are_batched_and_keep_their_groups() {
                 format!("*5\r\n$4\r\nSEND\r\n$4\r\njobs\r\n${}\r\n{body}\r\n$5\r\nGROUP\r\n$1\r\n{g}\r\n", body.len())
             };
             s.write_all(cmd.as_bytes()).unwrap();
-            std::thread::sleep(Duration::from_millis(20));
+            written += cmd.len();
+            if i == 0 {
+                until_a_statement_waits_for_the_lock(&mut lock);
+            } else {
+                until_taken_in(admin, i, base, written);
+            }
             s
         })
         .collect();
-    std::thread::sleep(Duration::from_millis(300));
     lock.commit().unwrap();
     let mut ids = Vec::new();
     for s in &mut socks {
@@ -239,7 +253,7 @@ fn waiting_grouped_sends_are_batched_and_keep_their_groups() {
     }
     let used = info_field(&mut c, "db_statements") - before;
     assert!(used <= 4, "{used} statements for 8 SENDs");
-    // Ids in the order the SENDs came (each waited 20 ms after the one before).
+    // Ids in the order the SENDs came.
     let mut sorted = ids.clone();
     sorted.sort();
     assert_eq!(ids, sorted, "ids in arrival order");
