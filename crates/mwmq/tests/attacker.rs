@@ -5,7 +5,7 @@
 
 mod common;
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use common::*;
 use mwmq::users::user_table;
@@ -498,17 +498,28 @@ fn qinfo_in_a_loop_costs_one_count_a_period() {
         let info: std::collections::HashMap<String, redis::Value> = q(c, &["QINFO", "watched"]);
         redis::from_redis_value(&info["ready"]).unwrap()
     };
+    // The figures are kept from after `read` (the first QINFO's), so a QINFO
+    // answered within a period of it was answered from them, however slowly
+    // the QINFOs come.
+    let read = Instant::now();
     assert_eq!(ready(&mut c), 0);
     let before = info_of(&mut c, "db_statements");
     let _: i64 = q(&mut c, &["SEND", "watched", "x"]);
     for _ in 0..50 {
-        assert_eq!(ready(&mut c), 0, "the figures of the last second");
+        let r = ready(&mut c);
+        if read.elapsed() < Duration::from_millis(1000) {
+            assert_eq!(r, 0, "the figures of the last second");
+        }
     }
+    let took = read.elapsed();
     std::thread::sleep(Duration::from_millis(1100));
     assert_eq!(ready(&mut c), 1, "read again after the period");
-    // (The SEND and one QINFO reached the database, not 51 QINFOs; a window of statements may still be open.)
+    // The SEND and one QINFO reached the database, not 51 QINFOs, and one
+    // more for each whole period the loop lasted (a loaded machine may spread
+    // it over several); a window of statements may still be open.
+    let periods = (took.as_nanos() / Duration::from_millis(1000).as_nanos()) as u64;
     let statements = info_of(&mut c, "db_statements") - before;
-    assert!(statements <= 3, "statements: {statements}");
+    assert!(statements <= 3 + periods, "statements: {statements} for QINFOs over {took:?}");
     // A change to the queue forgets its figures.
     assert_eq!(q::<String>(&mut c, &["QALTER", "watched", "MAXMESSAGES", "10"]), "OK");
     let info: std::collections::HashMap<String, redis::Value> = q(&mut c, &["QINFO", "watched"]);

@@ -9,7 +9,7 @@ mod common;
 use std::io::Write;
 use std::net::SocketAddr;
 use std::process::{Command, Stdio};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use common::*;
 use mwmq::users::UserConfig;
@@ -47,12 +47,39 @@ fn users_are_who_they_logged_in_as_and_may_only_what_they_were_given() {
         err(&mut anon, &["AUTH", "alice", "nope"]),
         "WRONGPASS invalid username-password pair or user is disabled."
     );
-    // Right after a failure even the right password is not checked (and is told so,
-    // not WRONGPASS); a moment later it is.
-    let refused = err(&mut anon, &["AUTH", "alice", "alice-pw"]);
-    assert_eq!(refused, "ERR too many failed logins on this connection; retry in 1 s");
-    std::thread::sleep(Duration::from_millis(250));
-    assert_eq!(q::<String>(&mut anon, &["AUTH", "alice", "alice-pw"]), "OK");
+    // Right after failures even the right password is not checked (and is told so,
+    // not WRONGPASS); once the connection's wait is over it is. Each failure
+    // doubles the wait (100 ms after the first): five make it 1.6 s, far more
+    // than a busy machine puts between two commands. (The attempts refused
+    // while a wait lasts are not failures of the password, and do not count.)
+    let refusal = "ERR too many failed logins on this connection; retry in ";
+    let (mut failed, mut last) = (1, Instant::now());
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while failed < 5 {
+        assert!(Instant::now() < deadline, "{failed} failures in 30 s");
+        let t = Instant::now();
+        match raw(&mut anon, &["AUTH", "alice", "nope"]) {
+            Err(e) if e.starts_with("WRONGPASS") => (failed, last) = (failed + 1, t),
+            Err(e) if e.starts_with(refusal) => std::thread::sleep(Duration::from_millis(20)),
+            other => panic!("a wrong password: {other:?}"),
+        }
+    }
+    let answer = raw(&mut anon, &["AUTH", "alice", "alice-pw"]);
+    // (Timed from before the last failure was sent: its wait began later.)
+    let within = last.elapsed() < Duration::from_millis(1600);
+    match answer {
+        Err(refused) => {
+            assert!(
+                refused == format!("{refusal}2 s") || refused == format!("{refusal}1 s"),
+                "the wait's whole seconds, rounded up: {refused}"
+            );
+            assert!(
+                eventually(Duration::from_secs(30), || raw(&mut anon, &["AUTH", "alice", "alice-pw"]).is_ok()),
+                "the right password still refused 30 s after the last failure"
+            );
+        }
+        Ok(_) => assert!(!within, "the right password was checked within the connection's wait"),
+    }
     assert_eq!(q::<String>(&mut anon, &["QCREATE", "inbox"]), "OK");
 
     // alice writes to bob; mallory calls herself bob and gets nothing; bob gets it, from alice.

@@ -282,8 +282,12 @@ fn a_database_added_and_rebalanced_while_serving_loses_nothing() {
         assert_eq!(queues_in(pg), expected, "database {i}");
     }
     assert!(mwmq::rebalance::plan(&cfg).unwrap().is_empty());
-    std::thread::sleep(Duration::from_millis(1_500));
-    assert_eq!(info_field(&mut c, "queues_not_moved"), 0);
+    // mwmq's directory thread (every second) sees them where they are now.
+    assert!(
+        eventually(Duration::from_secs(30), || info_field(&mut c, "queues_not_moved") == 0),
+        "queues_not_moved still {} 30 s after the rebalance",
+        info_field(&mut c, "queues_not_moved")
+    );
     // A KEY sent before the move finds its message's id on the new database.
     let name = moving[0];
     let first = sent.iter().find(|(q, _)| q == name).unwrap().1;
@@ -346,7 +350,13 @@ fn a_drained_database_is_emptied_by_rebalance() {
     assert!(queues_in(&b).iter().all(|q| q.starts_with('q')), "nothing new is placed on a drained database");
     let report = mwmq::rebalance::run(&cfg, false, Duration::from_millis(1_200)).expect("rebalance");
     assert!(queues_in(&b).is_empty(), "{report}");
-    std::thread::sleep(Duration::from_millis(1_200));
+    // Served on the database they moved to once mwmq's directory thread
+    // (every second) has seen them there.
+    assert!(
+        eventually(Duration::from_secs(30), || info_field(&mut c, "queues_not_moved") == 0),
+        "queues_not_moved still {} 30 s after the rebalance",
+        info_field(&mut c, "queues_not_moved")
+    );
     for (name, id) in &sent {
         let got = recv(&mut c, name, &[]);
         assert_eq!(got.first().map(|m| m.0), Some(*id), "{name}");

@@ -516,7 +516,13 @@ fn block_waits_are_woken_by_an_xadd_here_and_in_another_mwmq() {
             let r = v(&mut c, &["XREAD", "BLOCK", "30000", "STREAMS", "other", "jobs", "$", "$"]);
             ids_read(&r)
         });
-        std::thread::sleep(Duration::from_millis(400));
+        // Both waits parked (INFO answers without the database): each has
+        // made its first look, so `$` is resolved and the XADD comes after it.
+        assert!(
+            eventually(Duration::from_secs(30), || info_field(&mut ca, "blocked_clients") == 2),
+            "{what}: the two BLOCK reads were not both waiting within 30 s (blocked_clients {})",
+            info_field(&mut ca, "blocked_clients")
+        );
         let mut w = connect(writer);
         let id: String = q(&mut w, &["XADD", "jobs", "*", "task", what]);
         assert_eq!(group.join().unwrap(), vec![id.clone()], "{what}: XREADGROUP BLOCK was woken with the new entry");

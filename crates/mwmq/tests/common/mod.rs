@@ -238,3 +238,54 @@ pub fn qinfo_int(c: &mut redis::Connection, queue: &str, field: &str) -> i64 {
     let info = qinfo(c, queue);
     info.get(field).and_then(|v| v.parse().ok()).unwrap_or_else(|| panic!("QINFO {queue} {field}: {info:?}"))
 }
+
+/// A number on mwmq's `/metrics` page at `admin` (a series without labels).
+pub fn metric(admin: SocketAddr, name: &str) -> f64 {
+    let (_, page) = mctest::http_get(admin, "/metrics");
+    page.lines()
+        .find_map(|l| l.strip_prefix(name).and_then(|rest| rest.strip_prefix(' ')))
+        .unwrap_or_else(|| panic!("/metrics has no {name}"))
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+/// Waits (30 s at most) until a client's statement waits for a lock on
+/// `mwmq_messages`, as PostgreSQL's lock table shows; `db` may be the
+/// transaction that holds the lock. (VACUUM's wait, for a
+/// ShareUpdateExclusiveLock, is not a client's; mwmq's other housekeeping
+/// that touches the table, the maintenance pass, is to be set off with a
+/// long `queues.maintenance_s`.)
+pub fn until_a_statement_waits_for_the_lock(db: &mut impl postgres::GenericClient) {
+    let waits = || {
+        let n: i64 = db
+            .query_one(
+                "SELECT count(*) FROM pg_locks WHERE NOT granted AND relation = 'mwmq_messages'::regclass
+                 AND mode <> 'ShareUpdateExclusiveLock'",
+                &[],
+            )
+            .unwrap()
+            .get(0);
+        n > 0
+    };
+    assert!(eventually(Duration::from_secs(30), waits), "no statement of mwmq waited for the lock within 30 s");
+}
+
+/// With mwmq's only carrier held (its statement waits for a lock), waits (30
+/// s at most) until mwmq has taken in every request written so far: the pool
+/// engine's queue for its worker holds `queued` requests; the async engine
+/// has read `bytes` bytes more than `base` (`mwmq_received_bytes_total`): its
+/// loop reads, parses and queues a request in one step, before it can start
+/// a statement for it.
+pub fn until_taken_in(admin: SocketAddr, queued: usize, base: f64, bytes: usize) {
+    let taken = || match engine() {
+        mwserve::config::Engine::Pool => metric(admin, "mwmq_queue_length") >= queued as f64,
+        mwserve::config::Engine::Async => metric(admin, "mwmq_received_bytes_total") >= base + bytes as f64,
+    };
+    assert!(
+        eventually(Duration::from_secs(30), taken),
+        "mwmq did not take in the requests written within 30 s (queue {}, bytes read {} of {base} + {bytes})",
+        metric(admin, "mwmq_queue_length"),
+        metric(admin, "mwmq_received_bytes_total")
+    );
+}

@@ -40,8 +40,9 @@ fn a_group_goes_one_at_a_time_in_the_order_sent() {
     }
     send(&mut c, "jobs", "u1", None);
     send(&mut c, "jobs", "u2", None);
-    // One per group, and the ungrouped ones.
-    let first = recv(&mut c, "jobs", &["COUNT", "10", "VT", "300"]);
+    // One per group, and the ungrouped ones (leased for 30 s: b1's lease must
+    // not end before it is made short below).
+    let first = recv(&mut c, "jobs", &["COUNT", "10", "VT", "30000"]);
     assert_eq!(bodies(&first), ["a1", "b1", "u1", "u2"]);
     assert!(recv(&mut c, "jobs", &["COUNT", "10"]).is_empty(), "each group's next waits for its head");
     let peeked: Option<(i64, String, Vec<u8>)> = q(&mut c, &["PEEK", "jobs"]);
@@ -57,9 +58,17 @@ fn a_group_goes_one_at_a_time_in_the_order_sent() {
     assert_eq!(q::<i64>(&mut c, &["NACK", "jobs", &next[0].0.to_string(), &next[0].1.to_string()]), 1);
     let again = recv(&mut c, "jobs", &["COUNT", "10"]);
     assert_eq!(bodies(&again), ["a2"]);
-    // An expired lease too: b1 comes back before b2.
-    std::thread::sleep(Duration::from_millis(400));
-    let b = recv(&mut c, "jobs", &["COUNT", "10"]);
+    // An expired lease too: b1, its lease cut to 300 ms, comes back before b2.
+    let b1 = &by_body["b1"];
+    assert_eq!(q::<i64>(&mut c, &["TOUCH", "jobs", &b1.0.to_string(), &b1.1.to_string(), "300"]), 1);
+    let mut b = Vec::new();
+    assert!(
+        eventually(Duration::from_secs(30), || {
+            b = recv(&mut c, "jobs", &["COUNT", "10"]);
+            !b.is_empty()
+        }),
+        "b1 did not come back within 30 s of its lease's end"
+    );
     assert_eq!(bodies(&b), ["b1"]);
     ack(&mut c, "jobs", &again[0]);
     ack(&mut c, "jobs", &b[0]);
@@ -187,6 +196,10 @@ fn waiting_grouped_sends_are_batched_and_keep_their_groups() {
     let pg = Postgres::start().unwrap();
     let mut cfg = config(&pg);
     (cfg.server.workers, cfg.server.threads, cfg.server.loop_db) = (1, 1, 1);
+    // /metrics shows what waits while the carrier is held; no maintenance
+    // pass (only requests' statements touch the messages table).
+    cfg.stats.admin = Some("127.0.0.1:0".into());
+    cfg.queues.maintenance_s = 3600;
     let mq = start(cfg);
     let mut c = connect(mq.local_addr());
     assert_eq!(q::<String>(&mut c, &["QCREATE", "jobs"]), "OK");
@@ -196,6 +209,12 @@ fn waiting_grouped_sends_are_batched_and_keep_their_groups() {
     let mut lock = db.transaction().unwrap();
     lock.batch_execute("LOCK TABLE mwmq_messages IN ACCESS EXCLUSIVE MODE").unwrap();
     let groups = ["a", "b", "a", "", "b", "a", "c", ""];
+    // Each SEND is written once mwmq has taken in the one before: the first
+    // waits for the lock, each other for the worker (pool) or in the loop
+    // (async), in the order written.
+    let admin = mq.admin_addr().unwrap();
+    let base = metric(admin, "mwmq_received_bytes_total");
+    let mut written = 0;
     let mut socks: Vec<std::net::TcpStream> = groups
         .iter()
         .enumerate()
@@ -209,11 +228,15 @@ fn waiting_grouped_sends_are_batched_and_keep_their_groups() {
                 format!("*5\r\n$4\r\nSEND\r\n$4\r\njobs\r\n${}\r\n{body}\r\n$5\r\nGROUP\r\n$1\r\n{g}\r\n", body.len())
             };
             s.write_all(cmd.as_bytes()).unwrap();
-            std::thread::sleep(Duration::from_millis(20));
+            written += cmd.len();
+            if i == 0 {
+                until_a_statement_waits_for_the_lock(&mut lock);
+            } else {
+                until_taken_in(admin, i, base, written);
+            }
             s
         })
         .collect();
-    std::thread::sleep(Duration::from_millis(300));
     lock.commit().unwrap();
     let mut ids = Vec::new();
     for s in &mut socks {
@@ -230,7 +253,7 @@ fn waiting_grouped_sends_are_batched_and_keep_their_groups() {
     }
     let used = info_field(&mut c, "db_statements") - before;
     assert!(used <= 4, "{used} statements for 8 SENDs");
-    // Ids in the order the SENDs came (each waited 20 ms after the one before).
+    // Ids in the order the SENDs came.
     let mut sorted = ids.clone();
     sorted.sort();
     assert_eq!(ids, sorted, "ids in arrival order");
