@@ -760,17 +760,23 @@ def read_experiment(result: Path) -> ExperimentInfo:
         raise LabError(f"{path} is damaged: {e}") from e
 
 
-def summarize(result: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """summary.csv (point x repetition) and aggregate.csv (per point), written into `result`."""
+def compute_tables(result: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The summary (point x repetition) and the aggregate (per point) of a
+    result, from its runs' files (nothing written)."""
     meta = read_experiment(result)
     run = meta.settings.run
     rows = [
         run_metrics(r.parent, run.trim_start, run.trim_end) for r in sorted(result.glob("*/rep-*/run.json"))
     ]
     summary = pd.DataFrame(rows)
+    aggregate = add_repetition_trust(aggregate_runs(summary, meta.columns), summary)
+    return summary, aggregate
+
+
+def summarize(result: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """summary.csv (point x repetition) and aggregate.csv (per point), computed and written into `result`."""
+    summary, aggregate = compute_tables(result)
     summary.to_csv(result / "summary.csv", index=False)
-    aggregate = aggregate_runs(summary, meta.columns)
-    aggregate = add_repetition_trust(aggregate, summary)
     aggregate.to_csv(result / "aggregate.csv", index=False)
     return summary, aggregate
 

@@ -133,8 +133,7 @@ def write_page(a: Path, b: Path, table: pd.DataFrame, out: Path | None = None) -
     """A self-contained HTML page: both result sets' curves on common axes with
     their 95% intervals, the verdict per point and figure, and what differs.
     Written to `out` (default: compare.html in B)."""
-    from mwlab.plots import _line as line
-    from mwlab.plots import axis_and_lines, error_label, save_panels
+    from mwlab.plots import axis_and_lines, error_label, line, save_panels
     from mwlab.render import environment
 
     out = out or b / "compare.html"

@@ -131,7 +131,9 @@ MQ_LOOP_DB = 2
 MQ_DEPTH = 2
 
 
-def _num(row: pd.Series, col: str, default: float = float("nan")) -> float:
+def num(row: pd.Series, col: str, default: float = float("nan")) -> float:
+    """A figure of a summary row as a float: `default` when the column is
+    absent, empty, not a number or NaN (every module that reads rows uses it)."""
     v = row.get(col, default)
     try:
         v = float(v)
@@ -151,29 +153,29 @@ def _factor(row: pd.Series, column: str, fixed: Any) -> Any:
 def devices(row: pd.Series, settings: Settings) -> list[Device]:
     """The devices of a point, with their demands and measured utilisations."""
     out: list[Device] = []
-    cores = _num(row, "cores", 0.0)
-    free = max(cores - _num(row, "cpu_other_cores", 0.0), 0.05)
+    cores = num(row, "cores", 0.0)
+    free = max(cores - num(row, "cpu_other_cores", 0.0), 0.05)
     # The host's busy time and the sum of the processes' CPU times are two
     # accountings of the same work that differ by up to a fifth at light
     # load (tick-based idle accounting); the smaller is the CPU the lab's
     # processes used for certain.
-    cpu = min(_num(row, "cpu_lab_us", math.inf), _num(row, "cpu_host_us", math.inf))
+    cpu = min(num(row, "cpu_lab_us", math.inf), num(row, "cpu_host_us", math.inf))
     if cores > 0 and not math.isinf(cpu):
-        used = min(_num(row, "cpu_lab_cores", math.inf), _num(row, "cpu_host_cores", math.inf))
+        used = min(num(row, "cpu_lab_cores", math.inf), num(row, "cpu_host_cores", math.inf))
         out.append(Device("host CPU", cpu, free, used / free, in_network=True))
-    middlewares = int(_num(row, "nmw", settings.topology.middlewares))
-    service = _num(row, "mw_service_us")
-    pool_wait = _num(row, "mw_pool_us")
+    middlewares = int(num(row, "nmw", settings.topology.middlewares))
+    service = num(row, "mw_service_us")
+    pool_wait = num(row, "mw_pool_us")
     if middlewares > 0 and not math.isnan(service) and not math.isnan(pool_wait):
         # mwmq: a worker's own time, then the statement on a pooled database
         # connection. With fewer connections than workers, waiting for one is
         # queueing at the pool, not work: the pool is a center of its own, its
         # connections busy for the database time each.
-        workers = int(_num(row, "tmw", settings.middleware.workers))
-        pool = _num(row, "pool", float("nan"))
+        workers = int(num(row, "tmw", settings.middleware.workers))
+        pool = num(row, "pool", float("nan"))
         if math.isnan(pool):
             pool = settings.middleware.db_pool or workers
-        db = _num(row, "mw_server_us")
+        db = num(row, "mw_server_us")
         own = max(service - pool_wait - db, 0.0)
         # The host's CPU work is already inside the measured times (mwmq's in
         # the workers' own time, PostgreSQL's in the database time, the
@@ -182,17 +184,17 @@ def devices(row: pd.Series, settings: Settings) -> list[Device]:
         for d in out:
             if d.name == "host CPU":
                 d.in_network = False
-        x = _num(row, "client_tput")
+        x = num(row, "client_tput")
         if _factor(row, "engine", settings.middleware.engine) == "async":
             # mwmq's async engine: its loops hold no request while the
             # database answers (one center, their CPU time per request); the
             # statements run on each loop's connections, two in flight on
             # each (pipelined), so the database time has that many servers.
-            loops = settings.middleware.threads or max(1, int(_num(row, "cores", 1.0)) // 2)
-            loop = _num(row, "cpu_mw_loop_us")
+            loops = settings.middleware.threads or max(1, int(num(row, "cores", 1.0)) // 2)
+            loop = num(row, "cpu_mw_loop_us")
             if not math.isnan(loop):
                 m = loops * middlewares
-                util = _num(row, "cpu_mw_loop_cores") / m
+                util = num(row, "cpu_mw_loop_cores") / m
                 out.append(Device("event loops", loop, m, util, in_network=True))
             conns = loops * MQ_LOOP_DB * MQ_DEPTH * middlewares
             out.append(Device("database connections", db, conns, x * db * US / conns, in_network=True))
@@ -200,17 +202,17 @@ def devices(row: pd.Series, settings: Settings) -> list[Device]:
             # A connection per worker: the workers (holding their connection
             # through the statement) are the one constraint.
             busy = service - pool_wait
-            out.append(Device("workers", busy, workers * middlewares, _num(row, "mw_util"), in_network=True))
+            out.append(Device("workers", busy, workers * middlewares, num(row, "mw_util"), in_network=True))
         else:
             # Measured: the workers' busy share that was their own work.
-            u_own = _num(row, "mw_util") * own / service if service > 0 else float("nan")
+            u_own = num(row, "mw_util") * own / service if service > 0 else float("nan")
             out.append(Device("workers", own, workers * middlewares, u_own, in_network=True))
             conns = int(pool) * middlewares
             out.append(Device("database connections", db, conns, x * db * US / conns, in_network=True))
-        pg, pg_cores = _num(row, "cpu_pg_us"), _num(row, "cpu_pg_cores")
+        pg, pg_cores = num(row, "cpu_pg_us"), num(row, "cpu_pg_cores")
         if not math.isnan(pg) and cores > 0:
             out.append(Device("PostgreSQL CPU", pg, free, pg_cores / free))
-        lag = _num(row, "standby_lag_us")
+        lag = num(row, "standby_lag_us")
         if not math.isnan(lag) and lag > 0:
             # A synchronous standby: every statement's commit waits for the
             # standby's flush. The wait is inside the measured database time
@@ -219,47 +221,47 @@ def devices(row: pd.Series, settings: Settings) -> list[Device]:
             # processes are in PostgreSQL's CPU (pg1).
             out.append(Device("standby round trip (in the database time)", lag, 1, delay=True))
         nets = middlewares
-        net = _num(row, "cpu_mw_net_us")
+        net = num(row, "cpu_mw_net_us")
         if not math.isnan(net):
-            out.append(Device("net thread", net, nets, _num(row, "cpu_mw_net_cores") / nets))
+            out.append(Device("net thread", net, nets, num(row, "cpu_mw_net_cores") / nets))
     elif middlewares > 0 and _factor(row, "engine", settings.middleware.engine) == "async":
         # The async engine's loops hold no request while servers answer:
         # their demand is their CPU time per request, their capacity the loops.
         # mwproxy's default: half the usable cores, at least one loop.
-        loops = settings.middleware.threads or max(1, int(_num(row, "cores", 1.0)) // 2)
-        loop = _num(row, "cpu_mw_loop_us")
+        loops = settings.middleware.threads or max(1, int(num(row, "cores", 1.0)) // 2)
+        loop = num(row, "cpu_mw_loop_us")
         if not math.isnan(loop):
             m = loops * middlewares
-            out.append(Device("event loops", loop, m, _num(row, "cpu_mw_loop_cores") / m, in_network=True))
+            out.append(Device("event loops", loop, m, num(row, "cpu_mw_loop_cores") / m, in_network=True))
     elif middlewares > 0 and not math.isnan(service):
-        workers = int(_num(row, "tmw", settings.middleware.workers)) * middlewares
-        out.append(Device("workers", service, workers, _num(row, "mw_util"), in_network=True))
+        workers = int(num(row, "tmw", settings.middleware.workers)) * middlewares
+        out.append(Device("workers", service, workers, num(row, "mw_util"), in_network=True))
         nets = middlewares * settings.middleware.net_threads
-        net = _num(row, "cpu_mw_net_us")
+        net = num(row, "cpu_mw_net_us")
         if not math.isnan(net):
-            out.append(Device("net thread", net, nets, _num(row, "cpu_mw_net_cores") / nets))
-    servers = int(_num(row, "nsvr", settings.topology.servers))
+            out.append(Device("net thread", net, nets, num(row, "cpu_mw_net_cores") / nets))
+    servers = int(num(row, "nsvr", settings.topology.servers))
     for i in range(servers):
-        d = _num(row, f"cpu_mc{i}_us")
+        d = num(row, f"cpu_mc{i}_us")
         if not math.isnan(d):
-            out.append(Device(f"server {i}", d, 1, _num(row, f"cpu_mc{i}_cores")))
-    load, threads = _num(row, "cpu_cl_load_us"), _num(row, "cl_load_threads", 0.0)
+            out.append(Device(f"server {i}", d, 1, num(row, f"cpu_mc{i}_cores")))
+    load, threads = num(row, "cpu_cl_load_us"), num(row, "cl_load_threads", 0.0)
     if not math.isnan(load) and threads > 0:
-        out.append(Device("load generator", load, threads, _num(row, "cl_load_thread_util")))
+        out.append(Device("load generator", load, threads, num(row, "cl_load_thread_util")))
     # Emulated hosts: every shaped link direction is a center whose demand is
     # the bytes it carries per request over its rate; a host with a CPU quota
     # is a center of its own.
     for col in row.index:
         if col.startswith("link_") and col.endswith("_rate_mbit"):
             key = col[: -len("_rate_mbit")]
-            per_req, rate = _num(row, f"{key}_bytes_per_req"), _num(row, col) * 1e6
+            per_req, rate = num(row, f"{key}_bytes_per_req"), num(row, col) * 1e6
             if not math.isnan(per_req) and rate > 0:
                 _, host, direction = key.split("_", 2)
                 name = f"link {host} {'sends' if direction == 'up' else 'receives'}"
-                out.append(Device(name, per_req * 8 / rate / US, 1, _num(row, f"{key}_util")))
+                out.append(Device(name, per_req * 8 / rate / US, 1, num(row, f"{key}_util")))
         elif col.startswith("cpu_host_") and col.endswith("_quota"):
             host = col[len("cpu_host_") : -len("_quota")]
-            quota, demand = _num(row, col), _num(row, f"cpu_host_{host}_us")
+            quota, demand = num(row, col), num(row, f"cpu_host_{host}_us")
             if quota > 0 and not math.isnan(demand):
                 out.append(Device(f"CPU of {host}", demand, quota, float("nan"), in_network=True))
     # A request's bytes cross the sender's link and the receiver's at the same
@@ -272,15 +274,15 @@ def devices(row: pd.Series, settings: Settings) -> list[Device]:
     # round trips a request crosses that no measured time holds already (a
     # worker holds its request through the server's or database's round
     # trip; an event loop does not).
-    added = _num(row, "delay_client_rtt_us", 0.0)
+    added = num(row, "delay_client_rtt_us", 0.0)
     if any(d.name == "event loops" for d in out):
-        added += _num(row, "delay_backend_rtt_us", 0.0)
+        added += num(row, "delay_backend_rtt_us", 0.0)
     if added > 0:
         out.append(Device("link delay", added, 1, in_network=True, delay=True))
     return out
 
 
-def _network(devs: list[Device], delay_us: float) -> list[Center]:
+def network_centers(devs: list[Device], delay_us: float) -> list[Center]:
     centers = [Center("delay", max(delay_us, 0.0) * US, "delay")]
     for d in devs:
         if not d.in_network or d.demand_us <= 0:
@@ -306,13 +308,13 @@ def bottleneck(devs: list[Device]) -> str:
 
 def solve_point(row: pd.Series, settings: Settings, delay_us: float, sweep: str = "") -> PointFit | None:
     """MVA of one point's network at its population."""
-    n = int(_num(row, "N", 0))
-    x, r = _num(row, "client_tput"), _num(row, "client_rt_mean_us")
+    n = int(num(row, "N", 0))
+    x, r = num(row, "client_tput"), num(row, "client_rt_mean_us")
     devs = devices(row, settings)
     if n < 1 or math.isnan(x) or math.isnan(r) or not x or not devs:
         return None
-    think = _num(row, "Z_us", 0.0)
-    centers = _network(devs, delay_us)
+    think = num(row, "Z_us", 0.0)
+    centers = network_centers(devs, delay_us)
     try:
         res = mva(centers, think * US, n)
     except ModelError:
@@ -349,7 +351,7 @@ def _delay_error(rows: list[pd.Series], settings: Settings, delay_us: float) -> 
 
 def fit_delay(rows: list[pd.Series], settings: Settings) -> float:
     """The delay (µs) minimising the squared relative errors over `rows` (golden-section search)."""
-    hi = max((_num(r, "client_rt_mean_us", 0.0) for r in rows), default=0.0)
+    hi = max((num(r, "client_rt_mean_us", 0.0) for r in rows), default=0.0)
     lo = 0.0
     g = (math.sqrt(5) - 1) / 2
     a, b = lo + (1 - g) * (hi - lo), lo + g * (hi - lo)
@@ -482,26 +484,26 @@ def queue_views(agg: pd.DataFrame, settings: Settings, center: str = "workers") 
         return pd.DataFrame()
     rows = []
     for _, r in agg.iterrows():
-        s = _num(r, service_col) * US
-        lam = _num(r, "mw_tput")
+        s = num(r, service_col) * US
+        lam = num(r, "mw_tput")
         if math.isnan(s) or math.isnan(lam) or s <= 0:
             continue
-        middlewares = int(max(1, _num(r, "nmw", settings.topology.middlewares)))
-        workers = int(_num(r, "tmw", settings.middleware.workers))
+        middlewares = int(max(1, num(r, "nmw", settings.topology.middlewares)))
+        workers = int(num(r, "tmw", settings.middleware.workers))
         if center == "workers" and _factor(r, "engine", settings.middleware.engine) == "async":
             continue  # no worker pool: an event loop holds no request while servers answer
         if center == "pool":
-            pool = _num(r, "pool", float("nan"))
+            pool = num(r, "pool", float("nan"))
             if math.isnan(pool):
                 pool = settings.middleware.db_pool or workers
             if pool >= workers:
                 continue  # a connection per worker: nobody waits for one
             m = int(pool) * middlewares
-            measured_w = _num(r, "mw_pool_us")
+            measured_w = num(r, "mw_pool_us")
             measured_q = lam * measured_w * US
         else:
             m = workers * middlewares
-            measured_q, measured_w = _num(r, "mw_queue_len"), _num(r, "mw_queue_us")
+            measured_q, measured_w = num(r, "mw_queue_len"), num(r, "mw_queue_us")
         row: dict[str, Any] = {
             "point": r.get("point", ""),
             "N": r.get("N"),

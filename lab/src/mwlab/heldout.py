@@ -29,13 +29,14 @@ from typing import Any
 
 import pandas as pd
 
-from mwlab.fit import _num, bottleneck, devices, sweep_label
+from mwlab.fit import bottleneck, devices, num, sweep_label
 from mwlab.noise import noise_table
 from mwlab.plots import save_figure, save_panels
 from mwlab.predict import (
     STRUCTURAL,
     Calibration,
     PredictError,
+    Prediction,
     calibrate,
     column,
     config_settings,
@@ -68,6 +69,14 @@ class Predictions:
     # Predicted throughput and response time over the populations with their
     # 90% intervals, beside the measured points.
     surface: Path | None = None
+    # What the two figures draw, computed by `compute_predictions` and drawn
+    # (with their CSVs) by `write_predictions`.
+    whatif_label: str = ""
+    whatif_curves: list[tuple[str, list[int], list[float]]] = field(default_factory=list)
+    surface_curves: list[tuple[str, list[Prediction], list[tuple[int, pd.Series]], list[Prediction]]] = field(
+        default_factory=list
+    )
+    surface_rows: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def empty(self) -> bool:
@@ -83,7 +92,7 @@ def _measured_bottleneck(row: pd.Series, info: ExperimentInfo) -> str:
 def _row(
     kind: str, calibrated: str, predicted_for: str, p, row: pd.Series, info: ExperimentInfo, seed
 ) -> dict:
-    x, r = _num(row, "client_tput"), _num(row, "client_rt_mean_us")
+    x, r = num(row, "client_tput"), num(row, "client_rt_mean_us")
     measured_b = _measured_bottleneck(row, info)
     return {
         "check": kind,
@@ -116,18 +125,18 @@ def _seed_text(seed: dict | None) -> str:
 def _held_out_populations(groups, info) -> list[dict]:
     rows = []
     for label, members in groups.items():
-        ns = sorted({int(_num(r, "N")) for r in members})
+        ns = sorted({int(num(r, "N")) for r in members})
         if len(ns) < 3:
             continue
         calib = {ns[i] for i in range(0, len(ns), 2)} | {ns[-1]}
         try:
-            cal = calibrate([r for r in members if int(_num(r, "N")) in calib], info, label)
+            cal = calibrate([r for r in members if int(num(r, "N")) in calib], info, label)
         except PredictError:
             continue
         seeds = {s["N"]: s for s in seed_view(members)}
         used = ", ".join(str(n) for n in sorted(calib))
         for r in members:
-            n = int(_num(r, "N"))
+            n = int(num(r, "N"))
             if n in calib:
                 continue
             p = predict_one(cal, n)
@@ -161,7 +170,7 @@ def _held_out_configurations(groups, cals: dict[str, Calibration], info) -> list
             for src, dst, dst_label in ((a, b, lb), (b, a, la)):
                 seeds = {s["N"]: s for s in seed_view(groups[dst_label])}
                 for r in groups[dst_label]:
-                    n = int(_num(r, "N"))
+                    n = int(num(r, "N"))
                     try:
                         p = predict_one(src, n, dst.settings, dict(dst.levels))
                     except PredictError:
@@ -177,13 +186,14 @@ WHATIF = (
 )
 
 
-def _whatif(cals: list[Calibration], info: ExperimentInfo, out: Path, pred: Predictions) -> None:
+def _whatif(cals: list[Calibration], info: ExperimentInfo, pred: Predictions) -> None:
+    """The what-if table and curves: the calibration with the most
+    populations, predicted at twice its clients and with one change each."""
     if not cals:
         return
     base = max(cals, key=lambda c: (len(c.ns), c.ns[-1]))
     top = base.ns[-1]
     grid = sorted(set(base.ns) | {top * 2})
-    curves: list[tuple[str, list[int], list[float]]] = []
     rows = []
 
     def add(name: str, target, config: dict[str, Any]) -> None:
@@ -192,7 +202,7 @@ def _whatif(cals: list[Calibration], info: ExperimentInfo, out: Path, pred: Pred
         except PredictError as e:
             pred.refused.append(f"{name}: {e}")
             return
-        curves.append((name, grid, [p.x for p in preds]))
+        pred.whatif_curves.append((name, grid, [p.x for p in preds]))
         for p in (preds[grid.index(top)], preds[-1]):
             rows.append(
                 {
@@ -205,8 +215,8 @@ def _whatif(cals: list[Calibration], info: ExperimentInfo, out: Path, pred: Pred
                 }
             )
 
-    label = base.sweep or "as measured"
-    add(f"{label} (2 x clients: N = {top * 2})", None, dict(base.levels))
+    pred.whatif_label = base.sweep or "as measured"
+    add(f"{pred.whatif_label} (2 x clients: N = {top * 2})", None, dict(base.levels))
     for name, key, change in WHATIF:
         value = change(base.settings)
         levels = with_changes(base.levels, {key: value})
@@ -217,24 +227,29 @@ def _whatif(cals: list[Calibration], info: ExperimentInfo, out: Path, pred: Pred
             continue
         add(f"{name} ({column(key)}={value})", target, levels)
     pred.whatif = pd.DataFrame(rows)
-    if curves:
 
-        def draw(ax, curves=curves):
-            for name, ns, xs in curves:
-                ax.plot(ns, xs, marker="o", label=name)
-            ax.set_xscale("log", base=2)
-            ax.set_xlabel("clients N")
-            ax.set_ylabel("predicted throughput (ops/s)")
-            ax.set_title(f"What if (calibrated on {label})")
 
-        pred.figure = save_figure(out / "plots", "predictions", draw)[0]
-        pd.DataFrame(
-            [
-                {"what if": name, "N": n, "X predicted (ops/s)": x}
-                for name, ns, xs in curves
-                for n, x in zip(ns, xs, strict=True)
-            ]
-        ).to_csv(out / "plots" / "predictions.csv", index=False)
+def _draw_whatif(pred: Predictions, out: Path) -> None:
+    """predictions.svg and its data, plots/predictions.csv."""
+    if not pred.whatif_curves:
+        return
+
+    def draw(ax):
+        for name, ns, xs in pred.whatif_curves:
+            ax.plot(ns, xs, marker="o", label=name)
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("clients N")
+        ax.set_ylabel("predicted throughput (ops/s)")
+        ax.set_title(f"What if (calibrated on {pred.whatif_label})")
+
+    pred.figure = save_figure(out / "plots", "predictions", draw)[0]
+    pd.DataFrame(
+        [
+            {"what if": name, "N": n, "X predicted (ops/s)": x}
+            for name, ns, xs in pred.whatif_curves
+            for n, x in zip(ns, xs, strict=True)
+        ]
+    ).to_csv(out / "plots" / "predictions.csv", index=False)
 
 
 def spec_populations(info: ExperimentInfo) -> dict[str, set[int]]:
@@ -251,13 +266,11 @@ def spec_populations(info: ExperimentInfo) -> dict[str, set[int]]:
     return out
 
 
-def _surface(groups, cals: dict[str, Calibration], out: Path, pred: Predictions, spec_ns) -> None:
+def _surface(groups, cals: dict[str, Calibration], pred: Predictions, spec_ns) -> None:
     """Each configuration predicted from all its points over the populations
     of its spec and a step past them, with the 90% band, the measured means,
     and the spec's populations that were not measured (a plan's) marked on
     the prediction."""
-    rows = []
-    curves = []
     for label, cal in cals.items():
         wanted = spec_ns.get(label, set())
         lo, hi = min(cal.ns[0], *wanted), max(cal.ns[-1], *wanted)
@@ -266,10 +279,10 @@ def _surface(groups, cals: dict[str, Calibration], out: Path, pred: Predictions,
             preds = [predict_one(cal, n) for n in grid]
         except PredictError:
             continue
-        measured = sorted((int(_num(r, "N")), r) for r in groups[label])
+        measured = sorted((int(num(r, "N")), r) for r in groups[label])
         skipped = [p for p in preds if p.n in wanted - set(cal.ns)]
-        curves.append((label or "as measured", preds, measured, skipped))
-        rows += [
+        pred.surface_curves.append((label or "as measured", preds, measured, skipped))
+        pred.surface_rows += [
             {
                 "configuration": label,
                 "N": p.n,
@@ -283,6 +296,11 @@ def _surface(groups, cals: dict[str, Calibration], out: Path, pred: Predictions,
             }
             for p in preds
         ]
+
+
+def _draw_surface(pred: Predictions, out: Path) -> None:
+    """predicted-surface.svg and its data, plots/predicted-surface.csv."""
+    curves = pred.surface_curves
     if not curves:
         return
 
@@ -303,7 +321,7 @@ def _surface(groups, cals: dict[str, Calibration], out: Path, pred: Predictions,
                 ax.fill_between(ns, low, high, color=f"C{i}", alpha=0.15)
                 ax.plot(
                     [n for n, _ in measured],
-                    [_num(r, col) * scale for _, r in measured],
+                    [num(r, col) * scale for _, r in measured],
                     "o",
                     color=f"C{i}",
                     label=f"{label}: measured",
@@ -329,11 +347,11 @@ def _surface(groups, cals: dict[str, Calibration], out: Path, pred: Predictions,
         return draw
 
     pred.surface = save_panels(out / "plots", "predicted-surface", [("", panel("x")), ("", panel("r"))])[0]
-    pd.DataFrame(rows).to_csv(out / "plots" / "predicted-surface.csv", index=False)
+    pd.DataFrame(pred.surface_rows).to_csv(out / "plots" / "predicted-surface.csv", index=False)
 
 
-def predictions(result: Path, agg: pd.DataFrame, info: ExperimentInfo) -> Predictions:
-    """The section's tables and figure; writes predictions.csv into `result`."""
+def compute_predictions(agg: pd.DataFrame, info: ExperimentInfo) -> Predictions:
+    """The section's tables and what its figures draw (nothing written)."""
     pred = Predictions()
     if agg.empty or "N" not in agg:
         return pred
@@ -351,7 +369,6 @@ def predictions(result: Path, agg: pd.DataFrame, info: ExperimentInfo) -> Predic
     rows = _held_out_populations(groups, info) + _held_out_configurations(groups, cals, info)
     if rows:
         pred.heldout = pd.DataFrame(rows)
-        pred.heldout.to_csv(result / "predictions.csv", index=False)
         h = pred.heldout
         pred.x_worst = float(h["X error"].abs().max())
         pred.r_worst = float(h["R error"].abs().max())
@@ -359,11 +376,27 @@ def predictions(result: Path, agg: pd.DataFrame, info: ExperimentInfo) -> Predic
         pred.bottleneck_agrees = int((h["bottleneck predicted"] == h["bottleneck measured"]).sum())
         pred.covered = int((h["covered"] == "yes").sum())
     pred.noise_floor = noise_table(groups)
-    if not pred.noise_floor.empty:
-        pred.noise_floor.to_csv(result / "noise.csv", index=False)
     if refusal:
         pred.refused.append(refusal)
     else:
-        _whatif(list(cals.values()), info, result, pred)
-    _surface(groups, cals, result, pred, spec_populations(info))
+        _whatif(list(cals.values()), info, pred)
+    _surface(groups, cals, pred, spec_populations(info))
+    return pred
+
+
+def write_predictions(pred: Predictions, result: Path) -> None:
+    """predictions.csv and noise.csv into `result`, the figures and their
+    data into its plots/ (which sets `pred.figure` and `pred.surface`)."""
+    if not pred.heldout.empty:
+        pred.heldout.to_csv(result / "predictions.csv", index=False)
+    if not pred.noise_floor.empty:
+        pred.noise_floor.to_csv(result / "noise.csv", index=False)
+    _draw_whatif(pred, result)
+    _draw_surface(pred, result)
+
+
+def predictions(result: Path, agg: pd.DataFrame, info: ExperimentInfo) -> Predictions:
+    """The section's tables and figures, computed and written into `result`."""
+    pred = compute_predictions(agg, info)
+    write_predictions(pred, result)
     return pred

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import pandas as pd
 from scipy import stats as sps
 
-from mwlab.fit import _num
+from mwlab.fit import num
 
 # Confidence of the interval on the noise itself.
 CONFIDENCE = 0.90
@@ -73,14 +73,14 @@ def _chi2_bounds(cv: float, df: int) -> tuple[float, float]:
 
 def noise_of(rows: list[pd.Series]) -> Noise:
     """The noise of a configuration from its points (rows of aggregate.csv)."""
-    reps = [_num(r, "reps", 1.0) for r in rows]
+    reps = [num(r, "reps", 1.0) for r in rows]
     mean_reps = sum(reps) / len(reps) if reps else 1.0
     pooled: dict[str, list[tuple[float, float]]] = {"x": [], "r": []}
     for r, k in zip(rows, reps, strict=True):
         if k < 2:
             continue
         for which, col in (("x", "client_tput"), ("r", "client_rt_mean_us")):
-            mean, std = _num(r, col), _num(r, f"{col}_std")
+            mean, std = num(r, col), num(r, f"{col}_std")
             if mean > 0 and not math.isnan(std):
                 pooled[which].append((k - 1, (std / mean) ** 2))
     if pooled["x"]:
@@ -104,14 +104,14 @@ def noise_of(rows: list[pd.Series]) -> Noise:
         )
     xs, rs = [], []
     for r in rows:
-        windows = _num(r, "windows")
+        windows = num(r, "windows")
         if not windows or math.isnan(windows) or windows < 2:
             continue
         for out, col, wcol in (
             (xs, "client_tput", "client_tput_window_std"),
             (rs, "client_rt_mean_us", "client_rt_window_std_us"),
         ):
-            mean, wstd = _num(r, col), _num(r, wcol)
+            mean, wstd = num(r, col), num(r, wcol)
             if mean > 0 and not math.isnan(wstd):
                 out.append(wstd / mean / math.sqrt(windows))
     rms = lambda v: math.sqrt(sum(c * c for c in v) / len(v)) if v else float("nan")  # noqa: E731

@@ -99,7 +99,7 @@ def error_label(agg: pd.DataFrame, ci: bool = False) -> str:
     return "mean ± std over repetitions, or windows where one"
 
 
-def _line(
+def line(
     ax: Axes,
     agg: pd.DataFrame,
     x: str,
@@ -123,28 +123,28 @@ def _line(
 
 
 def throughput(agg: pd.DataFrame, ax: Axes, x: str, lines: list[str]) -> None:
-    _line(ax, agg, x, lines, "client_tput", "clients")
+    line(ax, agg, x, lines, "client_tput", "clients")
     if "mw_tput" in agg:
-        _line(ax, agg, x, lines, "mw_tput", "middleware", style="--s")
+        line(ax, agg, x, lines, "mw_tput", "middleware", style="--s")
     ax.set_ylabel("throughput (ops/s)")
     ax.set_title(f"Throughput ({error_label(agg, ci=True)})")
 
 
 def response_time(agg: pd.DataFrame, ax: Axes, x: str, lines: list[str]) -> None:
-    _line(ax, agg, x, lines, "client_rt_mean_us", "clients", scale=1e-3)
+    line(ax, agg, x, lines, "client_rt_mean_us", "clients", scale=1e-3)
     if "mw_rt_mean_us" in agg:
-        _line(ax, agg, x, lines, "mw_rt_mean_us", "middleware", scale=1e-3, style="--s")
+        line(ax, agg, x, lines, "mw_rt_mean_us", "middleware", scale=1e-3, style="--s")
     if "law_rt_us" in agg:
-        _line(ax, agg, x, lines, "law_rt_us", "N/X - Z", scale=1e-3, style=":^")
+        line(ax, agg, x, lines, "law_rt_us", "N/X - Z", scale=1e-3, style=":^")
     ax.set_ylabel("response time (ms)")
     ax.set_title(f"Response time ({error_label(agg, ci=True)})")
 
 
 def queue(agg: pd.DataFrame, ax: Axes, x: str, lines: list[str]) -> None:
-    _line(ax, agg, x, lines, "mw_queue_len", "queue length")
+    line(ax, agg, x, lines, "mw_queue_len", "queue length")
     ax.set_ylabel("mean queue length")
     twin = ax.twinx()
-    _line(twin, agg, x, lines, "mw_queue_us", "queue time", scale=1e-3, style="--s")
+    line(twin, agg, x, lines, "mw_queue_us", "queue time", scale=1e-3, style="--s")
     twin.set_ylabel("queue time (ms)")
     ax.set_title("Request queue of the middleware")
     h1, l1 = ax.get_legend_handles_labels()
@@ -178,7 +178,7 @@ def percentiles(agg: pd.DataFrame, ax: Axes, x: str, lines: list[str]) -> None:
         ("client_rt_p90_us", "p90", "--s"),
         ("client_rt_p99_us", "p99", ":^"),
     ):
-        _line(ax, agg, x, lines, col, name, scale=1e-3, style=style)
+        line(ax, agg, x, lines, col, name, scale=1e-3, style=style)
     ax.set_ylabel("response time (ms)")
     ax.set_title("Response-time percentiles (clients)")
 
@@ -282,10 +282,10 @@ def timeline(runs: dict[str, pd.DataFrame], ax: Axes) -> None:
     for name, df in list(runs.items())[:8]:
         if df.empty:
             continue
-        (line,) = ax.plot(df["t"], df["tput"], label=name, linewidth=1.2)
+        (drawn,) = ax.plot(df["t"], df["tput"], label=name, linewidth=1.2)
         bad = df[df["failed"] > 0]
         if not bad.empty:
-            ax.scatter(bad["t"], bad["tput"], marker="x", s=30, color=line.get_color())
+            ax.scatter(bad["t"], bad["tput"], marker="x", s=30, color=drawn.get_color())
         width = df["t"].diff().median() if len(df) > 1 else 1.0
         for phase, color in (("warmup", "tab:orange"), ("cooldown", "tab:purple")):
             for t in df.loc[df["phase"] == phase, "t"]:
@@ -342,7 +342,7 @@ def by_op(agg: pd.DataFrame, ax: Axes, x: str, lines: list[str], what: str) -> N
     for op in ("get", "multiget", "set", "delete"):
         col = f"client_{op}_tput" if what == "tput" else f"client_{op}_rt_mean_us"
         if col in agg and agg.get(f"client_{op}_tput", pd.Series([0])).fillna(0).gt(0).any():
-            _line(ax, agg, x, lines, col, op, scale=1.0 if what == "tput" else 1e-3)
+            line(ax, agg, x, lines, col, op, scale=1.0 if what == "tput" else 1e-3)
     ax.set_ylabel("throughput (ops/s)" if what == "tput" else "response time (ms)")
     ax.set_title("Throughput by operation" if what == "tput" else "Response time by operation (means)")
 
@@ -350,7 +350,7 @@ def by_op(agg: pd.DataFrame, ax: Axes, x: str, lines: list[str], what: str) -> N
 def multiget_sizes(agg: pd.DataFrame, ax: Axes, lines: list[str]) -> None:
     """Response time against the number of keys per multi-get (seed 001, section 5)."""
     for col, name, style in (("client_rt_mean_us", "mean", "-o"), ("client_rt_p99_us", "p99", ":^")):
-        _line(ax, agg, "mgsize", lines, col, name, scale=1e-3, style=style)
+        line(ax, agg, "mgsize", lines, col, name, scale=1e-3, style=style)
     ax.set_xlabel("keys per multi-get")
     ax.set_ylabel("response time (ms)")
     ax.set_title("Multi-get response time by size")

@@ -64,7 +64,7 @@ from typing import Any
 
 import pandas as pd
 
-from mwlab.fit import CLIENT_FACTORS, US, Device, _network, _num, bottleneck, devices, sweep_label
+from mwlab.fit import CLIENT_FACTORS, US, Device, bottleneck, devices, network_centers, num, sweep_label
 from mwlab.models import ModelError
 from mwlab.models.mva import mva
 from mwlab.noise import Noise, noise_of
@@ -298,7 +298,7 @@ def replication(s: Settings) -> int:
 
 def calibrate(rows: list[pd.Series], info: ExperimentInfo, sweep: str = "") -> Calibration:
     """Demand curves from the measured points `rows` of one configuration."""
-    rows = [r for r in rows if _num(r, "N", 0) >= 1 and not math.isnan(_num(r, "client_tput"))]
+    rows = [r for r in rows if num(r, "N", 0) >= 1 and not math.isnan(num(r, "client_tput"))]
     if not rows:
         raise PredictError(f"configuration {sweep or '(the only one)'}: no measured point to calibrate on")
     base = info.settings
@@ -315,18 +315,18 @@ def calibrate(rows: list[pd.Series], info: ExperimentInfo, sweep: str = "") -> C
         devs = devices(row, base)
         if not devs:
             continue
-        n = int(_num(row, "N"))
+        n = int(num(row, "N"))
         ns.append(n)
         for d in devs:
             per.setdefault(d.name, []).append((n, d.demand_us))
             servers.setdefault(d.name, []).append(d.servers)
             in_network[d.name] = d.in_network
             if d.name == "workers":
-                busy.append((_num(row, "client_tput") * d.demand_us * US, d.demand_us))
-        mean = _num(row, "client_rt_mean_us")
-        _, r_model = _solve(devs, n, _num(row, "Z_us", 0.0), 0.0)
+                busy.append((num(row, "client_tput") * d.demand_us * US, d.demand_us))
+        mean = num(row, "client_rt_mean_us")
+        _, r_model = _solve(devs, n, num(row, "Z_us", 0.0), 0.0)
         offsets.append((n, mean - r_model))
-        tails.append((n, _num(row, "client_rt_p50_us") / mean, _num(row, "client_rt_p99_us") / mean))
+        tails.append((n, num(row, "client_rt_p50_us") / mean, num(row, "client_rt_p99_us") / mean))
     if not ns:
         raise PredictError(f"configuration {sweep or '(the only one)'}: no device was measured")
     curves = {
@@ -337,7 +337,7 @@ def calibrate(rows: list[pd.Series], info: ExperimentInfo, sweep: str = "") -> C
         levels=levels,
         settings=settings,
         ns=sorted(ns),
-        think_us=sum(_num(r, "Z_us", 0.0) for r in rows) / len(rows),
+        think_us=sum(num(r, "Z_us", 0.0) for r in rows) / len(rows),
         curves=curves,
         servers={k: sum(v) / len(v) for k, v in servers.items()},
         in_network=in_network,
@@ -367,7 +367,7 @@ def configurations(agg: pd.DataFrame, info: ExperimentInfo) -> dict[str, list[pd
     factor but the clients)."""
     groups: dict[str, list[pd.Series]] = {}
     for _, r in agg.iterrows():
-        if _num(r, "N", 0) >= 1 and not math.isnan(_num(r, "client_tput")):
+        if num(r, "N", 0) >= 1 and not math.isnan(num(r, "client_tput")):
             groups.setdefault(sweep_label(r, info.columns), []).append(r)
     return groups
 
@@ -377,7 +377,7 @@ def calibrations(
 ) -> list[Calibration]:
     """A calibration per configuration of the result (optionally only on the populations `only_n`)."""
     return [
-        calibrate([r for r in rows if only_n is None or int(_num(r, "N")) in only_n], info, label)
+        calibrate([r for r in rows if only_n is None or int(num(r, "N")) in only_n], info, label)
         for label, rows in configurations(agg, info).items()
     ]
 
@@ -510,7 +510,7 @@ def _solve(devs: list[Device], n: int, think_us: float, offset_us: float) -> tup
     the network past its capacity (X <= servers / demand for every device:
     the host CPU of the message-queue system, a memcached server)."""
     try:
-        res = mva(_network(devs, 0.0), think_us * US, n)
+        res = mva(network_centers(devs, 0.0), think_us * US, n)
     except ModelError as e:
         raise PredictError(f"the model cannot be solved: {e}") from None
     r = max(res.response_time[-1] / US + offset_us, 1e-3)
@@ -889,18 +889,18 @@ def seed_view(rows: list[pd.Series]) -> list[dict[str, Any]]:
     """The seed reports' single-queue prediction: the service time from the
     run with the fewest clients, then M/M/1 with the measured arrival rate
     (R = S / (1 - X S)), against the measured response time."""
-    rows = sorted(rows, key=lambda r: _num(r, "N", 0))
+    rows = sorted(rows, key=lambda r: num(r, "N", 0))
     if not rows:
         return []
-    s = _num(rows[0], "client_rt_mean_us") * US
+    s = num(rows[0], "client_rt_mean_us") * US
     out = []
     for r in rows:
-        x, measured = _num(r, "client_tput"), _num(r, "client_rt_mean_us")
+        x, measured = num(r, "client_tput"), num(r, "client_rt_mean_us")
         rho = x * s
         pred = s / (1 - rho) / US if rho < 1 else float("inf")
         out.append(
             {
-                "N": int(_num(r, "N")),
+                "N": int(num(r, "N")),
                 "rho": rho,
                 "r_us": pred,
                 "r_error": (pred - measured) / measured

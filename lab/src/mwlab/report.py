@@ -19,12 +19,12 @@ from mwlab.checks import INTERFERENCE_LIMIT, SATURATION_LIMIT, Check, run_checks
 from mwlab.fit import (
     HOLDS,
     ExperimentFit,
-    _num,
     bottleneck_agrees,
     factorial_fit,
     fit_experiment,
     law_table,
     model_table,
+    num,
     queue_views,
     utilization_table,
 )
@@ -516,7 +516,7 @@ def _why_not(p, row: pd.Series) -> str:
             "a wait no center of the network holds)"
         )
     hold, cpu = devs.get("workers"), devs.get("host CPU")
-    inside = _num(row, "cpu_mw_worker_us", 0.0) + _num(row, "cpu_mc_us", 0.0)
+    inside = num(row, "cpu_mw_worker_us", 0.0) + num(row, "cpu_mc_us", 0.0)
     if hold is not None and cpu is not None and cpu.in_network and p.x_error < -HOLDS and inside > 0:
         reasons.append(
             f"the workers' holding time ({hold.demand_us:.0f} µs) contains {inside:.0f} µs of CPU (the "
