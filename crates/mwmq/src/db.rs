@@ -33,128 +33,22 @@ use crate::retention::ARCHIVE_GONE;
 
 /// Schema versions, applied in order (`schema::migrate`), in one transaction.
 pub const MIGRATIONS: &[&str] = &[
-    // 1: queues, messages, deduplication keys.
-    "CREATE TABLE mwmq_queues (
-        id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-        name text NOT NULL,
-        created_at timestamptz NOT NULL DEFAULT now(),
-        dropped_at timestamptz
-    );
-    CREATE UNIQUE INDEX mwmq_queues_name ON mwmq_queues (name) WHERE dropped_at IS NULL;
-    CREATE SEQUENCE mwmq_message_ids;
-    CREATE SEQUENCE mwmq_leases;
-    CREATE TABLE mwmq_messages (
-        queue_id bigint NOT NULL,
-        id bigint NOT NULL DEFAULT nextval('mwmq_message_ids'),
-        sender text NOT NULL,
-        receiver text,
-        body bytea NOT NULL,
-        sent_at timestamptz NOT NULL DEFAULT now(),
-        visible_at timestamptz NOT NULL,
-        lease bigint,
-        deliveries integer NOT NULL DEFAULT 0,
-        PRIMARY KEY (queue_id, id)
-    ) WITH (
-        fillfactor = 90,
-        autovacuum_vacuum_scale_factor = 0.01,
-        autovacuum_vacuum_threshold = 1000,
-        autovacuum_vacuum_insert_scale_factor = 0.05,
-        autovacuum_vacuum_cost_delay = 0
-    );
-    CREATE TABLE mwmq_keys (
-        queue_id bigint NOT NULL,
-        key text NOT NULL,
-        message_id bigint NOT NULL,
-        created_at timestamptz NOT NULL DEFAULT now(),
-        PRIMARY KEY (queue_id, key)
-    );
-    CREATE INDEX mwmq_keys_age ON mwmq_keys (created_at);",
-    // 2: dead letters: a queue's limit of deliveries and where what exceeds
-    // it goes; a dead-lettered message remembers its queue and why.
-    "ALTER TABLE mwmq_queues ADD COLUMN max_deliveries integer, ADD COLUMN dead_letter text;
-    ALTER TABLE mwmq_messages ADD COLUMN dead_from text, ADD COLUMN dead_reason text;",
-    // 3: receivers take messages in the order they became visible, from an
-    // index that has the leased ones (visible later) at its far end: a RECV
-    // no longer steps over every message under lease to find a ready one.
-    "CREATE INDEX mwmq_messages_ready ON mwmq_messages (queue_id, visible_at, id);",
-    // 4: a lease is a random 64-bit token, not a sequence, and names whom
-    // the message was delivered to (only they, or an admin of the queue, may
-    // ACK, NACK or TOUCH it). The token is the two halves of a random UUID
-    // XORed: each half has its fixed version or variant bits elsewhere, so
-    // all 64 bits come from the server's strong random source.
-    "ALTER TABLE mwmq_messages ADD COLUMN leased_to text;
-    CREATE FUNCTION mwmq_lease_token() RETURNS bigint LANGUAGE sql VOLATILE PARALLEL SAFE AS $$
-        SELECT ('x' || encode(substring(u FROM 1 FOR 8), 'hex'))::bit(64)::bigint
-             # ('x' || encode(substring(u FROM 9 FOR 8), 'hex'))::bit(64)::bigint
-        FROM uuid_send(gen_random_uuid()) AS u
-    $$;",
-    // 5: quotas. A queue may hold at most max_messages messages and
-    // max_bytes bytes of bodies. A message of a queue with a quota is marked
-    // `counted` when it is stored, and row triggers that fire only for
-    // counted rows (their WHEN is checked without calling anything) count
-    // its queue's messages and bytes as they come and go, in stripes (one
-    // per backend, so concurrent statements do not wait for each other's
-    // counter row); setting a quota marks what the queue holds and counts
-    // it. Other queues pay nothing: statement triggers with transition
-    // tables, tried first, halved every queue's SENDs and POPs (pgbench, 8
-    // clients: 4,850 against 8,950 INSERTs/s) as soon as one queue had a
-    // quota. A queue remembers who created it (users may create at most so
-    // many). Dead letters held are counted from an index of their own.
-    "ALTER TABLE mwmq_queues ADD COLUMN max_messages bigint, ADD COLUMN max_bytes bigint, ADD COLUMN created_by text;
-    ALTER TABLE mwmq_messages ADD COLUMN counted boolean NOT NULL DEFAULT false;
-    CREATE INDEX mwmq_queues_created_by ON mwmq_queues (created_by) WHERE dropped_at IS NULL;
-    CREATE INDEX mwmq_messages_dead ON mwmq_messages (queue_id) WHERE dead_from IS NOT NULL;
-    CREATE TABLE mwmq_queue_counts (
-        queue_id bigint NOT NULL,
-        stripe integer NOT NULL,
-        messages bigint NOT NULL DEFAULT 0,
-        bytes bigint NOT NULL DEFAULT 0,
-        PRIMARY KEY (queue_id, stripe)
-    );
-    CREATE FUNCTION mwmq_count_in() RETURNS trigger LANGUAGE plpgsql AS $$
-    BEGIN
-        INSERT INTO mwmq_queue_counts AS c (queue_id, stripe, messages, bytes)
-        VALUES (NEW.queue_id, pg_backend_pid() % 16, 1, octet_length(NEW.body))
-        ON CONFLICT (queue_id, stripe) DO UPDATE SET messages = c.messages + 1, bytes = c.bytes + EXCLUDED.bytes;
-        RETURN NULL;
-    END $$;
-    CREATE FUNCTION mwmq_count_out() RETURNS trigger LANGUAGE plpgsql AS $$
-    BEGIN
-        INSERT INTO mwmq_queue_counts AS c (queue_id, stripe, messages, bytes)
-        VALUES (OLD.queue_id, pg_backend_pid() % 16, -1, -octet_length(OLD.body))
-        ON CONFLICT (queue_id, stripe) DO UPDATE SET messages = c.messages - 1, bytes = c.bytes + EXCLUDED.bytes;
-        RETURN NULL;
-    END $$;
-    CREATE TRIGGER mwmq_messages_in AFTER INSERT ON mwmq_messages
-        FOR EACH ROW WHEN (NEW.counted) EXECUTE FUNCTION mwmq_count_in();
-    CREATE TRIGGER mwmq_messages_out AFTER DELETE ON mwmq_messages
-        FOR EACH ROW WHEN (OLD.counted) EXECUTE FUNCTION mwmq_count_out();
-    CREATE FUNCTION mwmq_room(q_id bigint, max_messages bigint, max_bytes bigint, size bigint) RETURNS boolean
-    LANGUAGE sql STABLE AS $$
-        SELECT CASE WHEN max_messages IS NULL AND max_bytes IS NULL THEN true ELSE (
-            SELECT coalesce(sum(c.messages), 0) + 1 <= coalesce(max_messages, 9223372036854775807)
-               AND coalesce(sum(c.bytes), 0) + size <= coalesce(max_bytes, 9223372036854775807)
-            FROM mwmq_queue_counts c WHERE c.queue_id = q_id) END
-    $$;",
-    // 6: Redis streams (`streamdb.rs`).
-    crate::streamdb::MIGRATION,
-    // 7: SQL functions applications call in their own transactions (`sqlapi.rs`).
-    crate::sqlapi::MIGRATION,
-    // 8: pausing and limiting a queue's deliveries (`limits.rs`).
-    crate::limits::MIGRATION,
-    // 9: keeping acknowledged messages for a while (`retention.rs`).
-    crate::retention::MIGRATION,
-    // 10: RATE counts POPs too (`limits.rs`).
-    crate::limits::POP_MIGRATION,
-    // 11: everything in the schema mwmq; the SQL API under mwmq's rights and bounds (`sqlguard.rs`).
-    crate::sqlguard::MIGRATION,
-    crate::streamrules::MIGRATION, // 12: streams' creators, sizes, limits and reply bounds (`streamrules.rs`).
-    crate::streambounds::MIGRATION, // 13: replies that say they were cut, MAXBYTES per field (`streambounds.rs`).
-    crate::sqlquota::MIGRATION, // 14: SQL callers count apart from RESP; the quota checked at COMMIT (`sqlquota.rs`).
-    // 15: RECV, QARCHIVE, QDEAD, XINFO, XPENDING replies bounded by bytes; consumers per group capped.
-    crate::replybounds::MIGRATION,
-    // 16: mwmq.send's names bounded as SEND's; SQL messages counted at COMMIT by the quota then (`sqlbounds.rs`).
-    crate::sqlbounds::MIGRATION,
+    include_str!("../sql/0001_queues.sql"),
+    include_str!("../sql/0002_dead_letters.sql"),
+    include_str!("../sql/0003_ready_index.sql"),
+    include_str!("../sql/0004_lease_tokens.sql"),
+    include_str!("../sql/0005_quotas.sql"),
+    include_str!("../sql/0006_streams.sql"),
+    include_str!("../sql/0007_sql_api.sql"),
+    include_str!("../sql/0008_limits.sql"),
+    include_str!("../sql/0009_retention.sql"),
+    include_str!("../sql/0010_rate_counts_pops.sql"),
+    include_str!("../sql/0011_schema_mwmq.sql"),
+    include_str!("../sql/0012_stream_rules.sql"),
+    include_str!("../sql/0013_stream_bounds.sql"),
+    include_str!("../sql/0014_sql_quota.sql"),
+    include_str!("../sql/0015_reply_bounds.sql"),
+    include_str!("../sql/0016_sql_bounds.sql"),
 ];
 
 /// A queue RECV's plain statements serve: no delivery limit, not paused, no
@@ -319,7 +213,7 @@ impl Statements {
                 group_head!()
             )).await?,
             // The messages leased weigh at most $6 (`max_reply_bytes`; body,
-            // sender and 64 each, the first always: `replybounds.rs`).
+            // sender and 64 each, the first always: `sql/0015_reply_bounds.sql`).
             recv_plain: c.prepare(&format!(
                 "UPDATE mwmq_messages m
                  SET lease = mwmq_lease_token(), leased_to = $2,
@@ -429,7 +323,7 @@ impl Statements {
                                 FROM mwmq_queues o WHERE o.id = mwmq_queues.id) AS had_quota,
                            (max_messages IS NOT NULL OR max_bytes IS NOT NULL) AS has_quota",
             ).await?,
-            // After a quota was set or lifted: SQL transactions that read it at COMMIT before have committed (`sqlbounds.rs`).
+            // After a quota was set or lifted: SQL transactions that read it at COMMIT before have committed (`sql/0016_sql_bounds.sql`).
             settle: c.prepare("SELECT mwmq_settle_barrier($1)").await?,
             pause: c.prepare("UPDATE mwmq_queues SET paused = $2 WHERE name = $1 AND dropped_at IS NULL RETURNING id").await?,
             // A quota set or lifted: the queue's messages are marked counted, or not.
@@ -441,7 +335,7 @@ impl Statements {
             ).await?,
             // A quota set or lifted: the queue's count starts from what it
             // holds (nothing without a quota). The SQL callers' stripes (16
-            // and up, `sqlquota.rs`) may be locked by open transactions and
+            // and up, `sql/0014_sql_quota.sql`) may be locked by open transactions and
             // are left alone: stripe 0 takes what they count away.
             recount: c.prepare(
                 "WITH q AS (SELECT id, (max_messages IS NOT NULL OR max_bytes IS NOT NULL) AS counted

@@ -29,17 +29,13 @@ pub mod poller;
 pub mod queues;
 pub mod rates;
 pub mod rebalance;
-pub mod replybounds;
 pub mod retention;
 pub mod schema;
 /// RESP as mwmq speaks it (the server side of `respproto`).
 pub use respproto::server as resp;
 pub mod server;
 pub mod shared;
-pub mod sqlapi;
-pub mod sqlbounds;
 pub mod sqlguard;
-pub mod sqlquota;
 pub mod streambounds;
 pub mod streamdb;
 pub mod streamrules;

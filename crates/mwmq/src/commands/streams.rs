@@ -283,7 +283,7 @@ impl Core<'_> {
                     pg.x(X::PendingRange, &[key, group, &p.idle, &z, &z, &z, &z, &z, &p.consumer, &z]).await?;
                     return ok(Reply::Array(Vec::new()));
                 }
-                // A range like XRANGE's: whole or refused (`replybounds.rs`).
+                // A range like XRANGE's: whole or refused (`sql/0015_reply_bounds.sql`).
                 let rows = pg
                     .x(
                         X::PendingRange,

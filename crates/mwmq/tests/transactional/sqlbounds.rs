@@ -1,4 +1,4 @@
-//! Schema 16 (`sqlbounds.rs`): `mwmq.send`'s receiver, key and message
+//! Schema 16 (`sql/0016_sql_bounds.sql`): `mwmq.send`'s receiver, key and message
 //! group are bounded as SEND's TO, KEY and GROUP are, and a quota set or
 //! lifted while an SQL transaction that sent to the queue is open counts
 //! that transaction's messages right once it commits.

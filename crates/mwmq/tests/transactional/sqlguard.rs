@@ -200,7 +200,7 @@ fn a_database_made_by_an_older_mwmq_moves_into_the_schema_mwmq_and_keeps_its_mes
         .map(|r| r.get(0))
         .collect();
     // Each sets the path, and nothing else (a custom setting there would
-    // need a superuser to install: `sqlquota.rs`).
+    // need a superuser to install: `sql/0014_sql_quota.sql`).
     let path = "search_path=pg_catalog, mwmq, pg_temp";
     assert!(!paths.is_empty() && paths.iter().all(|p| p == path), "{paths:?}");
     let creators: i64 = db

@@ -1,5 +1,5 @@
 //! What an SQL caller's open transaction can hold up (schema 14,
-//! `sqlquota.rs`): nothing of RESP's. Transactions left open on every
+//! `sql/0014_sql_quota.sql`): nothing of RESP's. Transactions left open on every
 //! counter stripe, each holding a `mwmq.send` or a `mwmq.ack` on a queue
 //! with a quota, while RESP SENDs, ACKs, POPs and QALTERs of that queue and
 //! SENDs to other queues all go through; the quota's counts exact once the

@@ -1,28 +1,30 @@
-//! SQL functions an application calls in its own transaction, on the
-//! database a queue lives in: `mwmq.send` writes a message that exists if and
-//! only if the caller's transaction commits, `mwmq.ack` acknowledges one in
-//! the same transaction as the work it finished. Installed by mwmq's own
-//! migrations (schema version 7) in the schema `mwmq`; nobody may call them
-//! until granted (`GRANT USAGE ON SCHEMA mwmq TO app; GRANT EXECUTE ON ALL
-//! FUNCTIONS IN SCHEMA mwmq TO app;`).
-//!
-//! They run with the rights of the role that installed them (SECURITY
-//! DEFINER), so the caller needs no right on the tables. What they do is
-//! what SEND and ACK do: the same rows, the same quota check, the same
-//! deduplication keys, and a NOTIFY on mwmq's channel with the queue's name,
-//! which PostgreSQL delivers when (and only if) the transaction commits, so
-//! long polls waiting on the queue wake then. docs/mwmq.md says what this
-//! contract freezes in the schema.
-//!
-//! This is the version 7 they were installed as, kept as it ran; schema
-//! version 11 (`sqlguard.rs`) replaced them: every name qualified, the
-//! search path `pg_catalog, mwmq, pg_temp`, the users' rights, `max_body`
-//! and a quota that holds at COMMIT.
+-- mwmq schema version 7.
+--
+-- SQL functions an application calls in its own transaction, on the
+-- database a queue lives in: `mwmq.send` writes a message that exists if and
+-- only if the caller's transaction commits, `mwmq.ack` acknowledges one in
+-- the same transaction as the work it finished. Installed by mwmq's own
+-- migrations (schema version 7) in the schema `mwmq`; nobody may call them
+-- until granted (`GRANT USAGE ON SCHEMA mwmq TO app; GRANT EXECUTE ON ALL
+-- FUNCTIONS IN SCHEMA mwmq TO app;`).
+--
+-- They run with the rights of the role that installed them (SECURITY
+-- DEFINER), so the caller needs no right on the tables. What they do is
+-- what SEND and ACK do: the same rows, the same quota check, the same
+-- deduplication keys, and a NOTIFY on mwmq's channel with the queue's name,
+-- which PostgreSQL delivers when (and only if) the transaction commits, so
+-- long polls waiting on the queue wake then. docs/mwmq.md says what this
+-- contract freezes in the schema.
+--
+-- This is the version 7 they were installed as, kept as it ran; schema
+-- version 11 (`sqlguard.rs`) replaced them: every name qualified, the
+-- search path `pg_catalog, mwmq, pg_temp`, the users' rights, `max_body`
+-- and a quota that holds at COMMIT.
+--
+-- Schema version 7: the `mwmq` schema and its functions (their bodies go
+-- through `format()`, which fills in the schema of mwmq's tables: a `%` of
+-- a message is written `%%`).
 
-/// Schema version 7: the `mwmq` schema and its functions (their bodies go
-/// through `format()`, which fills in the schema of mwmq's tables: a `%` of
-/// a message is written `%%`).
-pub const MIGRATION: &str = r#"
 CREATE SCHEMA IF NOT EXISTS mwmq;
 DO $install$
 BEGIN
@@ -95,4 +97,3 @@ $$;
 REVOKE ALL ON FUNCTION mwmq.send(text, bytea, text, bigint, text, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION mwmq.send(text, text, text, bigint, text, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION mwmq.ack(text, bigint, bigint) FROM PUBLIC;
-"#;

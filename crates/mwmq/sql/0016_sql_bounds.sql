@@ -1,66 +1,68 @@
-//! The SQL API's last differences from RESP's SEND (schema version 16): the
-//! names a message carries are bounded as SEND bounds them, and a quota set
-//! or lifted while SQL transactions are open counts their messages right.
-//!
-//! **Names.** `mwmq.send` stored `receiver`, `key` and `message_group`
-//! whatever their size: a role allowed 1,000-byte bodies stored 96 MB in
-//! one row's receiver, which neither `max_body` nor MAXBYTES counts (only
-//! PostgreSQL's 8 KB index row limit stopped a key or a group). SEND's `TO`,
-//! `KEY` and `GROUP` are names of 1 to [`crate::command::MAX_NAME`] (200)
-//! bytes without whitespace or control characters (`command.rs`); now
-//! `mwmq.send` refuses the same values, before anything is looked up or
-//! stored: `54000` over 200 bytes, `22023` empty or with a space or a
-//! control character (the characters Rust's `char::is_whitespace` and
-//! `char::is_control` name, listed in `mwmq_sql_name`'s pattern).
-//!
-//! **A quota that appears during a transaction.** A message is marked
-//! `counted` when it is stored if its queue has a quota then, and only
-//! counted messages are counted. QALTER/QCREATE set or lift a quota, then
-//! mark what the queue holds and recount it (`db.rs`), but they cannot see
-//! rows of transactions still open: an SQL transaction that sent 50 messages
-//! to a queue without a quota and committed after `QALTER ... MAXMESSAGES
-//! 10` left 50 uncounted messages (QINFO said 0 held, and the queue took
-//! SENDs up to 54), until the next QALTER that set a quota. Three ways were
-//! weighed: counting every message whatever the quota (the counting
-//! triggers on every SEND and ACK of every queue, which schema 5 chose not
-//! to pay); a lock SQL senders hold to their end and QALTER takes (an
-//! application's transaction open for minutes would make QALTER wait that
-//! long); and this one, the check at COMMIT: a deferred constraint trigger
-//! (`mwmq_messages_settle`, on every row `mwmq.send` stores: the
-//! transaction runs with `mwmq.sql_caller = on`, `sqlquota.rs`) reads, when
-//! the caller commits, whether the queue has a quota *now*, and marks and
-//! counts (or unmarks and uncounts) the row to match, in the SQL stripes.
-//! Reading and committing must not straddle the QALTER's recount, so the
-//! trigger holds the queue's settle lock (an advisory lock, shared) from
-//! its read to the end of the transaction — during COMMIT only — and a
-//! QALTER that sets or lifts a quota (a QCREATE's queue is new: nobody sent
-//! to it yet), once that change is
-//! committed, takes the same lock exclusively and lets it go
-//! (`mwmq_settle_barrier`) before it marks and recounts: a transaction that
-//! read before the change has committed by then, so the recount sees its
-//! rows; one that reads after sees the change. Under REPEATABLE READ or
-//! SERIALIZABLE the trigger reads the queue's row with a lock, so a change
-//! made after the transaction's snapshot fails the COMMIT with `40001`
-//! (retry) rather than be missed.
-//!
-//! The barrier waits at most `lock_timeout`, here half the connection's
-//! statement timeout and at most 5 s: a transaction that runs `SET
-//! CONSTRAINTS ... IMMEDIATE` after its sends holds the lock from there to
-//! its end. The QALTER then marks and recounts all the same and answers
-//! `-TRYAGAIN` (the change itself is made): retried once that transaction
-//! ended, it recounts again. Changing a quota's value needs no barrier
-//! (every row is counted before and after) and takes none.
-//!
-//! What remains: a message stored before the quota was set is let in at
-//! COMMIT even if the queue is over its quota by then, as the messages the
-//! queue already held when the quota was set stay (QALTER removes none); a
-//! RESP SEND whose statement began before the change and commits after the
-//! recount's snapshot stays uncounted (at most the SENDs of the statements
-//! running at that moment, `batch` each, until the next QALTER that sets a
-//! quota) — docs/mwmq.md, "Enqueue in the application's own transaction".
+-- mwmq schema version 16.
+--
+-- The SQL API's last differences from RESP's SEND (schema version 16): the
+-- names a message carries are bounded as SEND bounds them, and a quota set
+-- or lifted while SQL transactions are open counts their messages right.
+--
+-- **Names.** `mwmq.send` stored `receiver`, `key` and `message_group`
+-- whatever their size: a role allowed 1,000-byte bodies stored 96 MB in
+-- one row's receiver, which neither `max_body` nor MAXBYTES counts (only
+-- PostgreSQL's 8 KB index row limit stopped a key or a group). SEND's `TO`,
+-- `KEY` and `GROUP` are names of 1 to [`crate::command::MAX_NAME`] (200)
+-- bytes without whitespace or control characters (`command.rs`); now
+-- `mwmq.send` refuses the same values, before anything is looked up or
+-- stored: `54000` over 200 bytes, `22023` empty or with a space or a
+-- control character (the characters Rust's `char::is_whitespace` and
+-- `char::is_control` name, listed in `mwmq_sql_name`'s pattern).
+--
+-- **A quota that appears during a transaction.** A message is marked
+-- `counted` when it is stored if its queue has a quota then, and only
+-- counted messages are counted. QALTER/QCREATE set or lift a quota, then
+-- mark what the queue holds and recount it (`db.rs`), but they cannot see
+-- rows of transactions still open: an SQL transaction that sent 50 messages
+-- to a queue without a quota and committed after `QALTER ... MAXMESSAGES
+-- 10` left 50 uncounted messages (QINFO said 0 held, and the queue took
+-- SENDs up to 54), until the next QALTER that set a quota. Three ways were
+-- weighed: counting every message whatever the quota (the counting
+-- triggers on every SEND and ACK of every queue, which schema 5 chose not
+-- to pay); a lock SQL senders hold to their end and QALTER takes (an
+-- application's transaction open for minutes would make QALTER wait that
+-- long); and this one, the check at COMMIT: a deferred constraint trigger
+-- (`mwmq_messages_settle`, on every row `mwmq.send` stores: the
+-- transaction runs with `mwmq.sql_caller = on`, `sqlquota.rs`) reads, when
+-- the caller commits, whether the queue has a quota *now*, and marks and
+-- counts (or unmarks and uncounts) the row to match, in the SQL stripes.
+-- Reading and committing must not straddle the QALTER's recount, so the
+-- trigger holds the queue's settle lock (an advisory lock, shared) from
+-- its read to the end of the transaction — during COMMIT only — and a
+-- QALTER that sets or lifts a quota (a QCREATE's queue is new: nobody sent
+-- to it yet), once that change is
+-- committed, takes the same lock exclusively and lets it go
+-- (`mwmq_settle_barrier`) before it marks and recounts: a transaction that
+-- read before the change has committed by then, so the recount sees its
+-- rows; one that reads after sees the change. Under REPEATABLE READ or
+-- SERIALIZABLE the trigger reads the queue's row with a lock, so a change
+-- made after the transaction's snapshot fails the COMMIT with `40001`
+-- (retry) rather than be missed.
+--
+-- The barrier waits at most `lock_timeout`, here half the connection's
+-- statement timeout and at most 5 s: a transaction that runs `SET
+-- CONSTRAINTS ... IMMEDIATE` after its sends holds the lock from there to
+-- its end. The QALTER then marks and recounts all the same and answers
+-- `-TRYAGAIN` (the change itself is made): retried once that transaction
+-- ended, it recounts again. Changing a quota's value needs no barrier
+-- (every row is counted before and after) and takes none.
+--
+-- What remains: a message stored before the quota was set is let in at
+-- COMMIT even if the queue is over its quota by then, as the messages the
+-- queue already held when the quota was set stay (QALTER removes none); a
+-- RESP SEND whose statement began before the change and commits after the
+-- recount's snapshot stays uncounted (at most the SENDs of the statements
+-- running at that moment, `batch` each, until the next QALTER that sets a
+-- quota) — docs/mwmq.md, "Enqueue in the application's own transaction".
+--
+-- Schema version 16 (runs with `search_path = mwmq`).
 
-/// Schema version 16 (runs with `search_path = mwmq`).
-pub const MIGRATION: &str = r#"
 -- Whether value (a name mwmq.send stores) is one SEND would take: NULL
 -- (absent), or 1 to 200 bytes without whitespace or control characters.
 CREATE FUNCTION mwmq.mwmq_sql_name(value text, what text) RETURNS void
@@ -168,4 +170,3 @@ BEGIN
     def := pg_catalog.replace(def, store, settle OPERATOR(pg_catalog.||) pg_catalog.chr(10) OPERATOR(pg_catalog.||) store);
     EXECUTE def;
 END $patch$;
-"#;

@@ -1,44 +1,46 @@
-//! The SQL API's locks kept apart from RESP's (schema version 14): an
-//! application's transaction, open as long as it likes, never makes a RESP
-//! statement wait, and delays at worst other SQL callers of the same queue.
-//!
-//! **Counters of their own.** A queue's quota is counted in
-//! `mwmq_queue_counts`, in stripes chosen by the backend's pid so that
-//! concurrent statements do not queue on one row. A counter row changed by
-//! a transaction stays locked until that transaction ends, so before this
-//! version an SQL caller's open transaction (`BEGIN; SELECT mwmq.send(...)`
-//! and nothing more) held one of RESP's 16 stripes, and 16 of them, one per
-//! `pid % 16`, made every RESP SEND and ACK of the queue wait until its
-//! statement timeout while holding one of mwmq's database connections, which
-//! soon stalled every other queue too. Now `mwmq.send` and `mwmq.ack` run
-//! with `mwmq.sql_caller = on` (set by each before its rights check, for the
-//! rest of the caller's transaction, which only ever counts as an SQL caller),
-//! and the counting triggers put what they change in stripes 16 + `pid % 16`,
-//! which no RESP statement writes: RESP's quota check, QINFO and the count
-//! a SEND refused with read the sum of all 32 with a plain read, which never
-//! waits for a row lock; the recount of QCREATE/QALTER (`db.rs`) leaves the
-//! SQL stripes alone and sets stripe 0 to what the queue holds minus them.
-//!
-//! **The check stays at COMMIT.** `mwmq_messages_quota`, the deferred
-//! constraint trigger that takes the queue's row of `mwmq_sql_gates` and
-//! counts what is committed plus the transaction's own, only runs in SQL
-//! callers' transactions (RESP never writes the gate). A caller's `SET
-//! CONSTRAINTS ALL IMMEDIATE` made it run inside `mwmq.send` instead, taking
-//! the gate for the rest of the transaction and checking against what was
-//! committed then rather than at COMMIT; `mwmq.send` now sets that one
-//! constraint back to DEFERRED before every message it stores in a queue
-//! with a quota, so it runs at COMMIT whatever the caller set before. A
-//! caller that sets it IMMEDIATE *after* its last send makes PostgreSQL run
-//! the check then (no trigger can tell that from a COMMIT): the gate is held
-//! from there to the end of the transaction (other SQL commits to that queue
-//! wait; RESP does not), and RESP SENDs that commit in between are not in its
-//! count, so the queue may then pass its quota by that transaction's own
-//! messages, which passed the check. docs/mwmq.md ("Enqueue in the
-//! application's own transaction") derives the bound with both kinds of
-//! senders.
+-- mwmq schema version 14.
+--
+-- The SQL API's locks kept apart from RESP's (schema version 14): an
+-- application's transaction, open as long as it likes, never makes a RESP
+-- statement wait, and delays at worst other SQL callers of the same queue.
+--
+-- **Counters of their own.** A queue's quota is counted in
+-- `mwmq_queue_counts`, in stripes chosen by the backend's pid so that
+-- concurrent statements do not queue on one row. A counter row changed by
+-- a transaction stays locked until that transaction ends, so before this
+-- version an SQL caller's open transaction (`BEGIN; SELECT mwmq.send(...)`
+-- and nothing more) held one of RESP's 16 stripes, and 16 of them, one per
+-- `pid % 16`, made every RESP SEND and ACK of the queue wait until its
+-- statement timeout while holding one of mwmq's database connections, which
+-- soon stalled every other queue too. Now `mwmq.send` and `mwmq.ack` run
+-- with `mwmq.sql_caller = on` (set by each before its rights check, for the
+-- rest of the caller's transaction, which only ever counts as an SQL caller),
+-- and the counting triggers put what they change in stripes 16 + `pid % 16`,
+-- which no RESP statement writes: RESP's quota check, QINFO and the count
+-- a SEND refused with read the sum of all 32 with a plain read, which never
+-- waits for a row lock; the recount of QCREATE/QALTER (`db.rs`) leaves the
+-- SQL stripes alone and sets stripe 0 to what the queue holds minus them.
+--
+-- **The check stays at COMMIT.** `mwmq_messages_quota`, the deferred
+-- constraint trigger that takes the queue's row of `mwmq_sql_gates` and
+-- counts what is committed plus the transaction's own, only runs in SQL
+-- callers' transactions (RESP never writes the gate). A caller's `SET
+-- CONSTRAINTS ALL IMMEDIATE` made it run inside `mwmq.send` instead, taking
+-- the gate for the rest of the transaction and checking against what was
+-- committed then rather than at COMMIT; `mwmq.send` now sets that one
+-- constraint back to DEFERRED before every message it stores in a queue
+-- with a quota, so it runs at COMMIT whatever the caller set before. A
+-- caller that sets it IMMEDIATE *after* its last send makes PostgreSQL run
+-- the check then (no trigger can tell that from a COMMIT): the gate is held
+-- from there to the end of the transaction (other SQL commits to that queue
+-- wait; RESP does not), and RESP SENDs that commit in between are not in its
+-- count, so the queue may then pass its quota by that transaction's own
+-- messages, which passed the check. docs/mwmq.md ("Enqueue in the
+-- application's own transaction") derives the bound with both kinds of
+-- senders.
+--
+-- Schema version 14 (runs with `search_path = mwmq`).
 
-/// Schema version 14 (runs with `search_path = mwmq`).
-pub const MIGRATION: &str = r#"
 CREATE OR REPLACE FUNCTION mwmq.mwmq_count_in() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     INSERT INTO mwmq.mwmq_queue_counts AS c (queue_id, stripe, messages, bytes)
@@ -112,4 +114,3 @@ BEGIN
     END IF;
     EXECUTE replace(def, was, now_);
 END $patch$;
-"#;

@@ -1,43 +1,45 @@
-//! Schema version 15 (after streambounds', `streambounds.rs`, 13, and the
-//! SQL quota's, `sqlquota.rs`, 14): the replies that were not
-//! bounded by their bytes yet, and consumers per group capped.
-//!
-//! - **RECV ... COUNT n** (`mwmq_recv`, the statement of queues that are
-//!   not plain; the plain statement in `db.rs` does the same): the messages
-//!   leased weigh at most `maxb` (`max_reply_bytes`), a message counting
-//!   its body, its sender and 64 bytes (its id, lease and RESP's framing);
-//!   the first is always leased, and the cut falls between messages, so
-//!   what is not returned is not leased either (a consumer's read, like
-//!   XREADGROUP's: fewer than COUNT is normal). Dead letters met on the way
-//!   are moved as before and weigh nothing.
-//! - **XPENDING**'s extended form is a range a client pages through with
-//!   COUNT, so it is answered whole or refused, as XRANGE is
-//!   (`mwmq_reply_too_large`, `streambounds.rs`): a pending entry weighs its
-//!   consumer's name and 96 bytes, the first is never refused.
-//! - **XINFO CONSUMERS** and **XINFO STREAM FULL**'s groups (after its
-//!   entries, which are whole or refused) stop at `maxb`: a consumer weighs
-//!   its name and 96 bytes (128 in FULL), the first row always goes; FULL's
-//!   `pel-count` still says how many there are. FULL's group part is one
-//!   statement per group (it was one per consumer: 90,000 consumers made
-//!   90,000 statements).
-//! - **Consumers per group**: a consumer is made by XREADGROUP, XCLAIM,
-//!   XAUTOCLAIM (`mwmq_seen`) and XGROUP CREATECONSUMER; one more than
-//!   `mwmq.max_consumers` (a setting of mwmq's connections:
-//!   `[server] max_consumers_per_group`; unset or 0, no limit) is refused
-//!   with `-OVERQUOTA`, counted under a lock per group held to the commit,
-//!   so concurrent new consumers cannot pass the limit together. A name
-//!   that exists is never refused.
-//!
-//! Nothing here redefines what streambounds' migration or the SQL quota's
-//! define (`mwmq_seen` and `mwmq_xgroup_consumer` are the only functions
-//! replaced; the others are new names or, for `mwmq_recv`, a new
-//! overload). Every name is unqualified: mwmq's connections run with
-//! `search_path = mwmq` (`schema.rs`). The functions of earlier versions
-//! stay beside the new ones (an older mwmq still calls them until it is
-//! stopped).
+-- mwmq schema version 15.
+--
+-- Schema version 15 (after streambounds', `streambounds.rs`, 13, and the
+-- SQL quota's, `sqlquota.rs`, 14): the replies that were not
+-- bounded by their bytes yet, and consumers per group capped.
+--
+-- - **RECV ... COUNT n** (`mwmq_recv`, the statement of queues that are
+--   not plain; the plain statement in `db.rs` does the same): the messages
+--   leased weigh at most `maxb` (`max_reply_bytes`), a message counting
+--   its body, its sender and 64 bytes (its id, lease and RESP's framing);
+--   the first is always leased, and the cut falls between messages, so
+--   what is not returned is not leased either (a consumer's read, like
+--   XREADGROUP's: fewer than COUNT is normal). Dead letters met on the way
+--   are moved as before and weigh nothing.
+-- - **XPENDING**'s extended form is a range a client pages through with
+--   COUNT, so it is answered whole or refused, as XRANGE is
+--   (`mwmq_reply_too_large`, `streambounds.rs`): a pending entry weighs its
+--   consumer's name and 96 bytes, the first is never refused.
+-- - **XINFO CONSUMERS** and **XINFO STREAM FULL**'s groups (after its
+--   entries, which are whole or refused) stop at `maxb`: a consumer weighs
+--   its name and 96 bytes (128 in FULL), the first row always goes; FULL's
+--   `pel-count` still says how many there are. FULL's group part is one
+--   statement per group (it was one per consumer: 90,000 consumers made
+--   90,000 statements).
+-- - **Consumers per group**: a consumer is made by XREADGROUP, XCLAIM,
+--   XAUTOCLAIM (`mwmq_seen`) and XGROUP CREATECONSUMER; one more than
+--   `mwmq.max_consumers` (a setting of mwmq's connections:
+--   `[server] max_consumers_per_group`; unset or 0, no limit) is refused
+--   with `-OVERQUOTA`, counted under a lock per group held to the commit,
+--   so concurrent new consumers cannot pass the limit together. A name
+--   that exists is never refused.
+--
+-- Nothing here redefines what streambounds' migration or the SQL quota's
+-- define (`mwmq_seen` and `mwmq_xgroup_consumer` are the only functions
+-- replaced; the others are new names or, for `mwmq_recv`, a new
+-- overload). Every name is unqualified: mwmq's connections run with
+-- `search_path = mwmq` (`schema.rs`). The functions of earlier versions
+-- stay beside the new ones (an older mwmq still calls them until it is
+-- stopped).
+--
+-- Schema version 15. It runs with `search_path = mwmq`.
 
-/// Schema version 15. It runs with `search_path = mwmq`.
-pub const MIGRATION: &str = r#"
 -- Whether group gname of stream sid may have consumer cname: it has it, or
 -- fewer than mwmq.max_consumers; OVERQUOTA otherwise.
 CREATE FUNCTION mwmq_consumer_room(sid bigint, gname text, cname text) RETURNS boolean LANGUAGE plpgsql AS $$
@@ -289,4 +291,3 @@ BEGIN
     END IF;
 END
 $$;
-"#;
