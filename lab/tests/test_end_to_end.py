@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from counting import allowed_apart
 
 from mwlab.analysis import common_span, summarize, trim_client, within
 from mwlab.checks import LAW_TOLERANCE, THROUGHPUT_TOLERANCE, run_checks
@@ -32,15 +33,9 @@ TINY = {
 
 def assert_same_requests(r: pd.Series, run: Path) -> None:
     """The clients and the middleware counted the same requests in the
-    windows of the same seconds: their counts differ by those in flight at
-    the two ends of the span (one per virtual client at each) and by those
-    that completed between the moments the two processes collected the
-    counts of the windows at the span's ends (each record says how late
-    after its window's end that was; a loaded machine delays either
-    process's collecting thread). The requests of those moments are taken
-    at twice the fastest window's rate, far above what N clients with one
-    request outstanding each keep up over a few milliseconds. Whatever the
-    machine's load, a lost or doubly counted window breaks it."""
+    windows of the same seconds, but for those in flight at the span's ends
+    and those between the two processes' collections of its end windows'
+    counts (counting.py)."""
     clients = [trim_client(read_windows(d)) for d in sorted(run.glob("cl[0-9]*"))]
     span = common_span(clients)
     assert span is not None
@@ -48,21 +43,12 @@ def assert_same_requests(r: pd.Series, run: Path) -> None:
     cl_all = read_windows(run / "cl0")
     cl_in, mw_in = [w for ws in clients for w in within(ws, span)], within(mw_all, span)
     assert sum(w["duration_ms"] for w in mw_in) == sum(w["duration_ms"] for w in within(clients[0], span))
-
-    def late(ws: list, end_ms: int) -> int:
-        # How late the counts of the window ending at `end_ms` were collected
-        # (none: the process began then, and counted nothing before).
-        ending = (w for w in ws if w["start_unix_ms"] + w["duration_ms"] == end_ms)
-        return next((w.get("collected_late_us", 0) for w in ending), 0)
-
-    skew_us = sum(abs(late(cl_all, t) - late(mw_all, t)) for t in span)
-    fastest = max(w["ops"]["all"]["count"] * 1000 / w["duration_ms"] for w in cl_in + mw_in)
-    allowed = 2 * r["N"] + 2 * fastest * skew_us / 1e6 + 1
+    allowed = allowed_apart(r["N"], cl_all, span, mw_all, span, cl_in + mw_in)
     counted_cl = sum(w["ops"]["all"]["count"] for w in cl_in)
     counted_mw = sum(w["ops"]["all"]["count"] for w in mw_in)
     assert r["client_tput"] * r["client_seconds"] == pytest.approx(counted_cl)
     assert r["mw_tput"] * r["client_seconds"] == pytest.approx(counted_mw)
-    assert abs(counted_mw - counted_cl) <= allowed, (counted_cl, counted_mw, skew_us, fastest, r.to_dict())
+    assert abs(counted_mw - counted_cl) <= allowed, (counted_cl, counted_mw, allowed, r.to_dict())
 
 
 def assert_law_figures(r: pd.Series, run: Path) -> None:

@@ -48,6 +48,12 @@ use crate::workload::{Command, Generator};
 /// Requests later than this behind their intended time count as late.
 pub const LATE_NS: u64 = 1_000_000;
 
+/// Open loop: at most this many overdue arrivals are sent before the
+/// thread reads what came back. A generator far behind its schedule (a
+/// throttled or starved one) would otherwise spend all of its CPU sending
+/// what is overdue and never read a reply.
+const CATCH_UP: usize = 64;
+
 /// First wait before reconnecting, and the longest wait between attempts.
 const RETRY_FIRST_NS: u64 = 50_000_000;
 const RETRY_MAX_NS: u64 = 1_000_000_000;
@@ -321,12 +327,14 @@ impl Thread<'_> {
             if matches!(cfg.mode, Mode::Closed { .. }) && self.active_vcs == 0 && retry_due.is_none() {
                 break;
             }
-            while next_arrival <= now {
+            let mut sent = 0;
+            while next_arrival <= now && sent < CATCH_UP {
                 match self.pick_client() {
                     Some(c) => self.issue(c, u32::MAX, next_arrival),
                     None => self.writer.record(&self.shared.slots, ClientAcc::record_unsent),
                 }
                 next_arrival += self.interarrival();
+                sent += 1;
             }
             while let Some(&Reverse((due, c, vc, replied))) = self.timers.peek() {
                 if due > now {

@@ -108,6 +108,20 @@ pub fn recv(c: &mut redis::Connection, queue: &str, opts: &[&str]) -> Vec<Leased
     cmd.query(c).unwrap_or_else(|e| panic!("RECV {queue} {opts:?}: {e}"))
 }
 
+/// RECV asked again until it hands something out (a lease that runs out
+/// frees its message); panics with `what` after 30 s.
+pub fn recv_when_free(c: &mut redis::Connection, queue: &str, opts: &[&str], what: &str) -> Vec<Leased> {
+    let mut got = Vec::new();
+    assert!(
+        eventually(Duration::from_secs(30), || {
+            got = recv(c, queue, opts);
+            !got.is_empty()
+        }),
+        "{what} within 30 s"
+    );
+    got
+}
+
 /// mwmq as a child process (for SIGKILL and SIGTERM).
 pub struct MqProcess {
     pub child: Child,

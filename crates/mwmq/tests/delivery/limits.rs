@@ -116,14 +116,7 @@ fn concurrency_holds_across_processes_and_racing_receivers() {
     assert!(recv(&mut other, "jobs", &[]).is_empty());
     let (id, lease) = (third[0].0.to_string(), third[0].1.to_string());
     assert_eq!(q::<i64>(&mut other, &["TOUCH", "jobs", &id, &lease, "300"]), 1);
-    let mut freed = Vec::new();
-    assert!(
-        eventually(Duration::from_secs(30), || {
-            freed = recv(&mut other, "jobs", &["COUNT", "5"]);
-            !freed.is_empty()
-        }),
-        "the expired lease's place was not free within 30 s"
-    );
+    let freed = recv_when_free(&mut other, "jobs", &["COUNT", "5"], "the expired lease's place was free");
     assert_eq!(freed.len(), 1, "the expired lease's place");
     // Lifted: the rest at once (3 of what is left are leased).
     assert_eq!(q::<String>(&mut c, &["QALTER", "jobs", "CONCURRENCY", "0"]), "OK");
