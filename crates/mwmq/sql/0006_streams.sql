@@ -2,7 +2,7 @@
 --
 -- Migration 6: the streams' schema and functions.
 --
--- (The Rust side: crates/mwmq/src/streamdb.rs.)
+-- (The Rust side: crates/mwmq/src/db/streams.rs.)
 
 CREATE TABLE mwmq_streams (
     id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,

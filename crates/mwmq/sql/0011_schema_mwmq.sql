@@ -1,7 +1,7 @@
 -- mwmq schema version 11.
 --
 -- Schema version 11. It runs with `search_path = mwmq`, after
--- `schema::migrate` moved the objects of an older database into `mwmq`.
+-- `db::migrate` moved the objects of an older database into `mwmq`.
 --
 -- (The Rust side: crates/mwmq/src/sqlguard.rs.)
 

@@ -18,7 +18,7 @@
 -- and the counting triggers put what they change in stripes 16 + `pid % 16`,
 -- which no RESP statement writes: RESP's quota check, QINFO and the count
 -- a SEND refused with read the sum of all 32 with a plain read, which never
--- waits for a row lock; the recount of QCREATE/QALTER (`db.rs`) leaves the
+-- waits for a row lock; the recount of QCREATE/QALTER (`db/statements.rs`) leaves the
 -- SQL stripes alone and sets stripe 0 to what the queue holds minus them.
 --
 -- **The check stays at COMMIT.** `mwmq_messages_quota`, the deferred

@@ -5,7 +5,7 @@
 -- bounded by their bytes yet, and consumers per group capped.
 --
 -- - **RECV ... COUNT n** (`mwmq_recv`, the statement of queues that are
---   not plain; the plain statement in `db.rs` does the same): the messages
+--   not plain; the plain statement in `db/statements.rs` does the same): the messages
 --   leased weigh at most `maxb` (`max_reply_bytes`), a message counting
 --   its body, its sender and 64 bytes (its id, lease and RESP's framing);
 --   the first is always leased, and the cut falls between messages, so
@@ -34,7 +34,7 @@
 -- define (`mwmq_seen` and `mwmq_xgroup_consumer` are the only functions
 -- replaced; the others are new names or, for `mwmq_recv`, a new
 -- overload). Every name is unqualified: mwmq's connections run with
--- `search_path = mwmq` (`schema.rs`). The functions of earlier versions
+-- `search_path = mwmq` (`db/migrations.rs`). The functions of earlier versions
 -- stay beside the new ones (an older mwmq still calls them until it is
 -- stopped).
 --

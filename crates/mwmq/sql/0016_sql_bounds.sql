@@ -18,7 +18,7 @@
 -- **A quota that appears during a transaction.** A message is marked
 -- `counted` when it is stored if its queue has a quota then, and only
 -- counted messages are counted. QALTER/QCREATE set or lift a quota, then
--- mark what the queue holds and recount it (`db.rs`), but they cannot see
+-- mark what the queue holds and recount it (`db/statements.rs`), but they cannot see
 -- rows of transactions still open: an SQL transaction that sent 50 messages
 -- to a queue without a quota and committed after `QALTER ... MAXMESSAGES
 -- 10` left 50 uncounted messages (QINFO said 0 held, and the queue took

@@ -689,7 +689,7 @@ async fn answer(
     let status = if reply.is_error() { status } else { "ok" };
     let done = crate::telemetry::Done { op, keys, status, t_dequeue, t_reply: now_ns(), busy };
     let mut w = lp.writer.borrow_mut();
-    crate::telemetry::record_request(&mut w, shared, lp.id as u32, &stamps, &done, &db);
+    shared.record_request(&mut w, lp.id as u32, &stamps, &done, &db);
     w.settle(&shared.telemetry.slots);
 }
 

@@ -334,7 +334,7 @@ impl ClientConn {
     }
 }
 
-impl crate::commands::Session for ClientConn {
+impl crate::session::Session for ClientConn {
     fn id(&self) -> u64 {
         self.id
     }

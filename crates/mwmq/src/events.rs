@@ -378,3 +378,35 @@ fn vacuum_if_needed(c: &mut postgres::Client, min_dead: i64) -> Result<bool, pos
     c.batch_execute("VACUUM (SKIP_LOCKED) mwmq_messages")?;
     Ok(true)
 }
+
+/// The sampling thread: until the process stops. The first sample only
+/// notes the counters (nothing happened before it as far as it knows).
+pub fn run_rates_thread(shared: Arc<Shared>) {
+    let period = Duration::from_millis(shared.config.queues.rates_sample_ms);
+    loop {
+        shared.rates.sample(shared.queues.all(), mwstats::clock::unix_ms());
+        if sleep_unless_stopping(&shared.waiters, period) {
+            return;
+        }
+    }
+}
+
+/// The purge thread of database `db`: [`crate::retention::purge`] every `purge_ms`, on a
+/// connection of its own.
+pub fn run_purge_thread(shared: std::sync::Arc<crate::shared::Shared>, db: usize) {
+    let cfg = shared.config.for_database(db);
+    let every = std::time::Duration::from_millis(cfg.queues.purge_ms);
+    every_on_own_connection(
+        &shared,
+        every,
+        "purge",
+        || crate::db::connect(&cfg),
+        |c| {
+            let n = crate::retention::purge(c)?;
+            if n > 0 {
+                tracing::debug!(purged = n, "acknowledged messages kept long enough deleted");
+            }
+            Ok(())
+        },
+    );
+}

@@ -30,14 +30,13 @@ pub mod queues;
 pub mod rates;
 pub mod rebalance;
 pub mod retention;
-pub mod schema;
 /// RESP as mwmq speaks it (the server side of `respproto`).
 pub use respproto::server as resp;
 pub mod server;
+pub mod session;
 pub mod shared;
 pub mod sqlguard;
 pub mod streambounds;
-pub mod streamdb;
 pub mod streamrules;
 pub mod telemetry;
 pub mod ui;

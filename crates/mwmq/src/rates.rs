@@ -11,7 +11,6 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::queues::Counts;
-use crate::shared::Shared;
 
 /// Periods kept (ten minutes at the default period).
 pub const SAMPLES: usize = 60;
@@ -110,18 +109,6 @@ impl History {
     pub fn tracked(&self) -> usize {
         let g = self.inner.lock().unwrap_or_else(|p| p.into_inner());
         g.0.iter().map(|p| p.1.len()).sum()
-    }
-}
-
-/// The sampling thread: until the process stops. The first sample only
-/// notes the counters (nothing happened before it as far as it knows).
-pub fn run_rates_thread(shared: Arc<Shared>) {
-    let period = Duration::from_millis(shared.config.queues.rates_sample_ms);
-    loop {
-        shared.rates.sample(shared.queues.all(), mwstats::clock::unix_ms());
-        if crate::events::sleep_unless_stopping(&shared.waiters, period) {
-            return;
-        }
     }
 }
 

@@ -11,15 +11,6 @@
 //! minute, the purge raised a churn's p99 to 1.3 s), and never one long
 //! transaction.
 
-/// What a statement that removes acknowledged messages adds so that a
-/// retaining queue keeps them: `gone` is its `DELETE ... RETURNING` CTE
-/// with the message's columns, `retain_ms` and `acked_by`.
-pub const ARCHIVE_GONE: &str = "kept AS (
-    INSERT INTO mwmq_archive (queue_id, id, sender, receiver, body, sent_at, deliveries, acked_by)
-    SELECT g.queue_id, g.id, g.sender, g.receiver, g.body, g.sent_at, g.deliveries, g.acked_by
-    FROM gone g WHERE g.retain_ms IS NOT NULL
-    ON CONFLICT DO NOTHING)";
-
 /// Rows the housekeeping deletes per transaction.
 pub const PURGE_BATCH: i64 = 5_000;
 
@@ -59,24 +50,4 @@ pub fn purge(c: &mut postgres::Client) -> Result<u64, postgres::Error> {
         }
     }
     Ok(total)
-}
-
-/// The purge thread of database `db`: [`purge`] every `purge_ms`, on a
-/// connection of its own.
-pub fn run_purge_thread(shared: std::sync::Arc<crate::shared::Shared>, db: usize) {
-    let cfg = shared.config.for_database(db);
-    let every = std::time::Duration::from_millis(cfg.queues.purge_ms);
-    crate::events::every_on_own_connection(
-        &shared,
-        every,
-        "purge",
-        || crate::db::connect(&cfg),
-        |c| {
-            let n = purge(c)?;
-            if n > 0 {
-                tracing::debug!(purged = n, "acknowledged messages kept long enough deleted");
-            }
-            Ok(())
-        },
-    );
 }

@@ -229,7 +229,7 @@ fn start_background(shared: &Arc<Shared>) -> std::io::Result<Vec<JoinHandle<()>>
     let s = shared.clone();
     background.push(spawn("notifier", Box::new(move || run_notifier_thread(s)))?);
     let s = shared.clone();
-    background.push(spawn("rates", Box::new(move || crate::rates::run_rates_thread(s)))?);
+    background.push(spawn("rates", Box::new(move || crate::events::run_rates_thread(s)))?);
     if shared.pool.len() > 1 {
         let s = shared.clone();
         background.push(spawn("directory", Box::new(move || crate::events::run_directory_thread(s)))?);
@@ -246,7 +246,7 @@ fn start_background(shared: &Arc<Shared>) -> std::io::Result<Vec<JoinHandle<()>>
             background.push(spawn(&format!("listener-{db}"), Box::new(move || run_listener_thread(s, db)))?);
         }
         let s = shared.clone();
-        background.push(spawn(&format!("purge-{db}"), Box::new(move || crate::retention::run_purge_thread(s, db)))?);
+        background.push(spawn(&format!("purge-{db}"), Box::new(move || crate::events::run_purge_thread(s, db)))?);
     }
     Ok(background)
 }

@@ -13,8 +13,9 @@ use mwserve::queue::WorkQueue;
 use crate::config::Config;
 use crate::db::{LeaseRef, Pools};
 use crate::job::{Done, Work};
-use crate::telemetry::{NetCounters, Telemetry};
+use crate::telemetry::{DbFacts, MqAcc, NetCounters, Stamps, Telemetry};
 use crate::waiters::Waiters;
+use mwstats::slots::SlotWriter;
 
 /// Bytes of request arguments being read or waiting, all clients together.
 #[derive(Debug)]
@@ -104,7 +105,7 @@ pub struct Shared {
     /// Each queue's rates over the last minutes (the `/ui` page's charts).
     pub rates: crate::rates::History,
     /// The `/ui` page's logins.
-    pub ui: crate::ui::Ui,
+    pub ui: crate::ui::sessions::Ui,
     /// VACUUMs of the messages table this process ran.
     pub vacuums: std::sync::atomic::AtomicU64,
     /// Stream replies refused or cut by `max_reply_bytes` (INFO, `/metrics`).
@@ -131,5 +132,56 @@ impl Shared {
         if !leases.is_empty() {
             self.queue.push_again(Work::Release(leases));
         }
+    }
+
+    /// Records one request's stages in `carrier`'s slot (a worker of the pool
+    /// engine, a loop of the async engine).
+    pub fn record_request(
+        &self,
+        writer: &mut SlotWriter<MqAcc>,
+        carrier: u32,
+        s: &Stamps,
+        d: &crate::telemetry::Done,
+        db: &DbFacts,
+    ) {
+        // A long poll's wait is not part of its response time: measured from
+        // when it was last queued, as if it had arrived then.
+        let shift = s.parked_ns;
+        let t = mwstats::stages::Timeline {
+            request_id: s.request_id,
+            op: d.op,
+            keys: d.keys,
+            hits: db.hits,
+            status: d.status,
+            worker: carrier,
+            servers: u32::from(db.statements > 0),
+            t_recv: s.t_recv + shift,
+            t_parsed: s.t_parsed + shift,
+            t_enqueue: s.t_enqueue.max(s.t_parsed + shift),
+            t_dequeue: d.t_dequeue,
+            t_pool: db.t_pool,
+            t_send: db.t_send.unwrap_or(d.t_dequeue),
+            t_backend_done: db.t_done.or(db.t_send).unwrap_or(d.t_dequeue),
+            t_reply: d.t_reply,
+        };
+        let primary = &self.pool[db.db].counters.primary;
+        if db.unavailable {
+            primary.unavailable(db.t_done.unwrap_or(d.t_reply));
+        } else if db.statements > 0 && !db.failed {
+            primary.answered(db.t_done.unwrap_or(d.t_reply));
+        }
+        let trace_every = self.config.stats.trace_every;
+        let busy = d.busy.unwrap_or_else(|| d.t_reply.saturating_sub(d.t_dequeue));
+        writer.record(&self.telemetry.slots, |acc| {
+            acc.stages.record(&t, trace_every);
+            acc.stages.busy_ns += busy;
+            acc.db_requests += db.statements;
+            acc.db_errors += u64::from(db.failed);
+            acc.db_unavailable += u64::from(db.unavailable);
+            if shift > 0 {
+                acc.long_polls += 1;
+                acc.long_poll.record_ns(shift);
+            }
+        });
     }
 }

@@ -5,7 +5,7 @@
 //!
 //! **Nothing substituted.** The functions run as their owner (SECURITY
 //! DEFINER) with `search_path = pg_catalog, mwmq, pg_temp`: the catalogue
-//! first, then the schema only mwmq's user may create in (`schema.rs`), the
+//! first, then the schema only mwmq's user may create in (`db/migrations.rs`), the
 //! caller's temporary schema last (PostgreSQL never looks there for a
 //! function or an operator). On top of that every table, function, operator
 //! and type in their bodies — and in the helpers and triggers they set off —

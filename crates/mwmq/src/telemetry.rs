@@ -6,7 +6,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use mwstats::slots::{Accumulator, SlotWriter};
+use mwstats::slots::Accumulator;
 use mwstats::stages::Stages;
 use mwstats::writer::TraceRow;
 use mwstats::Hist;
@@ -229,53 +229,54 @@ pub struct Done {
     pub busy: Option<u64>,
 }
 
-/// Records one request's stages in `carrier`'s slot (a worker of the pool
-/// engine, a loop of the async engine).
-pub fn record_request(
-    writer: &mut SlotWriter<MqAcc>,
-    shared: &crate::shared::Shared,
-    carrier: u32,
-    s: &Stamps,
-    d: &Done,
-    db: &crate::commands::DbFacts,
-) {
-    // A long poll's wait is not part of its response time: measured from
-    // when it was last queued, as if it had arrived then.
-    let shift = s.parked_ns;
-    let t = mwstats::stages::Timeline {
-        request_id: s.request_id,
-        op: d.op,
-        keys: d.keys,
-        hits: db.hits,
-        status: d.status,
-        worker: carrier,
-        servers: u32::from(db.statements > 0),
-        t_recv: s.t_recv + shift,
-        t_parsed: s.t_parsed + shift,
-        t_enqueue: s.t_enqueue.max(s.t_parsed + shift),
-        t_dequeue: d.t_dequeue,
-        t_pool: db.t_pool,
-        t_send: db.t_send.unwrap_or(d.t_dequeue),
-        t_backend_done: db.t_done.or(db.t_send).unwrap_or(d.t_dequeue),
-        t_reply: d.t_reply,
-    };
-    let primary = &shared.pool[db.db].counters.primary;
-    if db.unavailable {
-        primary.unavailable(db.t_done.unwrap_or(d.t_reply));
-    } else if db.statements > 0 && !db.failed {
-        primary.answered(db.t_done.unwrap_or(d.t_reply));
-    }
-    let trace_every = shared.config.stats.trace_every;
-    let busy = d.busy.unwrap_or_else(|| d.t_reply.saturating_sub(d.t_dequeue));
-    writer.record(&shared.telemetry.slots, |acc| {
-        acc.stages.record(&t, trace_every);
-        acc.stages.busy_ns += busy;
-        acc.db_requests += db.statements;
-        acc.db_errors += u64::from(db.failed);
-        acc.db_unavailable += u64::from(db.unavailable);
-        if shift > 0 {
-            acc.long_polls += 1;
-            acc.long_poll.record_ns(shift);
+/// Database facts of one request, for its measurements.
+#[derive(Default, Clone, Copy, Debug)]
+pub struct DbFacts {
+    /// When it had a connection (ns).
+    pub t_pool: Option<u64>,
+    /// When its statement was sent.
+    pub t_send: Option<u64>,
+    /// When the database answered.
+    pub t_done: Option<u64>,
+    /// Statements run.
+    pub statements: u64,
+    /// The database failed it.
+    pub failed: bool,
+    /// ... by being unreachable.
+    pub unavailable: bool,
+    /// Messages it got.
+    pub hits: u64,
+    /// The database it went to (`[[databases]]`).
+    pub db: usize,
+}
+
+impl DbFacts {
+    /// The facts of a batch's `i`-th request: its own hits; the statements
+    /// and a failure counted once, on the first.
+    pub fn share(&self, i: usize, hits: u64) -> DbFacts {
+        DbFacts {
+            hits,
+            statements: u64::from(i == 0) * self.statements,
+            failed: i == 0 && self.failed,
+            unavailable: i == 0 && self.unavailable,
+            ..*self
         }
-    });
+    }
+
+    /// Notes how a statement failed; the reply's status.
+    pub fn failed_with(&mut self, e: &crate::db::DbError) -> &'static str {
+        match e {
+            // The database answered; the request was wrong.
+            crate::db::DbError::NoQueue(_)
+            | crate::db::DbError::Exists(_)
+            | crate::db::DbError::OverQuota(_)
+            | crate::db::DbError::Redis(_)
+            | crate::db::DbError::CountOwned(_) => "client_error",
+            crate::db::DbError::Unavailable(_) | crate::db::DbError::Failed(_) => {
+                self.failed = true;
+                self.unavailable = matches!(e, crate::db::DbError::Unavailable(_));
+                "server_error"
+            }
+        }
+    }
 }

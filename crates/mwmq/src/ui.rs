@@ -29,11 +29,10 @@
 //! are shown as `/metrics` shows its counters, but dead letters (they hold
 //! bodies) and the buttons are refused: the page is never open to changes.
 
-mod sessions;
+pub mod sessions;
 
 use std::collections::HashMap;
-use std::io::Read;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use mwserve::http::{Page, Request};
@@ -43,10 +42,11 @@ use crate::command::{Command, MAX_REDRIVE};
 use crate::commands::{Core, DbFacts, Outcome, Session};
 use crate::resp::Reply;
 use crate::shared::Shared;
-use crate::users::{Attempts, User, Verifier};
+use crate::users::{Attempts, User};
 use mwserve::throttle::Attempt;
 
-pub use sessions::{IDLE, LIFETIME, MAX_PER_OWNER, MAX_SESSIONS};
+use sessions::{Login, Refused};
+pub use sessions::{Ui, IDLE, LIFETIME, MAX_PER_OWNER, MAX_SESSIONS};
 
 /// Where the page lives.
 pub const PREFIX: &str = "/ui";
@@ -74,78 +74,6 @@ const STRICT: &[(&str, &str)] = &[
     ("Referrer-Policy", "no-referrer"),
     ("Cache-Control", "no-store"),
 ];
-
-/// Who a session is.
-#[derive(Clone)]
-enum Login {
-    /// Nobody logged in, and no login configured: figures only.
-    Nobody,
-    /// The admin token's holder: every right.
-    Token,
-    /// A user: its rights.
-    User(Arc<User>),
-}
-
-impl Login {
-    fn name(&self) -> Option<String> {
-        match self {
-            Login::Nobody => None,
-            Login::Token => Some("admin token".into()),
-            Login::User(u) => Some(u.name.clone()),
-        }
-    }
-
-    /// Whose sessions it counts among (the token's holders are one owner;
-    /// no user name can be taken for it).
-    fn owner(&self) -> String {
-        match self {
-            Login::Nobody => String::new(),
-            Login::Token => "\0token".into(),
-            Login::User(u) => format!("user {}", u.name),
-        }
-    }
-}
-
-/// The page's sessions and its password checker.
-#[derive(Default)]
-pub struct Ui {
-    sessions: sessions::Sessions<Login>,
-    verifier: Mutex<Verifier>,
-}
-
-/// A command's refusal or failure as the page gets it.
-struct Refused(u16, String);
-
-impl Ui {
-    /// Sessions open now (for tests and memory checks).
-    pub fn sessions(&self) -> usize {
-        self.sessions.len()
-    }
-
-    /// A new session for `login` (its owner's oldest may end; refused when
-    /// every session is another owner's).
-    fn open(&self, login: Login) -> Result<String, Refused> {
-        let id = random_hex(32).map_err(|e| Refused(503, format!("no randomness for a session: {e}")))?;
-        let owner = login.owner();
-        self.sessions.open(id.clone(), &owner, login).map_err(|full| Refused(503, full.to_string()))?;
-        Ok(id)
-    }
-
-    fn session(&self, id: &str) -> Option<Login> {
-        self.sessions.get(id)
-    }
-
-    fn close(&self, id: &str) {
-        self.sessions.close(id);
-    }
-}
-
-/// `n` bytes from the kernel's random source, in hex.
-fn random_hex(n: usize) -> std::io::Result<String> {
-    let mut buf = vec![0u8; n];
-    std::fs::File::open("/dev/urandom")?.read_exact(&mut buf)?;
-    Ok(buf.iter().map(|b| format!("{b:02x}")).collect())
-}
 
 /// The page's answer to `r`, if it is one of its paths.
 pub fn route(shared: &Shared, r: &Request) -> Option<Page> {

@@ -362,7 +362,7 @@ impl Worker {
             parked_ns: job.parked_ns,
         };
         let done = crate::telemetry::Done { op, keys, status, t_dequeue, t_reply, busy };
-        crate::telemetry::record_request(&mut self.writer, &self.shared, self.id as u32, &stamps, &done, db);
+        self.shared.record_request(&mut self.writer, self.id as u32, &stamps, &done, db);
     }
 
     /// Carries out a command; database work borrows a pooled connection.

@@ -3,7 +3,7 @@
 //! same arguments (`Invalid stream ID specified as stream command
 //! argument`, `syntax error`, `Unbalanced XREAD list of streams`, ...).
 //! What each command then does is in `commands/streams.rs` and the
-//! database functions of `streamdb.rs`.
+//! database functions of `db/streams.rs`.
 //!
 //! Ids are stored as two PostgreSQL `bigint`s, so their parts go up to
 //! 2^63−1 (Redis's up to 2^64−1): a larger part in XADD, XGROUP or XCLAIM

@@ -12,13 +12,11 @@
 //! its parse in `command.rs`, its function in its family's file and a line
 //! in [`Core::statement`] (or [`Core::local`]).
 
-use std::sync::Arc;
-
 use crate::command::{Command, Recv};
 use crate::db::{DbError, LeaseRef, PgConn};
 use crate::resp::Reply;
 use crate::shared::Shared;
-use crate::users::{Right, User};
+use crate::users::Right;
 use crate::xcommand::{AddId, GroupRead, XCmd};
 
 pub mod connection;
@@ -28,35 +26,8 @@ pub mod queues;
 pub mod stream_rules;
 pub mod streams;
 
-/// A client connection as the commands see it, in either engine.
-pub trait Session {
-    /// Unique per process (`CLIENT ID`).
-    fn id(&self) -> u64;
-    /// The name given with `CLIENT SETNAME`.
-    fn name(&self) -> Option<String>;
-    /// Sets the name.
-    fn set_name(&self, name: String);
-    /// The user it logged in as.
-    fn user(&self) -> Option<Arc<User>>;
-    /// It logged in as `user`.
-    fn set_user(&self, user: Arc<User>);
-    /// Whether replies are encoded in RESP3.
-    fn resp3(&self) -> bool;
-    /// Switches the protocol of the replies that follow.
-    fn set_resp3(&self, on: bool);
-    /// Its failed logins.
-    fn attempts(&self) -> &crate::users::Attempts;
-    /// The client's address (failed logins are throttled by it).
-    fn peer(&self) -> Option<std::net::IpAddr>;
-    /// Who it is as a sender and a receiver: the user it logged in as, else
-    /// the name it gave itself (`CLIENT SETNAME`: only without users).
-    fn identity(&self) -> Option<String> {
-        match self.user() {
-            Some(u) => Some(u.name.clone()),
-            None => self.name(),
-        }
-    }
-}
+pub use crate::session::Session;
+pub use crate::telemetry::DbFacts;
 
 /// The database's refusals as a Redis user reads them (the database layer
 /// builds no replies).
@@ -97,58 +68,6 @@ impl Outcome {
     /// A successful reply without leases.
     pub fn ok(r: Reply) -> Outcome {
         Outcome::Reply(r, Vec::new(), "ok")
-    }
-}
-
-/// Database facts of one request, for its measurements.
-#[derive(Default, Clone, Copy, Debug)]
-pub struct DbFacts {
-    /// When it had a connection (ns).
-    pub t_pool: Option<u64>,
-    /// When its statement was sent.
-    pub t_send: Option<u64>,
-    /// When the database answered.
-    pub t_done: Option<u64>,
-    /// Statements run.
-    pub statements: u64,
-    /// The database failed it.
-    pub failed: bool,
-    /// ... by being unreachable.
-    pub unavailable: bool,
-    /// Messages it got.
-    pub hits: u64,
-    /// The database it went to (`[[databases]]`).
-    pub db: usize,
-}
-
-impl DbFacts {
-    /// The facts of a batch's `i`-th request: its own hits; the statements
-    /// and a failure counted once, on the first.
-    pub fn share(&self, i: usize, hits: u64) -> DbFacts {
-        DbFacts {
-            hits,
-            statements: u64::from(i == 0) * self.statements,
-            failed: i == 0 && self.failed,
-            unavailable: i == 0 && self.unavailable,
-            ..*self
-        }
-    }
-
-    /// Notes how a statement failed; the reply's status.
-    pub fn failed_with(&mut self, e: &DbError) -> &'static str {
-        match e {
-            // The database answered; the request was wrong.
-            DbError::NoQueue(_)
-            | DbError::Exists(_)
-            | DbError::OverQuota(_)
-            | DbError::Redis(_)
-            | DbError::CountOwned(_) => "client_error",
-            DbError::Unavailable(_) | DbError::Failed(_) => {
-                self.failed = true;
-                self.unavailable = matches!(e, DbError::Unavailable(_));
-                "server_error"
-            }
-        }
     }
 }
 

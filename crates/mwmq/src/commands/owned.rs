@@ -41,7 +41,7 @@ pub async fn owned(pg: &PgConn, user: &str) -> Result<i64, DbError> {
 }
 
 /// Whether `e` is the refusal of a creation past `max_queues` (the
-/// database's words for a stream, `db.rs`'s for a queue).
+/// database's words for a stream, `db/pgconn.rs`'s for a queue).
 fn past_max_queues(e: &DbError) -> bool {
     match e {
         DbError::Redis(m) => m.starts_with("OVERQUOTA user ") && m.ends_with("(max_queues)"),

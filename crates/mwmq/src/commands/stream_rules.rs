@@ -9,9 +9,9 @@
 
 use super::{Core, Outcome};
 use crate::command::QueueOptions;
+use crate::db::streams::X;
 use crate::db::{DbError, PgConn};
 use crate::resp::Reply;
-use crate::streamdb::X;
 use crate::streamrules::xadd_size;
 use crate::users::{Right, User};
 use crate::xcommand::{AddId, Sid, XCmd};

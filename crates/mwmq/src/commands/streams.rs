@@ -1,15 +1,15 @@
 //! The stream commands (XADD ... XINFO, TYPE, EXISTS, DEL): one call of a
-//! database function each (`streamdb.rs`), and the reply as Redis 7.0 shapes
+//! database function each (`db/streams.rs`), and the reply as Redis 7.0 shapes
 //! it in RESP2 and RESP3.
 
 use tokio_postgres::Row;
 
 use super::{Answer, Core, Outcome, Session};
 use crate::command::Command;
+use crate::db::streams::{id_arrays, trim_args, X};
 use crate::db::{DbError, PgConn};
 use crate::resp::Reply;
 use crate::streambounds::REPLY_TOO_LARGE;
-use crate::streamdb::{id_arrays, trim_args, X};
 use crate::xcommand::{AddId, GroupRead, GroupStart, ReadFrom, Sid, XCmd};
 
 /// The most entries one reply carries (XRANGE, XREAD, XREADGROUP without

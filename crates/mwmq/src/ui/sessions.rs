@@ -12,8 +12,11 @@
 //!   refused ([`Full`]) rather than ending someone else's session.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::io::Read;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+
+use crate::users::{User, Verifier};
 
 /// A session unused this long ends.
 pub const IDLE: Duration = Duration::from_secs(30 * 60);
@@ -63,6 +66,12 @@ impl<L: Clone> Sessions<L> {
     }
 
     /// Sessions open now.
+    /// Whether no session is open.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Sessions open now.
     pub fn len(&self) -> usize {
         let mut s = self.lock();
         expire(&mut s, Instant::now());
@@ -101,6 +110,7 @@ impl<L: Clone> Sessions<L> {
     }
 
     /// Ends session `id`.
+    /// Ends session `id` (logout).
     pub fn close(&self, id: &str) {
         self.lock().remove(id);
     }
@@ -108,6 +118,82 @@ impl<L: Clone> Sessions<L> {
 
 fn expire<L>(s: &mut HashMap<String, Sess<L>>, now: Instant) {
     s.retain(|_, v| now.duration_since(v.used) < IDLE && now.duration_since(v.started) < LIFETIME);
+}
+
+/// Who a session is.
+#[derive(Clone)]
+pub enum Login {
+    /// Nobody logged in, and no login configured: figures only.
+    Nobody,
+    /// The admin token's holder: every right.
+    Token,
+    /// A user: its rights.
+    User(Arc<User>),
+}
+
+impl Login {
+    /// The name the page shows for it.
+    pub fn name(&self) -> Option<String> {
+        match self {
+            Login::Nobody => None,
+            Login::Token => Some("admin token".into()),
+            Login::User(u) => Some(u.name.clone()),
+        }
+    }
+
+    /// Whose sessions it counts among (the token's holders are one owner;
+    /// no user name can be taken for it).
+    fn owner(&self) -> String {
+        match self {
+            Login::Nobody => String::new(),
+            Login::Token => "\0token".into(),
+            Login::User(u) => format!("user {}", u.name),
+        }
+    }
+}
+
+/// The page's sessions and its password checker.
+#[derive(Default)]
+pub struct Ui {
+    sessions: Sessions<Login>,
+    /// Checks passwords, one at a time.
+    pub verifier: Mutex<Verifier>,
+}
+
+/// A command's refusal or failure as the page gets it.
+pub struct Refused(pub u16, pub String);
+
+impl Ui {
+    /// Sessions open now (for tests and memory checks).
+    pub fn sessions(&self) -> usize {
+        self.sessions.len()
+    }
+
+    /// A new session for `login` (its owner's oldest may end; refused when
+    /// every session is another owner's).
+    pub fn open(&self, login: Login) -> Result<String, Refused> {
+        let id = random_hex(32).map_err(|e| Refused(503, format!("no randomness for a session: {e}")))?;
+        let owner = login.owner();
+        self.sessions.open(id.clone(), &owner, login).map_err(|full| Refused(503, full.to_string()))?;
+        Ok(id)
+    }
+
+    /// The login of session `id`, if it is open (its use counts).
+    pub fn session(&self, id: &str) -> Option<Login> {
+        self.sessions.get(id)
+    }
+
+    /// Ends session `id` (logout).
+    pub fn close(&self, id: &str) {
+        self.sessions.close(id);
+    }
+}
+
+/// `n` bytes from the kernel's random source, in hex.
+fn random_hex(n: usize) -> std::io::Result<String> {
+    let mut buf = vec![0u8; n];
+    std::fs::File::open("/dev/urandom")?.read_exact(&mut buf)?;
+    Ok(buf.iter().map(|b| format!("{b:02x}")).collect())
 }
 
 #[cfg(test)]

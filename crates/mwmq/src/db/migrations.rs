@@ -90,8 +90,8 @@ $move$;
 /// schema is newer than this program. Everything happens in one
 /// transaction, under an advisory lock, so a second mwmq starting at the
 /// same time waits and then finds the work done.
-pub fn migrate(cfg: &Config, migrations: &[&str]) -> Result<u32, String> {
-    let mut client = crate::db::connect(cfg)?;
+pub fn migrate_with(cfg: &Config, migrations: &[&str]) -> Result<u32, String> {
+    let mut client = super::connect(cfg)?;
     let mut tx = client.transaction().map_err(|e| e.to_string())?;
     // The migrations' notices ("schema ... already exists, skipping") are
     // PostgreSQL talking to itself, not news for mwmq's log.
@@ -206,4 +206,29 @@ fn warn_of_creators(tx: &mut Transaction<'_>) -> Result<(), String> {
         );
     }
     Ok(())
+}
+
+/// Schema versions, applied in order ([`migrate_with`]), in one transaction.
+pub const MIGRATIONS: &[&str] = &[
+    include_str!("../../sql/0001_queues.sql"),
+    include_str!("../../sql/0002_dead_letters.sql"),
+    include_str!("../../sql/0003_ready_index.sql"),
+    include_str!("../../sql/0004_lease_tokens.sql"),
+    include_str!("../../sql/0005_quotas.sql"),
+    include_str!("../../sql/0006_streams.sql"),
+    include_str!("../../sql/0007_sql_api.sql"),
+    include_str!("../../sql/0008_limits.sql"),
+    include_str!("../../sql/0009_retention.sql"),
+    include_str!("../../sql/0010_rate_counts_pops.sql"),
+    include_str!("../../sql/0011_schema_mwmq.sql"),
+    include_str!("../../sql/0012_stream_rules.sql"),
+    include_str!("../../sql/0013_stream_bounds.sql"),
+    include_str!("../../sql/0014_sql_quota.sql"),
+    include_str!("../../sql/0015_reply_bounds.sql"),
+    include_str!("../../sql/0016_sql_bounds.sql"),
+];
+
+/// Creates or migrates the schema ([`migrate_with`]); refuses a database whose schema is newer than this program.
+pub fn migrate(cfg: &Config) -> Result<u32, String> {
+    migrate_with(cfg, MIGRATIONS)
 }

@@ -22,7 +22,7 @@
 
 use postgres::error::SqlState;
 
-use crate::db::{DbError, PgConn};
+use super::{DbError, PgConn};
 use crate::xcommand::{Sid, Trim, Trimming};
 
 /// The SQLSTATE of errors whose message is the Redis reply.

@@ -1,0 +1,120 @@
+//! PostgreSQL: the schema, the statements behind every command, and the
+//! bounded pool of connections the workers borrow.
+//!
+//! Every command is one statement, so one round trip and one short
+//! transaction (autocommit): a SEND's id is only returned after its INSERT
+//! committed. Receivers that run at the same time never take the same
+//! message: RECV and POP pick their rows with `FOR UPDATE SKIP LOCKED`,
+//! lowest id first, so a receiver sees one sender's messages in the order
+//! they were sent. A RECV leases what it takes: a new random lease token, the
+//! receiver it went to and a visibility deadline on the row; ACK deletes the
+//! row only while the lease is the current one and, with users, only for the
+//! receiver it went to or an admin of the queue; NACK makes it visible again. See docs/mwmq.md.
+//!
+//! The pool holds at most `pool` connections. A worker that finds none free
+//! waits (the wait is measured) up to `pool_wait_ms`; a connection that fails
+//! is dropped, and so are the idle ones (after a database restart they are
+//! all dead), and new ones are opened on demand with exponential backoff
+//! between failed attempts. A request caught by a failure gets `-TRYAGAIN`.
+//!
+//! The layer at the bottom of the crate: nothing here imports the commands,
+//! the engines or the shared state, and nothing above reaches around it to
+//! the database. Its files: `migrations.rs` (the schema versions in
+//! `crates/mwmq/sql/` and how they are applied), `statements.rs` (the
+//! statements every connection prepares), `pgconn.rs` (one connection and
+//! a method per statement), `streams.rs` (the stream commands' statements
+//! and their rows), `connect.rs` (opening connections, blocking and
+//! asynchronous), `pools.rs` (the pools, one per database, and failover),
+//! `rows.rs` (what the statements return).
+
+mod connect;
+mod migrations;
+mod pgconn;
+mod pools;
+mod rows;
+mod statements;
+pub mod streams;
+
+pub use connect::{connect, DbConn, Driver};
+pub use migrations::{migrate, MIGRATIONS, SCHEMA};
+pub use pgconn::{within, PgConn, UNREPLICATED};
+pub use pools::{Pool, PoolCounters, Pools, PrimaryWatch};
+pub use rows::*;
+pub use statements::ARCHIVE_GONE;
+
+use postgres::error::SqlState;
+
+/// Why a command could not be carried out.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DbError {
+    /// The database cannot be reached or was lost mid-request: try again (`-TRYAGAIN`).
+    Unavailable(String),
+    /// `-NOQUEUE no such queue 'q'`
+    NoQueue(String),
+    /// `-EXISTS queue 'q' already exists`
+    Exists(String),
+    /// `-OVERQUOTA ...`: a queue's or a user's quota.
+    OverQuota(String),
+    /// Anything else the database refused (`-ERR database: ...`).
+    Failed(String),
+    /// Redis's own refusal, as Redis words it (the stream commands).
+    Redis(String),
+    /// With several databases, a command would create a queue or stream
+    /// for this user: its queues and streams on the other databases must be
+    /// counted, and the command run again (`commands/owned.rs`).
+    CountOwned(String),
+}
+
+/// Whether an error means the server cannot take writes: a standby, or a
+/// primary being failed over (pg_auto_failover makes the new primary
+/// read-only until the old one is known to be down). The connection is
+/// given up so that the next one finds the host that accepts writes.
+pub(crate) fn read_only(e: &postgres::Error) -> bool {
+    e.code() == Some(&SqlState::READ_ONLY_SQL_TRANSACTION)
+}
+
+/// Whether an error means the connection cannot be used any more.
+pub(crate) fn connection_lost(e: &postgres::Error) -> bool {
+    if e.is_closed() {
+        return true;
+    }
+    match e.code() {
+        // A parameter or column mwmq could not convert is its own mistake,
+        // not the connection's (which stays usable).
+        None if client_side(e) => false,
+        None => true, // an I/O error, not an answer from the server
+        Some(c) => {
+            c.code().starts_with("08")
+                || *c == SqlState::ADMIN_SHUTDOWN
+                || *c == SqlState::CRASH_SHUTDOWN
+                || *c == SqlState::CANNOT_CONNECT_NOW
+        }
+    }
+}
+
+/// Whether an error without an SQLSTATE arose in this process (converting a
+/// parameter or a column), not on the connection.
+fn client_side(e: &postgres::Error) -> bool {
+    let text = e.to_string();
+    text.starts_with("error serializing") || text.starts_with("error deserializing")
+}
+
+fn classify(e: postgres::Error) -> DbError {
+    if connection_lost(&e) {
+        return DbError::Unavailable(format!(
+            "database connection lost ({e}); the request may or may not have taken effect"
+        ));
+    }
+    if read_only(&e) {
+        return DbError::Unavailable("the database server is read-only (a standby, or a failover under way)".into());
+    }
+    match e.code() {
+        Some(c) if *c == SqlState::QUERY_CANCELED => {
+            DbError::Unavailable("the database did not answer in time (statement_timeout)".into())
+        }
+        Some(c) if *c == SqlState::T_R_SERIALIZATION_FAILURE || *c == SqlState::T_R_DEADLOCK_DETECTED => {
+            DbError::Unavailable(format!("the database aborted the transaction ({e})"))
+        }
+        _ => DbError::Failed(e.as_db_error().map(|d| d.message().to_string()).unwrap_or_else(|| e.to_string())),
+    }
+}
