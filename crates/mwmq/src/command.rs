@@ -247,11 +247,18 @@ impl Command {
             | Command::Drop(_)
             | Command::Len(_)
             | Command::List { .. } => MqOp::Queue,
-            Command::Stream(XCmd::Add { .. }) => MqOp::Send,
-            Command::Stream(XCmd::Read { .. } | XCmd::ReadGroup { .. }) => MqOp::Recv,
-            Command::Stream(XCmd::Ack { .. }) => MqOp::Ack,
-            Command::Stream(_) => MqOp::Queue,
-            _ => MqOp::Other,
+            Command::Stream(x) => x.op(),
+            Command::Ping(_)
+            | Command::Quit
+            | Command::SetName(_)
+            | Command::GetName
+            | Command::ClientId
+            | Command::ClientInfo
+            | Command::Select
+            | Command::CommandDocs
+            | Command::Info
+            | Command::Hello { .. }
+            | Command::Auth(_) => MqOp::Other,
         }
     }
 
@@ -281,7 +288,19 @@ impl Command {
             | Command::Pop { queue: q, .. }
             | Command::Peek { queue: q, .. } => Some(q),
             Command::Stream(x) => x.first_key(),
-            _ => None,
+            // (QLIST asks every database.)
+            Command::List { .. } => None,
+            Command::Ping(_)
+            | Command::Quit
+            | Command::SetName(_)
+            | Command::GetName
+            | Command::ClientId
+            | Command::ClientInfo
+            | Command::Select
+            | Command::CommandDocs
+            | Command::Info
+            | Command::Hello { .. }
+            | Command::Auth(_) => None,
         }
     }
 
@@ -290,12 +309,99 @@ impl Command {
     /// how long (ms).
     pub fn wait(&self) -> Option<(Vec<&str>, u64)> {
         match self {
-            Command::Recv(r) if r.wait_ms > 0 => Some((vec![r.queue.as_str()], r.wait_ms)),
+            Command::Recv(r) => (r.wait_ms > 0).then(|| (vec![r.queue.as_str()], r.wait_ms)),
             Command::Stream(x) => x.block_ms().map(|ms| (x.keys(), ms)),
-            _ => None,
+            Command::Send(_)
+            | Command::Ack { .. }
+            | Command::Nack { .. }
+            | Command::Pop { .. }
+            | Command::Peek { .. }
+            | Command::Touch { .. }
+            | Command::Create(..)
+            | Command::Alter(..)
+            | Command::Pause(..)
+            | Command::Archive { .. }
+            | Command::DeadLetters { .. }
+            | Command::QueueInfo(_)
+            | Command::Redrive { .. }
+            | Command::Drop(_)
+            | Command::Len(_)
+            | Command::List { .. }
+            | Command::Ping(_)
+            | Command::Quit
+            | Command::SetName(_)
+            | Command::GetName
+            | Command::ClientId
+            | Command::ClientInfo
+            | Command::Select
+            | Command::CommandDocs
+            | Command::Info
+            | Command::Hello { .. }
+            | Command::Auth(_) => None,
         }
     }
 }
+
+/// One request of every command mwmq knows, as a client types it (words
+/// apart by single spaces). The tests walk them: each parses, has a class, a
+/// queue, a right and an answer (`commands.rs`'s unit test checks that the
+/// list names every variant of [`Command`] and [`XCmd`]; `tests/auth.rs`
+/// that a user without rights is refused every one that reaches a queue or
+/// a stream). A new command adds its line here.
+pub const EVERY_COMMAND: &[&str] = &[
+    "PING",
+    "QUIT",
+    "CLIENT SETNAME me",
+    "CLIENT GETNAME",
+    "CLIENT ID",
+    "CLIENT SETINFO lib-name x",
+    "SELECT 0",
+    "COMMAND DOCS",
+    "INFO",
+    "HELLO 2",
+    "AUTH nobody-password",
+    "QCREATE q",
+    "QALTER q MAXDELIVERIES 3",
+    "QPAUSE q",
+    "QRESUME q",
+    "QARCHIVE q",
+    "QDEAD q",
+    "QINFO q",
+    "REDRIVE q",
+    "TOUCH q 1 1 100",
+    "QDROP q",
+    "QLEN q",
+    "QLIST",
+    "SEND q hi",
+    "RECV q",
+    "ACK q 1 1",
+    "NACK q 1 1",
+    "POP q",
+    "PEEK q",
+    "XADD s * f v",
+    "XLEN s",
+    "XRANGE s - +",
+    "XREAD STREAMS s 0",
+    "XDEL s 1-1",
+    "XTRIM s MAXLEN 10",
+    "XGROUP CREATE s g $",
+    "XGROUP SETID s g $",
+    "XGROUP DEADLETTER s g 3 dead",
+    "XGROUP DESTROY s g",
+    "XGROUP CREATECONSUMER s g c",
+    "XGROUP DELCONSUMER s g c",
+    "XREADGROUP GROUP g c STREAMS s >",
+    "XACK s g 1-1",
+    "XPENDING s g",
+    "XCLAIM s g c 0 1-1",
+    "XAUTOCLAIM s g c 0 0",
+    "XINFO STREAM s",
+    "XINFO GROUPS s",
+    "XINFO CONSUMERS s g",
+    "TYPE s",
+    "EXISTS s",
+    "DEL s",
+];
 
 /// Why a request is not a command (the reply says it).
 pub type Refusal = Reply;
@@ -727,6 +833,93 @@ mod tests {
         assert_eq!(p("CLIENT SETNAME me").unwrap(), Command::SetName("me".into()));
         assert_eq!(p("SEND q hi").unwrap().op(), MqOp::Send);
         assert!(!p("PING").unwrap().uses_database());
+    }
+
+    /// Which variant a command is (exhaustive: a new command must be given
+    /// a number here, and [`COMMANDS`] counted up, and then a line in
+    /// [`EVERY_COMMAND`] for the test below to pass; QPAUSE and QRESUME
+    /// are one variant).
+    fn variant(c: &Command) -> usize {
+        match c {
+            Command::Ping(_) => 0,
+            Command::Quit => 1,
+            Command::SetName(_) => 2,
+            Command::GetName => 3,
+            Command::ClientId => 4,
+            Command::ClientInfo => 5,
+            Command::Select => 6,
+            Command::CommandDocs => 7,
+            Command::Info => 8,
+            Command::Hello { .. } => 9,
+            Command::Auth(_) => 10,
+            Command::Create(..) => 11,
+            Command::Alter(..) => 12,
+            Command::Pause(..) => 13,
+            Command::Archive { .. } => 14,
+            Command::DeadLetters { .. } => 15,
+            Command::QueueInfo(_) => 16,
+            Command::Redrive { .. } => 17,
+            Command::Touch { .. } => 18,
+            Command::Drop(_) => 19,
+            Command::Len(_) => 20,
+            Command::List { .. } => 21,
+            Command::Send(_) => 22,
+            Command::Recv(_) => 23,
+            Command::Ack { .. } => 24,
+            Command::Nack { .. } => 25,
+            Command::Pop { .. } => 26,
+            Command::Peek { .. } => 27,
+            Command::Stream(x) => {
+                28 + match x {
+                    XCmd::Add { .. } => 0,
+                    XCmd::Len(_) => 1,
+                    XCmd::Range { .. } => 2,
+                    XCmd::Read { .. } => 3,
+                    XCmd::Del { .. } => 4,
+                    XCmd::Trim { .. } => 5,
+                    XCmd::GroupCreate { .. } => 6,
+                    XCmd::GroupSetId { .. } => 7,
+                    XCmd::GroupDeadLetter { .. } => 8,
+                    XCmd::GroupDestroy { .. } => 9,
+                    XCmd::CreateConsumer { .. } => 10,
+                    XCmd::DelConsumer { .. } => 11,
+                    XCmd::ReadGroup { .. } => 12,
+                    XCmd::Ack { .. } => 13,
+                    XCmd::Pending { .. } => 14,
+                    XCmd::Claim(_) => 15,
+                    XCmd::AutoClaim { .. } => 16,
+                    XCmd::InfoStream { .. } => 17,
+                    XCmd::InfoGroups(_) => 18,
+                    XCmd::InfoConsumers { .. } => 19,
+                    XCmd::Type(_) => 20,
+                    XCmd::Exists(_) => 21,
+                    XCmd::DelKeys(_) => 22,
+                }
+            }
+        }
+    }
+
+    /// Variants of [`Command`] (a stream command counted per [`XCmd`] variant).
+    const COMMANDS: usize = 28 + 23;
+
+    #[test]
+    fn every_command_is_listed_parses_and_has_a_class_and_a_home() {
+        let mut seen = vec![Vec::new(); COMMANDS];
+        for line in EVERY_COMMAND {
+            let c = p(line).unwrap_or_else(|e| panic!("{line}: {e:?}"));
+            seen[variant(&c)].push(*line);
+            // A command that needs the database names the queue or stream
+            // whose database runs it (QLIST asks every database).
+            if c.uses_database() && !matches!(c, Command::List { .. }) {
+                assert!(c.queue().is_some(), "{line}: no queue, so no database");
+            }
+            if !c.uses_database() {
+                assert!(c.queue().is_none() && c.wait().is_none(), "{line}");
+            }
+        }
+        for (i, lines) in seen.iter().enumerate() {
+            assert!(!lines.is_empty(), "variant {i} of Command has no line in EVERY_COMMAND");
+        }
     }
 
     #[test]

@@ -390,13 +390,60 @@ impl XCmd {
         }
     }
 
+    /// Its class in the results format.
+    pub fn op(&self) -> mwstats::ops::MqOp {
+        use mwstats::ops::MqOp;
+        match self {
+            XCmd::Add { .. } => MqOp::Send,
+            XCmd::Read { .. } | XCmd::ReadGroup { .. } => MqOp::Recv,
+            XCmd::Ack { .. } => MqOp::Ack,
+            XCmd::Len(_)
+            | XCmd::Range { .. }
+            | XCmd::Del { .. }
+            | XCmd::Trim { .. }
+            | XCmd::GroupCreate { .. }
+            | XCmd::GroupSetId { .. }
+            | XCmd::GroupDeadLetter { .. }
+            | XCmd::GroupDestroy { .. }
+            | XCmd::CreateConsumer { .. }
+            | XCmd::DelConsumer { .. }
+            | XCmd::Pending { .. }
+            | XCmd::Claim(_)
+            | XCmd::AutoClaim { .. }
+            | XCmd::InfoStream { .. }
+            | XCmd::InfoGroups(_)
+            | XCmd::InfoConsumers { .. }
+            | XCmd::Type(_)
+            | XCmd::Exists(_)
+            | XCmd::DelKeys(_) => MqOp::Queue,
+        }
+    }
+
     /// The streams it names (the first decides the database; all must share it).
     pub fn keys(&self) -> Vec<&str> {
         match self {
             XCmd::Read { streams, .. } => streams.iter().map(|(k, _)| k.as_str()).collect(),
             XCmd::ReadGroup { streams, .. } => streams.iter().map(|(k, _)| k.as_str()).collect(),
             XCmd::Exists(keys) | XCmd::DelKeys(keys) => keys.iter().map(String::as_str).collect(),
-            _ => self.first_key().into_iter().collect(),
+            XCmd::Add { .. }
+            | XCmd::Len(_)
+            | XCmd::Range { .. }
+            | XCmd::Del { .. }
+            | XCmd::Trim { .. }
+            | XCmd::GroupCreate { .. }
+            | XCmd::GroupSetId { .. }
+            | XCmd::GroupDeadLetter { .. }
+            | XCmd::GroupDestroy { .. }
+            | XCmd::CreateConsumer { .. }
+            | XCmd::DelConsumer { .. }
+            | XCmd::Ack { .. }
+            | XCmd::Pending { .. }
+            | XCmd::Claim(_)
+            | XCmd::AutoClaim { .. }
+            | XCmd::InfoStream { .. }
+            | XCmd::InfoGroups(_)
+            | XCmd::InfoConsumers { .. }
+            | XCmd::Type(_) => self.first_key().into_iter().collect(),
         }
     }
 
@@ -404,13 +451,42 @@ impl XCmd {
     pub fn block_ms(&self) -> Option<u64> {
         let ms = |b: &Option<u64>| b.map(|ms| if ms == 0 { MAX_BLOCK_MS } else { ms.min(MAX_BLOCK_MS) });
         match self {
-            XCmd::Read { block, bad, .. } if bad.iter().all(Option::is_none) => ms(block),
-            XCmd::ReadGroup { block, streams, bad, .. }
-                if streams.iter().all(|(_, r)| *r == GroupRead::New) && bad.iter().all(Option::is_none) =>
-            {
-                ms(block)
+            XCmd::Read { block, bad, .. } => {
+                if bad.iter().all(Option::is_none) {
+                    ms(block)
+                } else {
+                    None
+                }
             }
-            _ => None,
+            XCmd::ReadGroup { block, streams, bad, .. } => {
+                let new_only = streams.iter().all(|(_, r)| *r == GroupRead::New);
+                if new_only && bad.iter().all(Option::is_none) {
+                    ms(block)
+                } else {
+                    None
+                }
+            }
+            XCmd::Add { .. }
+            | XCmd::Len(_)
+            | XCmd::Range { .. }
+            | XCmd::Del { .. }
+            | XCmd::Trim { .. }
+            | XCmd::GroupCreate { .. }
+            | XCmd::GroupSetId { .. }
+            | XCmd::GroupDeadLetter { .. }
+            | XCmd::GroupDestroy { .. }
+            | XCmd::CreateConsumer { .. }
+            | XCmd::DelConsumer { .. }
+            | XCmd::Ack { .. }
+            | XCmd::Pending { .. }
+            | XCmd::Claim(_)
+            | XCmd::AutoClaim { .. }
+            | XCmd::InfoStream { .. }
+            | XCmd::InfoGroups(_)
+            | XCmd::InfoConsumers { .. }
+            | XCmd::Type(_)
+            | XCmd::Exists(_)
+            | XCmd::DelKeys(_) => None,
         }
     }
 }

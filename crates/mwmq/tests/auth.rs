@@ -150,6 +150,53 @@ fn users_are_who_they_logged_in_as_and_may_only_what_they_were_given() {
     assert!(failures >= 3, "failed attempts are counted: {failures}");
 }
 
+/// Every command mwmq knows (`command::EVERY_COMMAND`), sent by a user
+/// with no rights: each one that reaches a queue or a stream is refused
+/// with NOPERM before it does anything, QLIST lists nothing, and the
+/// connection's own commands are answered. A new command that forgot its
+/// rights check fails here (and cannot compile without a `gate` arm).
+#[test]
+fn a_user_without_rights_is_refused_every_command_that_reaches_a_queue_or_stream() {
+    let pg = Postgres::start().unwrap();
+    let mut cfg = config(&pg);
+    cfg.users = vec![user("owner", "owner-pw", &["*"], &["*"], &["*"]), user("nobody", "nobody-pw", &[], &[], &[])];
+    let mq = start(cfg);
+    let addr = mq.local_addr();
+    // Something to refuse access to: a queue with a message, a stream with a group.
+    let mut owner = login(addr, "owner", "owner-pw");
+    q::<String>(&mut owner, &["QCREATE", "q"]);
+    q::<i64>(&mut owner, &["SEND", "q", "secret"]);
+    q::<String>(&mut owner, &["XADD", "s", "*", "f", "secret"]);
+    q::<String>(&mut owner, &["XGROUP", "CREATE", "s", "g", "0"]);
+
+    let limits = mwmq::command::Limits { default_vt_ms: 30_000, max_wait_ms: 60_000 };
+    let mut nobody = login(addr, "nobody", "nobody-pw");
+    let mut checked = 0;
+    for line in mwmq::command::EVERY_COMMAND {
+        let words: Vec<&str> = line.split(' ').collect();
+        if words[0] == "QUIT" || words[0] == "AUTH" {
+            continue; // (would end or change the login)
+        }
+        let args: Vec<Vec<u8>> = words.iter().map(|w| w.as_bytes().to_vec()).collect();
+        let c = mwmq::command::parse(&args, &limits).unwrap();
+        let answer = raw(&mut nobody, &words);
+        if matches!(c, mwmq::command::Command::List { .. }) {
+            assert_eq!(answer, Ok(redis::Value::Array(Vec::new())), "{line}");
+        } else if c.uses_database() {
+            let refused = answer.as_ref().err().is_some_and(|e| e.starts_with("NOPERM") && e.contains("nobody"));
+            assert!(refused, "{line}: {answer:?}");
+            checked += 1;
+        } else {
+            assert!(answer.as_ref().err().is_none_or(|e| !e.starts_with("NOPERM")), "{line}: {answer:?}");
+        }
+    }
+    assert!(checked >= 40, "{checked} commands checked");
+    // Nothing was taken, changed or removed.
+    assert_eq!(q::<i64>(&mut owner, &["QLEN", "q"]), 1);
+    assert_eq!(q::<i64>(&mut owner, &["XLEN", "s"]), 1);
+    assert_eq!(q::<i64>(&mut owner, &["EXISTS", "s"]), 1);
+}
+
 #[test]
 fn without_users_auth_is_refused_and_only_loopback_is_served_unless_asked() {
     let pg = Postgres::start().unwrap();

@@ -61,7 +61,24 @@ impl Core<'_> {
             }
             // QINFO's database figures, if read lately.
             Command::QueueInfo(q) => self.cached_info(q).map(Outcome::ok),
-            _ => None,
+            // The database's (`Core::statement`).
+            Command::Send(_)
+            | Command::Recv(_)
+            | Command::Ack { .. }
+            | Command::Nack { .. }
+            | Command::Pop { .. }
+            | Command::Peek { .. }
+            | Command::Touch { .. }
+            | Command::Create(..)
+            | Command::Alter(..)
+            | Command::Pause(..)
+            | Command::Archive { .. }
+            | Command::DeadLetters { .. }
+            | Command::Redrive { .. }
+            | Command::Drop(_)
+            | Command::Len(_)
+            | Command::List { .. }
+            | Command::Stream(_) => None,
         }
     }
 

@@ -6,11 +6,28 @@
 //! One file per family: `connection.rs` (PING, QUIT, CLIENT, SELECT,
 //! COMMAND, INFO, HELLO, AUTH: answered without the database), `messages.rs`
 //! (SEND, RECV, POP, PEEK, ACK, NACK, TOUCH, and their batches), `queues.rs`
-//! (QCREATE, QALTER, QDROP, QLEN, QINFO, QLIST, REDRIVE), `streams.rs` and
-//! `stream_rules.rs` (the stream commands; their rights and limits),
-//! `owned.rs` (`max_queues` over several databases). A new command is
-//! its parse in `command.rs`, its function in its family's file and a line
-//! in [`Core::statement`] (or [`Core::local`]).
+//! (QCREATE, QALTER, QPAUSE, QRESUME, QDROP, QLEN, QINFO, QLIST, QARCHIVE,
+//! QDEAD, REDRIVE), `streams.rs` and `stream_rules.rs` (the stream
+//! commands; their rights and limits), `owned.rs` (`max_queues` over
+//! several databases).
+//!
+//! **Adding a command.** (1) `command.rs`: its variant of [`Command`] (a
+//! stream command: of `XCmd`, in `xcommand.rs`), its arm in `parse`, and a
+//! line in `EVERY_COMMAND`. (2) Build: every match that must decide about it
+//! has no wildcard arm, so the compiler names each place — its class, queue
+//! and wait (`Command::op`, `queue`, `wait`; `XCmd::op`, `first_key`,
+//! `keys`, `block_ms`), its right ([`Core::gate`]; a stream command's
+//! `right_of`), whether it batches ([`Batch::of`]) and what it does
+//! ([`Core::statement`] or [`Core::local`]; a stream command: `Core::stream`).
+//! (3) Its function in its family's file; a new statement is a field of
+//! `db/statements.rs`'s `Statements` and a method of `PgConn`
+//! (`db/pgconn.rs`); a new database function is a new numbered file in
+//! `crates/mwmq/sql/` listed in `db/migrations.rs` (a stream function also
+//! gets its line in `db/streams.rs`'s `STATEMENTS`). Two tests hold the
+//! recipe: `command.rs`'s `every_command_is_listed_parses_and_has_a_class_and_a_home`
+//! fails until the command has its line, and `tests/auth.rs`'s
+//! `a_user_without_rights_is_refused_every_command_that_reaches_a_queue_or_stream`
+//! sends every line as a user without rights.
 
 use crate::command::{Command, Recv};
 use crate::db::{DbError, LeaseRef, PgConn};
@@ -157,7 +174,34 @@ impl Batch {
                 Some(Batch::XAck { key: key.clone(), group: group.clone() })
             }
             Command::Stream(x) => read_group_batch(x),
-            _ => None,
+            // One statement each.
+            Command::Send(_)
+            | Command::Recv(_)
+            | Command::Peek { .. }
+            | Command::Nack { .. }
+            | Command::Touch { .. }
+            | Command::Create(..)
+            | Command::Alter(..)
+            | Command::Pause(..)
+            | Command::Archive { .. }
+            | Command::DeadLetters { .. }
+            | Command::QueueInfo(_)
+            | Command::Redrive { .. }
+            | Command::Drop(_)
+            | Command::Len(_)
+            | Command::List { .. } => None,
+            // Answered without the database.
+            Command::Ping(_)
+            | Command::Quit
+            | Command::SetName(_)
+            | Command::GetName
+            | Command::ClientId
+            | Command::ClientInfo
+            | Command::Select
+            | Command::CommandDocs
+            | Command::Info
+            | Command::Hello { .. }
+            | Command::Auth(_) => None,
         }
     }
 
@@ -166,23 +210,27 @@ impl Batch {
     /// the command matches.
     pub fn matches<S: Session + ?Sized>(&self, c: &Command, s: &S) -> bool {
         let me = |who: &Option<String>| s.identity() == *who;
-        match (self, c) {
-            (Batch::Send, Command::Send(x)) => x.key.is_none(),
-            (Batch::Ack, Command::Ack { .. }) => true,
-            (Batch::Pop { queue, me: who, from }, Command::Pop { queue: q, from: f }) => {
-                q == queue && f == from && me(who)
+        // (By the batch: a new kind must say which commands join it.)
+        match self {
+            Batch::Send => matches!(c, Command::Send(x) if x.key.is_none()),
+            Batch::Ack => matches!(c, Command::Ack { .. }),
+            Batch::Pop { queue, me: who, from } => {
+                matches!(c, Command::Pop { queue: q, from: f } if q == queue && f == from && me(who))
             }
             // (`r` has COUNT 1 and no WAIT, so equal arguments are batchable too.)
-            (Batch::Recv { r }, Command::Recv(x)) => x == r,
-            (
-                Batch::XAdd { key, user },
-                Command::Stream(XCmd::Add { key: k, nomkstream: false, trim: None, id: AddId::Auto, .. }),
-            ) => k == key && s.user().map(|u| u.name.clone()) == *user,
-            (Batch::XAck { key, group }, Command::Stream(XCmd::Ack { key: k, group: g, invalid: false, .. })) => {
-                k == key && g == group
+            Batch::Recv { r } => matches!(c, Command::Recv(x) if x == r),
+            Batch::XAdd { key, user } => matches!(
+                c,
+                Command::Stream(XCmd::Add { key: k, nomkstream: false, trim: None, id: AddId::Auto, .. })
+                    if k == key && s.user().map(|u| u.name.clone()) == *user
+            ),
+            Batch::XAck { key, group } => matches!(
+                c,
+                Command::Stream(XCmd::Ack { key: k, group: g, invalid: false, .. }) if k == key && g == group
+            ),
+            Batch::XReadGroup { .. } => {
+                matches!(c, Command::Stream(x) if read_group_batch(x).as_ref() == Some(self))
             }
-            (Batch::XReadGroup { .. }, Command::Stream(x)) => read_group_batch(x).as_ref() == Some(self),
-            _ => false,
         }
     }
 }
@@ -259,7 +307,20 @@ impl<'a> Core<'a> {
             }
             Command::Len(q) | Command::QueueInfo(q) => need(Right::See, q),
             Command::Stream(x) => self.stream_rights(x, &user).or_else(|| self.entry_too_large(x, Some(&user))),
-            _ => None,
+            // Lists only the queues the user may see (or receive from).
+            Command::List { .. } => None,
+            // Anyone logged in: the connection's own affairs.
+            Command::Ping(_)
+            | Command::Quit
+            | Command::SetName(_)
+            | Command::GetName
+            | Command::ClientId
+            | Command::ClientInfo
+            | Command::Select
+            | Command::CommandDocs
+            | Command::Info
+            | Command::Hello { .. }
+            | Command::Auth(_) => None,
         }
     }
 
@@ -352,7 +413,17 @@ impl<'a> Core<'a> {
             Command::Len(q) => Ok(Outcome::ok(Reply::Int(pg.len(q).await?))),
             Command::List { pending } => self.list(pg, *pending, s).await,
             Command::Stream(x) => self.stream(pg, x, s).await,
-            _ => unreachable!("local commands are answered without the database"),
+            Command::Ping(_)
+            | Command::Quit
+            | Command::SetName(_)
+            | Command::GetName
+            | Command::ClientId
+            | Command::ClientInfo
+            | Command::Select
+            | Command::CommandDocs
+            | Command::Info
+            | Command::Hello { .. }
+            | Command::Auth(_) => unreachable!("{:?} is answered without the database (Core::local)", c.op()),
         };
         self.owned_refusal(r, s)
     }
