@@ -29,7 +29,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::{oneshot, watch};
 
 use crate::command::{self, Command, Limits, MqOp};
-use crate::commands::{Answer, Batch, Core, DbFacts, Outcome, Session};
+use crate::commands::{Answer, Batch, Batched, Core, Databases, DbFacts, Look, Outcome, Session};
 use crate::config::Config;
 use crate::db::{DbError, LeaseRef, PgConn};
 use crate::output::Share;
@@ -758,15 +758,22 @@ async fn database(lp: &Rc<Loop>, c: Command, sess: &Rc<Sess>, left: Option<&Left
     let Ok(mut held) = room(&c).await else {
         return (nothing(&c), 0, None);
     };
+    let core = Core::new(&lp.shared);
     let mut carried = lp.submit(c.clone(), sess.clone()).await;
     loop {
-        let empty = matches!(&carried.outcome, Outcome::Reply(Reply::Array(items), _, _) if items.is_empty())
-            || matches!(&carried.outcome, Outcome::Nothing(_));
-        if let Outcome::Nothing(Some(next)) = &carried.outcome {
-            c = (**next).clone();
+        let outcome = std::mem::replace(&mut carried.outcome, Outcome::Nothing(None));
+        let (next, last) = match core.looked(outcome, &carried.db) {
+            Look::Answer(o) => {
+                carried.outcome = o;
+                return (carried, parked, held);
+            }
+            Look::Empty { next, last } => (next, last),
+        };
+        carried.outcome = last;
+        if let Some(next) = next {
+            c = *next;
         }
-        let unavailable = carried.db.unavailable;
-        if (!empty && !unavailable) || Instant::now() >= until || *stop.borrow() || gone() {
+        if Instant::now() >= until || *stop.borrow() || gone() {
             return (carried, parked, held);
         }
         // This look is answered by the next one: its statements count now.
@@ -821,6 +828,24 @@ fn nothing(c: &Command) -> Carried {
     Carried { outcome, db: DbFacts::default(), t_dequeue: now_ns(), busy: 0 }
 }
 
+/// A loop's connections, as the commands' driver uses them.
+struct LoopDbs<'a>(&'a Rc<Loop>);
+
+impl Databases for LoopDbs<'_> {
+    fn count(&self) -> usize {
+        self.0.dbs.len()
+    }
+
+    async fn on<T>(
+        &self,
+        d: usize,
+        db: &mut DbFacts,
+        f: impl AsyncFnOnce(&PgConn, &mut DbFacts) -> Result<T, DbError>,
+    ) -> Result<T, DbError> {
+        self.0.on_connection(d, db, f).await
+    }
+}
+
 impl Loop {
     /// Statements run for a request that is not answered yet (a wait that looks again).
     fn count_statements(&self, n: u64) {
@@ -857,17 +882,10 @@ impl Loop {
         let t_dequeue = now_ns();
         let core = Core::new(&self.shared);
         let mut db = DbFacts::default();
-        let mut answers = Vec::new();
         self.inflight.set(self.inflight.get() + 1);
-        for d in 0..self.dbs.len() {
-            let r = self.on_connection(d, &mut db, async |pg, db| core.statement(pg, &cmd, &*sess, db).await).await;
-            answers.push(r);
-        }
+        let r = core.carry(&LoopDbs(self), &cmd, &*sess, &mut db).await;
         self.inflight.set(self.inflight.get() - 1);
-        let outcome = core.merge_lists(answers).unwrap_or_else(|e| {
-            let status = db.failed_with(&e);
-            Outcome::Reply(e.reply(), Vec::new(), status)
-        });
+        let outcome = core.settled(r, &mut db);
         Carried { outcome, db, t_dequeue, busy: now_ns().saturating_sub(t_dequeue) }
     }
 
@@ -933,7 +951,7 @@ impl Loop {
                 let mut group = group;
                 match &kind {
                     Some(k) if group.len() > 1 => lp.run_batch(d, k, group).await,
-                    _ => lp.run_one(d, group.pop().expect("a group has a request")).await,
+                    _ => lp.run_one(group.pop().expect("a group has a request")).await,
                 }
                 let here = &lp.dbs[d];
                 if let Some(k) = kind {
@@ -956,39 +974,15 @@ impl Loop {
             .then(|| Reply::Error(format!("TRYAGAIN the request waited more than {ms} ms for the database")))
     }
 
-    async fn run_one(self: &Rc<Self>, d: usize, p: Pending) {
+    async fn run_one(self: &Rc<Self>, p: Pending) {
         let t_dequeue = now_ns();
         let mut db = DbFacts::default();
         let outcome = match self.too_late(&p, t_dequeue) {
             Some(r) => Outcome::Reply(r, Vec::new(), "server_error"),
             None => {
                 let core = Core::new(&self.shared);
-                let r =
-                    self.on_connection(d, &mut db, async |pg, db| core.statement(pg, &p.cmd, &*p.sess, db).await).await;
-                // A creation, with several databases: the user's queues and streams
-                // on the others counted, then the command again (`commands/owned.rs`).
-                let r = match r {
-                    Err(DbError::CountOwned(user)) => match self.owned_elsewhere(&user, d).await {
-                        Ok(n) => {
-                            let core = core.counted(n);
-                            let again =
-                                async |pg: &PgConn, db: &mut DbFacts| core.statement(pg, &p.cmd, &*p.sess, db).await;
-                            self.on_connection(d, &mut db, again).await
-                        }
-                        Err(e) => Err(e),
-                    },
-                    r => r,
-                };
-                match r {
-                    Ok(o) => o,
-                    Err(e) => {
-                        if db.t_send.is_none() {
-                            db.statements = 0;
-                        }
-                        let status = db.failed_with(&e);
-                        Outcome::Reply(e.reply(), Vec::new(), status)
-                    }
-                }
+                let r = core.carry(&LoopDbs(self), &p.cmd, &*p.sess, &mut db).await;
+                core.settled(r, &mut db)
             }
         };
         let busy = now_ns().saturating_sub(t_dequeue);
@@ -1006,36 +1000,22 @@ impl Loop {
         let mut db = DbFacts::default();
         if !live.is_empty() {
             let core = Core::new(&self.shared);
-            let items: Vec<(&Command, &Sess)> = live.iter().map(|i| (&group[*i].cmd, &*group[*i].sess)).collect();
-            let mut got: Vec<Answer> = vec![None; live.len()];
-            let mut got_leases: Vec<Vec<LeaseRef>> = vec![Vec::new(); live.len()];
-            let r = self
-                .on_connection(d, &mut db, async |pg, _| {
-                    core.batch_statement(pg, kind, &items, &mut got, &mut got_leases).await
-                })
-                .await;
-            if let Err(DbError::CountOwned(_)) = r {
-                // XADDs that would create their stream: one by one, the
-                // first counting the user's others (`commands/owned.rs`).
-                for p in group {
-                    self.run_one(d, p).await;
-                }
-                return;
-            }
-            match r {
-                Ok(statements) => {
-                    db.statements = statements;
+            let batched = {
+                let items: Vec<(&Command, &Sess)> = live.iter().map(|i| (&group[*i].cmd, &*group[*i].sess)).collect();
+                core.carry_batch(&LoopDbs(self), d, kind, &items, &mut db).await
+            };
+            match batched {
+                Batched::Answers(got, got_leases) => {
                     for ((i, a), l) in live.iter().zip(got).zip(got_leases) {
                         replies[*i] = a;
                         leases[*i] = l;
                     }
                 }
-                Err(e) => {
-                    db.statements = u64::from(db.t_send.is_some());
-                    let status = db.failed_with(&e);
-                    for i in &live {
-                        replies[*i] = Some((e.reply(), status, 0));
+                Batched::OneByOne => {
+                    for p in group {
+                        self.run_one(p).await;
                     }
+                    return;
                 }
             }
         }
@@ -1055,16 +1035,6 @@ impl Loop {
                 release(self, leases);
             }
         }
-    }
-
-    /// The queues and streams `user` has on every database but `home`.
-    async fn owned_elsewhere(self: &Rc<Self>, user: &str, home: usize) -> Result<i64, DbError> {
-        let mut n = 0;
-        for d in (0..self.dbs.len()).filter(|d| *d != home) {
-            let mut facts = DbFacts::default();
-            n += self.on_connection(d, &mut facts, async |pg, _| crate::commands::owned::owned(pg, user).await).await?;
-        }
-        Ok(n)
     }
 
     /// Runs `f` on a connection within the statement deadline, noting

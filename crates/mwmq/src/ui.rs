@@ -39,7 +39,7 @@ use mwserve::http::{Page, Request};
 use serde_json::{json, Value};
 
 use crate::command::{Command, MAX_REDRIVE};
-use crate::commands::{Core, DbFacts, Outcome, Session};
+use crate::commands::{Core, DbFacts, Outcome, Pooled, Session};
 use crate::resp::Reply;
 use crate::shared::Shared;
 use crate::users::{Attempts, User};
@@ -315,25 +315,8 @@ fn run(shared: &Shared, login: &Login, c: &Command) -> Reply {
     if let Some(Outcome::Reply(r, _, _)) = core.local(c, &s, None) {
         return r;
     }
-    let dbs: Vec<usize> = match core.home(c) {
-        Some(home) => vec![home],
-        None => (0..shared.pool.len()).collect(),
-    };
-    let mut answers: Vec<_> = dbs
-        .into_iter()
-        .map(|d| {
-            let mut facts = DbFacts::default();
-            let mut run = |core: Core| shared.pool[d].with(async |pg| core.statement(pg, c, &s, &mut facts).await);
-            match run(core).and_then(|r| r) {
-                // A creation with several databases: the user's others counted first (`commands/owned.rs`).
-                Err(crate::db::DbError::CountOwned(user)) => {
-                    core.owned_elsewhere(&user, d).and_then(|n| run(core.counted(n)).and_then(|r| r))
-                }
-                r => r,
-            }
-        })
-        .collect();
-    let outcome = if answers.len() == 1 { answers.pop().expect("one") } else { core.merge_lists(answers) };
+    let mut facts = DbFacts::default();
+    let outcome = Pooled::now(core.carry(&Pooled(&shared.pool), c, &s, &mut facts));
     match outcome {
         Ok(Outcome::Reply(r, leases, _)) => {
             // (None of the page's commands hands out messages.)

@@ -16,9 +16,9 @@ use mwstats::clock::now_ns;
 use mwstats::slots::SlotWriter;
 
 use crate::command::{Command, MqOp};
-use crate::commands::{Answer, Batch, Core, DbFacts, Outcome};
+use crate::commands::{Answer, Batch, Batched, Core, DbFacts, Look, Outcome, Pooled};
 use crate::conn::Delivered;
-use crate::db::{DbError, LeaseRef};
+use crate::db::LeaseRef;
 use crate::job::{Done, Job, Work};
 use crate::resp::Reply;
 use crate::shared::Shared;
@@ -148,56 +148,26 @@ impl Worker {
             }
         }
         let live: Vec<usize> = (0..jobs.len()).filter(|i| replies[*i].is_none()).collect();
-        let home = jobs[0].cmd.as_ref().ok().and_then(|c| Core::new(&self.shared).home(c)).unwrap_or(0);
-        let pool = &self.shared.pool[home];
-        let mut db = DbFacts { db: home, ..DbFacts::default() };
-        match pool.get() {
-            Err(e) => {
-                db.failed = true;
-                db.unavailable = true;
-                for i in &live {
-                    replies[*i] = Some((e.reply(), "server_error", 0));
-                }
-            }
-            Ok(mut pg) => {
-                let now = now_ns();
-                db.t_pool = Some(now);
-                db.t_send = Some(now);
-                db.statements = 1;
-                let items: Vec<(&Command, &crate::conn::ClientConn)> =
-                    live.iter().filter_map(|i| jobs[*i].cmd.as_ref().ok().map(|c| (c, &*jobs[*i].conn))).collect();
-                let mut got: Vec<Answer> = vec![None; items.len()];
-                let mut got_leases: Vec<Vec<LeaseRef>> = vec![Vec::new(); items.len()];
-                let core = Core::new(&self.shared);
-                let result = pg.run(async |c| core.batch_statement(c, &kind, &items, &mut got, &mut got_leases).await);
+        let core = Core::new(&self.shared);
+        let home = jobs[0].cmd.as_ref().ok().and_then(|c| core.home(c)).unwrap_or(0);
+        let mut db = DbFacts::default();
+        let batched = {
+            let items: Vec<(&Command, &crate::conn::ClientConn)> =
+                live.iter().filter_map(|i| jobs[*i].cmd.as_ref().ok().map(|c| (c, &*jobs[*i].conn))).collect();
+            Pooled::now(core.carry_batch(&Pooled(&self.shared.pool), home, &kind, &items, &mut db))
+        };
+        match batched {
+            Batched::Answers(got, got_leases) => {
                 for ((i, a), l) in live.iter().zip(got).zip(got_leases) {
                     replies[*i] = a;
                     leases[*i] = l;
                 }
-                db.t_done = Some(now_ns());
-                pool.put(pg);
-                if let Err(DbError::CountOwned(_)) = result {
-                    // XADDs that would create their stream: one by one, the
-                    // first counting the user's others (`commands/owned.rs`).
-                    for job in jobs {
-                        self.one(job);
-                    }
-                    return;
+            }
+            Batched::OneByOne => {
+                for job in jobs {
+                    self.one(job);
                 }
-                match result {
-                    Ok(n) => db.statements = n,
-                    Err(e) => {
-                        db.failed = !matches!(
-                            e,
-                            DbError::NoQueue(_) | DbError::Exists(_) | DbError::OverQuota(_) | DbError::Redis(_)
-                        );
-                        db.unavailable = matches!(e, DbError::Unavailable(_));
-                        let status = if db.failed { "server_error" } else { "client_error" };
-                        for i in &live {
-                            replies[*i] = Some((e.reply(), status, 0));
-                        }
-                    }
-                }
+                return;
             }
         }
         let n = jobs.len() as u64;
@@ -377,74 +347,18 @@ impl Worker {
             Some((names, _)) if !job.last_try => Some(self.shared.waiters.seq(&names)),
             _ => None,
         };
-        let waiting = seen.is_some() && job.wait_until.is_some_and(|u| Instant::now() < u);
-        let Some(home) = core.home(c) else {
-            // QLIST: every database's, one after the other.
-            let mut answers = Vec::new();
-            for pool in self.shared.pool.iter() {
-                answers.push(pool.with(async |pg| core.statement(pg, c, conn, db).await).and_then(|r| r));
-            }
-            return core.merge_lists(answers).unwrap_or_else(|e| {
-                let status = db.failed_with(&e);
-                Outcome::Reply(e.reply(), Vec::new(), status)
-            });
-        };
-        db.db = home;
-        let pool = &self.shared.pool[home];
-        let mut pg = match pool.get() {
-            Ok(pg) => pg,
-            Err(e) => {
-                db.unavailable = true;
-                db.failed = true;
-                if waiting {
-                    return Outcome::Park(seen.unwrap_or_default(), None);
-                }
-                return Outcome::Reply(e.reply(), Vec::new(), "server_error");
-            }
-        };
-        let now = now_ns();
-        db.t_pool = Some(now);
-        db.t_send = Some(now);
-        let result = pg.run(async |pg| core.statement(pg, c, conn, db).await);
-        pool.put(pg);
-        // A creation, with several databases: the user's queues and streams
-        // on the others counted, then the command again (`commands/owned.rs`).
-        let result = match result {
-            Err(DbError::CountOwned(user)) => core.owned_elsewhere(&user, home).and_then(|n| {
-                let core = core.counted(n);
-                pool.with(async |pg| core.statement(pg, c, conn, db).await).and_then(|r| r)
-            }),
-            r => r,
-        };
-        db.t_done = Some(now_ns());
-        match result {
-            Ok(Outcome::Reply(Reply::Array(items), _, _)) if items.is_empty() && seen.is_some() => {
-                let until = job.wait_until.unwrap_or_else(Instant::now);
-                if Instant::now() < until {
-                    Outcome::Park(seen.unwrap_or_default(), None)
+        let outcome = Pooled::now(core.carry(&Pooled(&self.shared.pool), c, conn, db));
+        let outcome = core.settled(outcome, db);
+        let Some(seen) = seen else { return outcome };
+        match core.looked(outcome, db) {
+            Look::Answer(o) => o,
+            // Nothing yet: parked until a message may be there or its wait is over.
+            Look::Empty { next, last } => {
+                if job.wait_until.is_some_and(|u| Instant::now() < u) {
+                    Outcome::Park(seen, next)
                 } else {
-                    Outcome::ok(Reply::Array(items))
+                    last
                 }
-            }
-            Ok(Outcome::Nothing(next)) => {
-                let until = job.wait_until.unwrap_or_else(Instant::now);
-                if seen.is_some() && Instant::now() < until {
-                    Outcome::Park(seen.unwrap_or_default(), next)
-                } else {
-                    Outcome::ok(Reply::NilArray)
-                }
-            }
-            Ok(o) => o,
-            // A long poll that meets a database that cannot answer waits on
-            // (parked) until its wait is over, instead of failing.
-            Err(DbError::Unavailable(_)) if waiting => {
-                db.failed = true;
-                db.unavailable = true;
-                Outcome::Park(seen.unwrap_or_default(), None)
-            }
-            Err(e) => {
-                let status = db.failed_with(&e);
-                Outcome::Reply(e.reply(), Vec::new(), status)
             }
         }
     }

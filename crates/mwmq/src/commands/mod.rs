@@ -36,6 +36,7 @@ use crate::shared::Shared;
 use crate::users::Right;
 use crate::xcommand::{AddId, GroupRead, XCmd};
 
+pub mod carry;
 pub mod connection;
 pub mod messages;
 pub mod owned;
@@ -45,6 +46,7 @@ pub mod streams;
 
 pub use crate::session::Session;
 pub use crate::telemetry::DbFacts;
+pub use carry::{Batched, Databases, Look, Pooled};
 
 /// The database's refusals as a Redis user reads them (the database layer
 /// builds no replies).

@@ -92,19 +92,6 @@ impl<'a> Core<'a> {
             _ => r,
         }
     }
-
-    /// What `user` has on every database but `home`, through the pools
-    /// (the pool engine and the page; the async engine counts on its own
-    /// connections).
-    pub fn owned_elsewhere(&self, user: &str, home: usize) -> Result<i64, DbError> {
-        let mut n = 0;
-        for (d, pool) in self.shared.pool.iter().enumerate() {
-            if d != home {
-                n += pool.with(async |pg| owned(pg, user).await)??;
-            }
-        }
-        Ok(n)
-    }
 }
 
 #[cfg(test)]
