@@ -203,12 +203,15 @@ pub struct ServerConfig {
     /// make one more is refused (`-OVERQUOTA`); 0: no limit, as Redis
     /// (default 1000).
     pub max_consumers_per_group: u64,
-    /// Most requests a worker carries out together (1: one at a time, the
-    /// seed's architecture, which the lab's models assume and ask for). Above
-    /// 1, a worker that takes a SEND, ACK or POP also takes up to `batch - 1`
-    /// more of the same kind waiting in the queue and runs them as one
-    /// statement: one round trip and one commit for all. Only what already
-    /// waits is taken, so a lone request is not delayed (default 32).
+    /// Most requests carried out together (1: one at a time, the seed's
+    /// architecture, which the lab's models assume and ask for). Above 1, a
+    /// request of a kind that batches (`commands::Batch`: SEND without KEY,
+    /// ACK, POP, RECV of one message without WAIT, XADD with `*`, XACK,
+    /// XREADGROUP of new entries without BLOCK) takes up to `batch - 1` more
+    /// of its kind waiting — in the pool engine's queue, or among an async
+    /// loop's waiting requests — and they run as one statement: one round
+    /// trip and one commit for all. Only what already waits is taken, so a
+    /// lone request is not delayed (default 32).
     pub batch: usize,
     /// A request that waited this long for a worker is answered `-TRYAGAIN`
     /// without touching the database, 0 = never (default 10000 ms).
@@ -461,7 +464,7 @@ impl ServiceConfig for Config {
             if e.url.trim().is_empty() {
                 return err(format!("[[databases]] {:?}: no url (a PostgreSQL connection string)", e.name));
             }
-            let target = crate::dbtls::split(&e.url).map_err(ConfigError)?;
+            let target = crate::db::tls::split(&e.url).map_err(ConfigError)?;
             if let Err(err_) = target.conninfo.parse::<postgres::Config>() {
                 return err(format!("database connection string {:?}: {err_}", mwstats::redact::redact(&e.url)));
             }

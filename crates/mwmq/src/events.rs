@@ -72,10 +72,10 @@ pub fn run_timer_thread(shared: Arc<Shared>) {
 /// input budget goes back and its connection is no longer busy (the net
 /// thread is told when `tell_net`: not by the net thread itself, whose
 /// channel it would fill).
-pub(crate) fn abandon(shared: &Shared, job: Box<crate::job::Job>, tell_net: bool) {
+pub(crate) fn abandon(shared: &Shared, job: Box<crate::engine::job::Job>, tell_net: bool) {
     shared.input.give(job.size);
     if job.conn.finish_request() && tell_net {
-        shared.done(crate::job::Done { token: job.token, conn_id: job.conn.id });
+        shared.done(crate::engine::job::Done { token: job.token, conn_id: job.conn.id });
     }
 }
 

@@ -7,23 +7,18 @@
 //! format that mwproxy and mwload write. See docs/mwmq.md.
 
 pub mod admin;
-pub mod aio;
 pub mod cli;
 pub mod command;
 pub mod commands;
 pub mod config;
-pub mod conn;
 pub mod db;
-pub mod dbtls;
 pub mod deadline;
+pub mod engine;
 pub mod events;
-pub mod job;
 pub mod limits;
 pub mod logins;
-pub mod net;
 pub mod output;
 pub mod peer;
-pub mod pgpass;
 pub mod placement;
 pub mod poller;
 pub mod queues;
@@ -39,12 +34,10 @@ pub mod sqlguard;
 pub mod streambounds;
 pub mod streamrules;
 pub mod telemetry;
-pub mod ui;
 pub mod users;
 pub mod waiters;
 pub mod windows;
 pub mod words;
-pub mod worker;
 pub mod xcommand;
 
 pub use config::Config;

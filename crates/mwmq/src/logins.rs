@@ -26,7 +26,7 @@ use crossbeam_channel::{Receiver, Sender, TrySendError};
 use mwserve::throttle::{Attempt, Refused, Source, Throttle};
 
 use crate::command::Credentials;
-use crate::job::Job;
+use crate::engine::job::Job;
 use crate::users::{Checked, Users, Verifier};
 
 /// The queue of logins waiting for a check.

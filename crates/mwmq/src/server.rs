@@ -13,13 +13,13 @@ pub use mwserve::start::StartError;
 
 use crate::config::{Config, ConfigError};
 use crate::db::Pools;
+use crate::engine::net::NetThread;
+use crate::engine::worker::Worker;
 use crate::events::{run_listener_thread, run_notifier_thread, run_timer_thread, run_vacuum_thread};
-use crate::net::NetThread;
 use crate::shared::{InputBudget, Shared};
 use crate::telemetry::NetCounters;
 use crate::waiters::Waiters;
 use crate::windows::run_stats_thread;
-use crate::worker::Worker;
 
 fn database(why: String) -> StartError {
     StartError::Dependency { what: "database", why }
@@ -31,7 +31,7 @@ pub struct Mq {
     shared: Arc<Shared>,
     net: Option<JoinHandle<()>>,
     workers: Vec<JoinHandle<()>>,
-    engine: Option<crate::aio::Engine>,
+    engine: Option<crate::engine::aio::Engine>,
     background: Vec<JoinHandle<()>>,
 }
 
@@ -138,12 +138,12 @@ impl Service for Mq {
         });
         // The engine; what a stop must wake besides the parked RECVs.
         let (engine, pool_front, wake): (_, _, Box<dyn Fn() + Send + Sync>) = if async_engine {
-            let engine = crate::aio::Engine::start(shared.clone(), listeners, workers)?;
+            let engine = crate::engine::aio::Engine::start(shared.clone(), listeners, workers)?;
             let stop_loops = engine.stopper();
             (Some(engine), None, Box::new(stop_loops))
         } else {
             let listeners = listeners.into_iter().map(|(l, tls)| (l.into(), tls)).collect();
-            let (front, waker) = Front::new(listeners, crate::net::TOO_MANY)?;
+            let (front, waker) = Front::new(listeners, crate::engine::net::TOO_MANY)?;
             let w = waker.clone();
             (None, Some((front, waker)), Box::new(move || drop(w.wake())))
         };
@@ -173,7 +173,8 @@ impl Service for Mq {
         if shared.users.enabled() {
             for i in 0..shared.config.auth.login_threads {
                 let s = shared.clone();
-                background.push(spawn(&format!("login-{i}"), Box::new(move || crate::worker::run_login_thread(s)))?);
+                background
+                    .push(spawn(&format!("login-{i}"), Box::new(move || crate::engine::worker::run_login_thread(s)))?);
             }
         }
         // Bounded: a connection has at most one request with the workers, so

@@ -12,7 +12,7 @@ use mwserve::queue::WorkQueue;
 
 use crate::config::Config;
 use crate::db::{LeaseRef, Pools};
-use crate::job::{Done, Work};
+use crate::engine::job::{Done, Work};
 use crate::telemetry::{DbFacts, MqAcc, NetCounters, Stamps, Telemetry};
 use crate::waiters::Waiters;
 use mwstats::slots::SlotWriter;
@@ -83,7 +83,7 @@ pub struct Shared {
     /// What a request whose reply may be large reserves of `output`.
     pub bounds: crate::output::Bounds,
     /// The pool engine's requests waiting for room in `output`.
-    pub reply_line: crate::output::Line<Box<crate::job::Job>>,
+    pub reply_line: crate::output::Line<Box<crate::engine::job::Job>>,
     /// When the process started.
     pub started: Instant,
     /// Where workers report answered requests (set once the net thread exists).
@@ -105,7 +105,7 @@ pub struct Shared {
     /// Each queue's rates over the last minutes (the `/ui` page's charts).
     pub rates: crate::rates::History,
     /// The `/ui` page's logins.
-    pub ui: crate::ui::sessions::Ui,
+    pub ui: crate::admin::ui::sessions::Ui,
     /// VACUUMs of the messages table this process ran.
     pub vacuums: std::sync::atomic::AtomicU64,
     /// Stream replies refused or cut by `max_reply_bytes` (INFO, `/metrics`).

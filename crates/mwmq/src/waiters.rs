@@ -31,7 +31,7 @@ use std::time::Instant;
 use mwserve::queue::WorkQueue;
 
 use crate::command::Command;
-use crate::job::{Job, Work};
+use crate::engine::job::{Job, Work};
 use crate::xcommand::{GroupRead, ReadFrom, Sid, XCmd};
 
 /// What a waiting request looks for (what the shared poll asks the database

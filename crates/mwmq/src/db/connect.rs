@@ -54,7 +54,7 @@ impl DbConn {
                 pg.db = db;
                 rt.spawn(driver);
                 let after = crate::deadline::sockets();
-                let ports = crate::dbtls::split(&cfg.database.url)
+                let ports = crate::db::tls::split(&cfg.database.url)
                     .ok()
                     .and_then(|t| t.conninfo.parse::<postgres::Config>().ok())
                     .map(|c| c.get_ports().to_vec())
@@ -93,12 +93,12 @@ pub fn connect(cfg: &Config) -> Result<Client, String> {
 /// (PGPASSWORD, passfile, PGPASSFILE, ~/.pgpass, as libpq), mwmq's name,
 /// and whether TLS is spoken (never over a Unix socket: libpq ignores
 /// sslmode there too).
-fn target(cfg: &Config) -> Result<(tokio_postgres::Config, Option<crate::dbtls::DbTarget>), String> {
-    let target = crate::dbtls::split(&cfg.database.url)?;
+fn target(cfg: &Config) -> Result<(tokio_postgres::Config, Option<crate::db::tls::DbTarget>), String> {
+    let target = crate::db::tls::split(&cfg.database.url)?;
     let mut pg: tokio_postgres::Config = target.conninfo.parse().map_err(|e| format!("connection string: {e}"))?;
     pg.connect_timeout(Duration::from_millis(cfg.database.connect_timeout_ms));
     if pg.get_password().is_none() {
-        if let Some(p) = crate::pgpass::password_for(&pg, target.passfile.as_deref()) {
+        if let Some(p) = crate::db::pgpass::password_for(&pg, target.passfile.as_deref()) {
             pg.password(p);
         }
     }
@@ -106,7 +106,7 @@ fn target(cfg: &Config) -> Result<(tokio_postgres::Config, Option<crate::dbtls::
         pg.application_name("mwmq");
     }
     let unix_only = pg.get_hosts().iter().all(|h| matches!(h, tokio_postgres::config::Host::Unix(_)));
-    let tls = (pg.get_hosts().is_empty() || !unix_only) && target.mode != crate::dbtls::Mode::Disable;
+    let tls = (pg.get_hosts().is_empty() || !unix_only) && target.mode != crate::db::tls::Mode::Disable;
     Ok((pg, tls.then_some(target)))
 }
 
@@ -146,7 +146,7 @@ fn connect_now(cfg: &Config) -> Result<Client, String> {
     let pg = postgres::Config::from(pg);
     let mut client = match &tls {
         None => pg.connect(NoTls),
-        Some(t) => pg.connect(crate::dbtls::connector(t)?),
+        Some(t) => pg.connect(crate::db::tls::connector(t)?),
     }
     .map_err(connect_error)?;
     client.batch_execute(&session_settings(cfg)).map_err(|e| e.to_string())?;
@@ -170,7 +170,7 @@ pub(super) async fn connect_async(
             Ok((c, drive(conn, unreplicated)))
         }
         Some(t) => {
-            let (c, conn) = pg.connect(crate::dbtls::connector(t)?).await.map_err(connect_error)?;
+            let (c, conn) = pg.connect(crate::db::tls::connector(t)?).await.map_err(connect_error)?;
             Ok((c, drive(conn, unreplicated)))
         }
     }

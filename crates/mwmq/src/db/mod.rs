@@ -25,15 +25,18 @@
 //! a method per statement), `streams.rs` (the stream commands' statements
 //! and their rows), `connect.rs` (opening connections, blocking and
 //! asynchronous), `pools.rs` (the pools, one per database, and failover),
-//! `rows.rs` (what the statements return).
+//! `rows.rs` (what the statements return), `tls.rs` and `pgpass.rs` (TLS
+//! to PostgreSQL and the password file, as libpq understands them).
 
 mod connect;
 mod migrations;
 mod pgconn;
+pub mod pgpass;
 mod pools;
 mod rows;
 mod statements;
 pub mod streams;
+pub mod tls;
 
 pub use connect::{connect, DbConn, Driver};
 pub use migrations::{migrate, MIGRATIONS, SCHEMA};

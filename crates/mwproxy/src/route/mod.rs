@@ -13,8 +13,10 @@
 //! The engines drive it: a pool worker sends a round and blocks on the
 //! replies, an async loop hands each reply over as it arrives; either way
 //! the calls of a round may end in any order, and the reply does not depend
-//! on it. Nothing here knows about health, timeouts or connections; a server
-//! that could not be used is simply a [`BackendError`] outcome.
+//! on it. Nothing here knows about timeouts or connections, and of health
+//! only which servers are ejected (`health::Ejection`, when ejection is on:
+//! requests are placed on the ring without them); a server that could not
+//! be used is simply a [`BackendError`] outcome.
 
 mod gather;
 mod meta;

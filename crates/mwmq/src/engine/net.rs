@@ -38,8 +38,8 @@ use mwserve::listen::{Front, Transport, WAKER};
 use mwstats::clock::now_ns;
 
 use crate::command::{self, Limits};
-use crate::conn::ClientConn;
-use crate::job::{Done, Job, Work};
+use crate::engine::conn::ClientConn;
+use crate::engine::job::{Done, Job, Work};
 use crate::resp::{Reply, Request, RequestParser};
 use crate::shared::Shared;
 use crate::telemetry::NetCounters;

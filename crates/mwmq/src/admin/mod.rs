@@ -6,7 +6,9 @@
 //! (liveness, answered by the endpoint's loop itself: 200 while the process
 //! serves, 503 once it is stopping), `/readyz` (readiness: 503 while the
 //! database cannot be reached; one check at a time, its answer served again
-//! for `mwserve::http::READY_FOR`) and the `/ui` page ([`crate::ui`]).
+//! for `mwserve::http::READY_FOR`) and the `/ui` page ([`crate::admin::ui`]).
+
+pub mod ui;
 
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
@@ -39,7 +41,7 @@ pub fn routes(shared: Arc<Shared>) -> Routes {
             let (current, last) = current_record(&shared);
             Some(Page::ok("application/json", serde_json::json!({ "current": current, "last": last }).to_string()))
         }
-        _ => crate::ui::route(&shared, r),
+        _ => crate::admin::ui::route(&shared, r),
     });
     let probes = Probes {
         // Answered by the endpoint's loop itself: a flag, nothing else.

@@ -326,7 +326,8 @@ async fn accept(lp: Rc<Loop>, l: tokio::net::TcpListener, tls: bool) {
             NetCounters::add(&shared.net.rejected, 1);
             tokio::task::spawn_local(async move {
                 let mut stream = stream;
-                let _ = tokio::time::timeout(Duration::from_secs(1), stream.write_all(crate::net::TOO_MANY)).await;
+                let _ =
+                    tokio::time::timeout(Duration::from_secs(1), stream.write_all(crate::engine::net::TOO_MANY)).await;
             });
             continue;
         }

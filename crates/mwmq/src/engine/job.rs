@@ -6,8 +6,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use crate::command::Command;
-use crate::conn::ClientConn;
 use crate::db::LeaseRef;
+use crate::engine::conn::ClientConn;
 use crate::resp::Reply;
 
 /// One request on its way through mwmq.

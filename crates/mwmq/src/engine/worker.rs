@@ -17,9 +17,9 @@ use mwstats::slots::SlotWriter;
 
 use crate::command::{Command, MqOp};
 use crate::commands::{Answer, Batch, Batched, Core, DbFacts, Look, Outcome, Pooled};
-use crate::conn::Delivered;
 use crate::db::LeaseRef;
-use crate::job::{Done, Job, Work};
+use crate::engine::conn::Delivered;
+use crate::engine::job::{Done, Job, Work};
 use crate::resp::Reply;
 use crate::shared::Shared;
 use crate::telemetry::MqAcc;
@@ -152,7 +152,7 @@ impl Worker {
         let home = jobs[0].cmd.as_ref().ok().and_then(|c| core.home(c)).unwrap_or(0);
         let mut db = DbFacts::default();
         let batched = {
-            let items: Vec<(&Command, &crate::conn::ClientConn)> =
+            let items: Vec<(&Command, &crate::engine::conn::ClientConn)> =
                 live.iter().filter_map(|i| jobs[*i].cmd.as_ref().ok().map(|c| (c, &*jobs[*i].conn))).collect();
             Pooled::now(core.carry_batch(&Pooled(&self.shared.pool), home, &kind, &items, &mut db))
         };
