@@ -43,7 +43,6 @@ pub use migrations::{migrate, MIGRATIONS, SCHEMA};
 pub use pgconn::{within, PgConn, UNREPLICATED};
 pub use pools::{Pool, PoolCounters, Pools, PrimaryWatch};
 pub use rows::*;
-pub use statements::ARCHIVE_GONE;
 
 use postgres::error::SqlState;
 

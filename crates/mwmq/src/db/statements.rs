@@ -1,392 +1,119 @@
-//! The statements every connection prepares when it opens.
+//! The statements every connection prepares when it opens: their SQL is
+//! `crates/mwmq/sql/statements.sql` (what each is for is written there),
+//! read once, its fragments put in.
+
+use std::collections::HashMap;
+use std::sync::OnceLock;
 
 use postgres::Statement;
 
-/// A queue RECV's plain statements serve: no delivery limit, not paused, no
-/// concurrency or rate limit (any other goes through `mwmq_recv`).
-const PLAIN_QUEUE: &str =
-    "dropped_at IS NULL AND max_deliveries IS NULL AND NOT paused AND concurrency IS NULL AND rate IS NULL";
+/// The statements' SQL.
+const SQL: &str = include_str!("../../sql/statements.sql");
 
-/// The queue's id, if it exists (reused by most statements).
-const QUEUE: &str = "(SELECT id FROM mwmq_queues WHERE name = $1 AND dropped_at IS NULL)";
+/// The statements of `statements.sql` by name, with their fragments put in.
+pub(super) struct Texts(HashMap<String, String>);
 
-/// ACK's check of who holds the delivery: `$4`, the receiver it was leased
-/// to, or NULL for a caller that may act on any delivery of the queue.
-const HELD: &str = "AND ($4::text IS NULL OR leased_to = $4)";
+impl Texts {
+    /// The file, read.
+    pub(super) fn get_all() -> &'static Texts {
+        static TEXTS: OnceLock<Texts> = OnceLock::new();
+        TEXTS.get_or_init(|| Texts::parse(SQL).unwrap_or_else(|e| panic!("sql/statements.sql: {e}")))
+    }
 
-/// A message of `m` that is not grouped, or the oldest of its group left
-/// (`limits.rs`; `mwmq_recv` has its own copy, frozen in schema 8).
-macro_rules! group_head {
-    () => {
-        "(m.grp IS NULL OR NOT EXISTS (SELECT 1 FROM mwmq_messages o
-                                       WHERE o.queue_id = m.queue_id AND o.grp = m.grp AND o.id < m.id))"
-    };
-}
+    /// Statement `name`'s SQL.
+    pub(super) fn get(&self, name: &str) -> &str {
+        self.0.get(name).map(String::as_str).unwrap_or_else(|| panic!("sql/statements.sql has no statement {name}"))
+    }
 
-/// Which messages of `m` a receiver may take: visible, addressed to it or to
-/// no one, from the sender asked for, the head of its group if it has one.
-const ELIGIBLE: &str = concat!(
-    "m.visible_at <= now() AND (m.receiver IS NULL OR m.receiver = $2) AND ($3::text IS NULL OR m.sender = $3) AND ",
-    group_head!()
-);
-
-/// The statements of one connection, prepared when it opens.
-pub(super) struct Statements {
-    pub(super) send: Statement,
-    pub(super) send_many: Statement,
-    pub(super) ack_many: Statement,
-    pub(super) send_key: Statement,
-    pub(super) key_lookup: Statement,
-    pub(super) recv: Statement,
-    pub(super) recv_plain: Statement,
-    pub(super) recv_many: Statement,
-    pub(super) pop: Statement,
-    pub(super) peek: Statement,
-    pub(super) ack: Statement,
-    pub(super) archive: Statement,
-    pub(super) dead: Statement,
-    pub(super) nack: Statement,
-    pub(super) touch: Statement,
-    pub(super) alter: Statement,
-    pub(super) pause: Statement,
-    pub(super) recount: Statement,
-    pub(super) settle: Statement,
-    pub(super) mark: Statement,
-    pub(super) info: Statement,
-    pub(super) quota: Statement,
-    pub(super) redrive: Statement,
-    pub(super) release: Statement,
-    pub(super) exists: Statement,
-    pub(super) create: Statement,
-    pub(super) drop: Statement,
-    pub(super) len: Statement,
-    pub(super) list: Statement,
-    pub(super) pending: Statement,
-}
-
-impl Statements {
-    pub(super) async fn prepare(c: &tokio_postgres::Client) -> Result<Statements, postgres::Error> {
-        Ok(Statements {
-            send: c.prepare(
-                "INSERT INTO mwmq_messages (queue_id, sender, receiver, body, visible_at, counted, grp)
-                 SELECT id, $2::text, $3::text, $4::bytea, now() + interval '1 millisecond' * $5::float8,
-                        (max_messages IS NOT NULL OR max_bytes IS NOT NULL), $6::text
-                 FROM mwmq_queues WHERE name = $1 AND dropped_at IS NULL
-                   AND (max_messages IS NULL AND max_bytes IS NULL
-                        OR mwmq_room(id, max_messages, max_bytes, octet_length($4::bytea)))
-                 RETURNING id",
-            ).await?,
-            send_many: c.prepare(
-                "WITH r AS (
-                    SELECT nextval('mwmq_message_ids') AS id, q.id AS queue_id, t.n, t.sender, t.receiver,
-                           t.body, t.delay, t.grp, (q.max_messages IS NOT NULL OR q.max_bytes IS NOT NULL) AS counted
-                    FROM unnest($1::text[], $2::text[], $3::text[], $4::bytea[], $5::float8[], $6::text[])
-                         WITH ORDINALITY AS t(queue, sender, receiver, body, delay, grp, n)
-                    JOIN mwmq_queues q ON q.name = t.queue AND q.dropped_at IS NULL
-                    WHERE q.max_messages IS NULL AND q.max_bytes IS NULL
-                       OR mwmq_room(q.id, q.max_messages, q.max_bytes, octet_length(t.body))
-                    -- Ids in the order the SENDs came (a group is handed out in id order).
-                    ORDER BY t.n),
-                 ins AS (
-                    INSERT INTO mwmq_messages (queue_id, id, sender, receiver, body, visible_at, counted, grp)
-                    SELECT queue_id, id, sender, receiver, body, now() + interval '1 millisecond' * delay, counted, grp
-                    FROM r)
-                 SELECT n, id FROM r",
-            ).await?,
-            ack_many: c.prepare(&format!(
-                "WITH gone AS (
-                    DELETE FROM mwmq_messages m
-                    USING (SELECT q.id AS queue_id, q.retain_ms, t.id, t.lease, t.holder, t.n
-                           FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::text[])
-                                WITH ORDINALITY AS t(queue, id, lease, holder, n)
-                           JOIN mwmq_queues q ON q.name = t.queue AND q.dropped_at IS NULL) r
-                    WHERE m.queue_id = r.queue_id AND m.id = r.id AND m.lease = r.lease
-                      AND (r.holder IS NULL OR m.leased_to = r.holder)
-                    RETURNING r.n, m.queue_id, m.id, m.sender, m.receiver, m.body, m.sent_at, m.deliveries,
-                              m.leased_to AS acked_by, r.retain_ms),
-                 {ARCHIVE_GONE}
-                 SELECT n FROM gone"
-            )).await?,
-            send_key: c.prepare(
-                "WITH k AS (
-                    INSERT INTO mwmq_keys (queue_id, key, message_id)
-                    SELECT id, $6::text, nextval('mwmq_message_ids') FROM mwmq_queues
-                    WHERE name = $1 AND dropped_at IS NULL
-                      AND (max_messages IS NULL AND max_bytes IS NULL
-                           OR mwmq_room(id, max_messages, max_bytes, octet_length($4::bytea)))
-                    ON CONFLICT DO NOTHING
-                    RETURNING queue_id, message_id)
-                 INSERT INTO mwmq_messages (queue_id, id, sender, receiver, body, visible_at, counted, grp)
-                 SELECT k.queue_id, k.message_id, $2::text, $3::text, $4::bytea,
-                        now() + interval '1 millisecond' * $5::float8,
-                        (q.max_messages IS NOT NULL OR q.max_bytes IS NOT NULL), $7::text
-                 FROM k JOIN mwmq_queues q ON q.id = k.queue_id
-                 RETURNING id",
-            ).await?,
-            key_lookup: c.prepare(&format!("SELECT message_id FROM mwmq_keys WHERE queue_id = {QUEUE} AND key = $2")).await?,
-            // A queue without a delivery limit: the plain lease of the first
-            // eligible messages (a queue with one finds nothing here).
-            // One message each for several receivers (any names) of a queue
-            // without a delivery limit: the first eligible messages are
-            // locked; each receiver gets the first one addressed to it, if
-            // any, and the others the messages addressed to no one, in
-            // order. The last row counts the messages locked, and says
-            // whether the queue is one this statement serves
-            // (NULL, NULL, count, 1 or 0, NULL, NULL).
-            recv_many: c.prepare(&format!(
-                "WITH r AS (SELECT t.n, t.me FROM unnest($2::text[]) WITH ORDINALITY AS t(me, n)),
-                 c AS (SELECT m.queue_id, m.id, m.receiver, m.visible_at FROM mwmq_messages m
-                       WHERE m.queue_id = (SELECT id FROM mwmq_queues WHERE name = $1 AND {PLAIN_QUEUE})
-                         AND m.visible_at <= now() AND (m.receiver IS NULL OR m.receiver = ANY($2::text[]))
-                         AND ($3::text IS NULL OR m.sender = $3) AND {}
-                       ORDER BY m.visible_at, m.id LIMIT $4 FOR UPDATE SKIP LOCKED),
-                 mine AS (SELECT a.queue_id, a.id, b.n, b.me
-                          FROM (SELECT c.queue_id, c.id, c.receiver,
-                                       row_number() OVER (PARTITION BY c.receiver ORDER BY c.visible_at, c.id) AS j
-                                FROM c WHERE c.receiver IS NOT NULL) a
-                          JOIN (SELECT r.n, r.me, row_number() OVER (PARTITION BY r.me ORDER BY r.n) AS j
-                                FROM r WHERE r.me IS NOT NULL) b ON b.me = a.receiver AND b.j = a.j),
-                 anyone AS (SELECT u.queue_id, u.id, w.n, w.me
-                            FROM (SELECT c.queue_id, c.id, row_number() OVER (ORDER BY c.visible_at, c.id) AS j
-                                  FROM c WHERE c.receiver IS NULL) u
-                            JOIN (SELECT r.n, r.me, row_number() OVER (ORDER BY r.n) AS j
-                                  FROM r WHERE r.n NOT IN (SELECT n FROM mine)) w ON w.j = u.j),
-                 p AS (SELECT * FROM mine UNION ALL SELECT * FROM anyone),
-                 leased AS (UPDATE mwmq_messages m
-                            SET lease = mwmq_lease_token(), leased_to = p.me,
-                                visible_at = now() + interval '1 millisecond' * $5::float8,
-                                deliveries = m.deliveries + 1
-                            FROM p WHERE m.queue_id = p.queue_id AND m.id = p.id
-                            RETURNING p.n, m.queue_id, m.id, m.lease, m.sender, m.body)
-                 SELECT n, queue_id, id, lease, sender, body FROM leased
-                 UNION ALL SELECT NULL, NULL, (SELECT count(*) FROM c),
-                                  (SELECT count(*) FROM mwmq_queues WHERE name = $1 AND {PLAIN_QUEUE}), NULL, NULL",
-                group_head!()
-            )).await?,
-            // The messages leased weigh at most $6 (`max_reply_bytes`; body,
-            // sender and 64 each, the first always: `sql/0015_reply_bounds.sql`).
-            recv_plain: c.prepare(&format!(
-                "UPDATE mwmq_messages m
-                 SET lease = mwmq_lease_token(), leased_to = $2,
-                     visible_at = now() + interval '1 millisecond' * $5::float8,
-                     deliveries = m.deliveries + 1
-                 FROM (SELECT x.queue_id, x.id FROM (
-                           SELECT l.queue_id, l.id, sum(l.w) OVER (ORDER BY l.visible_at, l.id) AS run,
-                                  row_number() OVER (ORDER BY l.visible_at, l.id) AS k
-                           FROM (SELECT m.queue_id, m.id, m.visible_at,
-                                        octet_length(m.body) + octet_length(m.sender) + 64 AS w
-                                 FROM mwmq_messages m
-                                 WHERE m.queue_id = (SELECT id FROM mwmq_queues WHERE name = $1 AND {PLAIN_QUEUE})
-                                   AND {ELIGIBLE}
-                                 ORDER BY visible_at, id LIMIT $4 FOR UPDATE SKIP LOCKED) l) x
-                       WHERE x.k = 1 OR x.run <= $6::bigint) c
-                 WHERE m.queue_id = c.queue_id AND m.id = c.id
-                 RETURNING m.queue_id, m.id, m.lease, m.sender, m.body"
-            )).await?,
-            // Any other queue: paused, limited or with a delivery limit
-            // (`limits.rs`). The last row counts the dead letters:
-            // (the queue's id or NULL without one, moved out, moved in, NULL, NULL).
-            recv: c
-                .prepare("SELECT r_queue_id, r_id, r_lease, r_sender, r_body FROM mwmq_recv($1, $2, $3, $4, $5, $6)")
-                .await?,
-            // A paused queue hands out nothing; a rate-limited one as many as
-            // its bucket allows (`limits.rs`: the function is called for those only).
-            pop: c.prepare(&format!(
-                "WITH q AS (SELECT id, retain_ms, rate FROM mwmq_queues
-                            WHERE name = $1 AND dropped_at IS NULL AND NOT paused),
-                 n AS (SELECT CASE WHEN q.rate IS NULL THEN $4 ELSE mwmq_pop_allowance(q.id, q.rate, $4) END AS allowed
-                       FROM q),
-                 gone AS (
-                    DELETE FROM mwmq_messages m
-                    USING (SELECT m.queue_id, m.id FROM mwmq_messages m
-                           WHERE m.queue_id = (SELECT id FROM q) AND {ELIGIBLE}
-                           ORDER BY visible_at, id LIMIT (SELECT allowed FROM n) FOR UPDATE SKIP LOCKED) c
-                    WHERE m.queue_id = c.queue_id AND m.id = c.id
-                    RETURNING m.queue_id, m.id, m.sender, m.receiver, m.body, m.sent_at, m.deliveries + 1 AS deliveries,
-                              $2::text AS acked_by, (SELECT retain_ms FROM q) AS retain_ms),
-                 {ARCHIVE_GONE}
-                 SELECT id, sender, body FROM gone"
-            )).await?,
-            peek: c.prepare(&format!(
-                "SELECT m.id, m.sender, m.body FROM mwmq_messages m
-                 WHERE m.queue_id = {QUEUE} AND {ELIGIBLE} ORDER BY m.visible_at, m.id LIMIT $4"
-            )).await?,
-            ack: c.prepare(&format!(
-                "WITH q AS (SELECT id, retain_ms FROM mwmq_queues WHERE name = $1 AND dropped_at IS NULL),
-                 gone AS (
-                    DELETE FROM mwmq_messages m USING q
-                    WHERE m.queue_id = q.id AND m.id = $2 AND m.lease = $3 {HELD}
-                    RETURNING m.queue_id, m.id, m.sender, m.receiver, m.body, m.sent_at, m.deliveries,
-                              m.leased_to AS acked_by, q.retain_ms),
-                 {ARCHIVE_GONE}
-                 SELECT count(*) FROM gone"
-            )).await?,
-            // (QARCHIVE and QDEAD weigh at most $3, as RECV: the first always.)
-            archive: c.prepare(&format!(
-                "SELECT id, sender, body, deliveries, acked_ms, acked_by FROM (
-                    SELECT a.*, sum(a.w) OVER (ORDER BY a.acked_at DESC, a.id DESC) AS run,
-                           row_number() OVER (ORDER BY a.acked_at DESC, a.id DESC) AS k
-                    FROM (SELECT id, sender, body, deliveries, (extract(epoch FROM acked_at) * 1000)::bigint AS acked_ms,
-                                 acked_by, acked_at,
-                                 octet_length(body) + octet_length(sender) + coalesce(octet_length(acked_by), 0) + 128 AS w
-                          FROM mwmq_archive WHERE queue_id = {QUEUE} ORDER BY acked_at DESC, id DESC LIMIT $2) a) x
-                 WHERE x.k = 1 OR x.run <= $3::bigint ORDER BY x.k"
-            )).await?,
-            // A queue's dead letters: those it holds as a dead-letter queue,
-            // and those it sent to its own; last moved first (a dead letter is
-            // visible from its move on, until someone takes it).
-            dead: c.prepare(
-                "WITH q AS (SELECT id, name, dead_letter FROM mwmq_queues WHERE name = $1 AND dropped_at IS NULL),
-                 d AS (SELECT m.id, dq.name AS held_in, m.dead_from, m.dead_reason, m.deliveries, m.sender,
-                              (extract(epoch FROM m.sent_at) * 1000)::bigint AS sent_ms, m.body, m.visible_at,
-                              octet_length(m.body) + octet_length(m.sender) + octet_length(dq.name)
-                                + coalesce(octet_length(m.dead_from), 0) + 256 AS w
-                       FROM q JOIN mwmq_queues dq ON dq.dropped_at IS NULL AND (dq.id = q.id OR dq.name = q.dead_letter)
-                       JOIN mwmq_messages m ON m.queue_id = dq.id AND m.dead_from IS NOT NULL
-                                           AND (dq.id = q.id OR m.dead_from = q.name)
-                       ORDER BY m.visible_at DESC, m.id DESC LIMIT $2)
-                 SELECT id, held_in, dead_from, dead_reason, deliveries, sender, sent_ms, body FROM (
-                    SELECT d.*, sum(d.w) OVER (ORDER BY d.visible_at DESC, d.id DESC) AS run,
-                           row_number() OVER (ORDER BY d.visible_at DESC, d.id DESC) AS k FROM d) x
-                 WHERE x.k = 1 OR x.run <= $3::bigint ORDER BY x.k",
-            ).await?,
-            nack: c.prepare(&format!(
-                "UPDATE mwmq_messages SET lease = NULL, leased_to = NULL,
-                        visible_at = CASE WHEN $4::float8 > 0 THEN now() + interval '1 millisecond' * $4::float8
-                                          ELSE least(sent_at, now()) END
-                 WHERE queue_id = {QUEUE} AND id = $2 AND lease = $3 AND ($5::text IS NULL OR leased_to = $5)"
-            )).await?,
-            touch: c.prepare(&format!(
-                "UPDATE mwmq_messages SET visible_at = now() + interval '1 millisecond' * $4::float8
-                 WHERE queue_id = {QUEUE} AND id = $2 AND lease = $3 AND ($5::text IS NULL OR leased_to = $5)"
-            )).await?,
-            alter: c.prepare(
-                "UPDATE mwmq_queues
-                 SET max_deliveries = CASE WHEN $2::bool THEN nullif($3::int, 0) ELSE max_deliveries END,
-                     dead_letter = CASE WHEN $4::bool THEN $5::text ELSE dead_letter END,
-                     max_messages = CASE WHEN $6::bool THEN nullif($7::bigint, 0) ELSE max_messages END,
-                     max_bytes = CASE WHEN $8::bool THEN nullif($9::bigint, 0) ELSE max_bytes END,
-                     concurrency = CASE WHEN $10::bool THEN nullif($11::int, 0) ELSE concurrency END,
-                     rate = CASE WHEN $12::bool THEN nullif($13::float8, 0) ELSE rate END,
-                     retain_ms = CASE WHEN $14::bool THEN nullif($15::bigint, 0) ELSE retain_ms END
-                 WHERE name = $1 AND dropped_at IS NULL
-                 RETURNING id, (SELECT o.max_messages IS NOT NULL OR o.max_bytes IS NOT NULL
-                                FROM mwmq_queues o WHERE o.id = mwmq_queues.id) AS had_quota,
-                           (max_messages IS NOT NULL OR max_bytes IS NOT NULL) AS has_quota",
-            ).await?,
-            // After a quota was set or lifted: SQL transactions that read it at COMMIT before have committed (`sql/0016_sql_bounds.sql`).
-            settle: c.prepare("SELECT mwmq_settle_barrier($1)").await?,
-            pause: c.prepare("UPDATE mwmq_queues SET paused = $2 WHERE name = $1 AND dropped_at IS NULL RETURNING id").await?,
-            // A quota set or lifted: the queue's messages are marked counted, or not.
-            mark: c.prepare(
-                "UPDATE mwmq_messages m SET counted = q.quota
-                 FROM (SELECT id, (max_messages IS NOT NULL OR max_bytes IS NOT NULL) AS quota
-                       FROM mwmq_queues WHERE name = $1 AND dropped_at IS NULL) q
-                 WHERE m.queue_id = q.id AND m.counted <> q.quota",
-            ).await?,
-            // A quota set or lifted: the queue's count starts from what it
-            // holds (nothing without a quota). The SQL callers' stripes (16
-            // and up, `sql/0014_sql_quota.sql`) may be locked by open transactions and
-            // are left alone: stripe 0 takes what they count away.
-            recount: c.prepare(
-                "WITH q AS (SELECT id, (max_messages IS NOT NULL OR max_bytes IS NOT NULL) AS counted
-                            FROM mwmq_queues WHERE name = $1 AND dropped_at IS NULL),
-                 s AS (SELECT coalesce(sum(c.messages), 0)::bigint AS messages, coalesce(sum(c.bytes), 0)::bigint AS bytes
-                       FROM mwmq_queue_counts c WHERE c.queue_id = (SELECT id FROM q) AND c.stripe >= 16),
-                 d AS (DELETE FROM mwmq_queue_counts c USING q
-                       WHERE c.queue_id = q.id AND c.stripe BETWEEN 1 AND 15)
-                 INSERT INTO mwmq_queue_counts AS c (queue_id, stripe, messages, bytes)
-                 SELECT q.id, 0, count(m.id) - s.messages, coalesce(sum(octet_length(m.body)), 0) - s.bytes
-                 FROM q CROSS JOIN s LEFT JOIN mwmq_messages m ON m.queue_id = q.id AND q.counted
-                 GROUP BY q.id, s.messages, s.bytes
-                 ON CONFLICT (queue_id, stripe) DO UPDATE SET messages = EXCLUDED.messages, bytes = EXCLUDED.bytes",
-            ).await?,
-            // Counts from the indexes (ready, not yet visible, dead letters)
-            // and the quota's counters; the age of the message next in line;
-            // of each queue named (QINFO names one, the /ui page many).
-            info: c.prepare(
-                "SELECT coalesce(q.max_deliveries, 0), q.dead_letter,
-                        (SELECT count(*) FROM mwmq_messages m WHERE m.queue_id = q.id AND m.visible_at <= now()),
-                        (SELECT count(*) FROM mwmq_messages m
-                         WHERE m.queue_id = q.id AND m.visible_at > now() AND m.lease IS NULL),
-                        (SELECT count(*) FROM mwmq_messages m
-                         WHERE m.queue_id = q.id AND m.visible_at > now() AND m.lease IS NOT NULL),
-                        (SELECT count(*) FROM mwmq_messages m WHERE m.queue_id = q.id AND m.dead_from IS NOT NULL),
-                        coalesce(extract(epoch FROM now() - (
-                            SELECT m.sent_at FROM mwmq_messages m WHERE m.queue_id = q.id AND m.visible_at <= now()
-                            ORDER BY m.visible_at, m.id LIMIT 1)) * 1000, 0)::float8,
-                        coalesce(q.max_messages, 0), coalesce(q.max_bytes, 0),
-                        (SELECT coalesce(sum(c.messages), 0)::bigint FROM mwmq_queue_counts c WHERE c.queue_id = q.id),
-                        (SELECT coalesce(sum(c.bytes), 0)::bigint FROM mwmq_queue_counts c WHERE c.queue_id = q.id),
-                        q.paused, coalesce(q.concurrency, 0), coalesce(q.rate, 0),
-                        coalesce(l.held_concurrency, 0), coalesce(l.held_rate, 0), coalesce(q.retain_ms, 0),
-                        (SELECT count(*) FROM mwmq_archive a WHERE a.queue_id = q.id), q.name
-                 FROM mwmq_queues q LEFT JOIN mwmq_queue_limits l ON l.queue_id = q.id
-                 WHERE q.name = ANY($1::text[]) AND q.dropped_at IS NULL",
-            ).await?,
-            // Why a SEND stored nothing: no such queue (no row), or its quota.
-            quota: c.prepare(
-                "SELECT coalesce(q.max_messages, 0), coalesce(q.max_bytes, 0),
-                        (SELECT coalesce(sum(c.messages), 0)::bigint FROM mwmq_queue_counts c WHERE c.queue_id = q.id),
-                        (SELECT coalesce(sum(c.bytes), 0)::bigint FROM mwmq_queue_counts c WHERE c.queue_id = q.id)
-                 FROM mwmq_queues q WHERE q.name = $1 AND q.dropped_at IS NULL",
-            ).await?,
-            // Dead letters back: to TO, or to the queue each came from; what
-            // has nowhere to go (no such queue) stays.
-            redrive: c.prepare(
-                "WITH src AS (SELECT id FROM mwmq_queues WHERE name = $1 AND dropped_at IS NULL),
-                 c AS (SELECT m.queue_id, m.id, coalesce($2::text, m.dead_from) AS target
-                       FROM mwmq_messages m
-                       WHERE m.queue_id = (SELECT id FROM src) AND m.visible_at <= now()
-                       ORDER BY m.visible_at, m.id LIMIT $3 FOR UPDATE OF m SKIP LOCKED),
-                 gone AS (DELETE FROM mwmq_messages m
-                          USING c JOIN mwmq_queues t ON t.name = c.target AND t.dropped_at IS NULL
-                          WHERE m.queue_id = c.queue_id AND m.id = c.id
-                          RETURNING t.id AS target_id, m.id, m.sender, m.receiver, m.body, m.sent_at, m.grp,
-                                    (t.max_messages IS NOT NULL OR t.max_bytes IS NOT NULL) AS counted),
-                 ins AS (INSERT INTO mwmq_messages (queue_id, id, sender, receiver, body, sent_at, visible_at, counted, grp)
-                         SELECT target_id, id, sender, receiver, body, sent_at, now(), counted, grp FROM gone RETURNING 1)
-                 SELECT (SELECT count(*) FROM ins), EXISTS (SELECT 1 FROM src)",
-            ).await?,
-            release: c.prepare(
-                "UPDATE mwmq_messages m SET lease = NULL, leased_to = NULL, visible_at = least(m.sent_at, now()), deliveries = greatest(m.deliveries - 1, 0)
-                 FROM unnest($1::bigint[], $2::bigint[], $3::bigint[]) AS r(queue_id, id, lease)
-                 WHERE m.queue_id = r.queue_id AND m.id = r.id AND m.lease = r.lease",
-            ).await?,
-            exists: c.prepare("SELECT 1 FROM mwmq_queues WHERE name = $1 AND dropped_at IS NULL").await?,
-            // A user creates at most $7 queues and streams (NULL: no limit).
-            create: c.prepare(
-                "INSERT INTO mwmq_queues
-                    (name, max_deliveries, dead_letter, max_messages, max_bytes, created_by, concurrency, rate,
-                     retain_ms)
-                 SELECT $1, nullif($2::int, 0), $3, nullif($4::bigint, 0), nullif($5::bigint, 0), $6::text,
-                        nullif($8::int, 0), nullif($9::float8, 0), nullif($10::bigint, 0)
-                 WHERE $7::bigint IS NULL OR mwmq_owned($6::text) < $7::bigint
-                 ON CONFLICT (name) WHERE dropped_at IS NULL DO NOTHING RETURNING id",
-            ).await?,
-            drop: c.prepare(
-                "UPDATE mwmq_queues SET dropped_at = now() WHERE name = $1 AND dropped_at IS NULL RETURNING id",
-            ).await?,
-            len: c.prepare(
-                "SELECT (SELECT count(*) FROM mwmq_messages m WHERE m.queue_id = q.id)
-                 FROM mwmq_queues q WHERE q.name = $1 AND q.dropped_at IS NULL",
-            ).await?,
-            list: c.prepare("SELECT name FROM mwmq_queues WHERE dropped_at IS NULL ORDER BY name LIMIT $1").await?,
-            pending: c.prepare(
-                "SELECT q.name FROM mwmq_queues q WHERE q.dropped_at IS NULL AND EXISTS (
-                    SELECT 1 FROM mwmq_messages m WHERE m.queue_id = q.id AND m.visible_at <= now()
-                    AND (m.receiver IS NULL OR m.receiver = $1))
-                 ORDER BY q.name LIMIT $2",
-            ).await?,
-        })
+    /// Reads blocks that begin with `-- statement: NAME` or `-- fragment:
+    /// NAME` and end with a line ending in `;`; `{NAME}` of a fragment is
+    /// replaced by its text (fragments may use the ones above them).
+    fn parse(text: &str) -> Result<Texts, String> {
+        let (mut statements, mut fragments) = (HashMap::new(), Vec::<(String, String)>::new());
+        let mut open: Option<(bool, String, Vec<&str>)> = None;
+        for (i, line) in text.lines().enumerate() {
+            let header = line
+                .strip_prefix("-- statement: ")
+                .map(|n| (true, n))
+                .or_else(|| line.strip_prefix("-- fragment: ").map(|n| (false, n)));
+            match (&mut open, header) {
+                (None, Some((statement, name))) => open = Some((statement, name.trim().to_string(), Vec::new())),
+                (Some((_, name, _)), Some(_)) => return Err(format!("line {}: {name} has no ';'", i + 1)),
+                (None, None) => {}
+                (Some((statement, name, lines)), None) => {
+                    let last = !line.trim_start().starts_with("--") && line.trim_end().ends_with(';');
+                    lines.push(if last { line.trim_end().trim_end_matches(';') } else { line });
+                    if last {
+                        let mut sql = lines.join("\n");
+                        for (f, t) in &fragments {
+                            sql = sql.replace(&format!("{{{f}}}"), t);
+                        }
+                        if *statement {
+                            statements.insert(name.clone(), sql);
+                        } else {
+                            fragments.push((name.clone(), sql));
+                        }
+                        open = None;
+                    }
+                }
+            }
+        }
+        match open {
+            Some((_, name, _)) => Err(format!("{name} has no ';'")),
+            None => Ok(Texts(statements)),
+        }
     }
 }
 
-/// What a statement that removes acknowledged messages adds so that a
-/// retaining queue keeps them: `gone` is its `DELETE ... RETURNING` CTE
-/// with the message's columns, `retain_ms` and `acked_by`.
-pub const ARCHIVE_GONE: &str = "kept AS (
-    INSERT INTO mwmq_archive (queue_id, id, sender, receiver, body, sent_at, deliveries, acked_by)
-    SELECT g.queue_id, g.id, g.sender, g.receiver, g.body, g.sent_at, g.deliveries, g.acked_by
-    FROM gone g WHERE g.retain_ms IS NOT NULL
-    ON CONFLICT DO NOTHING)";
+/// Declares the statements each connection prepares: their names are the
+/// names of their SQL in `statements.sql`.
+macro_rules! statements {
+    ($($name:ident),* $(,)?) => {
+        /// The statements of one connection, prepared when it opens.
+        pub(super) struct Statements {
+            $(pub(super) $name: Statement,)*
+        }
+
+        /// Their names.
+        #[cfg(test)]
+        const NAMES: &[&str] = &[$(stringify!($name)),*];
+
+        impl Statements {
+            pub(super) async fn prepare(c: &tokio_postgres::Client) -> Result<Statements, postgres::Error> {
+                let sql = Texts::get_all();
+                Ok(Statements { $($name: c.prepare(sql.get(stringify!($name))).await?,)* })
+            }
+        }
+    };
+}
+
+statements!(
+    send, send_many, ack_many, send_key, key_lookup, recv, recv_plain, recv_many, pop, peek, ack, archive, dead, nack,
+    touch, alter, pause, recount, settle, mark, info, quota, redrive, release, exists, create, drop, len, list,
+    pending,
+);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_file_has_each_statement_once_its_fragments_put_in() {
+        let t = Texts::get_all();
+        let mut names: Vec<&str> = t.0.keys().map(String::as_str).collect();
+        names.sort_unstable();
+        let mut declared = NAMES.to_vec();
+        declared.sort_unstable();
+        assert_eq!(names, declared, "statements.sql and statements!() name the same statements");
+        for (name, sql) in &t.0 {
+            let left = sql.split('{').skip(1).find(|rest| {
+                rest.split('}')
+                    .next()
+                    .is_some_and(|w| !w.is_empty() && w.chars().all(|c| c.is_ascii_uppercase() || c == '_'))
+            });
+            assert!(left.is_none(), "{name}: a fragment not defined above it: {{{}", left.unwrap_or(""));
+            assert!(!sql.trim().is_empty() && !sql.contains(';'), "{name}: one statement, without ';'");
+        }
+        assert!(Texts::parse("-- statement: x\nSELECT 1").is_err(), "a statement without ';' is refused");
+    }
+}

@@ -1,0 +1,362 @@
+-- The statements every mwmq connection prepares when it opens
+-- (src/db/statements.rs loads this file; src/db/pgconn.rs runs them, one
+-- method each). A statement begins at its line "-- statement: NAME" and
+-- ends with ";". A fragment ("-- fragment: NAME", up to ";") is text
+-- several statements share: {NAME} in a statement or a fragment stands for
+-- it. Comment lines above a "-- statement:" line say what it is for.
+-- Each statement is one round trip and its own transaction (autocommit).
+
+-- A queue RECV's plain statements serve: no delivery limit, not paused, no
+-- concurrency or rate limit (any other goes through mwmq_recv).
+-- fragment: PLAIN_QUEUE
+dropped_at IS NULL AND max_deliveries IS NULL AND NOT paused AND concurrency IS NULL AND rate IS NULL;
+
+-- The queue's id, if it exists (reused by most statements).
+-- fragment: QUEUE
+(SELECT id FROM mwmq_queues WHERE name = $1 AND dropped_at IS NULL);
+
+-- ACK's check of who holds the delivery: $4, the receiver it was leased
+-- to, or NULL for a caller that may act on any delivery of the queue.
+-- fragment: HELD
+AND ($4::text IS NULL OR leased_to = $4);
+
+-- A message of m that is not grouped, or the oldest of its group left
+-- (src/limits.rs; mwmq_recv has its own copy, frozen in schema 8).
+-- fragment: GROUP_HEAD
+(m.grp IS NULL OR NOT EXISTS (SELECT 1 FROM mwmq_messages o
+                              WHERE o.queue_id = m.queue_id AND o.grp = m.grp AND o.id < m.id));
+
+-- Which messages of m a receiver may take: visible, addressed to it or to
+-- no one, from the sender asked for, the head of its group if it has one.
+-- fragment: ELIGIBLE
+m.visible_at <= now() AND (m.receiver IS NULL OR m.receiver = $2) AND ($3::text IS NULL OR m.sender = $3) AND {GROUP_HEAD};
+
+-- What a statement that removes acknowledged messages adds so that a
+-- retaining queue keeps them: gone is its DELETE ... RETURNING CTE with the
+-- message's columns, retain_ms and acked_by.
+-- fragment: ARCHIVE_GONE
+kept AS (
+    INSERT INTO mwmq_archive (queue_id, id, sender, receiver, body, sent_at, deliveries, acked_by)
+    SELECT g.queue_id, g.id, g.sender, g.receiver, g.body, g.sent_at, g.deliveries, g.acked_by
+    FROM gone g WHERE g.retain_ms IS NOT NULL
+    ON CONFLICT DO NOTHING);
+
+-- statement: send
+INSERT INTO mwmq_messages (queue_id, sender, receiver, body, visible_at, counted, grp)
+SELECT id, $2::text, $3::text, $4::bytea, now() + interval '1 millisecond' * $5::float8,
+       (max_messages IS NOT NULL OR max_bytes IS NOT NULL), $6::text
+FROM mwmq_queues WHERE name = $1 AND dropped_at IS NULL
+  AND (max_messages IS NULL AND max_bytes IS NULL
+       OR mwmq_room(id, max_messages, max_bytes, octet_length($4::bytea)))
+RETURNING id;
+
+-- statement: send_many
+WITH r AS (
+   SELECT nextval('mwmq_message_ids') AS id, q.id AS queue_id, t.n, t.sender, t.receiver,
+          t.body, t.delay, t.grp, (q.max_messages IS NOT NULL OR q.max_bytes IS NOT NULL) AS counted
+   FROM unnest($1::text[], $2::text[], $3::text[], $4::bytea[], $5::float8[], $6::text[])
+        WITH ORDINALITY AS t(queue, sender, receiver, body, delay, grp, n)
+   JOIN mwmq_queues q ON q.name = t.queue AND q.dropped_at IS NULL
+   WHERE q.max_messages IS NULL AND q.max_bytes IS NULL
+      OR mwmq_room(q.id, q.max_messages, q.max_bytes, octet_length(t.body))
+   -- Ids in the order the SENDs came (a group is handed out in id order).
+   ORDER BY t.n),
+ins AS (
+   INSERT INTO mwmq_messages (queue_id, id, sender, receiver, body, visible_at, counted, grp)
+   SELECT queue_id, id, sender, receiver, body, now() + interval '1 millisecond' * delay, counted, grp
+   FROM r)
+SELECT n, id FROM r;
+
+-- statement: ack_many
+WITH gone AS (
+   DELETE FROM mwmq_messages m
+   USING (SELECT q.id AS queue_id, q.retain_ms, t.id, t.lease, t.holder, t.n
+          FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::text[])
+               WITH ORDINALITY AS t(queue, id, lease, holder, n)
+          JOIN mwmq_queues q ON q.name = t.queue AND q.dropped_at IS NULL) r
+   WHERE m.queue_id = r.queue_id AND m.id = r.id AND m.lease = r.lease
+     AND (r.holder IS NULL OR m.leased_to = r.holder)
+   RETURNING r.n, m.queue_id, m.id, m.sender, m.receiver, m.body, m.sent_at, m.deliveries,
+             m.leased_to AS acked_by, r.retain_ms),
+{ARCHIVE_GONE}
+SELECT n FROM gone;
+
+-- statement: send_key
+WITH k AS (
+   INSERT INTO mwmq_keys (queue_id, key, message_id)
+   SELECT id, $6::text, nextval('mwmq_message_ids') FROM mwmq_queues
+   WHERE name = $1 AND dropped_at IS NULL
+     AND (max_messages IS NULL AND max_bytes IS NULL
+          OR mwmq_room(id, max_messages, max_bytes, octet_length($4::bytea)))
+   ON CONFLICT DO NOTHING
+   RETURNING queue_id, message_id)
+INSERT INTO mwmq_messages (queue_id, id, sender, receiver, body, visible_at, counted, grp)
+SELECT k.queue_id, k.message_id, $2::text, $3::text, $4::bytea,
+       now() + interval '1 millisecond' * $5::float8,
+       (q.max_messages IS NOT NULL OR q.max_bytes IS NOT NULL), $7::text
+FROM k JOIN mwmq_queues q ON q.id = k.queue_id
+RETURNING id;
+
+-- statement: key_lookup
+SELECT message_id FROM mwmq_keys WHERE queue_id = {QUEUE} AND key = $2;
+
+-- A queue without a delivery limit: the plain lease of the first
+-- eligible messages (a queue with one finds nothing here).
+-- One message each for several receivers (any names) of a queue
+-- without a delivery limit: the first eligible messages are
+-- locked; each receiver gets the first one addressed to it, if
+-- any, and the others the messages addressed to no one, in
+-- order. The last row counts the messages locked, and says
+-- whether the queue is one this statement serves
+-- (NULL, NULL, count, 1 or 0, NULL, NULL).
+-- statement: recv_many
+WITH r AS (SELECT t.n, t.me FROM unnest($2::text[]) WITH ORDINALITY AS t(me, n)),
+c AS (SELECT m.queue_id, m.id, m.receiver, m.visible_at FROM mwmq_messages m
+      WHERE m.queue_id = (SELECT id FROM mwmq_queues WHERE name = $1 AND {PLAIN_QUEUE})
+        AND m.visible_at <= now() AND (m.receiver IS NULL OR m.receiver = ANY($2::text[]))
+        AND ($3::text IS NULL OR m.sender = $3) AND {GROUP_HEAD}
+      ORDER BY m.visible_at, m.id LIMIT $4 FOR UPDATE SKIP LOCKED),
+mine AS (SELECT a.queue_id, a.id, b.n, b.me
+         FROM (SELECT c.queue_id, c.id, c.receiver,
+                      row_number() OVER (PARTITION BY c.receiver ORDER BY c.visible_at, c.id) AS j
+               FROM c WHERE c.receiver IS NOT NULL) a
+         JOIN (SELECT r.n, r.me, row_number() OVER (PARTITION BY r.me ORDER BY r.n) AS j
+               FROM r WHERE r.me IS NOT NULL) b ON b.me = a.receiver AND b.j = a.j),
+anyone AS (SELECT u.queue_id, u.id, w.n, w.me
+           FROM (SELECT c.queue_id, c.id, row_number() OVER (ORDER BY c.visible_at, c.id) AS j
+                 FROM c WHERE c.receiver IS NULL) u
+           JOIN (SELECT r.n, r.me, row_number() OVER (ORDER BY r.n) AS j
+                 FROM r WHERE r.n NOT IN (SELECT n FROM mine)) w ON w.j = u.j),
+p AS (SELECT * FROM mine UNION ALL SELECT * FROM anyone),
+leased AS (UPDATE mwmq_messages m
+           SET lease = mwmq_lease_token(), leased_to = p.me,
+               visible_at = now() + interval '1 millisecond' * $5::float8,
+               deliveries = m.deliveries + 1
+           FROM p WHERE m.queue_id = p.queue_id AND m.id = p.id
+           RETURNING p.n, m.queue_id, m.id, m.lease, m.sender, m.body)
+SELECT n, queue_id, id, lease, sender, body FROM leased
+UNION ALL SELECT NULL, NULL, (SELECT count(*) FROM c),
+                 (SELECT count(*) FROM mwmq_queues WHERE name = $1 AND {PLAIN_QUEUE}), NULL, NULL;
+
+-- The messages leased weigh at most $6 (`max_reply_bytes`; body,
+-- sender and 64 each, the first always: `sql/0015_reply_bounds.sql`).
+-- statement: recv_plain
+UPDATE mwmq_messages m
+SET lease = mwmq_lease_token(), leased_to = $2,
+    visible_at = now() + interval '1 millisecond' * $5::float8,
+    deliveries = m.deliveries + 1
+FROM (SELECT x.queue_id, x.id FROM (
+          SELECT l.queue_id, l.id, sum(l.w) OVER (ORDER BY l.visible_at, l.id) AS run,
+                 row_number() OVER (ORDER BY l.visible_at, l.id) AS k
+          FROM (SELECT m.queue_id, m.id, m.visible_at,
+                       octet_length(m.body) + octet_length(m.sender) + 64 AS w
+                FROM mwmq_messages m
+                WHERE m.queue_id = (SELECT id FROM mwmq_queues WHERE name = $1 AND {PLAIN_QUEUE})
+                  AND {ELIGIBLE}
+                ORDER BY visible_at, id LIMIT $4 FOR UPDATE SKIP LOCKED) l) x
+      WHERE x.k = 1 OR x.run <= $6::bigint) c
+WHERE m.queue_id = c.queue_id AND m.id = c.id
+RETURNING m.queue_id, m.id, m.lease, m.sender, m.body;
+
+-- Any other queue: paused, limited or with a delivery limit
+-- (`limits.rs`). The last row counts the dead letters:
+-- (the queue's id or NULL without one, moved out, moved in, NULL, NULL).
+-- statement: recv
+SELECT r_queue_id, r_id, r_lease, r_sender, r_body FROM mwmq_recv($1, $2, $3, $4, $5, $6);
+
+-- A paused queue hands out nothing; a rate-limited one as many as
+-- its bucket allows (`limits.rs`: the function is called for those only).
+-- statement: pop
+WITH q AS (SELECT id, retain_ms, rate FROM mwmq_queues
+           WHERE name = $1 AND dropped_at IS NULL AND NOT paused),
+n AS (SELECT CASE WHEN q.rate IS NULL THEN $4 ELSE mwmq_pop_allowance(q.id, q.rate, $4) END AS allowed
+      FROM q),
+gone AS (
+   DELETE FROM mwmq_messages m
+   USING (SELECT m.queue_id, m.id FROM mwmq_messages m
+          WHERE m.queue_id = (SELECT id FROM q) AND {ELIGIBLE}
+          ORDER BY visible_at, id LIMIT (SELECT allowed FROM n) FOR UPDATE SKIP LOCKED) c
+   WHERE m.queue_id = c.queue_id AND m.id = c.id
+   RETURNING m.queue_id, m.id, m.sender, m.receiver, m.body, m.sent_at, m.deliveries + 1 AS deliveries,
+             $2::text AS acked_by, (SELECT retain_ms FROM q) AS retain_ms),
+{ARCHIVE_GONE}
+SELECT id, sender, body FROM gone;
+
+-- statement: peek
+SELECT m.id, m.sender, m.body FROM mwmq_messages m
+WHERE m.queue_id = {QUEUE} AND {ELIGIBLE} ORDER BY m.visible_at, m.id LIMIT $4;
+
+-- statement: ack
+WITH q AS (SELECT id, retain_ms FROM mwmq_queues WHERE name = $1 AND dropped_at IS NULL),
+gone AS (
+   DELETE FROM mwmq_messages m USING q
+   WHERE m.queue_id = q.id AND m.id = $2 AND m.lease = $3 {HELD}
+   RETURNING m.queue_id, m.id, m.sender, m.receiver, m.body, m.sent_at, m.deliveries,
+             m.leased_to AS acked_by, q.retain_ms),
+{ARCHIVE_GONE}
+SELECT count(*) FROM gone;
+
+-- (QARCHIVE and QDEAD weigh at most $3, as RECV: the first always.)
+-- statement: archive
+SELECT id, sender, body, deliveries, acked_ms, acked_by FROM (
+   SELECT a.*, sum(a.w) OVER (ORDER BY a.acked_at DESC, a.id DESC) AS run,
+          row_number() OVER (ORDER BY a.acked_at DESC, a.id DESC) AS k
+   FROM (SELECT id, sender, body, deliveries, (extract(epoch FROM acked_at) * 1000)::bigint AS acked_ms,
+                acked_by, acked_at,
+                octet_length(body) + octet_length(sender) + coalesce(octet_length(acked_by), 0) + 128 AS w
+         FROM mwmq_archive WHERE queue_id = {QUEUE} ORDER BY acked_at DESC, id DESC LIMIT $2) a) x
+WHERE x.k = 1 OR x.run <= $3::bigint ORDER BY x.k;
+
+-- A queue's dead letters: those it holds as a dead-letter queue,
+-- and those it sent to its own; last moved first (a dead letter is
+-- visible from its move on, until someone takes it).
+-- statement: dead
+WITH q AS (SELECT id, name, dead_letter FROM mwmq_queues WHERE name = $1 AND dropped_at IS NULL),
+d AS (SELECT m.id, dq.name AS held_in, m.dead_from, m.dead_reason, m.deliveries, m.sender,
+             (extract(epoch FROM m.sent_at) * 1000)::bigint AS sent_ms, m.body, m.visible_at,
+             octet_length(m.body) + octet_length(m.sender) + octet_length(dq.name)
+               + coalesce(octet_length(m.dead_from), 0) + 256 AS w
+      FROM q JOIN mwmq_queues dq ON dq.dropped_at IS NULL AND (dq.id = q.id OR dq.name = q.dead_letter)
+      JOIN mwmq_messages m ON m.queue_id = dq.id AND m.dead_from IS NOT NULL
+                          AND (dq.id = q.id OR m.dead_from = q.name)
+      ORDER BY m.visible_at DESC, m.id DESC LIMIT $2)
+SELECT id, held_in, dead_from, dead_reason, deliveries, sender, sent_ms, body FROM (
+   SELECT d.*, sum(d.w) OVER (ORDER BY d.visible_at DESC, d.id DESC) AS run,
+          row_number() OVER (ORDER BY d.visible_at DESC, d.id DESC) AS k FROM d) x
+WHERE x.k = 1 OR x.run <= $3::bigint ORDER BY x.k;
+
+-- statement: nack
+UPDATE mwmq_messages SET lease = NULL, leased_to = NULL,
+       visible_at = CASE WHEN $4::float8 > 0 THEN now() + interval '1 millisecond' * $4::float8
+                         ELSE least(sent_at, now()) END
+WHERE queue_id = {QUEUE} AND id = $2 AND lease = $3 AND ($5::text IS NULL OR leased_to = $5);
+
+-- statement: touch
+UPDATE mwmq_messages SET visible_at = now() + interval '1 millisecond' * $4::float8
+WHERE queue_id = {QUEUE} AND id = $2 AND lease = $3 AND ($5::text IS NULL OR leased_to = $5);
+
+-- statement: alter
+UPDATE mwmq_queues
+SET max_deliveries = CASE WHEN $2::bool THEN nullif($3::int, 0) ELSE max_deliveries END,
+    dead_letter = CASE WHEN $4::bool THEN $5::text ELSE dead_letter END,
+    max_messages = CASE WHEN $6::bool THEN nullif($7::bigint, 0) ELSE max_messages END,
+    max_bytes = CASE WHEN $8::bool THEN nullif($9::bigint, 0) ELSE max_bytes END,
+    concurrency = CASE WHEN $10::bool THEN nullif($11::int, 0) ELSE concurrency END,
+    rate = CASE WHEN $12::bool THEN nullif($13::float8, 0) ELSE rate END,
+    retain_ms = CASE WHEN $14::bool THEN nullif($15::bigint, 0) ELSE retain_ms END
+WHERE name = $1 AND dropped_at IS NULL
+RETURNING id, (SELECT o.max_messages IS NOT NULL OR o.max_bytes IS NOT NULL
+               FROM mwmq_queues o WHERE o.id = mwmq_queues.id) AS had_quota,
+          (max_messages IS NOT NULL OR max_bytes IS NOT NULL) AS has_quota;
+
+-- After a quota was set or lifted: SQL transactions that read it at COMMIT before have committed (`sql/0016_sql_bounds.sql`).
+-- statement: settle
+SELECT mwmq_settle_barrier($1);
+
+-- statement: pause
+UPDATE mwmq_queues SET paused = $2 WHERE name = $1 AND dropped_at IS NULL RETURNING id;
+
+-- A quota set or lifted: the queue's messages are marked counted, or not.
+-- statement: mark
+UPDATE mwmq_messages m SET counted = q.quota
+FROM (SELECT id, (max_messages IS NOT NULL OR max_bytes IS NOT NULL) AS quota
+      FROM mwmq_queues WHERE name = $1 AND dropped_at IS NULL) q
+WHERE m.queue_id = q.id AND m.counted <> q.quota;
+
+-- A quota set or lifted: the queue's count starts from what it
+-- holds (nothing without a quota). The SQL callers' stripes (16
+-- and up, `sql/0014_sql_quota.sql`) may be locked by open transactions and
+-- are left alone: stripe 0 takes what they count away.
+-- statement: recount
+WITH q AS (SELECT id, (max_messages IS NOT NULL OR max_bytes IS NOT NULL) AS counted
+           FROM mwmq_queues WHERE name = $1 AND dropped_at IS NULL),
+s AS (SELECT coalesce(sum(c.messages), 0)::bigint AS messages, coalesce(sum(c.bytes), 0)::bigint AS bytes
+      FROM mwmq_queue_counts c WHERE c.queue_id = (SELECT id FROM q) AND c.stripe >= 16),
+d AS (DELETE FROM mwmq_queue_counts c USING q
+      WHERE c.queue_id = q.id AND c.stripe BETWEEN 1 AND 15)
+INSERT INTO mwmq_queue_counts AS c (queue_id, stripe, messages, bytes)
+SELECT q.id, 0, count(m.id) - s.messages, coalesce(sum(octet_length(m.body)), 0) - s.bytes
+FROM q CROSS JOIN s LEFT JOIN mwmq_messages m ON m.queue_id = q.id AND q.counted
+GROUP BY q.id, s.messages, s.bytes
+ON CONFLICT (queue_id, stripe) DO UPDATE SET messages = EXCLUDED.messages, bytes = EXCLUDED.bytes;
+
+-- Counts from the indexes (ready, not yet visible, dead letters)
+-- and the quota's counters; the age of the message next in line;
+-- of each queue named (QINFO names one, the /ui page many).
+-- statement: info
+SELECT coalesce(q.max_deliveries, 0), q.dead_letter,
+       (SELECT count(*) FROM mwmq_messages m WHERE m.queue_id = q.id AND m.visible_at <= now()),
+       (SELECT count(*) FROM mwmq_messages m
+        WHERE m.queue_id = q.id AND m.visible_at > now() AND m.lease IS NULL),
+       (SELECT count(*) FROM mwmq_messages m
+        WHERE m.queue_id = q.id AND m.visible_at > now() AND m.lease IS NOT NULL),
+       (SELECT count(*) FROM mwmq_messages m WHERE m.queue_id = q.id AND m.dead_from IS NOT NULL),
+       coalesce(extract(epoch FROM now() - (
+           SELECT m.sent_at FROM mwmq_messages m WHERE m.queue_id = q.id AND m.visible_at <= now()
+           ORDER BY m.visible_at, m.id LIMIT 1)) * 1000, 0)::float8,
+       coalesce(q.max_messages, 0), coalesce(q.max_bytes, 0),
+       (SELECT coalesce(sum(c.messages), 0)::bigint FROM mwmq_queue_counts c WHERE c.queue_id = q.id),
+       (SELECT coalesce(sum(c.bytes), 0)::bigint FROM mwmq_queue_counts c WHERE c.queue_id = q.id),
+       q.paused, coalesce(q.concurrency, 0), coalesce(q.rate, 0),
+       coalesce(l.held_concurrency, 0), coalesce(l.held_rate, 0), coalesce(q.retain_ms, 0),
+       (SELECT count(*) FROM mwmq_archive a WHERE a.queue_id = q.id), q.name
+FROM mwmq_queues q LEFT JOIN mwmq_queue_limits l ON l.queue_id = q.id
+WHERE q.name = ANY($1::text[]) AND q.dropped_at IS NULL;
+
+-- Why a SEND stored nothing: no such queue (no row), or its quota.
+-- statement: quota
+SELECT coalesce(q.max_messages, 0), coalesce(q.max_bytes, 0),
+       (SELECT coalesce(sum(c.messages), 0)::bigint FROM mwmq_queue_counts c WHERE c.queue_id = q.id),
+       (SELECT coalesce(sum(c.bytes), 0)::bigint FROM mwmq_queue_counts c WHERE c.queue_id = q.id)
+FROM mwmq_queues q WHERE q.name = $1 AND q.dropped_at IS NULL;
+
+-- Dead letters back: to TO, or to the queue each came from; what
+-- has nowhere to go (no such queue) stays.
+-- statement: redrive
+WITH src AS (SELECT id FROM mwmq_queues WHERE name = $1 AND dropped_at IS NULL),
+c AS (SELECT m.queue_id, m.id, coalesce($2::text, m.dead_from) AS target
+      FROM mwmq_messages m
+      WHERE m.queue_id = (SELECT id FROM src) AND m.visible_at <= now()
+      ORDER BY m.visible_at, m.id LIMIT $3 FOR UPDATE OF m SKIP LOCKED),
+gone AS (DELETE FROM mwmq_messages m
+         USING c JOIN mwmq_queues t ON t.name = c.target AND t.dropped_at IS NULL
+         WHERE m.queue_id = c.queue_id AND m.id = c.id
+         RETURNING t.id AS target_id, m.id, m.sender, m.receiver, m.body, m.sent_at, m.grp,
+                   (t.max_messages IS NOT NULL OR t.max_bytes IS NOT NULL) AS counted),
+ins AS (INSERT INTO mwmq_messages (queue_id, id, sender, receiver, body, sent_at, visible_at, counted, grp)
+        SELECT target_id, id, sender, receiver, body, sent_at, now(), counted, grp FROM gone RETURNING 1)
+SELECT (SELECT count(*) FROM ins), EXISTS (SELECT 1 FROM src);
+
+-- statement: release
+UPDATE mwmq_messages m SET lease = NULL, leased_to = NULL, visible_at = least(m.sent_at, now()), deliveries = greatest(m.deliveries - 1, 0)
+FROM unnest($1::bigint[], $2::bigint[], $3::bigint[]) AS r(queue_id, id, lease)
+WHERE m.queue_id = r.queue_id AND m.id = r.id AND m.lease = r.lease;
+
+-- statement: exists
+SELECT 1 FROM mwmq_queues WHERE name = $1 AND dropped_at IS NULL;
+
+-- A user creates at most $7 queues and streams (NULL: no limit).
+-- statement: create
+INSERT INTO mwmq_queues
+   (name, max_deliveries, dead_letter, max_messages, max_bytes, created_by, concurrency, rate,
+    retain_ms)
+SELECT $1, nullif($2::int, 0), $3, nullif($4::bigint, 0), nullif($5::bigint, 0), $6::text,
+       nullif($8::int, 0), nullif($9::float8, 0), nullif($10::bigint, 0)
+WHERE $7::bigint IS NULL OR mwmq_owned($6::text) < $7::bigint
+ON CONFLICT (name) WHERE dropped_at IS NULL DO NOTHING RETURNING id;
+
+-- statement: drop
+UPDATE mwmq_queues SET dropped_at = now() WHERE name = $1 AND dropped_at IS NULL RETURNING id;
+
+-- statement: len
+SELECT (SELECT count(*) FROM mwmq_messages m WHERE m.queue_id = q.id)
+FROM mwmq_queues q WHERE q.name = $1 AND q.dropped_at IS NULL;
+
+-- statement: list
+SELECT name FROM mwmq_queues WHERE dropped_at IS NULL ORDER BY name LIMIT $1;
+
+-- statement: pending
+SELECT q.name FROM mwmq_queues q WHERE q.dropped_at IS NULL AND EXISTS (
+   SELECT 1 FROM mwmq_messages m WHERE m.queue_id = q.id AND m.visible_at <= now()
+   AND (m.receiver IS NULL OR m.receiver = $1))
+ORDER BY q.name LIMIT $2;
