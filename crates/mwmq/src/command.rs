@@ -226,6 +226,26 @@ pub struct Recv {
 
 pub use mwstats::ops::MqOp;
 
+/// The commands answered without the database, as a pattern
+/// (`local_command!() => ...`): the connection's own affairs. Every match
+/// that must decide about a command names the others one by one.
+macro_rules! local_command {
+    () => {
+        $crate::command::Command::Ping(_)
+            | $crate::command::Command::Quit
+            | $crate::command::Command::SetName(_)
+            | $crate::command::Command::GetName
+            | $crate::command::Command::ClientId
+            | $crate::command::Command::ClientInfo
+            | $crate::command::Command::Select
+            | $crate::command::Command::CommandDocs
+            | $crate::command::Command::Info
+            | $crate::command::Command::Hello { .. }
+            | $crate::command::Command::Auth(_)
+    };
+}
+pub(crate) use local_command;
+
 impl Command {
     /// Its class in the results format.
     pub fn op(&self) -> MqOp {
@@ -248,17 +268,7 @@ impl Command {
             | Command::Len(_)
             | Command::List { .. } => MqOp::Queue,
             Command::Stream(x) => x.op(),
-            Command::Ping(_)
-            | Command::Quit
-            | Command::SetName(_)
-            | Command::GetName
-            | Command::ClientId
-            | Command::ClientInfo
-            | Command::Select
-            | Command::CommandDocs
-            | Command::Info
-            | Command::Hello { .. }
-            | Command::Auth(_) => MqOp::Other,
+            local_command!() => MqOp::Other,
         }
     }
 
@@ -290,17 +300,7 @@ impl Command {
             Command::Stream(x) => x.first_key(),
             // (QLIST asks every database.)
             Command::List { .. } => None,
-            Command::Ping(_)
-            | Command::Quit
-            | Command::SetName(_)
-            | Command::GetName
-            | Command::ClientId
-            | Command::ClientInfo
-            | Command::Select
-            | Command::CommandDocs
-            | Command::Info
-            | Command::Hello { .. }
-            | Command::Auth(_) => None,
+            local_command!() => None,
         }
     }
 
@@ -327,17 +327,7 @@ impl Command {
             | Command::Drop(_)
             | Command::Len(_)
             | Command::List { .. }
-            | Command::Ping(_)
-            | Command::Quit
-            | Command::SetName(_)
-            | Command::GetName
-            | Command::ClientId
-            | Command::ClientInfo
-            | Command::Select
-            | Command::CommandDocs
-            | Command::Info
-            | Command::Hello { .. }
-            | Command::Auth(_) => None,
+            | local_command!() => None,
         }
     }
 }

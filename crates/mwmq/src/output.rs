@@ -42,6 +42,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::command::local_command;
 use crate::command::Command;
 use crate::config::Config;
 use crate::xcommand::XCmd;
@@ -371,17 +372,7 @@ impl Bounds {
             // (PING echoes its message, which may be as large as max_body.)
             Command::Ping(Some(m)) if m.len() + 64 > SMALL_REPLY => Some(m.len() + 64),
             Command::Stream(x) => self.of_stream(x),
-            Command::Ping(_)
-            | Command::Quit
-            | Command::SetName(_)
-            | Command::GetName
-            | Command::ClientId
-            | Command::ClientInfo
-            | Command::Select
-            | Command::CommandDocs
-            | Command::Info
-            | Command::Hello { .. }
-            | Command::Auth(_)
+            local_command!()
             | Command::Create(..)
             | Command::Alter(..)
             | Command::Pause(..)

@@ -363,6 +363,32 @@ pub enum XCmd {
 /// The longest BLOCK (BLOCK 0, "for ever", waits this long).
 pub const MAX_BLOCK_MS: u64 = 30 * 24 * 3600 * 1000;
 
+/// The stream commands that name one stream and never wait, as a pattern
+/// (`one_stream!() => ...`).
+macro_rules! one_stream {
+    () => {
+        XCmd::Add { .. }
+            | XCmd::Len(_)
+            | XCmd::Range { .. }
+            | XCmd::Del { .. }
+            | XCmd::Trim { .. }
+            | XCmd::GroupCreate { .. }
+            | XCmd::GroupSetId { .. }
+            | XCmd::GroupDeadLetter { .. }
+            | XCmd::GroupDestroy { .. }
+            | XCmd::CreateConsumer { .. }
+            | XCmd::DelConsumer { .. }
+            | XCmd::Ack { .. }
+            | XCmd::Pending { .. }
+            | XCmd::Claim(_)
+            | XCmd::AutoClaim { .. }
+            | XCmd::InfoStream { .. }
+            | XCmd::InfoGroups(_)
+            | XCmd::InfoConsumers { .. }
+            | XCmd::Type(_)
+    };
+}
+
 impl XCmd {
     /// The first stream it names, whose database its statement runs on.
     pub fn first_key(&self) -> Option<&str> {
@@ -425,25 +451,7 @@ impl XCmd {
             XCmd::Read { streams, .. } => streams.iter().map(|(k, _)| k.as_str()).collect(),
             XCmd::ReadGroup { streams, .. } => streams.iter().map(|(k, _)| k.as_str()).collect(),
             XCmd::Exists(keys) | XCmd::DelKeys(keys) => keys.iter().map(String::as_str).collect(),
-            XCmd::Add { .. }
-            | XCmd::Len(_)
-            | XCmd::Range { .. }
-            | XCmd::Del { .. }
-            | XCmd::Trim { .. }
-            | XCmd::GroupCreate { .. }
-            | XCmd::GroupSetId { .. }
-            | XCmd::GroupDeadLetter { .. }
-            | XCmd::GroupDestroy { .. }
-            | XCmd::CreateConsumer { .. }
-            | XCmd::DelConsumer { .. }
-            | XCmd::Ack { .. }
-            | XCmd::Pending { .. }
-            | XCmd::Claim(_)
-            | XCmd::AutoClaim { .. }
-            | XCmd::InfoStream { .. }
-            | XCmd::InfoGroups(_)
-            | XCmd::InfoConsumers { .. }
-            | XCmd::Type(_) => self.first_key().into_iter().collect(),
+            one_stream!() => self.first_key().into_iter().collect(),
         }
     }
 
@@ -466,27 +474,7 @@ impl XCmd {
                     None
                 }
             }
-            XCmd::Add { .. }
-            | XCmd::Len(_)
-            | XCmd::Range { .. }
-            | XCmd::Del { .. }
-            | XCmd::Trim { .. }
-            | XCmd::GroupCreate { .. }
-            | XCmd::GroupSetId { .. }
-            | XCmd::GroupDeadLetter { .. }
-            | XCmd::GroupDestroy { .. }
-            | XCmd::CreateConsumer { .. }
-            | XCmd::DelConsumer { .. }
-            | XCmd::Ack { .. }
-            | XCmd::Pending { .. }
-            | XCmd::Claim(_)
-            | XCmd::AutoClaim { .. }
-            | XCmd::InfoStream { .. }
-            | XCmd::InfoGroups(_)
-            | XCmd::InfoConsumers { .. }
-            | XCmd::Type(_)
-            | XCmd::Exists(_)
-            | XCmd::DelKeys(_) => None,
+            one_stream!() | XCmd::Exists(_) | XCmd::DelKeys(_) => None,
         }
     }
 }

@@ -29,6 +29,7 @@
 //! `a_user_without_rights_is_refused_every_command_that_reaches_a_queue_or_stream`
 //! sends every line as a user without rights.
 
+use crate::command::local_command;
 use crate::command::{Command, Recv};
 use crate::db::{DbError, LeaseRef, PgConn};
 use crate::resp::Reply;
@@ -193,17 +194,7 @@ impl Batch {
             | Command::Len(_)
             | Command::List { .. } => None,
             // Answered without the database.
-            Command::Ping(_)
-            | Command::Quit
-            | Command::SetName(_)
-            | Command::GetName
-            | Command::ClientId
-            | Command::ClientInfo
-            | Command::Select
-            | Command::CommandDocs
-            | Command::Info
-            | Command::Hello { .. }
-            | Command::Auth(_) => None,
+            local_command!() => None,
         }
     }
 
@@ -312,17 +303,7 @@ impl<'a> Core<'a> {
             // Lists only the queues the user may see (or receive from).
             Command::List { .. } => None,
             // Anyone logged in: the connection's own affairs.
-            Command::Ping(_)
-            | Command::Quit
-            | Command::SetName(_)
-            | Command::GetName
-            | Command::ClientId
-            | Command::ClientInfo
-            | Command::Select
-            | Command::CommandDocs
-            | Command::Info
-            | Command::Hello { .. }
-            | Command::Auth(_) => None,
+            local_command!() => None,
         }
     }
 
@@ -415,17 +396,7 @@ impl<'a> Core<'a> {
             Command::Len(q) => Ok(Outcome::ok(Reply::Int(pg.len(q).await?))),
             Command::List { pending } => self.list(pg, *pending, s).await,
             Command::Stream(x) => self.stream(pg, x, s).await,
-            Command::Ping(_)
-            | Command::Quit
-            | Command::SetName(_)
-            | Command::GetName
-            | Command::ClientId
-            | Command::ClientInfo
-            | Command::Select
-            | Command::CommandDocs
-            | Command::Info
-            | Command::Hello { .. }
-            | Command::Auth(_) => unreachable!("{:?} is answered without the database (Core::local)", c.op()),
+            local_command!() => unreachable!("{:?} is answered without the database (Core::local)", c.op()),
         };
         self.owned_refusal(r, s)
     }
