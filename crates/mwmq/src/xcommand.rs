@@ -367,27 +367,28 @@ pub const MAX_BLOCK_MS: u64 = 30 * 24 * 3600 * 1000;
 /// (`one_stream!() => ...`).
 macro_rules! one_stream {
     () => {
-        XCmd::Add { .. }
-            | XCmd::Len(_)
-            | XCmd::Range { .. }
-            | XCmd::Del { .. }
-            | XCmd::Trim { .. }
-            | XCmd::GroupCreate { .. }
-            | XCmd::GroupSetId { .. }
-            | XCmd::GroupDeadLetter { .. }
-            | XCmd::GroupDestroy { .. }
-            | XCmd::CreateConsumer { .. }
-            | XCmd::DelConsumer { .. }
-            | XCmd::Ack { .. }
-            | XCmd::Pending { .. }
-            | XCmd::Claim(_)
-            | XCmd::AutoClaim { .. }
-            | XCmd::InfoStream { .. }
-            | XCmd::InfoGroups(_)
-            | XCmd::InfoConsumers { .. }
-            | XCmd::Type(_)
+        $crate::xcommand::XCmd::Add { .. }
+            | $crate::xcommand::XCmd::Len(_)
+            | $crate::xcommand::XCmd::Range { .. }
+            | $crate::xcommand::XCmd::Del { .. }
+            | $crate::xcommand::XCmd::Trim { .. }
+            | $crate::xcommand::XCmd::GroupCreate { .. }
+            | $crate::xcommand::XCmd::GroupSetId { .. }
+            | $crate::xcommand::XCmd::GroupDeadLetter { .. }
+            | $crate::xcommand::XCmd::GroupDestroy { .. }
+            | $crate::xcommand::XCmd::CreateConsumer { .. }
+            | $crate::xcommand::XCmd::DelConsumer { .. }
+            | $crate::xcommand::XCmd::Ack { .. }
+            | $crate::xcommand::XCmd::Pending { .. }
+            | $crate::xcommand::XCmd::Claim(_)
+            | $crate::xcommand::XCmd::AutoClaim { .. }
+            | $crate::xcommand::XCmd::InfoStream { .. }
+            | $crate::xcommand::XCmd::InfoGroups(_)
+            | $crate::xcommand::XCmd::InfoConsumers { .. }
+            | $crate::xcommand::XCmd::Type(_)
     };
 }
+pub(crate) use one_stream;
 
 impl XCmd {
     /// The first stream it names, whose database its statement runs on.

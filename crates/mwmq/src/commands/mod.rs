@@ -35,6 +35,7 @@ use crate::db::{DbError, LeaseRef, PgConn};
 use crate::resp::Reply;
 use crate::shared::Shared;
 use crate::users::Right;
+use crate::xcommand::one_stream;
 use crate::xcommand::{AddId, GroupRead, XCmd};
 
 pub mod carry;
@@ -176,7 +177,8 @@ impl Batch {
             Command::Stream(XCmd::Ack { key, group, invalid: false, .. }) => {
                 Some(Batch::XAck { key: key.clone(), group: group.clone() })
             }
-            Command::Stream(x) => read_group_batch(x),
+            Command::Stream(x @ XCmd::ReadGroup { .. }) => read_group_batch(x),
+            Command::Stream(one_stream!() | XCmd::Read { .. } | XCmd::Exists(_) | XCmd::DelKeys(_)) => None,
             // One statement each.
             Command::Send(_)
             | Command::Recv(_)

@@ -27,34 +27,47 @@ impl Texts {
 
     /// Reads blocks that begin with `-- statement: NAME` or `-- fragment:
     /// NAME` and end with a line ending in `;`; `{NAME}` of a fragment is
-    /// replaced by its text (fragments may use the ones above them).
+    /// replaced by its text (fragments may use the ones above them). Outside
+    /// the blocks only comments and blank lines may stand (so a `;` that
+    /// ends a block too early leaves a line that is refused), a name may be
+    /// given once, and a `{NAME}` no fragment above defines is refused.
     fn parse(text: &str) -> Result<Texts, String> {
         let (mut statements, mut fragments) = (HashMap::new(), Vec::<(String, String)>::new());
         let mut open: Option<(bool, String, Vec<&str>)> = None;
         for (i, line) in text.lines().enumerate() {
+            let at = |what: String| Err(format!("line {}: {what}", i + 1));
             let header = line
                 .strip_prefix("-- statement: ")
                 .map(|n| (true, n))
                 .or_else(|| line.strip_prefix("-- fragment: ").map(|n| (false, n)));
             match (&mut open, header) {
                 (None, Some((statement, name))) => open = Some((statement, name.trim().to_string(), Vec::new())),
-                (Some((_, name, _)), Some(_)) => return Err(format!("line {}: {name} has no ';'", i + 1)),
-                (None, None) => {}
+                (Some((_, name, _)), Some(_)) => return at(format!("{name} has no ';'")),
+                (None, None) if line.trim().is_empty() || line.trim_start().starts_with("--") => {}
+                (None, None) => return at(format!("text outside a statement: {line}")),
                 (Some((statement, name, lines)), None) => {
                     let last = !line.trim_start().starts_with("--") && line.trim_end().ends_with(';');
                     lines.push(if last { line.trim_end().trim_end_matches(';') } else { line });
-                    if last {
-                        let mut sql = lines.join("\n");
-                        for (f, t) in &fragments {
-                            sql = sql.replace(&format!("{{{f}}}"), t);
-                        }
-                        if *statement {
-                            statements.insert(name.clone(), sql);
-                        } else {
-                            fragments.push((name.clone(), sql));
-                        }
-                        open = None;
+                    if !last {
+                        continue;
                     }
+                    let mut sql = lines.join("\n");
+                    for (f, t) in &fragments {
+                        sql = sql.replace(&format!("{{{f}}}"), t);
+                    }
+                    if let Some(unknown) = placeholder(&sql) {
+                        return at(format!("{name} uses {{{unknown}}}, which no fragment above defines"));
+                    }
+                    let taken = statements.contains_key(name.as_str()) || fragments.iter().any(|(f, _)| f == name);
+                    if taken {
+                        return at(format!("{name} is given twice"));
+                    }
+                    if *statement {
+                        statements.insert(name.clone(), sql);
+                    } else {
+                        fragments.push((name.clone(), sql));
+                    }
+                    open = None;
                 }
             }
         }
@@ -63,6 +76,14 @@ impl Texts {
             None => Ok(Texts(statements)),
         }
     }
+}
+
+/// The first `{NAME}` left in `sql` (a name of letters, digits and `_`).
+fn placeholder(sql: &str) -> Option<&str> {
+    sql.split('{')
+        .skip(1)
+        .filter_map(|rest| rest.split_once('}').map(|(w, _)| w))
+        .find(|w| !w.is_empty() && w.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'))
 }
 
 /// Declares the statements each connection prepares: their names are the
@@ -106,14 +127,14 @@ mod tests {
         declared.sort_unstable();
         assert_eq!(names, declared, "statements.sql and statements!() name the same statements");
         for (name, sql) in &t.0 {
-            let left = sql.split('{').skip(1).find(|rest| {
-                rest.split('}')
-                    .next()
-                    .is_some_and(|w| !w.is_empty() && w.chars().all(|c| c.is_ascii_uppercase() || c == '_'))
-            });
-            assert!(left.is_none(), "{name}: a fragment not defined above it: {{{}", left.unwrap_or(""));
             assert!(!sql.trim().is_empty() && !sql.contains(';'), "{name}: one statement, without ';'");
         }
-        assert!(Texts::parse("-- statement: x\nSELECT 1").is_err(), "a statement without ';' is refused");
+        let refused = |text: &str| Texts::parse(text).err().unwrap_or_else(|| panic!("accepted: {text}"));
+        assert!(refused("-- statement: x\nSELECT 1").contains("no ';'"));
+        assert!(refused("-- statement: x\nUPDATE t SET a = 1 -- a;\nWHERE b;").contains("outside a statement"));
+        assert!(refused("-- statement: x\nSELECT 1;\n-- statement: x\nSELECT 2;").contains("twice"));
+        assert!(refused("-- statement: x\nSELECT {LATER};\n-- fragment: LATER\n1;").contains("{LATER}"));
+        let t = Texts::parse("-- fragment: F\n1;\n-- statement: x\nSELECT {F}, '{a,b}';").unwrap();
+        assert_eq!(t.get("x"), "SELECT 1, '{a,b}'");
     }
 }

@@ -348,18 +348,15 @@ impl Worker {
             _ => None,
         };
         let outcome = Pooled::now(core.carry(&Pooled(&self.shared.pool), c, conn, db));
-        let outcome = core.settled(outcome, db);
-        let Some(seen) = seen else { return outcome };
-        match core.looked(outcome, db) {
+        match core.looked(core.settled(outcome, db), db) {
             Look::Answer(o) => o,
-            // Nothing yet: parked until a message may be there or its wait is over.
-            Look::Empty { next, last } => {
-                if job.wait_until.is_some_and(|u| Instant::now() < u) {
-                    Outcome::Park(seen, next)
-                } else {
-                    last
-                }
-            }
+            // Nothing yet: parked until a message may be there or its wait
+            // is over (a read that may not wait, or its last look, answers
+            // what it found: XREAD's nothing is the null array).
+            Look::Empty { next, last } => match seen {
+                Some(seen) if job.wait_until.is_some_and(|u| Instant::now() < u) => Outcome::Park(seen, next),
+                _ => last,
+            },
         }
     }
 }

@@ -65,7 +65,6 @@ impl<L: Clone> Sessions<L> {
         self.table.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Sessions open now.
     /// Whether no session is open.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
@@ -110,7 +109,6 @@ impl<L: Clone> Sessions<L> {
     }
 
     /// Ends session `id`.
-    /// Ends session `id` (logout).
     pub fn close(&self, id: &str) {
         self.lock().remove(id);
     }
