@@ -6,7 +6,7 @@
 BODY=$(printf 'x%.0s' $(seq 128))
 HEX=$(printf '78%.0s' $(seq 128))
 
-# mwmq's statements, as pgbench scripts on queue "pg" (db.rs: send, pop, recv_plain + ack), run
+# mwmq's statements, as pgbench scripts on queue "pg" (crates/mwmq/sql/statements.sql: send, pop, recv_plain + ack), run
 # with search_path = mwmq as mwmq's own connections run them.
 mq_statements() {
   cat >"$work/send.sql" <<SQL

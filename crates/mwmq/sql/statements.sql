@@ -1,6 +1,6 @@
 -- The statements every mwmq connection prepares when it opens
--- (src/db/statements.rs loads this file; src/db/pgconn.rs runs them, one
--- method each). A statement begins at its line "-- statement: NAME" and
+-- (src/db/statements.rs loads this file and names them in its statements!()
+-- list; the methods of src/db/pgconn.rs run them). A statement begins at its line "-- statement: NAME" and
 -- ends with ";". A fragment ("-- fragment: NAME", up to ";") is text
 -- several statements share: {NAME} in a statement or a fragment stands for
 -- it. Comment lines above a "-- statement:" line say what it is for.

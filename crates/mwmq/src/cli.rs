@@ -28,7 +28,7 @@ pub struct Cli {
     /// Database connections in the pool [default: one per worker].
     #[arg(long, value_name = "N")]
     pub db_pool: Option<usize>,
-    /// Most requests of one kind carried out as one statement (SEND, ACK, POP, RECV of one message, XADD, XACK, XREADGROUP of new entries), by a worker or a loop; 1 = one request at a time [default: 32].
+    /// Most requests of one kind carried out together, by a worker or a loop (SEND without KEY, ACK, POP, RECV of one message without WAIT, XADD with *, XACK, XREADGROUP of new entries without BLOCK); 1 = one request at a time [default: 32].
     #[arg(long, value_name = "N")]
     pub batch: Option<usize>,
     /// Largest message body (any argument) in bytes; k and m suffixes [default: 4m].

@@ -333,11 +333,11 @@ impl Command {
 }
 
 /// One request of every command mwmq knows, as a client types it (words
-/// apart by single spaces). The tests walk them: each parses, has a class, a
-/// queue, a right and an answer (`commands.rs`'s unit test checks that the
-/// list names every variant of [`Command`] and [`XCmd`]; `tests/auth.rs`
-/// that a user without rights is refused every one that reaches a queue or
-/// a stream). A new command adds its line here.
+/// apart by single spaces). The tests walk them: this file's unit test
+/// checks that the list names every variant of [`Command`] and [`XCmd`]
+/// and that each parses and has a class and a queue; `tests/auth.rs` that a
+/// user without rights is refused every one that reaches a queue or a
+/// stream. A new command adds its line here.
 pub const EVERY_COMMAND: &[&str] = &[
     "PING",
     "QUIT",
@@ -419,6 +419,14 @@ fn name(b: &[u8], what: &str) -> Result<String, Refusal> {
         return Err(Reply::err(format!("{what} must be 1 to {MAX_NAME} bytes without spaces or control characters")));
     }
     Ok(s.to_string())
+}
+
+/// The one argument of a command that names a queue and nothing else.
+fn one_queue(cmd: &str, rest: &[Vec<u8>]) -> Result<String, Refusal> {
+    match rest {
+        [q] => name(q, "a queue name"),
+        _ => Err(arity(cmd)),
+    }
 }
 
 fn int(b: &[u8]) -> Result<i64, Refusal> {
@@ -519,19 +527,11 @@ pub fn parse(args: &[Vec<u8>], limits: &Limits) -> Result<Command, Refusal> {
             }),
             _ => return Err(syntax()),
         },
-        "QDROP" | "QLEN" | "QINFO" | "QPAUSE" | "QRESUME" => {
-            if n != 1 {
-                return Err(arity(&cmd));
-            }
-            let q = name(&rest[0], "a queue name")?;
-            match cmd.as_str() {
-                "QDROP" => Command::Drop(q),
-                "QINFO" => Command::QueueInfo(q),
-                "QPAUSE" => Command::Pause(q, true),
-                "QRESUME" => Command::Pause(q, false),
-                _ => Command::Len(q),
-            }
-        }
+        "QDROP" => Command::Drop(one_queue(&cmd, rest)?),
+        "QLEN" => Command::Len(one_queue(&cmd, rest)?),
+        "QINFO" => Command::QueueInfo(one_queue(&cmd, rest)?),
+        "QPAUSE" => Command::Pause(one_queue(&cmd, rest)?, true),
+        "QRESUME" => Command::Pause(one_queue(&cmd, rest)?, false),
         "QARCHIVE" | "QDEAD" => {
             if n != 1 && n != 3 {
                 return Err(arity(&cmd));

@@ -154,8 +154,9 @@ pub struct ServerConfig {
     /// (pipelined), at most (default 2). A loop fills its first connection
     /// before the next.
     pub loop_pipeline: usize,
-    /// While a statement of one kind (SENDs, ACKs, POPs or RECVs of one
-    /// queue) is in flight, the next of that kind waits for it, up to this
+    /// While a statement of one kind (`commands::Batch`: SENDs, ACKs, POPs
+    /// or RECVs of one queue, XADDs, XACKs, XREADGROUPs of one stream) is in
+    /// flight, the next of that kind waits for it, up to this
     /// long after the last statement started (default 2 ms; 0: never):
     /// what arrives meanwhile goes in one batch, and a slow statement does
     /// not hold the others back (docs/mwmq.md, Engines).

@@ -388,7 +388,7 @@ impl Bounds {
     }
 
     fn of_stream(&self, x: &XCmd) -> Option<usize> {
-        let most = crate::commands::streams::MAX_REPLY_ENTRIES as usize;
+        let most = crate::streambounds::MAX_REPLY_ENTRIES as usize;
         let count = |c: &Option<i64>| c.map_or(most, |c| (c.max(1) as usize).min(most));
         let up_to = |n: usize, each: usize| Some(n.saturating_mul(each).min(self.reply.max(each)));
         // (Stream names and their framing, beside the entries.)

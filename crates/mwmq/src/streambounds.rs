@@ -27,6 +27,13 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
+/// The most entries one reply carries (XRANGE, XREAD, XREADGROUP without
+/// COUNT or with a larger one; XPENDING, XINFO STREAM FULL): a reply is
+/// built whole, so this bounds its rows; `max_reply_bytes` bounds its bytes.
+/// Redis has no such bound; clients page with COUNT. A range that would
+/// carry more is refused (`commands/streams.rs`), a read stops there.
+pub const MAX_REPLY_ENTRIES: i64 = 10_000;
+
 /// The start of the refusal of an XRANGE, XREVRANGE or XINFO STREAM FULL
 /// whose entries would weigh more than `max_reply_bytes`.
 pub const REPLY_TOO_LARGE: &str = "ERR the reply would exceed max_reply_bytes";

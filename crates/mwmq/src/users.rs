@@ -61,7 +61,7 @@ pub enum Right {
     Send,
     /// RECV, POP, PEEK, ACK, NACK, TOUCH.
     Receive,
-    /// QCREATE, QDROP, QALTER, REDRIVE.
+    /// QCREATE, QALTER, QDROP, QPAUSE, QRESUME, QARCHIVE, QDEAD, REDRIVE.
     Admin,
     /// QLEN, QINFO: any of the three.
     See,

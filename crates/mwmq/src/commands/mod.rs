@@ -12,20 +12,30 @@
 //! several databases).
 //!
 //! **Adding a command.** (1) `command.rs`: its variant of [`Command`] (a
-//! stream command: of `XCmd`, in `xcommand.rs`), its arm in `parse`, and a
-//! line in `EVERY_COMMAND`. (2) Build: every match that must decide about it
-//! has no wildcard arm, so the compiler names each place — its class, queue
-//! and wait (`Command::op`, `queue`, `wait`; `XCmd::op`, `first_key`,
-//! `keys`, `block_ms`), its right ([`Core::gate`]; a stream command's
-//! `right_of`), whether it batches ([`Batch::of`]) and what it does
-//! ([`Core::statement`] or [`Core::local`]; a stream command: `Core::stream`).
-//! (3) Its function in its family's file; a new statement is a field of
-//! `db/statements.rs`'s `Statements` and a method of `PgConn`
+//! stream command: of `XCmd`, in `xcommand.rs`, and its name in
+//! `min_args`), its arm in `parse`, its line in `EVERY_COMMAND`, and its
+//! number in the unit test's `variant` (count `COMMANDS` up). (2) Build with
+//! the tests (`cargo clippy --all-targets`): every match that must decide
+//! about it has no wildcard arm, so the compiler names each place — its
+//! class, queue and wait (`Command::op`, `queue`, `wait`; `XCmd::op`,
+//! `first_key`, `keys`, `block_ms`, and `one_stream!` if it names one
+//! stream and never waits), its right ([`Core::gate`]; a stream command's
+//! `right_of`), whether it batches ([`Batch::of`]), what its reply may
+//! weigh (`output.rs`'s `Bounds::of`), and what it does: an arm in
+//! [`Core::statement`] and one in [`Core::local`]'s list of database
+//! commands (a command answered without the database: the other way round,
+//! and into `local_command!`); a stream command: `Core::stream`. (3) Its
+//! function in its family's file. A new statement is a `-- statement: NAME`
+//! block in `crates/mwmq/sql/statements.sql`, its name in
+//! `db/statements.rs`'s `statements!()` list, and a method of `PgConn`
 //! (`db/pgconn.rs`); a new database function is a new numbered file in
 //! `crates/mwmq/sql/` listed in `db/migrations.rs` (a stream function also
-//! gets its line in `db/streams.rs`'s `STATEMENTS`). Two tests hold the
-//! recipe: `command.rs`'s `every_command_is_listed_parses_and_has_a_class_and_a_home`
-//! fails until the command has its line, and `tests/auth.rs`'s
+//! gets its line in `db/streams.rs`'s `STATEMENTS` and its `X`, in the same
+//! order). (4) Its words in docs/mwmq.md and, for a right, in `users.rs`'s
+//! `Right`. Tests hold the recipe: `command.rs`'s
+//! `every_command_is_listed_parses_and_has_a_class_and_a_home` fails until
+//! the command has its line, `db/statements.rs`'s test until the statement
+//! is in both places, and `tests/auth.rs`'s
 //! `a_user_without_rights_is_refused_every_command_that_reaches_a_queue_or_stream`
 //! sends every line as a user without rights.
 

@@ -12,12 +12,7 @@ use crate::resp::Reply;
 use crate::streambounds::REPLY_TOO_LARGE;
 use crate::xcommand::{AddId, GroupRead, GroupStart, ReadFrom, Sid, XCmd};
 
-/// The most entries one reply carries (XRANGE, XREAD, XREADGROUP without
-/// COUNT or with a larger one; XPENDING, XINFO STREAM FULL): a reply is
-/// built whole, so this bounds its rows; `max_reply_bytes` bounds its bytes.
-/// Redis has no such bound; clients page with COUNT. A range that would
-/// carry more is refused ([`whole`]), a read stops there.
-pub const MAX_REPLY_ENTRIES: i64 = 10_000;
+use crate::streambounds::MAX_REPLY_ENTRIES;
 
 /// COUNT as the statements take it: at most [`MAX_REPLY_ENTRIES`].
 fn capped(count: Option<i64>) -> i64 {

@@ -1,25 +1,31 @@
-//! PostgreSQL: the schema, the statements behind every command, and the
-//! bounded pool of connections the workers borrow.
+//! PostgreSQL: the schema, the statements behind every command, the
+//! connections and their pools.
 //!
-//! Every command is one statement, so one round trip and one short
-//! transaction (autocommit): a SEND's id is only returned after its INSERT
-//! committed. Receivers that run at the same time never take the same
-//! message: RECV and POP pick their rows with `FOR UPDATE SKIP LOCKED`,
-//! lowest id first, so a receiver sees one sender's messages in the order
-//! they were sent. A RECV leases what it takes: a new random lease token, the
+//! A statement is one round trip and one short transaction (autocommit): a
+//! SEND's id is only returned after its INSERT committed. Most commands are
+//! one statement; a few run more, each committed alone (QCREATE and QALTER
+//! of a queue with limits recount it, QARCHIVE and QDEAD ask whether an
+//! empty answer's queue exists, a RECV batch leases for each receiver).
+//! Receivers that run at the same time never take the same message: RECV
+//! and POP pick their rows with `FOR UPDATE SKIP LOCKED`, oldest visible
+//! first (`visible_at`, then id), so a receiver sees one sender's messages
+//! in the order they were sent. A RECV leases what it takes: a new random lease token, the
 //! receiver it went to and a visibility deadline on the row; ACK deletes the
 //! row only while the lease is the current one and, with users, only for the
 //! receiver it went to or an admin of the queue; NACK makes it visible again. See docs/mwmq.md.
 //!
-//! The pool holds at most `pool` connections. A worker that finds none free
-//! waits (the wait is measured) up to `pool_wait_ms`; a connection that fails
+//! The pool engine's workers and the page borrow connections from a pool
+//! per database (`pools.rs`); the async engine's loops keep their own,
+//! pipelined. A pool holds at most `pool` connections. A worker that finds
+//! none free waits (the wait is measured) up to `pool_wait_ms`; a connection that fails
 //! is dropped, and so are the idle ones (after a database restart they are
 //! all dead), and new ones are opened on demand with exponential backoff
 //! between failed attempts. A request caught by a failure gets `-TRYAGAIN`.
 //!
-//! The layer at the bottom of the crate: nothing here imports the commands,
-//! the engines or the shared state, and nothing above reaches around it to
-//! the database. Its files: `migrations.rs` (the schema versions in
+//! Under the commands, the engines and the shared state: it imports only
+//! the commands' data (`command.rs`, `xcommand.rs`), the configuration,
+//! the placement of queues and the deadline watch, and nothing above
+//! reaches around it to the database. Its files: `migrations.rs` (the schema versions in
 //! `crates/mwmq/sql/` and how they are applied), `statements.rs` (the
 //! statements every connection prepares), `pgconn.rs` (one connection and
 //! a method per statement), `streams.rs` (the stream commands' statements

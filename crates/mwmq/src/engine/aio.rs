@@ -899,8 +899,8 @@ impl Loop {
         while here.inflight.get() < room {
             // Patience: while a statement of a kind is in flight, what
             // arrives meanwhile goes in the next one, unless it is slow.
-            // Requests that share no statement (RECVs of receivers with
-            // other names, QINFO) or whose kind has room go first.
+            // Requests that share no statement (QINFO, a RECV that may
+            // wait) or whose kind has room go first.
             let patient = here.last_start.get().elapsed() < self.patience;
             let next = {
                 let pending = self.pending.borrow();
