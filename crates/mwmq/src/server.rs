@@ -129,7 +129,6 @@ impl Service for Mq {
             paused: Default::default(),
             not_plain: Default::default(),
             rates: Default::default(),
-            ui: Default::default(),
             vacuums: Default::default(),
             stream_replies: Default::default(),
             tls,

@@ -104,8 +104,6 @@ pub struct Shared {
     pub not_plain: crate::queues::NotPlain,
     /// Each queue's rates over the last minutes (the `/ui` page's charts).
     pub rates: crate::rates::History,
-    /// The `/ui` page's logins.
-    pub ui: crate::admin::ui::sessions::Ui,
     /// VACUUMs of the messages table this process ran.
     pub vacuums: std::sync::atomic::AtomicU64,
     /// Stream replies refused or cut by `max_reply_bytes` (INFO, `/metrics`).

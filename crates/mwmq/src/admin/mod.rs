@@ -35,13 +35,15 @@ const HEALTH_TIMEOUT: Duration = Duration::from_secs(2);
 pub fn routes(shared: Arc<Shared>) -> Routes {
     let check: Mutex<Vec<Option<postgres::Client>>> = Mutex::new((0..shared.pool.len()).map(|_| None).collect());
     let (live, ready, throttle) = (shared.clone(), shared.clone(), shared.logins.throttle.clone());
+    // The page's sessions live as long as the endpoint.
+    let ui = crate::admin::ui::Ui::default();
     let handler = Arc::new(move |r: &Request| match (r.method, r.path) {
         ("GET", "/metrics") => Some(Page::ok(PROMETHEUS, metrics(&shared, r.token))),
         ("GET", "/stats") => {
             let (current, last) = current_record(&shared);
             Some(Page::ok("application/json", serde_json::json!({ "current": current, "last": last }).to_string()))
         }
-        _ => crate::admin::ui::route(&shared, r),
+        _ => crate::admin::ui::route(&shared, &ui, r),
     });
     let probes = Probes {
         // Answered by the endpoint's loop itself: a flag, nothing else.

@@ -76,24 +76,24 @@ const STRICT: &[(&str, &str)] = &[
 ];
 
 /// The page's answer to `r`, if it is one of its paths.
-pub fn route(shared: &Shared, r: &Request) -> Option<Page> {
+pub fn route(shared: &Shared, ui: &Ui, r: &Request) -> Option<Page> {
     let path = r.path.strip_prefix(PREFIX)?;
     let file = |content_type, body: &str| Page { headers: STRICT, ..Page::ok(content_type, body.to_string()) };
     let page = match (r.method, path) {
         ("GET", "" | "/") => file("text/html; charset=utf-8", HTML),
         ("GET", "/app.js") => file("text/javascript; charset=utf-8", SCRIPT),
         ("GET", "/ui.css") => file("text/css; charset=utf-8", STYLE),
-        ("GET", "/api/session") => answer(whoami(shared, r)),
-        ("POST", "/api/login") => login_page(shared, r),
+        ("GET", "/api/session") => answer(whoami(shared, ui, r)),
+        ("POST", "/api/login") => login_page(shared, ui, r),
         ("POST", "/api/logout") => {
             if let Some(id) = bearer(r) {
-                shared.ui.close(id);
+                ui.close(id);
             }
             answer(Ok(json!({ "ok": true })))
         }
-        ("GET", "/api/queues") => answer(viewer(shared, r).and_then(|l| queues(shared, &l, r.query))),
+        ("GET", "/api/queues") => answer(viewer(shared, ui, r).and_then(|l| queues(shared, &l, r.query))),
         ("GET", p) if p.starts_with("/api/dead/") => {
-            answer(queue_of(&p["/api/dead/".len()..]).and_then(|q| dead_letters(shared, &acting(shared, r)?, &q)))
+            answer(queue_of(&p["/api/dead/".len()..]).and_then(|q| dead_letters(shared, &acting(shared, ui, r)?, &q)))
         }
         ("POST", p) if p.starts_with("/api/") => {
             let (verb, q) = p["/api/".len()..].split_once('/')?;
@@ -103,7 +103,7 @@ pub fn route(shared: &Shared, r: &Request) -> Option<Page> {
                 "redrive" => |queue| Command::Redrive { queue, to: None, count: MAX_REDRIVE },
                 _ => return None,
             };
-            answer(queue_of(q).and_then(|q| act(shared, &acting(shared, r)?, command(q))))
+            answer(queue_of(q).and_then(|q| act(shared, &acting(shared, ui, r)?, command(q))))
         }
         _ => return None,
     };
@@ -127,26 +127,26 @@ fn login_configured(shared: &Shared, r: &Request) -> bool {
 }
 
 /// Who may look: the session's login; nobody when no login is configured.
-fn viewer(shared: &Shared, r: &Request) -> Result<Login, Refused> {
+fn viewer(shared: &Shared, ui: &Ui, r: &Request) -> Result<Login, Refused> {
     if !login_configured(shared, r) {
         return Ok(Login::Nobody);
     }
-    acting(shared, r)
+    acting(shared, ui, r)
 }
 
 /// Who may act (and read bodies): a session's login, never nobody.
-fn acting(shared: &Shared, r: &Request) -> Result<Login, Refused> {
+fn acting(shared: &Shared, ui: &Ui, r: &Request) -> Result<Login, Refused> {
     if !login_configured(shared, r) {
         return Err(Refused(
             403,
             "no login is configured (no [[users]], no [stats] admin_token_file): the page shows figures only".into(),
         ));
     }
-    bearer(r).and_then(|id| shared.ui.session(id)).ok_or_else(|| Refused(401, "log in first".into()))
+    bearer(r).and_then(|id| ui.session(id)).ok_or_else(|| Refused(401, "log in first".into()))
 }
 
-fn whoami(shared: &Shared, r: &Request) -> Result<Value, Refused> {
-    let login = bearer(r).and_then(|id| shared.ui.session(id));
+fn whoami(shared: &Shared, ui: &Ui, r: &Request) -> Result<Value, Refused> {
+    let login = bearer(r).and_then(|id| ui.session(id));
     Ok(json!({
         "users": shared.users.enabled(),
         "token": r.token_configured,
@@ -200,8 +200,8 @@ impl Offered {
 
 /// `POST /ui/api/login`: [`login`]'s answer; a throttled login hears `429`
 /// with `Retry-After`.
-fn login_page(shared: &Shared, r: &Request) -> Page {
-    match login(shared, r, Offered::of(r)) {
+fn login_page(shared: &Shared, ui: &Ui, r: &Request) -> Page {
+    match login(shared, ui, r, Offered::of(r)) {
         Ok(v) => answer(Ok(v)),
         Err((refused, retry_after)) => Page { retry_after, ..answer(Err(refused)) },
     }
@@ -211,7 +211,7 @@ fn login_page(shared: &Shared, r: &Request) -> Page {
 /// token): a session. Within the logins' throttle, as RESP logins: charged
 /// before the check, a password that failed lately refused unchecked; a
 /// throttled one refused with the seconds to wait.
-fn login(shared: &Shared, r: &Request, offered: Offered) -> Result<Value, (Refused, Option<u64>)> {
+fn login(shared: &Shared, ui: &Ui, r: &Request, offered: Offered) -> Result<Value, (Refused, Option<u64>)> {
     if !login_configured(shared, r) {
         return Err((Refused(403, "no login is configured (no [[users]], no [stats] admin_token_file)".into()), None));
     }
@@ -242,7 +242,7 @@ fn login(shared: &Shared, r: &Request, offered: Offered) -> Result<Value, (Refus
     }
     let login = match &offered {
         Offered::User(name, password) => {
-            let mut verifier = shared.ui.verifier.lock().unwrap_or_else(|p| p.into_inner());
+            let mut verifier = ui.verifier.lock().unwrap_or_else(|p| p.into_inner());
             shared.users.check_with(name, password.as_bytes(), &mut verifier).map(Login::User)
         }
         _ => r.token.then_some(Login::Token),
@@ -252,7 +252,7 @@ fn login(shared: &Shared, r: &Request, offered: Offered) -> Result<Value, (Refus
     let name = login.name();
     let peer = r.peer.map(|p| p.to_string()).unwrap_or_default();
     tracing::info!(%peer, user = name.as_deref().unwrap_or(""), "logged in to /ui");
-    let session = shared.ui.open(login).map_err(|e| (e, None))?;
+    let session = ui.open(login).map_err(|e| (e, None))?;
     Ok(json!({ "session": session, "login": name }))
 }
 
