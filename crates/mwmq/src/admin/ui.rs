@@ -316,7 +316,7 @@ fn run(shared: &Shared, login: &Login, c: &Command) -> Reply {
         return r;
     }
     let mut facts = DbFacts::default();
-    let outcome = Pooled::now(core.carry(&Pooled(&shared.pool), c, &s, &mut facts));
+    let outcome = Pooled::now(core.carry(&Pooled(&shared.pool), core.home(c), c, &s, &mut facts));
     match outcome {
         Ok(Outcome::Reply(r, leases, _)) => {
             // (None of the page's commands hands out messages.)

@@ -91,6 +91,20 @@ pub enum Batched {
     OneByOne,
 }
 
+impl Batched {
+    /// Puts each answer and its leases at its request's place among all of
+    /// a batch's (`live[i]`: the place of item `i`); `false` when they are
+    /// to be carried out one by one instead.
+    pub fn place(self, live: &[usize], replies: &mut [Answer], leases: &mut [Vec<LeaseRef>]) -> bool {
+        let Batched::Answers(got, got_leases) = self else { return false };
+        for ((i, a), l) in live.iter().zip(got).zip(got_leases) {
+            replies[*i] = a;
+            leases[*i] = l;
+        }
+        true
+    }
+}
+
 /// What a look of a waiting command (RECV ... WAIT, XREAD ... BLOCK) found.
 pub enum Look {
     /// Its answer.
@@ -107,17 +121,19 @@ pub enum Look {
 }
 
 impl Core<'_> {
-    /// Carries out `c` of `s`: its statement on its queue's database (QLIST:
-    /// on each, the answers merged); a creation that must count the user's
-    /// queues and streams on the other databases runs again once they are.
+    /// Carries out `c` of `s`: its statement on `home`, the database of its
+    /// queue as the caller placed it ([`Core::home`]; `None`, QLIST: on each,
+    /// the answers merged); a creation that must count the user's queues and
+    /// streams on the other databases runs again once they are.
     pub async fn carry<S: Session + ?Sized, D: Databases>(
         &self,
         dbs: &D,
+        home: Option<usize>,
         c: &Command,
         s: &S,
         db: &mut DbFacts,
     ) -> Result<Outcome, DbError> {
-        let Some(home) = self.home(c) else {
+        let Some(home) = home else {
             let mut answers = Vec::new();
             for d in 0..dbs.count() {
                 answers.push(dbs.on(d, db, async |pg, db| self.statement(pg, c, s, db).await).await);

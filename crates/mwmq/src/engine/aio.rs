@@ -29,7 +29,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::{oneshot, watch};
 
 use crate::command::{self, Command, Limits, MqOp};
-use crate::commands::{Answer, Batch, Batched, Core, Databases, DbFacts, Look, Outcome, Session};
+use crate::commands::{Answer, Batch, Core, Databases, DbFacts, Look, Outcome, Session};
 use crate::config::Config;
 use crate::db::{DbError, LeaseRef, PgConn};
 use crate::output::Share;
@@ -884,7 +884,7 @@ impl Loop {
         let core = Core::new(&self.shared);
         let mut db = DbFacts::default();
         self.inflight.set(self.inflight.get() + 1);
-        let r = core.carry(&LoopDbs(self), &cmd, &*sess, &mut db).await;
+        let r = core.carry(&LoopDbs(self), None, &cmd, &*sess, &mut db).await;
         self.inflight.set(self.inflight.get() - 1);
         let outcome = core.settled(r, &mut db);
         Carried { outcome, db, t_dequeue, busy: now_ns().saturating_sub(t_dequeue) }
@@ -982,7 +982,7 @@ impl Loop {
             Some(r) => Outcome::Reply(r, Vec::new(), "server_error"),
             None => {
                 let core = Core::new(&self.shared);
-                let r = core.carry(&LoopDbs(self), &p.cmd, &*p.sess, &mut db).await;
+                let r = core.carry(&LoopDbs(self), Some(p.db), &p.cmd, &*p.sess, &mut db).await;
                 core.settled(r, &mut db)
             }
         };
@@ -1005,19 +1005,11 @@ impl Loop {
                 let items: Vec<(&Command, &Sess)> = live.iter().map(|i| (&group[*i].cmd, &*group[*i].sess)).collect();
                 core.carry_batch(&LoopDbs(self), d, kind, &items, &mut db).await
             };
-            match batched {
-                Batched::Answers(got, got_leases) => {
-                    for ((i, a), l) in live.iter().zip(got).zip(got_leases) {
-                        replies[*i] = a;
-                        leases[*i] = l;
-                    }
+            if !batched.place(&live, &mut replies, &mut leases) {
+                for p in group {
+                    self.run_one(p).await;
                 }
-                Batched::OneByOne => {
-                    for p in group {
-                        self.run_one(p).await;
-                    }
-                    return;
-                }
+                return;
             }
         }
         let busy = now_ns().saturating_sub(t_dequeue) / n as u64;

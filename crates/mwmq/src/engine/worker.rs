@@ -16,7 +16,7 @@ use mwstats::clock::now_ns;
 use mwstats::slots::SlotWriter;
 
 use crate::command::{Command, MqOp};
-use crate::commands::{Answer, Batch, Batched, Core, DbFacts, Look, Outcome, Pooled};
+use crate::commands::{Answer, Batch, Core, DbFacts, Look, Outcome, Pooled};
 use crate::db::LeaseRef;
 use crate::engine::conn::Delivered;
 use crate::engine::job::{Done, Job, Work};
@@ -156,19 +156,11 @@ impl Worker {
                 live.iter().filter_map(|i| jobs[*i].cmd.as_ref().ok().map(|c| (c, &*jobs[*i].conn))).collect();
             Pooled::now(core.carry_batch(&Pooled(&self.shared.pool), home, &kind, &items, &mut db))
         };
-        match batched {
-            Batched::Answers(got, got_leases) => {
-                for ((i, a), l) in live.iter().zip(got).zip(got_leases) {
-                    replies[*i] = a;
-                    leases[*i] = l;
-                }
+        if !batched.place(&live, &mut replies, &mut leases) {
+            for job in jobs {
+                self.one(job);
             }
-            Batched::OneByOne => {
-                for job in jobs {
-                    self.one(job);
-                }
-                return;
-            }
+            return;
         }
         let n = jobs.len() as u64;
         for (i, job) in jobs.iter_mut().enumerate() {
@@ -347,7 +339,7 @@ impl Worker {
             Some((names, _)) if !job.last_try => Some(self.shared.waiters.seq(&names)),
             _ => None,
         };
-        let outcome = Pooled::now(core.carry(&Pooled(&self.shared.pool), c, conn, db));
+        let outcome = Pooled::now(core.carry(&Pooled(&self.shared.pool), core.home(c), c, conn, db));
         match core.looked(core.settled(outcome, db), db) {
             Look::Answer(o) => o,
             // Nothing yet: parked until a message may be there or its wait
