@@ -234,3 +234,18 @@ def test_free_port_never_hands_out_a_port_twice():
 
     ports = [free_port() for _ in range(300)]
     assert len(set(ports)) == len(ports)
+
+
+def test_the_host_cpu_counts_the_cpus_the_lab_may_use():
+    """A run pinned to some CPUs (taskset) would count what others run on the
+    other CPUs as CPU taken from it (its host CPU center then had almost no
+    capacity left): the host's busy time, against which the other processes'
+    share is measured, is that of the CPUs it may use, as its usable cores are."""
+    from collections import namedtuple
+
+    from mwlab.procs import host_busy
+
+    t = namedtuple("t", "user nice system idle iowait")
+    per_cpu = [t(10, 0, 0, 90, 0), t(70, 0, 10, 15, 5)]
+    assert host_busy(per_cpu, {1}) == (80, 100), "CPU 0's busy time is not the lab's business"
+    assert host_busy(per_cpu, {0, 1}) == (90, 200)
