@@ -141,7 +141,7 @@ def test_sigterm_stops_every_process_and_prints_the_resume_command(tmp_path: Pat
                 "topology": {"servers": 2, "middlewares": 1, "threads": 1},
                 "factors": {"vcli": [1, 2]},
                 # (Long enough that nothing ends by itself while the test waits.)
-                "run": {"duration": 600, "warmup": 0, "repetitions": 1},
+                "run": {"duration": 600, "warmup": 0, "repetitions": 1, "reference": False},
             }
         )
     )
@@ -206,7 +206,7 @@ def test_until_ci_adds_repetitions_and_says_when_it_gives_up(tmp_path: Path, cap
         "name: until-ci\n"
         "topology: {servers: 1, middlewares: 0, threads: 1, virtual_clients: 2}\n"
         "workload: {ratio: '1:10', keys: 1000, value_size: 64}\n"
-        "run: {duration: 1, warmup: 0.2, cooldown: 0, repetitions: 1}\n"
+        "run: {duration: 1, warmup: 0.2, cooldown: 0, repetitions: 1, reference: false}\n"
     )
     cmd = ["run", str(spec), "--results", str(tmp_path / "r")]
     with monkeypatch.context() as m:
