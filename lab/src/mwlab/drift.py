@@ -138,6 +138,11 @@ class Movement:
     def beyond_noise(self) -> bool:
         return abs(math.log1p(self.change)) > Z90 * self.sigma
 
+    def sentence(self) -> str:
+        """The text as a sentence of its own."""
+        t = self.text()
+        return t[0].upper() + t[1:] + "."
+
     def text(self) -> str:
         verdict = "more than" if self.beyond_noise else "within"
         return (

@@ -14,7 +14,7 @@ from pathlib import Path
 import pandas as pd
 
 from mwlab.analysis import read_experiment, summarize
-from mwlab.drift import Against, DriftError, Ratio, against, ratio
+from mwlab.drift import TRANSFER, Against, DriftError, Ratio, against, ratio
 from mwlab.predict import PredictError, Prediction, parse_changes, predict
 from mwlab.procs import LabError
 
@@ -152,8 +152,8 @@ def against_text(rows: list[Against], rho: Ratio, a: Path, b: Path) -> str:
         f"A: {a}",
         f"B: {b}",
         "reference: " + rho.text(),
-        f"Predictions calibrated on A, carried to B: X x {rho.value:.3f}, R / {rho.value:.3f}, "
-        "intervals widened by the ratio's uncertainty.",
+        f"Predictions calibrated on A, carried to B: X x {rho.value:.3f}, R / {rho.value:.3f}, intervals "
+        f"widened by the ratio's uncertainty and {TRANSFER:.0%} for carrying it to another system.",
     ]
     last = None
     for r in rows:
