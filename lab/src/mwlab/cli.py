@@ -1,4 +1,5 @@
-"""The `mwlab` command line: run, analyze, report, compare, validate, list."""
+"""The `mwlab` command line: run, analyze, report, compare, validate, list,
+and `--version`."""
 
 from __future__ import annotations
 
@@ -9,17 +10,27 @@ import os
 import shlex
 import signal
 import sys
+from importlib import metadata
 from pathlib import Path
 
-from mwlab import model_cli, plan, predict_cli, stats_cli
+from mwlab import __version__, model_cli, plan, predict_cli, stats_cli
 from mwlab.analysis import summarize
 from mwlab.compare import CompareError, compare, write_page
 from mwlab.predict import PredictError
 from mwlab.procs import REPO, LabError
 from mwlab.render import write_report
 from mwlab.spec import ROLES, Settings, SpecError, load, run_seconds
+from mwlab.verdict import result_lines
 
 EXPERIMENTS = REPO / "experiments"
+
+
+def version() -> str:
+    """The installed package's version (lab/pyproject.toml, as pip recorded it)."""
+    try:
+        return metadata.version("mwlab")
+    except metadata.PackageNotFoundError:
+        return f"{__version__} (not installed)"
 
 
 def _spec_path(name: str) -> Path:
@@ -132,6 +143,7 @@ def main(argv: list[str] | None = None) -> int:
         prog="mwlab",
         description="Experiments with memcached and mwproxy, PostgreSQL and mwmq, driven by mwload.",
     )
+    parser.add_argument("--version", action="version", version=f"mwlab {version()}")
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("run", help="run an experiment and write its report")
     p.add_argument("spec", help="a spec file or the name of one in experiments/")
@@ -156,7 +168,11 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="run only the fewest runs that predict every population within --target (see mwlab plan)",
     )
-    p.add_argument("--target", default="10%", help="with --plan: widest 90%% half-width (default 10%%)")
+    p.add_argument(
+        "--target",
+        default="10%",
+        help="with --plan: widest 90%% half-width of throughput X and response time R (default 10%%)",
+    )
     p.add_argument("--from", dest="prior", metavar="RESULT", help="with --plan: the result to plan from")
     p = sub.add_parser("analyze", help="recompute tables, checks, plots and the report of a result directory")
     p.add_argument("result")
@@ -231,9 +247,12 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"mwlab: every run failed; the report says why: {report}", file=sys.stderr)
                 return 1
             print(_key_numbers(aggregate))
+            print("\n".join(result_lines(out)))
             print(f"report: {report}")
         elif args.command == "analyze":
-            print(f"report: {analyze(Path(args.result))[0]}")
+            report = analyze(Path(args.result))[0]
+            print("\n".join(result_lines(Path(args.result))))
+            print(f"report: {report}")
         elif args.command == "compare":
             df = compare(Path(args.a), Path(args.b))
             print(

@@ -101,10 +101,29 @@ class CheckGroup:
 
     @property
     def line(self) -> str:
+        """How the group did, "too short to judge" said once."""
+        short = [c for c in self.rest if not c.judged]
+        why = {c.detail for c in short}
+        reason = f" ({why.pop()})" if len(why) == 1 else ""
+        if not self.judged:
+            return f"too short to judge in all {self.not_judged}{reason}"
         text = f"passed {self.passed} of {self.judged}"
         if self.not_judged:
-            text += f"; {self.not_judged} too short to judge"
+            text += f"; {self.not_judged} too short to judge{reason}"
         return text
+
+    @property
+    def rest_lines(self) -> list[str]:
+        """The checks that passed, each with its numbers, and those too short
+        to judge where they were not all short by the same amount (`line`
+        says that once)."""
+        short = [c for c in self.rest if not c.judged]
+        same = len({c.detail for c in short}) == 1
+        return [
+            f"{c.where} — {c.verdict}: {c.detail}" if c.judged else f"{c.where} — {c.detail}"
+            for c in self.rest
+            if c.judged or not same
+        ]
 
 
 def group_checks(checks: list[Check]) -> list[CheckGroup]:
