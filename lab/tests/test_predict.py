@@ -280,7 +280,9 @@ def test_calibrate_then_measure_with_real_processes(tmp_path, capsys, monkeypatc
     assert main(["predict", str(out), "--clients", "8", "--set", "tmw=4", "--json"]) == 0
     (p,) = json.loads(capsys.readouterr().out)
     assert p["N"] == 8 and p["x"] > 0 and p["config"] == {"tmw": 4}
-    assert p["x_lo"] < p["x"] < p["x_hi"] and p["r_lo"] < p["r_us"] < p["r_hi"]
+    # (At saturation a bound may end X's interval at the prediction itself,
+    # and start R's there.)
+    assert p["x_lo"] < p["x"] <= p["x_hi"] and p["r_lo"] <= p["r_us"] < p["r_hi"]
     assert p["uncertainty"]["x"]["rules"] > 0, "a rule carried it to tmw=4"
     # And the plan: from this result, the populations and repetitions for a
     # target — two repetitions at most here: how many the target would take
