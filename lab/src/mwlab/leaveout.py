@@ -99,8 +99,7 @@ def leave_one_out(agg: pd.DataFrame, info: ExperimentInfo) -> LeaveOneOut:
             try:
                 if rest:
                     cal = calibrate(rest, info, label)
-                    if not cal.ns[0] <= n <= cal.ns[-1]:
-                        cal = widened(cal, [c for lb, c in whole.items() if lb != label])
+                    cal = widened(cal, [c for lb, c in whole.items() if lb != label])
                     used = ", ".join(str(int(num(r, "N"))) for r in sorted(rest, key=lambda r: num(r, "N")))
                     basis = f"{label or 'N'} at N = {used}"
                     p = predict_one(cal, n)

@@ -226,37 +226,60 @@ def blend(a: Prediction, b: Prediction, w: float) -> Prediction:
 
 
 def widened(cal: Calibration, others: list[Calibration]) -> Calibration:
-    """`cal` carried past the populations it measured by the shape of the
-    nearest other configuration that measured further: each demand curve
-    gets knots at those populations, its own end value moved by half the
-    other's change from that end (in ln; the offset by half its change in
-    µs, the tails as the other measured them), and the curves remember their
-    own range so the doubt past it is the whole change
-    (`Curve.borrowed_doubt`). Unchanged when no other configuration measured
-    further."""
-    lo, hi = cal.ns[0], cal.ns[-1]
+    """`cal` shaped by the nearest other configuration that measured
+    populations it did not: past its own ends, each demand curve gets knots
+    at the other's populations, its end value moved by half the other's
+    change from that end (in ln; the offset by half its change in µs); inside
+    a gap between its own populations, a knot where the other measured one,
+    moved by half the other's departure there from a straight line in ln N
+    across the same gap. The tails come as the other measured them, and the
+    curves keep their own so the doubt where they were moved is the whole
+    move (`Curve.borrowed_doubt`). Unchanged when no other configuration
+    measured a population this one did not."""
     keys = _keys(cal.levels)
 
     def away(c: Calibration) -> float:
         return sum(_distance(_setting(c.settings, k), _setting(cal.settings, k)) for k in keys)
 
-    sibs = [c for c in others if c is not cal and c.levels != cal.levels and (c.ns[0] < lo or c.ns[-1] > hi)]
+    def lent(c: Calibration) -> list[int]:
+        return [n for n in c.ns if n not in cal.ns and (n < cal.ns[0] or n > cal.ns[-1] or _inside(c, n))]
+
+    def _inside(c: Calibration, n: int) -> bool:
+        a, b = _gap(n)
+        return c.ns[0] <= a and b <= c.ns[-1]
+
+    def _gap(n: int) -> tuple[int, int]:
+        return max(k for k in cal.ns if k < n), min(k for k in cal.ns if k > n)
+
+    sibs = [c for c in others if c is not cal and c.levels != cal.levels and lent(c)]
     if not sibs:
         return cal
     sib = min(sibs, key=away)
-    extra = [n for n in sib.ns if n < lo or n > hi]
+    extra = lent(sib)
+
+    def moved(own: Curve, shape: Curve, n: int, additive: bool) -> float | None:
+        if n < cal.ns[0] or n > cal.ns[-1]:
+            end = cal.ns[0] if n < cal.ns[0] else cal.ns[-1]
+            here, there, mine = shape.at(end), shape.at(n), own.at(end)
+        else:
+            a, b = _gap(n)
+            t = math.log(n / a) / math.log(b / a)
+            here = (1 - t) * shape.at(a) + t * shape.at(b)
+            there, mine = shape.at(n), own.at(n)
+        if additive:
+            return mine + PAST_TREND * (there - here)
+        if here > 0 and there > 0:
+            return mine * (there / here) ** PAST_TREND
+        return None
 
     def carried(own: Curve, shape: Curve | None, additive: bool) -> Curve:
         knots = list(own.knots)
         if shape is not None:
             for n in extra:
-                end = lo if n < lo else hi
-                here, there, mine = shape.at(end), shape.at(n), own.at(end)
-                if additive:
-                    knots.append((n, mine + PAST_TREND * (there - here)))
-                elif here > 0 and there > 0:
-                    knots.append((n, mine * (there / here) ** PAST_TREND))
-        return Curve(sorted(knots), floor=own.floor, own=(lo, hi))
+                v = moved(own, shape, n, additive)
+                if v is not None:
+                    knots.append((n, v))
+        return Curve(sorted(knots), floor=own.floor, base=own)
 
     holding = cal.holding
     if len(holding) == 1 and len(sib.holding) >= 2:
@@ -271,7 +294,7 @@ def widened(cal: Calibration, others: list[Calibration]) -> Calibration:
         holding=holding,
         curves={name: carried(c, sib.curves.get(name), False) for name, c in cal.curves.items()},
         offset=carried(cal.offset, sib.offset, True),
-        tails=sorted(cal.tails + [t for t in sib.tails if t[0] in extra]),
+        tails=sorted(cal.tails + [t for t in sib.tails if t[0] in extra and t[0] not in cal.ns]),
         borrowed=sib.sweep,
     )
 
@@ -296,9 +319,9 @@ def predict_at(
 
 
 def _reach_n(cal: Calibration, n: int, cals: list[Calibration]) -> Calibration:
-    """The calibration to predict n from: widened by another configuration's
-    shape when n lies past the populations it measured."""
-    return widened(cal, cals) if not cal.ns[0] <= n <= cal.ns[-1] else cal
+    """The calibration to predict n from: shaped by another configuration
+    where n is a population it did not measure."""
+    return widened(cal, cals) if n not in cal.ns else cal
 
 
 def predict(

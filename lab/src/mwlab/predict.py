@@ -129,10 +129,10 @@ class Curve:
     # same configuration: `mwlab plan`), used where this curve's own is larger
     # or unknown.
     floor: float = float("nan")
-    # The populations this configuration measured itself (None: every
-    # knot); knots past them were carried from another configuration's
-    # shape (`mwlab.nearest.widened`) and carry that doubt.
-    own: tuple[int, int] | None = None
+    # The curve through the knots this configuration measured itself (None:
+    # every knot is its own); the other knots were carried from another
+    # configuration's shape (`mwlab.nearest.widened`) and carry that doubt.
+    base: Curve | None = None
 
     @classmethod
     def fit(cls, pairs: list[tuple[int, float]]) -> Curve:
@@ -178,18 +178,14 @@ class Curve:
 
     @property
     def own_knots(self) -> list[tuple[int, float]]:
-        if self.own is None:
-            return self.knots
-        return [(k, v) for k, v in self.knots if self.own[0] <= k <= self.own[1]]
+        return self.knots if self.base is None else self.base.knots
 
     def borrowed_doubt(self, n: float) -> float:
-        """Past the populations measured here, where the knots are another
-        configuration's shape: the whole change from the own end to n (the
-        knots carry half of it)."""
-        if self.own is None or self.own[0] <= n <= self.own[1]:
+        """Where another configuration's shape moved the curve: the whole
+        move at n (the knots carry half of it), relative."""
+        if self.base is None:
             return 0.0
-        end = self.own[0] if n < self.own[0] else self.own[1]
-        a, b = self.at(end), self.at(n)
+        a, b = self.base.at(n), self.at(n)
         return 2 * abs(math.log(b / a)) if a > 0 and b > 0 else 0.0
 
     def error_at(self, n: float) -> float:
@@ -624,6 +620,11 @@ def predict_one(
             f"N={n} outside the calibrated {cal.ns[0]}..{cal.ns[-1]}: "
             f"demands carried from the nearest end {how}"
         )
+    elif cal.borrowed and n not in cal.ns:
+        notes.append(
+            f"N={n} between the calibrated populations: the demands' straight lines bent by half "
+            f"the departure {cal.borrowed} measured there"
+        )
     offset = cal.offset.at(n) if target is None else cal.offset.at(cal.ns[0])
     x, r = _solve(devs, n, cal.think_us, offset)
     pool = next((d for d in devs if d.name == "workers"), None)
@@ -854,13 +855,12 @@ def _own_doubt(curve: Curve, n: float) -> float:
 
 
 def _offset_borrowed(offset: Curve, n: float, r: float) -> float:
-    """The doubt of an offset carried past the own populations by another
-    configuration's shape, relative to the offset (the whole change)."""
-    if offset.own is None or offset.own[0] <= n <= offset.own[1]:
+    """The doubt of an offset moved by another configuration's shape,
+    relative to the offset (the whole move)."""
+    if offset.base is None:
         return 0.0
-    end = offset.own[0] if n < offset.own[0] else offset.own[1]
     here = abs(offset.at(n))
-    return 2 * abs(offset.at(n) - offset.at(end)) / here if here > 0 else 0.0
+    return 2 * abs(offset.at(n) - offset.base.at(n)) / here if here > 0 else 0.0
 
 
 def rule_steps(old: Settings, new: Settings) -> list[float]:
