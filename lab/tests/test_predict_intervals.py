@@ -11,9 +11,10 @@ import random
 import pandas as pd
 import pytest
 
+from mwlab.curves import Curve
 from mwlab.fit import Device
 from mwlab.noise import noise_of, noise_table
-from mwlab.predict import Calibration, Curve, _solve, _total, predict_one
+from mwlab.predict import Calibration, _solve, _total, predict_one
 
 CALIBRATED = (2, 8, 32)
 HELD_OUT = (1, 3, 4, 6, 12, 16, 24, 48, 64, 128)

@@ -35,12 +35,10 @@ from typing import Any
 import pandas as pd
 
 from mwlab.bounds import Bounds
+from mwlab.curves import PAST_TREND, Curve, PredictError
 from mwlab.predict import (
-    PAST_TREND,
     STRUCTURAL,
     Calibration,
-    Curve,
-    PredictError,
     Prediction,
     calibrations,
     column,

@@ -42,8 +42,9 @@ from typing import Any
 
 import yaml
 
+from mwlab.curves import Curve
 from mwlab.noise import Noise
-from mwlab.predict import Calibration, Curve, PredictError, calibrations, predict_one
+from mwlab.predict import Calibration, PredictError, calibrations, predict_one
 from mwlab.procs import LabError
 from mwlab.spec import Experiment, SpecError, column_name, load, parse, run_seconds
 
