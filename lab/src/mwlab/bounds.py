@@ -13,16 +13,21 @@ operational analysis):
 
 The demands used are the *lightest* the run measured for each device over
 the calibration points, less one point's noise (a measured mean may sit
-above the demand it measures), carried by the same rules as the prediction
-to a configuration that was not measured; the offset is the most negative
-one measured. Every measured point of the configuration obeys the bounds so
-built, so a bound only cuts off what the run itself shows to be impossible
-(a 90% interval whose top is more than the host's cores can serve). Past
-the calibrated populations a demand that falls with N could fall further;
-no measurement says how far, and the bound does not guess. R >= D holds
-only between the calibrated populations (below them a worker holds a
-request for less time than at any population measured, so the lightest
-demand measured is no floor).
+above the demand it measures), on the most servers the device had at any
+point (the cores other processes left change from point to point), carried
+by the same rules as the prediction to a configuration that was not
+measured; the offset is the most negative one measured. Every measured point
+of the configuration obeys the bounds so built, so a bound only cuts off
+what the run itself shows to be impossible (a 90% interval whose top is more
+than the host's cores can serve). Between two populations measured a demand
+may dip below both, so there the lightest the prediction's own doubt allows
+counts where it is lighter. Past the populations measured the bound stays at
+what was measured: a demand that falls with N could fall further, and a
+point carried there may then lie above its bound (the leave-one-out table
+shows where). R >= D holds only
+between the calibrated populations (below them a worker holds a request for
+less time than at any population measured, so the lightest demand measured
+is no floor).
 """
 
 from __future__ import annotations

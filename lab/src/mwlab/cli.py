@@ -193,11 +193,11 @@ def main(argv: list[str] | None = None) -> int:
         return model_cli.main(args)
     if args.command == "stats":
         return stats_cli.main(args)
-    if args.command == "predict":
-        return predict_cli.main(args)
-    if args.command == "plan":
-        return plan.main(args, _spec_path)
     try:
+        if args.command == "predict":
+            return predict_cli.main(args)
+        if args.command == "plan":
+            return plan.main(args, _spec_path)
         if args.command == "list":
             for n in _names():
                 print(n)

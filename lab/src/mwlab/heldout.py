@@ -31,7 +31,7 @@ import pandas as pd
 
 from mwlab.fit import bottleneck, devices, num, sweep_label
 from mwlab.leaveout import LeaveOneOut, leave_one_out
-from mwlab.nearest import predict_at
+from mwlab.nearest import predict_at, widened
 from mwlab.noise import noise_table
 from mwlab.plots import save_figure, save_panels
 from mwlab.predict import (
@@ -126,7 +126,10 @@ def _seed_text(seed: dict | None) -> str:
     return f"{seed['r_us'] / 1e3:.3f} ms ({seed['r_error']:+.0%})"
 
 
-def _held_out_populations(groups, info) -> list[dict]:
+def _held_out_populations(groups, cals: dict[str, Calibration], info) -> list[dict]:
+    """Every other population of a configuration calibrates, the rest are
+    predicted (shaped by another configuration where it measured them, as
+    `mwlab predict` and the leave-one-out table do)."""
     rows = []
     for label, members in groups.items():
         ns = sorted({int(num(r, "N")) for r in members})
@@ -143,10 +146,12 @@ def _held_out_populations(groups, info) -> list[dict]:
             n = int(num(r, "N"))
             if n in calib:
                 continue
-            p = predict_one(cal, n)
-            rows.append(
-                _row("populations", f"{label or 'N'} at N = {used}", f"N = {n}", p, r, info, seeds.get(n))
+            shaped = widened(cal, [c for lb, c in cals.items() if lb != label])
+            p = predict_one(shaped, n)
+            basis = f"{label or 'N'} at N = {used}" + (
+                f", shaped by {shaped.borrowed}" if shaped.borrowed else ""
             )
+            rows.append(_row("populations", basis, f"N = {n}", p, r, info, seeds.get(n)))
     return rows
 
 
@@ -371,7 +376,7 @@ def compute_predictions(agg: pd.DataFrame, info: ExperimentInfo) -> Predictions:
             cals[label] = calibrate(members, info, label)
         except PredictError as e:
             refusal = refusal or str(e)
-    rows = _held_out_populations(groups, info) + _held_out_configurations(groups, cals, info)
+    rows = _held_out_populations(groups, cals, info) + _held_out_configurations(groups, cals, info)
     if rows:
         pred.heldout = pd.DataFrame(rows)
         h = pred.heldout

@@ -101,7 +101,9 @@ def leave_one_out(agg: pd.DataFrame, info: ExperimentInfo) -> LeaveOneOut:
                     cal = calibrate(rest, info, label)
                     cal = widened(cal, [c for lb, c in whole.items() if lb != label])
                     used = ", ".join(str(int(num(r, "N"))) for r in sorted(rest, key=lambda r: num(r, "N")))
-                    basis = f"{label or 'N'} at N = {used}"
+                    basis = f"{label or 'N'} at N = {used}" + (
+                        f", shaped by {cal.borrowed}" if cal.borrowed else ""
+                    )
                     p = predict_one(cal, n)
                 else:
                     others = [c for lb, c in whole.items() if lb != label]

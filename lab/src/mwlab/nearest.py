@@ -214,7 +214,11 @@ def blend(a: Prediction, b: Prediction, w: float) -> Prediction:
         p99_us=_mean_log(a.p99_us, b.p99_us, w),
         bottleneck=near.bottleneck,
         basis=f"{a.basis} and {b.basis}",
-        notes=list(dict.fromkeys(a.notes + b.notes)),
+        notes=list(
+            dict.fromkeys(
+                [f"from {a.basis}: {n}" for n in a.notes] + [f"from {b.basis}: {n}" for n in b.notes]
+            )
+        ),
         devices=near.devices,
         uncertainty=sigma,
         think_us=(1 - w) * a.think_us + w * b.think_us,

@@ -117,6 +117,10 @@ class Calibration:
     # The configuration whose shape carries the curves past the populations
     # measured here ("" when none: `mwlab.nearest.widened`).
     borrowed: str = ""
+    # Each device's servers at each calibration point (N, servers): the host
+    # CPU's are the cores other processes left, which change from point to
+    # point; between the points a straight line in ln N, held at the ends.
+    capacity: dict[str, list[tuple[int, float]]] = field(default_factory=dict)
     # The run-to-run noise of the calibration points.
     noise: Noise = field(default_factory=lambda: Noise(float("nan"), float("nan"), 1.0, 0, "not measured"))
 
@@ -127,12 +131,27 @@ class Calibration:
         None with fewer than two busy levels."""
         return _between(self.holding, k) if len(self.holding) >= 2 else None
 
+    def servers_at(self, name: str, n: float) -> float:
+        """The servers of a device at population n (its average where the
+        calibration kept no per-point figure)."""
+        pts = sorted(self.capacity.get(name, []))
+        if not pts:
+            return self.servers[name]
+        by_n: dict[int, list[float]] = {}
+        for k, c in pts:
+            by_n.setdefault(k, []).append(c)
+        return _between([(math.log(k), sum(v) / len(v)) for k, v in sorted(by_n.items())], math.log(n))
+
+    def most_servers(self, name: str) -> float:
+        """The most servers a device had at any calibration point."""
+        return max((c for _, c in self.capacity.get(name, [])), default=self.servers[name])
+
     def devices_at(self, n: float) -> list[Device]:
         return [
             Device(
                 name,
                 c.at(n),
-                self.servers[name],
+                self.servers_at(name, n),
                 in_network=self.in_network[name],
                 delay=name == "link delay",
             )
@@ -255,6 +274,7 @@ def calibrate(rows: list[pd.Series], info: ExperimentInfo, sweep: str = "") -> C
     ns: list[int] = []
     per: dict[str, list[tuple[int, float]]] = {}
     servers: dict[str, list[float]] = {}
+    capacity: dict[str, list[tuple[int, float]]] = {}
     in_network: dict[str, bool] = {}
     offsets: list[tuple[int, float]] = []
     tails: list[tuple[int, float, float]] = []
@@ -268,6 +288,7 @@ def calibrate(rows: list[pd.Series], info: ExperimentInfo, sweep: str = "") -> C
         for d in devs:
             per.setdefault(d.name, []).append((n, d.demand_us))
             servers.setdefault(d.name, []).append(d.servers)
+            capacity.setdefault(d.name, []).append((n, d.servers))
             in_network[d.name] = d.in_network
             if d.name == "workers":
                 busy.append((num(row, "client_tput") * d.demand_us * US, d.demand_us))
@@ -293,6 +314,7 @@ def calibrate(rows: list[pd.Series], info: ExperimentInfo, sweep: str = "") -> C
         tails=sorted(tails),
         holding=_busy_levels(busy),
         noise=noise_of(rows),
+        capacity=capacity,
     )
 
 
@@ -552,7 +574,8 @@ def predict_one(
         p50_us=r * p50,
         p99_us=r * p99,
         bottleneck=bottleneck(devs),
-        basis=cal.sweep or "the measured configuration",
+        basis=(cal.sweep or "the measured configuration")
+        + (f", shaped by {cal.borrowed}" if cal.borrowed and n not in cal.ns else ""),
         notes=notes,
         devices=devs,
         uncertainty=uncertainty(cal, devs, n, x, r, offset, steps=steps),
@@ -565,26 +588,36 @@ def predict_one(
     return pred
 
 
-def _lightest(cal: Calibration, target: Settings | None) -> list[Device]:
+def _lightest(cal: Calibration, n: int, target: Settings | None) -> list[Device]:
     """Each device at the lightest demand the calibration measured, less a
     point's noise (a measured mean may sit above the demand it measures),
-    with the holding time at the lightest busy level; carried to `target` by
-    the same rules as the prediction. Past the calibrated populations a
-    demand that falls with N could fall further; no measurement says how
-    far, so the bound stays at what was measured (the prediction's own
-    interval carries that doubt)."""
+    on the most servers it had at any point, with the holding time at the
+    lightest busy level; carried to `target` by the same rules as the
+    prediction. Between two populations it measured a demand may dip below
+    both (a worker held for 60 µs at N = 8 where N = 2 and 24 took 71 and
+    66): there the lightest the prediction's own demand allows within its 90%
+    doubt (`demand_doubt`) counts, where that is lighter. Past them the
+    bound stays at what the run measured: a demand that falls with N could
+    fall further, but no measurement says so (a quickstart calibrated on N =
+    2 and 8 alone bounded N = 24 at 33,845 ops/s where 40,032 was measured;
+    its interval carries that doubt, the bound does not)."""
     nx = cal.noise.point_cv("x")
     nx = 0.0 if math.isnan(nx) else nx
 
     def low(c: Curve) -> float:
-        measured = min((v for _, v in c.knots if v > 0), default=0.0)
-        return measured * math.exp(-Z90 * nx)
+        own = c.own_knots
+        measured = min((v for _, v in own if v > 0), default=0.0) * math.exp(-Z90 * nx)
+        if not own or any(k == n for k, _ in own) or not own[0][0] < n < own[-1][0]:
+            return measured
+        doubt = demand_doubt(c, n)
+        doubt = math.hypot(nx, 0.0 if math.isnan(doubt) else doubt)
+        return min(measured, c.at(n) * math.exp(-Z90 * doubt))
 
     devs = [
         Device(
             name,
             low(c),
-            cal.servers[name],
+            cal.most_servers(name),
             in_network=cal.in_network[name],
             delay=name == "link delay",
         )
@@ -604,7 +637,7 @@ def _bounds_of(cal: Calibration, n: int, target: Settings | None) -> Bounds:
     time than at any population measured (fewer threads share the cores),
     so the lightest demand measured is no floor there, and above them
     queueing makes R far larger than D anyway."""
-    b = bounds(_lightest(cal, target), n, cal.think_us, min(v for _, v in cal.offset.knots))
+    b = bounds(_lightest(cal, n, target), n, cal.think_us, min(v for _, v in cal.offset.knots))
     if not cal.ns[0] <= n <= cal.ns[-1]:
         b.r_min = 0.0
     return b
