@@ -122,7 +122,7 @@ def test_a_prediction_carried_by_the_ratio_scales_and_widens_each_side_in_quadra
     assert "carried by the reference ratio 0.500" in c.notes[-1]
     # With think time Z = N/X - R = 200 µs, X follows the law at the same N:
     # R doubles, X = 8 / (400 + 200) µs, and it moves less than the ratio.
-    t = carry(prediction(x=20_000.0, r_us=200.0), rho)
+    t = carry(prediction(x=20_000.0, r_us=200.0, think_us=200.0), rho)
     assert t.r_us == pytest.approx(400) and t.x == pytest.approx(8 / 600e-6)
     assert t.uncertainty["x"]["reference"] == pytest.approx(rho.sigma * 400 / 600)
     assert math.isnan(carry(prediction(x_lo=math.nan, x_hi=math.nan), rho).x_lo), "no interval stays none"

@@ -100,6 +100,46 @@ def test_multiserver_centers_against_simulation():
     assert wide.throughput == pytest.approx(delay.throughput)
 
 
+def test_mva_stays_exact_beside_a_saturated_queue_with_many_servers():
+    """baseline-1mw's write-only tmw=32 at N = 48, its host CPU left to the
+    requests outside the workers' hold: a saturated queue beside 32 workers.
+    The load-dependent recursion gave 31,837 ops/s; the product form, summed
+    in exact fractions, gives 43,695."""
+    from fractions import Fraction
+
+    delay, cpu, hold, workers, users = (
+        Fraction(120, 10**6),
+        Fraction(2288, 10**8),
+        Fraction(50311, 10**8),
+        32,
+        48,
+    )
+
+    def factors(demand: Fraction, servers) -> list[Fraction]:
+        out = [Fraction(1)]
+        for j in range(1, users + 1):
+            out.append(out[-1] * demand / servers(j))
+        return out
+
+    g = [Fraction(1)] + [Fraction(0)] * users
+    for f in (
+        factors(delay, lambda j: j),
+        factors(cpu, lambda j: 1),
+        factors(hold, lambda j: min(j, workers)),
+    ):
+        g = [sum(g[k] * f[n - k] for k in range(n + 1)) for n in range(users + 1)]
+    exact = float(g[users - 1] / g[users])
+    centers = [
+        Center("delay", float(delay), "delay"),
+        Center("cpu", float(cpu)),
+        Center("w", float(hold), "multi", 32),
+    ]
+    res = mva(centers, think=0.0, users=users)
+    assert res.throughput[-1] == pytest.approx(exact, rel=1e-9)
+    assert res.response_time[-1] == pytest.approx(users / exact, rel=1e-9)
+    assert sum(res.centers[c.name]["queue_length"][-1] for c in centers) == pytest.approx(users, rel=1e-9)
+
+
 def test_schweitzer_is_close_to_exact():
     centers = [Center("a", 0.01), Center("b", 0.02), Center("c", 0.015), Center("d", 0.005, "delay")]
     exact = mva(centers, think=0.1, users=30)

@@ -235,9 +235,10 @@ def test_the_generator_checks_fire_on_a_throttled_load_generator(tmp_path: Path)
     healthy, h = verdicts["healthy"]
     throttled, t = verdicts["throttled"]
     assert not throttled.ok, throttled.detail
-    # (Both shares may be all of the sends on a loaded machine: no more for
-    # the healthy one; the p99 tells them apart.)
-    assert t["gen_late_share"] >= h["gen_late_share"], (throttled.detail, healthy.detail)
+    # (The late shares are not compared: on a loaded machine both may be a
+    # few percent and either one the larger (5.6% throttled against 5.9%
+    # once). The quota stops the throttled generator for 90 ms in every 100,
+    # which its p99 lateness shows whatever the share.)
     assert t["gen_late_p99_us"] > h["gen_late_p99_us"], (throttled.detail, healthy.detail)
     kept = h["gen_rate_ratio"] >= 1 - RATE_SHORTFALL and h["gen_late_share"] <= LATE_SHARE_LIMIT
     assert healthy.ok == kept, healthy.detail

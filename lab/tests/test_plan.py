@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import random
 
+import pytest
 import yaml
 from test_predict_intervals import System
 
 from mwlab.cli import main
-from mwlab.plan import pilot, plan_configuration, plan_spec
+from mwlab.plan import _virtual, describe, pilot, plan_configuration, plan_spec
+from mwlab.predict import predict_one
 from mwlab.procs import REPO
 from mwlab.spec import load, parse
 
@@ -63,3 +65,26 @@ def test_a_spec_without_a_population_factor_is_refused(capsys, tmp_path):
     spec.write_text("name: s\nfactors: {tmw: [2, 4]}\n")
     assert main(["plan", str(spec)]) == 2
     assert "client factor" in capsys.readouterr().err
+
+
+def test_the_plan_says_which_figure_its_widest_interval_is(capsys):
+    """The target bounds throughput X and response time R alike; the plan
+    names the figure whose interval is the widest, and where, and so do the
+    help and the first line."""
+    rng = random.Random(5)
+    prior = System(rng, 0.04).calibration(reps=3)
+    n_of = {v: 2 * v for v in (1, 2, 4, 8, 16, 32, 64)}
+    plan = plan_configuration(prior, n_of, 0.10)
+    p = predict_one(_virtual(prior, plan.ns, plan.reps), plan.worst_n)
+    x, r = (p.x_hi - p.x_lo) / 2 / p.x, (p.r_hi - p.r_lo) / 2 / p.r_us
+    assert plan.worst == max(plan.widths.values()) == max(x, r)
+    assert plan.worst_figure == ("X" if x >= r else "R")
+    plan.label = "tmw=8"
+    exp = load(REPO / "experiments" / "quickstart.yaml")
+    lines = describe(exp, [plan], 0.10)
+    assert "throughput X and mean response time R within ±10%" in lines[0], lines
+    figure = "throughput X" if plan.worst_figure == "X" else "response time R"
+    assert f"widest predicted ±{plan.worst:.1%} ({figure} at N = {plan.worst_n})" in lines[1], lines
+    with pytest.raises(SystemExit):
+        main(["plan", "--help"])
+    assert "response time R" in " ".join(capsys.readouterr().out.split())

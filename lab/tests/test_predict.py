@@ -15,7 +15,8 @@ from mwlab.cli import main
 from mwlab.heldout import predictions
 from mwlab.models.laws import Center
 from mwlab.models.mva import mva
-from mwlab.predict import PredictError, calibrate, parse_changes, predict
+from mwlab.nearest import predict
+from mwlab.predict import PredictError, calibrate, parse_changes
 from mwlab.spec import ExperimentInfo
 
 US = 1e-6
@@ -106,7 +107,8 @@ def test_held_out_populations_of_a_known_system_are_exact(tmp_path):
 
 def test_a_calibration_too_noisy_for_an_interval_predicts_an_unbounded_one(tmp_path):
     """Repetitions that differ by orders of magnitude (a busy machine's
-    runs): the prediction stands, its interval is (0, inf), not a crash."""
+    runs): the prediction stands, its interval is (0, inf), not a crash
+    (with noise that large no demand measured bounds anything)."""
     rows = []
     for n in NS:
         r = row(n, 4, reps=2)
@@ -285,7 +287,9 @@ def test_calibrate_then_measure_with_real_processes(tmp_path, capsys, monkeypatc
     assert main(["predict", str(out), "--clients", "8", "--set", "tmw=4", "--json"]) == 0
     (p,) = json.loads(capsys.readouterr().out)
     assert p["N"] == 8 and p["x"] > 0 and p["config"] == {"tmw": 4}
-    assert p["x_lo"] < p["x"] < p["x_hi"] and p["r_lo"] < p["r_us"] < p["r_hi"]
+    # (At saturation a bound may end X's interval at the prediction itself,
+    # and start R's there.)
+    assert p["x_lo"] < p["x"] <= p["x_hi"] and p["r_lo"] <= p["r_us"] < p["r_hi"]
     assert p["uncertainty"]["x"]["rules"] > 0, "a rule carried it to tmw=4"
     # And the plan: from this result, the populations and repetitions for a
     # target — two repetitions at most here: how many the target would take

@@ -11,9 +11,10 @@ import random
 import pandas as pd
 import pytest
 
+from mwlab.curves import Curve
 from mwlab.fit import Device
 from mwlab.noise import noise_of, noise_table
-from mwlab.predict import Calibration, Curve, _solve, predict_one
+from mwlab.predict import Calibration, _solve, _total, predict_one
 
 CALIBRATED = (2, 8, 32)
 HELD_OUT = (1, 3, 4, 6, 12, 16, 24, 48, 64, 128)
@@ -163,8 +164,44 @@ def test_intervals_widen_past_the_calibrated_range_and_with_rules():
     cal = system.calibration(reps=3)
     inside = predict_one(cal, 8)
     far = predict_one(cal, 512)
-    width = lambda p: (p.x_hi - p.x_lo) / p.x  # noqa: E731
+    # The width before the bounds clip it (far past the knee X's top is the
+    # capacity).
+    width = lambda p: _total(p.uncertainty["x"])  # noqa: E731
     assert inside.x_lo < inside.x < inside.x_hi and inside.r_lo < inside.r_us < inside.r_hi
     assert inside.p99_lo < inside.p99_us < inside.p99_hi
     assert width(far) >= width(inside)
+    assert "x" in far.clipped and far.x_hi == far.bounds.x_top
     assert set(inside.to_dict()) >= {"x_lo", "x_hi", "r_lo", "r_hi", "uncertainty"}
+
+
+def test_intervals_are_clipped_by_the_bounds_and_still_cover_the_truth():
+    """Noisy calibrations of known systems: wherever an interval would pass
+    the capacity the lightest measured demands give (X <= c / D) or fall
+    below R >= N / X_max, it is clipped there, and the clipped intervals
+    still cover the simulated truth at the stated rate."""
+    rng = random.Random(11)
+    clipped = covered = 0
+    for _ in range(40):
+        system = System(rng, 0.10)
+        cal = system.calibration(reps=2)
+        for n in HELD_OUT:
+            p = predict_one(cal, n)
+            b = p.bounds
+            # The bound is what the lightest demand measured per device
+            # allows, less a point's noise.
+            lightest = min(
+                cal.servers[name] / (min(v for _, v in c.knots) * 1e-6) for name, c in cal.curves.items()
+            )
+            assert b.x_max >= lightest * (1 - 1e-9) and b.x_max <= lightest * 1.5
+            assert p.x_hi <= b.x_top * (1 + 1e-9) and p.r_lo >= b.r_floor * (1 - 1e-9)
+            if "x" not in p.clipped:
+                continue
+            assert (
+                _total(p.uncertainty["x"]) > 0
+                and p.x * math.exp(1.6448 * _total(p.uncertainty["x"])) > b.x_top
+            )
+            x, r = system.truth(n)
+            clipped += 1
+            covered += int(p.x_lo <= x <= p.x_hi and p.r_lo <= r <= p.r_hi)
+    assert clipped >= 40, f"only {clipped} intervals reached a bound"
+    assert covered / clipped >= 0.85, f"{covered} of {clipped} clipped intervals cover the truth"

@@ -42,10 +42,9 @@ class Check:
 
     @staticmethod
     def too_short(name: str, where: str, have: float, unit: str, need: int) -> Check:
-        """A check the data were too few to judge: it passes and says so."""
-        return Check(
-            name, where, True, f"too short to judge ({have:.0f} {unit}; {need} needed)", judged=False
-        )
+        """A check the data were too few to judge: it passes and says so
+        (the verdict says "too short to judge", the detail by how much)."""
+        return Check(name, where, True, f"{have:.0f} {unit}; {need} needed", judged=False)
 
 
 TREND_ALPHA = trust.TREND_ALPHA  # a Mann-Kendall p below this is a trend
@@ -102,7 +101,8 @@ def run_checks(summary: pd.DataFrame, aggregate: pd.DataFrame) -> list[Check]:
                     "stable across windows",
                     where,
                     wcv <= WINDOWS_CV_LIMIT,
-                    f"coefficient of variation of per-window throughput {wcv:.3f}",
+                    f"coefficient of variation of per-window throughput {wcv:.1%} "
+                    f"(at most {WINDOWS_CV_LIMIT:.0%})",
                 )
             )
         checks += noise_checks(r, where)
@@ -152,7 +152,8 @@ def run_checks(summary: pd.DataFrame, aggregate: pd.DataFrame) -> list[Check]:
                     "stable across repetitions",
                     str(a["point"]),
                     c <= REPS_CV_LIMIT,
-                    f"throughput {a['client_tput']:.0f} ± {a['client_tput_std']:.0f}/s (CV {c:.3f})",
+                    f"throughput {a['client_tput']:.0f} ± {a['client_tput_std']:.0f}/s "
+                    f"(CV {c:.1%}, at most {REPS_CV_LIMIT:.0%})",
                 )
             )
         p = a.get("reps_trend_p")

@@ -1,4 +1,5 @@
-"""The `mwlab` command line: run, analyze, report, compare, validate, list."""
+"""The `mwlab` command line: run, analyze, report, compare, validate, list,
+and `--version`."""
 
 from __future__ import annotations
 
@@ -9,9 +10,10 @@ import os
 import shlex
 import signal
 import sys
+from importlib import metadata
 from pathlib import Path
 
-from mwlab import model_cli, plan, predict_cli, reference, stats_cli
+from mwlab import __version__, model_cli, plan, predict_cli, reference, stats_cli
 from mwlab.analysis import summarize
 from mwlab.compare import CompareError, compare, reference_ratio, write_page
 from mwlab.drift import run_lines as drift_lines
@@ -19,9 +21,18 @@ from mwlab.predict import PredictError
 from mwlab.procs import REPO, LabError
 from mwlab.render import write_report
 from mwlab.spec import ROLES, Settings, SpecError, load, run_seconds
+from mwlab.verdict import result_lines
 
 EXPERIMENTS = REPO / "experiments"
 SINCE_HELP = "say how far the machine moved since this earlier result (by their reference points)"
+
+
+def version() -> str:
+    """The installed package's version (lab/pyproject.toml, as pip recorded it)."""
+    try:
+        return metadata.version("mwlab")
+    except metadata.PackageNotFoundError:
+        return f"{__version__} (not installed)"
 
 
 def _spec_path(name: str) -> Path:
@@ -139,6 +150,7 @@ def main(argv: list[str] | None = None) -> int:
         prog="mwlab",
         description="Experiments with memcached and mwproxy, PostgreSQL and mwmq, driven by mwload.",
     )
+    parser.add_argument("--version", action="version", version=f"mwlab {version()}")
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("run", help="run an experiment and write its report")
     p.add_argument("spec", help="a spec file or the name of one in experiments/")
@@ -163,7 +175,11 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="run only the fewest runs that predict every population within --target (see mwlab plan)",
     )
-    p.add_argument("--target", default="10%", help="with --plan: widest 90%% half-width (default 10%%)")
+    p.add_argument(
+        "--target",
+        default="10%",
+        help="with --plan: widest 90%% half-width of throughput X and response time R (default 10%%)",
+    )
     p.add_argument("--from", dest="prior", metavar="RESULT", help="with --plan: the result to plan from")
     p.add_argument("--since", metavar="RESULT", help=SINCE_HELP)
     p = sub.add_parser("analyze", help="recompute tables, checks, plots and the report of a result directory")
@@ -186,11 +202,11 @@ def main(argv: list[str] | None = None) -> int:
         return model_cli.main(args)
     if args.command == "stats":
         return stats_cli.main(args)
-    if args.command == "predict":
-        return predict_cli.main(args)
-    if args.command == "plan":
-        return plan.main(args, _spec_path)
     try:
+        if args.command == "predict":
+            return predict_cli.main(args)
+        if args.command == "plan":
+            return plan.main(args, _spec_path)
         if args.command == "list":
             for n in _names():
                 print(n)
@@ -242,12 +258,14 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"mwlab: every run failed; the report says why: {report}", file=sys.stderr)
                 return 1
             print(_key_numbers(aggregate))
+            print("\n".join(result_lines(out)))
             for line in drift_lines(out, since):
                 print(line)
             print(f"report: {report}")
         elif args.command == "analyze":
             since = Path(args.since) if args.since else None
             report = analyze(Path(args.result), since)[0]
+            print("\n".join(result_lines(Path(args.result))))
             for line in drift_lines(Path(args.result), since):
                 print(line)
             print(f"report: {report}")

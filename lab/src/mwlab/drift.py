@@ -186,11 +186,12 @@ def carry(pred, rho: Ratio):
     of the ratio: a new Prediction, the original untouched."""
     p = copy.deepcopy(pred)
     q, s = rho.value, math.hypot(rho.sigma, TRANSFER)
-    # The think time (and whatever else the law's R leaves out), in µs.
-    think = max(0.0, p.n / p.x * 1e6 - p.r_us) if p.x > 0 else 0.0
+    # X moves as the interactive law says at the same N and think time
+    # (X (R + Z) = N before and after): by the ratio when nobody thinks.
+    think = p.think_us
     r = p.r_us / q
-    x = p.n / ((r + think) * 1e-6) if r + think > 0 else p.x * q
-    # How much ln X moves with ln of the ratio: 1 when nobody thinks.
+    x = p.x * (p.r_us + think) / (r + think) if r + think > 0 else p.x * q
+    # How much ln X moves with ln of the ratio.
     kx = r / (r + think) if r + think > 0 else 1.0
     p.x_lo, p.x_hi = _widened(p.x, p.x_lo, p.x_hi, x, Z90 * kx * s)
     p.x = x
@@ -203,6 +204,11 @@ def carry(pred, rho: Ratio):
         setattr(p, "r_us" if name == "r" else f"{name}_us", value / q)
     for d in p.devices:
         d.demand_us /= q
+    if p.bounds is not None:
+        # The bounds move with the demands (not applied to the carried
+        # intervals: the ratio that moved them is itself uncertain).
+        p.bounds.x_max *= q
+        p.bounds.r_min /= q
     p.uncertainty = {
         k: {**v, "reference": w * rho.sigma, "transfer": w * TRANSFER}
         for k, v in p.uncertainty.items()

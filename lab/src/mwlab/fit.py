@@ -17,13 +17,26 @@ The closed network that predicts throughput and response time at a point is
 the think time, a delay for what no device accounts for (network stack,
 wake-ups, the client's own handling), the host CPU and the worker pool as
 multi-server centers, and the links and quota'd host CPUs of emulated hosts,
-solved with MVA at the point's population. The demands are measured at each point; the delay is the one
-fitted parameter, fitted for the whole experiment by least squares over the
-points below their knee (all points when none is). The single-threaded
-devices are not in the network (their CPU time is already in the host
-CPU's), but they are checked as bottlenecks: the **bottleneck** is the device
-with the largest demand per server, named together with every device within
-3% of it, so two identical servers are named together, never one alone.
+solved with MVA at the point's population. A worker holds its request
+through the CPU the worker and the servers spend on it (`hold_cpu_us`), so
+that CPU is in the measured holding time already: it is counted there once,
+and the host CPU center serves the rest of the request's CPU with the cores
+the holds leave it (`_solve`, a fixed point in X). Counted in both, it made
+every light-load point too slow by up to 22% whatever the delay. The demands
+are measured at each point; the delay is the one fitted parameter, fitted for
+the whole experiment by least squares over the points below their knee (all
+points when none is). The single-threaded devices are not in the network
+(their CPU time is already in the host CPU's), but they are checked as
+bottlenecks: the **bottleneck** is the device with the largest demand per
+server, named together with every device within 3% of it, so two identical
+servers are named together, never one alone.
+
+What the network leaves out, measured (`handoffs`): every wake-up of a
+thread waits for a core when the cores are busy, a wait per hand-off between
+threads, where a center of CPU time holds it in proportion to the request's
+CPU. Where every client has a worker free, the time off the CPU per hand-off
+inside the hold and outside it are both measured, and the report compares
+them with the network's when the model misses.
 
 Also: the operational-law table of each point (demands, predicted against
 measured utilisation, N*, bounds); the single-queue views of the worker pool
@@ -38,6 +51,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pandas as pd
+from scipy.optimize import brentq
 
 from mwlab.models import ModelError
 from mwlab.models.factorial import FactorialResult, analyze
@@ -88,6 +102,8 @@ class PointFit:
     bottleneck: str
     total_demand_us: float
     max_demand_us: float
+    # The CPU per request inside the workers' holding time (counted there).
+    hold_cpu_us: float = 0.0
 
     @property
     def x_error(self) -> float:
@@ -306,6 +322,51 @@ def bottleneck(devs: list[Device]) -> str:
     return " = ".join(d.name for d in devs if d.per_server_us >= (1 - TIE) * top)
 
 
+def hold_cpu_us(row: pd.Series, devs: list[Device]) -> float:
+    """The CPU per request spent inside the workers' holding time: the
+    workers' own CPU and the servers' (a worker holds its request until the
+    servers answer). 0 where there is no such hold on the host CPU center: no
+    worker pool in the network (async engine, mwmq, whose host CPU is no
+    center), or emulated hosts with CPUs of their own."""
+    names = {d.name for d in devs if d.in_network}
+    if "workers" not in names or "host CPU" not in names or "database connections" in names:
+        return 0.0
+    if any(str(c).startswith("cpu_host_") and str(c).endswith("_quota") for c in row.index):
+        return 0.0
+    servers = sum(d.demand_us for d in devs if d.name.startswith("server "))
+    inside = num(row, "cpu_mw_worker_us", 0.0) + servers
+    cpu = next(d for d in devs if d.name == "host CPU")
+    return min(max(inside, 0.0), cpu.demand_us)
+
+
+def _solve(
+    devs: list[Device], inside_us: float, delay_us: float, think_us: float, n: int
+) -> tuple[float, float]:
+    """Throughput and response time (µs) of the point's network.
+
+    The workers' holding time runs from the dequeue to the reply, so it
+    holds the CPU the workers and the servers spend on the request
+    (`inside_us`, see `hold_cpu_us`). That CPU is counted once, in the hold:
+    the host CPU center serves the rest of the request's CPU with the cores
+    the holds leave it, its servers less X * inside_us, X the network's own
+    throughput (a fixed point; less capacity can only lower X)."""
+    cpu = next((d for d in devs if d.name == "host CPU"), None)
+    if cpu is None or inside_us <= 0:
+        res = mva(network_centers(devs, delay_us), think_us * US, n)
+        return res.throughput[-1], res.response_time[-1] / US
+
+    def at(x: float) -> tuple[float, float]:
+        left = max(cpu.servers - x * inside_us * US, 0.05)
+        rest = Device(cpu.name, cpu.demand_us - inside_us, left, in_network=True)
+        res = mva(network_centers([rest if d is cpu else d for d in devs], delay_us), think_us * US, n)
+        return res.throughput[-1], res.response_time[-1] / US
+
+    hi = cpu.servers / (cpu.demand_us * US)  # the host CPU's bound: X D <= its cores
+    if at(hi)[0] >= hi:
+        return at(hi)
+    return at(brentq(lambda x: at(x)[0] - x, 0.0, hi, rtol=1e-10))
+
+
 def solve_point(row: pd.Series, settings: Settings, delay_us: float, sweep: str = "") -> PointFit | None:
     """MVA of one point's network at its population."""
     n = int(num(row, "N", 0))
@@ -314,16 +375,16 @@ def solve_point(row: pd.Series, settings: Settings, delay_us: float, sweep: str 
     if n < 1 or math.isnan(x) or math.isnan(r) or not x or not devs:
         return None
     think = num(row, "Z_us", 0.0)
-    centers = network_centers(devs, delay_us)
+    inside = hold_cpu_us(row, devs)
     try:
-        res = mva(centers, think * US, n)
+        x_model, r_model = _solve(devs, inside, delay_us, think, n)
     except ModelError:
         return None
-    x_model, r_model = res.throughput[-1], res.response_time[-1] / US
     for d in devs:
         d.u_predicted = x_model * d.demand_us * US / d.servers
     top = max(d.per_server_us for d in devs)
-    total = sum(c.demand for c in centers) / US
+    # Every µs of the request once: the hold's CPU is in the hold.
+    total = sum(c.demand for c in network_centers(devs, delay_us)) / US - inside
     return PointFit(
         str(row.get("point", "")),
         sweep,
@@ -337,6 +398,50 @@ def solve_point(row: pd.Series, settings: Settings, delay_us: float, sweep: str 
         bottleneck(devs),
         total,
         top,
+        inside,
+    )
+
+
+# A request's hand-offs between threads with mwproxy's worker pool: inside the
+# hold, worker -> server and server -> worker; outside it, client -> net
+# thread, net thread -> worker and worker -> client.
+HANDOFFS_IN_HOLD = 2
+HANDOFFS_OUTSIDE = 3
+
+
+@dataclass
+class Handoffs:
+    """Time per hand-off between threads not spent on a CPU (µs) at a point:
+    inside the workers' hold and outside it as measured, outside it in the
+    network. Waking a thread costs a wait for a core when the cores are
+    busy; a center of CPU time holds that wait in proportion to the CPU of
+    the request, the scheduler makes it per hand-off."""
+
+    inside_us: float
+    outside_us: float
+    model_us: float
+
+    @property
+    def left_out_us(self) -> float:
+        """What the network leaves out per request if the hand-offs outside
+        the hold waited as long as those inside it (measured there)."""
+        return (self.inside_us - self.model_us) * HANDOFFS_OUTSIDE
+
+
+def handoffs(p: PointFit) -> Handoffs | None:
+    """The hand-off times of a point whose every client had a worker free
+    (workers >= N: the measured time outside the hold holds no wait for a
+    worker, and the network's workers center no queue), from the measured
+    response time, holding time and CPU; None elsewhere."""
+    devs = {d.name: d for d in p.devices}
+    hold, cpu = devs.get("workers"), devs.get("host CPU")
+    if hold is None or cpu is None or p.hold_cpu_us <= 0 or hold.servers < p.n:
+        return None
+    rest = cpu.demand_us - p.hold_cpu_us
+    return Handoffs(
+        (hold.demand_us - p.hold_cpu_us) / HANDOFFS_IN_HOLD,
+        (p.r_measured_us - hold.demand_us - rest) / HANDOFFS_OUTSIDE,
+        (p.r_model_us - hold.demand_us - rest) / HANDOFFS_OUTSIDE,
     )
 
 

@@ -30,6 +30,8 @@ from typing import Any
 import pandas as pd
 
 from mwlab.fit import bottleneck, devices, num, sweep_label
+from mwlab.leaveout import LeaveOneOut, leave_one_out
+from mwlab.nearest import predict_at, widened
 from mwlab.noise import noise_table
 from mwlab.plots import save_figure, save_panels
 from mwlab.predict import (
@@ -77,10 +79,12 @@ class Predictions:
         default_factory=list
     )
     surface_rows: list[dict[str, Any]] = field(default_factory=list)
+    # Every measured point predicted from the others (leave-one-out.csv).
+    loo: LeaveOneOut = field(default_factory=LeaveOneOut)
 
     @property
     def empty(self) -> bool:
-        return self.heldout.empty and self.whatif.empty
+        return self.heldout.empty and self.whatif.empty and self.loo.table.empty
 
 
 def _measured_bottleneck(row: pd.Series, info: ExperimentInfo) -> str:
@@ -122,7 +126,10 @@ def _seed_text(seed: dict | None) -> str:
     return f"{seed['r_us'] / 1e3:.3f} ms ({seed['r_error']:+.0%})"
 
 
-def _held_out_populations(groups, info) -> list[dict]:
+def _held_out_populations(groups, cals: dict[str, Calibration], info) -> list[dict]:
+    """Every other population of a configuration calibrates, the rest are
+    predicted (shaped by another configuration where it measured them, as
+    `mwlab predict` and the leave-one-out table do)."""
     rows = []
     for label, members in groups.items():
         ns = sorted({int(num(r, "N")) for r in members})
@@ -139,10 +146,12 @@ def _held_out_populations(groups, info) -> list[dict]:
             n = int(num(r, "N"))
             if n in calib:
                 continue
-            p = predict_one(cal, n)
-            rows.append(
-                _row("populations", f"{label or 'N'} at N = {used}", f"N = {n}", p, r, info, seeds.get(n))
+            shaped = widened(cal, [c for lb, c in cals.items() if lb != label])
+            p = predict_one(shaped, n)
+            basis = f"{label or 'N'} at N = {used}" + (
+                f", shaped by {shaped.borrowed}" if shaped.borrowed else ""
             )
+            rows.append(_row("populations", basis, f"N = {n}", p, r, info, seeds.get(n)))
     return rows
 
 
@@ -196,9 +205,9 @@ def _whatif(cals: list[Calibration], info: ExperimentInfo, pred: Predictions) ->
     grid = sorted(set(base.ns) | {top * 2})
     rows = []
 
-    def add(name: str, target, config: dict[str, Any]) -> None:
+    def add(name: str, config: dict[str, Any]) -> None:
         try:
-            preds = [predict_one(base, n, target, config) for n in grid]
+            preds = predict_at(cals, info, config, grid)
         except PredictError as e:
             pred.refused.append(f"{name}: {e}")
             return
@@ -212,20 +221,21 @@ def _whatif(cals: list[Calibration], info: ExperimentInfo, pred: Predictions) ->
                     "R predicted (ms)": p.r_us / 1e3,
                     "p99 predicted (ms)": p.p99_us / 1e3,
                     "bottleneck": p.bottleneck,
+                    "calibrated on": p.basis,
                 }
             )
 
     pred.whatif_label = base.sweep or "as measured"
-    add(f"{pred.whatif_label} (2 x clients: N = {top * 2})", None, dict(base.levels))
+    add(f"{pred.whatif_label} (2 x clients: N = {top * 2})", dict(base.levels))
     for name, key, change in WHATIF:
         value = change(base.settings)
         levels = with_changes(base.levels, {key: value})
         try:
-            target = config_settings(info.settings, levels)
+            config_settings(info.settings, levels)
         except PredictError as e:
             pred.refused.append(f"{name}: {e}")
             continue
-        add(f"{name} ({column(key)}={value})", target, levels)
+        add(f"{name} ({column(key)}={value})", levels)
     pred.whatif = pd.DataFrame(rows)
 
 
@@ -366,7 +376,7 @@ def compute_predictions(agg: pd.DataFrame, info: ExperimentInfo) -> Predictions:
             cals[label] = calibrate(members, info, label)
         except PredictError as e:
             refusal = refusal or str(e)
-    rows = _held_out_populations(groups, info) + _held_out_configurations(groups, cals, info)
+    rows = _held_out_populations(groups, cals, info) + _held_out_configurations(groups, cals, info)
     if rows:
         pred.heldout = pd.DataFrame(rows)
         h = pred.heldout
@@ -376,6 +386,7 @@ def compute_predictions(agg: pd.DataFrame, info: ExperimentInfo) -> Predictions:
         pred.bottleneck_agrees = int((h["bottleneck predicted"] == h["bottleneck measured"]).sum())
         pred.covered = int((h["covered"] == "yes").sum())
     pred.noise_floor = noise_table(groups)
+    pred.loo = leave_one_out(agg, info)
     if refusal:
         pred.refused.append(refusal)
     else:
@@ -391,6 +402,8 @@ def write_predictions(pred: Predictions, result: Path) -> None:
         pred.heldout.to_csv(result / "predictions.csv", index=False)
     if not pred.noise_floor.empty:
         pred.noise_floor.to_csv(result / "noise.csv", index=False)
+    if not pred.loo.table.empty:
+        pred.loo.table.to_csv(result / "leave-one-out.csv", index=False)
     _draw_whatif(pred, result)
     _draw_surface(pred, result)
 

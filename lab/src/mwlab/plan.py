@@ -1,6 +1,9 @@
 """`mwlab plan SPEC --target 10%`: which populations to measure, and how
 many repetitions, so that predictions over the spec's whole range of clients
-have 90% intervals no wider than the target — the fewest runs first.
+have 90% intervals no wider than the target — the fewest runs first. The
+target bounds both figures a prediction gives, throughput X and mean
+response time R (the half-width relative to the prediction); the plan says
+which of the two is the widest and where.
 
 The width of a prediction's interval (`mwlab.predict.uncertainty`) depends on
 what is not known before measuring: the noise floor of the machine and how
@@ -39,8 +42,9 @@ from typing import Any
 
 import yaml
 
+from mwlab.curves import Curve
 from mwlab.noise import Noise
-from mwlab.predict import Calibration, Curve, PredictError, calibrations, predict_one
+from mwlab.predict import Calibration, PredictError, calibrations, predict_one
 from mwlab.procs import LabError
 from mwlab.spec import Experiment, SpecError, column_name, load, parse, run_seconds
 
@@ -53,6 +57,7 @@ POPULATION_KEYS = (
 )
 MAX_REPS = 10
 PILOT_REPS = 3
+FIGURES = {"X": "throughput X", "R": "response time R"}
 
 
 @dataclass
@@ -63,10 +68,14 @@ class ConfigPlan:
     levels: list[Any]
     ns: list[int]
     reps: int
-    # The widest predicted 90% half-width over the spec's populations (relative).
+    # The widest predicted 90% half-width over the spec's populations
+    # (relative), of X or R, whichever is wider.
     worst: float = float("nan")
     basis: str = ""
     widths: dict[int, float] = field(default_factory=dict)
+    # Which figure the widest is ("X" throughput, "R" response time) and at which N.
+    worst_figure: str = ""
+    worst_n: int | None = None
 
     @property
     def runs(self) -> int:
@@ -119,13 +128,21 @@ def _virtual(prior: Calibration, ns: list[int], reps: int) -> Calibration:
     )
 
 
+def _half_widths(p) -> dict[str, float]:
+    """A prediction's relative 90% half-widths: throughput X, response time R."""
+    return {"X": (p.x_hi - p.x_lo) / 2 / p.x, "R": (p.r_hi - p.r_lo) / 2 / p.r_us}
+
+
 def _widths(prior: Calibration, ns: list[int], reps: int, targets: list[int]) -> dict[int, float]:
     cal = _virtual(prior, ns, reps)
-    out = {}
-    for n in targets:
-        p = predict_one(cal, n)
-        out[n] = max((p.x_hi - p.x_lo) / 2 / p.x, (p.r_hi - p.r_lo) / 2 / p.r_us)
-    return out
+    return {n: max(_half_widths(predict_one(cal, n)).values()) for n in targets}
+
+
+def _widest_figure(prior: Calibration, plan: ConfigPlan) -> tuple[str, int]:
+    """Which figure ("X" or "R") is the plan's widest interval, and at which N."""
+    n = max(plan.widths, key=lambda k: (plan.widths[k], -k))
+    w = _half_widths(predict_one(_virtual(prior, plan.ns, plan.reps), n))
+    return max(w, key=lambda k: w[k]), n
 
 
 def plan_configuration(prior: Calibration, n_of: dict[Any, int], target: float) -> ConfigPlan:
@@ -166,6 +183,7 @@ def plan_configuration(prior: Calibration, n_of: dict[Any, int], target: float) 
         if met and len(chosen) == 2:
             break
     assert best is not None
+    best.worst_figure, best.worst_n = _widest_figure(prior, best)
     return best
 
 
@@ -233,10 +251,15 @@ def plan_spec(exp: Experiment, plans: list[ConfigPlan]) -> dict[str, Any]:
 def describe(exp: Experiment, plans: list[ConfigPlan], target: float) -> list[str]:
     """The plan as lines to print: per configuration its populations,
     repetitions and widest predicted interval; the runs and the time."""
-    head = f"plan for {exp.name} (scale {exp.scale}): 90% intervals within ±{target:.0%}"
+    head = (
+        f"plan for {exp.name} (scale {exp.scale}): 90% intervals of throughput X and mean response "
+        f"time R within ±{target:.0%}"
+    )
     out = [f"{head} over every population"]
     for p in plans:
         worst = "unknown until the pilot ran" if math.isnan(p.worst) else f"±{p.worst:.1%}"
+        if p.worst_figure:
+            worst += f" ({FIGURES[p.worst_figure]} at N = {p.worst_n})"
         reached = math.isnan(p.worst) or p.worst <= target
         met = "" if reached else "  (not reachable: every population measured)"
         out.append(
@@ -277,7 +300,12 @@ def planned(exp: Experiment, target_text: str, prior: str | None) -> tuple[Exper
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("plan", help="the fewest runs whose predictions meet a target interval width")
     p.add_argument("spec", help="a spec file or the name of one in experiments/")
-    p.add_argument("--target", default="10%", help="widest 90%% half-width allowed, e.g. 10%% (default)")
+    p.add_argument(
+        "--target",
+        default="10%",
+        help="widest 90%% half-width allowed, of throughput X and of mean response time R alike "
+        "(relative to the prediction), e.g. 10%% (default)",
+    )
     p.add_argument("--from", dest="prior", metavar="RESULT", help="a result of the same system to plan from")
     p.add_argument("--scale", default="quick", help="the spec's scale (quick or full)")
     p.add_argument("--write", metavar="FILE", help="write the plan as a spec that mwlab run runs")
@@ -315,6 +343,8 @@ def main(args: argparse.Namespace, spec_path) -> int:
                             "repetitions": p.reps,
                             "runs": p.runs,
                             "widest": None if math.isnan(p.worst) else p.worst,
+                            "widest_figure": p.worst_figure or None,
+                            "widest_at_N": p.worst_n,
                             "basis": p.basis,
                         }
                         for p in plans

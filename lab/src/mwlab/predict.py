@@ -8,8 +8,9 @@ demand *curve*: its demand per request as a function of the population N
 through the demands measured at the calibration points. On a machine the load shares, CPU per request
 changes with concurrency (batching, contention), so a demand measured at one
 population is not carried to another as a constant. Between calibration
-points a curve is a straight line in ln N; outside them it is held at its
-end (no trend the data do not show is extrapolated). Its error is the
+points a curve is a straight line in ln N; outside them it continues half
+the last segment's trend (PAST_TREND), and its doubt there is the whole
+trend. Its error is the
 leave-one-out error at the interior calibration points. The *offset* is what
 the devices do not account for (network stack, wake-ups, the client's own
 handling; negative where they count time twice, as a worker's holding time
@@ -57,13 +58,22 @@ reason ([`PredictError`]).
 
 from __future__ import annotations
 
-import itertools
 import math
 from dataclasses import dataclass, field
 from typing import Any
 
 import pandas as pd
 
+from mwlab.bounds import Bounds, bounds, clip
+from mwlab.curves import (
+    Curve,
+    PredictError,
+    _between,
+    _curve_doubt,
+    _line,
+    _offset_borrowed,
+    demand_doubt,
+)
 from mwlab.fit import CLIENT_FACTORS, US, Device, bottleneck, devices, network_centers, num, sweep_label
 from mwlab.models import ModelError
 from mwlab.models.mva import mva
@@ -80,80 +90,6 @@ from mwlab.spec import (
 
 # Devices whose capacity is the middleware's threads (per middleware).
 MIDDLEWARE_DEVICES = ("workers", "event loops", "net thread", "database connections")
-
-
-class PredictError(Exception):
-    """A prediction that cannot be made, with the reason."""
-
-
-def _between(points: list[tuple[float, float]], x: float) -> float:
-    """Straight lines between `points` (sorted by x), held at the ends."""
-    if x <= points[0][0]:
-        return points[0][1]
-    for (x0, y0), (x1, y1) in itertools.pairwise(points):
-        if x <= x1:
-            return y0 + (x - x0) / (x1 - x0) * (y1 - y0)
-    return points[-1][1]
-
-
-@dataclass
-class Curve:
-    """A quantity per request as a function of the population N: straight
-    lines in ln N between the calibration points, held at the ends."""
-
-    knots: list[tuple[int, float]]
-    # A leave-one-out error known from elsewhere (a denser calibration of the
-    # same configuration: `mwlab plan`), used where this curve's own is larger
-    # or unknown.
-    floor: float = float("nan")
-
-    @classmethod
-    def fit(cls, pairs: list[tuple[int, float]]) -> Curve:
-        """The curve through (N, value) pairs, values at the same N averaged."""
-        by_n: dict[int, list[float]] = {}
-        for n, v in pairs:
-            if n >= 1 and not math.isnan(v):
-                by_n.setdefault(n, []).append(v)
-        if not by_n:
-            raise PredictError("no calibration point measured this quantity")
-        return cls(sorted((n, sum(v) / len(v)) for n, v in by_n.items()))
-
-    def at(self, n: float) -> float:
-        return _between([(math.log(k), v) for k, v in self.knots], math.log(n))
-
-    @property
-    def error(self) -> float:
-        """The fit's own error: the mean relative error at each interior
-        calibration point when it is left out (nan with fewer than 3)."""
-        errs = []
-        for i in range(1, len(self.knots) - 1):
-            n, v = self.knots[i]
-            rest = Curve(self.knots[:i] + self.knots[i + 1 :])
-            if v:
-                errs.append(abs(rest.at(n) - v) / abs(v))
-        own = sum(errs) / len(errs) if errs else float("nan")
-        if math.isnan(own):
-            return self.floor
-        return own if math.isnan(self.floor) else max(own, self.floor)
-
-    def error_at(self, n: float) -> float:
-        """The leave-one-out error scaled to where n falls: it was measured
-        over two segments (the left-out knot's neighbours), and a curve's
-        miss grows with the stretch it interpolates, so a point in a narrower
-        gap gets the share of its gap, most at the gap's middle and none at a
-        calibrated population (nan when unknown)."""
-        err = self.error
-        if math.isnan(err) or len(self.knots) < 2:
-            return err
-        logs = [math.log(k) for k, _ in self.knots]
-        spans = [logs[i + 1] - logs[i - 1] for i in range(1, len(logs) - 1)]
-        span = sum(spans) / len(spans) if spans else logs[-1] - logs[0]
-        ln = min(max(math.log(n), logs[0]), logs[-1])
-        a, b = next(((a, b) for a, b in itertools.pairwise(logs) if a <= ln <= b), (logs[0], logs[-1]))
-        gap = b - a
-        # Nothing to interpolate at a calibrated population; most mid-gap.
-        shape = 4 * (ln - a) * (b - ln) / (gap * gap) if gap > 0 else 0.0
-        return err * min(1.0, gap / span) * shape if span > 0 else err
 
 
 @dataclass
@@ -178,22 +114,44 @@ class Calibration:
     # per calibration point, by k: on a shared machine a worker holds a
     # request longer the more workers share the cores.
     holding: list[tuple[float, float]] = field(default_factory=list)
+    # The configuration whose shape carries the curves past the populations
+    # measured here ("" when none: `mwlab.nearest.widened`).
+    borrowed: str = ""
+    # Each device's servers at each calibration point (N, servers): the host
+    # CPU's are the cores other processes left, which change from point to
+    # point; between the points a straight line in ln N, held at the ends.
+    capacity: dict[str, list[tuple[int, float]]] = field(default_factory=dict)
     # The run-to-run noise of the calibration points.
     noise: Noise = field(default_factory=lambda: Noise(float("nan"), float("nan"), 1.0, 0, "not measured"))
 
     def holding_at(self, k: float) -> float | None:
         """The holding time (µs) with k busy workers: straight lines between the
-        calibration points, held at the ends (as the demand curves are: a
-        slope measured over a narrow range of k, extrapolated to four times
-        the workers, was off by 60%); None with fewer than two busy levels."""
+        calibration points, held at the ends (a slope measured over a narrow
+        range of k, extrapolated to four times the workers, was off by 60%);
+        None with fewer than two busy levels."""
         return _between(self.holding, k) if len(self.holding) >= 2 else None
+
+    def servers_at(self, name: str, n: float) -> float:
+        """The servers of a device at population n (its average where the
+        calibration kept no per-point figure)."""
+        pts = sorted(self.capacity.get(name, []))
+        if not pts:
+            return self.servers[name]
+        by_n: dict[int, list[float]] = {}
+        for k, c in pts:
+            by_n.setdefault(k, []).append(c)
+        return _between([(math.log(k), sum(v) / len(v)) for k, v in sorted(by_n.items())], math.log(n))
+
+    def most_servers(self, name: str) -> float:
+        """The most servers a device had at any calibration point."""
+        return max((c for _, c in self.capacity.get(name, [])), default=self.servers[name])
 
     def devices_at(self, n: float) -> list[Device]:
         return [
             Device(
                 name,
                 c.at(n),
-                self.servers[name],
+                self.servers_at(name, n),
                 in_network=self.in_network[name],
                 delay=name == "link delay",
             )
@@ -226,6 +184,13 @@ class Prediction:
     p99_lo: float = float("nan")
     p99_hi: float = float("nan")
     uncertainty: dict[str, dict[str, float]] = field(default_factory=dict)
+    # The think time, the spread of the tail ratios (a part of the p50/p99
+    # intervals' width) and the operational bounds the intervals are clipped by.
+    think_us: float = 0.0
+    tail_sigma: float = 0.0
+    bounds: Bounds | None = None
+    # Which intervals a bound clipped ("x", "r").
+    clipped: list[str] = field(default_factory=list)
 
     def covers(self, x: float, r_us: float) -> bool:
         """Whether measured throughput and response time are both inside the intervals."""
@@ -248,6 +213,8 @@ class Prediction:
             "p99_lo": self.p99_lo,
             "p99_hi": self.p99_hi,
             "uncertainty": self.uncertainty,
+            "bounds": self.bounds.to_dict() if self.bounds else None,
+            "clipped_by_bounds": self.clipped,
             "bottleneck": self.bottleneck,
             "calibrated_on": self.basis,
             "notes": self.notes,
@@ -307,6 +274,7 @@ def calibrate(rows: list[pd.Series], info: ExperimentInfo, sweep: str = "") -> C
     ns: list[int] = []
     per: dict[str, list[tuple[int, float]]] = {}
     servers: dict[str, list[float]] = {}
+    capacity: dict[str, list[tuple[int, float]]] = {}
     in_network: dict[str, bool] = {}
     offsets: list[tuple[int, float]] = []
     tails: list[tuple[int, float, float]] = []
@@ -320,6 +288,7 @@ def calibrate(rows: list[pd.Series], info: ExperimentInfo, sweep: str = "") -> C
         for d in devs:
             per.setdefault(d.name, []).append((n, d.demand_us))
             servers.setdefault(d.name, []).append(d.servers)
+            capacity.setdefault(d.name, []).append((n, d.servers))
             in_network[d.name] = d.in_network
             if d.name == "workers":
                 busy.append((num(row, "client_tput") * d.demand_us * US, d.demand_us))
@@ -345,6 +314,7 @@ def calibrate(rows: list[pd.Series], info: ExperimentInfo, sweep: str = "") -> C
         tails=sorted(tails),
         holding=_busy_levels(busy),
         noise=noise_of(rows),
+        capacity=capacity,
     )
 
 
@@ -530,24 +500,53 @@ def _tail(cal: Calibration, n: int) -> tuple[float, float]:
 
 
 def predict_one(
-    cal: Calibration, n: int, target: Settings | None = None, config: dict | None = None
+    cal: Calibration,
+    n: int,
+    target: Settings | None = None,
+    config: dict | None = None,
+    *,
+    finish: bool = True,
 ) -> Prediction:
-    """The prediction at population n under `target` (default: the calibrated configuration)."""
+    """The prediction at population n under `target` (default: the
+    calibrated configuration), with its intervals clipped by the bounds
+    (`finish=False`: no intervals yet; a blend of two predictions makes
+    them from its parts' uncertainties)."""
     notes: list[str] = []
     devs = cal.devices_at(n)
     if target is not None:
         devs = transform(devs, cal.settings, target, notes)
-    # The rules that carried it (transform names each in one note).
-    rules = len(notes)
+    steps = rule_steps(cal.settings, target) if target is not None else []
     if n > cal.ns[-1] or n < cal.ns[0]:
+        how = (
+            f"with half the change {cal.borrowed} measured there"
+            if cal.borrowed
+            else "with half their last trend"
+        )
         notes.append(
-            f"N={n} outside the calibrated {cal.ns[0]}..{cal.ns[-1]}: demands held at the nearest end"
+            f"N={n} outside the calibrated {cal.ns[0]}..{cal.ns[-1]}: "
+            f"demands carried from the nearest end {how}"
+        )
+    elif cal.borrowed and n not in cal.ns:
+        notes.append(
+            f"N={n} between the calibrated populations: the demands' straight lines bent by half "
+            f"the departure {cal.borrowed} measured there"
         )
     offset = cal.offset.at(n) if target is None else cal.offset.at(cal.ns[0])
     x, r = _solve(devs, n, cal.think_us, offset)
     pool = next((d for d in devs if d.name == "workers"), None)
-    if pool is not None and pool.servers != cal.servers.get("workers"):
-        rules += 1
+    if target is None and pool is not None and len(cal.holding) >= 2 and not cal.ns[0] <= n <= cal.ns[-1]:
+        # Past the calibrated populations the busy workers k = X S move past
+        # those measured, and the holding time with them: a straight line
+        # in k through the nearest two levels, continued (on a shared
+        # machine each busy worker adds the same contention for the cores).
+        for _ in range(100):
+            want = max(_line(cal.holding, x * pool.demand_us * US), 0.25 * min(h for _, h in cal.holding))
+            if abs(want - pool.demand_us) < 0.001 * pool.demand_us:
+                break
+            pool.demand_us = 0.5 * (pool.demand_us + want)
+            x, r = _solve(devs, n, cal.think_us, offset)
+        notes.append("the workers' holding time follows the busy workers past the calibrated ones")
+    elif pool is not None and pool.servers != cal.servers.get("workers"):
         if len(cal.holding) < 2:
             notes.append(
                 "the workers' holding time as measured at this N (one busy level calibrated: "
@@ -567,7 +566,6 @@ def predict_one(
     for d in devs:
         d.u_predicted = x * d.demand_us * US / d.servers if d.servers > 0 else float("nan")
     p50, p99 = _tail(cal, n)
-    sigma = uncertainty(cal, devs, n, x, r, offset, rules=rules)
     pred = Prediction(
         config=config if config is not None else dict(cal.levels),
         n=n,
@@ -576,20 +574,103 @@ def predict_one(
         p50_us=r * p50,
         p99_us=r * p99,
         bottleneck=bottleneck(devs),
-        basis=cal.sweep or "the measured configuration",
+        basis=(cal.sweep or "the measured configuration")
+        + (f", shaped by {cal.borrowed}" if cal.borrowed and n not in cal.ns else ""),
         notes=notes,
         devices=devs,
-        uncertainty=sigma,
+        uncertainty=uncertainty(cal, devs, n, x, r, offset, steps=steps),
+        think_us=cal.think_us,
+        tail_sigma=_tail_spread(cal, n),
+        bounds=_bounds_of(cal, n, target),
     )
-    sx, sr = _total(sigma["x"]), _total(sigma["r"])
-    st = _total({**sigma["r"], "tail": _tail_spread(cal, n)})
-    pred.x_lo, pred.x_hi = _interval(x, sx)
-    pred.r_lo, pred.r_hi = _interval(r, sr)
+    if finish:
+        finish_intervals(pred)
+    return pred
+
+
+def _lightest(cal: Calibration, n: int, target: Settings | None) -> list[Device]:
+    """Each device at the lightest demand the calibration measured, less a
+    point's noise (a measured mean may sit above the demand it measures),
+    on the most servers it had at any point, with the holding time at the
+    lightest busy level; carried to `target` by the same rules as the
+    prediction. Between two populations it measured a demand may dip below
+    both (a worker held for 60 µs at N = 8 where N = 2 and 24 took 71 and
+    66): there the lightest the prediction's own demand allows within its 90%
+    doubt (`demand_doubt`) counts, where that is lighter. Past them the
+    bound stays at what the run measured: a demand that falls with N could
+    fall further, but no measurement says so (a quickstart calibrated on N =
+    2 and 8 alone bounded N = 24 at 33,845 ops/s where 40,032 was measured;
+    its interval carries that doubt, the bound does not)."""
+    nx = cal.noise.point_cv("x")
+    nx = 0.0 if math.isnan(nx) else nx
+
+    def low(c: Curve) -> float:
+        own = c.own_knots
+        measured = min((v for _, v in own if v > 0), default=0.0) * math.exp(-Z90 * nx)
+        if not own or any(k == n for k, _ in own) or not own[0][0] < n < own[-1][0]:
+            return measured
+        doubt = demand_doubt(c, n)
+        doubt = math.hypot(nx, 0.0 if math.isnan(doubt) else doubt)
+        return min(measured, c.at(n) * math.exp(-Z90 * doubt))
+
+    devs = [
+        Device(
+            name,
+            low(c),
+            cal.most_servers(name),
+            in_network=cal.in_network[name],
+            delay=name == "link delay",
+        )
+        for name, c in cal.curves.items()
+    ]
+    if target is not None:
+        devs = transform(devs, cal.settings, target, [])
+        pool = next((d for d in devs if d.name == "workers"), None)
+        if pool is not None and cal.holding:
+            pool.demand_us = min(pool.demand_us, *(h for _, h in cal.holding))
+    return devs
+
+
+def _bounds_of(cal: Calibration, n: int, target: Settings | None) -> Bounds:
+    """The bounds at n. R >= D (and X <= N / (D + Z)) only between the
+    calibrated populations: below them a worker holds a request for less
+    time than at any population measured (fewer threads share the cores),
+    so the lightest demand measured is no floor there, and above them
+    queueing makes R far larger than D anyway."""
+    b = bounds(_lightest(cal, n, target), n, cal.think_us, min(v for _, v in cal.offset.knots))
+    if not cal.ns[0] <= n <= cal.ns[-1]:
+        b.r_min = 0.0
+    return b
+
+
+def finish_intervals(pred: Prediction) -> None:
+    """The 90% intervals from the prediction's uncertainty, clipped by its
+    bounds (a note says which bound bound which interval)."""
+    sx, sr = _total(pred.uncertainty["x"]), _total(pred.uncertainty["r"])
+    st = math.hypot(sr, pred.tail_sigma) if not math.isnan(sr) else sr
+    pred.x_lo, pred.x_hi = _interval(pred.x, sx)
+    pred.r_lo, pred.r_hi = _interval(pred.r_us, sr)
     pred.p50_lo, pred.p50_hi = _interval(pred.p50_us, st)
     pred.p99_lo, pred.p99_hi = _interval(pred.p99_us, st)
     if math.isnan(sx) or math.isnan(sr):
-        notes.append("no interval: the calibration's noise was not measured")
-    return pred
+        pred.notes.append("no interval: the calibration's noise was not measured")
+        return
+    b = pred.bounds
+    if b is None:
+        return
+    pred.clipped = []
+    pred.x_lo, pred.x_hi, cx = clip(pred.x_lo, pred.x_hi, b, "x")
+    pred.r_lo, pred.r_hi, cr = clip(pred.r_lo, pred.r_hi, b, "r")
+    if cx:
+        pred.clipped.append("x")
+        pred.notes.append(
+            f"X's interval ends at {b.x_top:,.0f} ops/s: the {b.limit()} (the lightest demands measured)"
+        )
+    if cr:
+        pred.clipped.append("r")
+        pred.notes.append(
+            f"R's interval starts at {b.r_floor / 1e3:.3f} ms: no request is faster at this X bound"
+        )
 
 
 def _interval(value: float, sigma: float) -> tuple[float, float]:
@@ -606,12 +687,10 @@ def _interval(value: float, sigma: float) -> tuple[float, float]:
 
 # The two-sided 90% quantile of the normal distribution.
 Z90 = 1.6448536269514722
-# Relative error assumed for each rule that carries a prediction to a
-# configuration that was not measured (its error is not measured by the run).
+# Relative error assumed per doubling (or halving) of a setting a rule
+# carries a prediction across to a configuration that was not measured (its
+# error is not measured by the run): a rule carried further is trusted less.
 RULE_ERROR = 0.10
-# Relative error per e-fold of N assumed past the calibrated range when only
-# one population was calibrated (no trend to carry).
-ONE_POINT_TREND = 0.10
 
 
 def _total(parts: dict[str, float]) -> float:
@@ -630,48 +709,30 @@ def _tail_spread(cal: Calibration, n: int) -> float:
     return 0.5 * abs(math.log(near[0][2] / near[1][2]))
 
 
-def _position(knots: list[tuple[int, float]], n: float) -> tuple[float, float]:
-    """Where n lies for the curve through `knots`: (distance past the
-    calibrated range in ln N, 0 inside; 4 t (1 - t) of its place t between
-    the two knots around it, 0 at a knot and outside)."""
-    ln = math.log(n)
-    lo, hi = math.log(knots[0][0]), math.log(knots[-1][0])
-    if ln < lo or ln > hi:
-        return (lo - ln if ln < lo else ln - hi), 0.0
-    for (a, _), (b, _) in itertools.pairwise(knots):
-        la, lb = math.log(a), math.log(b)
-        if la <= ln <= lb and lb > la:
-            t = (ln - la) / (lb - la)
-            return 0.0, 4 * t * (1 - t)
-    return 0.0, 0.0
-
-
-def _curve_doubt(curve: Curve, n: float) -> float:
-    """The relative error a demand curve may have at n beyond its
-    calibration points' own noise: between two knots, up to half the
-    change between them (at the middle of the gap: the curve is a straight
-    line in ln N, the demand need not be); past the ends, the last
-    segment's trend continued (the curve is held flat there); with one knot,
-    ONE_POINT_TREND per e-fold."""
-    knots = [(k, v) for k, v in curve.knots if v > 0]
-    if not knots:
-        return 0.0
-    past, inside = _position(knots, n)
-    if len(knots) == 1:
-        return ONE_POINT_TREND * past
-    if past > 0:
-        end = knots[:2] if n < knots[0][0] else knots[-2:]
-        slope = abs(math.log(end[1][1] / end[0][1]) / math.log(end[1][0] / end[0][0]))
-        return slope * past
-    ln = math.log(n)
-    for (a, va), (b, vb) in itertools.pairwise(knots):
-        if math.log(a) <= ln <= math.log(b):
-            return 0.5 * abs(math.log(vb / va)) * inside
-    return 0.0
+def rule_steps(old: Settings, new: Settings) -> list[float]:
+    """How far each rule carries a prediction: |log2(new / old)| of every
+    structural setting that changed (workers, middlewares, loops, database
+    connections, servers, copies of a key)."""
+    pairs = [
+        (old.topology.middlewares, new.topology.middlewares),
+        (old.middleware.workers, new.middleware.workers),
+        (old.middleware.threads, new.middleware.threads),
+        (old.topology.servers, new.topology.servers),
+        (replication(old), replication(new)),
+    ]
+    if new.mq:
+        pairs.append((old.db_pool, new.db_pool))
+    return [abs(math.log2(b / a)) for a, b in pairs if a != b and a > 0 and b > 0]
 
 
 def uncertainty(
-    cal: Calibration, devs: list[Device], n: int, x: float, r: float, offset: float, rules: int = 0
+    cal: Calibration,
+    devs: list[Device],
+    n: int,
+    x: float,
+    r: float,
+    offset: float,
+    steps: list[float] | None = None,
 ) -> dict[str, dict[str, float]]:
     """The relative standard deviations of the predicted ln X and ln R, by source:
 
@@ -685,8 +746,9 @@ def uncertainty(
       calibrated populations) and the gap between calibrated populations
       or past them (`_curve_doubt`), each weighted by how much X and R
       depend on that demand;
-    - `rules`: RULE_ERROR for each rule that carried the prediction to a
-      configuration that was not measured."""
+    - `rules`: RULE_ERROR per doubling for each rule that carried the
+      prediction to a configuration that was not measured (`rule_steps`)."""
+    rule = RULE_ERROR * math.sqrt(sum(s * s for s in steps or []))
     nx, nr = cal.noise.point_cv("x"), cal.noise.point_cv("r")
     sens: list[tuple[float, float, Curve | None]] = []
     h = 0.02
@@ -711,83 +773,34 @@ def uncertainty(
     for sx, sr, curve in sens:
         if curve is None:
             continue
-        # Inside the calibrated range the leave-one-out error, where there is
-        # one, is the measured error of interpolating a gap (scaled to this
-        # one); half the change across the gap stands in only without it.
-        # Past the range the trend carried on is added.
-        loo = curve.error_at(n)
-        past, _ = _position([k for k in curve.knots if k[1] > 0] or curve.knots, n)
-        if math.isnan(loo):
-            doubt = _curve_doubt(curve, n)
-        elif past > 0:
-            doubt = math.hypot(loo, _curve_doubt(curve, n))
-        else:
-            doubt = loo
+        doubt = demand_doubt(curve, n)
         cx += (sx * doubt) ** 2
         cr += (sr * doubt) ** 2
-    off_doubt = _curve_doubt(Curve([(k, abs(v) + 1e-9) for k, v in cal.offset.knots]), n) if offset else 0.0
+    off_doubt = (
+        math.hypot(
+            _curve_doubt(Curve([(k, abs(v) + 1e-9) for k, v in cal.offset.knots]), n),
+            _offset_borrowed(cal.offset, n, r),
+        )
+        if offset
+        else 0.0
+    )
+    # The offset is part of R, and X = N / (R + Z): its doubt moves both.
     cr += (off_doubt * abs(offset) / r) ** 2 if r > 0 else 0.0
+    cx += (off_doubt * abs(offset) / (r + cal.think_us)) ** 2 if r + cal.think_us > 0 else 0.0
     return {
         "x": {
             "noise": nx,
             "calibration": cal_x,
             "curve": math.sqrt(cx),
-            "rules": RULE_ERROR * math.sqrt(rules),
+            "rules": rule,
         },
         "r": {
             "noise": nr,
             "calibration": cal_r,
             "curve": math.sqrt(cr),
-            "rules": RULE_ERROR * math.sqrt(rules),
+            "rules": rule,
         },
     }
-
-
-def _interpolated(cals: list[Calibration], key: str, value: float, cal: Calibration) -> Calibration:
-    """A calibration at `key = value` from the two nearest measured levels (everything else as in `cal`)."""
-    col = column(key)
-    same = [
-        c
-        for c in cals
-        if all(v == cal.levels.get(k) for k, v in c.levels.items() if k != col)
-        and isinstance(c.levels.get(col), (int, float))
-    ]
-    levels = sorted({c.levels[col] for c in same})
-    if len(levels) < 2:
-        measured = levels[0] if levels else _setting(cal.settings, key)
-        raise PredictError(
-            f"{key}={value:g}: this result measured {col}={measured} only; what depends on it "
-            f"was never observed (measure at least two levels of {col} to predict others)"
-        )
-    near = sorted(levels, key=lambda v: (abs(v - value), v))[:2]
-    lo, hi = sorted(near)
-    a = next(c for c in same if c.levels[col] == lo)
-    b = next(c for c in same if c.levels[col] == hi)
-    w = (value - lo) / (hi - lo)
-    common = [k for k in a.curves if k in b.curves]
-    ns = sorted(set(a.ns) & set(b.ns)) or a.ns
-
-    def mix(ca: Curve, cb: Curve) -> Curve:
-        return Curve([(n, (1 - w) * ca.at(n) + w * cb.at(n)) for n in ns])
-
-    def clamp(c: Curve) -> Curve:
-        return Curve([(n, max(v, 0.0)) for n, v in c.knots])
-
-    levels_new = dict(cal.levels)
-    levels_new[col] = value
-    return Calibration(
-        sweep=f"{a.sweep} .. {b.sweep} (interpolated in {col})",
-        levels=levels_new,
-        settings=a.settings,
-        ns=ns,
-        think_us=(1 - w) * a.think_us + w * b.think_us,
-        curves={k: clamp(mix(a.curves[k], b.curves[k])) for k in common},
-        servers={k: a.servers[k] for k in common},
-        in_network={k: a.in_network[k] for k in common},
-        offset=mix(a.offset, b.offset),
-        tails=a.tails if w < 0.5 else b.tails,
-        noise=max(a.noise, b.noise, key=lambda nz: nz.x_cv if not math.isnan(nz.x_cv) else -1.0),
-    )
 
 
 def parse_changes(items: list[str]) -> dict[str, Any]:
@@ -821,68 +834,6 @@ def parse_changes(items: list[str]) -> dict[str, Any]:
             except ValueError:
                 out[key] = v
     return out
-
-
-def predict(
-    agg: pd.DataFrame,
-    info: ExperimentInfo,
-    changes: dict[str, Any] | None = None,
-    clients: list[int] | None = None,
-    only_n: set[int] | None = None,
-) -> list[Prediction]:
-    """Predictions for every configuration of the result with `changes`
-    applied, at the populations `clients` (default: those calibrated on)."""
-    changes = changes or {}
-    if clients is not None and any(n < 1 for n in clients):
-        raise PredictError("--clients: every population must be at least 1")
-    cals = calibrations(agg, info, only_n)
-    if not cals:
-        raise PredictError("the result has no measured point")
-    out: list[Prediction] = []
-    done: set[str] = set()
-    for cal in cals:
-        levels = with_changes(cal.levels, changes)
-        label = ", ".join(f"{k}={v}" for k, v in sorted(levels.items()))
-        if label in done:
-            continue
-        done.add(label)
-        base, target = reach(cals, cal, changes, info)
-        for n in clients or base.ns:
-            out.append(predict_one(base, n, target, levels))
-    return out
-
-
-def _setting(s: Settings, key: str) -> Any:
-    section, name = key.split(".", 1)
-    return getattr(getattr(s, section), name)
-
-
-def reach(
-    cals: list[Calibration], cal: Calibration, changes: dict[str, Any], info: ExperimentInfo
-) -> tuple[Calibration, Settings | None]:
-    """The calibration a configuration (`cal`'s with `changes`) is predicted
-    from, and the settings the rules carry it to (None: it was measured)."""
-    levels = with_changes(cal.levels, changes)
-    target = config_settings(info.settings, levels)
-    for c in cals:
-        if c.settings == target:
-            return c, None
-    start = max(cals, key=lambda c: (sum(levels.get(k) == v for k, v in c.levels.items()), c is cal))
-    free = [k for k in changes if k not in STRUCTURAL and _setting(start.settings, k) != _setting(target, k)]
-    if len(free) > 1:
-        raise PredictError(
-            f"{', '.join(free)}: only one setting without a rule can be interpolated at a time"
-        )
-    if free:
-        key = free[0]
-        value = changes[key]
-        if not isinstance(value, (int, float)) or isinstance(value, bool):
-            raise PredictError(
-                f"{key}={value}: a change of kind (not of size) was never observed in this result"
-            )
-        start = _interpolated(cals, key, float(value), start)
-        start.settings = config_settings(start.settings, {key: changes[key]})
-    return start, target
 
 
 def seed_view(rows: list[pd.Series]) -> list[dict[str, Any]]:

@@ -15,7 +15,8 @@ import pandas as pd
 
 from mwlab.analysis import read_experiment, summarize
 from mwlab.drift import TRANSFER, Against, DriftError, Ratio, against, ratio
-from mwlab.predict import PredictError, Prediction, parse_changes, predict
+from mwlab.nearest import predict
+from mwlab.predict import PredictError, Prediction, parse_changes
 from mwlab.procs import LabError
 
 
@@ -75,8 +76,12 @@ def _human(preds: list[Prediction]) -> str:
             if lines:
                 lines.append("")
             lines.append(f"{config}   (calibrated on {p.basis})")
-            for note in dict.fromkeys(n for q in preds if q.config == p.config for n in q.notes):
+            same = [q for q in preds if q.config == p.config]
+            for note in dict.fromkeys(n for q in same for n in q.notes if not _bound_note(n)):
                 lines.append(f"  note: {note}")
+            bound = _bounds_line(same)
+            if bound:
+                lines.append(f"  note: {bound}")
             lines.append(
                 f"  {'N':>5} {'ops/s':>10} {'90% interval':>21} {'R ms':>8} {'90% interval':>17} "
                 f"{'p50 ms':>8} {'p99 ms':>8} {'p99 90% interval':>17}  bottleneck"
@@ -84,8 +89,16 @@ def _human(preds: list[Prediction]) -> str:
             last = config
         p99 = "" if math.isnan(p.p99_us) else f"{p.p99_us / 1e3:.3f}"
         p50 = "" if math.isnan(p.p50_us) else f"{p.p50_us / 1e3:.3f}"
-        xi = "" if math.isnan(p.x_lo) else f"{p.x_lo:,.0f} .. {p.x_hi:,.0f}"
-        ri = "" if math.isnan(p.r_lo) else f"{p.r_lo / 1e3:.3f} .. {p.r_hi / 1e3:.3f}"
+        xi = (
+            ""
+            if math.isnan(p.x_lo)
+            else f"{p.x_lo:,.0f} .. {p.x_hi:,.0f}" + ("*" if "x" in p.clipped else " ")
+        )
+        ri = (
+            ""
+            if math.isnan(p.r_lo)
+            else f"{p.r_lo / 1e3:.3f} .. {p.r_hi / 1e3:.3f}" + ("*" if "r" in p.clipped else " ")
+        )
         qi = "" if math.isnan(p.p99_lo) else f"{p.p99_lo / 1e3:.3f} .. {p.p99_hi / 1e3:.3f}"
         lines.append(
             f"  {p.n:>5} {p.x:>10,.0f} {xi:>21} {p.r_us / 1e3:>8.3f} {ri:>17} {p50:>8} {p99:>8} {qi:>17}"
@@ -95,10 +108,25 @@ def _human(preds: list[Prediction]) -> str:
         lines.append("")
         lines.append(
             "Intervals: 90%, from the run-to-run noise, the calibration points' noise carried through "
-            "the model, the demand curves' own error and 10% per rule (--json: x_lo x_hi r_lo r_hi, "
-            "uncertainty)."
+            "the model, the demand curves' own error and 10% per doubling a rule carries them; "
+            "* where the operational bounds of the lightest demands measured clip them "
+            "(--json: x_lo x_hi r_lo r_hi, uncertainty, bounds)."
         )
     return "\n".join(lines)
+
+
+def _bound_note(note: str) -> bool:
+    return note.startswith(("X's interval ends at", "R's interval starts at"))
+
+
+def _bounds_line(preds: list[Prediction]) -> str:
+    """One line for a configuration's bounds: the throughput bound and what
+    gives it, at each population where it clipped an interval."""
+    hit = [p for p in preds if p.clipped and p.bounds is not None]
+    if not hit:
+        return ""
+    parts = ", ".join(f"N={p.n}: X <= {p.bounds.x_top:,.0f}" for p in hit)
+    return f"* clipped by the bounds ({hit[0].bounds.limit()}; R >= N / X_max): {parts}"
 
 
 def main(args: argparse.Namespace) -> int:

@@ -1,7 +1,7 @@
 """report.html from a computed [`Report`](mwlab.report.Report): a Jinja2
 template (`templates/report.html.j2`) with the page's words, and the filters
-that turn tables and images into one self-contained page (images embedded,
-so it opens offline)."""
+that turn tables (formatted by `mwlab.display`) and images into one
+self-contained page (images embedded, so it opens offline)."""
 
 from __future__ import annotations
 
@@ -12,14 +12,17 @@ import pandas as pd
 from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
 from markupsafe import Markup
 
+from mwlab.display import readable
 from mwlab.report import Report, compute
 
 
 def table(df: pd.DataFrame, digits: int = 1) -> Markup:
-    """A DataFrame as an HTML table that scrolls sideways when it is wide."""
+    """A DataFrame as an HTML table that scrolls sideways when it is wide,
+    its headers and numbers as `mwlab.display.readable` writes them (`digits`:
+    the most decimals of a column without a unit)."""
     if df is None or df.empty:
         return Markup("<p class='muted'>(none)</p>")
-    html = df.to_html(index=False, float_format=lambda v: f"{v:,.{digits}f}", border=0, na_rep="")
+    html = readable(df, digits).to_html(index=False, border=0)
     return Markup(f"<div class='wide'>{html}</div>")
 
 

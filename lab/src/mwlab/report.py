@@ -19,14 +19,16 @@ from mwlab.checks import INTERFERENCE_LIMIT, SATURATION_LIMIT, Check, run_checks
 from mwlab.drift import View
 from mwlab.drift import view as drift_view
 from mwlab.fit import (
+    HANDOFFS_IN_HOLD,
+    HANDOFFS_OUTSIDE,
     HOLDS,
     ExperimentFit,
     bottleneck_agrees,
     factorial_fit,
     fit_experiment,
+    handoffs,
     law_table,
     model_table,
-    num,
     queue_views,
     utilization_table,
 )
@@ -103,10 +105,29 @@ class CheckGroup:
 
     @property
     def line(self) -> str:
+        """How the group did, "too short to judge" said once."""
+        short = [c for c in self.rest if not c.judged]
+        why = {c.detail for c in short}
+        reason = f" ({why.pop()})" if len(why) == 1 else ""
+        if not self.judged:
+            return f"too short to judge in all {self.not_judged}{reason}"
         text = f"passed {self.passed} of {self.judged}"
         if self.not_judged:
-            text += f"; {self.not_judged} too short to judge"
+            text += f"; {self.not_judged} too short to judge{reason}"
         return text
+
+    @property
+    def rest_lines(self) -> list[str]:
+        """The checks that passed, each with its numbers, and those too short
+        to judge where they were not all short by the same amount (`line`
+        says that once)."""
+        short = [c for c in self.rest if not c.judged]
+        same = len({c.detail for c in short}) == 1
+        return [
+            f"{c.where} — {c.verdict}: {c.detail}" if c.judged else f"{c.where} — {c.detail}"
+            for c in self.rest
+            if c.judged or not same
+        ]
 
 
 def group_checks(checks: list[Check]) -> list[CheckGroup]:
@@ -521,24 +542,31 @@ def _why_not(p, row: pd.Series) -> str:
         reasons.append(
             f"the model runs the {top.name} at {top.u_predicted:.0%} of its capacity where the run reached "
             f"{top.u_measured:.0%}: it could not be driven as busy as a queueing center would be "
-            "(with more threads than cores, a request's hand-offs between threads leave cores idle, "
-            "a wait no center of the network holds)"
+            "(with more threads than cores, a request's hand-offs between threads leave cores idle)"
         )
-    hold, cpu = devs.get("workers"), devs.get("host CPU")
-    inside = num(row, "cpu_mw_worker_us", 0.0) + num(row, "cpu_mc_us", 0.0)
-    if hold is not None and cpu is not None and cpu.in_network and p.x_error < -HOLDS and inside > 0:
+    hand = handoffs(p)
+    waited = hand is not None and p.r_error < -HOLDS and hand.left_out_us > 0
+    if hand is not None and waited:
+        r_hand = p.r_model_us + hand.left_out_us
         reasons.append(
-            f"the workers' holding time ({hold.demand_us:.0f} µs) contains {inside:.0f} µs of CPU (the "
-            f"workers' and the servers') that the host CPU center ({cpu.demand_us:.0f} µs) counts again: "
-            "where no request waits for a core that CPU is counted twice"
+            f"outside the workers' hold a request spent {HANDOFFS_OUTSIDE * hand.outside_us:.0f} µs off the "
+            f"CPU, {hand.outside_us:.0f} µs at each of its {HANDOFFS_OUTSIDE} hand-offs between threads "
+            f"(client to net thread to worker, worker to client), where the network gives each "
+            f"{hand.model_us:.0f} µs (the host CPU center's queue and the delay): a woken thread waits for a "
+            "core at every hand-off, a wait that a center of CPU time holds in proportion to the request's "
+            f"CPU, not to its hand-offs. Had those {HANDOFFS_OUTSIDE} waited as long as the "
+            f"{HANDOFFS_IN_HOLD} inside the hold ({hand.inside_us:.0f} µs each, in the measured holding "
+            f"time), R would be {r_hand / 1e3:.3f} ms ({(r_hand - p.r_measured_us) / p.r_measured_us:+.1%}): "
+            f"{hand.left_out_us / (p.r_measured_us - p.r_model_us):.0%} of the miss"
         )
+    # The general sentences, where no measured wait above says it.
     util = row.get("host_util", 0.0)
-    if util >= 0.9:
+    if not waited and util >= 0.9:
         reasons.append(
             f"the host CPU was {100 * util:.0f}% busy: scheduling many threads on few cores costs more "
             "than an M/M/m center predicts"
         )
-    elif p.knee < p.n:
+    elif not waited and p.knee < p.n:
         reasons.append(
             "between the knee and saturation, where waiting for the shared CPU (wake-ups, processor sharing "
             "among many threads) grows faster than in an M/M/m center"

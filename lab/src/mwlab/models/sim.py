@@ -104,3 +104,103 @@ def simulate_closed(
                 t_last = time
         arrive(time, user, center + 1)
     return SimResult(completions / (t_last - t_first), total_r / completions, 0.0)
+
+
+@dataclass(frozen=True)
+class HoldResult:
+    throughput: float
+    mean_response_time: float
+    # From taking a worker to giving it back, and waiting for one.
+    mean_hold_time: float
+    mean_worker_wait: float
+
+
+def simulate_hold(
+    delay: float,
+    cpu_out: float,
+    cpu_in: float,
+    latency: float,
+    cores: int,
+    workers: int,
+    users: int,
+    completions: int,
+    seed: int = 1,
+) -> HoldResult:
+    """A worker pool that holds CPU: each user's request waits `delay`
+    (exponential, no resource), runs `cpu_out` on the shared cores, takes a
+    worker (FCFS), and while holding it runs `cpu_in` on the same cores and
+    waits `latency` (a server's round trip), then gives the worker back and
+    starts over (no think time). The cores serve both bursts FCFS. The
+    truth, with the workers' holding time containing CPU and waits for a
+    core, that the per-point model measures and approximates."""
+    rng = random.Random(seed)
+    events: list[tuple[float, int, str, int]] = []
+    seq = 0
+    cpu_busy = pool_busy = 0
+    cpu_queue: list[tuple[int, str]] = []
+    pool_queue: list[tuple[int, float]] = []
+    started, took = [0.0] * users, [0.0] * users
+
+    def push(time: float, kind: str, user: int) -> None:
+        nonlocal seq
+        seq += 1
+        heapq.heappush(events, (time, seq, kind, user))
+
+    def cpu(time: float, user: int, burst: str) -> None:
+        nonlocal cpu_busy
+        if cpu_busy < cores:
+            cpu_busy += 1
+            push(time + rng.expovariate(1 / (cpu_out if burst == "out" else cpu_in)), burst, user)
+        else:
+            cpu_queue.append((user, burst))
+
+    def take(time: float, user: int, since: float) -> None:
+        took[user] = time
+        waits.append(time - since)
+        cpu(time, user, "in")
+
+    for u in range(users):
+        push(rng.expovariate(1 / delay) if delay > 0 else 0.0, "delayed", u)
+    warm = completions // 10
+    done = 0
+    resp: list[float] = []
+    holds: list[float] = []
+    waits: list[float] = []
+    t_first = t_last = 0.0
+    while done < completions + warm:
+        time, _, kind, user = heapq.heappop(events)
+        if kind == "delayed":
+            cpu(time, user, "out")
+            continue
+        if kind in ("out", "in"):
+            if cpu_queue:
+                nxt, burst = cpu_queue.pop(0)
+                push(time + rng.expovariate(1 / (cpu_out if burst == "out" else cpu_in)), burst, nxt)
+            else:
+                cpu_busy -= 1
+            if kind == "out":
+                if pool_busy < workers:
+                    pool_busy += 1
+                    take(time, user, time)
+                else:
+                    pool_queue.append((user, time))
+            else:
+                push(time + (rng.expovariate(1 / latency) if latency > 0 else 0.0), "back", user)
+            continue
+        # "back": the reply is in; the worker is free.
+        if pool_queue:
+            nxt, since = pool_queue.pop(0)
+            take(time, nxt, since)
+        else:
+            pool_busy -= 1
+        done += 1
+        if done == warm:
+            t_first = time
+        if done > warm:
+            resp.append(time - started[user])
+            holds.append(time - took[user])
+            t_last = time
+        started[user] = time
+        push(time + (rng.expovariate(1 / delay) if delay > 0 else 0.0), "delayed", user)
+    n = len(resp)
+    return HoldResult(n / (t_last - t_first), sum(resp) / n, sum(holds) / n, sum(waits[-n:]) / n)

@@ -1,0 +1,102 @@
+"""Predictions start from the nearest measured configuration (or the two
+around it), and every measured point is checked by leaving it out: synthetic
+systems with known demands (the holding time grows with the busy workers, as
+on a shared machine), no processes."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+from test_predict import US, info_of, result_dir, row, truth
+
+from mwlab.heldout import predictions
+from mwlab.leaveout import leave_one_out
+from mwlab.nearest import predict
+from mwlab.predict import parse_changes
+
+NS = [1, 2, 4, 8, 16, 32, 64]
+
+
+def measured(n: int, workers: int) -> dict:
+    """A point whose holding time is 50 + 10 k µs with k busy workers,
+    solved as the fixed point a measurement shows, repeated twice with a
+    spread of 1%."""
+    s = 50.0
+    for _ in range(200):
+        x, _ = truth(n, workers, 0.0, s)
+        s = 0.5 * s + 0.5 * (50 + 10 * x * s * US)
+    x, r = truth(n, workers, 0.0, s)
+    return row(n, workers, 0.0, s, reps=2, client_tput_std=0.01 * x, client_rt_mean_us_std=0.01 * r)
+
+
+def two_pools(tmp_path, workers=(2, 8), ns=NS):
+    rows = [measured(n, w) for w in workers for n in ns]
+    factors = {"topology.virtual_clients": ns, "middleware.workers": list(workers)}
+    res = result_dir(tmp_path, rows, factors)
+    return pd.read_csv(res / "aggregate.csv"), info_of(res), res
+
+
+def test_more_workers_than_measured_start_from_the_nearest_pool(tmp_path):
+    """tmw=2 and tmw=8 measured: tmw=16 is carried from tmw=8 (one doubling),
+    not from tmw=2 (three), says so, and is at least what tmw=8 measured."""
+    agg, info, _ = two_pools(tmp_path)
+    (p,) = predict(agg, info, parse_changes(["tmw=16"]), clients=[32])
+    assert p.basis == "tmw=8"
+    assert "nearest measured configuration" in p.notes[0] and "past the largest" in p.notes[0]
+    eight = measured(32, 8)["client_tput"]
+    assert p.x_hi >= eight and p.x >= 0.98 * eight
+    # One doubling by rule: 10%; three doublings would be 30%.
+    assert p.uncertainty["x"]["rules"] == pytest.approx(0.10)
+
+
+def test_a_pool_between_two_measured_ones_is_interpolated_from_both(tmp_path):
+    agg, info, _ = two_pools(tmp_path)
+    (p,) = predict(agg, info, parse_changes(["tmw=4"]), clients=[16])
+    assert p.basis == "tmw=2 and tmw=8"
+    assert "between tmw=2 and tmw=8" in p.notes[0] and "weights 0.50 and 0.50" in p.notes[0]
+    want = measured(16, 4)["client_tput"]
+    assert p.x_lo <= want <= p.x_hi
+    assert "between" in p.uncertainty["x"]
+
+
+def test_no_interval_passes_the_capacity_the_run_measured(tmp_path):
+    """Past the largest population measured, and with more workers than
+    measured: no interval's top passes the capacity of the lightest demands
+    measured (at most 2 cores / 30 µs of host CPU, less a point's noise)."""
+    agg, info, _ = two_pools(tmp_path)
+    preds = predict(agg, info, clients=[64, 128, 256]) + predict(
+        agg, info, parse_changes(["tmw=32"]), clients=[64, 256]
+    )
+    for p in preds:
+        # 2 workers: their 2 / lightest holding time; more: the host CPU.
+        assert p.bounds.x_max_by == ("workers" if p.config == {"tmw": 2} else "host CPU")
+        assert p.bounds.x_top <= 1.03 * 2 / 30e-6
+        assert p.x_hi <= p.bounds.x_top * (1 + 1e-9)
+        assert p.r_lo >= p.bounds.r_floor * (1 - 1e-9)
+
+
+def test_every_point_is_left_out_in_turn_and_covered(tmp_path):
+    agg, info, res = two_pools(tmp_path, workers=(2, 8), ns=[2, 4, 8, 16, 32])
+    loo = leave_one_out(agg, info)
+    assert len(loo.table) == 10 and not loo.refused
+    assert set(loo.table["N"]) == {2, 4, 8, 16, 32}
+    # A known system with 1% noise: carried past the ends (the busy workers'
+    # line) the predictions hold; between the populations the holding time
+    # is a straight line in ln N while the system's bends at its knee, and
+    # the 90% intervals there may miss, by less than 10%.
+    assert loo.covered >= 8
+    misses = loo.table[loo.table["covered"] == "no"]
+    assert (misses["X error"].abs() < 0.10).all() and (misses["R error"].abs() < 0.10).all()
+    assert set(misses["N"]) <= {4, 8, 16}
+    pr = predictions(res, agg, info)
+    assert pr.loo.covered == loo.covered
+    assert (res / "leave-one-out.csv").is_file()
+
+
+def test_a_configuration_measured_once_is_left_out_from_its_neighbour(tmp_path):
+    rows = [measured(n, 8) for n in (2, 8, 32)] + [measured(8, 4)]
+    res = result_dir(tmp_path, rows, {"topology.virtual_clients": [2, 8, 32], "middleware.workers": [4, 8]})
+    agg, info = pd.read_csv(res / "aggregate.csv"), info_of(res)
+    t = leave_one_out(agg, info).table
+    alone = t[t["configuration"] == "tmw=4"].iloc[0]
+    assert alone["calibrated on"] == "tmw=8" and alone["covered"] == "yes"
