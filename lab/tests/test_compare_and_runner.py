@@ -141,7 +141,7 @@ def test_sigterm_stops_every_process_and_prints_the_resume_command(tmp_path: Pat
                 "topology": {"servers": 2, "middlewares": 1, "threads": 1},
                 "factors": {"vcli": [1, 2]},
                 # (Long enough that nothing ends by itself while the test waits.)
-                "run": {"duration": 600, "warmup": 0, "repetitions": 1},
+                "run": {"duration": 600, "warmup": 0, "repetitions": 1, "reference": False},
             }
         )
     )
@@ -206,7 +206,7 @@ def test_until_ci_adds_repetitions_and_says_when_it_gives_up(tmp_path: Path, cap
         "name: until-ci\n"
         "topology: {servers: 1, middlewares: 0, threads: 1, virtual_clients: 2}\n"
         "workload: {ratio: '1:10', keys: 1000, value_size: 64}\n"
-        "run: {duration: 1, warmup: 0.2, cooldown: 0, repetitions: 1}\n"
+        "run: {duration: 1, warmup: 0.2, cooldown: 0, repetitions: 1, reference: false}\n"
     )
     cmd = ["run", str(spec), "--results", str(tmp_path / "r")]
     with monkeypatch.context() as m:
@@ -234,3 +234,18 @@ def test_free_port_never_hands_out_a_port_twice():
 
     ports = [free_port() for _ in range(300)]
     assert len(set(ports)) == len(ports)
+
+
+def test_the_host_cpu_counts_the_cpus_the_lab_may_use():
+    """A run pinned to some CPUs (taskset) would count what others run on the
+    other CPUs as CPU taken from it (its host CPU center then had almost no
+    capacity left): the host's busy time, against which the other processes'
+    share is measured, is that of the CPUs it may use, as its usable cores are."""
+    from collections import namedtuple
+
+    from mwlab.procs import host_busy
+
+    t = namedtuple("t", "user nice system idle iowait")
+    per_cpu = [t(10, 0, 0, 90, 0), t(70, 0, 10, 15, 5)]
+    assert host_busy(per_cpu, {1}) == (80, 100), "CPU 0's busy time is not the lab's business"
+    assert host_busy(per_cpu, {0, 1}) == (90, 200)

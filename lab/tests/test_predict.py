@@ -256,7 +256,14 @@ def test_calibrate_then_measure_with_real_processes(tmp_path, capsys, monkeypatc
         "topology": {"servers": 2, "middlewares": 1, "virtual_clients": 1},
         "middleware": {"workers": 2},
         "factors": {"tcli": [1, 2, 4]},
-        "run": {"duration": 2, "warmup": 1, "cooldown": 0, "repetitions": 1, "window_ms": 500},
+        "run": {
+            "duration": 2,
+            "warmup": 1,
+            "cooldown": 0,
+            "repetitions": 1,
+            "window_ms": 500,
+            "reference": False,
+        },
     }
     exp = parse(spec)
     exp.source = spec

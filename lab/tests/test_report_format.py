@@ -29,7 +29,7 @@ MISSES = (
     "middleware: {workers: 2}\n"
     "workload: {ratio: '1:10', keys: 100000, value_size: 64, prefill: false}\n"
     "factors: {vcli: [1, 2]}\n"
-    "run: {duration: 1.5, warmup: 0.5, cooldown: 0, repetitions: 1, window_ms: 250}\n"
+    "run: {duration: 1.5, warmup: 0.5, cooldown: 0, repetitions: 1, window_ms: 250, reference: false}\n"
 )
 COUNT = re.compile(r"^-?\d{1,3}(,\d{3})*$")
 PERCENT = re.compile(r"^[+-]\d+\.\d%$")

@@ -13,9 +13,10 @@ import sys
 from importlib import metadata
 from pathlib import Path
 
-from mwlab import __version__, model_cli, plan, predict_cli, stats_cli
+from mwlab import __version__, model_cli, plan, predict_cli, reference, stats_cli
 from mwlab.analysis import summarize
-from mwlab.compare import CompareError, compare, write_page
+from mwlab.compare import CompareError, compare, reference_ratio, write_page
+from mwlab.drift import run_lines as drift_lines
 from mwlab.predict import PredictError
 from mwlab.procs import REPO, LabError
 from mwlab.render import write_report
@@ -23,6 +24,7 @@ from mwlab.spec import ROLES, Settings, SpecError, load, run_seconds
 from mwlab.verdict import result_lines
 
 EXPERIMENTS = REPO / "experiments"
+SINCE_HELP = "say how far the machine moved since this earlier result (by their reference points)"
 
 
 def version() -> str:
@@ -47,10 +49,15 @@ def _names() -> list[str]:
     return sorted(p.stem for p in EXPERIMENTS.glob("*.yaml"))
 
 
-def analyze(result: Path):
-    """Tables, checks, plots and report of a result directory; returns (report path, aggregate)."""
+def analyze(result: Path, since: Path | None = None):
+    """Tables, checks, plots and report of a result directory (its drift
+    since the result `since`, when named); returns (report path, aggregate)."""
     summary, aggregate = summarize(result)
-    return write_report(result, summary, aggregate), aggregate
+    return write_report(result, summary, aggregate, since=since), aggregate
+
+
+def _warn(text: str) -> None:
+    print(f"mwlab: {text}", file=sys.stderr)
 
 
 @contextlib.contextmanager
@@ -174,8 +181,10 @@ def main(argv: list[str] | None = None) -> int:
         help="with --plan: widest 90%% half-width of throughput X and response time R (default 10%%)",
     )
     p.add_argument("--from", dest="prior", metavar="RESULT", help="with --plan: the result to plan from")
+    p.add_argument("--since", metavar="RESULT", help=SINCE_HELP)
     p = sub.add_parser("analyze", help="recompute tables, checks, plots and the report of a result directory")
     p.add_argument("result")
+    p.add_argument("--since", metavar="RESULT", help=SINCE_HELP)
     p = sub.add_parser("compare", help="compare two result sets of the same experiment")
     p.add_argument("a")
     p.add_argument("b")
@@ -206,11 +215,12 @@ def main(argv: list[str] | None = None) -> int:
             runs = exp.runs()
             print(f"{exp.name} ({exp.scale}): {len(exp.points())} points, {len(runs)} runs")
             print(f"  hosts: {_hosts_line(exp.points()[0].settings)}")
-            print(f"  time: at least {_duration(sum(run_seconds(r.point.settings) for r in runs))}")
+            ref = reference.seconds() if exp.settings.run.reference else 0.0
+            print(f"  time: at least {_duration(sum(run_seconds(r.point.settings) for r in runs) + ref)}")
             for pt in exp.points():
                 print(f"  {pt.name}  N={pt.total_clients}")
         elif args.command == "run":
-            from mwlab.runner import prepare, run_experiment
+            from mwlab.runner import prepare, reference_around, run_experiment
 
             exp = load(_spec_path(args.spec), args.scale)
             if args.until_ci is not None and not 0 < args.until_ci < 100:
@@ -224,8 +234,9 @@ def main(argv: list[str] | None = None) -> int:
                     raise SpecError(str(e)) from None
                 print("\n".join(lines))
             out = prepare(exp, Path(args.results), Path(args.resume) if args.resume else None)
+            since = Path(args.since) if args.since else None
             try:
-                with _signals_interrupt():
+                with _signals_interrupt(), reference_around(out, exp.settings.run.reference, _warn):
                     run_experiment(exp, out, _progress_printer())
                     if args.until_ci is not None:
                         from mwlab.runner import run_until_ci
@@ -242,19 +253,25 @@ def main(argv: list[str] | None = None) -> int:
                     file=sys.stderr,
                 )
                 return 130
-            report, aggregate = analyze(out)
+            report, aggregate = analyze(out, since)
             if aggregate.empty:
                 print(f"mwlab: every run failed; the report says why: {report}", file=sys.stderr)
                 return 1
             print(_key_numbers(aggregate))
             print("\n".join(result_lines(out)))
+            for line in drift_lines(out, since):
+                print(line)
             print(f"report: {report}")
         elif args.command == "analyze":
-            report = analyze(Path(args.result))[0]
+            since = Path(args.since) if args.since else None
+            report = analyze(Path(args.result), since)[0]
             print("\n".join(result_lines(Path(args.result))))
+            for line in drift_lines(Path(args.result), since):
+                print(line)
             print(f"report: {report}")
         elif args.command == "compare":
             df = compare(Path(args.a), Path(args.b))
+            print(reference_ratio(Path(args.a), Path(args.b))[1])
             print(
                 df.to_string(
                     index=False, float_format=lambda v: f"{v:,.2f}", formatters={"p": lambda v: f"{v:.3g}"}

@@ -7,6 +7,12 @@ of the one run (throughput and mean response time per window; windows are
 autocorrelated, so that test is optimistic and is labelled as such). With
 fewer than two values on a side the verdict is "not enough data", never a
 silent "not significant".
+
+When both results measured the reference point (`mwlab.drift`), each ratio
+is also given scaled by the reference ratio (throughputs divided by it,
+times multiplied), and a difference the test finds is called "within the
+machine's drift" when the scaled ratio lies inside the ratio's 90%
+uncertainty (with the error of carrying it to another system).
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ import pandas as pd
 from scipy import stats
 
 from mwlab.analysis import read_experiment, tables, trim_client
+from mwlab.drift import TRANSFER, Z90, DriftError, Ratio, ratio
 from mwlab.results import read_windows
 
 COLUMNS = ("client_tput", "client_rt_mean_us", "client_rt_p99_us", "mw_tput", "mw_queue_us")
@@ -67,11 +74,23 @@ def verdict(p: float) -> str:
     return "different" if p < ALPHA else "no significant difference"
 
 
+def reference_ratio(a: Path, b: Path) -> tuple[Ratio | None, str]:
+    """The reference ratio of B to A and a line saying it (or why there is none)."""
+    try:
+        rho = ratio(a, b)
+    except (DriftError, OSError) as e:
+        return None, f"reference: not scaled ({e})"
+    return rho, "reference: " + rho.text()
+
+
 def compare(a: Path, b: Path) -> pd.DataFrame:
-    """Per point and figure: A, B, B/A, the test's p-value, its basis and the verdict."""
+    """Per point and figure: A, B, B/A, the test's p-value, its basis and the
+    verdict; with the reference point in both, B/A scaled by the reference
+    ratio and the verdict on it."""
     ma, mb = (read_experiment(r) for r in (a, b))
     if ma.name != mb.name:
         raise CompareError(f"different experiments: {ma.name!r} and {mb.name!r}")
+    rho, _ = reference_ratio(a, b)
     (sa, da), (sb, db) = tables(a), tables(b)
     rows = []
     for _, ra in da.iterrows():
@@ -91,21 +110,40 @@ def compare(a: Path, b: Path) -> pd.DataFrame:
                 p, basis = welch(window_values(a, point, col), window_values(b, point, col)), "windows"
             else:
                 p, basis = float("nan"), "-"
+            ba = rb[col] / ra[col] if ra[col] else math.nan
             rows.append(
                 {
                     "point": point,
                     "figure": col,
                     "A": ra[col],
                     "B": rb[col],
-                    "B/A": rb[col] / ra[col] if ra[col] else float("nan"),
+                    "B/A": ba,
                     "p": p,
                     "test": basis,
                     "verdict": verdict(p),
+                    **({} if rho is None else scaled(col, ba, p, rho)),
                 }
             )
     if not rows:
         raise CompareError("no point appears in both result sets")
     return pd.DataFrame(rows)
+
+
+# Figures that are times (a slower machine makes them longer); the rest are rates.
+TIMES = ("client_rt_mean_us", "client_rt_p99_us", "mw_queue_us")
+
+
+def scaled(col: str, b_over_a: float, p: float, rho: Ratio) -> dict[str, object]:
+    """B/A scaled to A's machine by the reference ratio, and its verdict."""
+    value = b_over_a * rho.value if col in TIMES else b_over_a / rho.value
+    band = Z90 * math.hypot(rho.sigma, TRANSFER)
+    if math.isnan(p) or p >= ALPHA or math.isnan(value):
+        word = verdict(p)
+    elif abs(math.log(value)) <= band:
+        word = "within the machine's drift"
+    else:
+        word = "different"
+    return {"B/A scaled": value, "scaled verdict": word}
 
 
 def _reps(summary: pd.DataFrame, point: str, col: str) -> list[float]:
@@ -175,6 +213,7 @@ def write_page(a: Path, b: Path, table: pd.DataFrame, out: Path | None = None) -
             table=shown,
             counts=table["verdict"].value_counts().to_dict(),
             alpha=ALPHA,
+            reference=reference_ratio(a, b)[1],
         )
     )
     out.write_text(html, encoding="utf-8")
@@ -203,6 +242,9 @@ img{max-width:100%}.wide{overflow-x:auto}
 repetition (optimistic: windows are correlated).</p>
 <figure><img alt="curves" src="{{ png | data_uri }}">
 <figcaption>A: solid, B: dashed; bars are 95% intervals.</figcaption></figure>
+<p>{{ reference }}{% if "B/A scaled" in table %} — <i>B/A scaled</i> is B/A on A's machine
+(rates divided by the ratio, times multiplied); a difference the test finds is "within the machine's
+drift" when the scaled ratio is inside the ratio's 90% uncertainty.{% endif %}</p>
 {{ table | table(2) }}
 </body></html>
 """

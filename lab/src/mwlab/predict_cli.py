@@ -14,6 +14,7 @@ from pathlib import Path
 import pandas as pd
 
 from mwlab.analysis import read_experiment, summarize
+from mwlab.drift import TRANSFER, Against, DriftError, Ratio, against, ratio
 from mwlab.nearest import predict
 from mwlab.predict import PredictError, Prediction, parse_changes
 from mwlab.procs import LabError
@@ -37,6 +38,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "--clients", metavar="N1,N2,...", help="total clients N (as in model.csv); default: those measured"
     )
     p.add_argument("--json", action="store_true", help="print a JSON list of predicted points")
+    p.add_argument(
+        "--against",
+        metavar="RESULT",
+        help="carry the predictions to RESULT's machine state by the two results' reference points, "
+        "and set them beside RESULT's measured points",
+    )
 
 
 def _clients(text: str | None) -> list[int] | None:
@@ -130,7 +137,9 @@ def main(args: argparse.Namespace) -> int:
         preds = predict(
             aggregate_of(result), read_experiment(result), parse_changes(args.set), _clients(args.clients)
         )
-    except (PredictError, LabError, OSError) as e:
+        if args.against:
+            return _against(args, result, preds)
+    except (PredictError, LabError, OSError, DriftError) as e:
         if args.json:
             print(json.dumps({"error": str(e)}))
         print(f"mwlab predict: {e}", file=sys.stderr)
@@ -140,3 +149,73 @@ def main(args: argparse.Namespace) -> int:
     else:
         print(_human(preds))
     return 0
+
+
+def _against(args: argparse.Namespace, a: Path, preds: list[Prediction]) -> int:
+    """`--against B`: the predictions carried to B's machine, beside B's measurements."""
+    b = Path(args.against)
+    if not b.is_dir():
+        raise LabError(f"{b}: no such result directory")
+    rho = ratio(a, b)
+    rows = against(preds, rho, read_experiment(a), aggregate_of(b), read_experiment(b))
+    if args.json:
+        out = []
+        for r in rows:
+            d = r.carried.to_dict()
+            d["reference_ratio"] = {"value": rho.value, "lo": rho.lo, "hi": rho.hi, "sigma": rho.sigma}
+            d["unscaled"] = {k: getattr(r.unscaled, k) for k in ("x", "x_lo", "x_hi", "r_us", "r_lo", "r_hi")}
+            d["measured"] = {"x": r.x, "r_us": r.r_us} if r.measured else None
+            d["covered"] = r.covered if r.measured else None
+            d["unscaled_covered"] = r.unscaled_covered if r.measured else None
+            out.append(d)
+        print(json.dumps(out, default=lambda v: None if v != v else v))
+    else:
+        print(against_text(rows, rho, a, b))
+    return 0
+
+
+def against_text(rows: list[Against], rho: Ratio, a: Path, b: Path) -> str:
+    """The table of `predict A --against B`."""
+    lines = [
+        f"A: {a}",
+        f"B: {b}",
+        "reference: " + rho.text(),
+        f"Predictions calibrated on A, carried to B: X x {rho.value:.3f}, R / {rho.value:.3f}, intervals "
+        f"widened by the ratio's uncertainty and {TRANSFER:.0%} for carrying it to another system.",
+    ]
+    last = None
+    for r in rows:
+        p, u = r.carried, r.unscaled
+        config = ", ".join(f"{k}={v}" for k, v in p.config.items()) or "(as measured)"
+        if config != last:
+            lines += ["", f"{config}   (calibrated on {p.basis})"]
+            lines.append(
+                f"  {'N':>5} {'ops/s':>9} {'90% interval':>19} {'B ops/s':>9} {'R ms':>7} "
+                f"{'90% interval':>15} {'B R ms':>7}  covered  unscaled: {'ops/s':>9} {'90% interval':>19}"
+                "  covered"
+            )
+            last = config
+        bx = f"{r.x:,.0f}" if r.measured else "-"
+        br = f"{r.r_us / 1e3:.3f}" if r.measured else "-"
+        cov = ("yes" if r.covered else "no") if r.measured else "-"
+        ucov = ("yes" if r.unscaled_covered else "no") if r.measured else "-"
+        lines.append(
+            f"  {p.n:>5} {p.x:>9,.0f} {_span(p.x_lo, p.x_hi, '{:,.0f}'):>19} {bx:>9} {p.r_us / 1e3:>7.3f} "
+            f"{_span(p.r_lo / 1e3, p.r_hi / 1e3, '{:.3f}'):>15} {br:>7}  {cov:>7}            "
+            f"{u.x:>9,.0f} {_span(u.x_lo, u.x_hi, '{:,.0f}'):>19}  {ucov:>7}"
+        )
+    measured = [r for r in rows if r.measured]
+    lines.append("")
+    if measured:
+        carried, unscaled = sum(r.covered for r in measured), sum(r.unscaled_covered for r in measured)
+        lines.append(
+            f"B measured {len(measured)} of these points: {carried} covered carried, {unscaled} covered "
+            "unscaled (both X and R inside the 90% intervals)."
+        )
+    else:
+        lines.append("B measured none of these points (same configuration and N).")
+    return "\n".join(lines)
+
+
+def _span(lo: float, hi: float, fmt: str) -> str:
+    return "" if math.isnan(lo) else f"{fmt.format(lo)} .. {fmt.format(hi)}"

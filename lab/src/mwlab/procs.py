@@ -492,10 +492,20 @@ def usable_cores() -> float:
 
 
 def _host_cpu() -> tuple[float, float]:
-    """(busy seconds, total seconds) of the host's CPUs since boot."""
-    t = psutil.cpu_times()
-    total = sum(t)
-    return total - t.idle - getattr(t, "iowait", 0.0), total
+    """(busy seconds, total seconds) since boot of the CPUs this process may
+    run on (`host_busy` of its affinity)."""
+    return host_busy(psutil.cpu_times(percpu=True), os.sched_getaffinity(0))
+
+
+def host_busy(per_cpu: list[Any], cpus: set[int]) -> tuple[float, float]:
+    """(busy seconds, total seconds) of the CPUs `cpus` among per-CPU times
+    (psutil's `cpu_times(percpu=True)`): the CPUs [`usable_cores`] counts,
+    so that what others run on CPUs the lab may not use (a run pinned with
+    taskset) is not taken for CPU they took from it."""
+    mine = [t for i, t in enumerate(per_cpu) if i in cpus] or per_cpu
+    total = sum(sum(t) for t in mine)
+    idle = sum(t.idle + getattr(t, "iowait", 0.0) for t in mine)
+    return total - idle, total
 
 
 def _net_bytes() -> tuple[int, int]:
@@ -621,7 +631,7 @@ class ResourceSampler(threading.Thread):
                 host_last = (busy, total)
                 rx, tx = _net_bytes()
                 f.write(
-                    f"{stamp},host,{100 * share * os.cpu_count():.1f},,"
+                    f"{stamp},host,{100 * share * len(os.sched_getaffinity(0)):.1f},,"
                     f"{(rx - net_last[0]) / dt / 1e6:.3f},{(tx - net_last[1]) / dt / 1e6:.3f}\n"
                 )
                 net_last = (rx, tx)

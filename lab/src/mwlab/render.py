@@ -50,9 +50,12 @@ def render(report: Report) -> str:
     return environment().get_template("report.html.j2").render(r=report)
 
 
-def write_report(result: Path, summary: pd.DataFrame, aggregate: pd.DataFrame) -> Path:
+def write_report(
+    result: Path, summary: pd.DataFrame, aggregate: pd.DataFrame, since: Path | None = None
+) -> Path:
     """Writes plots, checks.csv, the model files and report.html into
-    `result`; returns the report's path."""
+    `result` (with the drift since the result `since`, when named); returns
+    the report's path."""
     path = result / "report.html"
-    path.write_text(render(compute(result, summary, aggregate)), encoding="utf-8")
+    path.write_text(render(compute(result, summary, aggregate, since=since)), encoding="utf-8")
     return path

@@ -16,6 +16,8 @@ import pandas as pd
 
 from mwlab.analysis import read_experiment
 from mwlab.checks import INTERFERENCE_LIMIT, SATURATION_LIMIT, Check, run_checks, to_frame
+from mwlab.drift import View
+from mwlab.drift import view as drift_view
 from mwlab.fit import (
     HANDOFFS_IN_HOLD,
     HANDOFFS_OUTSIDE,
@@ -238,11 +240,17 @@ class Report:
     failed: pd.DataFrame
     environment: dict[str, Any]
     spec: str
+    # The reference point: how far the machine moved within the run and
+    # since an earlier result (None: neither measured nor asked for).
+    drift: View | None = None
 
 
-def compute(result: Path, summary: pd.DataFrame, aggregate: pd.DataFrame) -> Report:
+def compute(
+    result: Path, summary: pd.DataFrame, aggregate: pd.DataFrame, since: Path | None = None
+) -> Report:
     """Runs the checks and fits, writes checks.csv, model.csv, utilization.csv
-    and the plots into `result`, and gathers what the report shows."""
+    and the plots into `result`, and gathers what the report shows (the
+    drift since the result `since`, when named)."""
     meta = read_experiment(result)
     factors = meta.columns
     checks = run_checks(summary, aggregate)
@@ -274,6 +282,7 @@ def compute(result: Path, summary: pd.DataFrame, aggregate: pd.DataFrame) -> Rep
         failed=failed[[c for c in ("point", "rep", "error") if c in failed]],
         environment=environment(result),
         spec=(result / "spec.yaml").read_text() if (result / "spec.yaml").exists() else "",
+        drift=drift_view(result, since),
     )
 
 

@@ -9,6 +9,9 @@ keep every result file under
         mw0/ (windows.jsonl, summary.json, trace.csv)   cl0/ cl1/ ...
         resources.csv   cpu.csv   links.csv   logs/   run.json
 
+and, around them all (`reference_around`), the reference point measured at
+the start and end of the experiment (`mwlab.reference`: reference.csv).
+
 A failed run is recorded (run.json says why) and the experiment goes on;
 `--resume` skips the runs that already finished.
 """
@@ -22,13 +25,14 @@ import shutil
 import statistics
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from mwlab import drift, reference
 from mwlab.procs import (
     LabError,
     PgHa,
@@ -653,6 +657,34 @@ def prepare(exp: Experiment, results: Path, resume: Path | None = None) -> Path:
     (out / "spec.yaml").write_text(yaml.safe_dump(exp.source, sort_keys=False))
     (out / "experiment.json").write_text(json.dumps(exp.info(), indent=1, default=str))
     return out
+
+
+@contextlib.contextmanager
+def reference_around(out: Path, on: bool = True, warn: Callable[[str], None] = print) -> Iterator[None]:
+    """Measures the reference point (`mwlab.reference`) before and after the
+    body when `on` (the spec's `run.reference`), and records its summary in
+    experiment.json (`reference`). A measurement that fails is told to
+    `warn` and the experiment goes on without it; an interrupted body gets
+    no end measurement."""
+    if on:
+        _reference(out, "start", warn)
+    yield
+    if not on:
+        return
+    _reference(out, "end", warn)
+    refs = reference.read(out)
+    path = out / "experiment.json"
+    if refs and path.is_file():
+        info = json.loads(path.read_text())
+        info["reference"] = drift.summary(refs)
+        path.write_text(json.dumps(info, indent=1, default=str))
+
+
+def _reference(out: Path, phase: str, warn: Callable[[str], None]) -> None:
+    try:
+        reference.measure(out, phase)
+    except (LabError, OSError, subprocess.SubprocessError) as e:
+        warn(f"the reference point was not measured at the {phase}: {e}")
 
 
 def run_experiment(exp: Experiment, out: Path, progress: Progress | None = None) -> Path:

@@ -140,6 +140,9 @@ class RunSettings(Section):
     seed: StrictInt = 1
     window_ms: Annotated[StrictInt, Field(ge=100)] = 1000
     client: Literal["mwload", "memtier"] = "mwload"
+    # Measure the reference point (mwlab.reference) at the start and end of
+    # `mwlab run`: a few seconds each, so that results can be compared across time.
+    reference: bool = True
 
     @property
     def seconds(self) -> float:
