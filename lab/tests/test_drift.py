@@ -319,10 +319,9 @@ def test_a_hog_moves_the_reference_and_predictions_carried_by_it_cover_the_hogge
     what others run on the machine then goes to the other core or waits, the
     hog takes half of the core whatever else runs, and it is the one change
     between the runs. A's prediction of its own point, unscaled, misses B's
-    measurement; carried by the reference ratio it covers it. That the hog
-    moved the machine by more than the predictions' uncertainty is asserted
-    first (the carried interval wholly below the unscaled one), so a hog too
-    weak to matter fails there rather than passing for the wrong reason."""
+    measurement (asserted first: a hog too weak to matter fails there rather
+    than passing for the wrong reason); carried by the reference ratio it
+    covers it."""
     spec = tmp_path / "drift-real.yaml"
     spec.write_text(yaml.safe_dump(REAL))
     cpu = max(os.sched_getaffinity(0))
@@ -362,11 +361,17 @@ def test_a_hog_moves_the_reference_and_predictions_carried_by_it_cover_the_hogge
         f"{p['covered']}, unscaled {p['unscaled_covered']}"
     )
     print(seen)
-    assert carried["x"][1] < plain["x"][0], f"the hog moved the machine too little to tell: {seen}"
+    # First that there is something to carry: B's point is outside A's
+    # unscaled interval (the experiment's own measurement, not the reference,
+    # says the machine moved). The hog halves it; should anything else on
+    # the machine undo that, the test says so here instead of passing. The
+    # direction is not asserted: a machine slowed down during A by others'
+    # real-time work (this happened) moves it the other way, and the
+    # reference must carry that too.
+    covered_unscaled = plain["x"][0] <= measured["x"] <= plain["x"][1]
+    assert not covered_unscaled, f"B's point is inside A's unscaled interval: nothing to carry: {seen}"
     inside = all(carried[f][0] <= measured[k] <= carried[f][1] for f, k in (("x", "x"), ("r", "r_us")))
     assert inside, f"carried by the reference, A's prediction misses B's point: {seen}"
-    covered_unscaled = plain["x"][0] <= measured["x"] <= plain["x"][1]
-    assert not covered_unscaled, f"unscaled, A's prediction covers B's point: {seen}"
     assert p["notes"][-1].startswith("carried by the reference ratio")
 
 
