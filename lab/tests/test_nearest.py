@@ -100,3 +100,21 @@ def test_a_configuration_measured_once_is_left_out_from_its_neighbour(tmp_path):
     t = leave_one_out(agg, info).table
     alone = t[t["configuration"] == "tmw=4"].iloc[0]
     assert alone["calibrated on"] == "tmw=8" and alone["covered"] == "yes"
+
+
+def test_a_point_without_throughput_or_response_time_is_left_out_with_the_reason(tmp_path):
+    """A run that completed no request (X 0, R missing) and one whose mean
+    response time is 0: neither calibrates or is predicted, and the
+    leave-one-out table says why instead of crashing."""
+    rows = [measured(n, 8) for n in (2, 8, 32)]
+    rows.append({**measured(4, 8), "client_tput": 0.0, "client_rt_mean_us": float("nan"), "point": "dead"})
+    rows.append({**measured(16, 8), "client_rt_mean_us": 0.0, "point": "zero"})
+    res = result_dir(
+        tmp_path, rows, {"topology.virtual_clients": [2, 4, 8, 16, 32], "middleware.workers": [8]}
+    )
+    agg, info = pd.read_csv(res / "aggregate.csv"), info_of(res)
+    loo = leave_one_out(agg, info)
+    assert sorted(loo.table["N"]) == [2, 8, 32]
+    assert any(r.startswith("dead:") for r in loo.refused) and any(r.startswith("zero:") for r in loo.refused)
+    assert predictions(res, agg, info).loo.covered == loo.covered
+    assert {p.n for p in predict(agg, info)} == {2, 8, 32}

@@ -190,6 +190,8 @@ def test_servers_and_replication_move_the_servers_demand(tmp_path):
         (["vcli=8"], "--clients"),
         (["nosuch=1"], "unknown setting"),
         (["tmw"], "KEY=VALUE"),
+        (["nmw=0"], "no middleware"),
+        (["nsvr=100000"], "at most 128 servers"),
     ],
 )
 def test_refusals_say_why(tmp_path, changes, reason):
@@ -214,6 +216,11 @@ def test_the_command_line(tmp_path, capsys):
     assert "value_size" in json.loads(capsys.readouterr().out)["error"]
     assert main(["predict", str(res), "--clients", "0"]) == 2
     assert "at least 1" in capsys.readouterr().err
+    # A population the exact solution would take minutes and gigabytes for.
+    assert main(["predict", str(res), "--clients", "1000000000"]) == 2
+    assert "at most 1,000" in capsys.readouterr().err
+    assert main(["predict", str(res), "--clients", "8,8,8", "--json"]) == 0
+    assert [p["N"] for p in json.loads(capsys.readouterr().out)] == [8]
     assert main(["predict", str(tmp_path / "nowhere")]) == 2
     assert "no such result directory" in capsys.readouterr().err
 

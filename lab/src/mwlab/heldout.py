@@ -289,7 +289,7 @@ def _surface(groups, cals: dict[str, Calibration], pred: Predictions, spec_ns) -
             preds = [predict_one(cal, n) for n in grid]
         except PredictError:
             continue
-        measured = sorted((int(num(r, "N")), r) for r in groups[label])
+        measured = sorted(((int(num(r, "N")), r) for r in groups[label]), key=lambda t: t[0])
         skipped = [p for p in preds if p.n in wanted - set(cal.ns)]
         pred.surface_curves.append((label or "as measured", preds, measured, skipped))
         pred.surface_rows += [

@@ -25,7 +25,15 @@ import pandas as pd
 
 from mwlab.fit import num
 from mwlab.nearest import predict_at, widened
-from mwlab.predict import Calibration, PredictError, Prediction, calibrate, configurations, predict_one
+from mwlab.predict import (
+    Calibration,
+    PredictError,
+    Prediction,
+    calibrate,
+    configurations,
+    predict_one,
+    unusable,
+)
 from mwlab.spec import ExperimentInfo
 
 # At least this share of the points should be covered by their 90% intervals.
@@ -83,7 +91,7 @@ def row_of(label: str, basis: str, p: Prediction, measured: pd.Series) -> dict:
 
 def leave_one_out(agg: pd.DataFrame, info: ExperimentInfo) -> LeaveOneOut:
     """Every point of `agg` predicted from the others."""
-    out = LeaveOneOut()
+    out = LeaveOneOut(refused=unusable(agg))
     groups = configurations(agg, info)
     whole: dict[str, Calibration] = {}
     for label, members in groups.items():
@@ -114,6 +122,11 @@ def leave_one_out(agg: pd.DataFrame, info: ExperimentInfo) -> LeaveOneOut:
                     basis = p.basis
             except PredictError as e:
                 out.refused.append(f"{label or 'the point'} at N = {n}: {e}")
+                continue
+            if math.isnan(p.x_lo) or math.isnan(p.r_lo):
+                out.refused.append(
+                    f"{label or 'the point'} at N = {n}: no interval (the noise was not measured)"
+                )
                 continue
             rows.append(row_of(label, basis, p, point))
     out.table = pd.DataFrame(rows)

@@ -37,6 +37,7 @@ import pandas as pd
 from mwlab.bounds import Bounds
 from mwlab.curves import PAST_TREND, Curve, PredictError
 from mwlab.predict import (
+    MAX_CLIENTS,
     STRUCTURAL,
     Calibration,
     Prediction,
@@ -308,7 +309,7 @@ def predict_at(
     (default: those of the calibration it starts from)."""
     rt = route(cals, levels, info)
     out = []
-    for n in clients or rt.sources[0].cal.ns:
+    for n in clients or sorted(set(rt.sources[0].cal.ns)):
         parts = [
             predict_one(_reach_n(s.cal, n, cals), n, s.target, dict(levels), finish=False) for s in rt.sources
         ]
@@ -338,6 +339,10 @@ def predict(
     changes = changes or {}
     if clients is not None and any(n < 1 for n in clients):
         raise PredictError("--clients: every population must be at least 1")
+    if clients is not None and any(n > MAX_CLIENTS for n in clients):
+        raise PredictError(f"--clients: at most {MAX_CLIENTS:,} (the exact solution grows with N squared)")
+    if clients is not None:
+        clients = sorted(set(clients), key=clients.index)
     cals = calibrations(agg, info, only_n)
     if not cals:
         raise PredictError("the result has no measured point")

@@ -88,6 +88,12 @@ from mwlab.spec import (
     with_values,
 )
 
+# The largest population and number of servers predicted: the exact
+# solution of a network with multi-server centers takes seconds at 500
+# clients and minutes past 2,000, and memory with them.
+MAX_CLIENTS = 1000
+MAX_SERVERS = 128
+
 # Devices whose capacity is the middleware's threads (per middleware).
 MIDDLEWARE_DEVICES = ("workers", "event loops", "net thread", "database connections")
 
@@ -265,7 +271,7 @@ def replication(s: Settings) -> int:
 
 def calibrate(rows: list[pd.Series], info: ExperimentInfo, sweep: str = "") -> Calibration:
     """Demand curves from the measured points `rows` of one configuration."""
-    rows = [r for r in rows if num(r, "N", 0) >= 1 and not math.isnan(num(r, "client_tput"))]
+    rows = [r for r in rows if usable(r)]
     if not rows:
         raise PredictError(f"configuration {sweep or '(the only one)'}: no measured point to calibrate on")
     base = info.settings
@@ -337,9 +343,29 @@ def configurations(agg: pd.DataFrame, info: ExperimentInfo) -> dict[str, list[pd
     factor but the clients)."""
     groups: dict[str, list[pd.Series]] = {}
     for _, r in agg.iterrows():
-        if num(r, "N", 0) >= 1 and not math.isnan(num(r, "client_tput")):
+        if usable(r):
             groups.setdefault(sweep_label(r, info.columns), []).append(r)
     return groups
+
+
+def usable(row: pd.Series) -> bool:
+    """Whether a point can calibrate or be predicted: a population, and a
+    throughput and mean response time that were measured and are positive
+    (a run that completed no request has neither)."""
+    x, r = num(row, "client_tput"), num(row, "client_rt_mean_us")
+    return num(row, "N", 0) >= 1 and x > 0 and r > 0
+
+
+def unusable(agg: pd.DataFrame) -> list[str]:
+    """The points left out of every prediction, each with why."""
+    out = []
+    for _, r in agg.iterrows():
+        if not usable(r):
+            x, rt = num(r, "client_tput"), num(r, "client_rt_mean_us")
+            out.append(
+                f"{r.get('point', '?')}: no throughput or response time measured (X {x:g}, R {rt:g} µs)"
+            )
+    return out
 
 
 def calibrations(
@@ -388,6 +414,8 @@ def transform(devs: list[Device], old: Settings, new: Settings, notes: list[str]
     names = {d.name for d in devs}
     o, n = old, new
     if n.topology.middlewares != o.topology.middlewares:
+        if n.topology.middlewares < 1:
+            raise PredictError("nmw=0: no middleware; the clients' path without one was never observed")
         if _emulated(devs):
             raise PredictError(
                 "a middleware on an emulated host of its own: that host's CPU and links were never observed"
@@ -437,6 +465,8 @@ def transform(devs: list[Device], old: Settings, new: Settings, notes: list[str]
         notes.append(f"event loops {old_loops:g} -> {n.middleware.threads}: their capacity")
     servers = [d for d in devs if d.name.startswith("server ")]
     if n.topology.servers != o.topology.servers:
+        if n.topology.servers > MAX_SERVERS:
+            raise PredictError(f"nsvr={n.topology.servers}: at most {MAX_SERVERS} servers are predicted")
         if n.mq:
             raise PredictError("topology.servers: the message-queue system has no memcached servers")
         if not servers:
@@ -659,6 +689,12 @@ def finish_intervals(pred: Prediction) -> None:
     if b is None:
         return
     pred.clipped = []
+    # Past the populations measured a demand carried on its trend may fall
+    # below every one measured: the prediction itself is held to the bounds
+    # too (never outside its own interval).
+    pred.x = min(pred.x, b.x_top)
+    if b.r_floor > pred.r_us:
+        pred.r_us = b.r_floor
     pred.x_lo, pred.x_hi, cx = clip(pred.x_lo, pred.x_hi, b, "x")
     pred.r_lo, pred.r_hi, cr = clip(pred.r_lo, pred.r_hi, b, "r")
     if cx:

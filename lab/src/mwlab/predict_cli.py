@@ -89,17 +89,9 @@ def _human(preds: list[Prediction]) -> str:
             last = config
         p99 = "" if math.isnan(p.p99_us) else f"{p.p99_us / 1e3:.3f}"
         p50 = "" if math.isnan(p.p50_us) else f"{p.p50_us / 1e3:.3f}"
-        xi = (
-            ""
-            if math.isnan(p.x_lo)
-            else f"{p.x_lo:,.0f} .. {p.x_hi:,.0f}" + ("*" if "x" in p.clipped else " ")
-        )
-        ri = (
-            ""
-            if math.isnan(p.r_lo)
-            else f"{p.r_lo / 1e3:.3f} .. {p.r_hi / 1e3:.3f}" + ("*" if "r" in p.clipped else " ")
-        )
-        qi = "" if math.isnan(p.p99_lo) else f"{p.p99_lo / 1e3:.3f} .. {p.p99_hi / 1e3:.3f}"
+        xi = _interval_text(p.x_lo, p.x_hi, p.x, 1.0, "{:,.0f}", "x" in p.clipped)
+        ri = _interval_text(p.r_lo, p.r_hi, p.r_us, 1e-3, "{:.3f}", "r" in p.clipped)
+        qi = _interval_text(p.p99_lo, p.p99_hi, p.p99_us, 1e-3, "{:.3f}", False)
         lines.append(
             f"  {p.n:>5} {p.x:>10,.0f} {xi:>21} {p.r_us / 1e3:>8.3f} {ri:>17} {p50:>8} {p99:>8} {qi:>17}"
             f"  {p.bottleneck}"
@@ -113,6 +105,21 @@ def _human(preds: list[Prediction]) -> str:
             "(--json: x_lo x_hi r_lo r_hi, uncertainty, bounds)."
         )
     return "\n".join(lines)
+
+
+# An interval reaching past this many times its prediction says nothing a
+# number would: it is printed as unbounded on that side.
+UNBOUNDED = 100.0
+
+
+def _interval_text(lo: float, hi: float, value: float, scale: float, fmt: str, clipped: bool) -> str:
+    """An interval as text: "lo .. hi", a side past UNBOUNDED times the
+    prediction as "0" or "unbounded", a "*" when a bound clipped it."""
+    if math.isnan(lo) or math.isnan(hi):
+        return ""
+    low = "0" if value > 0 and lo < value / UNBOUNDED else fmt.format(lo * scale)
+    high = "unbounded" if value > 0 and hi > value * UNBOUNDED else fmt.format(hi * scale)
+    return f"{low} .. {high}" + ("*" if clipped else " ")
 
 
 def _bound_note(note: str) -> bool:
