@@ -383,8 +383,17 @@ fn clients_speak_tls_and_plaintext_to_the_tls_port_is_refused() {
     let mut untrusting = tls_client(proxy.local_addr(), &c.stranger_cert, None);
     assert!(tls_call(&mut untrusting, "get t\r\n", "END\r\n").is_err());
     assert_eq!(tls_call(&mut s, "get t\r\n", "END\r\n").unwrap(), "VALUE t 0 5\r\nhello\r\nEND\r\n");
-    let stats = plain.call_str("stats\r\n").unwrap();
-    assert!(common::stat(&stats, "tls_handshake_failures") >= 1, "{stats}");
+    // (Counted once the proxy has finished with the handshake, which may be
+    // just after the client gave up: read until it is in, 30 s at most.)
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let stats = plain.call_str("stats\r\n").unwrap();
+        if common::stat(&stats, "tls_handshake_failures") >= 1 {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "{stats}");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
     drop((s, plain));
     common::stop(proxy);
     std::fs::remove_dir_all(&dir).ok();
@@ -407,8 +416,18 @@ fn with_a_client_ca_only_clients_with_its_certificates_get_in() {
     let mut stranger = tls_client(proxy.local_addr(), &c.ca, Some((&c.stranger_cert, &c.stranger_key)));
     assert!(tls_call(&mut stranger, "get m\r\n", "END\r\n").is_err(), "a certificate another CA signed");
     assert_eq!(tls_call(&mut good, "get m\r\n", "END\r\n").unwrap(), "VALUE m 0 1\r\nx\r\nEND\r\n");
-    let stats = tls_call(&mut good, "stats\r\n", "END\r\n").unwrap();
-    assert!(common::stat(&stats, "tls_handshake_failures") >= 2, "{stats}");
+    // The proxy counts a refused handshake once it has finished with it,
+    // which may be just after the client has given up: read the counter
+    // until both refusals are in (a hang guard of 30 s).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let stats = tls_call(&mut good, "stats\r\n", "END\r\n").unwrap();
+        if common::stat(&stats, "tls_handshake_failures") >= 2 {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "{stats}");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
     drop(good);
     common::stop(proxy);
     std::fs::remove_dir_all(&dir).ok();
