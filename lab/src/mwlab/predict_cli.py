@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from mwlab.analysis import read_experiment, summarize
+from mwlab.analysis import compute_tables, read_experiment
 from mwlab.drift import TRANSFER, Against, DriftError, Ratio, against, ratio
 from mwlab.nearest import predict
 from mwlab.predict import PredictError, Prediction, parse_changes
@@ -64,7 +64,8 @@ def aggregate_of(result: Path) -> pd.DataFrame:
     """The per-point table of a result (aggregate.csv, computed when missing)."""
     read_experiment(result)  # a clear message for a directory that is not a result
     path = result / "aggregate.csv"
-    return pd.read_csv(path) if path.is_file() else summarize(result)[1]
+    # Computed in memory where missing: reading a result never writes into it.
+    return pd.read_csv(path) if path.is_file() else compute_tables(result)[1]
 
 
 def _human(preds: list[Prediction]) -> str:
