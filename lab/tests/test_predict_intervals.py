@@ -205,3 +205,24 @@ def test_intervals_are_clipped_by_the_bounds_and_still_cover_the_truth():
             covered += int(p.x_lo <= x <= p.x_hi and p.r_lo <= r <= p.r_hi)
     assert clipped >= 40, f"only {clipped} intervals reached a bound"
     assert covered / clipped >= 0.85, f"{covered} of {clipped} clipped intervals cover the truth"
+
+
+def test_repetitions_identical_to_the_last_digit_measure_no_noise():
+    """Three repetitions with a standard deviation of 0 (a copied row): not a
+    noise of 0 — which would make every interval a point — but no measure
+    of it from repetitions at all."""
+    rows = [
+        pd.Series(
+            {
+                "N": n,
+                "reps": 3,
+                "client_tput": 1000.0,
+                "client_tput_std": 0.0,
+                "client_rt_mean_us": 400.0,
+                "client_rt_mean_us_std": 0.0,
+            }
+        )
+        for n in (1, 2)
+    ]
+    nz = noise_of(rows)
+    assert not nz.method.startswith("repetitions") and nz.x_cv != 0

@@ -83,7 +83,9 @@ def noise_of(rows: list[pd.Series]) -> Noise:
             mean, std = num(r, col), num(r, f"{col}_std")
             if mean > 0 and not math.isnan(std):
                 pooled[which].append((k - 1, (std / mean) ** 2))
-    if pooled["x"]:
+    # Repetitions identical to the last digit (a copied or synthetic row) say
+    # nothing about the noise: the windows' batch means speak instead.
+    if pooled["x"] and any(v > 0 for _, v in pooled["x"]):
         df = int(sum(w for w, _ in pooled["x"]))
         cvs = {
             w: math.sqrt(sum(a * b for a, b in v) / sum(a for a, _ in v)) if v else float("nan")
