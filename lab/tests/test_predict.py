@@ -191,6 +191,7 @@ def test_servers_and_replication_move_the_servers_demand(tmp_path):
         (["nosuch=1"], "unknown setting"),
         (["tmw"], "KEY=VALUE"),
         (["nmw=0"], "no middleware"),
+        (["tmw=4", "middleware.workers=16"], "given twice"),
         (["nsvr=100000"], "at most 128 servers"),
     ],
 )

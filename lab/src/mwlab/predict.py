@@ -852,6 +852,8 @@ def parse_changes(items: list[str]) -> dict[str, Any]:
             key = canonical(k.strip())
         except SpecError as e:
             raise PredictError(str(e)) from None
+        if key in out:
+            raise PredictError(f"--set {k}: {key} is given twice; give each setting once")
         if key.startswith("run.") or key.startswith("hosts."):
             raise PredictError(f"--set {k}: {key} does not change the system; predictions are of the system")
         if key in (
