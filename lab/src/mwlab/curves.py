@@ -122,6 +122,14 @@ class Curve:
         a, b = self.base.at(n), self.at(n)
         return 2 * abs(math.log(b / a)) if a > 0 and b > 0 else 0.0
 
+    def borrowed_shift(self, n: float) -> float:
+        """The same for a quantity that may be negative or zero (the offset,
+        carried by its change in µs): the whole move relative to the value."""
+        if self.base is None:
+            return 0.0
+        here = abs(self.at(n))
+        return 2 * abs(self.at(n) - self.base.at(n)) / here if here > 0 else 0.0
+
     def error_at(self, n: float) -> float:
         """The leave-one-out error scaled to where n falls: it was measured
         over two segments (the left-out knot's neighbours), and a curve's
@@ -204,12 +212,3 @@ def _own_doubt(curve: Curve, n: float) -> float:
     if past > 0:
         return math.hypot(loo, _curve_doubt(curve, n))
     return loo
-
-
-def _offset_borrowed(offset: Curve, n: float, r: float) -> float:
-    """The doubt of an offset moved by another configuration's shape,
-    relative to the offset (the whole move)."""
-    if offset.base is None:
-        return 0.0
-    here = abs(offset.at(n))
-    return 2 * abs(offset.at(n) - offset.base.at(n)) / here if here > 0 else 0.0

@@ -30,7 +30,7 @@ from typing import Any
 import pandas as pd
 
 from mwlab.fit import bottleneck, devices, num, sweep_label
-from mwlab.leaveout import LeaveOneOut, leave_one_out
+from mwlab.leaveout import LeaveOneOut, against_measured, leave_one_out
 from mwlab.nearest import predict_at, widened
 from mwlab.noise import noise_table
 from mwlab.plots import save_figure, save_panels
@@ -96,24 +96,14 @@ def _measured_bottleneck(row: pd.Series, info: ExperimentInfo) -> str:
 def _row(
     kind: str, calibrated: str, predicted_for: str, p, row: pd.Series, info: ExperimentInfo, seed
 ) -> dict:
-    x, r = num(row, "client_tput"), num(row, "client_rt_mean_us")
-    measured_b = _measured_bottleneck(row, info)
     return {
         "check": kind,
         "calibrated on": calibrated,
         "predicted": predicted_for,
         "N": p.n,
-        "X measured (ops/s)": x,
-        "X predicted (ops/s)": p.x,
-        "X error": (p.x - x) / x,
-        "R measured (ms)": r / 1e3,
-        "R predicted (ms)": p.r_us / 1e3,
-        "R error": (p.r_us - r) / r,
-        "X 90% interval": f"{p.x_lo:,.0f} .. {p.x_hi:,.0f}",
-        "R 90% interval (ms)": f"{p.r_lo / 1e3:.3f} .. {p.r_hi / 1e3:.3f}",
-        "covered": "yes" if p.covers(x, r) else "no",
+        **against_measured(p, row),
         "bottleneck predicted": p.bottleneck,
-        "bottleneck measured": measured_b,
+        "bottleneck measured": _measured_bottleneck(row, info),
         "seed M/M/1 R": _seed_text(seed),
     }
 

@@ -67,14 +67,12 @@ def _bound_text(p: Prediction) -> str:
     return "; ".join(parts)
 
 
-def row_of(label: str, basis: str, p: Prediction, measured: pd.Series) -> dict:
-    """One line of the table: the point, what predicted it, the errors and
-    the intervals."""
+def against_measured(p: Prediction, measured: pd.Series) -> dict:
+    """A prediction beside the point it predicts: both figures measured and
+    predicted, the errors, the 90% intervals and whether they cover it (the
+    columns every check of predictions shares)."""
     x, r = num(measured, "client_tput"), num(measured, "client_rt_mean_us")
     return {
-        "configuration": label or "(the only one)",
-        "N": p.n,
-        "calibrated on": basis,
         "X measured (ops/s)": x,
         "X predicted (ops/s)": p.x,
         "X error": (p.x - x) / x if x else math.nan,
@@ -83,8 +81,19 @@ def row_of(label: str, basis: str, p: Prediction, measured: pd.Series) -> dict:
         "R predicted (ms)": p.r_us / 1e3,
         "R error": (p.r_us - r) / r if r else math.nan,
         "R 90% interval (ms)": f"{p.r_lo / 1e3:.3f} .. {p.r_hi / 1e3:.3f}",
-        "X half-width": (p.x_hi - p.x_lo) / 2 / p.x if p.x else math.nan,
         "covered": "yes" if p.covers(x, r) else "no",
+    }
+
+
+def row_of(label: str, basis: str, p: Prediction, measured: pd.Series) -> dict:
+    """One line of the table: the point, what predicted it, the figures
+    against the measurement, the half-width and the bound that bound it."""
+    return {
+        "configuration": label or "(the only one)",
+        "N": p.n,
+        "calibrated on": basis,
+        **against_measured(p, measured),
+        "X half-width": (p.x_hi - p.x_lo) / 2 / p.x if p.x else math.nan,
         "bound": _bound_text(p),
     }
 

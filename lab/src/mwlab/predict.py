@@ -71,7 +71,6 @@ from mwlab.curves import (
     _between,
     _curve_doubt,
     _line,
-    _offset_borrowed,
     demand_doubt,
 )
 from mwlab.fit import CLIENT_FACTORS, US, Device, bottleneck, devices, network_centers, num, sweep_label
@@ -123,9 +122,10 @@ class Calibration:
     # The configuration whose shape carries the curves past the populations
     # measured here ("" when none: `mwlab.nearest.widened`).
     borrowed: str = ""
-    # Each device's servers at each calibration point (N, servers): the host
-    # CPU's are the cores other processes left, which change from point to
-    # point; between the points a straight line in ln N, held at the ends.
+    # Each device's servers at each calibrated population (N, servers, those
+    # at one N averaged): the host CPU's are the cores other processes left,
+    # which change from point to point; between them a straight line in ln N,
+    # held at the ends.
     capacity: dict[str, list[tuple[int, float]]] = field(default_factory=dict)
     # The run-to-run noise of the calibration points.
     noise: Noise = field(default_factory=lambda: Noise(float("nan"), float("nan"), 1.0, 0, "not measured"))
@@ -140,13 +140,10 @@ class Calibration:
     def servers_at(self, name: str, n: float) -> float:
         """The servers of a device at population n (its average where the
         calibration kept no per-point figure)."""
-        pts = sorted(self.capacity.get(name, []))
+        pts = self.capacity.get(name)
         if not pts:
             return self.servers[name]
-        by_n: dict[int, list[float]] = {}
-        for k, c in pts:
-            by_n.setdefault(k, []).append(c)
-        return _between([(math.log(k), sum(v) / len(v)) for k, v in sorted(by_n.items())], math.log(n))
+        return _between([(math.log(k), c) for k, c in pts], math.log(n))
 
     def most_servers(self, name: str) -> float:
         """The most servers a device had at any calibration point."""
@@ -320,7 +317,7 @@ def calibrate(rows: list[pd.Series], info: ExperimentInfo, sweep: str = "") -> C
         tails=sorted(tails),
         holding=_busy_levels(busy),
         noise=noise_of(rows),
-        capacity=capacity,
+        capacity={name: Curve.fit(pairs).knots for name, pairs in capacity.items()},
     )
 
 
@@ -815,7 +812,7 @@ def uncertainty(
     off_doubt = (
         math.hypot(
             _curve_doubt(Curve([(k, abs(v) + 1e-9) for k, v in cal.offset.knots]), n),
-            _offset_borrowed(cal.offset, n, r),
+            cal.offset.borrowed_shift(n),
         )
         if offset
         else 0.0
