@@ -11,6 +11,8 @@ from test_predict import US, info_of, result_dir, row, truth
 
 from mwlab.heldout import predictions
 from mwlab.leaveout import leave_one_out
+from mwlab.models.laws import Center
+from mwlab.models.mva import mva
 from mwlab.nearest import predict
 from mwlab.predict import parse_changes
 
@@ -118,3 +120,56 @@ def test_a_point_without_throughput_or_response_time_is_left_out_with_the_reason
     assert any(r.startswith("dead:") for r in loo.refused) and any(r.startswith("zero:") for r in loo.refused)
     assert predictions(res, agg, info).loo.covered == loo.covered
     assert {p.n for p in predict(agg, info)} == {2, 8, 32}
+
+
+def batched(n: int, workers: int, host: float) -> dict:
+    """A point whose host CPU needs `host` µs per request (the work batches
+    as load grows, so heavier populations need less), its pool holding 20
+    µs, solved exactly, repeated twice with a spread of 1%."""
+    res = mva(
+        [Center("host CPU", host * US, "multi", 2), Center("workers", 20 * US, "multi", workers)], 0.0, n
+    )
+    r = res.response_time[-1] / US
+    x = n / (r * US)
+    return row(
+        n,
+        workers,
+        0.0,
+        20.0,
+        reps=2,
+        client_tput=x,
+        client_rt_mean_us=r,
+        client_rt_p50_us=0.9 * r,
+        client_rt_p99_us=3.0 * r,
+        cpu_lab_us=host,
+        cpu_host_us=host,
+        cpu_lab_cores=x * host * US,
+        cpu_host_cores=x * host * US,
+        mw_util=x * 20 * US / workers,
+        cpu_mc0_cores=x * 6 * US,
+        cpu_mc1_cores=x * 6 * US,
+        client_tput_std=0.01 * x,
+        client_rt_mean_us_std=0.01 * r,
+    )
+
+
+def test_the_host_cpus_bound_is_the_lightest_any_configuration_of_the_run_needed(tmp_path):
+    """The cores are the same whatever the pool. tmw=8 needs 45, 38 and 30
+    µs of host CPU at N = 4, 16 and 64; tmw=2 needed 28 µs at N = 64. Left
+    out, tmw=8's N = 64 is bounded by the 28 µs the run measured (a bound
+    from its own N = 4 and 16 alone, 2 cores / 38 µs = 52,632 ops/s, is
+    below the 66,667 it measured); the full run's bound is the same 28 µs."""
+    falls = {4: 45.0, 16: 38.0, 64: 30.0}
+    rows = [batched(n, 8, h) for n, h in falls.items()] + [batched(n, 2, 28.0) for n in (4, 16, 64)]
+    res = result_dir(tmp_path, rows, {"topology.virtual_clients": [4, 16, 64], "middleware.workers": [2, 8]})
+    agg, info = pd.read_csv(res / "aggregate.csv"), info_of(res)
+    measured_x = rows[2]["client_tput"]
+    assert measured_x > 1.2 * 2 / 38e-6
+    t = leave_one_out(agg, info).table
+    out = t[(t["configuration"] == "tmw=8") & (t["N"] == 64)].iloc[0]
+    top = float(out["X 90% interval"].split("..")[1].replace(",", "").rstrip("*"))
+    assert top >= measured_x and out["covered"] == "yes", out.to_dict()
+    (p,) = predict(agg, info, parse_changes(["tmw=8"]), clients=[256])
+    assert p.bounds.x_max_by == "host CPU"
+    assert p.bounds.by_demand_us == pytest.approx(28.0, rel=0.05) and p.bounds.by_demand_us <= 28.0
+    assert "2.00 / 2" in p.bounds.limit()

@@ -49,6 +49,9 @@ class Bounds:
     x_max_by: str
     # R >= r_min (µs): the network's demands and the offset added up.
     r_min: float
+    # The servers and the demand (µs) of the device that gives x_max.
+    by_servers: float = math.nan
+    by_demand_us: float = math.nan
 
     @property
     def x_asymptote(self) -> float:
@@ -73,20 +76,22 @@ class Bounds:
         """What gives the throughput bound, in words."""
         if self.x_asymptote < self.x_max:
             return "no queueing: N / (D + Z)"
-        return f"capacity of {self.x_max_by}"
+        if math.isnan(self.by_demand_us):
+            return f"capacity of {self.x_max_by}"
+        return f"capacity of {self.x_max_by}: {self.by_servers:.2f} / {self.by_demand_us:.1f} µs"
 
 
 def bounds(lightest: list[Device], n: int, think_us: float, offset_us: float) -> Bounds:
     """The bounds at population n from the lightest demands `lightest` and
     the lowest offset measured."""
     caps = [
-        (d.servers / (d.demand_us * US), d.name)
+        (d.servers / (d.demand_us * US), d.name, d.servers, d.demand_us)
         for d in lightest
         if d.demand_us > 0 and d.servers > 0 and not d.delay and not math.isnan(d.demand_us)
     ]
-    x_max, by = min(caps, default=(math.inf, ""))
+    x_max, by, c, dem = min(caps, default=(math.inf, "", math.nan, math.nan))
     r_min = sum(d.demand_us for d in lightest if d.in_network and d.demand_us > 0) + offset_us
-    return Bounds(n, think_us, x_max, by, max(r_min, 0.0))
+    return Bounds(n, think_us, x_max, by, max(r_min, 0.0), c, dem)
 
 
 def clip(lo: float, hi: float, b: Bounds, which: str) -> tuple[float, float, bool]:

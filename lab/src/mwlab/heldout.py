@@ -43,6 +43,7 @@ from mwlab.predict import (
     column,
     config_settings,
     configurations,
+    on_machine,
     predict_one,
     seed_view,
     with_changes,
@@ -136,8 +137,9 @@ def _held_out_populations(groups, cals: dict[str, Calibration], info) -> list[di
             n = int(num(r, "N"))
             if n in calib:
                 continue
-            shaped = widened(cal, [c for lb, c in cals.items() if lb != label])
-            p = predict_one(shaped, n)
+            others = [c for lb, c in cals.items() if lb != label]
+            shaped = widened(cal, others)
+            p = predict_one(on_machine(shaped, others), n)
             basis = f"{label or 'N'} at N = {used}" + (
                 f", shaped by {shaped.borrowed}" if shaped.borrowed else ""
             )
@@ -171,7 +173,8 @@ def _held_out_configurations(groups, cals: dict[str, Calibration], info) -> list
                 for r in groups[dst_label]:
                     n = int(num(r, "N"))
                     try:
-                        p = predict_one(src, n, dst.settings, dict(dst.levels))
+                        near = on_machine(src, [c for c in cals.values() if c is not dst])
+                        p = predict_one(near, n, dst.settings, dict(dst.levels))
                     except PredictError:
                         break
                     rows.append(_row(f"{factor}", src.sweep, dst.sweep, p, r, info, seeds.get(n)))

@@ -31,6 +31,7 @@ from mwlab.predict import (
     Prediction,
     calibrate,
     configurations,
+    on_machine,
     predict_one,
     unusable,
 )
@@ -116,7 +117,8 @@ def leave_one_out(agg: pd.DataFrame, info: ExperimentInfo) -> LeaveOneOut:
             try:
                 if rest:
                     cal = calibrate(rest, info, label)
-                    cal = widened(cal, [c for lb, c in whole.items() if lb != label])
+                    others = [c for lb, c in whole.items() if lb != label]
+                    cal = on_machine(widened(cal, others), others)
                     used = ", ".join(str(int(num(r, "N"))) for r in sorted(rest, key=lambda r: num(r, "N")))
                     basis = f"{label or 'N'} at N = {used}" + (
                         f", shaped by {cal.borrowed}" if cal.borrowed else ""

@@ -34,7 +34,6 @@ from typing import Any
 
 import pandas as pd
 
-from mwlab.bounds import Bounds
 from mwlab.curves import PAST_TREND, Curve, PredictError
 from mwlab.predict import (
     MAX_CLIENTS,
@@ -45,6 +44,7 @@ from mwlab.predict import (
     column,
     config_settings,
     finish_intervals,
+    on_machine,
     predict_one,
     with_changes,
 )
@@ -203,9 +203,7 @@ def blend(a: Prediction, b: Prediction, w: float) -> Prediction:
     bounds = None
     if ba is not None and bb is not None:
         wide = ba if ba.x_max >= bb.x_max else bb
-        bounds = Bounds(
-            a.n, (1 - w) * a.think_us + w * b.think_us, wide.x_max, wide.x_max_by, min(ba.r_min, bb.r_min)
-        )
+        bounds = replace(wide, think_us=(1 - w) * a.think_us + w * b.think_us, r_min=min(ba.r_min, bb.r_min))
     return Prediction(
         config=a.config,
         n=a.n,
@@ -311,7 +309,8 @@ def predict_at(
     out = []
     for n in clients or sorted(set(rt.sources[0].cal.ns)):
         parts = [
-            predict_one(_reach_n(s.cal, n, cals), n, s.target, dict(levels), finish=False) for s in rt.sources
+            predict_one(on_machine(_reach_n(s.cal, n, cals), cals), n, s.target, dict(levels), finish=False)
+            for s in rt.sources
         ]
         p = parts[0] if len(parts) == 1 else blend(parts[0], parts[1], rt.sources[1].weight)
         if rt.why:

@@ -59,7 +59,7 @@ reason ([`PredictError`]).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pandas as pd
@@ -129,6 +129,10 @@ class Calibration:
     capacity: dict[str, list[tuple[int, float]]] = field(default_factory=dict)
     # The run-to-run noise of the calibration points.
     noise: Noise = field(default_factory=lambda: Noise(float("nan"), float("nan"), 1.0, 0, "not measured"))
+    # The lightest demand (µs) each host CPU had in any configuration this
+    # one is predicted beside (`on_machine`): the machine's cores are the same
+    # whatever the configuration, so its capacity bound is theirs.
+    machine: dict[str, float] = field(default_factory=dict)
 
     def holding_at(self, k: float) -> float | None:
         """The holding time (µs) with k busy workers: straight lines between the
@@ -615,6 +619,24 @@ def predict_one(
     return pred
 
 
+def on_machine(cal: Calibration, others: list[Calibration]) -> Calibration:
+    """`cal` with the lightest demand each host CPU had in it or in `others`
+    (the same run's configurations: the same machine). A host's cores serve
+    at most c / D with D the least CPU a request needed anywhere in the run:
+    the CPU per request falls as load batches the work (quickstart's tmw=8
+    needed 57.6, 47.1 and 42.0 µs at N = 2, 8 and 24), so a bound from one
+    configuration's lighter loads cut off what it measured at a heavier one
+    (N = 24 left out: bounded at 43,366 ops/s, measured 44,004), while
+    another configuration had already needed less (tmw=2: 38.5 µs at N = 8)."""
+    floor: dict[str, float] = {}
+    for c in [cal, *others]:
+        for name, curve in c.curves.items():
+            if name.startswith("host CPU"):
+                v = min((v for _, v in curve.own_knots if v > 0), default=math.inf)
+                floor[name] = min(floor.get(name, math.inf), v)
+    return replace(cal, machine={k: v for k, v in floor.items() if math.isfinite(v)})
+
+
 def _lightest(cal: Calibration, n: int, target: Settings | None) -> list[Device]:
     """Each device at the lightest demand the calibration measured, less a
     point's noise (a measured mean may sit above the demand it measures),
@@ -625,15 +647,16 @@ def _lightest(cal: Calibration, n: int, target: Settings | None) -> list[Device]
     66): there the lightest the prediction's own demand allows within its 90%
     doubt (`demand_doubt`) counts, where that is lighter. Past them the
     bound stays at what the run measured: a demand that falls with N could
-    fall further, but no measurement says so (a quickstart calibrated on N =
-    2 and 8 alone bounded N = 24 at 33,845 ops/s where 40,032 was measured;
-    its interval carries that doubt, the bound does not)."""
+    fall further, but no measurement of this configuration says so; the host
+    CPU's is the lightest any configuration of the run needed
+    (`on_machine`), since the cores are the same."""
     nx = cal.noise.point_cv("x")
     nx = 0.0 if math.isnan(nx) else nx
 
-    def low(c: Curve) -> float:
+    def low(name: str, c: Curve) -> float:
         own = c.own_knots
-        measured = min((v for _, v in own if v > 0), default=0.0) * math.exp(-Z90 * nx)
+        measured = min((v for _, v in own if v > 0), default=0.0)
+        measured = min(measured, cal.machine.get(name, measured)) * math.exp(-Z90 * nx)
         if not own or any(k == n for k, _ in own) or not own[0][0] < n < own[-1][0]:
             return measured
         doubt = demand_doubt(c, n)
@@ -643,7 +666,7 @@ def _lightest(cal: Calibration, n: int, target: Settings | None) -> list[Device]
     devs = [
         Device(
             name,
-            low(c),
+            low(name, c),
             cal.most_servers(name),
             in_network=cal.in_network[name],
             delay=name == "link delay",
@@ -697,7 +720,8 @@ def finish_intervals(pred: Prediction) -> None:
     if cx:
         pred.clipped.append("x")
         pred.notes.append(
-            f"X's interval ends at {b.x_top:,.0f} ops/s: the {b.limit()} (the lightest demands measured)"
+            f"X's interval ends at {b.x_top:,.0f} ops/s: the {b.limit()} "
+            "(the lightest demands the run measured)"
         )
     if cr:
         pred.clipped.append("r")
