@@ -328,3 +328,38 @@ def test_calibrate_then_measure_with_real_processes(tmp_path, capsys, monkeypatc
     assert set(surface[surface["in spec"] == "predicted"]["N"]) == {1, 2, 4} - set(c["N"])
     assert main(["run", str(spec_file), "--from", str(out)]) == 2
     assert "give --plan" in capsys.readouterr().err
+
+
+def test_a_holding_time_that_never_settles_says_so():
+    """The workers' holding time is a fixed point of the busy workers; one
+    that runs away (each step wants twice the last) stops after 100 steps
+    with a note instead of looping or passing silently."""
+    from mwlab.fit import Device
+    from mwlab.predict import _settle
+
+    pool, notes = Device("workers", 50.0, 8), []
+    x, r = _settle(pool, lambda k: 2 * pool.demand_us, lambda: (1e4, 100.0), (1e4, 90.0), notes)
+    assert (x, r) == (1e4, 100.0) and len(notes) == 1 and "did not settle in 100 steps" in notes[0]
+    settled: list[str] = []
+    pool = Device("workers", 50.0, 8)
+    _settle(pool, lambda k: 60.0, lambda: (1e4, 100.0), (1e4, 90.0), settled)
+    assert settled == [] and pool.demand_us == pytest.approx(60.0, rel=0.002)
+
+
+def test_cores_others_took_at_one_point_are_said_in_the_prediction(tmp_path):
+    """Another process took 0.8 of the 2 cores while N = 16 was measured:
+    the host CPU keeps 1.2 there and the predictions around it say why they
+    move; a run that kept its cores says nothing of it."""
+    ns = [4, 16, 64]
+    (tmp_path / "quiet").mkdir()
+    (tmp_path / "busy").mkdir()
+    quiet = [row(n, 4) for n in ns]
+    res = result_dir(tmp_path / "quiet", quiet, {"topology.virtual_clients": ns, "middleware.workers": [4]})
+    agg, info = pd.read_csv(res / "aggregate.csv"), info_of(res)
+    assert not any("different cores" in note for p in predict(agg, info, clients=[8, 32]) for note in p.notes)
+    busy = [row(n, 4, cpu_other_cores=0.8 if n == 16 else 0.0) for n in ns]
+    res = result_dir(tmp_path / "busy", busy, {"topology.virtual_clients": ns, "middleware.workers": [4]})
+    agg, info = pd.read_csv(res / "aggregate.csv"), info_of(res)
+    for p in predict(agg, info, clients=[8, 32]):
+        (note,) = [note for note in p.notes if "different cores" in note]
+        assert "1.20 at N = 16" in note and f"at N = {p.n} it has" in note

@@ -59,6 +59,7 @@ reason ([`PredictError`]).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -562,6 +563,7 @@ def predict_one(
             f"N={n} between the calibrated populations: the demands' straight lines bent by half "
             f"the departure {cal.borrowed} measured there"
         )
+    notes += _shared_cores(cal, n)
     offset = cal.offset.at(n) if target is None else cal.offset.at(cal.ns[0])
     x, r = _solve(devs, n, cal.think_us, offset)
     pool = next((d for d in devs if d.name == "workers"), None)
@@ -570,12 +572,14 @@ def predict_one(
         # those measured, and the holding time with them: a straight line
         # in k through the nearest two levels, continued (on a shared
         # machine each busy worker adds the same contention for the cores).
-        for _ in range(100):
-            want = max(_line(cal.holding, x * pool.demand_us * US), 0.25 * min(h for _, h in cal.holding))
-            if abs(want - pool.demand_us) < 0.001 * pool.demand_us:
-                break
-            pool.demand_us = 0.5 * (pool.demand_us + want)
-            x, r = _solve(devs, n, cal.think_us, offset)
+        floor = 0.25 * min(h for _, h in cal.holding)
+        x, r = _settle(
+            pool,
+            lambda k: max(_line(cal.holding, k), floor),
+            lambda: _solve(devs, n, cal.think_us, offset),
+            (x, r),
+            notes,
+        )
         notes.append("the workers' holding time follows the busy workers past the calibrated ones")
     elif pool is not None and pool.servers != cal.servers.get("workers"):
         if len(cal.holding) < 2:
@@ -586,12 +590,7 @@ def predict_one(
         else:
             # Another pool size: the holding time follows the busy workers k
             # (measured at the calibration points), found as a fixed point.
-            for _ in range(100):
-                want = cal.holding_at(x * pool.demand_us * US)
-                if abs(want - pool.demand_us) < 0.001 * pool.demand_us:
-                    break
-                pool.demand_us = 0.5 * (pool.demand_us + want)
-                x, r = _solve(devs, n, cal.think_us, offset)
+            x, r = _settle(pool, cal.holding_at, lambda: _solve(devs, n, cal.think_us, offset), (x, r), notes)
             k = ", ".join(f"{k:.1f} -> {h:.0f} µs" for k, h in cal.holding)
             notes.append(f"the workers' holding time follows the busy workers (calibrated: {k})")
     for d in devs:
@@ -617,6 +616,54 @@ def predict_one(
     if finish:
         finish_intervals(pred)
     return pred
+
+
+# The host CPU's cores at two calibration points differing by more than this
+# (others took some while the run measured) is said: it moves the predictions.
+SHARED_CORES = 0.10
+
+
+def _shared_cores(cal: Calibration, n: int) -> list[str]:
+    """A note where other processes left the host CPU different cores at
+    different calibration points: each point keeps its own, and a population
+    between them gets a straight line in ln N of theirs."""
+    out = []
+    for name, pts in cal.capacity.items():
+        if not name.startswith("host CPU") or len(pts) < 2:
+            continue
+        lo, hi = min(c for _, c in pts), max(c for _, c in pts)
+        if hi > 0 and lo < (1 - SHARED_CORES) * hi:
+            at = ", ".join(f"{c:.2f} at N = {k}" for k, c in pts)
+            out.append(
+                f"other processes left the {name} different cores while it was measured ({at}; "
+                f"checks.csv 'no interference'): at N = {n} it has {cal.servers_at(name, n):.2f}"
+            )
+    return out
+
+
+def _settle(
+    pool: Device,
+    holding: Callable[[float], float | None],
+    solve: Callable[[], tuple[float, float]],
+    xr: tuple[float, float],
+    notes: list[str],
+) -> tuple[float, float]:
+    """The workers' holding time as the fixed point of `holding` (of the
+    busy workers k = X S) and the network solved with it (`solve`), halving
+    each step; a note when 100 steps do not bring it within 0.1%."""
+    x, r = xr
+    for _ in range(100):
+        want = holding(x * pool.demand_us * US)
+        if want is None or abs(want - pool.demand_us) < 0.001 * pool.demand_us:
+            break
+        pool.demand_us = 0.5 * (pool.demand_us + want)
+        x, r = solve()
+    else:
+        notes.append(
+            f"the workers' holding time did not settle in 100 steps (last {pool.demand_us:.1f} µs, "
+            f"{want:.1f} wanted): the prediction is its last step"
+        )
+    return x, r
 
 
 def on_machine(cal: Calibration, others: list[Calibration]) -> Calibration:

@@ -90,8 +90,7 @@ def _human(preds: list[Prediction]) -> str:
             last = config
         p99 = "" if math.isnan(p.p99_us) else f"{p.p99_us / 1e3:.3f}"
         p50 = "" if math.isnan(p.p50_us) else f"{p.p50_us / 1e3:.3f}"
-        xi = _interval_text(p.x_lo, p.x_hi, p.x, 1.0, "{:,.0f}", "x" in p.clipped)
-        ri = _interval_text(p.r_lo, p.r_hi, p.r_us, 1e-3, "{:.3f}", "r" in p.clipped)
+        xi, ri = _x_text(p), _r_text(p)
         qi = _interval_text(p.p99_lo, p.p99_hi, p.p99_us, 1e-3, "{:.3f}", False)
         lines.append(
             f"  {p.n:>5} {p.x:>10,.0f} {xi:>21} {p.r_us / 1e3:>8.3f} {ri:>17} {p50:>8} {p99:>8} {qi:>17}"
@@ -121,6 +120,14 @@ def _interval_text(lo: float, hi: float, value: float, scale: float, fmt: str, c
     low = "0" if value > 0 and lo < value / UNBOUNDED else fmt.format(lo * scale)
     high = "unbounded" if value > 0 and hi > value * UNBOUNDED else fmt.format(hi * scale)
     return f"{low} .. {high}" + ("*" if clipped else " ")
+
+
+def _x_text(p: Prediction) -> str:
+    return _interval_text(p.x_lo, p.x_hi, p.x, 1.0, "{:,.0f}", "x" in p.clipped)
+
+
+def _r_text(p: Prediction) -> str:
+    return _interval_text(p.r_lo, p.r_hi, p.r_us, 1e-3, "{:.3f}", "r" in p.clipped)
 
 
 def _bound_note(note: str) -> bool:
@@ -208,9 +215,9 @@ def against_text(rows: list[Against], rho: Ratio, a: Path, b: Path) -> str:
         cov = ("yes" if r.covered else "no") if r.measured else "-"
         ucov = ("yes" if r.unscaled_covered else "no") if r.measured else "-"
         lines.append(
-            f"  {p.n:>5} {p.x:>9,.0f} {_span(p.x_lo, p.x_hi, '{:,.0f}'):>19} {bx:>9} {p.r_us / 1e3:>7.3f} "
-            f"{_span(p.r_lo / 1e3, p.r_hi / 1e3, '{:.3f}'):>15} {br:>7}  {cov:>7}            "
-            f"{u.x:>9,.0f} {_span(u.x_lo, u.x_hi, '{:,.0f}'):>19}  {ucov:>7}"
+            f"  {p.n:>5} {p.x:>9,.0f} {_x_text(p):>19} {bx:>9} {p.r_us / 1e3:>7.3f} "
+            f"{_r_text(p):>15} {br:>7}  {cov:>7}            "
+            f"{u.x:>9,.0f} {_x_text(u):>19}  {ucov:>7}"
         )
     measured = [r for r in rows if r.measured]
     lines.append("")
@@ -223,7 +230,3 @@ def against_text(rows: list[Against], rho: Ratio, a: Path, b: Path) -> str:
     else:
         lines.append("B measured none of these points (same configuration and N).")
     return "\n".join(lines)
-
-
-def _span(lo: float, hi: float, fmt: str) -> str:
-    return "" if math.isnan(lo) else f"{fmt.format(lo)} .. {fmt.format(hi)}"
