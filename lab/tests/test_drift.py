@@ -386,3 +386,37 @@ def widened(pred: dict, figure: str, z: float) -> tuple[float, float]:
     lo, hi = pred[f"{figure}_lo"], pred[f"{figure}_hi"]
     k = z / Z90
     return value * (lo / value) ** k, value * (hi / value) ** k
+
+
+def test_carried_intervals_stay_inside_the_bounds_moved_by_the_ratio(tmp_path, capsys):
+    """A's predictions past its populations are clipped by A's bounds; carried
+    to B they are clipped by those bounds moved by the ratio's most
+    favourable end (before, a carried interval ran to 2.7x the bound); B
+    named as A itself is refused; a ratio whose interval holds 1 says so."""
+    (tmp_path / "a").mkdir(), (tmp_path / "b").mkdir()
+    a, b = synthetic_pair(tmp_path, 0.6)
+    assert main(["predict", str(a), "--against", str(b), "--clients", "256,1000", "--json"]) == 0
+    points = json.loads(capsys.readouterr().out)
+    rho_hi = points[0]["reference_ratio"]["hi"]
+    assert main(["predict", str(a), "--clients", "256,1000", "--json"]) == 0
+    alone = {p["N"]: p for p in json.loads(capsys.readouterr().out)}
+    for p in points:
+        top = alone[p["N"]]["bounds"]["x_max"] * rho_hi
+        assert p["x_hi"] <= top * (1 + 1e-9) and p["x"] <= top * (1 + 1e-9)
+    assert any(p["clipped_by_bounds"] for p in points)
+    assert main(["predict", str(a), "--against", str(a)]) == 2
+    assert "that is the result predicted from" in capsys.readouterr().err
+    steady = ratio_of(refs(("start", 50_000, 5_000), ("end", 50_000, 5_000)), refs(("start", 51_000, 5_000)))
+    assert "no change the reference points can tell" in steady.text()
+    moved = ratio_of(refs(("start", 50_000, 100), ("end", 50_000, 100)), refs(("start", 40_000, 100)))
+    assert "no change" not in moved.text()
+
+
+def test_since_names_a_result_or_is_refused_before_anything_runs(tmp_path, capsys):
+    (tmp_path / "a").mkdir(), (tmp_path / "b").mkdir()
+    a, _ = synthetic_pair(tmp_path, 0.6)
+    assert main(["analyze", str(a), "--since", str(tmp_path / "nope")]) == 2
+    assert "--since" in (err := capsys.readouterr().err) and "no such result directory" in err
+    (tmp_path / "empty").mkdir()
+    assert main(["analyze", str(a), "--since", str(tmp_path / "empty")]) == 2
+    assert "not a result directory" in capsys.readouterr().err

@@ -172,4 +172,4 @@ def test_the_host_cpus_bound_is_the_lightest_any_configuration_of_the_run_needed
     (p,) = predict(agg, info, parse_changes(["tmw=8"]), clients=[256])
     assert p.bounds.x_max_by == "host CPU"
     assert p.bounds.by_demand_us == pytest.approx(28.0, rel=0.05) and p.bounds.by_demand_us <= 28.0
-    assert "2.00 / 2" in p.bounds.limit()
+    assert "2.00 cores / 2" in p.bounds.limit()

@@ -356,10 +356,10 @@ def test_cores_others_took_at_one_point_are_said_in_the_prediction(tmp_path):
     quiet = [row(n, 4) for n in ns]
     res = result_dir(tmp_path / "quiet", quiet, {"topology.virtual_clients": ns, "middleware.workers": [4]})
     agg, info = pd.read_csv(res / "aggregate.csv"), info_of(res)
-    assert not any("different cores" in note for p in predict(agg, info, clients=[8, 32]) for note in p.notes)
+    assert not any("took part of" in note for p in predict(agg, info, clients=[8, 32]) for note in p.notes)
     busy = [row(n, 4, cpu_other_cores=0.8 if n == 16 else 0.0) for n in ns]
     res = result_dir(tmp_path / "busy", busy, {"topology.virtual_clients": ns, "middleware.workers": [4]})
     agg, info = pd.read_csv(res / "aggregate.csv"), info_of(res)
     for p in predict(agg, info, clients=[8, 32]):
-        (note,) = [note for note in p.notes if "different cores" in note]
-        assert "1.20 at N = 16" in note and f"at N = {p.n} it has" in note
+        (note,) = [note for note in p.notes if "took part of" in note]
+        assert "1.20 at N = 16" in note and "2.00 at N = 4" in note

@@ -228,3 +228,15 @@ def test_version(capsys):
         main(["--version"])
     assert done.value.code == 0
     assert capsys.readouterr().out.strip() == f"mwlab {metadata.version('mwlab')}"
+
+
+def test_the_terminal_says_how_many_points_left_out_were_covered(tmp_path):
+    from mwlab.verdict import left_out_lines
+
+    assert left_out_lines(tmp_path) == [], "no leave-one-out.csv: nothing to say"
+    pd.DataFrame({"covered": ["yes"] * 7 + ["no"]}).to_csv(tmp_path / "leave-one-out.csv", index=False)
+    assert left_out_lines(tmp_path) == [
+        "Left out in turn, 7 of 8 points lie in their predicted 90% intervals (goal 85%: met)."
+    ]
+    pd.DataFrame({"covered": ["yes"] * 4 + ["no"] * 2}).to_csv(tmp_path / "leave-one-out.csv", index=False)
+    assert "4 of 6" in left_out_lines(tmp_path)[0] and "not met" in left_out_lines(tmp_path)[0]

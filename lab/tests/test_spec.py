@@ -10,6 +10,7 @@ from mwlab.spec import (
     Settings,
     SpecError,
     Topology,
+    canonical,
     flatten,
     load,
     parse,
@@ -201,3 +202,9 @@ def test_bad_points_are_refused_by_position(points, message):
     doc = {"name": "picked", "factors": {"vcli": [1, 2], "tmw": [2, 8]}, "points": points}
     with pytest.raises(SpecError, match=message):
         parse(doc)
+
+
+def test_a_name_in_two_sections_asks_which():
+    with pytest.raises(SpecError, match=r"in more than one section: say which \(middleware.threads"):
+        canonical("threads")
+    assert canonical("topology.threads") == "topology.threads"

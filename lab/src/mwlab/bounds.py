@@ -78,7 +78,8 @@ class Bounds:
             return "no queueing: N / (D + Z)"
         if math.isnan(self.by_demand_us):
             return f"capacity of {self.x_max_by}"
-        return f"capacity of {self.x_max_by}: {self.by_servers:.2f} / {self.by_demand_us:.1f} µs"
+        unit = "cores" if "CPU" in self.x_max_by else "servers"
+        return f"capacity of {self.x_max_by}: {self.by_servers:.2f} {unit} / {self.by_demand_us:.1f} µs"
 
 
 def bounds(lightest: list[Device], n: int, think_us: float, offset_us: float) -> Bounds:

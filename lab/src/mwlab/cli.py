@@ -49,6 +49,17 @@ def _names() -> list[str]:
     return sorted(p.stem for p in EXPERIMENTS.glob("*.yaml"))
 
 
+def _earlier(since: str | None) -> Path | None:
+    """--since RESULT: a result directory, or a clear refusal before anything runs."""
+    if not since:
+        return None
+    path = Path(since)
+    if not (path / "experiment.json").is_file():
+        what = "not a result directory (no experiment.json)" if path.is_dir() else "no such result directory"
+        raise LabError(f"--since {since}: {what}")
+    return path
+
+
 def analyze(result: Path, since: Path | None = None):
     """Tables, checks, plots and report of a result directory (its drift
     since the result `since`, when named); returns (report path, aggregate)."""
@@ -233,8 +244,8 @@ def main(argv: list[str] | None = None) -> int:
                 except PredictError as e:
                     raise SpecError(str(e)) from None
                 print("\n".join(lines))
+            since = _earlier(args.since)
             out = prepare(exp, Path(args.results), Path(args.resume) if args.resume else None)
-            since = Path(args.since) if args.since else None
             try:
                 with _signals_interrupt(), reference_around(out, exp.settings.run.reference, _warn):
                     run_experiment(exp, out, _progress_printer())
@@ -263,7 +274,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(line)
             print(f"report: {report}")
         elif args.command == "analyze":
-            since = Path(args.since) if args.since else None
+            since = _earlier(args.since)
             report = analyze(Path(args.result), since)[0]
             print("\n".join(result_lines(Path(args.result))))
             for line in drift_lines(Path(args.result), since):

@@ -35,6 +35,7 @@ from typing import Any
 
 import pandas as pd
 
+from mwlab.bounds import clip
 from mwlab.reference import DESCRIPTION, Reference, read
 
 # The two-sided 90% quantile of the normal distribution (as predict.Z90).
@@ -95,9 +96,14 @@ class Ratio:
     def hi(self) -> float:
         return self.value * math.exp(Z90 * self.sigma)
 
+    def verdict(self) -> str:
+        """ "" when the ratio is told from 1; else that it is not."""
+        return "" if not self.lo <= 1 <= self.hi else ": no change the reference points can tell"
+
     def text(self, a: str = "A", b: str = "B") -> str:
         return (
-            f"{b}'s reference point ran at {self.value:.3f} x {a}'s (90%: {self.lo:.3f} .. {self.hi:.3f}; "
+            f"{b}'s reference point ran at {self.value:.3f} x {a}'s (90%: {self.lo:.3f} .. {self.hi:.3f}"
+            f"{self.verdict()}; "
             f"{b} {self.b.x:,.0f} ops/s, {a} {self.a.x:,.0f} ops/s)"
         )
 
@@ -205,10 +211,17 @@ def carry(pred, rho: Ratio):
     for d in p.devices:
         d.demand_us /= q
     if p.bounds is not None:
-        # The bounds move with the demands (not applied to the carried
-        # intervals: the ratio that moved them is itself uncertain).
-        p.bounds.x_max *= q
-        p.bounds.r_min /= q
+        # The bounds move with the demands, as far as the ratio's 90%
+        # interval allows (the ratio that moves them is itself uncertain):
+        # the carried intervals are held to them as the uncarried ones are.
+        p.bounds.x_max *= rho.hi
+        p.bounds.r_min /= rho.hi
+        p.clipped = []
+        p.x_lo, p.x_hi, cx = clip(p.x_lo, p.x_hi, p.bounds, "x")
+        p.r_lo, p.r_hi, cr = clip(p.r_lo, p.r_hi, p.bounds, "r")
+        p.clipped = [w for w, c in (("x", cx), ("r", cr)) if c]
+        p.x = min(p.x, p.bounds.x_top)
+        p.r_us = max(p.r_us, p.bounds.r_floor)
     p.uncertainty = {
         k: {**v, "reference": w * rho.sigma, "transfer": w * TRANSFER}
         for k, v in p.uncertainty.items()
@@ -328,7 +341,7 @@ class View:
         r = self.since
         return (
             f"the machine ran the reference point at {r.value:.3f} x what it did in {self.since_path} "
-            f"({100 * (r.value - 1):+.1f}%; 90%: {r.lo:.3f} .. {r.hi:.3f})"
+            f"({100 * (r.value - 1):+.1f}%; 90%: {r.lo:.3f} .. {r.hi:.3f}{r.verdict()})"
         )
 
 

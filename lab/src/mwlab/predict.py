@@ -130,9 +130,10 @@ class Calibration:
     capacity: dict[str, list[tuple[int, float]]] = field(default_factory=dict)
     # The run-to-run noise of the calibration points.
     noise: Noise = field(default_factory=lambda: Noise(float("nan"), float("nan"), 1.0, 0, "not measured"))
-    # The lightest demand (µs) each host CPU had in any configuration this
-    # one is predicted beside (`on_machine`): the machine's cores are the same
-    # whatever the configuration, so its capacity bound is theirs.
+    # The lightest demand (µs) each device had in any configuration this one
+    # is predicted beside (`on_machine`): the host CPU's bound is the
+    # lightest of its (the cores are the same whatever the configuration),
+    # and no device's demand is taken to dip below it between populations.
     machine: dict[str, float] = field(default_factory=dict)
 
     def holding_at(self, k: float) -> float | None:
@@ -624,9 +625,9 @@ SHARED_CORES = 0.10
 
 
 def _shared_cores(cal: Calibration, n: int) -> list[str]:
-    """A note where other processes left the host CPU different cores at
-    different calibration points: each point keeps its own, and a population
-    between them gets a straight line in ln N of theirs."""
+    """A note where other processes took part of the host CPU at some
+    calibration points and not at others: each point keeps the cores it had,
+    and a population between them gets a straight line in ln N of theirs."""
     out = []
     for name, pts in cal.capacity.items():
         if not name.startswith("host CPU") or len(pts) < 2:
@@ -635,8 +636,8 @@ def _shared_cores(cal: Calibration, n: int) -> list[str]:
         if hi > 0 and lo < (1 - SHARED_CORES) * hi:
             at = ", ".join(f"{c:.2f} at N = {k}" for k, c in pts)
             out.append(
-                f"other processes left the {name} different cores while it was measured ({at}; "
-                f"checks.csv 'no interference'): at N = {n} it has {cal.servers_at(name, n):.2f}"
+                f"other processes took part of the {name} while some points were measured: it had {at} "
+                "cores free (see the 'no interference' check); the predictions use those"
             )
     return out
 
@@ -678,9 +679,8 @@ def on_machine(cal: Calibration, others: list[Calibration]) -> Calibration:
     floor: dict[str, float] = {}
     for c in [cal, *others]:
         for name, curve in c.curves.items():
-            if name.startswith("host CPU"):
-                v = min((v for _, v in curve.own_knots if v > 0), default=math.inf)
-                floor[name] = min(floor.get(name, math.inf), v)
+            v = min((v for _, v in curve.own_knots if v > 0), default=math.inf)
+            floor[name] = min(floor.get(name, math.inf), v)
     return replace(cal, machine={k: v for k, v in floor.items() if math.isfinite(v)})
 
 
@@ -692,7 +692,9 @@ def _lightest(cal: Calibration, n: int, target: Settings | None) -> list[Device]
     prediction. Between two populations it measured a demand may dip below
     both (a worker held for 60 µs at N = 8 where N = 2 and 24 took 71 and
     66): there the lightest the prediction's own demand allows within its 90%
-    doubt (`demand_doubt`) counts, where that is lighter. Past them the
+    doubt (`demand_doubt`) counts, where that is lighter, but not below the
+    lightest the run measured for the device anywhere (less a point's
+    noise: a noisy run's doubt had let a bound double). Past them the
     bound stays at what the run measured: a demand that falls with N could
     fall further, but no measurement of this configuration says so; the host
     CPU's is the lightest any configuration of the run needed
@@ -703,12 +705,16 @@ def _lightest(cal: Calibration, n: int, target: Settings | None) -> list[Device]
     def low(name: str, c: Curve) -> float:
         own = c.own_knots
         measured = min((v for _, v in own if v > 0), default=0.0)
-        measured = min(measured, cal.machine.get(name, measured)) * math.exp(-Z90 * nx)
+        anywhere = min(measured, cal.machine.get(name, measured)) * math.exp(-Z90 * nx)
+        if name.startswith("host CPU"):
+            measured = anywhere
+        else:
+            measured *= math.exp(-Z90 * nx)
         if not own or any(k == n for k, _ in own) or not own[0][0] < n < own[-1][0]:
             return measured
         doubt = demand_doubt(c, n)
         doubt = math.hypot(nx, 0.0 if math.isnan(doubt) else doubt)
-        return min(measured, c.at(n) * math.exp(-Z90 * doubt))
+        return min(measured, max(c.at(n) * math.exp(-Z90 * doubt), anywhere))
 
     devs = [
         Device(

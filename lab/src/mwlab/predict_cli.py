@@ -91,7 +91,7 @@ def _human(preds: list[Prediction]) -> str:
         p99 = "" if math.isnan(p.p99_us) else f"{p.p99_us / 1e3:.3f}"
         p50 = "" if math.isnan(p.p50_us) else f"{p.p50_us / 1e3:.3f}"
         xi, ri = _x_text(p), _r_text(p)
-        qi = _interval_text(p.p99_lo, p.p99_hi, p.p99_us, 1e-3, "{:.3f}", False)
+        qi = _interval_text(p.p99_lo, p.p99_hi, p.p99_us, 1e-3, "{:.3f}")
         lines.append(
             f"  {p.n:>5} {p.x:>10,.0f} {xi:>21} {p.r_us / 1e3:>8.3f} {ri:>17} {p50:>8} {p99:>8} {qi:>17}"
             f"  {p.bottleneck}"
@@ -101,7 +101,8 @@ def _human(preds: list[Prediction]) -> str:
         lines.append(
             "Intervals: 90%, from the run-to-run noise, the calibration points' noise carried through "
             "the model, the demand curves' own error and 10% per doubling a rule carries them; "
-            "* where the operational bounds of the lightest demands measured clip them "
+            "* where the operational bounds of the lightest demands measured (each less its 90% noise) "
+            "clip them. N: the clients in total (each load generator's connections x vcli, added up) "
             "(--json: x_lo x_hi r_lo r_hi, uncertainty, bounds)."
         )
     return "\n".join(lines)
@@ -112,22 +113,26 @@ def _human(preds: list[Prediction]) -> str:
 UNBOUNDED = 100.0
 
 
-def _interval_text(lo: float, hi: float, value: float, scale: float, fmt: str, clipped: bool) -> str:
+def _interval_text(lo: float, hi: float, value: float, scale: float, fmt: str, mark: str = "") -> str:
     """An interval as text: "lo .. hi", a side past UNBOUNDED times the
-    prediction as "0" or "unbounded", a "*" when a bound clipped it."""
+    prediction as "0" or "unbounded", a "*" on the end a bound moved (`mark`
+    "lo" or "hi"; a space keeps the columns when none did)."""
     if math.isnan(lo) or math.isnan(hi):
         return ""
     low = "0" if value > 0 and lo < value / UNBOUNDED else fmt.format(lo * scale)
     high = "unbounded" if value > 0 and hi > value * UNBOUNDED else fmt.format(hi * scale)
-    return f"{low} .. {high}" + ("*" if clipped else " ")
+    if mark == "lo":
+        return f"{low}* .. {high} "
+    return f"{low} .. {high}" + ("*" if mark == "hi" else " ")
 
 
 def _x_text(p: Prediction) -> str:
-    return _interval_text(p.x_lo, p.x_hi, p.x, 1.0, "{:,.0f}", "x" in p.clipped)
+    return _interval_text(p.x_lo, p.x_hi, p.x, 1.0, "{:,.0f}", "hi" if "x" in p.clipped else "")
 
 
 def _r_text(p: Prediction) -> str:
-    return _interval_text(p.r_lo, p.r_hi, p.r_us, 1e-3, "{:.3f}", "r" in p.clipped)
+    # R is bounded from below: the mark goes on its lower end.
+    return _interval_text(p.r_lo, p.r_hi, p.r_us, 1e-3, "{:.3f}", "lo" if "r" in p.clipped else "")
 
 
 def _bound_note(note: str) -> bool:
@@ -171,6 +176,8 @@ def _against(args: argparse.Namespace, a: Path, preds: list[Prediction]) -> int:
     b = Path(args.against)
     if not b.is_dir():
         raise LabError(f"{b}: no such result directory")
+    if b.resolve() == a.resolve():
+        raise LabError(f"--against {b}: that is the result predicted from; name another one to carry to")
     rho = ratio(a, b)
     rows = against(preds, rho, read_experiment(a), aggregate_of(b), read_experiment(b))
     if args.json:

@@ -372,6 +372,10 @@ def canonical(key: str) -> str:
     short = [k for k in KEYS if k.split(".", 1)[1] == key]
     if len(short) == 1:
         return short[0]
+    if short:
+        raise SpecError(
+            f"setting {key!r} is in more than one section: say which ({', '.join(sorted(short))})"
+        )
     known = sorted(set(ALIASES) | {k.split(".", 1)[1] for k in KEYS})
     raise SpecError(f"unknown setting {key!r}; known settings: {', '.join(known)}")
 

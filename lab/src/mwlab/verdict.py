@@ -13,6 +13,7 @@ from pathlib import Path
 import pandas as pd
 
 from mwlab.checks import INTERFERENCE_LIMIT
+from mwlab.leaveout import COVERAGE_GOAL
 
 # What to do when a check does not pass, by check name (checks.py). A check
 # about a remote host ("no interference on H", "H CPU not saturated") takes
@@ -123,7 +124,10 @@ def look_lines(checks: pd.DataFrame, summary: pd.DataFrame) -> list[str]:
             f"  {name} — not met in {len(group)} of {of} {what}: {example}. {_capital(advice(str(name)))}."
         )
     if other is not None and "no interference" not in set(failed["name"]):
-        lines.append(f"  no interference: other processes took at most {other[0]:.2f} of {other[1]:g} cores.")
+        lines.append(
+            f"  (interference within the limit: other processes took at most {other[0]:.2f} "
+            f"of {other[1]:g} cores)"
+        )
     return lines
 
 
@@ -139,4 +143,23 @@ def result_lines(result: Path) -> list[str]:
     checks = pd.read_csv(path)
     summary_path = result / "summary.csv"
     summary = pd.read_csv(summary_path) if summary_path.exists() else pd.DataFrame()
-    return look_lines(checks, summary)
+    return look_lines(checks, summary) + left_out_lines(result)
+
+
+def left_out_lines(result: Path) -> list[str]:
+    """How many points, left out in turn, their intervals covered (from
+    leave-one-out.csv; nothing where the result has none)."""
+    path = result / "leave-one-out.csv"
+    if not path.exists():
+        return []
+    t = pd.read_csv(path)
+    if t.empty or "covered" not in t:
+        return []
+    covered, n = int((t["covered"] == "yes").sum()), len(t)
+    verdict = (
+        "met" if covered / n >= COVERAGE_GOAL else "not met: the report's Leave one out table says where"
+    )
+    return [
+        f"Left out in turn, {covered} of {n} points lie in their predicted 90% intervals "
+        f"(goal {COVERAGE_GOAL:.0%}: {verdict})."
+    ]
