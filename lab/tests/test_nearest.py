@@ -173,3 +173,36 @@ def test_the_host_cpus_bound_is_the_lightest_any_configuration_of_the_run_needed
     assert p.bounds.x_max_by == "host CPU"
     assert p.bounds.by_demand_us == pytest.approx(28.0, rel=0.05) and p.bounds.by_demand_us <= 28.0
     assert "2.00 cores / 2" in p.bounds.limit()
+
+
+def test_fewer_workers_than_measured_are_not_bounded_by_the_busier_pools_holding(tmp_path):
+    """One point of 8 workers, predicted for 2: 8 workers contending for 2
+    cores hold a request longer than 2 would, so their holding time bounds
+    nothing for the smaller pool (it had cut off the 2 workers' truth)."""
+    res = result_dir(tmp_path, [measured(8, 8)], {"topology.virtual_clients": [8], "middleware.workers": [8]})
+    agg, info = pd.read_csv(res / "aggregate.csv"), info_of(res)
+    (p,) = predict(agg, info, parse_changes(["tmw=2"]), clients=[8])
+    assert p.bounds.x_max_by != "workers"
+    assert p.bounds.x_top >= measured(8, 2)["client_tput"]
+
+
+def test_a_change_that_changes_nothing_reproduces_the_measurement(tmp_path):
+    """replication=none is the one copy the run measured: the prediction is
+    the measured configuration's own, not one carried by the rules."""
+    agg, info, _ = two_pools(tmp_path)
+    plain = {(p.config["tmw"], p.n): (p.x, p.x_hi) for p in predict(agg, info, clients=[4, 16])}
+    same = predict(agg, info, parse_changes(["replication=none"]), clients=[4, 16])
+    assert len(same) == len(plain) == 4
+    for p in same:
+        assert (p.x, p.x_hi) == pytest.approx(plain[(p.config["tmw"], p.n)], rel=1e-9)
+        assert not any("carried by the rules" in note for note in p.notes), p.notes
+
+
+def test_a_pool_between_two_measured_is_interpolated_whatever_else_changes(tmp_path):
+    """tmw=4 lies between tmw=2 and tmw=8: with nsvr=3 as well, it is still
+    interpolated between both (each carried to three servers), not carried
+    from whichever came first in a tie of distances."""
+    agg, info, _ = two_pools(tmp_path)
+    (p,) = predict(agg, info, parse_changes(["tmw=4", "nsvr=3"]), clients=[16])
+    assert p.basis == "tmw=2 and tmw=8"
+    assert "between tmw=2 and tmw=8" in p.notes[0] and "nsvr=3 carried by the rules" in p.notes[0]

@@ -107,8 +107,9 @@ def test_held_out_populations_of_a_known_system_are_exact(tmp_path):
 
 def test_a_calibration_too_noisy_for_an_interval_predicts_an_unbounded_one(tmp_path):
     """Repetitions that differ by orders of magnitude (a busy machine's
-    runs): the prediction stands, its interval is (0, inf), not a crash
-    (with noise that large no demand measured bounds anything)."""
+    runs): the prediction stands, its interval is 0 up to the run's own
+    capacity bound (cores / the lightest host CPU demand measured, which
+    holds whatever the noise), not a crash; R's is unbounded above."""
     rows = []
     for n in NS:
         r = row(n, 4, reps=2)
@@ -117,7 +118,8 @@ def test_a_calibration_too_noisy_for_an_interval_predicts_an_unbounded_one(tmp_p
     res = result_dir(tmp_path, rows, FACTORS)
     agg, info = pd.read_csv(res / "aggregate.csv"), info_of(res)
     (p,) = predict(agg, info, clients=[8], only_n={1, 4, 16, 64})
-    assert p.x > 0 and p.x_lo == pytest.approx(0, abs=1e-300) and p.x_hi == math.inf
+    assert p.x > 0 and p.x_lo == pytest.approx(0, abs=1e-300)
+    assert p.x_hi == pytest.approx(2 / (HOST * US)) and "x" in p.clipped
     assert p.r_hi == math.inf
     assert predictions(res, agg, info).heldout is not None
 
@@ -363,3 +365,46 @@ def test_cores_others_took_at_one_point_are_said_in_the_prediction(tmp_path):
     for p in predict(agg, info, clients=[8, 32]):
         (note,) = [note for note in p.notes if "took part of" in note]
         assert "1.20 at N = 16" in note and "2.00 at N = 4" in note
+
+
+def test_damaged_results_are_refused_with_the_file_named_and_json_stays_json(tmp_path, capsys):
+    """A garbled or empty aggregate.csv, a reference.csv with a word for a
+    number or without its columns: a message naming the file and what to do,
+    never a traceback; `--json` prints strict JSON (no NaN) whatever it says."""
+    res = result_dir(tmp_path, [row(n, 4) for n in NS], FACTORS)
+    assert main(["predict", str(res), "--json", "--clients", "8"]) == 0
+    text = capsys.readouterr().out
+    assert "NaN" not in text and "Infinity" not in text
+    json.loads(text)  # strict: the noise of this result was not measured, its intervals are null
+    (res / "aggregate.csv").write_text('point,N\n"1,2\n')
+    assert main(["predict", str(res), "--json"]) == 2
+    out = capsys.readouterr()
+    assert "aggregate.csv is damaged" in json.loads(out.out)["error"] and "mwlab analyze" in out.err
+    (res / "aggregate.csv").write_text("")
+    assert main(["predict", str(res)]) == 2
+    assert "aggregate.csv is damaged" in capsys.readouterr().err
+    pd.DataFrame([row(n, 4) for n in NS]).to_csv(res / "aggregate.csv", index=False)
+    other = tmp_path / "other"
+    other.mkdir()
+    result_dir(other, [row(n, 4) for n in NS], FACTORS)
+    for d in (res, other):
+        (d / "reference.csv").write_text(
+            "phase,started_unix,x,x_se,r_us,r_se_us,windows,point\nstart,1,abc,1,100,1,8,p\n"
+        )
+    assert main(["predict", str(res), "--against", str(other)]) == 2
+    assert "reference.csv is damaged: line 2" in capsys.readouterr().err
+    (res / "reference.csv").write_text(
+        "phase,started_unix,x,x_se,r_us,r_se_us,windows,point\nstart,1,50000,1,100,1,8,p\n"
+    )
+    (other / "reference.csv").write_text("fase,x\nstart,1\n")
+    assert main(["compare", str(res), str(other)]) == 2
+    assert "has no column 'phase'" in capsys.readouterr().err
+
+
+def test_a_point_with_infinite_throughput_calibrates_nothing_and_is_named(tmp_path, capsys):
+    rows = [row(n, 4) for n in NS]
+    rows[2] = {**rows[2], "client_tput": math.inf, "point": "broken"}
+    res = result_dir(tmp_path, rows, FACTORS)
+    assert main(["predict", str(res), "--clients", "8"]) == 0
+    captured = capsys.readouterr()
+    assert "inf" not in captured.out and "left out: broken: no usable throughput" in captured.err

@@ -13,7 +13,10 @@ operational analysis):
 
 The demands used are the *lightest* the run measured for each device over
 the calibration points, less one point's noise (a measured mean may sit
-above the demand it measures), on the most servers the device had at any
+above the demand it measures); the host CPU's is the lightest any
+configuration of the run needed, as measured (the cores are the same for
+all, and the least of many means already sits low), so its bound is the
+run's own capacity: cores / that demand. All on the most servers the device had at any
 point (the cores other processes left change from point to point), carried
 by the same rules as the prediction to a configuration that was not
 measured; the offset is the most negative one measured. Every measured point

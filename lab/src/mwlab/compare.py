@@ -140,7 +140,9 @@ def scaled(col: str, b_over_a: float, p: float, rho: Ratio) -> dict[str, object]
     if math.isnan(p) or p >= ALPHA or math.isnan(value):
         word = verdict(p)
     elif abs(math.log(value)) <= band:
-        word = "within the machine's drift"
+        # Not told from what the reference ratio allows (the ratio itself
+        # is uncertain: this says nothing of which way the machine moved).
+        word = f"within the reference's uncertainty (±{math.expm1(band):.0%})"
     else:
         word = "different"
     return {"B/A scaled": value, "scaled verdict": word}
@@ -243,8 +245,8 @@ repetition (optimistic: windows are correlated).</p>
 <figure><img alt="curves" src="{{ png | data_uri }}">
 <figcaption>A: solid, B: dashed; bars are 95% intervals.</figcaption></figure>
 <p>{{ reference }}{% if "B/A scaled" in table %} — <i>B/A scaled</i> is B/A on A's machine
-(rates divided by the ratio, times multiplied); a difference the test finds is "within the machine's
-drift" when the scaled ratio is inside the ratio's 90% uncertainty.{% endif %}</p>
+(rates divided by the ratio, times multiplied); a difference the test finds is "within the reference's
+uncertainty" when the scaled ratio is inside the ratio's 90% uncertainty.{% endif %}</p>
 {{ table | table(2) }}
 </body></html>
 """

@@ -20,6 +20,7 @@ values rather than by each table's producer:
 
 from __future__ import annotations
 
+import json
 import math
 import numbers
 import re
@@ -117,3 +118,25 @@ def readable(df: pd.DataFrame, digits: int = 1) -> pd.DataFrame:
     out = pd.DataFrame({i: columns[i] for i in keep}, index=range(len(df)))
     out.columns = [headers[i] for i in keep]
     return out
+
+
+def json_text(obj: object) -> str:
+    """`obj` as strict JSON: a number that is not finite (NaN, ±inf: an
+    interval with no end, a figure not measured) becomes null, since JSON has
+    no such numbers and other parsers refuse Python's NaN."""
+
+    def clean(v: object) -> object:
+        if isinstance(v, dict):
+            return {k: clean(x) for k, x in v.items()}
+        if isinstance(v, (list, tuple)):
+            return [clean(x) for x in v]
+        if isinstance(v, float) and not math.isfinite(v):
+            return None
+        if isinstance(v, numbers.Real) and not isinstance(v, (bool, int)):
+            f = float(v)
+            return f if math.isfinite(f) else None
+        if isinstance(v, numbers.Integral) and not isinstance(v, bool):
+            return int(v)
+        return v
+
+    return json.dumps(clean(obj), allow_nan=False)

@@ -36,6 +36,7 @@ from typing import Any
 import pandas as pd
 
 from mwlab.bounds import clip
+from mwlab.procs import LabError
 from mwlab.reference import DESCRIPTION, Reference, read
 
 # The two-sided 90% quantile of the normal distribution (as predict.Z90).
@@ -120,7 +121,7 @@ def ratio(a: Path, b: Path) -> Ratio:
     refs = {}
     for name, path in (("A", a), ("B", b)):
         refs[name] = read(path)
-        if not refs[name]:
+        if not any(r.x > 0 for r in refs[name]):
             raise DriftError(
                 f"{path} has no reference point (reference.csv): it was run with `run: {{reference: false}}` "
                 "or by a version of the lab that did not measure one"
@@ -216,6 +217,7 @@ def carry(pred, rho: Ratio):
         # the carried intervals are held to them as the uncarried ones are.
         p.bounds.x_max *= rho.hi
         p.bounds.r_min /= rho.hi
+        p.bounds.by_demand_us /= rho.hi
         p.clipped = []
         p.x_lo, p.x_hi, cx = clip(p.x_lo, p.x_hi, p.bounds, "x")
         p.r_lo, p.r_hi, cr = clip(p.r_lo, p.r_hi, p.bounds, "r")
@@ -347,7 +349,13 @@ class View:
 
 def view(result: Path, since: Path | None = None) -> View | None:
     """The Drift section of a result (None: no reference point and no earlier result named)."""
-    refs = read(result)
+    try:
+        refs = read(result)
+    except LabError as e:
+        out = View(pd.DataFrame())
+        out.since_error = str(e)
+        out.since_path = since
+        return out
     if not refs and since is None:
         return None
     table = pd.DataFrame(
@@ -369,7 +377,7 @@ def view(result: Path, since: Path | None = None) -> View | None:
         out.since_path = since
         try:
             out.since = ratio(since, result)
-        except (DriftError, OSError) as e:
+        except (DriftError, LabError, OSError) as e:
             out.since_error = str(e)
     return out
 
@@ -382,6 +390,8 @@ def run_lines(result: Path, since: Path | None = None) -> list[str]:
     if v is None:
         return []
     lines = []
+    if since is None and v.since_error:
+        lines.append("drift: " + v.since_error)
     if v.movement is not None and v.movement.beyond_noise:
         lines.append("drift: " + v.movement.text())
     if since is not None:

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import argparse
 import csv
-import json
 import sys
 from pathlib import Path
 from typing import Any
 
+from mwlab.display import json_text
 from mwlab.models import ModelError
 from mwlab.models.factorial import analyze
 from mwlab.models.laws import Center, bounds
@@ -150,8 +150,8 @@ def main(args: argparse.Namespace) -> int:
         result = run(args)
     except (ModelError, OSError) as e:
         if getattr(args, "json", False):
-            print(json.dumps({"error": str(e)}))
+            print(json_text({"error": str(e)}))
         print(f"mwlab model: {e}", file=sys.stderr)
         return 2
-    print(json.dumps(result) if args.json else _human(args, result))
+    print(json_text(result) if args.json else _human(args, result))
     return 0

@@ -134,25 +134,36 @@ def route(cals: list[Calibration], levels: dict[str, Any], info: ExperimentInfo)
         start.settings = config_settings(start.settings, {key: value})
         return Route([Source(start, target)], f"calibrated on {start.sweep}")
     why = f"calibrated on {start.sweep}: the nearest measured configuration"
-    if len(differ) == 1:
-        key = differ[0]
-        want, have = _setting(target, key), _setting(start.settings, key)
+
+    def shown(key: str) -> str:
         measured = sorted(
             {_setting(c.settings, key) for c in cals if _number(_setting(c.settings, key))}, key=float
         )
-        shown = ", ".join(str(v) for v in measured)
+        return ", ".join(str(v) for v in measured)
+
+    # A setting the target lies between two measured levels of is
+    # interpolated between them, whatever else the rules carry.
+    for key in differ:
+        want, have = _setting(target, key), _setting(start.settings, key)
         partner = _partner(cals, start, key, want)
-        if partner is not None and _number(want):
-            other = _setting(partner.settings, key)
-            w = math.log(want / have) / math.log(other / have)
-            return Route(
-                [Source(start, target, 1 - w), Source(partner, target, w)],
-                f"between {start.sweep} and {partner.sweep} (measured {column(key)}: {shown}): "
-                f"predicted from both and interpolated in ln {column(key)}, weights {1 - w:.2f} and {w:.2f}",
-            )
+        if partner is None or not _number(want):
+            continue
+        other = _setting(partner.settings, key)
+        w = math.log(want / have) / math.log(other / have)
+        rest = [_label(k, _setting(target, k)) for k in differ if k != key]
+        carried = f"; {', '.join(rest)} carried by the rules" if rest else ""
+        return Route(
+            [Source(start, target, 1 - w), Source(partner, target, w)],
+            f"between {start.sweep} and {partner.sweep} (measured {column(key)}: {shown(key)}): "
+            f"predicted from both and interpolated in ln {column(key)}, weights {1 - w:.2f} and {w:.2f}"
+            + carried,
+        )
+    if len(differ) == 1:
+        key = differ[0]
+        want, have = _setting(target, key), _setting(start.settings, key)
         side = "largest" if _number(want) and _number(have) and want > have else "smallest"
         why += (
-            f" (measured {column(key)}: {shown}; {_label(key, want)} is past the {side}, "
+            f" (measured {column(key)}: {shown(key)}; {_label(key, want)} is past the {side}, "
             "carried by the rules)"
         )
     return Route([Source(start, target)], why)

@@ -241,9 +241,14 @@ def plan_spec(exp: Experiment, plans: list[ConfigPlan]) -> dict[str, Any]:
             picks.append({**levels, column_name(key): lvl, "repetitions": p.reps})
     doc["points"] = picks
     everything = ", ".join(map(str, exp.factors[key]))
+    rest = (
+        "; the report predicts the others with their intervals"
+        if len(picks) < len(exp.all_points())
+        else ""
+    )
     doc["description"] = (
         f"{exp.description.strip()} Planned by mwlab plan: {len(picks)} of the {len(exp.all_points())} "
-        f"points ({column_name(key)} of {everything}); the report predicts the others with their intervals."
+        f"points ({column_name(key)} of {everything}){rest}."
     ).strip()
     return doc
 
@@ -261,7 +266,12 @@ def describe(exp: Experiment, plans: list[ConfigPlan], target: float) -> list[st
         if p.worst_figure:
             worst += f" ({FIGURES[p.worst_figure]} at N = {p.worst_n})"
         reached = math.isnan(p.worst) or p.worst <= target
-        met = "" if reached else "  (not reachable: every population measured)"
+        met = (
+            ""
+            if reached
+            else f"  (the target is not reached even with every population and {MAX_REPS} repetitions: "
+            "this is the closest)"
+        )
         out.append(
             f"  {p.label or '(one configuration)'}: N = {', '.join(map(str, p.ns))} "
             f"x {p.reps} repetitions = {p.runs} runs; widest predicted {worst}{met}  [{p.basis}]"

@@ -264,6 +264,9 @@ def config_settings(base: Settings, levels: dict[str, Any]) -> Settings:
         raise PredictError("the message-queue system has no replication")
     if r > s.topology.servers:
         raise PredictError(f"replication {r} needs at least as many servers (nsvr={s.topology.servers})")
+    if s.middleware.replication != r:
+        # The seed levels as copies, as the runner resolves them: none is 1.
+        s = with_values(s, {"middleware.replication": r}, "configuration")
     return s
 
 
@@ -356,7 +359,7 @@ def usable(row: pd.Series) -> bool:
     throughput and mean response time that were measured and are positive
     (a run that completed no request has neither)."""
     x, r = num(row, "client_tput"), num(row, "client_rt_mean_us")
-    return num(row, "N", 0) >= 1 and x > 0 and r > 0
+    return num(row, "N", 0) >= 1 and 0 < x < math.inf and 0 < r < math.inf
 
 
 def unusable(agg: pd.DataFrame) -> list[str]:
@@ -365,9 +368,7 @@ def unusable(agg: pd.DataFrame) -> list[str]:
     for _, r in agg.iterrows():
         if not usable(r):
             x, rt = num(r, "client_tput"), num(r, "client_rt_mean_us")
-            out.append(
-                f"{r.get('point', '?')}: no throughput or response time measured (X {x:g}, R {rt:g} µs)"
-            )
+            out.append(f"{r.get('point', '?')}: no usable throughput or response time (X {x:g}, R {rt:g} µs)")
     return out
 
 
@@ -544,6 +545,10 @@ def predict_one(
     calibrated configuration), with its intervals clipped by the bounds
     (`finish=False`: no intervals yet; a blend of two predictions makes
     them from its parts' uncertainties)."""
+    if target is not None and target == cal.settings:
+        # A change that changes nothing (replication=none where one copy was
+        # measured): the calibrated configuration itself.
+        target = None
     notes: list[str] = []
     devs = cal.devices_at(n)
     if target is not None:
@@ -554,18 +559,24 @@ def predict_one(
             f"with half the change {cal.borrowed} measured there"
             if cal.borrowed
             else "with half their last trend"
+            if len(cal.ns) > 1
+            else "as measured there"
         )
-        notes.append(
-            f"N={n} outside the calibrated {cal.ns[0]}..{cal.ns[-1]}: "
-            f"demands carried from the nearest end {how}"
-        )
+        measured = f"{cal.ns[0]}..{cal.ns[-1]}" if len(cal.ns) > 1 else f"N={cal.ns[0]} only"
+        notes.append(f"N={n} outside the calibrated {measured}: demands carried from the nearest end {how}")
     elif cal.borrowed and n not in cal.ns:
         notes.append(
             f"N={n} between the calibrated populations: the demands' straight lines bent by half "
             f"the departure {cal.borrowed} measured there"
         )
     notes += _shared_cores(cal, n)
-    offset = cal.offset.at(n) if target is None else cal.offset.at(cal.ns[0])
+    # A configuration reached by rules: the offset's growth with N may be the
+    # calibrated configuration's own queueing or not; half of it is carried,
+    # the other half counted as doubt (`offset_gap`).
+    offset, offset_gap = cal.offset.at(n), 0.0
+    if target is not None:
+        light = cal.offset.at(cal.ns[0])
+        offset, offset_gap = (offset + light) / 2, abs(offset - light) / 2
     x, r = _solve(devs, n, cal.think_us, offset)
     pool = next((d for d in devs if d.name == "workers"), None)
     if target is None and pool is not None and len(cal.holding) >= 2 and not cal.ns[0] <= n <= cal.ns[-1]:
@@ -609,7 +620,7 @@ def predict_one(
         + (f", shaped by {cal.borrowed}" if cal.borrowed and n not in cal.ns else ""),
         notes=notes,
         devices=devs,
-        uncertainty=uncertainty(cal, devs, n, x, r, offset, steps=steps),
+        uncertainty=uncertainty(cal, devs, n, x, r, offset, steps=steps, offset_gap=offset_gap),
         think_us=cal.think_us,
         tail_sigma=_tail_spread(cal, n),
         bounds=_bounds_of(cal, n, target),
@@ -660,10 +671,11 @@ def _settle(
         pool.demand_us = 0.5 * (pool.demand_us + want)
         x, r = solve()
     else:
-        notes.append(
-            f"the workers' holding time did not settle in 100 steps (last {pool.demand_us:.1f} µs, "
-            f"{want:.1f} wanted): the prediction is its last step"
-        )
+        if want is not None and abs(want - pool.demand_us) > 0.01 * pool.demand_us:
+            notes.append(
+                f"the workers' holding time did not settle in 100 steps (last {pool.demand_us:.1f} µs, "
+                f"{want:.1f} wanted): the prediction is its last step"
+            )
     return x, r
 
 
@@ -686,7 +698,10 @@ def on_machine(cal: Calibration, others: list[Calibration]) -> Calibration:
 
 def _lightest(cal: Calibration, n: int, target: Settings | None) -> list[Device]:
     """Each device at the lightest demand the calibration measured, less a
-    point's noise (a measured mean may sit above the demand it measures),
+    point's noise (a measured mean may sit above the demand it measures);
+    the host CPU at the lightest any configuration of the run needed, as
+    measured (the least of many noisy means already sits low, and the
+    run's capacity bound is cores / that demand),
     on the most servers it had at any point, with the holding time at the
     lightest busy level; carried to `target` by the same rules as the
     prediction. Between two populations it measured a demand may dip below
@@ -705,11 +720,12 @@ def _lightest(cal: Calibration, n: int, target: Settings | None) -> list[Device]
     def low(name: str, c: Curve) -> float:
         own = c.own_knots
         measured = min((v for _, v in own if v > 0), default=0.0)
-        anywhere = min(measured, cal.machine.get(name, measured)) * math.exp(-Z90 * nx)
+        anywhere = min(measured, cal.machine.get(name, measured))
         if name.startswith("host CPU"):
             measured = anywhere
         else:
             measured *= math.exp(-Z90 * nx)
+            anywhere *= math.exp(-Z90 * nx)
         if not own or any(k == n for k, _ in own) or not own[0][0] < n < own[-1][0]:
             return measured
         doubt = demand_doubt(c, n)
@@ -729,7 +745,13 @@ def _lightest(cal: Calibration, n: int, target: Settings | None) -> list[Device]
     if target is not None:
         devs = transform(devs, cal.settings, target, [])
         pool = next((d for d in devs if d.name == "workers"), None)
-        if pool is not None and cal.holding:
+        if pool is not None and pool.servers < cal.servers.get("workers", 0.0):
+            # Fewer workers than measured contend less for the cores: a
+            # worker may hold a request for less than any measured holding
+            # time (8 workers' 91.9 µs bounded 2 workers below the 37,898
+            # ops/s they measured), so the pool bounds nothing.
+            pool.demand_us = math.nan
+        elif pool is not None and cal.holding:
             pool.demand_us = min(pool.demand_us, *(h for _, h in cal.holding))
     return devs
 
@@ -843,6 +865,7 @@ def uncertainty(
     r: float,
     offset: float,
     steps: list[float] | None = None,
+    offset_gap: float = 0.0,
 ) -> dict[str, dict[str, float]]:
     """The relative standard deviations of the predicted ln X and ln R, by source:
 
@@ -857,23 +880,30 @@ def uncertainty(
       or past them (`_curve_doubt`), each weighted by how much X and R
       depend on that demand;
     - `rules`: RULE_ERROR per doubling for each rule that carried the
-      prediction to a configuration that was not measured (`rule_steps`)."""
+      prediction to a configuration that was not measured (`rule_steps`),
+      and the part of the offset a rule cannot tell (`offset_gap`, µs)."""
     rule = RULE_ERROR * math.sqrt(sum(s * s for s in steps or []))
+    gap_r = offset_gap / r if r > 0 else 0.0
+    gap_x = offset_gap / (r + cal.think_us) if r + cal.think_us > 0 else 0.0
     nx, nr = cal.noise.point_cv("x"), cal.noise.point_cv("r")
     sens: list[tuple[float, float, Curve | None]] = []
     h = 0.02
+    # Alike devices (a hundred servers of one demand) move X and R alike:
+    # the network is solved once for each kind.
+    seen: dict[tuple[float, float, bool], tuple[float, float]] = {}
     for d in devs:
         if d.demand_us <= 0 or d.delay:
             continue
-        saved = d.demand_us
-        d.demand_us = saved * (1 + h)
-        try:
-            x2, r2 = _solve(devs, n, cal.think_us, offset)
-        finally:
-            d.demand_us = saved
-        sens.append(
-            (math.log(x2 / x) / math.log(1 + h), math.log(r2 / r) / math.log(1 + h), cal.curves.get(d.name))
-        )
+        kind = (d.demand_us, d.servers, d.in_network)
+        if kind not in seen:
+            saved = d.demand_us
+            d.demand_us = saved * (1 + h)
+            try:
+                x2, r2 = _solve(devs, n, cal.think_us, offset)
+            finally:
+                d.demand_us = saved
+            seen[kind] = (math.log(x2 / x) / math.log(1 + h), math.log(r2 / r) / math.log(1 + h))
+        sens.append((*seen[kind], cal.curves.get(d.name)))
     # The offset: its noise is that of the measured response time it came from.
     r_off = nr * abs(offset) / r if r > 0 else 0.0
     x_off = r_off * r / (r + cal.think_us) if r + cal.think_us > 0 else 0.0
@@ -902,13 +932,13 @@ def uncertainty(
             "noise": nx,
             "calibration": cal_x,
             "curve": math.sqrt(cx),
-            "rules": rule,
+            "rules": math.hypot(rule, gap_x),
         },
         "r": {
             "noise": nr,
             "calibration": cal_r,
             "curve": math.sqrt(cr),
-            "rules": rule,
+            "rules": math.hypot(rule, gap_r),
         },
     }
 

@@ -6,17 +6,18 @@ prints exactly one JSON value: a list of predicted points, or an object with
 from __future__ import annotations
 
 import argparse
-import json
 import math
+import re
 import sys
 from pathlib import Path
 
 import pandas as pd
 
 from mwlab.analysis import compute_tables, read_experiment
+from mwlab.display import json_text
 from mwlab.drift import TRANSFER, Against, DriftError, Ratio, against, ratio
 from mwlab.nearest import predict
-from mwlab.predict import PredictError, Prediction, parse_changes
+from mwlab.predict import PredictError, Prediction, parse_changes, unusable
 from mwlab.procs import LabError
 
 
@@ -49,12 +50,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def _clients(text: str | None) -> list[int] | None:
     if text is None:
         return None
-    try:
-        ns = [int(v) for v in text.split(",") if v.strip()]
-    except ValueError:
-        raise PredictError(
-            f"--clients {text!r}: expected whole numbers separated by commas, e.g. 8,16,64"
-        ) from None
+    parts = [v.strip() for v in text.split(",") if v.strip()]
+    if not all(re.fullmatch(r"[0-9]+", v) for v in parts):
+        raise PredictError(f"--clients {text!r}: expected whole numbers separated by commas, e.g. 8,16,64")
+    ns = [int(v) for v in parts]
     if not ns or any(n < 1 for n in ns):
         raise PredictError(f"--clients {text!r}: every population must be at least 1")
     return ns
@@ -65,7 +64,18 @@ def aggregate_of(result: Path) -> pd.DataFrame:
     read_experiment(result)  # a clear message for a directory that is not a result
     path = result / "aggregate.csv"
     # Computed in memory where missing: reading a result never writes into it.
-    return pd.read_csv(path) if path.is_file() else compute_tables(result)[1]
+    if not path.is_file():
+        return compute_tables(result)[1]
+    try:
+        agg = pd.read_csv(path)
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as e:
+        raise LabError(
+            f"{path} is damaged ({str(e).strip().splitlines()[0]}): `mwlab analyze {result}` "
+            "writes it again from the runs"
+        ) from None
+    if "N" not in agg or "client_tput" not in agg:
+        raise LabError(f"{path} has no N or client_tput column: `mwlab analyze {result}` writes it again")
+    return agg
 
 
 def _human(preds: list[Prediction]) -> str:
@@ -154,18 +164,21 @@ def main(args: argparse.Namespace) -> int:
         result = Path(args.result)
         if not result.is_dir():
             raise LabError(f"{result}: no such result directory")
-        preds = predict(
-            aggregate_of(result), read_experiment(result), parse_changes(args.set), _clients(args.clients)
-        )
+        agg = aggregate_of(result)
+        preds = predict(agg, read_experiment(result), parse_changes(args.set), _clients(args.clients))
+        for why in unusable(agg):
+            print(f"mwlab predict: left out: {why}", file=sys.stderr)
         if args.against:
             return _against(args, result, preds)
+    except BrokenPipeError:
+        raise  # the reader went away: `mwlab` ends quietly, as for every command
     except (PredictError, LabError, OSError, DriftError) as e:
         if args.json:
-            print(json.dumps({"error": str(e)}))
+            print(json_text({"error": str(e)}))
         print(f"mwlab predict: {e}", file=sys.stderr)
         return 2
     if args.json:
-        print(json.dumps([p.to_dict() for p in preds], default=lambda v: None if v != v else v))
+        print(json_text([p.to_dict() for p in preds]))
     else:
         print(_human(preds))
     return 0
@@ -190,7 +203,7 @@ def _against(args: argparse.Namespace, a: Path, preds: list[Prediction]) -> int:
             d["covered"] = r.covered if r.measured else None
             d["unscaled_covered"] = r.unscaled_covered if r.measured else None
             out.append(d)
-        print(json.dumps(out, default=lambda v: None if v != v else v))
+        print(json_text(out))
     else:
         print(against_text(rows, rho, a, b))
     return 0

@@ -207,9 +207,9 @@ def read(result: Path) -> list[Reference]:
         return []
     out = []
     with path.open(newline="") as f:
-        for row in csv.DictReader(f):
-            out.append(
-                Reference(
+        for i, row in enumerate(csv.DictReader(f), start=2):
+            try:
+                ref = Reference(
                     phase=row["phase"],
                     started_unix=float(row["started_unix"]),
                     x=float(row["x"]),
@@ -217,7 +217,13 @@ def read(result: Path) -> list[Reference]:
                     r_us=float(row["r_us"]),
                     r_se_us=float(row["r_se_us"]),
                     windows=int(row["windows"]),
-                    point=row.get("point", REF_POINT),
+                    point=row.get("point") or REF_POINT,
                 )
-            )
+            except KeyError as e:
+                raise LabError(f"{path} is damaged: it has no column {e}") from None
+            except (TypeError, ValueError) as e:
+                raise LabError(f"{path} is damaged: line {i}: {e}") from None
+            if not (math.isfinite(ref.x) and ref.x >= 0):
+                raise LabError(f"{path} is damaged: line {i}: throughput {row['x']}")
+            out.append(ref)
     return out
