@@ -100,16 +100,24 @@ test-clock:
 run: build python-deps
 	$(VENV)/bin/mwlab run quickstart
 
-## Three memcached servers and mwproxy in front of them, until Ctrl-C.
+## Three memcached servers and mwproxy in front of them with its admin
+## endpoint (/metrics), until Ctrl-C; prints every port it started. Ports:
+## PROXY_PORT (11311), MC_PORTS ("21211 21212 21213"), ADMIN_PORT (9100), as
+## in make run-proxy PROXY_PORT=11400. A port set is used or refused; a
+## default that is taken is replaced by a free port (said). So for the others.
 run-proxy: build
 	scripts/run-local.sh
 
-## A throwaway PostgreSQL and mwmq in front of it, until Ctrl-C.
+## A throwaway PostgreSQL (unix socket only) and mwmq in front of it with its
+## admin endpoint (/metrics, /ui), until Ctrl-C. Ports: MQ_PORT (6380),
+## ADMIN_PORT (9380).
 run-mq: build
 	scripts/run-mq.sh
 
 ## A highly available PostgreSQL (pg_auto_failover: monitor, primary,
-## synchronous standby) and mwmq in front of it, until Ctrl-C.
+## synchronous standby) and mwmq in front of it, until Ctrl-C. Ports: MQ_PORT
+## (6380), ADMIN_PORT (9380), PG_PORTS (the monitor's and the nodes', "M P1 P2";
+## free ones unless set).
 run-mq-ha: build ha-deps
 	scripts/run-mq-ha.sh
 

@@ -12,7 +12,7 @@
 #   scripts/pg-ha.sh kill DIR N        SIGKILL node N's keeper and every PostgreSQL process of it (its machine died)
 #   scripts/pg-ha.sh revive DIR N      starts node N's keeper again (it rejoins, as the standby after a failover)
 #   scripts/pg-ha.sh freeze DIR N      SIGSTOP node N's PostgreSQL processes (its keeper runs on); thaw: SIGCONT
-#   scripts/pg-ha.sh state DIR         each node's reported and assigned state, as the monitor sees them
+#   scripts/pg-ha.sh state DIR         each node's reported and assigned state and health, as the monitor sees them
 #   scripts/pg-ha.sh wait DIR S1 S2 [SECONDS]
 #                                      waits until node 1 reports state S1 and node 2 S2 (e.g. primary secondary; -: any)
 #   scripts/pg-ha.sh conninfo DIR      the connection string: both nodes, target_session_attrs=read-write
@@ -105,8 +105,14 @@ wait_node() {
   return 1
 }
 
+# A line per node: its name, address, the state its keeper last reported
+# (a dead node's stays what it was), the state the monitor assigned it, and
+# the monitor's health check of its PostgreSQL (good, bad, unknown).
 state() {
-  on_monitor -F ' ' -c "SELECT nodename, nodehost || ':' || nodeport, reportedstate, goalstate FROM pgautofailover.node ORDER BY nodeid"
+  local rows
+  rows=$(on_monitor -F ' ' -c "SELECT nodename, nodehost || ':' || nodeport, reportedstate, goalstate,
+    CASE health WHEN 1 THEN 'good' WHEN 0 THEN 'bad' ELSE 'unknown' END FROM pgautofailover.node ORDER BY nodeid")
+  { echo "node address reported assigned health"; echo "$rows"; } | awk '{ printf "%-7s %-16s %-17s %-17s %s\n", $1, $2, $3, $4, $5 }'
 }
 
 start() {

@@ -49,6 +49,17 @@ fn send_until_answered(
     key: &str,
     limit: Duration,
 ) -> Option<(i64, u32, Instant)> {
+    send_noting_errors(c, queue, key, limit, &mut Vec::new())
+}
+
+/// [`send_until_answered`], adding the errors it was answered to `errors`.
+fn send_noting_errors(
+    c: &mut redis::Connection,
+    queue: &str,
+    key: &str,
+    limit: Duration,
+    errors: &mut Vec<String>,
+) -> Option<(i64, u32, Instant)> {
     let t0 = Instant::now();
     let mut tries = 0;
     while t0.elapsed() < limit {
@@ -56,10 +67,76 @@ fn send_until_answered(
         let asked = Instant::now();
         match redis::cmd("SEND").arg(queue).arg(key).arg("KEY").arg(key).query::<i64>(c) {
             Ok(id) => return Some((id, tries, asked)),
-            Err(_) => std::thread::sleep(Duration::from_millis(20)),
+            Err(e) => {
+                errors.push(e.to_string());
+                std::thread::sleep(Duration::from_millis(20))
+            }
         }
     }
     None
+}
+
+/// A SEND with a KEY, once: its error's text, or None if it was answered with an id.
+fn send_error(c: &mut redis::Connection, queue: &str, key: &str) -> Option<String> {
+    let r = redis::cmd("SEND").arg(queue).arg(key).arg("KEY").arg(key).query::<i64>(c);
+    r.err().map(|e| {
+        assert_eq!(e.code(), Some("TRYAGAIN"), "clients retry on TRYAGAIN: {e}");
+        e.to_string()
+    })
+}
+
+/// Whether `e` says what a client needs during a failover: no primary, a
+/// promotion awaited (not the standby's bare "database does not allow writes").
+fn says_no_primary(e: &str) -> bool {
+    e.contains("no primary: ") && e.contains("the primary is gone, and a promotion is awaited")
+}
+
+/// While the server behind the connection string takes no writes (as a
+/// standby does until it is promoted), requests hear TRYAGAIN saying that
+/// there is no primary and a promotion is awaited, both on the connection
+/// that was open (SQLSTATE 25006) and on the ones opened after
+/// (`target_session_attrs=read-write` refused); then service resumes by
+/// itself. A plain PostgreSQL made read-only stands in for the standby: the
+/// same SQLSTATE and the same `transaction_read_only = on`, in a second.
+#[test]
+fn a_database_that_takes_no_writes_is_said_to_have_no_primary() {
+    let pg = Postgres::start().unwrap_or_else(|e| panic!("{e:#}"));
+    let mq = start(config_for(&format!("{} target_session_attrs=read-write", pg.conninfo())));
+    let mut c = connect(mq.local_addr());
+    let _: String = q(&mut c, &["QCREATE", "q"]);
+    let _: i64 = q(&mut c, &["SEND", "q", "before"]);
+    let mut admin = sql(&pg);
+    let set_read_only = |admin: &mut postgres::Client, on: bool| {
+        let v = if on { "on" } else { "off" };
+        // One statement at a time: ALTER SYSTEM runs in no transaction block.
+        for sql in [
+            "SET default_transaction_read_only = off".to_string(),
+            format!("ALTER SYSTEM SET default_transaction_read_only = {v}"),
+            "SELECT pg_reload_conf()".to_string(),
+        ] {
+            admin.batch_execute(&sql).unwrap_or_else(|e| panic!("{sql}: {e}"));
+        }
+    };
+    set_read_only(&mut admin, true);
+    // Until a SEND is refused on a connection opened after the change (the
+    // reload reaches the open ones' next transaction; the pool engine opens
+    // another for the next request, the async engine after its backoff).
+    let mut errors = Vec::new();
+    assert!(
+        eventually(Duration::from_secs(30), || {
+            errors.extend(send_error(&mut c, "q", &format!("k{}", errors.len())));
+            errors.iter().any(|e| !e.contains("no longer takes writes"))
+        }),
+        "no SEND was refused on a new connection within 30 s: {errors:?}"
+    );
+    for e in &errors {
+        assert!(says_no_primary(e), "{e}");
+    }
+    set_read_only(&mut admin, false);
+    let (id, _, _) = send_until_answered(&mut c, "q", "after", Duration::from_secs(30)).expect("service resumes");
+    assert!(id > 0);
+    mq.stopper().stop();
+    mq.join();
 }
 
 /// PostgreSQL turns a cancelled wait for the synchronous standby into a
@@ -150,6 +227,8 @@ struct Seen {
     sent: HashMap<i64, (Instant, Instant)>,
     /// SEND attempts answered with an error (retried with the same KEY).
     send_errors: u64,
+    /// Their errors' texts, each with how many times it was heard.
+    send_error_texts: HashMap<String, u64>,
     /// Every delivery: message id and when the RECV that got it was sent.
     received: Vec<(i64, Instant)>,
     /// Message id -> when an ACK of it was answered 1.
@@ -187,12 +266,16 @@ fn the_primary_dies_and_nothing_acknowledged_is_lost() {
                 while !stop.load(Ordering::Relaxed) {
                     let key = format!("s{t}-{n}");
                     // Each key until it is answered: a TRYAGAIN may have committed.
-                    match send_until_answered(&mut c, "drill", &key, Duration::from_secs(120)) {
+                    let mut errors = Vec::new();
+                    match send_noting_errors(&mut c, "drill", &key, Duration::from_secs(120), &mut errors) {
                         Some((id, tries, asked)) => {
                             let answered = Instant::now();
                             let mut s = seen.lock().unwrap();
                             s.sent.insert(id, (asked, answered));
                             s.send_errors += u64::from(tries - 1);
+                            for e in errors {
+                                *s.send_error_texts.entry(e).or_default() += 1;
+                            }
                         }
                         None => panic!("SEND {key} never answered within 120 s"),
                     }
@@ -337,9 +420,20 @@ fn the_primary_dies_and_nothing_acknowledged_is_lost() {
         (back - killed).as_secs_f64(),
         gap.as_secs_f64()
     );
+    for (e, n) in &s.send_error_texts {
+        eprintln!("  {n} x {e}");
+    }
     assert!(lost.is_empty(), "SENDs answered with an id but never received: {lost:?}");
     assert!(again.is_empty(), "messages delivered again after an ACK answered 1: {again:?}");
     assert!(s.sent.len() > before_kill, "SENDs were answered after the failover");
+    // What the senders heard while there was no primary: that, not the
+    // standby's "database does not allow writes".
+    assert!(
+        s.send_error_texts.keys().any(|e| says_no_primary(e)),
+        "no SEND heard that the primary is gone: {:?}",
+        s.send_error_texts
+    );
+    assert!(!s.send_error_texts.keys().any(|e| e.contains("does not allow writes")), "{:?}", s.send_error_texts);
     // /readyz: 503 while no primary answered, 200 at the end.
     assert!(probes.iter().any(|(t, ok)| *t > killed && !ok), "/readyz never said 503 after the kill");
     assert!(probes.last().is_some_and(|p| p.1), "/readyz is 200 again");
@@ -356,6 +450,17 @@ fn the_primary_dies_and_nothing_acknowledged_is_lost() {
         .and_then(|v| v.trim().parse().ok())
         .unwrap();
     assert!(without > 0.5 && without < 120.0, "{without}");
+
+    // `pg-ha.sh state` as docs/mwmq.md shows it: the dead node keeps its
+    // last report (primary); the monitor assigned it `demoted` and finds it bad.
+    let state = ha.state();
+    let words = |node: &str| -> Vec<String> {
+        let line = state.lines().find(|l| l.starts_with(node)).unwrap_or_default();
+        line.split_whitespace().skip(2).map(String::from).collect()
+    };
+    assert!(state.starts_with("node    address          reported          assigned          health\n"), "{state}");
+    assert_eq!(words("node_1"), ["primary", "demoted", "bad"], "{state}");
+    assert_eq!(words("node_2"), ["wait_primary", "wait_primary", "good"], "{state}");
 
     // The old primary comes back: as the standby.
     or_state(&ha, ha.revive(1));

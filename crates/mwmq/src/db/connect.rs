@@ -110,9 +110,14 @@ fn target(cfg: &Config) -> Result<(tokio_postgres::Config, Option<crate::db::tls
     Ok((pg, tls.then_some(target)))
 }
 
-/// "error performing TLS handshake" says little without its cause.
+/// "error performing TLS handshake" says little without its cause. With
+/// `target_session_attrs=read-write`, tokio-postgres tries every host and
+/// gives the last one's error: "database does not allow writes" when no
+/// host took writes and the last one answered read-only (a standby), which
+/// during a failover means the primary is gone ([`NO_PRIMARY`]).
 fn connect_error(e: postgres::Error) -> String {
     match std::error::Error::source(&e) {
+        Some(cause) if cause.to_string() == "database does not allow writes" => NO_PRIMARY.to_string(),
         Some(cause) => format!("{e}: {cause}"),
         None => e.to_string(),
     }

@@ -73,6 +73,31 @@ pub enum DbError {
     CountOwned(String),
 }
 
+/// What a request hears when the servers of the connection string that
+/// answer are all read-only: during a failover the primary is gone and its
+/// standby answers, read-only until the monitor has it promoted (and then
+/// until the old primary is known to be down). Said as what happened, not as
+/// the standby's refusal ("database does not allow writes"), which reads as
+/// if the database had been set read-only. After `TRYAGAIN`, on which
+/// clients retry.
+pub(crate) const NO_PRIMARY: &str =
+    "no primary: the database servers that answer do not take writes (standbys); the primary is gone, and a \
+     promotion is awaited";
+
+/// The same, for a connection whose server stopped taking writes under it.
+pub(crate) const NO_LONGER_PRIMARY: &str =
+    "no primary: the database server no longer takes writes (it is a standby now, or a failover is under way); \
+     the primary is gone, and a promotion is awaited";
+
+/// A connection could not be opened (`e`, as `connect` says it): try again.
+pub(crate) fn unavailable(e: &str) -> DbError {
+    if e.starts_with("no primary:") {
+        DbError::Unavailable(e.to_string())
+    } else {
+        DbError::Unavailable(format!("the database is unavailable: {e}"))
+    }
+}
+
 /// Whether an error means the server cannot take writes: a standby, or a
 /// primary being failed over (pg_auto_failover makes the new primary
 /// read-only until the old one is known to be down). The connection is
@@ -114,7 +139,7 @@ fn classify(e: postgres::Error) -> DbError {
         ));
     }
     if read_only(&e) {
-        return DbError::Unavailable("the database server is read-only (a standby, or a failover under way)".into());
+        return DbError::Unavailable(NO_LONGER_PRIMARY.into());
     }
     match e.code() {
         Some(c) if *c == SqlState::QUERY_CANCELED => {

@@ -212,14 +212,14 @@ impl Pool {
                         s.last_error = Some(e.clone());
                         drop(s);
                         self.freed.notify_all();
-                        return Err(DbError::Unavailable(format!("the database is unavailable: {e}")));
+                        return Err(crate::db::unavailable(&e));
                     }
                 }
             }
             if s.open < self.size {
                 // Backing off after failures: fail fast rather than hold the request.
                 let e = s.last_error.clone().unwrap_or_else(|| "reconnecting".into());
-                return Err(DbError::Unavailable(format!("the database is unavailable: {e}")));
+                return Err(crate::db::unavailable(&e));
             }
             if now >= deadline {
                 self.counters.timeouts.fetch_add(1, Ordering::Relaxed);

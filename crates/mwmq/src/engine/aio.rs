@@ -1112,7 +1112,7 @@ impl Loop {
                 let s = &mut slots[i];
                 if s.next_attempt.is_some_and(|t| Instant::now() < t) {
                     let e = s.last_error.clone().unwrap_or_else(|| "reconnecting".into());
-                    return other.ok_or_else(|| DbError::Unavailable(format!("the database is unavailable: {e}")));
+                    return other.ok_or_else(|| crate::db::unavailable(&e));
                 }
                 if s.opening {
                     if let Some(pg) = other {
@@ -1164,7 +1164,7 @@ impl Loop {
                     s.next_attempt = Some(Instant::now() + s.backoff);
                     s.backoff = (s.backoff * 2).min(Duration::from_millis(cfg.database.retry_max_ms));
                     s.last_error = Some(e.clone());
-                    Err(DbError::Unavailable(format!("the database is unavailable: {e}")))
+                    Err(crate::db::unavailable(&e))
                 }
             }
         };
