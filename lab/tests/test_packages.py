@@ -37,8 +37,9 @@ PROGRAMS = ["mwproxy", "mwmq", "mwload"]
 SERVICES = ["mwproxy", "mwmq"]
 # Clients the services serve at once by default, which LimitNOFILE must leave room for.
 MAX_CONNECTIONS = {"mwproxy": 4096, "mwmq": 10000}
-# Held while the packages are installed: two test runs on one machine take turns.
-LOCK = Path("/tmp/mwlab-package-test.lock")
+# flock()ed while the packages are installed, so that two test runs on one
+# machine take turns (dpkg's own locks are fcntl locks on files inside it).
+LOCK = Path("/var/lib/dpkg")
 # Left while they are installed: a run that died before its purge is recognised as such.
 MARK = Path("/tmp/mwlab-package-test.installed")
 
@@ -273,7 +274,8 @@ def installed(debs) -> Iterator[None]:
         pytest.skip("installing packages needs root")
     if shutil.which("systemd-analyze") is None:
         pytest.fail("systemd-analyze is missing: make test installs it (the systemd package)")
-    with LOCK.open("w") as lock:
+    lock = os.open(LOCK, os.O_RDONLY)
+    try:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if installed_by_someone_else():
             pytest.skip(f"{', '.join(PROGRAMS)} already installed on this machine: left alone")
@@ -283,6 +285,8 @@ def installed(debs) -> Iterator[None]:
             yield
         finally:
             purge()
+    finally:
+        os.close(lock)
 
 
 @pytest.mark.parametrize("name", SERVICES)
