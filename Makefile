@@ -10,6 +10,13 @@ VENV := .venv
 PYTHON ?= python3
 
 .PHONY: all deps ha-deps test-deps rust-deps python-deps build test test-slow test-clock run run-proxy run-mq run-mq-ha bench lint fmt clean
+.PHONY: dist-deps dist-test-deps release deb install uninstall
+
+# Where make install puts things (the configurations go to $(PREFIX)/etc, or
+# /etc when PREFIX is /usr: SYSCONFDIR=... says otherwise).
+PREFIX ?= /usr/local
+DESTDIR ?=
+export PREFIX DESTDIR SYSCONFDIR UNITDIR
 
 all: build
 
@@ -83,18 +90,63 @@ build: deps rust-deps
 ## and every failure with its log (target/test-logs/). Two Rust test
 ## binaries run side by side (no test holds a timing to a fixed margin,
 ## docs/testing.md), which keeps the whole under 15 minutes on 2 cores.
-test: test-clock deps test-deps rust-deps python-deps
+test: test-clock deps test-deps dist-test-deps rust-deps python-deps
 	scripts/testrun.py --jobs 2 $(TEST_ARGS)
 
 ## What CI runs (.ci/run): make test's suites, and every mwproxy and mwmq
 ## suite again with the service's other engine (pool), one binary at a
 ## time (CI has the time).
-test-slow: test-clock deps test-deps rust-deps python-deps
+test-slow: test-clock deps test-deps dist-test-deps rust-deps python-deps
 	scripts/testrun.py --engines both $(TEST_ARGS)
 
 # The start of a test run, so that the installs before it are timed too.
 test-clock:
 	@mkdir -p target/test-logs && date +%s.%N > target/test-logs/start
+
+## What make deb and make install need: dpkg-deb (dpkg), strip and objdump
+## (binutils), gzip.
+dist-deps:
+	@missing=""; \
+	for b in dpkg-deb:dpkg strip:binutils objdump:binutils gzip:gzip; do \
+	  command -v $${b%%:*} >/dev/null 2>&1 || missing="$$missing $${b##*:}"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing:$$missing"; \
+	  $(SUDO) apt-get update -q && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q --no-install-recommends $$missing; \
+	fi
+
+## And what the package tests (lab/tests/test_packages.py) check them with:
+## systemd-analyze (systemd) verifies the units, man (man-db) renders the pages.
+dist-test-deps: dist-deps
+	@missing=""; \
+	for b in systemd-analyze:systemd man:man-db; do \
+	  command -v $${b%%:*} >/dev/null 2>&1 || missing="$$missing $${b##*:}"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing:$$missing"; \
+	  $(SUDO) apt-get update -q && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q --no-install-recommends $$missing; \
+	fi
+
+## The release binaries alone (make build also installs what runs and tests need).
+release: rust-deps
+	@command -v $(CARGO) >/dev/null 2>&1 || { echo "cargo (Rust) is required: https://rustup.rs"; exit 1; }
+	$(CARGO) build --release --workspace --bins
+
+## Debian packages of mwproxy, mwmq and mwload in target/debian/: the binary,
+## man pages, shell completions, and for the services a commented
+## configuration in /etc/NAME/ and a systemd unit (docs/install.md).
+deb: dist-deps release
+	scripts/dist.sh deb
+
+## The same files under $(DESTDIR)$(PREFIX), for systems without dpkg. The
+## release binaries are brought up to date first where cargo is on the PATH
+## (under sudo it may not be: then what make build left is installed).
+install: dist-deps $(if $(shell command -v $(CARGO) 2>/dev/null),release)
+	scripts/dist.sh install
+
+## Removes what make install put there (an edited configuration stays).
+uninstall:
+	scripts/dist.sh uninstall
 
 ## The quick-start experiment: servers, a middleware and clients, then the report.
 run: build python-deps

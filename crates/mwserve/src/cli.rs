@@ -117,6 +117,13 @@ pub fn set<T: Copy>(field: &mut T, flag: Option<T>) {
 /// Parses the command line `P` of the middleware configured by `C`; the
 /// shared flags' help shows `C`'s defaults.
 pub fn parse<P: Parser, C: ServiceConfig>() -> P {
+    P::from_arg_matches(&command::<P, C>().get_matches()).unwrap_or_else(|e| e.exit())
+}
+
+/// The command line `P` of the middleware configured by `C` as [`parse`]
+/// reads and `--help` shows it, for what is made from it besides (man
+/// pages, shell completions: the `mwdist` crate).
+pub fn command<P: Parser, C: ServiceConfig>() -> clap::Command {
     let d = Common::of(&C::default()).expect("the defaults are a configuration");
     let shown = [
         ("listen", d.listen.clone()),
@@ -132,7 +139,7 @@ pub fn parse<P: Parser, C: ServiceConfig>() -> P {
             a.help(format!("{help} [default: {value}]"))
         });
     }
-    P::from_arg_matches(&command.get_matches()).unwrap_or_else(|e| e.exit())
+    command
 }
 
 /// A running middleware, as its `main` and its tests drive it.
