@@ -37,6 +37,7 @@ pub struct Mq {
 
 impl Service for Mq {
     const NAME: &'static str = "mwmq";
+    const ADMIN_PATHS: &'static [&'static str] = crate::admin::PATHS;
     type Config = Config;
 
     /// Checks the configuration, migrates the schema, opens the pool, binds
