@@ -252,3 +252,34 @@ fn a_dead_server_at_start_is_a_warning_naming_it_in_text_or_json_without_colour(
     }
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// `stats` said `rusage_user 0.000000` for a proxy that had worked: its
+/// CPU times came in clock ticks of 10 ms. Now they are getrusage(2)'s, in
+/// microseconds, as memcached's: a fresh proxy that answered a few requests
+/// has used some.
+#[test]
+fn stats_shows_the_cpu_time_used() {
+    let server = Memcached::start().unwrap();
+    let port = free_port();
+    let mut child = mwproxy()
+        .args(["-p", &port.to_string(), "-m", &server.endpoint()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let addr = format!("127.0.0.1:{port}").parse().unwrap();
+    wait_for_port(addr, common::PATIENCE).unwrap();
+    let mut c = Client::connect(addr).unwrap();
+    for i in 0..20 {
+        assert_eq!(c.call_str(&format!("set k{i} 0 0 1\r\nx\r\n")).unwrap(), "STORED\r\n");
+    }
+    let stats = c.call_str("stats\r\n").unwrap();
+    let seconds = |name: &str| -> f64 {
+        let prefix = format!("STAT {name} ");
+        stats.lines().find_map(|l| l.strip_prefix(&prefix)).unwrap_or_else(|| panic!("no {name}")).parse().unwrap()
+    };
+    assert!(seconds("rusage_user") > 0.0, "{stats}");
+    assert!(seconds("rusage_system") >= 0.0, "{stats}");
+    let _ = child.kill();
+    let _ = child.wait();
+}
