@@ -1,7 +1,8 @@
 //! What an operator meets in mwmq's first minute: `--help` and `--version`,
-//! a warning for a flag the engine in use ignores, the log's formats, and
-//! `/metrics` counting a request as soon as it is answered. Each test failed
-//! on the code before the change it names.
+//! a warning for a flag the engine in use ignores, the log's formats, a
+//! database that cannot be reached at start, and `/metrics` counting a
+//! request as soon as it is answered. Each test failed on the code before
+//! the change it names.
 
 mod common;
 
@@ -97,6 +98,20 @@ fn logs_are_json_lines_when_asked_and_never_coloured_off_a_terminal() {
             assert!(v["timestamp"].is_string(), "{line}");
         }
     }
+}
+
+/// A database that cannot be reached at start stops mwmq before it listens
+/// (exit status 1), and the message says where it tried: it said only
+/// `database: error connecting to server: Connection refused`.
+#[test]
+fn an_unreachable_database_at_start_is_named() {
+    let port = mctest::free_port();
+    let db = format!("host=127.0.0.1 port={port} dbname=mwmq user=mwmq password=hidden");
+    let out = bare().args(["--db", &db, "--listen", "127.0.0.1:0"]).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains(&format!("mwmq: database: 127.0.0.1:{port}: ")), "{err}");
+    assert!(!err.contains("hidden"), "no password in a message: {err}");
 }
 
 /// `/metrics` showed the closed windows only: a request just answered was
