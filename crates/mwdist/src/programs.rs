@@ -72,7 +72,7 @@ fn mwproxy(etc: &str) -> Program {
         .about("mwproxy with twemproxy's (nutcracker's) command line");
     Program {
         name: "mwproxy",
-        command: || mwserve::cli::command::<mwproxy::cli::Cli, mwproxy::Config>(),
+        command: || mwserve::cli::command::<mwproxy::cli::Cli, mwproxy::Proxy>(),
         also: vec![nutcracker],
         sections: vec![
             section(
@@ -122,7 +122,7 @@ fn mwproxy(etc: &str) -> Program {
 fn mwmq(etc: &str) -> Program {
     Program {
         name: "mwmq",
-        command: || mwserve::cli::command::<mwmq::cli::Cli, mwmq::Config>(),
+        command: || mwserve::cli::command::<mwmq::cli::Cli, mwmq::Mq>(),
         also: Vec::new(),
         sections: vec![
             section(

@@ -17,157 +17,182 @@ use crate::workload::{KeyPattern, ValueSizes, Workload};
 
 /// mwload: a memcached load generator (closed and open loop) that measures right.
 #[derive(Parser, Debug, Clone)]
-#[command(name = "mwload", version, about, long_about = None)]
+#[command(name = "mwload", version, about, long_about = None, after_long_help = AFTER_HELP)]
 pub struct Args {
     /// Server host (with -p); see --servers for several.
-    #[arg(short = 's', long = "server", default_value = "127.0.0.1")]
+    #[arg(short = 's', long = "server", value_name = "HOST", default_value = "127.0.0.1", help_heading = SERVERS)]
     pub server: String,
-    /// Server port.
-    #[arg(short = 'p', long, default_value_t = 11211)]
-    pub port: u16,
+    /// Server port (memcached itself listens on 11211) [default: 11311, mwproxy's; 6380 with -P mq, mwmq's].
+    #[arg(short = 'p', long, value_name = "PORT", help_heading = SERVERS)]
+    pub port: Option<u16>,
     /// Several targets, host:port[:weight] comma-separated; keys are placed with ketama.
-    #[arg(long, value_delimiter = ',', value_name = "LIST")]
+    #[arg(long, value_delimiter = ',', value_name = "LIST", help_heading = SERVERS)]
     pub servers: Vec<ServerSpec>,
+    /// Protocol: memcache_text (memtier's -P), or mq for mwmq (RESP): sets
+    /// become SENDs, gets become receives (--receive), -d is the body size.
+    #[arg(short = 'P', long, value_name = "PROTOCOL", default_value = "memcache_text", help_heading = SERVERS)]
+    pub protocol: String,
+    /// Speak TLS to the targets (memcached -Z, mwproxy --tls-cert, mwmq with TLS); needs --tls-ca.
+    #[arg(long, help_heading = SERVERS)]
+    pub tls: bool,
+    /// PEM CA certificates that signed the targets' certificates.
+    #[arg(long, value_name = "FILE", help_heading = SERVERS)]
+    pub tls_ca: Option<PathBuf>,
+    /// The name the targets' certificates carry [default: each target's IP address].
+    #[arg(long, value_name = "NAME", help_heading = SERVERS)]
+    pub tls_server_name: Option<String>,
+    /// Log in first on every connection, as memcached -Y and mwproxy --auth-file expect.
+    #[arg(long, value_name = "USER:PASSWORD", help_heading = SERVERS)]
+    pub auth: Option<String>,
+    /// Reconnect a lost connection (after 50 ms, doubling to 1 s between
+    /// attempts; giving up after 10 s of failures) instead of stopping its load.
+    #[arg(long, help_heading = SERVERS)]
+    pub reconnect: bool,
     /// Load threads.
-    #[arg(short = 't', long, default_value_t = 2)]
+    #[arg(short = 't', long, value_name = "N", default_value_t = 2, help_heading = LOAD)]
     pub threads: usize,
     /// Connections (clients) per thread.
-    #[arg(short = 'c', long = "clients", default_value_t = 10)]
+    #[arg(short = 'c', long = "clients", value_name = "N", default_value_t = 10, help_heading = LOAD)]
     pub clients: usize,
     /// Virtual clients per connection, each with one request outstanding
     /// (closed loop); `--pipeline` is memtier's name for the same.
-    #[arg(long, visible_alias = "pipeline", default_value_t = 1)]
+    #[arg(long, visible_alias = "pipeline", value_name = "N", default_value_t = 1, help_heading = LOAD)]
     pub virtual_clients: usize,
-    /// Seconds of measurement (the default when neither this nor -n is given: 10).
-    #[arg(long = "test-time", value_name = "SECS")]
+    /// Seconds of measurement, unless -n is given [default: 10].
+    #[arg(long = "test-time", value_name = "SECS", help_heading = LOAD)]
     pub test_time: Option<f64>,
     /// Requests per virtual client instead of a duration (closed loop).
-    #[arg(short = 'n', long = "requests")]
+    #[arg(short = 'n', long = "requests", value_name = "N", help_heading = LOAD)]
     pub requests: Option<u64>,
     /// Seconds of load before the measurement (windows marked `warmup`).
-    #[arg(long, default_value_t = 0.0, value_name = "SECS")]
+    #[arg(long, default_value_t = 0.0, value_name = "SECS", help_heading = LOAD)]
     pub warmup: f64,
     /// Seconds of load after the measurement (windows marked `cooldown`).
-    #[arg(long, default_value_t = 0.0, value_name = "SECS")]
+    #[arg(long, default_value_t = 0.0, value_name = "SECS", help_heading = LOAD)]
     pub cooldown: f64,
-    /// Sets to gets, as SETS:GETS.
-    #[arg(long, default_value = "1:10")]
-    pub ratio: String,
-    /// Share of all requests that are deletes (0..1).
-    #[arg(long, default_value_t = 0.0)]
-    pub delete_share: f64,
-    /// Key prefix.
-    #[arg(long, default_value = "key:")]
-    pub key_prefix: String,
-    /// Keys are zero-padded to this many bytes.
-    #[arg(long, default_value_t = 16)]
-    pub key_size: usize,
-    /// Smallest key number.
-    #[arg(long = "key-minimum", default_value_t = 0)]
-    pub key_minimum: u64,
-    /// Largest key number.
-    #[arg(long = "key-maximum", default_value_t = 9999)]
-    pub key_maximum: u64,
-    /// uniform | sequential | gaussian | zipf (memtier's R, S, G, Z and SET:GET forms too).
-    #[arg(long = "key-pattern", default_value = "uniform")]
-    pub key_pattern: String,
-    /// Gaussian spread as a fraction of the key space.
-    #[arg(long, default_value_t = 1.0 / 6.0)]
-    pub key_stddev: f64,
-    /// Gaussian centre as a fraction of the key space.
-    #[arg(long, default_value_t = 0.5)]
-    pub key_median: f64,
-    /// Zipf exponent.
-    #[arg(long, default_value_t = 1.0)]
-    pub key_zipf_exp: f64,
-    /// Value size in bytes.
-    #[arg(short = 'd', long = "data-size", default_value_t = 128)]
-    pub data_size: usize,
-    /// Uniform value sizes MIN-MAX (overrides -d).
-    #[arg(long = "data-size-range", value_name = "MIN-MAX")]
-    pub data_size_range: Option<String>,
-    /// Weighted value sizes SIZE:WEIGHT,... (overrides -d).
-    #[arg(long = "data-size-list", value_name = "LIST")]
-    pub data_size_list: Option<String>,
-    /// Keys per get: K or a range K1-K2.
-    #[arg(long = "multi-key-get", default_value = "1")]
-    pub multi_key_get: String,
     /// Think time between a reply and the next request, in microseconds (closed loop).
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, value_name = "US", default_value_t = 0, help_heading = LOAD)]
     pub think_time: u64,
-    /// fixed | exponential think times.
-    #[arg(long, default_value = "fixed")]
+    /// Think times: fixed or exponential.
+    #[arg(long, value_name = "DIST", default_value = "fixed", help_heading = LOAD)]
     pub think_dist: String,
     /// Open loop: total requests per second (Poisson arrivals unless --arrival fixed).
-    #[arg(long)]
+    #[arg(long, value_name = "PER_SEC", help_heading = LOAD)]
     pub rate: Option<f64>,
-    /// poisson | fixed arrivals (open loop).
-    #[arg(long, default_value = "poisson")]
+    /// Arrivals of the open loop: poisson or fixed.
+    #[arg(long, value_name = "ARRIVAL", default_value = "poisson", help_heading = LOAD)]
     pub arrival: String,
+    /// Exit with status 3 when more than this share of requests fail.
+    #[arg(long, value_name = "SHARE", default_value_t = 0.01, help_heading = LOAD)]
+    pub max_error_rate: f64,
+    /// Sets to gets, as SETS:GETS.
+    #[arg(long, value_name = "SETS:GETS", default_value = "1:10", help_heading = WORKLOAD)]
+    pub ratio: String,
+    /// Share of all requests that are deletes (0..1).
+    #[arg(long, value_name = "SHARE", default_value_t = 0.0, help_heading = WORKLOAD)]
+    pub delete_share: f64,
+    /// Key prefix.
+    #[arg(long, value_name = "PREFIX", default_value = "key:", help_heading = WORKLOAD)]
+    pub key_prefix: String,
+    /// Keys are zero-padded to this many bytes.
+    #[arg(long, value_name = "BYTES", default_value_t = 16, help_heading = WORKLOAD)]
+    pub key_size: usize,
+    /// Smallest key number.
+    #[arg(long = "key-minimum", value_name = "N", default_value_t = 0, help_heading = WORKLOAD)]
+    pub key_minimum: u64,
+    /// Largest key number.
+    #[arg(long = "key-maximum", value_name = "N", default_value_t = 9999, help_heading = WORKLOAD)]
+    pub key_maximum: u64,
+    /// Which keys: uniform, sequential, gaussian or zipf (memtier's R, S, G, Z and SET:GET forms too).
+    #[arg(long = "key-pattern", value_name = "PATTERN", default_value = "uniform", help_heading = WORKLOAD)]
+    pub key_pattern: String,
+    /// Gaussian spread as a fraction of the key space [default: 1/6].
+    #[arg(long, value_name = "FRACTION", default_value_t = 1.0 / 6.0, hide_default_value = true, help_heading = WORKLOAD)]
+    pub key_stddev: f64,
+    /// Gaussian centre as a fraction of the key space.
+    #[arg(long, value_name = "FRACTION", default_value_t = 0.5, help_heading = WORKLOAD)]
+    pub key_median: f64,
+    /// Zipf exponent.
+    #[arg(long, value_name = "EXP", default_value_t = 1.0, help_heading = WORKLOAD)]
+    pub key_zipf_exp: f64,
+    /// Value size in bytes.
+    #[arg(short = 'd', long = "data-size", value_name = "BYTES", default_value_t = 128, help_heading = WORKLOAD)]
+    pub data_size: usize,
+    /// Uniform value sizes MIN-MAX (overrides -d).
+    #[arg(long = "data-size-range", value_name = "MIN-MAX", help_heading = WORKLOAD)]
+    pub data_size_range: Option<String>,
+    /// Weighted value sizes SIZE:WEIGHT,... (overrides -d).
+    #[arg(long = "data-size-list", value_name = "LIST", help_heading = WORKLOAD)]
+    pub data_size_list: Option<String>,
+    /// Keys per get: K or a range K1-K2.
+    #[arg(long = "multi-key-get", value_name = "K", default_value = "1", help_heading = WORKLOAD)]
+    pub multi_key_get: String,
+    /// Expiry time of written items in seconds, uniform in MIN-MAX (0: never).
+    #[arg(long = "expiry-range", value_name = "MIN-MAX", default_value = "0", help_heading = WORKLOAD)]
+    pub expiry_range: String,
     /// Write every key once before the run, so gets hit.
-    #[arg(long)]
+    #[arg(long, help_heading = WORKLOAD)]
     pub prefill: bool,
     /// Check that values read back are what this workload writes.
-    #[arg(long)]
+    #[arg(long, help_heading = WORKLOAD)]
     pub verify: bool,
-    /// Expiry time of written items in seconds, uniform in MIN-MAX (0: never).
-    #[arg(long = "expiry-range", value_name = "MIN-MAX", default_value = "0")]
-    pub expiry_range: String,
-    /// Protocol: memcache_text (memtier's -P), or mq for mwmq (RESP): sets
-    /// become SENDs, gets become receives (--receive), -d is the body size.
-    #[arg(short = 'P', long, default_value = "memcache_text")]
-    pub protocol: String,
-    /// mq: queues to spread the clients over (named q0, q1, ...; created if missing).
-    #[arg(long, default_value_t = 1)]
-    pub queues: u32,
-    /// mq: how a client receives: pop (POP, at most once), recv (RECV, then ACK of what came) or
-    /// stream (the queues are Redis streams: XADD, XREADGROUP of one entry in group mwload, then its XACK).
-    #[arg(long, default_value = "pop")]
-    pub receive: String,
-    /// mq: clients in pairs that send to each other (SEND ... TO partner) and
-    /// receive what is addressed to them, so the queues stay the same size.
-    #[arg(long)]
-    pub pairs: bool,
-    /// mq: clients are named PREFIX0, PREFIX1, ... (CLIENT SETNAME); default mwload<pid>-.
-    #[arg(long, value_name = "PREFIX")]
-    pub name_prefix: Option<String>,
-    /// Accepted for memtier compatibility: mwload prints no histogram.
-    #[arg(long)]
-    pub hide_histogram: bool,
-    /// Reconnect a lost connection (after 50 ms, doubling to 1 s between
-    /// attempts; giving up after 10 s of failures) instead of stopping its load.
-    #[arg(long)]
-    pub reconnect: bool,
     /// Master seed of the random streams (one per thread).
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, value_name = "N", default_value_t = 1, help_heading = WORKLOAD)]
     pub seed: u64,
+    /// Queues to spread the clients over (named q0, q1, ...; created if missing).
+    #[arg(long, value_name = "N", default_value_t = 1, help_heading = MQ)]
+    pub queues: u32,
+    /// How a client receives: pop (POP, at most once), recv (RECV, then ACK of what came) or
+    /// stream (the queues are Redis streams: XADD, XREADGROUP of one entry in group mwload, then its XACK).
+    #[arg(long, value_name = "HOW", default_value = "pop", help_heading = MQ)]
+    pub receive: String,
+    /// Clients in pairs that send to each other (SEND ... TO partner) and
+    /// receive what is addressed to them, so the queues stay the same size.
+    #[arg(long, help_heading = MQ)]
+    pub pairs: bool,
+    /// Clients are named PREFIX0, PREFIX1, ... (CLIENT SETNAME) [default: mwload<pid>-].
+    #[arg(long, value_name = "PREFIX", help_heading = MQ)]
+    pub name_prefix: Option<String>,
     /// Write windows.jsonl and summary.json into this directory.
-    #[arg(long, value_name = "DIR")]
+    #[arg(long, value_name = "DIR", help_heading = MEASUREMENT)]
     pub out: Option<PathBuf>,
-    /// Window length in ms (windows start at wall-clock multiples).
-    #[arg(long, default_value_t = 1000)]
+    /// Window length in ms; windows start at wall-clock multiples.
+    #[arg(long, value_name = "MS", default_value_t = 1000, help_heading = MEASUREMENT)]
     pub window_ms: u64,
     /// Name of this load generator in results files.
-    #[arg(long, default_value = "cl0")]
+    #[arg(long, value_name = "NAME", default_value = "cl0", help_heading = MEASUREMENT)]
     pub instance: String,
-    /// Exit with status 3 when more than this share of requests fail.
-    #[arg(long, default_value_t = 0.01)]
-    pub max_error_rate: f64,
-    /// auto (on a terminal) | always | never: the live one-line progress display.
-    #[arg(long, default_value = "auto")]
+    /// Accepted for memtier compatibility: mwload prints no histogram.
+    #[arg(long, help_heading = MEASUREMENT)]
+    pub hide_histogram: bool,
+    /// The live one-line progress display: auto (on a terminal), always or never.
+    #[arg(long, value_name = "WHEN", default_value = "auto", help_heading = PROCESS)]
     pub progress: String,
-    /// Speak TLS to the targets (memcached -Z, mwproxy --tls-cert, mwmq with TLS); needs --tls-ca.
-    #[arg(long)]
-    pub tls: bool,
-    /// PEM CA certificates that signed the targets' certificates.
-    #[arg(long, value_name = "FILE")]
-    pub tls_ca: Option<PathBuf>,
-    /// The name the targets' certificates carry [default: each target's IP address].
-    #[arg(long, value_name = "NAME")]
-    pub tls_server_name: Option<String>,
-    /// Log in first on every connection, as memcached -Y and mwproxy --auth-file expect.
-    #[arg(long, value_name = "USER:PASSWORD")]
-    pub auth: Option<String>,
+}
+
+/// `--help`'s headings: the servers, the load, the workload, its message-queue
+/// part, and measurement and process as mwproxy and mwmq name theirs.
+const SERVERS: &str = "Servers";
+const LOAD: &str = "Load";
+const WORKLOAD: &str = "Workload";
+const MQ: &str = "Message queues (-P mq)";
+const MEASUREMENT: &str = "Measurement";
+const PROCESS: &str = "Process";
+
+/// `--help`'s last words: the exit statuses.
+const AFTER_HELP: &str = "\
+Exit status: 0 the run is to be trusted; 1 a connection failed at start, or was lost and not re-established, or \
+nothing completed; 2 the flags were refused; 3 more requests failed than --max-error-rate; 4 values read back \
+(--verify) were not those written.";
+
+/// mwload's default port with `protocol`: the middleware it is made for
+/// (mwproxy's 11311, or mwmq's 6380 with `-P mq`).
+pub fn default_port(protocol: &str) -> u16 {
+    if protocol == "mq" {
+        6380
+    } else {
+        11311
+    }
 }
 
 /// Think time in a closed loop.
@@ -373,7 +398,8 @@ impl Args {
     /// Checks everything and resolves the targets.
     pub fn validate(&self) -> Result<RunConfig, ConfigError> {
         let servers = if self.servers.is_empty() {
-            vec![format!("{}:{}", self.server, self.port).parse::<ServerSpec>().map_err(|e| ConfigError(e.0))?]
+            let port = self.port.unwrap_or_else(|| default_port(&self.protocol));
+            vec![format!("{}:{port}", self.server).parse::<ServerSpec>().map_err(|e| ConfigError(e.0))?]
         } else {
             self.servers.clone()
         };
@@ -578,6 +604,18 @@ mod tests {
 
     fn parse(args: &[&str]) -> Result<RunConfig, ConfigError> {
         Args::try_parse_from(std::iter::once("mwload").chain(args.iter().copied())).unwrap().validate()
+    }
+
+    /// The default port was memcached's 11211 while mwproxy listens on
+    /// 11311: `mwload` beside a default `mwproxy` loaded memcached (or
+    /// nothing). Now it is the middleware's of the protocol: mwproxy's, or
+    /// mwmq's with `-P mq`; memcached itself is a `-p 11211` away.
+    #[test]
+    fn the_default_port_is_the_middlewares() {
+        assert_eq!(parse(&[]).unwrap().servers[0].endpoint(), "127.0.0.1:11311");
+        let mq = parse(&["-P", "mq"]).unwrap();
+        assert_eq!(mq.servers[0].endpoint(), "127.0.0.1:6380");
+        assert_eq!(parse(&["-p", "11211"]).unwrap().servers[0].endpoint(), "127.0.0.1:11211");
     }
 
     #[test]

@@ -191,6 +191,30 @@ fn several_targets_are_placed_with_ketama() {
     std::fs::remove_dir_all(&dir).ok();
 }
 
+/// `--version`, and `--help` in mwproxy's and mwmq's style: the flags under
+/// headings (servers, then measurement and process as the middlewares name
+/// theirs), value names that say what they take, the defaults in brackets
+/// (the port's was memcached's 11211, unlike mwproxy's 11311), and the exit
+/// statuses.
+#[test]
+fn version_and_help_in_the_middlewares_style() {
+    let run = |arg: &str| Command::new(env!("CARGO_BIN_EXE_mwload")).arg(arg).output().unwrap();
+    let out = run("-V");
+    assert_eq!(String::from_utf8(out.stdout).unwrap(), format!("mwload {}\n", env!("CARGO_PKG_VERSION")));
+    let help = String::from_utf8(run("--help").stdout).unwrap().split_whitespace().collect::<Vec<_>>().join(" ");
+    for needle in [
+        "-p, --port <PORT> Server port (memcached itself listens on 11211) [default: 11311, mwproxy's; 6380 with -P mq, mwmq's]",
+        "-t, --threads <N> Load threads [default: 2]",
+        "--test-time <SECS> Seconds of measurement, unless -n is given [default: 10]",
+        "Exit status: 0",
+    ] {
+        assert!(help.contains(needle), "{needle:?} not in {help}");
+    }
+    let headings = ["Servers:", "Load:", "Workload:", "Message queues (-P mq):", "Measurement:", "Process:"];
+    let at: Vec<usize> = headings.iter().map(|h| help.find(h).unwrap_or_else(|| panic!("no {h}"))).collect();
+    assert!(at.windows(2).all(|w| w[0] < w[1]), "in this order: {headings:?}");
+}
+
 #[test]
 fn failures_give_clear_messages_and_exit_codes() {
     let port = mctest::free_port();

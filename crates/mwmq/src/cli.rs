@@ -2,49 +2,59 @@
 //! a TOML file (`--config`); flags override the file.
 
 use clap::Parser;
-use mwserve::cli::{set, ServerArgs};
+use mwserve::cli::heading::{CLIENTS, ENGINE, SERVERS};
+use mwserve::cli::{set, EngineFlag, ServerArgs};
 use mwserve::process::parse_size;
 
 use crate::config::{Config, ConfigError, ServiceConfig};
+use mwserve::config::Engine;
 
 /// mwmq: a message queue over PostgreSQL that any Redis client can talk to.
 #[derive(Parser, Debug, Default)]
-#[command(name = "mwmq", version, about, long_about = None)]
+#[command(name = "mwmq", version, about, long_about = None, after_long_help = AFTER_HELP)]
 pub struct Cli {
-    /// The flags every middleware has (config file, listen address, results, admin, logs).
-    #[command(flatten)]
-    pub server: ServerArgs,
+    /// Listen beyond loopback without [[users]]: anyone who reaches the port may use every queue.
+    #[arg(long, help_heading = CLIENTS)]
+    pub insecure_no_auth: bool,
+    /// Accept a configuration file with secrets that every user of this machine may read (refused otherwise).
+    #[arg(long, help_heading = CLIENTS)]
+    pub allow_readable_secrets: bool,
+    /// Largest message body (any argument) in bytes; k and m suffixes [default: 4m].
+    #[arg(long, value_name = "BYTES", value_parser = parse_size, help_heading = CLIENTS)]
+    pub max_body: Option<usize>,
+    /// PostgreSQL connection string, e.g. 'host=/run/postgresql dbname=mwmq user=mwmq'.
+    #[arg(long, value_name = "CONNINFO", help_heading = SERVERS)]
+    pub db: Option<String>,
+    /// Database connections in the pool: the pool engine's workers borrow them, the async engine
+    /// uses them for the shared poll of waiting requests and /ui [default: -t/--workers].
+    #[arg(long, value_name = "N", help_heading = SERVERS)]
+    pub db_pool: Option<usize>,
     /// How requests are carried out: async (event loops with pipelined
     /// database connections) or pool (net thread, queue, workers, pool: the
     /// seed reports' architecture) [default: async].
-    #[arg(long, value_enum)]
+    #[arg(long, value_enum, help_heading = ENGINE)]
     pub engine: Option<mwserve::config::Engine>,
-    /// Event loops of the async engine, 0 = half the cores (at least one) [default: 0].
-    #[arg(long, value_name = "N")]
+    /// Event loops of the async engine, 0 = half the cores, at least one (the pool engine's
+    /// threads are -t/--workers) [default: 0].
+    #[arg(long, value_name = "N", help_heading = ENGINE)]
     pub threads: Option<usize>,
-    /// PostgreSQL connection string, e.g. 'host=/run/postgresql dbname=mwmq user=mwmq'.
-    #[arg(long, value_name = "CONNINFO")]
-    pub db: Option<String>,
-    /// Database connections in the pool [default: one per worker].
-    #[arg(long, value_name = "N")]
-    pub db_pool: Option<usize>,
     /// Most requests of one kind carried out together, by a worker or a loop (SEND without KEY, ACK, POP, RECV of one message without WAIT, XADD with *, XACK, XREADGROUP of new entries without BLOCK); 1 = one request at a time [default: 32].
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", help_heading = ENGINE)]
     pub batch: Option<usize>,
-    /// Largest message body (any argument) in bytes; k and m suffixes [default: 4m].
-    #[arg(long, value_name = "BYTES", value_parser = parse_size)]
-    pub max_body: Option<usize>,
-    /// Listen beyond loopback without [[users]]: anyone who reaches the port may use every queue.
-    #[arg(long)]
-    pub insecure_no_auth: bool,
-    /// Accept a configuration file with secrets that every user of this machine may read (refused otherwise).
-    #[arg(long)]
-    pub allow_readable_secrets: bool,
+    /// The flags every middleware has (listen address, TLS, results, admin, config file, logs).
+    #[command(flatten)]
+    pub server: ServerArgs,
     /// `mwmq user add ...`: make a user entry for the configuration file;
     /// `mwmq rebalance`: move queues to the databases placement names.
     #[command(subcommand)]
     pub command: Option<Sub>,
 }
+
+/// `--help`'s last words: signals and exit statuses.
+const AFTER_HELP: &str = "\
+Signals: SIGTERM or SIGINT stop it once requests received are answered.
+Exit status: 0 stopped by a signal, 1 could not start (the database unreachable, the port taken, ...), \
+2 the flags or the configuration were refused.";
 
 /// mwmq's tools besides serving.
 #[derive(clap::Subcommand, Debug)]
@@ -116,6 +126,34 @@ impl Sub {
 }
 
 impl Cli {
+    /// The flags given that only one engine reads, for
+    /// [`mwserve::cli::unread_flags`]: the pool engine's workers and queue,
+    /// the async engine's loops.
+    pub fn engine_flags(&self) -> Vec<EngineFlag> {
+        let shown = |n: Option<usize>| n.map(|n| n.to_string());
+        vec![
+            EngineFlag {
+                flag: "-t/--workers",
+                given: shown(self.server.workers),
+                read_by: Engine::Pool,
+                instead: "its event loops are --threads (0 = half the cores); -t only sets --db-pool's default \
+                          there, or choose --engine pool",
+            },
+            EngineFlag {
+                flag: "--queue-capacity",
+                given: shown(self.server.queue_capacity),
+                read_by: Engine::Pool,
+                instead: "it has no request queue",
+            },
+            EngineFlag {
+                flag: "--threads",
+                given: shown(self.threads),
+                read_by: Engine::Async,
+                instead: "its worker threads are -t/--workers",
+            },
+        ]
+    }
+
     /// The configuration: the file (if any), then every flag given.
     pub fn to_config(&self) -> Result<Config, ConfigError> {
         let mut c: Config = self.server.load()?;

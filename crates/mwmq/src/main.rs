@@ -9,7 +9,7 @@ use mwmq::cli::Cli;
 use mwmq::Mq;
 
 fn main() -> ExitCode {
-    let cli: Cli = mwserve::cli::parse::<Cli, mwmq::Config>();
+    let cli: Cli = mwserve::cli::parse::<Cli, Mq>();
     if let Some(tool) = &cli.command {
         return match tool.run(&cli, &mut std::io::stdin().lock()) {
             Ok(out) => {
@@ -23,5 +23,7 @@ fn main() -> ExitCode {
         };
     }
     let args = cli.server.clone();
-    mwserve::cli::serve::<Mq>(&args, move || cli.to_config())
+    let flags = cli.engine_flags();
+    let unread = move |c: &mwmq::Config| mwserve::cli::unread_flags(c.server.engine, &flags);
+    mwserve::cli::serve::<Mq>(&args, move || cli.to_config(), unread)
 }

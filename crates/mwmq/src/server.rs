@@ -37,6 +37,7 @@ pub struct Mq {
 
 impl Service for Mq {
     const NAME: &'static str = "mwmq";
+    const ADMIN_PATHS: &'static [&'static str] = crate::admin::PATHS;
     type Config = Config;
 
     /// Checks the configuration, migrates the schema, opens the pool, binds
@@ -67,7 +68,15 @@ impl Service for Mq {
         // is about to exit), and so does the schema.
         let pool = Pools::new(&config);
         for (i, entry) in config.database_list().iter().enumerate() {
-            let named = |e: String| if pool.len() > 1 { format!("database {:?}: {e}", entry.name) } else { e };
+            // Where it tried: a refused connection alone does not say which server refused.
+            let at = crate::db::servers(&config.for_database(i));
+            let named = |e: String| {
+                if pool.len() > 1 {
+                    format!("{:?} at {at}: {e}", entry.name)
+                } else {
+                    format!("{at}: {e}")
+                }
+            };
             let version = crate::db::migrate(&config.for_database(i)).map_err(|e| database(named(e)))?;
             // The users' rights over the SQL API, as this configuration has them.
             crate::sqlguard::publish(&config.for_database(i)).map_err(|e| database(named(e)))?;

@@ -6,9 +6,11 @@
 //! replica that is known to answer — down, stalled, or not checked yet by the
 //! health checker (`checker.rs`); 200 otherwise).
 //!
-//! `/metrics` shows the closed windows (so its counters equal the sums of
-//! windows.jsonl and, after the run, summary.json); it lags by at most one
-//! window. The servers' `up` gauges and health-check counters are read live.
+//! `/metrics` is current: the closed windows (whose sums windows.jsonl and,
+//! after the run, summary.json hold) plus what the carriers hold of the
+//! window in progress, read under the lock that closes windows, so a request
+//! answered is counted at once and never twice. The servers' `up` gauges,
+//! health-check and net counters are read live too.
 
 use std::sync::Arc;
 
@@ -100,8 +102,7 @@ fn stats_json(shared: &Shared) -> String {
 }
 
 fn metrics(shared: &Shared) -> String {
-    let run = shared.telemetry.run();
-    let acc = &run.total;
+    let acc = &shared.telemetry.everything();
     let mut p = PromText::default();
     for kind in OpKind::ALL {
         let op = acc.ops.get(kind);
@@ -140,8 +141,8 @@ fn metrics(shared: &Shared) -> String {
         p.counter("mwproxy_backend_health_checks_total", "Health checks of the server (check_ms).", &l, checks);
         p.counter("mwproxy_backend_health_check_failures_total", "Health checks that failed.", &l, failed);
     }
-    let net = &run.extra.net_last;
-    let v = |name: &str| NetCounters::value_of(net, name);
+    let net = shared.net.values();
+    let v = |name: &str| NetCounters::value_of(&net, name);
     p.gauge(
         "mwproxy_connections",
         "Client connections open.",

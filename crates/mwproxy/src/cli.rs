@@ -4,7 +4,8 @@
 
 use clap::Parser;
 
-use mwserve::cli::{set, ServerArgs};
+use mwserve::cli::heading::{CLIENTS, ENGINE, SERVERS};
+use mwserve::cli::{set, EngineFlag, ServerArgs};
 
 use crate::config::{
     Config, ConfigError, Engine, HashKind, KeyHash, MultigetFailure, MultigetMode, ReadPolicy, ServerSpec,
@@ -12,130 +13,141 @@ use crate::config::{
 
 /// mwproxy: a memcached middleware (consistent hashing, replication, sharded multi-gets).
 #[derive(Parser, Debug, Default)]
-#[command(name = "mwproxy", version, about, long_about = None)]
+#[command(name = "mwproxy", version, about, long_about = None, after_long_help = AFTER_HELP)]
 pub struct Cli {
-    /// The flags every middleware has (config file, listen address, results, admin, logs).
-    #[command(flatten)]
-    pub server: ServerArgs,
     /// Listening IP (overrides the host part of --listen).
-    #[arg(short = 'l', long = "listen-ip", value_name = "IP")]
+    #[arg(short = 'l', long = "listen-ip", value_name = "IP", help_heading = CLIENTS)]
     pub listen_ip: Option<String>,
     /// Listening port (overrides the port part of --listen).
-    #[arg(short = 'p', long, value_name = "PORT")]
+    #[arg(short = 'p', long, value_name = "PORT", help_heading = CLIENTS)]
     pub port: Option<u16>,
     /// Listen on this unix socket instead of TCP (as memcached's flag).
-    #[arg(long = "unix-socket", value_name = "PATH", conflicts_with_all = ["listen_ip", "port"])]
+    #[arg(long = "unix-socket", value_name = "PATH", conflicts_with_all = ["listen_ip", "port"], help_heading = CLIENTS)]
     pub unix_socket: Option<std::path::PathBuf>,
-    /// The unix socket's permissions in octal, e.g. 0660 (default: what the umask leaves).
-    #[arg(long = "unix-mask", value_name = "OCTAL", requires = "unix_socket")]
+    /// The unix socket's permissions in octal, e.g. 0660 [default: what the umask leaves].
+    #[arg(long = "unix-mask", value_name = "OCTAL", requires = "unix_socket", help_heading = CLIENTS)]
     pub unix_mask: Option<String>,
+    /// Clients must log in first, as with memcached -Y: a file of user:password lines.
+    #[arg(long, value_name = "FILE", help_heading = CLIENTS)]
+    pub auth_file: Option<String>,
+    /// Accept users files that every user of this machine may read (refused otherwise).
+    #[arg(long, help_heading = CLIENTS)]
+    pub allow_readable_secrets: bool,
     /// memcached servers, host:port[:weight], space- or comma-separated.
-    #[arg(short = 'm', long = "servers", value_name = "SERVER", num_args = 1.., value_delimiter = ',')]
+    #[arg(short = 'm', long = "servers", value_name = "SERVER", num_args = 1.., value_delimiter = ',', help_heading = SERVERS)]
     pub servers: Vec<ServerSpec>,
+    /// Backend connect timeout in ms [default: 500].
+    #[arg(long, value_name = "MS", help_heading = SERVERS)]
+    pub connect_timeout_ms: Option<u64>,
+    /// Backend reply timeout in ms [default: 1000].
+    #[arg(long, value_name = "MS", help_heading = SERVERS)]
+    pub timeout_ms: Option<u64>,
+    /// First reconnection backoff in ms, doubled per failure [default: 100].
+    #[arg(long, value_name = "MS", help_heading = SERVERS)]
+    pub retry_min_ms: Option<u64>,
+    /// Longest reconnection backoff in ms [default: 2000].
+    #[arg(long, value_name = "MS", help_heading = SERVERS)]
+    pub retry_max_ms: Option<u64>,
+    /// A server silent this long while others answer is stalled, 0 = off [default: 50].
+    #[arg(long, value_name = "MS", help_heading = SERVERS)]
+    pub stall_ms: Option<u64>,
+    /// Ask each server `version` at start, and one no request reached for this long (a down one when its
+    /// backoff ends), 0 = off [default: 1000].
+    #[arg(long, value_name = "MS", help_heading = SERVERS)]
+    pub check_ms: Option<u64>,
+    /// Speak TLS to the servers (memcached -Z); needs --server-tls-ca.
+    #[arg(long, help_heading = SERVERS)]
+    pub server_tls: bool,
+    /// PEM CA certificates that signed the servers' certificates.
+    #[arg(long, value_name = "FILE", help_heading = SERVERS)]
+    pub server_tls_ca: Option<String>,
+    /// The name in the servers' certificates [default: each server's host].
+    #[arg(long, value_name = "NAME", help_heading = SERVERS)]
+    pub server_tls_name: Option<String>,
+    /// Log in to servers started with memcached -Y: a file whose first line is user:password.
+    #[arg(long, value_name = "FILE", help_heading = SERVERS)]
+    pub server_auth_file: Option<String>,
     /// How requests are carried out: async (event loops with pipelined
     /// server connections) or pool (net thread, queue, workers: the seed
     /// reports' architecture) [default: async].
-    #[arg(long, value_enum)]
+    #[arg(long, value_enum, help_heading = ENGINE)]
     pub engine: Option<Engine>,
-    /// Event loops of the async engine, 0 = half the cores (at least one) [default: 0].
-    #[arg(long, value_name = "N")]
+    /// Event loops of the async engine, 0 = half the cores, at least one (the pool engine's
+    /// threads are -t/--workers) [default: 0].
+    #[arg(long, value_name = "N", help_heading = ENGINE)]
     pub threads: Option<usize>,
-    /// Net threads that accept, read and parse [default: 1].
-    #[arg(long, value_name = "N")]
+    /// Threads of the pool engine that accept, read and parse (the async engine's loops do it) [default: 1].
+    #[arg(long, value_name = "N", help_heading = ENGINE)]
     pub net_threads: Option<usize>,
+    /// Unread replies plus waiting requests of all clients, in bytes [default: 256m].
+    #[arg(long, value_name = "BYTES", value_parser = parse_size, help_heading = ENGINE)]
+    pub memory_budget: Option<usize>,
+    /// Largest value in bytes; k and m suffixes allowed [default: 1m].
+    #[arg(long, value_name = "BYTES", value_parser = parse_size, help_heading = CLIENTS)]
+    pub max_value_size: Option<usize>,
+    /// Largest reply to one retrieval, in bytes [default: 32m].
+    #[arg(long, value_name = "BYTES", value_parser = parse_size, help_heading = CLIENTS)]
+    pub max_reply_size: Option<usize>,
     /// Replication factor R: copies of each key, 1..=servers [default: 1].
-    #[arg(short = 'r', long, value_name = "R")]
+    #[arg(short = 'r', long, value_name = "R", help_heading = ROUTING)]
     pub replication: Option<usize>,
     /// Which replica serves reads [default: round-robin].
-    #[arg(long, value_enum)]
+    #[arg(long, value_enum, help_heading = ROUTING)]
     pub read_policy: Option<ReadPolicy>,
     /// Multi-gets when every server has every key [default: sharded].
-    #[arg(long, value_enum)]
+    #[arg(long, value_enum, help_heading = ROUTING)]
     pub multiget: Option<MultigetMode>,
     /// Seed-report spelling of --multiget: true = sharded, false = non-sharded.
-    #[arg(long = "sharded", value_name = "true|false", value_parser = parse_bool)]
+    #[arg(long = "sharded", value_name = "true|false", value_parser = parse_bool, help_heading = ROUTING)]
     pub sharded: Option<bool>,
     /// `-s true|false`: the seed reports' --sharded; `-s PORT`: twemproxy's
     /// stats port (--stats-port).
-    #[arg(short = 's', value_name = "true|false|PORT", value_parser = parse_s)]
+    #[arg(short = 's', value_name = "true|false|PORT", value_parser = parse_s, help_heading = ROUTING)]
     pub short_s: Option<ShortS>,
-    /// Serve twemproxy's stats JSON on this port (twemproxy's -s; on by
-    /// default at 22222 with a twemproxy configuration file).
-    #[arg(long, value_name = "PORT")]
-    pub stats_port: Option<u16>,
-    /// The address of the stats port (twemproxy's -a) [default: 127.0.0.1].
-    #[arg(short = 'a', long, value_name = "ADDR")]
-    pub stats_addr: Option<String>,
-    /// twemproxy's configuration file (nutcracker.yml): every memcached pool
-    /// served by this process (`-c FILE.yml` says the same).
-    #[arg(long, value_name = "FILE")]
-    pub twemproxy_config: Option<std::path::PathBuf>,
     /// Multi-get answer when some servers fail [default: partial].
-    #[arg(long, value_enum)]
+    #[arg(long, value_enum, help_heading = ROUTING)]
     pub multiget_failure: Option<MultigetFailure>,
+    /// Replicas that must confirm a write, 0 = all [default: 0].
+    #[arg(long, value_name = "N", help_heading = ROUTING)]
+    pub write_quorum: Option<usize>,
+    /// On a miss, look the key up on the next replica too.
+    #[arg(long, help_heading = ROUTING)]
+    pub miss_failover: bool,
     /// Key placement [default: ketama].
-    #[arg(long, value_enum)]
+    #[arg(long, value_enum, help_heading = ROUTING)]
     pub hash: Option<HashKind>,
     /// The function that hashes keys, by twemproxy's name: md5, one_at_a_time, crc16, crc32,
     /// crc32a, fnv1_64, fnv1a_64, fnv1_32, fnv1a_32, hsieh, murmur, jenkins [default: md5].
-    #[arg(long, value_name = "NAME", value_parser = |s: &str| s.parse::<KeyHash>())]
+    #[arg(long, value_name = "NAME", value_parser = |s: &str| s.parse::<KeyHash>(), help_heading = ROUTING)]
     pub key_hash: Option<KeyHash>,
     /// Hash only the part of a key between these two characters, e.g. "{}" [default: none].
-    #[arg(long, value_name = "XY")]
+    #[arg(long, value_name = "XY", help_heading = ROUTING)]
     pub hash_tag: Option<String>,
-    /// Backend connect timeout in ms [default: 500].
-    #[arg(long, value_name = "MS")]
-    pub connect_timeout_ms: Option<u64>,
-    /// Backend reply timeout in ms [default: 1000].
-    #[arg(long, value_name = "MS")]
-    pub timeout_ms: Option<u64>,
-    /// First reconnection backoff in ms, doubled per failure [default: 100].
-    #[arg(long, value_name = "MS")]
-    pub retry_min_ms: Option<u64>,
-    /// Longest reconnection backoff in ms [default: 2000].
-    #[arg(long, value_name = "MS")]
-    pub retry_max_ms: Option<u64>,
-    /// Replicas that must confirm a write, 0 = all [default: 0].
-    #[arg(long, value_name = "N")]
-    pub write_quorum: Option<usize>,
-    /// On a miss, look the key up on the next replica too.
-    #[arg(long)]
-    pub miss_failover: bool,
-    /// A server silent this long while others answer is stalled, 0 = off [default: 50].
-    #[arg(long, value_name = "MS")]
-    pub stall_ms: Option<u64>,
-    /// Ask a server no request reached for this long `version` (and a down one when its backoff
-    /// ends), 0 = off [default: 1000].
-    #[arg(long, value_name = "MS")]
-    pub check_ms: Option<u64>,
-    /// Unread replies plus waiting requests of all clients, in bytes [default: 256m].
-    #[arg(long, value_name = "BYTES", value_parser = parse_size)]
-    pub memory_budget: Option<usize>,
-    /// Largest reply to one retrieval, in bytes [default: 32m].
-    #[arg(long, value_name = "BYTES", value_parser = parse_size)]
-    pub max_reply_size: Option<usize>,
-    /// Clients must log in first, as with memcached -Y: a file of user:password lines.
-    #[arg(long, value_name = "FILE")]
-    pub auth_file: Option<String>,
-    /// Speak TLS to the servers (memcached -Z); needs --server-tls-ca.
-    #[arg(long)]
-    pub server_tls: bool,
-    /// PEM CA certificates that signed the servers' certificates.
-    #[arg(long, value_name = "FILE")]
-    pub server_tls_ca: Option<String>,
-    /// The name in the servers' certificates [default: each server's host].
-    #[arg(long, value_name = "NAME")]
-    pub server_tls_name: Option<String>,
-    /// Log in to servers started with memcached -Y: a file whose first line is user:password.
-    #[arg(long, value_name = "FILE")]
-    pub server_auth_file: Option<String>,
-    /// Accept users files that every user of this machine may read (refused otherwise).
-    #[arg(long)]
-    pub allow_readable_secrets: bool,
-    /// Largest value in bytes; k and m suffixes allowed [default: 1m].
-    #[arg(long, value_name = "BYTES", value_parser = parse_size)]
-    pub max_value_size: Option<usize>,
+    /// twemproxy's configuration file (nutcracker.yml): every memcached pool
+    /// served by this process (`-c FILE.yml` says the same).
+    #[arg(long, value_name = "FILE", help_heading = TWEMPROXY)]
+    pub twemproxy_config: Option<std::path::PathBuf>,
+    /// Serve twemproxy's stats JSON on this port (twemproxy's -s) [default: off; 22222 with a
+    /// twemproxy configuration file].
+    #[arg(long, value_name = "PORT", help_heading = TWEMPROXY)]
+    pub stats_port: Option<u16>,
+    /// The address of the stats port (twemproxy's -a) [default: 127.0.0.1].
+    #[arg(short = 'a', long, value_name = "ADDR", help_heading = TWEMPROXY)]
+    pub stats_addr: Option<String>,
+    /// The flags every middleware has (listen address, TLS, results, admin, config file, logs).
+    #[command(flatten)]
+    pub server: ServerArgs,
 }
+
+/// `--help`'s last words: signals and exit statuses.
+const AFTER_HELP: &str = "\
+Signals: SIGTERM or SIGINT stop it once requests received are answered; SIGHUP reloads the configuration file.
+Exit status: 0 stopped by a signal, 1 could not start, 2 the flags or the configuration were refused.
+Run as `nutcracker` (or `mwproxy nutcracker ...`), it takes twemproxy's command line instead.";
+
+/// `--help`'s headings of mwproxy's own (the others are every program's: `mwserve::cli::heading`).
+const ROUTING: &str = "Routing";
+const TWEMPROXY: &str = "twemproxy";
 
 pub use mwserve::process::{parse_bool, parse_size};
 
@@ -159,6 +171,39 @@ fn parse_s(v: &str) -> Result<ShortS, String> {
 pub const STATS_PORT: u16 = 22222;
 
 impl Cli {
+    /// The flags given that only one engine reads, for
+    /// [`mwserve::cli::unread_flags`]: the pool engine's threads, net
+    /// threads and queue, the async engine's loops.
+    pub fn engine_flags(&self) -> Vec<EngineFlag> {
+        let shown = |n: Option<usize>| n.map(|n| n.to_string());
+        vec![
+            EngineFlag {
+                flag: "-t/--workers",
+                given: shown(self.server.workers),
+                read_by: Engine::Pool,
+                instead: "its event loops are --threads (0 = half the cores), or choose --engine pool",
+            },
+            EngineFlag {
+                flag: "--net-threads",
+                given: shown(self.net_threads),
+                read_by: Engine::Pool,
+                instead: "its event loops (--threads) accept, read and parse",
+            },
+            EngineFlag {
+                flag: "--queue-capacity",
+                given: shown(self.server.queue_capacity),
+                read_by: Engine::Pool,
+                instead: "it has no request queue; --memory-budget bounds what clients leave waiting",
+            },
+            EngineFlag {
+                flag: "--threads",
+                given: shown(self.threads),
+                read_by: Engine::Async,
+                instead: "its worker threads are -t/--workers, its net threads --net-threads",
+            },
+        ]
+    }
+
     /// The configuration: the file (if any), then every flag given.
     pub fn to_config(&self) -> Result<Config, ConfigError> {
         let c: Config = self.server.load()?;

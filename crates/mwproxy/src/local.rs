@@ -267,16 +267,14 @@ pub fn general_stats(shared: &Shared, generation: &Generation, backends: &Backen
     v
 }
 
-/// CPU seconds this process spent in user and system mode.
+/// CPU seconds this process spent in user and system mode, from
+/// `getrusage(2)` (microseconds, as memcached reports them; the clock ticks
+/// of /proc/self/stat, 10 ms each, showed 0.000000 for a light load).
 fn cpu_seconds() -> (f64, f64) {
-    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else { return (0.0, 0.0) };
-    // The fields after the command name (which may contain spaces) in parentheses.
-    let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    let ticks = rustix::param::clock_ticks_per_second() as f64;
-    let field = |i: usize| fields.get(i).and_then(|f| f.parse::<f64>().ok()).unwrap_or(0.0) / ticks.max(1.0);
-    // utime and stime are fields 14 and 15 of the line, 12 and 13 after the name.
-    (field(11), field(12))
+    use nix::sys::resource::{getrusage, UsageWho};
+    let Ok(usage) = getrusage(UsageWho::RUSAGE_SELF) else { return (0.0, 0.0) };
+    let seconds = |t: nix::sys::time::TimeVal| t.tv_sec() as f64 + t.tv_usec() as f64 / 1e6;
+    (seconds(usage.user_time()), seconds(usage.system_time()))
 }
 
 #[cfg(test)]

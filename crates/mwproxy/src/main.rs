@@ -12,11 +12,13 @@ fn main() -> ExitCode {
         // Started as nutcracker (a link of that name, or `mwproxy nutcracker`): its flags.
         return mwproxy::nutcli::main(args);
     }
-    let cli: Cli = mwserve::cli::parse::<Cli, mwproxy::Config>();
+    let cli: Cli = mwserve::cli::parse::<Cli, Proxy>();
     if cli.twemproxy_file().is_some() || cli.stats_listen().is_some() {
         // twemproxy's file (its pools in one process) or its stats port.
         return mwproxy::pools::serve(cli);
     }
     let args = cli.server.clone();
-    mwserve::cli::serve::<Proxy>(&args, move || cli.to_config())
+    let flags = cli.engine_flags();
+    let unread = move |c: &mwproxy::Config| mwserve::cli::unread_flags(c.proxy.engine, &flags);
+    mwserve::cli::serve::<Proxy>(&args, move || cli.to_config(), unread)
 }

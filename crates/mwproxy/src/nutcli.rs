@@ -168,7 +168,7 @@ pub fn main(args: Vec<OsString>) -> ExitCode {
         // The daemon: a session of its own, without the terminal.
         let _ = rustix::process::setsid();
     }
-    if let Err(e) = mwserve::process::init_logging_to(Some(level), nut.output.as_deref()) {
+    if let Err(e) = mwserve::process::init_logging_to(Some(level), Default::default(), nut.output.as_deref()) {
         eprintln!("nutcracker: cannot log to {}: {e}", nut.output.as_deref().unwrap_or(Path::new("-")).display());
         return ExitCode::from(1);
     }

@@ -44,7 +44,7 @@ pub fn read(cli: &Cli) -> Result<Vec<(String, Config)>, ConfigError> {
 
 /// `main` for a twemproxy file or a stats port.
 pub fn serve(cli: Cli) -> ExitCode {
-    mwserve::process::init_logging(cli.server.log.as_deref());
+    mwserve::process::init_logging(cli.server.log.as_deref(), cli.server.log_format.unwrap_or_default());
     let pools = match read(&cli) {
         Ok(p) => p,
         Err(e) => {
@@ -52,6 +52,13 @@ pub fn serve(cli: Cli) -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    // Once per engine the pools use, not once per pool.
+    let mut engines: Vec<_> = pools.iter().map(|(_, c)| c.proxy.engine).collect();
+    engines.sort_by_key(|e| e.name());
+    engines.dedup();
+    for note in engines.into_iter().flat_map(|e| mwserve::cli::unread_flags(e, &cli.engine_flags())) {
+        tracing::warn!("{note}");
+    }
     if cli.server.print_config {
         use std::io::Write;
         let mut out = std::io::stdout().lock();

@@ -43,6 +43,7 @@ impl Proxy {
 
 impl Service for Proxy {
     const NAME: &'static str = "mwproxy";
+    const ADMIN_PATHS: &'static [&'static str] = crate::admin::PATHS;
     type Config = Config;
 
     fn reloads(&self, source: Source<Config>) -> Option<Reload> {

@@ -1,5 +1,7 @@
 //! The `mwproxy` binary as a user runs it: flags, configuration errors,
-//! `--print-config`, and a clean stop on SIGTERM that finishes in-flight requests.
+//! `--print-config`, `--help` and `--version`, the warnings and the logs of
+//! its first minute, `stats`' CPU times, and a clean stop on SIGTERM that
+//! finishes in-flight requests.
 
 use mwproxy::ServiceConfig;
 use std::process::{Command, Stdio};
@@ -138,4 +140,146 @@ fn sigterm_finishes_in_flight_requests_then_exits_zero() {
     };
     assert!(status.success(), "{status}");
     std::fs::remove_dir_all(&dir).ok();
+}
+
+/// The binary with only the flags a test gives (no engine of the tests' own).
+fn bare() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_mwproxy"))
+}
+
+/// Text with every run of white space made one space: what `--help` says,
+/// however it is wrapped.
+fn words(text: &[u8]) -> String {
+    String::from_utf8_lossy(text).split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// `-t 4` on the async engine (the default) was accepted and ignored without
+/// a word (`engine="async" threads=1`). Now a flag the engine in use does
+/// not read is named in one warning line with what to use instead, and the
+/// process goes on: the seed reports' `-t workers` still starts.
+#[test]
+fn a_flag_the_engine_ignores_is_one_warning_naming_what_to_use() {
+    let warnings = |args: &[&str]| -> Vec<String> {
+        let out = bare().args(["-m", "127.0.0.1:11211", "--print-config"]).args(args).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(out.status.success(), "{args:?}: {err}");
+        err.lines().filter(|l| l.contains(" WARN ")).map(str::to_string).collect()
+    };
+    let lines = warnings(&["-t", "4"]);
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert!(lines[0].contains("-t/--workers 4 is ignored by the async engine") && lines[0].contains("--threads"));
+    let lines = warnings(&["--engine", "async", "--threads", "2", "--net-threads", "3", "--queue-capacity", "10"]);
+    assert_eq!(lines.len(), 2, "{lines:?}");
+    assert!(lines[0].contains("--net-threads 3 is ignored by the async engine"), "{lines:?}");
+    assert!(lines[1].contains("--queue-capacity 10 is ignored by the async engine"), "{lines:?}");
+    let lines = warnings(&["--engine", "pool", "-t", "4", "--threads", "2"]);
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert!(lines[0].contains("--threads 2 is ignored by the pool engine") && lines[0].contains("-t/--workers"));
+    let quiet = warnings(&["--engine", "pool", "-t", "4", "--net-threads", "2", "--queue-capacity", "10"]);
+    assert!(quiet.is_empty(), "the pool engine reads them all: {quiet:?}");
+}
+
+/// `-V` named the version, but `--help` said `Worker threads [default: 8]`
+/// whatever the engine, and `--admin` listed paths of mwmq's. Now each
+/// engine-specific flag says which engine reads it, `--admin` lists what
+/// this endpoint serves, and the flags are grouped under the headings
+/// mwmq and mwload use too.
+#[test]
+fn version_and_help_say_what_each_engine_reads() {
+    let out = bare().arg("--version").output().unwrap();
+    assert_eq!(String::from_utf8(out.stdout).unwrap(), format!("mwproxy {}\n", env!("CARGO_PKG_VERSION")));
+    let help = words(&bare().arg("--help").output().unwrap().stdout);
+    for needle in [
+        "-t, --workers <N> Worker threads of the pool engine (the async engine's threads are --threads) [default: 8]",
+        "--threads <N> Event loops of the async engine, 0 = half the cores, at least one (the pool engine's \
+         threads are -t/--workers) [default: 0]",
+        "--net-threads <N> Threads of the pool engine",
+        "--queue-capacity <N> Requests that may wait for a worker (pool engine; the async engine has no queue)",
+        "HTTP admin endpoint (/metrics, /stats, /healthz, /readyz, POST /reload): host:port",
+        "--log-format <FORMAT>",
+        "Exit status: 0",
+    ] {
+        assert!(help.contains(needle), "{needle:?} not in {help}");
+    }
+    assert!(!help.contains("/ui"), "mwproxy serves no /ui: {help}");
+    let headings = ["Clients:", "Servers:", "Engine:", "Measurement:", "Process:"];
+    let at: Vec<usize> = headings.iter().map(|h| help.find(h).unwrap_or_else(|| panic!("no {h}"))).collect();
+    assert!(at.windows(2).all(|w| w[0] < w[1]), "in this order: {headings:?}");
+}
+
+/// A server that does not answer at start (nothing listens on its port) is
+/// a warning naming it, in either log format, and `/readyz` says 503 with it
+/// among the servers down while the proxy goes on serving. The log written
+/// to a file has no colour codes, and `--log-format json` writes one JSON
+/// object per line.
+#[test]
+fn a_dead_server_at_start_is_a_warning_naming_it_in_text_or_json_without_colour() {
+    let dir = std::env::temp_dir().join(format!("mwproxy-bin-logs-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let dead = format!("127.0.0.1:{}", free_port());
+    for format in ["text", "json"] {
+        let (port, admin) = (free_port(), free_port());
+        let path = dir.join(format!("{format}.log"));
+        let mut child = mwproxy()
+            .args(["-p", &port.to_string(), "-m", &dead, "--admin", &admin.to_string(), "--log-format", format])
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&path).unwrap())
+            .spawn()
+            .unwrap();
+        let log = || std::fs::read_to_string(&path).unwrap_or_default();
+        let named = |l: &str| match format {
+            "json" => serde_json::from_str::<serde_json::Value>(l)
+                .is_ok_and(|v| v["level"] == "WARN" && v["server"] == dead.as_str()),
+            _ => l.contains(" WARN ") && l.contains(&format!("server={dead}")),
+        };
+        assert!(common::eventually(common::PATIENCE, || log().lines().any(named)), "{format}: {}", log());
+        let admin_addr = format!("127.0.0.1:{admin}").parse().unwrap();
+        wait_for_port(admin_addr, common::PATIENCE).unwrap();
+        let (status, body) = mctest::http_get(admin_addr, "/readyz");
+        assert!(status.contains(" 503 ") && body.contains(&dead), "{status} {body}");
+        let mut c = Client::connect(format!("127.0.0.1:{port}").parse().unwrap()).unwrap();
+        assert!(c.call_str("stats\r\n").unwrap().contains("STAT servers 1\r\n"), "it goes on serving");
+        let _ = child.kill();
+        let _ = child.wait();
+        let text = std::fs::read(&path).unwrap();
+        assert!(!text.contains(&0x1b), "{format}: colour codes in a file: {}", String::from_utf8_lossy(&text));
+        if format == "json" {
+            for line in String::from_utf8(text).unwrap().lines() {
+                let v: serde_json::Value = serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}"));
+                assert!(v["timestamp"].is_string() && v["level"].is_string() && v["message"].is_string(), "{line}");
+            }
+        }
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// `stats` said `rusage_user 0.000000` for a proxy that had worked: its
+/// CPU times came in clock ticks of 10 ms. Now they are getrusage(2)'s, in
+/// microseconds, as memcached's: a fresh proxy that answered a few requests
+/// has used some.
+#[test]
+fn stats_shows_the_cpu_time_used() {
+    let server = Memcached::start().unwrap();
+    let port = free_port();
+    let mut child = mwproxy()
+        .args(["-p", &port.to_string(), "-m", &server.endpoint()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let addr = format!("127.0.0.1:{port}").parse().unwrap();
+    wait_for_port(addr, common::PATIENCE).unwrap();
+    let mut c = Client::connect(addr).unwrap();
+    for i in 0..20 {
+        assert_eq!(c.call_str(&format!("set k{i} 0 0 1\r\nx\r\n")).unwrap(), "STORED\r\n");
+    }
+    let stats = c.call_str("stats\r\n").unwrap();
+    let seconds = |name: &str| -> f64 {
+        let prefix = format!("STAT {name} ");
+        stats.lines().find_map(|l| l.strip_prefix(&prefix)).unwrap_or_else(|| panic!("no {name}")).parse().unwrap()
+    };
+    assert!(seconds("rusage_user") > 0.0, "{stats}");
+    assert!(seconds("rusage_system") >= 0.0, "{stats}");
+    let _ = child.kill();
+    let _ = child.wait();
 }

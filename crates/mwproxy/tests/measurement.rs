@@ -229,6 +229,31 @@ fn admin_endpoint_serves_metrics_stats_and_health() {
     std::fs::remove_dir_all(&dir).ok();
 }
 
+/// `/metrics` showed the closed windows only: a `get` just answered was
+/// `mwproxy_requests_total{op="get"} 0` until its window closed. Now it
+/// counts the window in progress too; with hour-long windows none closes
+/// during the test, so only the live count can pass.
+#[test]
+fn metrics_count_a_request_as_soon_as_it_is_answered() {
+    let servers = common::servers(1);
+    let proxy = common::proxy(&servers, |c| {
+        c.stats.window_ms = 3_600_000;
+        c.stats.admin = Some("127.0.0.1:0".into());
+    });
+    let admin = proxy.admin_addr().unwrap();
+    let mut c = common::client(&proxy);
+    let now = |sample: &str| metric(&http_get(admin, "/metrics").1, sample);
+    assert_eq!(c.call_str("get k\r\n").unwrap(), "END\r\n");
+    // Recorded off the request path, just after the reply: polled for, never a window long.
+    let get = r#"mwproxy_requests_total{op="get"}"#;
+    assert!(common::eventually(common::PATIENCE, || now(get) == 1.0), "{}", now(get));
+    assert_eq!(now(r#"mwproxy_misses_total{op="get"}"#), 1.0);
+    assert_eq!(now("mwproxy_connections_accepted_total"), 1.0);
+    assert!(now("mwproxy_received_bytes_total") >= 7.0, "the bytes of the get");
+    drop(c);
+    common::stop(proxy);
+}
+
 #[test]
 fn readyz_answers_503_while_some_key_has_no_reachable_replica() {
     let mut servers = common::servers(3);

@@ -1,69 +1,93 @@
 //! The command line every middleware shares (flattened into each one's own
-//! flags) and what its `main` does with it: read the configuration, print it
-//! or start, stop cleanly on SIGTERM or SIGINT.
+//! flags) and what its `main` does with it: read the configuration, warn
+//! about flags the engine in use ignores, print it or start, stop cleanly on
+//! SIGTERM or SIGINT. `--help` groups every program's flags under the same
+//! headings and shows the configuration's defaults ([`command`]).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Parser;
 
-use crate::config::{Common, ConfigError, ServiceConfig};
-use crate::process::{init_logging, stop_on_signals};
+use crate::config::{Common, ConfigError, Engine, ServiceConfig};
+use crate::process::{init_logging, stop_on_signals, LogFormat};
 use crate::shell::{Reload, Source};
 use crate::shell::{Shell, Stopper};
 use crate::start::StartError;
 
+/// The headings `--help` groups the flags under, the same in every program
+/// of the workspace (mwproxy, mwmq, mwload): who connects, what is behind,
+/// how requests are carried, what is measured, the process itself.
+pub mod heading {
+    /// Where clients connect, how many, TLS and logins.
+    pub const CLIENTS: &str = "Clients";
+    /// The servers behind (mwproxy's memcached, mwmq's database, mwload's targets).
+    pub const SERVERS: &str = "Servers";
+    /// The engine and the threads, queues and budgets that carry requests.
+    pub const ENGINE: &str = "Engine";
+    /// Results files, windows and the admin endpoint.
+    pub const MEASUREMENT: &str = "Measurement";
+    /// The configuration file, logging, and what to print instead of running.
+    pub const PROCESS: &str = "Process";
+}
+
+use heading::{CLIENTS, ENGINE, MEASUREMENT, PROCESS};
+
 /// The flags every middleware has.
 #[derive(clap::Args, Debug, Default, Clone)]
 pub struct ServerArgs {
-    /// TOML configuration file; flags given here override it.
-    #[arg(short = 'c', long, value_name = "FILE")]
-    pub config: Option<PathBuf>,
     /// Address to listen on, host:port.
-    #[arg(long, value_name = "ADDR")]
+    #[arg(long, value_name = "ADDR", help_heading = CLIENTS)]
     pub listen: Option<String>,
-    /// Worker threads.
-    #[arg(short = 't', long, value_name = "N")]
-    pub workers: Option<usize>,
-    /// Request queue capacity; when full, clients are not read.
-    #[arg(long, value_name = "N")]
-    pub queue_capacity: Option<usize>,
     /// Client connections served at once; more are refused with the protocol's error.
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", help_heading = CLIENTS)]
     pub max_connections: Option<usize>,
-    /// Write windows.jsonl, summary.json and trace.csv into this directory.
-    #[arg(long, value_name = "DIR")]
-    pub out: Option<String>,
-    /// Window length in ms; windows start at wall-clock multiples [default: 1000].
-    #[arg(long, value_name = "MS")]
-    pub window_ms: Option<u64>,
-    /// Trace every k-th request into trace.csv, 0 = off [default: 100].
-    #[arg(long, value_name = "K")]
-    pub trace_every: Option<u64>,
-    /// HTTP admin endpoint (/metrics, /stats, /healthz, /readyz; mwmq: /ui; mwproxy: /reload): host:port or a port on 127.0.0.1.
-    #[arg(long, value_name = "ADDR")]
-    pub admin: Option<String>,
-    /// Name of this process in results files.
-    #[arg(long, value_name = "NAME")]
-    pub instance: Option<String>,
     /// Listener TLS: PEM certificate chain (with --tls-key, clients must speak TLS).
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", help_heading = CLIENTS)]
     pub tls_cert: Option<String>,
     /// Listener TLS: PEM private key.
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", help_heading = CLIENTS)]
     pub tls_key: Option<String>,
     /// Require client certificates signed by one of these PEM CA certificates.
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", help_heading = CLIENTS)]
     pub tls_ca: Option<String>,
     /// A plaintext listener beside the TLS one, host:port (e.g. on loopback).
-    #[arg(long, value_name = "ADDR")]
+    #[arg(long, value_name = "ADDR", help_heading = CLIENTS)]
     pub plain_listen: Option<String>,
+    /// Worker threads of the pool engine (the async engine's threads are --threads).
+    #[arg(short = 't', long, value_name = "N", help_heading = ENGINE)]
+    pub workers: Option<usize>,
+    /// Requests that may wait for a worker (pool engine; the async engine has
+    /// no queue); when full, clients are not read.
+    #[arg(long, value_name = "N", help_heading = ENGINE)]
+    pub queue_capacity: Option<usize>,
+    /// Write windows.jsonl, summary.json and trace.csv into this directory.
+    #[arg(long, value_name = "DIR", help_heading = MEASUREMENT)]
+    pub out: Option<String>,
+    /// Window length in ms; windows start at wall-clock multiples [default: 1000].
+    #[arg(long, value_name = "MS", help_heading = MEASUREMENT)]
+    pub window_ms: Option<u64>,
+    /// Trace every k-th request into trace.csv, 0 = off [default: 100].
+    #[arg(long, value_name = "K", help_heading = MEASUREMENT)]
+    pub trace_every: Option<u64>,
+    /// HTTP admin endpoint: host:port, or a port on 127.0.0.1 [default: off].
+    #[arg(long, value_name = "ADDR", help_heading = MEASUREMENT)]
+    pub admin: Option<String>,
+    /// Name of this process in results files.
+    #[arg(long, value_name = "NAME", help_heading = MEASUREMENT)]
+    pub instance: Option<String>,
+    /// TOML configuration file; flags given here override it.
+    #[arg(short = 'c', long, value_name = "FILE", help_heading = PROCESS)]
+    pub config: Option<PathBuf>,
     /// Print the effective configuration as TOML and exit.
-    #[arg(long)]
+    #[arg(long, help_heading = PROCESS)]
     pub print_config: bool,
-    /// Log filter (error, warn, info, debug, trace) [default: info, or RUST_LOG].
-    #[arg(long, value_name = "FILTER")]
+    /// Log filter: error, warn, info, debug, trace, or a tracing filter [default: RUST_LOG, else info].
+    #[arg(long, value_name = "FILTER", help_heading = PROCESS)]
     pub log: Option<String>,
+    /// How log lines are written to standard error; colours only on a terminal [default: text].
+    #[arg(long, value_enum, value_name = "FORMAT", help_heading = PROCESS)]
+    pub log_format: Option<LogFormat>,
 }
 
 impl ServerArgs {
@@ -114,38 +138,94 @@ pub fn set<T: Copy>(field: &mut T, flag: Option<T>) {
     }
 }
 
-/// Parses the command line `P` of the middleware configured by `C`; the
-/// shared flags' help shows `C`'s defaults.
-pub fn parse<P: Parser, C: ServiceConfig>() -> P {
-    P::from_arg_matches(&command::<P, C>().get_matches()).unwrap_or_else(|e| e.exit())
-}
-
-/// The command line `P` of the middleware configured by `C` as [`parse`]
-/// reads and `--help` shows it, for what is made from it besides (man
-/// pages, shell completions: the `mwdist` crate).
-pub fn command<P: Parser, C: ServiceConfig>() -> clap::Command {
-    let d = Common::of(&C::default()).expect("the defaults are a configuration");
+/// The command line `P` of the middleware `S` as `--help`, man pages and
+/// completions show it: the shared flags' help gains `S`'s defaults and
+/// `--admin` the paths `S`'s endpoint serves.
+pub fn command<P: Parser, S: Service>() -> clap::Command {
+    let d = Common::of(&S::Config::default()).expect("the defaults are a configuration");
+    let paths = S::ADMIN_PATHS.join(", ");
     let shown = [
-        ("listen", d.listen.clone()),
-        ("workers", d.workers.to_string()),
-        ("queue_capacity", d.queue_capacity.to_string()),
-        ("max_connections", d.max_connections.to_string()),
-        ("instance", C::INSTANCE.to_string()),
+        ("listen", format!(" [default: {}]", d.listen)),
+        ("workers", format!(" [default: {}]", d.workers)),
+        ("queue_capacity", format!(" [default: {}]", d.queue_capacity)),
+        ("max_connections", format!(" [default: {}]", d.max_connections)),
+        ("instance", format!(" [default: {}]", <S::Config as ServiceConfig>::INSTANCE)),
     ];
-    let mut command = P::command();
-    for (id, value) in shown {
+    let mut command = in_order(P::command());
+    for (id, more) in shown {
         command = command.mut_arg(id, |a| {
             let help = a.get_help().map(ToString::to_string).unwrap_or_default();
-            a.help(format!("{help} [default: {value}]"))
+            a.help(format!("{help}{more}"))
         });
     }
-    command
+    command.mut_arg("admin", |a| {
+        let help = a.get_help().map(ToString::to_string).unwrap_or_default();
+        // "HTTP admin endpoint (/metrics, ...): host:port ..."
+        a.help(help.replacen(':', &format!(" ({paths}):"), 1))
+    })
+}
+
+/// `command` with the shared flags first under `Clients` (the listening
+/// address before the flags that refine it) and after a program's own
+/// elsewhere (`--engine` and `--threads` before `-t`).
+fn in_order(command: clap::Command) -> clap::Command {
+    let shared: Vec<String> = <ServerArgs as clap::Args>::augment_args(clap::Command::new("shared"))
+        .get_arguments()
+        .map(|a| a.get_id().to_string())
+        .collect();
+    let ids: Vec<String> = command.get_arguments().map(|a| a.get_id().to_string()).collect();
+    ids.iter().fold(command, |command, id| {
+        command.mut_arg(id, |a| {
+            let order = a.get_display_order();
+            match shared.iter().position(|s| s == id) {
+                Some(i) if a.get_help_heading() == Some(heading::CLIENTS) => a.display_order(i),
+                Some(i) => a.display_order(2_000 + i),
+                None => a.display_order(1_000 + order),
+            }
+        })
+    })
+}
+
+/// Parses the command line `P` of the middleware `S` ([`command`]).
+pub fn parse<P: Parser, S: Service>() -> P {
+    P::from_arg_matches(&command::<P, S>().get_matches()).unwrap_or_else(|e| e.exit())
+}
+
+/// A flag that one engine reads and the other does not, as given on a
+/// command line: an operator who gives it to the other engine is told so
+/// in one line at start ([`unread_flags`]), and the process goes on (seed
+/// command lines carry `-t` whatever the engine).
+#[derive(Clone, Debug)]
+pub struct EngineFlag {
+    /// How the user spells it, e.g. `-t/--workers`.
+    pub flag: &'static str,
+    /// The value given, if it was.
+    pub given: Option<String>,
+    /// The only engine that reads it.
+    pub read_by: Engine,
+    /// What to use with the other engine instead, and why.
+    pub instead: &'static str,
+}
+
+/// One warning for each flag of `flags` given to an engine other than the
+/// one that reads it: which flag, that `engine` ignores it, what to use.
+pub fn unread_flags(engine: Engine, flags: &[EngineFlag]) -> Vec<String> {
+    flags
+        .iter()
+        .filter(|f| f.read_by != engine)
+        .filter_map(|f| {
+            let value = f.given.as_ref()?;
+            Some(format!("{} {value} is ignored by the {engine} engine: {}", f.flag, f.instead))
+        })
+        .collect()
 }
 
 /// A running middleware, as its `main` and its tests drive it.
 pub trait Service: Sized {
     /// The program's name, for messages.
     const NAME: &'static str;
+    /// The paths its admin endpoint serves (`--admin`'s help lists them).
+    const ADMIN_PATHS: &'static [&'static str];
     /// Its configuration.
     type Config: ServiceConfig;
     /// Validates `config`, binds the listening address and starts the threads.
@@ -185,14 +265,16 @@ pub trait Service: Sized {
 }
 
 /// A middleware's `main`: logging, the configuration read by `config` (exit
-/// status 2 when it is refused), `--print-config`, start (exit status 1 when
-/// it fails), reload on SIGHUP (`config` is read again), stop on SIGTERM or
+/// status 2 when it is refused), the warnings `notes` has about it (flags
+/// its engine ignores), `--print-config`, start (exit status 1 when it
+/// fails), reload on SIGHUP (`config` is read again), stop on SIGTERM or
 /// SIGINT once in-flight requests are answered.
 pub fn serve<S: Service>(
     args: &ServerArgs,
     config: impl Fn() -> Result<S::Config, ConfigError> + Send + Sync + 'static,
+    notes: impl FnOnce(&S::Config) -> Vec<String>,
 ) -> ExitCode {
-    init_logging(args.log.as_deref());
+    init_logging(args.log.as_deref(), args.log_format.unwrap_or_default());
     let read = move || config().and_then(|c| c.validate().map(|_| c));
     let config = match read() {
         Ok(c) => c,
@@ -201,6 +283,9 @@ pub fn serve<S: Service>(
             return ExitCode::from(2);
         }
     };
+    for note in notes(&config) {
+        tracing::warn!("{note}");
+    }
     if args.print_config {
         // Secrets masked: a configuration printed is one shown to others.
         print!("{}", config.redacted().to_toml());
@@ -284,6 +369,20 @@ mod tests {
         let e = Cli::parse_from(["x", "-c", "/nonexistent.toml"]).server.load::<TestConfig>().unwrap_err();
         assert!(e.0.contains("cannot read /nonexistent.toml"), "{e}");
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_flag_is_named_only_when_given_to_the_engine_that_does_not_read_it() {
+        let flag = |given: Option<&str>| EngineFlag {
+            flag: "-t/--workers",
+            given: given.map(str::to_string),
+            read_by: Engine::Pool,
+            instead: "use --threads",
+        };
+        assert!(unread_flags(Engine::Pool, &[flag(Some("4"))]).is_empty(), "read by its engine");
+        assert!(unread_flags(Engine::Async, &[flag(None)]).is_empty(), "not given");
+        let notes = unread_flags(Engine::Async, &[flag(Some("4"))]);
+        assert_eq!(notes, ["-t/--workers 4 is ignored by the async engine: use --threads"]);
     }
 
     #[test]

@@ -1,28 +1,47 @@
 //! What every middleware process does around its work: logging, stopping on
 //! SIGTERM or SIGINT, and the command line's sizes and booleans.
 
-/// Logs to standard error with `filter` (`error`, `warn`, `info`, `debug`,
-/// `trace`, or a tracing filter), else `RUST_LOG`, else `info`.
-pub fn init_logging(filter: Option<&str>) {
-    let _ = init_logging_to(filter, None);
+/// How log lines are written (`--log-format`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    /// One line of text per event: time, level, where, message, fields.
+    #[default]
+    Text,
+    /// One JSON object per line (`timestamp`, `level`, `target`, `message`
+    /// and the event's fields at the top level), for log shippers.
+    Json,
 }
 
-/// As [`init_logging`] (colours only when standard error is a terminal), to the file at `path` (appended to, without colours)
-/// when one is given.
-pub fn init_logging_to(filter: Option<&str>, path: Option<&std::path::Path>) -> std::io::Result<()> {
+/// Logs to standard error with `filter` (`error`, `warn`, `info`, `debug`,
+/// `trace`, or a tracing filter), else `RUST_LOG`, else `info`, in `format`.
+pub fn init_logging(filter: Option<&str>, format: LogFormat) {
+    let _ = init_logging_to(filter, format, None);
+}
+
+/// As [`init_logging`], to the file at `path` (appended to) when one is
+/// given. Colour codes only when the text goes to a terminal and `NO_COLOR`
+/// is not set: a file, a pipe or the journal gets plain text (and JSON never
+/// has any).
+pub fn init_logging_to(filter: Option<&str>, format: LogFormat, path: Option<&std::path::Path>) -> std::io::Result<()> {
+    use std::io::IsTerminal;
+    use tracing_subscriber::fmt::writer::BoxMakeWriter;
     let filter = filter.map(str::to_string).or_else(|| std::env::var("RUST_LOG").ok()).unwrap_or_else(|| "info".into());
-    let fmt = tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_new(&filter).unwrap_or_else(|_| "info".into()));
-    let _ = match path {
+    let filter = tracing_subscriber::EnvFilter::try_new(&filter).unwrap_or_else(|_| "info".into());
+    let (writer, terminal) = match path {
         Some(p) => {
             let file = std::fs::OpenOptions::new().create(true).append(true).open(p)?;
-            fmt.with_ansi(false).with_writer(std::sync::Mutex::new(file)).try_init()
+            (BoxMakeWriter::new(std::sync::Mutex::new(file)), false)
         }
-        // Colours only on a terminal: a redirected log gets plain text.
+        // NO_COLOR (no-color.org) turns them off on a terminal too.
         None => {
-            use std::io::IsTerminal;
-            fmt.with_ansi(std::io::stderr().is_terminal()).with_writer(std::io::stderr).try_init()
+            let plain = std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty());
+            (BoxMakeWriter::new(std::io::stderr), std::io::stderr().is_terminal() && !plain)
         }
+    };
+    let fmt = tracing_subscriber::fmt().with_env_filter(filter).with_writer(writer);
+    let _ = match format {
+        LogFormat::Text => fmt.with_ansi(terminal).try_init(),
+        LogFormat::Json => fmt.with_ansi(false).json().flatten_event(true).try_init(),
     };
     Ok(())
 }

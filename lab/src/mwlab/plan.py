@@ -242,9 +242,7 @@ def plan_spec(exp: Experiment, plans: list[ConfigPlan]) -> dict[str, Any]:
     doc["points"] = picks
     everything = ", ".join(map(str, exp.factors[key]))
     rest = (
-        "; the report predicts the others with their intervals"
-        if len(picks) < len(exp.all_points())
-        else ""
+        "; the report predicts the others with their intervals" if len(picks) < len(exp.all_points()) else ""
     )
     doc["description"] = (
         f"{exp.description.strip()} Planned by mwlab plan: {len(picks)} of the {len(exp.all_points())} "

@@ -175,6 +175,16 @@ class Secrets:
         return args + (["--auth", self.login] if m.auth else [])
 
 
+def _engine_args(s: Settings, pool_only: list[str]) -> list[str]:
+    """The engine and the flags it reads: the async engine's `--threads`, or
+    the pool engine's workers and `pool_only` (a middleware warns about a
+    flag its engine ignores)."""
+    m = s.middleware
+    if m.engine == "async":
+        return ["--engine", "async", "--threads", str(m.threads)]
+    return ["--engine", m.engine, "-t", str(m.workers), *pool_only, "--queue-capacity", str(m.queue_capacity)]
+
+
 def _mwproxy_cmd(s: Settings, index: int, listen: str, servers: list[str], out: Path) -> list[str]:
     return [
         str(binary("mwproxy")),
@@ -182,20 +192,11 @@ def _mwproxy_cmd(s: Settings, index: int, listen: str, servers: list[str], out: 
         listen,
         "-m",
         *servers,
-        "--engine",
-        s.middleware.engine,
-        "--threads",
-        str(s.middleware.threads),
-        "-t",
-        str(s.middleware.workers),
-        "--net-threads",
-        str(s.middleware.net_threads),
+        *_engine_args(s, ["--net-threads", str(s.middleware.net_threads)]),
         "-r",
         str(s.middleware.replication),
         "--multiget",
         s.middleware.multiget,
-        "--queue-capacity",
-        str(s.middleware.queue_capacity),
         "--out",
         str(out / f"mw{index}"),
         "--instance",
@@ -221,18 +222,11 @@ def _mwmq_cmd(s: Settings, index: int, listen: str, db: str, out: Path) -> list[
         listen,
         "--db",
         db,
-        "--engine",
-        s.middleware.engine,
-        "--threads",
-        str(s.middleware.threads),
-        "--workers",
-        str(s.middleware.workers),
+        *_engine_args(s, []),
         "--db-pool",
         str(pool),
         "--batch",
         str(s.middleware.batch),
-        "--queue-capacity",
-        str(s.middleware.queue_capacity),
         "--out",
         str(out / f"mw{index}"),
         "--instance",

@@ -1,5 +1,6 @@
 //! The HTTP admin endpoint (`--admin ADDR`, served by `mwserve::http`):
-//! `/metrics` in Prometheus text format (with each queue's counters: the
+//! `/metrics` in Prometheus text format (current: the closed windows plus
+//! the window in progress, so a request answered counts at once; with each queue's counters: the
 //! `[queues] public_queues` to anyone, the others only with the admin
 //! token; a wrong token hears `401` and counts as a failed login), `/stats`
 //! as JSON (the window in progress and the last closed one), `/healthz`
@@ -134,8 +135,8 @@ fn readyz(shared: &Shared, conns: &mut [Option<postgres::Client>]) -> Page {
 /// The page; `token`: the request carries the admin token (every queue of
 /// `metrics_queues` is named, not only the public ones).
 fn metrics(shared: &Shared, token: bool) -> String {
-    let run = shared.telemetry.run();
-    let acc = &run.total;
+    // The closed windows and the window in progress: a request answered counts at once.
+    let acc = &shared.telemetry.everything();
     let s = &acc.stages;
     let mut p = PromText::default();
     for kind in MqOp::ALL {

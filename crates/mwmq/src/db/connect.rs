@@ -110,6 +110,34 @@ fn target(cfg: &Config) -> Result<(tokio_postgres::Config, Option<crate::db::tls
     Ok((pg, tls.then_some(target)))
 }
 
+/// The servers a connection string names, `host:port` each (a Unix socket's
+/// directory for its host), for messages: a connection that failed says
+/// where it tried, and never the password.
+pub fn servers(cfg: &Config) -> String {
+    let Ok(pg) = crate::db::tls::split(&cfg.database.url)
+        .and_then(|t| t.conninfo.parse::<tokio_postgres::Config>().map_err(|e| e.to_string()))
+    else {
+        return "the database".into();
+    };
+    let ports = pg.get_ports();
+    let hosts = pg.get_hosts();
+    if hosts.is_empty() {
+        return format!("the default host, port {}", ports.first().copied().unwrap_or(5432));
+    }
+    let named: Vec<String> = hosts
+        .iter()
+        .enumerate()
+        .map(|(i, h)| {
+            let port = ports.get(i).or(ports.first()).copied().unwrap_or(5432);
+            match h {
+                tokio_postgres::config::Host::Tcp(name) => format!("{name}:{port}"),
+                tokio_postgres::config::Host::Unix(dir) => format!("{}:{port}", dir.display()),
+            }
+        })
+        .collect();
+    named.join(", ")
+}
+
 /// "error performing TLS handshake" says little without its cause. With
 /// `target_session_attrs=read-write`, tokio-postgres tries every host and
 /// gives the last one's error: "database does not allow writes" when no

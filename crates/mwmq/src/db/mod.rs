@@ -44,7 +44,7 @@ mod statements;
 pub mod streams;
 pub mod tls;
 
-pub use connect::{connect, DbConn, Driver};
+pub use connect::{connect, servers, DbConn, Driver};
 pub use migrations::{migrate, MIGRATIONS, SCHEMA};
 pub use pgconn::{within, PgConn, UNREPLICATED};
 pub use pools::{Pool, PoolCounters, Pools, PrimaryWatch};

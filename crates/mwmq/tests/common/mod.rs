@@ -138,9 +138,15 @@ impl MqProcess {
     pub fn start_with(pg: &Postgres, port: u16, extra: &[&str], stderr: Stdio) -> MqProcess {
         let port = if port == 0 { mctest::free_port() } else { port };
         let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+        // Four workers for the pool engine (the async engine would warn that it has none).
+        let workers: &[&str] = match engine() {
+            mwserve::config::Engine::Pool => &["--workers", "4"],
+            mwserve::config::Engine::Async => &[],
+        };
         let child = Command::new(env!("CARGO_BIN_EXE_mwmq"))
-            .args(["--listen", &addr.to_string(), "--db", pg.conninfo(), "--workers", "4", "--log", "warn"])
+            .args(["--listen", &addr.to_string(), "--db", pg.conninfo(), "--log", "warn"])
             .args(["--engine", engine().name()])
+            .args(workers)
             .args(extra)
             .stdout(Stdio::null())
             .stderr(stderr)
