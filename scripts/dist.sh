@@ -130,10 +130,13 @@ cmd_uninstall() {
 
 # The Depends of a binary: the C library version its symbols need, libgcc_s when it links it.
 depends_of() {
-  local glibc deps
+  local glibc deps headers
   glibc=$(objdump -T "$1" | grep -oE 'GLIBC_[0-9]+(\.[0-9]+)+' | sed 's/GLIBC_//' | sort -uV | tail -1)
   deps="libc6${glibc:+ (>= $glibc)}"
-  if objdump -p "$1" | grep -q 'NEEDED *libgcc_s'; then deps="$deps, libgcc-s1"; fi
+  # Read whole before matching: `objdump | grep -q` under pipefail failed at
+  # random (grep quits at the first match, objdump dies of SIGPIPE).
+  headers=$(objdump -p "$1")
+  if [[ $headers =~ NEEDED\ +libgcc_s ]]; then deps="$deps, libgcc-s1"; fi
   echo "$deps"
 }
 

@@ -93,6 +93,11 @@ def test_a_package_holds_what_an_operator_needs(debs, name):
     assert field(info, "Version") == version
     assert field(info, "Architecture") == run("dpkg", "--print-architecture").stdout.strip()
     assert field(info, "Depends").startswith("libc6 (>= 2.")
+    # Every library the binary links is depended on (libgcc_s had been left
+    # out at random by a pipe that lost its writer).
+    needed = run("objdump", "-p", bin_dir() / name).stdout
+    if "libgcc_s" in needed:
+        assert "libgcc-s1" in field(info, "Depends")
     assert "<" in field(info, "Maintainer") and field(info, "Description")
     listing = run("dpkg-deb", "--contents", debs[name]).stdout.splitlines()
     # "-rwxr-xr-x root/root 123 2025-01-01 00:00 ./usr/bin/mwproxy"

@@ -224,10 +224,25 @@ def test_too_short_to_judge_is_said_once_per_check(misses):
 
 
 def test_version(capsys):
-    with pytest.raises(SystemExit) as done:
-        main(["--version"])
-    assert done.value.code == 0
-    assert capsys.readouterr().out.strip() == f"mwlab {metadata.version('mwlab')}"
+    for flag in ("--version", "-V"):
+        with pytest.raises(SystemExit) as done:
+            main([flag])
+        assert done.value.code == 0
+        assert capsys.readouterr().out.strip() == f"mwlab {metadata.version('mwlab')}"
+
+
+def test_help_is_laid_out_as_the_services_clap_help(capsys):
+    """mwproxy, mwmq and mwload print clap's help: "Usage:", "Options:",
+    "Commands:", "Print help"; mwlab's argparse help says the same words."""
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    out = capsys.readouterr().out
+    assert out.startswith("Usage: mwlab") and "\nOptions:\n" in out and "\nCommands:\n" in out
+    assert "-h, --help     Print help" in out and "-V, --version  Print version" in out
+    with pytest.raises(SystemExit):
+        main(["predict", "--help"])
+    out = capsys.readouterr().out
+    assert out.startswith("Usage: mwlab predict") and "\nArguments:\n" in out and "Print help" in out
 
 
 def test_the_terminal_says_how_many_points_left_out_were_covered(tmp_path):

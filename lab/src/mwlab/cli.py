@@ -12,6 +12,7 @@ import signal
 import sys
 from importlib import metadata
 from pathlib import Path
+from typing import ClassVar
 
 from mwlab import __version__, model_cli, plan, predict_cli, reference, stats_cli
 from mwlab.analysis import summarize
@@ -156,13 +157,44 @@ def _progress_printer():
     return show
 
 
+class _Help(argparse.HelpFormatter):
+    """argparse's help laid out as clap's (mwproxy, mwmq, mwload): "Usage:",
+    capitalised headings "Commands", "Arguments", "Options"."""
+
+    HEADINGS: ClassVar[dict[str, str]] = {
+        "positional arguments": "Arguments",
+        "options": "Options",
+        "optional arguments": "Options",
+    }
+
+    def add_usage(self, usage, actions, groups, prefix=None):
+        super().add_usage(usage, actions, groups, "Usage: " if prefix is None else prefix)
+
+    def start_section(self, heading: str | None) -> None:
+        heading = heading or ""
+        super().start_section(self.HEADINGS.get(heading, heading[:1].upper() + heading[1:]))
+
+
+def _clap_style(parser: argparse.ArgumentParser) -> None:
+    """Every parser and sub-parser in clap's layout and words ("Print help")."""
+    parser.formatter_class = _Help
+    for action in parser._actions:
+        if isinstance(action, argparse._HelpAction):
+            action.help = "Print help"
+        elif isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                _clap_style(sub)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="mwlab",
         description="Experiments with memcached and mwproxy, PostgreSQL and mwmq, driven by mwload.",
     )
-    parser.add_argument("--version", action="version", version=f"mwlab {version()}")
-    sub = parser.add_subparsers(dest="command", required=True)
+    parser.add_argument(
+        "-V", "--version", action="version", version=f"mwlab {version()}", help="Print version"
+    )
+    sub = parser.add_subparsers(title="Commands", dest="command", required=True, metavar="<COMMAND>")
     p = sub.add_parser("run", help="run an experiment and write its report")
     p.add_argument("spec", help="a spec file or the name of one in experiments/")
     p.add_argument("--scale", default="quick", help="quick (minutes) or full (the seed reports' parameters)")
@@ -208,6 +240,7 @@ def main(argv: list[str] | None = None) -> int:
     predict_cli.add_parser(sub)
     plan.add_parser(sub)
     stats_cli.add_parser(sub)
+    _clap_style(parser)
     args = parser.parse_args(argv)
     if args.command == "model":
         return model_cli.main(args)

@@ -143,12 +143,28 @@ pub fn servers(cfg: &Config) -> String {
 /// gives the last one's error: "database does not allow writes" when no
 /// host took writes and the last one answered read-only (a standby), which
 /// during a failover means the primary is gone ([`NO_PRIMARY`]).
-fn connect_error(e: postgres::Error) -> String {
+///
+/// With several hosts the error is the last one's whatever it was: the
+/// last host down (refused, timed out) while the others answered read-only
+/// or were down too means the same, no server takes writes, and is said so
+/// ([`no_server_of`]) rather than as the last host's refusal alone.
+fn connect_error(e: postgres::Error, hosts: usize) -> String {
     match std::error::Error::source(&e) {
         Some(cause) if cause.to_string() == "database does not allow writes" => NO_PRIMARY.to_string(),
+        Some(cause) if hosts > 1 => no_server_of(hosts, &cause.to_string()),
         Some(cause) => format!("{e}: {cause}"),
+        None if hosts > 1 => no_server_of(hosts, &e.to_string()),
         None => e.to_string(),
     }
+}
+
+/// No server of the `hosts` a failover connection string names took a
+/// read-write connection; `last` is what the last one tried said.
+fn no_server_of(hosts: usize, last: &str) -> String {
+    format!(
+        "no primary: none of the {hosts} database servers took a read-write connection (the last one tried: \
+         {last}); the primary is gone, and a promotion is awaited (or a server's return)"
+    )
 }
 
 /// The session's settings. The statements find messages through the
@@ -176,12 +192,13 @@ pub(super) fn session_settings(cfg: &Config) -> String {
 /// [`connect`], without waiting for other connections being opened.
 fn connect_now(cfg: &Config) -> Result<Client, String> {
     let (pg, tls) = target(cfg)?;
+    let hosts = pg.get_hosts().len();
     let pg = postgres::Config::from(pg);
     let mut client = match &tls {
         None => pg.connect(NoTls),
         Some(t) => pg.connect(crate::db::tls::connector(t)?),
     }
-    .map_err(connect_error)?;
+    .map_err(|e| connect_error(e, hosts))?;
     client.batch_execute(&session_settings(cfg)).map_err(|e| e.to_string())?;
     Ok(client)
 }
@@ -197,13 +214,14 @@ pub(super) async fn connect_async(
     unreplicated: Arc<AtomicBool>,
 ) -> Result<(tokio_postgres::Client, Driver), String> {
     let (pg, tls) = target(cfg)?;
+    let hosts = pg.get_hosts().len();
     match &tls {
         None => {
-            let (c, conn) = pg.connect(tokio_postgres::NoTls).await.map_err(connect_error)?;
+            let (c, conn) = pg.connect(tokio_postgres::NoTls).await.map_err(|e| connect_error(e, hosts))?;
             Ok((c, drive(conn, unreplicated)))
         }
         Some(t) => {
-            let (c, conn) = pg.connect(crate::db::tls::connector(t)?).await.map_err(connect_error)?;
+            let (c, conn) = pg.connect(crate::db::tls::connector(t)?).await.map_err(|e| connect_error(e, hosts))?;
             Ok((c, drive(conn, unreplicated)))
         }
     }
@@ -235,4 +253,24 @@ where
             Poll::Ready(Some(Ok(_))) => {}
         }
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Both servers of a failover connection string down (the state while
+    /// the primary, last in the list, is dead and its standby not yet
+    /// promoted): said as no primary, not as the last host's refusal.
+    #[test]
+    fn no_server_of_several_taking_a_connection_is_said_as_no_primary() {
+        let mut cfg = Config::default();
+        cfg.database.url = "host=127.0.0.1,127.0.0.1 port=1,2 user=x dbname=x sslmode=disable".into();
+        let e = connect_now(&cfg).err().expect("nothing listens on ports 1 and 2");
+        assert!(e.starts_with("no primary: none of the 2 database servers"), "{e}");
+        assert!(e.contains("the last one tried:"), "{e}");
+        cfg.database.url = "host=127.0.0.1 port=1 user=x dbname=x sslmode=disable".into();
+        let e = connect_now(&cfg).err().expect("nothing listens on port 1");
+        assert!(!e.contains("no primary") && e.contains("error connecting to server"), "{e}");
+    }
 }
