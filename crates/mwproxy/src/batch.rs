@@ -18,6 +18,8 @@ use crate::conn::{ClientConn, Job};
 use crate::generation::Generation;
 use crate::recorder::{record, BackendFact, Finished, JobFacts, WorkerAcc};
 use crate::route::{BackendError, Begin, Exec, Outbox, Work};
+use crate::routes::flow::routed;
+use crate::routes::{Flow, Tree};
 use crate::shared::Shared;
 
 /// A request of the batch in progress.
@@ -40,8 +42,11 @@ pub struct Entry {
     pub noreply: bool,
     /// Answered from the proxy's own state when its wave comes.
     pub local: Option<Request>,
-    /// Its way through the routing core.
+    /// Its way through the routing core (or, when it goes through a route
+    /// tree, where the tree's reply and effects are put once it is done).
     pub exec: Exec,
+    /// Its way through the route tree, when the configuration has one.
+    pub flow: Option<Box<Flow>>,
     /// Calls of the current round still without a reply.
     pub awaiting: usize,
     /// Timestamps and server figures noted on the way.
@@ -61,9 +66,15 @@ impl Entry {
     pub fn begin(job: Job, t_dequeue: u64, generation: &Generation, rr: &mut usize) -> Entry {
         let (op, keys) = job.work.class();
         let noreply = job.work.noreply();
-        let (exec, local) = match Exec::begin(job.work, &generation.router, rr) {
-            Begin::Exec(e) => (e, None),
-            Begin::Local(req) => (Exec::answered(Vec::new()), Some(req)),
+        let (exec, local, flow) = match &generation.tree {
+            Some(tree) if routed(&job.work) => {
+                let flow = Flow::begin(tree, Tree::ROOT, job.work, rr);
+                (Exec::answered(Vec::new()), None, Some(Box::new(flow)))
+            }
+            _ => match Exec::begin(job.work, &generation.router, rr) {
+                Begin::Exec(e) => (e, None, None),
+                Begin::Local(req) => (Exec::answered(Vec::new()), Some(req), None),
+            },
         };
         let mut facts = JobFacts::default();
         facts.begin(t_dequeue);
@@ -78,6 +89,7 @@ impl Entry {
             noreply,
             local,
             exec,
+            flow,
             awaiting: 0,
             facts,
             finished: false,
@@ -90,8 +102,19 @@ impl Entry {
     /// many; 0 means it is finished.
     pub fn next_round(&mut self, generation: &Generation, outbox: &mut Outbox) -> usize {
         let first = outbox.calls().len();
-        outbox.numbering(&generation.ids);
-        let n = self.exec.round(&generation.router, outbox);
+        let n = match &mut self.flow {
+            Some(flow) => {
+                let n = flow.round(outbox);
+                if n == 0 {
+                    (self.exec.reply, self.exec.effects) = flow.finish();
+                }
+                n
+            }
+            None => {
+                outbox.numbering(&generation.ids);
+                self.exec.round(&generation.router, outbox)
+            }
+        };
         self.awaiting = outbox.calls()[first..].iter().filter(|c| c.reply).count();
         self.finished = n == 0;
         n
@@ -107,7 +130,10 @@ impl Entry {
         fact: BackendFact,
     ) -> bool {
         self.facts.add(fact);
-        self.exec.absorb(&generation.router, j, outcome);
+        match &mut self.flow {
+            Some(flow) => flow.absorb(j, outcome),
+            None => self.exec.absorb(&generation.router, j, outcome),
+        }
         self.awaiting -= 1;
         self.awaiting == 0
     }

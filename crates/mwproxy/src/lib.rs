@@ -50,6 +50,7 @@ pub mod recorder;
 pub mod reload;
 pub mod repair;
 pub mod route;
+pub mod routes;
 pub mod server;
 pub mod shared;
 pub mod stats;

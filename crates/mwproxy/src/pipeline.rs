@@ -266,7 +266,7 @@ impl Pipeline {
         let t_dequeue = now_ns();
         self.generations.refresh(&self.shared, &self.runs);
         let generation = &self.generations.current;
-        let waves = waves(&jobs, generation.router.replication);
+        let waves = waves(&jobs, generation.wave_width());
         let entries = jobs.into_iter().map(|job| Entry::begin(job, t_dequeue, generation, &mut self.rr)).collect();
         let run = Run { conn, generation: generation.id, entries, waves, wave: 0, unfinished: 0 };
         let r = match self.free.pop() {

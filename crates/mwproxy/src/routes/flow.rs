@@ -1,0 +1,111 @@
+//! A client request through the route tree, as a carrier drives it: the
+//! same rounds and outcomes as the routing core's [`Exec`](crate::route::Exec)
+//! (`round` fills the outbox, `absorb` takes each call's outcome in any
+//! order), so both engines and the side queue carry it unchanged.
+//!
+//! A multi-key get is split into one get per key, each routed on its own
+//! (as mcrouter does), and the hits are put back together in the client's
+//! key order: keys whose route failed are left out, as a pool leaves out
+//! the keys of a failed server (`multiget_failure = partial`), unless every
+//! key's route failed, which answers the first error.
+
+use std::sync::Arc;
+
+use mcproto::Request;
+
+use crate::route::{BackendError, Effects, Outbox, Work};
+
+use super::run::{self, Done, Run};
+use super::spec::NodeId;
+use super::tree::Tree;
+
+/// Whether a request goes through the route tree: everything that names a
+/// key. Requests for every key or none (`flush_all`, `version`, `stats`,
+/// `mn`) go to every server of every pool, or are answered by the proxy.
+pub fn routed(work: &Work) -> bool {
+    match work {
+        Work::DropStale { .. } => true,
+        Work::Request(r) => match r {
+            Request::Get { keys, .. } => !keys.is_empty(),
+            Request::Meta { kind, .. } => *kind != mcproto::MetaKind::Noop,
+            Request::Store { .. } | Request::Delete { .. } | Request::Arith { .. } | Request::Touch { .. } => true,
+            _ => false,
+        },
+    }
+}
+
+/// One request on its way through the tree.
+#[derive(Debug)]
+pub struct Flow {
+    tree: Arc<Tree>,
+    /// Round-robin position for the reads it starts later (failovers).
+    rr: usize,
+    /// How many call outcomes it took: orders the ends for all-fastest.
+    tick: u64,
+    /// The outbox index of its current round's first call.
+    base: usize,
+    /// One route per key of a split multi-get, else one.
+    parts: Vec<Run>,
+    split: bool,
+}
+
+impl Flow {
+    /// Starts `work` at `node` of `tree`.
+    pub fn begin(tree: &Arc<Tree>, node: NodeId, work: Work, rr: &mut usize) -> Flow {
+        let (parts, split) = match work {
+            Work::Request(Request::Get { kind, exptime, keys }) if keys.len() > 1 => {
+                let one = |k| Work::Request(Request::Get { kind, exptime, keys: vec![k] });
+                (keys.into_iter().map(|k| run::begin(tree, node, one(k), rr)).collect(), true)
+            }
+            w => (vec![run::begin(tree, node, w, rr)], false),
+        };
+        *rr = rr.wrapping_add(1);
+        Flow { tree: tree.clone(), rr: *rr, tick: 0, base: 0, parts, split }
+    }
+
+    /// Adds the next round's calls to `out` and returns how many; 0 means
+    /// it is finished and [`Flow::finish`] has the reply.
+    pub fn round(&mut self, out: &mut Outbox) -> usize {
+        self.base = out.calls().len();
+        for p in &mut self.parts {
+            p.round(&self.tree, &mut self.rr, out);
+        }
+        out.calls().len() - self.base
+    }
+
+    /// Takes the outcome of call `j` of the current round.
+    pub fn absorb(&mut self, j: usize, outcome: Result<&[u8], &BackendError>) {
+        self.tick += 1;
+        let at = self.base + j;
+        let tree = &self.tree;
+        for p in &mut self.parts {
+            if p.absorb(tree, at, outcome, self.tick) {
+                break;
+            }
+        }
+    }
+
+    /// The client's reply and the request's effects, once finished.
+    pub fn finish(&mut self) -> (Vec<u8>, Effects) {
+        let mut dones: Vec<Done> = self.parts.iter_mut().map(Run::take).collect();
+        if !self.split {
+            let d = dones.pop().expect("one route");
+            return (d.reply, d.fx);
+        }
+        let mut fx = Effects::default();
+        for d in &mut dones {
+            fx.counters.add(&d.fx.counters);
+            fx.hits += d.fx.hits;
+            fx.repairs.append(&mut d.fx.repairs);
+        }
+        if dones.iter().all(|d| d.failure.is_some()) {
+            return (std::mem::take(&mut dones[0].reply), fx);
+        }
+        let mut reply = Vec::new();
+        for d in dones.iter().filter(|d| d.failure.is_none()) {
+            reply.extend_from_slice(d.reply.strip_suffix(b"END\r\n").unwrap_or(&d.reply));
+        }
+        reply.extend_from_slice(b"END\r\n");
+        (reply, fx)
+    }
+}
