@@ -293,9 +293,9 @@ fn migrate_follows_its_phases_by_the_clock() {
 #[test]
 fn a_route_that_would_explode_is_refused_naming_where() {
     let s = common::servers(1);
-    let six = vec!["\"a\""; 6].join(", ");
+    let six = ["\"a\""; 6].join(", ");
     let inner = format!("{{ type = \"all-sync\", children = [{six}] }}");
-    let route = format!("[route]\ntype = \"all-sync\"\nchildren = [{}]\n", vec![inner.as_str(); 6].join(", "));
+    let route = format!("[route]\ntype = \"all-sync\"\nchildren = [{}]\n", [inner.as_str(); 6].join(", "));
     let e = Proxy::start(config(&[&s[0]], &["a"], &route, |_| {})).err().expect("refused").to_string();
     assert!(e.contains("reach 36 pools"), "{e}");
     let e =
@@ -304,4 +304,28 @@ fn a_route_that_would_explode_is_refused_naming_where() {
             .expect("refused")
             .to_string();
     assert!(e.contains("route.children[1]: unknown pool \"b\""), "{e}");
+}
+
+#[test]
+fn a_reload_swaps_the_tree_and_its_counters() {
+    let s = common::servers(2);
+    let p = proxy(&[&s[0], &s[1]], &["a", "b"], "route = \"a\"");
+    let mut c = common::client(&p);
+    assert_eq!(set(&mut c, "k1", "x"), "STORED\r\n");
+    assert!(has(&s[0], "k1") && !has(&s[1], "k1"));
+    assert_eq!(route_stat(&p, "route:requests"), 1);
+    let next =
+        config(&[&s[0], &s[1]], &["a", "b"], "route = { type = \"failover\", children = [\"b\", \"a\"] }", |_| {});
+    mwproxy::reload::reload(&p.shared(), Ok(next)).expect("reloaded");
+    assert_eq!(set(&mut c, "k2", "y"), "STORED\r\n", "the same client connection, the new tree");
+    assert!(has(&s[1], "k2") && !has(&s[0], "k2"));
+    assert_eq!(route_stat(&p, "route:failovers"), 0);
+    assert_eq!(route_stat(&p, "route.children[0]:requests"), 1);
+    // A tree that does not check is refused and the running one stays.
+    let bad =
+        config(&[&s[0], &s[1]], &["a", "b"], "route = \"a\"", |c| c.route.as_mut().unwrap().value = "nope".into());
+    assert!(mwproxy::reload::reload(&p.shared(), Ok(bad)).unwrap_err().contains("unknown pool \"nope\""));
+    assert_eq!(set(&mut c, "k3", "z"), "STORED\r\n");
+    assert!(has(&s[1], "k3"));
+    common::stop(p);
 }

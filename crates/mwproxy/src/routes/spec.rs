@@ -503,7 +503,7 @@ impl Reader<'_> {
         let fraction = match (t.get("key_fraction"), t.get("request_fraction")) {
             (Some(k), None) => {
                 let pair = k.as_array().filter(|a| a.len() == 2);
-                let nums: Option<Vec<f64>> = pair.map(|a| a.iter().map(num).collect::<Option<Vec<_>>>()).flatten();
+                let nums: Option<Vec<f64>> = pair.and_then(|a| a.iter().map(num).collect::<Option<Vec<_>>>());
                 match nums.as_deref() {
                     Some(&[a, b]) if (0.0..=1.0).contains(&a) && (a..=1.0).contains(&b) => Fraction::Keys(a, b),
                     _ => return err(path, "key_fraction is [from, to] with 0 <= from <= to <= 1"),

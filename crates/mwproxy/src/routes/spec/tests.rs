@@ -99,13 +99,13 @@ fn a_tree_cannot_nest_fan_out_or_reach_beyond_its_limits() {
     }
     let e = refused(&format!("route = {deep}\n"));
     assert!(e.contains(&format!("deeper than {MAX_DEPTH}")), "{e}");
-    let wide = vec!["\"a\""; MAX_CHILDREN + 1].join(", ");
+    let wide = ["\"a\""; MAX_CHILDREN + 1].join(", ");
     let e = refused(&format!("[route]\ntype = \"failover\"\nchildren = [{wide}]\n"));
     assert!(e.contains("children lists"), "{e}");
     // 6 x 6 pools at once: each level is within the limits, the product is not.
-    let six = vec!["\"a\""; 6].join(", ");
+    let six = ["\"a\""; 6].join(", ");
     let inner = format!("{{ type = \"all-sync\", children = [{six}] }}");
-    let outer = vec![inner.as_str(); 6].join(", ");
+    let outer = [inner.as_str(); 6].join(", ");
     let e = refused(&format!("[route]\ntype = \"all-sync\"\nchildren = [{outer}]\n"));
     assert!(e.contains("reach 36 pools"), "{e}");
     // A failover of them takes one child at a time: within the limit.
