@@ -136,6 +136,11 @@ fn failover_takes_the_next_child_while_a_server_is_down_and_comes_back() {
         eventually(PATIENCE, || set(&mut c, "k3", "c") == "STORED\r\n" && has(&s[0], "k3")),
         "the first pool serves again once it is back"
     );
+    // A frozen first pool is given up (stalled, then timed out) and failed over too.
+    s[0].pause().unwrap();
+    assert_eq!(set(&mut c, "k5", "e"), "STORED\r\n");
+    assert!(has(&s[1], "k5"));
+    s[0].resume().unwrap();
     // failover_on without connect: a dead first pool is the client's error.
     common::stop(p);
     s[0].stop();
@@ -327,5 +332,40 @@ fn a_reload_swaps_the_tree_and_its_counters() {
     assert!(mwproxy::reload::reload(&p.shared(), Ok(bad)).unwrap_err().contains("unknown pool \"nope\""));
     assert_eq!(set(&mut c, "k3", "z"), "STORED\r\n");
     assert!(has(&s[1], "k3"));
+    common::stop(p);
+}
+
+#[test]
+fn all_sync_all_initial_all_async_and_miss_failover_answer_as_documented() {
+    let mut s = common::servers(3);
+    let route = r#"
+[route]
+type = "prefix"
+[route.routes]
+"sync:" = { type = "all-sync", children = ["a", "b"] }
+"initial:" = { type = "all-initial", children = ["a", "b", "c"] }
+"async:" = { type = "all-async", children = ["b", "c"] }
+"miss:" = { type = "miss-failover", children = ["a", "b", "c"] }
+"#;
+    let p = proxy(&[&s[0], &s[1], &s[2]], &["a", "b", "c"], route);
+    let mut c = common::client(&p);
+    assert_eq!(set(&mut c, "sync:1", "x"), "STORED\r\n");
+    assert!(has(&s[0], "sync:1") && has(&s[1], "sync:1") && !has(&s[2], "sync:1"));
+    assert_eq!(set(&mut c, "initial:1", "y"), "STORED\r\n");
+    assert!(has(&s[0], "initial:1"), "the first child answered, so it has it");
+    assert!(eventually(PATIENCE, || has(&s[1], "initial:1") && has(&s[2], "initial:1")), "the others get copies");
+    assert_eq!(set(&mut c, "async:1", "z"), "NOT_STORED\r\n", "answered at once with the default reply");
+    assert!(eventually(PATIENCE, || has(&s[1], "async:1") && has(&s[2], "async:1")));
+    assert!(!has(&s[0], "async:1"));
+    assert_eq!(c.call_str("get async:1\r\n").unwrap(), "END\r\n", "all-async never waits for a reply");
+    put(&s[2], "miss:1", "third");
+    assert_eq!(c.call_str("get miss:1\r\n").unwrap(), value("miss:1", "third"), "misses go on to the next");
+    assert_eq!(route_stat(&p, "route.routes.\"miss:\":failovers"), 2);
+    assert_eq!(set(&mut c, "miss:2", "w"), "STORED\r\n");
+    assert!(has(&s[0], "miss:2") && !has(&s[1], "miss:2"), "writes go to the first child");
+    s[1].stop();
+    assert!(set(&mut c, "sync:2", "x").starts_with("SERVER_ERROR"), "all-sync answers the first error");
+    assert_eq!(set(&mut c, "initial:2", "y"), "STORED\r\n", "a dead other child changes no all-initial reply");
+    assert_eq!(route_stat(&p, "route.routes.\"sync:\":errors"), 1);
     common::stop(p);
 }
