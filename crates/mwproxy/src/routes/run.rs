@@ -349,12 +349,18 @@ fn combine(mode: All, children: &mut [Run]) -> Done {
             let n = keys.len();
             (0..n).find(|&i| keys.iter().filter(|k| **k == keys[i]).count() * 2 > n).or(first_failure).unwrap_or(0)
         }
-        All::Fastest => dones
-            .iter()
-            .enumerate()
-            .filter(|(_, d)| d.failure.is_none())
-            .min_by_key(|(_, d)| d.tick)
-            .map_or(0, |(i, _)| i),
+        // The first success to arrive; when every child failed, the last failure.
+        All::Fastest => {
+            let by_tick = |ok: bool| {
+                let i = dones.iter().enumerate().filter(|(_, d)| d.failure.is_none() == ok);
+                if ok {
+                    i.min_by_key(|(_, d)| d.tick).map(|(i, _)| i)
+                } else {
+                    i.max_by_key(|(_, d)| d.tick).map(|(i, _)| i)
+                }
+            };
+            by_tick(true).or(by_tick(false)).unwrap_or(0)
+        }
         _ => first_failure.unwrap_or(0),
     };
     let tick = dones.iter().map(|d| d.tick).max().unwrap_or(0);
