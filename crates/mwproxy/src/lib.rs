@@ -40,6 +40,7 @@ pub mod fdlimit;
 pub mod generation;
 pub mod health;
 pub mod local;
+pub mod mccli;
 pub mod net;
 pub mod nutcli;
 pub mod nutstats;

@@ -293,6 +293,25 @@ fn migrate_follows_its_phases_by_the_clock() {
     assert_eq!(set(&mut c, "after", "3"), "STORED\r\n");
     assert!(has(&s[1], "after") && !has(&s[0], "after"));
     common::stop(p);
+
+    // mcrouter's way (both = "deletes"): only deletes go to both; the rest
+    // moves from `from` to `to` halfway through the window.
+    now.store(2_200, Ordering::Relaxed);
+    let clock = now.clone();
+    let route = format!("{route}both = \"deletes\"\n");
+    let p = start(config(&[&s[0], &s[1]], &["old", "new"], &route, move |c| {
+        c.route.as_mut().unwrap().clock = Clock::manual(clock);
+    }));
+    let mut c = common::client(&p);
+    assert_eq!(set(&mut c, "first-half", "1"), "STORED\r\n");
+    assert!(has(&s[0], "first-half") && !has(&s[1], "first-half"));
+    put(&s[1], "first-half", "1");
+    assert_eq!(c.call_str("delete first-half\r\n").unwrap(), "DELETED\r\n");
+    assert!(!has(&s[0], "first-half") && !has(&s[1], "first-half"), "deletes go to both");
+    now.store(2_700, Ordering::Relaxed);
+    assert_eq!(set(&mut c, "second-half", "2"), "STORED\r\n");
+    assert!(has(&s[1], "second-half") && !has(&s[0], "second-half"));
+    common::stop(p);
 }
 
 #[test]
@@ -368,4 +387,72 @@ type = "prefix"
     assert_eq!(set(&mut c, "initial:2", "y"), "STORED\r\n", "a dead other child changes no all-initial reply");
     assert_eq!(route_stat(&p, "route.routes.\"sync:\":errors"), 1);
     common::stop(p);
+}
+
+/// Kills the process at the end of a test, whatever happens.
+struct Killed(std::process::Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn an_mcrouter_file_is_served_under_mcrouters_command_line_and_reloaded_on_sighup() {
+    let s = common::servers(2);
+    let dir = std::env::temp_dir().join(format!("mwproxy-mcrouter-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("mcrouter.json");
+    let write = |wildcard: &str| {
+        let json = format!(
+            r#"{{
+  // mcrouter's own file, comments included
+  "pools": {{ "A": {{ "servers": ["{}"] }}, "B": {{ "servers": ["{}"] }} }},
+  "route": {{ "type": "PrefixSelectorRoute", "policies": {{ "b:": "PoolRoute|B" }}, "wildcard": {wildcard} }}
+}}"#,
+            s[0].endpoint(),
+            s[1].endpoint()
+        );
+        std::fs::write(&file, json).unwrap();
+    };
+    write(r#"{ "type": "FailoverRoute", "children": ["PoolRoute|A", "PoolRoute|B"] }"#);
+    let port = mctest::free_port();
+    let child = std::process::Command::new(env!("CARGO_BIN_EXE_mwproxy"))
+        .args(["mcrouter", "-f", file.to_str().unwrap(), "-p", &port.to_string()])
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let child = Killed(child);
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    mctest::wait_for_port(addr, PATIENCE).unwrap();
+    let mut c = Client::connect(addr).unwrap();
+    assert_eq!(set(&mut c, "b:1", "x"), "STORED\r\n");
+    assert_eq!(set(&mut c, "a:1", "y"), "STORED\r\n");
+    assert!(has(&s[1], "b:1") && !has(&s[0], "b:1"));
+    assert!(has(&s[0], "a:1") && !has(&s[1], "a:1"));
+    // The file changes; SIGHUP swaps the tree under the same connection.
+    write(r#""PoolRoute|B""#);
+    let pid = child.0.id().to_string();
+    assert!(std::process::Command::new("kill").args(["-HUP", &pid]).status().unwrap().success());
+    assert!(eventually(PATIENCE, || set(&mut c, "a:2", "z") == "STORED\r\n" && has(&s[1], "a:2")));
+    // A file mwproxy cannot read is refused at the check.
+    std::fs::write(&file, r#"{ "pools": {}, "route": { "type": "HashRoute", "children": [] } }"#).unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_mwproxy"))
+        .args(["mcrouter", "--validate-config", "-f", file.to_str().unwrap(), "-p", "1"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("HashRoute") && err.contains("line 1, column"), "{err}");
+    drop(child);
+    // mwproxy's own flag takes the same file, with either engine.
+    write(r#""PoolRoute|A""#);
+    let p = common::ProxyProcess::start("", &["--mcrouter-config", file.to_str().unwrap()]);
+    let mut c = Client::connect(p.addr()).unwrap();
+    assert_eq!(set(&mut c, "a:3", "w"), "STORED\r\n");
+    assert!(has(&s[0], "a:3"));
+    drop(p);
+    std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -17,6 +17,7 @@
 //! request as before.
 
 pub mod flow;
+pub mod mcrouter;
 pub mod run;
 pub mod side;
 pub mod spec;

@@ -19,7 +19,7 @@ use mcproto::{MetaKind, Request, Response, StoreKind};
 use crate::route::{BackendError, Begin, Effects, Exec, Outbox, Work};
 
 use super::side::Detached;
-use super::spec::{All, FailOn, Fraction, Kind, NodeId, Op};
+use super::spec::{All, Both, FailOn, Fraction, Kind, NodeId, Op};
 use super::tree::{Pool, Tree};
 
 /// Why a route's reply is a failure, as a failover tells them apart.
@@ -178,15 +178,29 @@ pub fn begin(tree: &Arc<Tree>, node: NodeId, work: Work, rr: &mut usize) -> Run 
             }
             via(begin(tree, *main, work, rr))
         }
-        Kind::Migrate { from, to, start, window } => match tree.phase(*start, *window) {
-            0 => via(begin(tree, *from, work, rr)),
-            2 => via(begin(tree, *to, work, rr)),
-            _ if op_of(&work) == Op::Get => via(begin(tree, *from, work, rr)),
-            _ => State::Fan {
-                mode: All::Sync,
-                children: vec![begin(tree, *from, work.clone(), rr), begin(tree, *to, work, rr)],
-            },
-        },
+        Kind::Migrate { from, to, start, window, both } => {
+            let op = op_of(&work);
+            let phase = tree.phase(*start, *window);
+            // mcrouter's way: the rest moves to `to` halfway through the window.
+            let half = phase == 1 && *both == Both::Deletes && tree.clock.now() >= start + window / 2;
+            match phase {
+                0 => via(begin(tree, *from, work, rr)),
+                2 => via(begin(tree, *to, work, rr)),
+                _ if op == Op::Get || (*both == Both::Deletes && op != Op::Delete) => {
+                    via(begin(tree, if half { *to } else { *from }, work, rr))
+                }
+                _ => State::Fan {
+                    mode: All::Sync,
+                    children: vec![begin(tree, *from, work.clone(), rr), begin(tree, *to, work, rr)],
+                },
+            }
+        }
+        Kind::Answer { error: None } => State::Done(Done { reply: default_reply(&work), ..Done::default() }),
+        Kind::Answer { error: Some(m) } => State::Done(Done {
+            reply: format!("SERVER_ERROR {m}\r\n").into_bytes(),
+            failure: Some(Failure::Error),
+            ..Done::default()
+        }),
     };
     if matches!(&state, State::Done(d) if d.failure.is_some()) {
         tree.stats[node].errors.fetch_add(1, Ordering::Relaxed);

@@ -223,7 +223,25 @@ pub enum Kind {
         start: u64,
         /// How long it stays open (seconds).
         window: u64,
+        /// What goes to both in the window.
+        both: Both,
     },
+    /// Answers at once: a miss / not stored / not found (`null`), or
+    /// `SERVER_ERROR <message>` (`error`).
+    Answer {
+        /// The error's message, or `None` for the default reply.
+        error: Option<String>,
+    },
+}
+
+/// What a migration sends to both pools in its window.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Both {
+    /// Every request but gets; gets read `from` (default).
+    Writes,
+    /// Deletes only (mcrouter's MigrateRoute): the rest goes to `from` in
+    /// the first half of the window and to `to` in the second.
+    Deletes,
 }
 
 /// A node and where it is written.
@@ -328,6 +346,7 @@ impl Tree {
                 self.reach(*main) + shadows.iter().map(|s| self.reach(s.0)).sum::<usize>()
             }
             Kind::Migrate { from, to, .. } => self.reach(*from) + self.reach(*to),
+            Kind::Answer { .. } => 0,
         }
     }
 }
@@ -385,8 +404,10 @@ impl Reader<'_> {
             "warm-up" => &["cold", "warm", "exptime", "queue"],
             "miss-failover" => &["children"],
             "shadow" => &["main", "shadows", "queue"],
-            "migrate" => &["from", "to", "start", "window"],
-            other => return err(path, format!("unknown route type {other:?} (pool, prefix, operation, failover, all-sync, all-async, all-initial, all-majority, all-fastest, warm-up, miss-failover, shadow, migrate)")),
+            "migrate" => &["from", "to", "start", "window", "both"],
+            "null" => &[],
+            "error" => &["message"],
+            other => return err(path, format!("unknown route type {other:?} (pool, prefix, operation, failover, all-sync, all-async, all-initial, all-majority, all-fastest, warm-up, miss-failover, shadow, migrate, null, error)")),
         };
         if let Some(k) = t.keys().find(|k| *k != "type" && !allowed.contains(&k.as_str())) {
             return err(path, format!("unknown key {k:?} for a {ty} route (it takes {})", allowed.join(", ")));
@@ -468,6 +489,15 @@ impl Reader<'_> {
                 Kind::WarmUp { cold, warm, exptime, queue: queue(t, path)? }
             }
             "miss-failover" => Kind::MissFailover { children: self.children(t, path, d, 1)? },
+            "null" => Kind::Answer { error: None },
+            "error" => {
+                let message = match t.get("message") {
+                    None => "error route".to_string(),
+                    Some(Value::String(m)) if !m.contains(['\r', '\n']) => m.clone(),
+                    Some(_) => return err(path, "message is one line of text"),
+                };
+                Kind::Answer { error: Some(message) }
+            }
             "shadow" => {
                 let main = self.node(need(t, "main", path)?, format!("{path}.main"), d)?;
                 let list = need(t, "shadows", path)?.as_array().ok_or_else(|| {
@@ -488,7 +518,12 @@ impl Reader<'_> {
                 let to = self.node(need(t, "to", path)?, format!("{path}.to"), d)?;
                 let start = int(need(t, "start", path)?, &format!("{path}.start"), i64::MAX as u64)?;
                 let window = int(need(t, "window", path)?, &format!("{path}.window"), i64::MAX as u64)?;
-                Kind::Migrate { from, to, start, window }
+                let both = match t.get("both").map(|v| v.as_str()) {
+                    None | Some(Some("writes")) => Both::Writes,
+                    Some(Some("deletes")) => Both::Deletes,
+                    _ => return err(path, "both is \"writes\" (everything but gets, the default) or \"deletes\""),
+                };
+                Kind::Migrate { from, to, start, window, both }
             }
         })
     }

@@ -132,6 +132,7 @@ impl Tree {
                 Kind::WarmUp { .. } => ("warm-up", Some("fills")),
                 Kind::Shadow { .. } => ("shadow", Some("shadow")),
                 Kind::Migrate { .. } => ("migrate", None),
+                Kind::Answer { .. } => ("answer", None),
             };
             put("requests", get(&s.requests));
             put("errors", get(&s.errors));

@@ -51,7 +51,7 @@ default = { type = "miss-failover", children = ["a", "b"] }
     let m = tree.nodes.iter().find(|n| matches!(n.kind, Kind::Migrate { .. })).unwrap();
     assert_eq!(m.path, "route.routes.\"u\".delete");
     let (from, to) = (n_of(&tree, &m.path, "from"), n_of(&tree, &m.path, "to"));
-    assert_eq!(m.kind, Kind::Migrate { from, to, start: 100, window: 50 });
+    assert_eq!(m.kind, Kind::Migrate { from, to, start: 100, window: 50, both: Both::Writes });
     // The servers of both pools, once each, route keyless requests.
     let union: Vec<String> = c.effective_routing().servers.iter().map(|s| s.endpoint()).collect();
     assert_eq!(union, ["127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3"]);
