@@ -46,7 +46,7 @@ pub struct Entry {
     /// tree, where the tree's reply and effects are put once it is done).
     pub exec: Exec,
     /// Its way through the route tree, when the configuration has one.
-    pub flow: Option<Box<Flow>>,
+    pub flow: Option<Flow>,
     /// Calls of the current round still without a reply.
     pub awaiting: usize,
     /// Timestamps and server figures noted on the way.
@@ -69,7 +69,7 @@ impl Entry {
         let (exec, local, flow) = match &generation.tree {
             Some(tree) if routed(&job.work) => {
                 let flow = Flow::begin(tree, Tree::ROOT, job.work, rr);
-                (Exec::answered(Vec::new()), None, Some(Box::new(flow)))
+                (Exec::answered(Vec::new()), None, Some(flow))
             }
             _ => match Exec::begin(job.work, &generation.router, rr) {
                 Begin::Exec(e) => (e, None, None),
@@ -102,15 +102,15 @@ impl Entry {
     /// many; 0 means it is finished.
     pub fn next_round(&mut self, generation: &Generation, outbox: &mut Outbox) -> usize {
         let first = outbox.calls().len();
-        let n = match &mut self.flow {
-            Some(flow) => {
-                let n = flow.round(outbox);
+        let n = match (&mut self.flow, &generation.tree) {
+            (Some(flow), Some(tree)) => {
+                let n = flow.round(tree, outbox);
                 if n == 0 {
                     (self.exec.reply, self.exec.effects) = flow.finish();
                 }
                 n
             }
-            None => {
+            _ => {
                 outbox.numbering(&generation.ids);
                 self.exec.round(&generation.router, outbox)
             }
@@ -130,9 +130,9 @@ impl Entry {
         fact: BackendFact,
     ) -> bool {
         self.facts.add(fact);
-        match &mut self.flow {
-            Some(flow) => flow.absorb(j, outcome),
-            None => self.exec.absorb(&generation.router, j, outcome),
+        match (&mut self.flow, &generation.tree) {
+            (Some(flow), Some(tree)) => flow.absorb(tree, j, outcome),
+            _ => self.exec.absorb(&generation.router, j, outcome),
         }
         self.awaiting -= 1;
         self.awaiting == 0
@@ -232,6 +232,10 @@ pub fn reply_status(reply: &[u8]) -> &'static str {
 /// earlier one names, so that failovers, cas copies and repairs happen before
 /// anything that follows. `stats` and `version` are always a wave of their own.
 pub fn waves(jobs: &[Job], replication: usize) -> Vec<Range<usize>> {
+    if jobs.len() <= 1 {
+        // (One request is one wave, whatever it is.)
+        return (!jobs.is_empty()).then_some(0..jobs.len()).into_iter().collect();
+    }
     let mut waves = Vec::new();
     let mut start = 0;
     let mut read: HashSet<&[u8]> = HashSet::new();

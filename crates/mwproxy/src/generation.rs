@@ -77,13 +77,12 @@ impl Generation {
     }
 
     /// How many copies of a key the batches must keep in order for: the
-    /// pool's replication, and with a route tree (whose failovers and
-    /// fan-outs take more rounds) as under replication.
+    /// pool's replication, and with a route tree whose requests may take
+    /// more than one round (failovers, warm-ups) as under replication.
     pub fn wave_width(&self) -> usize {
-        if self.tree.is_some() {
-            self.router.replication.max(2)
-        } else {
-            self.router.replication
+        match &self.tree {
+            Some(tree) if tree.rounds => self.router.replication.max(2),
+            _ => self.router.replication,
         }
     }
 

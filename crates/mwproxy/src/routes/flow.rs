@@ -34,52 +34,68 @@ pub fn routed(work: &Work) -> bool {
     }
 }
 
-/// One request on its way through the tree.
+/// One request on its way through the tree (of the generation it was
+/// routed with: every call takes the same tree).
 #[derive(Debug)]
 pub struct Flow {
-    tree: Arc<Tree>,
     /// Round-robin position for the reads it starts later (failovers).
     rr: usize,
     /// How many call outcomes it took: orders the ends for all-fastest.
     tick: u64,
     /// The outbox index of its current round's first call.
     base: usize,
-    /// One route per key of a split multi-get, else one.
-    parts: Vec<Run>,
-    split: bool,
+    parts: Parts,
+}
+
+/// One route, or one per key of a split multi-get. (The one route is
+/// kept inline: it is the common case, and a box would cost an allocation
+/// per request.)
+#[derive(Debug)]
+#[allow(clippy::large_enum_variant)]
+enum Parts {
+    One(Run),
+    Split(Vec<Run>),
+}
+
+impl Parts {
+    fn runs(&mut self) -> &mut [Run] {
+        match self {
+            Parts::One(r) => std::slice::from_mut(r),
+            Parts::Split(v) => v,
+        }
+    }
 }
 
 impl Flow {
     /// Starts `work` at `node` of `tree`.
     pub fn begin(tree: &Arc<Tree>, node: NodeId, work: Work, rr: &mut usize) -> Flow {
-        let (parts, split) = match work {
+        let parts = match work {
             Work::Request(Request::Get { kind, exptime, keys }) if keys.len() > 1 => {
                 let one = |k| Work::Request(Request::Get { kind, exptime, keys: vec![k] });
-                (keys.into_iter().map(|k| run::begin(tree, node, one(k), rr)).collect(), true)
+                Parts::Split(keys.into_iter().map(|k| run::begin(tree, node, one(k), rr)).collect())
             }
-            w => (vec![run::begin(tree, node, w, rr)], false),
+            w => Parts::One(run::begin(tree, node, w, rr)),
         };
         *rr = rr.wrapping_add(1);
-        Flow { tree: tree.clone(), rr: *rr, tick: 0, base: 0, parts, split }
+        Flow { rr: *rr, tick: 0, base: 0, parts }
     }
 
     /// Adds the next round's calls to `out` and returns how many; 0 means
     /// it is finished and [`Flow::finish`] has the reply.
-    pub fn round(&mut self, out: &mut Outbox) -> usize {
+    pub fn round(&mut self, tree: &Arc<Tree>, out: &mut Outbox) -> usize {
         self.base = out.calls().len();
-        for p in &mut self.parts {
-            p.round(&self.tree, &mut self.rr, out);
+        for p in self.parts.runs() {
+            p.round(tree, &mut self.rr, out);
         }
         out.calls().len() - self.base
     }
 
     /// Takes the outcome of call `j` of the current round.
-    pub fn absorb(&mut self, j: usize, outcome: Result<&[u8], &BackendError>) {
+    pub fn absorb(&mut self, tree: &Tree, j: usize, outcome: Result<&[u8], &BackendError>) {
         self.tick += 1;
-        let at = self.base + j;
-        let tree = &self.tree;
-        for p in &mut self.parts {
-            if p.absorb(tree, at, outcome, self.tick) {
+        let (at, tick) = (self.base + j, self.tick);
+        for p in self.parts.runs() {
+            if p.absorb(tree, at, outcome, tick) {
                 break;
             }
         }
@@ -87,11 +103,14 @@ impl Flow {
 
     /// The client's reply and the request's effects, once finished.
     pub fn finish(&mut self) -> (Vec<u8>, Effects) {
-        let mut dones: Vec<Done> = self.parts.iter_mut().map(Run::take).collect();
-        if !self.split {
-            let d = dones.pop().expect("one route");
-            return (d.reply, d.fx);
-        }
+        let runs = match &mut self.parts {
+            Parts::One(r) => {
+                let d = r.take();
+                return (d.reply, d.fx);
+            }
+            Parts::Split(v) => v,
+        };
+        let mut dones: Vec<Done> = runs.iter_mut().map(Run::take).collect();
         let mut fx = Effects::default();
         for d in &mut dones {
             fx.counters.add(&d.fx.counters);

@@ -427,13 +427,15 @@ impl Reader<'_> {
                     "delete" => "delete",
                     "incr" | "decr" => "arith",
                     "touch" => "touch",
-                    other => return self.refuse(
-                        path,
-                        &format!("\"{other}\""),
-                        &format!(
+                    other => {
+                        return self.refuse(
+                            path,
+                            &format!("\"{other}\""),
+                            &format!(
                             "operation {other:?} alone is not read: routes are by get, set, delete, incr/decr, touch"
                         ),
-                    ),
+                        )
+                    }
                 };
                 if op == "decr" && p.contains_key("incr") {
                     continue;

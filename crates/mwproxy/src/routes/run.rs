@@ -75,27 +75,10 @@ pub struct Run {
 #[derive(Debug)]
 enum State {
     Leaf(Box<Leaf>),
-    /// A selector (or a migration, an all-initial) passed it to one child.
-    Via(Box<Run>),
-    Failover {
-        at: usize,
-        child: Box<Run>,
-        work: Work,
-    },
-    Fan {
-        mode: All,
-        children: Vec<Run>,
-    },
-    WarmUp {
-        warm: bool,
-        child: Box<Run>,
-        work: Work,
-    },
-    MissFailover {
-        at: usize,
-        child: Box<Run>,
-        work: Work,
-    },
+    Failover { at: usize, child: Box<Run>, work: Work },
+    Fan { mode: All, children: Vec<Run> },
+    WarmUp { warm: bool, child: Box<Run>, work: Work },
+    MissFailover { at: usize, child: Box<Run>, work: Work },
     Done(Done),
 }
 
@@ -126,7 +109,8 @@ impl Leaf {
 /// Starts `work` at `node`; `rr` is the carrier's round-robin position.
 pub fn begin(tree: &Arc<Tree>, node: NodeId, work: Work, rr: &mut usize) -> Run {
     tree.stats[node].requests.fetch_add(1, Ordering::Relaxed);
-    let via = |child: Run| State::Via(Box::new(child));
+    // (A node that passes the request to one child — a selector, a shadow,
+    // all-initial, a migration outside its window — is that child's run.)
     let state = match &tree.spec.nodes[node].kind {
         Kind::Pool(p) => {
             let exec = match Exec::begin(work, &tree.pools[*p].router, rr) {
@@ -138,11 +122,11 @@ pub fn begin(tree: &Arc<Tree>, node: NodeId, work: Work, rr: &mut usize) -> Run 
         Kind::Prefix { routes, default } => {
             let key = key_of(&work);
             let child = routes.iter().find(|(p, _)| key.starts_with(p)).map(|r| r.1).or(*default);
-            choose(tree, child, work, rr)
+            return choose(tree, node, child, work, rr);
         }
         Kind::Operation { by_op, default } => {
             let child = by_op[op_of(&work) as usize].or(*default);
-            choose(tree, child, work, rr)
+            return choose(tree, node, child, work, rr);
         }
         Kind::Failover { children, .. } => {
             State::Failover { at: 0, child: Box::new(begin(tree, children[0], work.clone(), rr)), work }
@@ -157,7 +141,7 @@ pub fn begin(tree: &Arc<Tree>, node: NodeId, work: Work, rr: &mut usize) -> Run 
             for &c in &children[1..] {
                 detach(tree, node, *queue, c, work.clone());
             }
-            via(begin(tree, children[0], work, rr))
+            return begin(tree, children[0], work, rr);
         }
         Kind::All { mode, children, .. } => {
             State::Fan { mode: *mode, children: children.iter().map(|&c| begin(tree, c, work.clone(), rr)).collect() }
@@ -165,18 +149,18 @@ pub fn begin(tree: &Arc<Tree>, node: NodeId, work: Work, rr: &mut usize) -> Run 
         Kind::WarmUp { cold, .. } if op_of(&work) == Op::Get => {
             State::WarmUp { warm: false, child: Box::new(begin(tree, *cold, work.clone(), rr)), work }
         }
-        Kind::WarmUp { cold, .. } => via(begin(tree, *cold, work, rr)),
+        Kind::WarmUp { cold, .. } => return begin(tree, *cold, work, rr),
         Kind::MissFailover { children } if op_of(&work) == Op::Get => {
             State::MissFailover { at: 0, child: Box::new(begin(tree, children[0], work.clone(), rr)), work }
         }
-        Kind::MissFailover { children } => via(begin(tree, children[0], work, rr)),
+        Kind::MissFailover { children } => return begin(tree, children[0], work, rr),
         Kind::Shadow { main, shadows, queue } => {
             for (s, fraction) in shadows {
                 if takes(*fraction, key_of(&work)) {
                     detach(tree, node, *queue, *s, work.clone());
                 }
             }
-            via(begin(tree, *main, work, rr))
+            return begin(tree, *main, work, rr);
         }
         Kind::Migrate { from, to, start, window, both } => {
             let op = op_of(&work);
@@ -184,10 +168,10 @@ pub fn begin(tree: &Arc<Tree>, node: NodeId, work: Work, rr: &mut usize) -> Run 
             // mcrouter's way: the rest moves to `to` halfway through the window.
             let half = phase == 1 && *both == Both::Deletes && tree.clock.now() >= start + window / 2;
             match phase {
-                0 => via(begin(tree, *from, work, rr)),
-                2 => via(begin(tree, *to, work, rr)),
+                0 => return begin(tree, *from, work, rr),
+                2 => return begin(tree, *to, work, rr),
                 _ if op == Op::Get || (*both == Both::Deletes && op != Op::Delete) => {
-                    via(begin(tree, if half { *to } else { *from }, work, rr))
+                    return begin(tree, if half { *to } else { *from }, work, rr)
                 }
                 _ => State::Fan {
                     mode: All::Sync,
@@ -209,14 +193,14 @@ pub fn begin(tree: &Arc<Tree>, node: NodeId, work: Work, rr: &mut usize) -> Run 
 }
 
 /// A selector's choice, or the error a key without a route gets.
-fn choose(tree: &Arc<Tree>, child: Option<NodeId>, work: Work, rr: &mut usize) -> State {
+fn choose(tree: &Arc<Tree>, node: NodeId, child: Option<NodeId>, work: Work, rr: &mut usize) -> Run {
     match child {
-        Some(c) => State::Via(Box::new(begin(tree, c, work, rr))),
-        None => State::Done(Done {
-            reply: b"SERVER_ERROR no route for this key\r\n".to_vec(),
-            failure: Some(Failure::Error),
-            ..Done::default()
-        }),
+        Some(c) => begin(tree, c, work, rr),
+        None => {
+            tree.stats[node].errors.fetch_add(1, Ordering::Relaxed);
+            let reply = b"SERVER_ERROR no route for this key\r\n".to_vec();
+            Run { node, state: State::Done(Done { reply, failure: Some(Failure::Error), ..Done::default() }) }
+        }
     }
 }
 
@@ -237,12 +221,6 @@ impl Run {
                         return false;
                     }
                     l.finish(pool)
-                }
-                State::Via(child) => {
-                    if !child.round(tree, rr, out) {
-                        return false;
-                    }
-                    child.take()
                 }
                 State::Failover { at, child, work } => {
                     if !child.round(tree, rr, out) {
@@ -319,8 +297,7 @@ impl Run {
                 l.tick = tick;
                 true
             }
-            State::Via(c)
-            | State::Failover { child: c, .. }
+            State::Failover { child: c, .. }
             | State::WarmUp { child: c, .. }
             | State::MissFailover { child: c, .. } => c.absorb(tree, at, outcome, tick),
             State::Fan { children, .. } => children.iter_mut().any(|c| c.absorb(tree, at, outcome, tick)),

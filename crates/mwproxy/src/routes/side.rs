@@ -28,6 +28,8 @@ use super::tree::Tree;
 
 /// Copies carried in one go.
 pub const BATCH: usize = 64;
+/// How long copies gather after a round that was not full.
+pub const GATHER: std::time::Duration = std::time::Duration::from_millis(1);
 
 /// A copy of a request for `node` of `tree`, made by `owner`.
 #[derive(Debug)]
@@ -45,29 +47,40 @@ pub struct Detached {
 /// Copies waiting for the side thread.
 #[derive(Default)]
 pub struct Queue {
-    items: Mutex<(VecDeque<Detached>, bool)>,
+    items: Mutex<Waiting>,
     ready: Condvar,
+}
+
+#[derive(Default)]
+struct Waiting {
+    copies: VecDeque<Detached>,
+    closed: bool,
+    /// The side thread waits for copies (only then is it woken: a wake-up
+    /// is a system call, and copies need no haste).
+    idle: bool,
 }
 
 impl std::fmt::Debug for Queue {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Queue({} waiting)", self.lock().0.len())
+        write!(f, "Queue({} waiting)", self.lock().copies.len())
     }
 }
 
 impl Queue {
-    fn lock(&self) -> std::sync::MutexGuard<'_, (VecDeque<Detached>, bool)> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Waiting> {
         self.items.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Hands `copy` over; false once the queue is closed.
     pub fn push(&self, copy: Detached) -> bool {
         let mut q = self.lock();
-        if q.1 {
+        if q.closed {
             return false;
         }
-        q.0.push_back(copy);
-        self.ready.notify_one();
+        q.copies.push_back(copy);
+        if std::mem::take(&mut q.idle) {
+            self.ready.notify_one();
+        }
         true
     }
 
@@ -75,19 +88,21 @@ impl Queue {
     /// once the queue is closed and empty.
     pub fn pop(&self, most: usize, out: &mut Vec<Detached>) -> bool {
         let mut q = self.lock();
-        while q.0.is_empty() && !q.1 {
+        while q.copies.is_empty() && !q.closed {
+            q.idle = true;
             q = self.ready.wait(q).unwrap_or_else(|p| p.into_inner());
         }
-        let n = q.0.len().min(most);
-        out.extend(q.0.drain(..n));
+        q.idle = false;
+        let n = q.copies.len().min(most);
+        out.extend(q.copies.drain(..n));
         n > 0
     }
 
     /// No more copies: the side thread ends once it has carried the ones it holds.
     pub fn close(&self) {
         let mut q = self.lock();
-        q.1 = true;
-        q.0.clear();
+        q.closed = true;
+        q.copies.clear();
         self.ready.notify_all();
     }
 }
@@ -115,6 +130,7 @@ pub fn serve(queue: &Queue, servers: &Servers) {
     let mut batch = Vec::new();
     let mut rr = 0;
     while queue.pop(BATCH, &mut batch) {
+        let full = batch.len() == BATCH;
         let mut jobs: Vec<Job> = batch
             .drain(..)
             .map(|d| Job {
@@ -128,7 +144,7 @@ pub fn serve(queue: &Queue, servers: &Servers) {
             outbox.clear();
             owners.clear();
             for (i, job) in jobs.iter_mut().enumerate().filter(|(_, j)| !j.done) {
-                let n = job.flow.round(&mut outbox);
+                let n = job.flow.round(&job.tree, &mut outbox);
                 job.done = n == 0;
                 owners.extend((0..n).map(|j| (i, j)));
             }
@@ -143,6 +159,10 @@ pub fn serve(queue: &Queue, servers: &Servers) {
                 servers.repairs.note(job.tree.ids[pos], key);
             }
             job.tree.stats[job.owner].queued.fetch_sub(1, Ordering::Relaxed);
+        }
+        if !full {
+            // Let copies gather: one round trip carries many.
+            std::thread::sleep(GATHER);
         }
     }
 }
@@ -164,7 +184,8 @@ fn exchange(
     let connect_timeout = servers.connect_timeout();
     let mut ended = |end: Ended<'_, Tag>| {
         let (i, j) = end.tag;
-        jobs[i].flow.absorb(j, end.outcome);
+        let job = &mut jobs[i];
+        job.flow.absorb(&job.tree, j, end.outcome);
     };
     for (s, Link { conn, ex }) in links.iter_mut().enumerate() {
         if outbox.bytes(s).is_empty() {

@@ -65,6 +65,10 @@ pub struct Tree {
     pub side: Arc<Queue>,
     /// The server number of each union position (for repairs of copies).
     pub ids: Vec<usize>,
+    /// Whether a request may take more than one round (a failover, a
+    /// warm-up, a miss-failover, a replicated pool): batches are then cut
+    /// so that no request overtakes another of the same key.
+    pub rounds: bool,
 }
 
 impl Tree {
@@ -99,7 +103,12 @@ impl Tree {
                 .collect();
         let stats = spec.nodes.iter().map(|_| NodeStats::default()).collect();
         let clock = config.route.as_ref().map(|r| r.clock.clone()).unwrap_or_default();
-        Some(Tree { spec, pools, stats, clock, side, ids: ids.to_vec() })
+        let rounds = config.pools.values().any(|p| p.replication > 1)
+            || spec
+                .nodes
+                .iter()
+                .any(|n| matches!(n.kind, Kind::Failover { .. } | Kind::WarmUp { .. } | Kind::MissFailover { .. }));
+        Some(Tree { spec, pools, stats, clock, side, ids: ids.to_vec(), rounds })
     }
 
     /// Where a migration stands now: 0 before its start, 1 in its window, 2 after.
