@@ -14,7 +14,8 @@
 #
 # Usage: bench/routes.sh [BINARY] [rounds] [seconds]
 #   env: CONNECTIONS (32), THREADS (client threads, 1), PIPELINE (1), RATIO (1:10), VALUE_SIZE (128),
-#        KEYS (10000), ENGINE (async)
+#        KEYS (10000), ENGINE (async), RATE (requests/s: an open loop at this rate, with mwload;
+#        the default is a closed loop, where p99 follows the CPU each request costs)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
@@ -28,6 +29,7 @@ RATIO=${RATIO:-1:10}
 VALUE_SIZE=${VALUE_SIZE:-128}
 KEYS=${KEYS:-10000}
 ENGINE=${ENGINE:-async}
+RATE=${RATE:-}
 [ -x "$BIN" ] || { echo "not an executable: $BIN (cargo build --release -p mwproxy)" >&2; exit 2; }
 work=$(mktemp -d)
 
@@ -76,9 +78,10 @@ for p in "${ports[0]}" "${ports[3]}"; do
 done
 
 per_thread=$((CONNECTIONS / THREADS))
-if command -v memtier_benchmark > /dev/null; then client=memtier_benchmark; else client=mwload; fi
+if command -v memtier_benchmark > /dev/null && [ -z "$RATE" ]; then client=memtier_benchmark; else client=mwload; fi
+open=(); [ -n "$RATE" ] && open=(--rate "$RATE")
 echo "client $client: $THREADS thread(s) x $per_thread connections, pipeline $PIPELINE, set:get $RATIO," \
-  "${VALUE_SIZE} B, $KEYS keys, $ROUNDS rounds x $SECS s, engine $ENGINE (1 loop)" >&2
+  "${VALUE_SIZE} B, $KEYS keys, $ROUNDS rounds x $SECS s, engine $ENGINE (1 loop)${RATE:+, open loop at $RATE/s}" >&2
 for r in $(seq "$ROUNDS"); do
   for i in "${!names[@]}"; do
     out="$work/${names[$i]}-$r.json"
@@ -89,7 +92,7 @@ for r in $(seq "$ROUNDS"); do
         --hide-histogram --json-out-file "$out" > /dev/null 2>&1
     else
       target/release/mwload -p "${ports[$i]}" -t "$THREADS" -c "$per_thread" --virtual-clients "$PIPELINE" \
-        --ratio "$RATIO" --key-maximum $((KEYS - 1)) -d "$VALUE_SIZE" --test-time "$SECS" \
+        --ratio "$RATIO" --key-maximum $((KEYS - 1)) -d "$VALUE_SIZE" --test-time "$SECS" "${open[@]}" \
         --progress never --out "$work/run" > /dev/null
       cp "$work/run/summary.json" "$out"
     fi
