@@ -47,6 +47,9 @@ pub struct Entry {
     pub exec: Exec,
     /// Its way through the route tree, when the configuration has one.
     pub flow: Option<Flow>,
+    /// Calls of the current round it no longer waits for (an all-fastest
+    /// answered): an engine that can may give them up (`Exchange::give_up`).
+    pub abandon: Vec<usize>,
     /// Calls of the current round still without a reply.
     pub awaiting: usize,
     /// Timestamps and server figures noted on the way.
@@ -90,6 +93,7 @@ impl Entry {
             local,
             exec,
             flow,
+            abandon: Vec::new(),
             awaiting: 0,
             facts,
             finished: false,
@@ -101,6 +105,7 @@ impl Entry {
     /// Adds the request's next round of calls to `outbox` and returns how
     /// many; 0 means it is finished.
     pub fn next_round(&mut self, generation: &Generation, outbox: &mut Outbox) -> usize {
+        self.abandon.clear();
         let first = outbox.calls().len();
         let n = match (&mut self.flow, &generation.tree) {
             (Some(flow), Some(tree)) => {
@@ -121,7 +126,9 @@ impl Entry {
     }
 
     /// Call `j` of the current round ended (in any order); true when it was
-    /// the last one the round waited for.
+    /// the last one the round waited for, or when it left calls the request
+    /// no longer waits for ([`Entry::abandon`]: the engine gives them up, then
+    /// takes the next round once [`Entry::awaiting`] is 0).
     pub fn absorb(
         &mut self,
         generation: &Generation,
@@ -130,12 +137,13 @@ impl Entry {
         fact: BackendFact,
     ) -> bool {
         self.facts.add(fact);
+        let before = self.abandon.len();
         match (&mut self.flow, &generation.tree) {
-            (Some(flow), Some(tree)) => flow.absorb(tree, j, outcome),
+            (Some(flow), Some(tree)) => flow.absorb(tree, j, outcome, &mut self.abandon),
             _ => self.exec.absorb(&generation.router, j, outcome),
         }
         self.awaiting -= 1;
-        self.awaiting == 0
+        self.awaiting == 0 || (before == 0 && !self.abandon.is_empty())
     }
 
     /// Answers a request the proxy answers from its own state (`stats

@@ -90,14 +90,19 @@ impl Flow {
         out.calls().len() - self.base
     }
 
-    /// Takes the outcome of call `j` of the current round.
-    pub fn absorb(&mut self, tree: &Tree, j: usize, outcome: Result<&[u8], &BackendError>) {
+    /// Takes the outcome of call `j` of the current round. Calls it no
+    /// longer waits for (an all-fastest answered) are added to `dropped`, by
+    /// their index in the round.
+    pub fn absorb(&mut self, tree: &Tree, j: usize, outcome: Result<&[u8], &BackendError>, dropped: &mut Vec<usize>) {
         self.tick += 1;
-        let (at, tick) = (self.base + j, self.tick);
+        let (at, tick, before) = (self.base + j, self.tick, dropped.len());
         for p in self.parts.runs() {
-            if p.absorb(tree, at, outcome, tick) {
+            if p.absorb(tree, at, outcome, tick, dropped) {
                 break;
             }
+        }
+        for d in &mut dropped[before..] {
+            *d -= self.base;
         }
     }
 

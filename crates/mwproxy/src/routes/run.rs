@@ -89,6 +89,10 @@ struct Leaf {
     /// The calls of its current round: the outbox index of the first, how many.
     first: usize,
     calls: usize,
+    /// Calls of the round still owed a reply, and whether every reply so
+    /// far was a success (all-fastest takes such a leaf's answer at once).
+    left: usize,
+    round_ok: bool,
     /// The last failure a call of it met.
     failure: Option<Failure>,
     tick: u64,
@@ -117,7 +121,16 @@ pub fn begin(tree: &Arc<Tree>, node: NodeId, work: Work, rr: &mut usize) -> Run 
                 Begin::Exec(e) => e,
                 Begin::Local(_) => Exec::answered(b"ERROR\r\n".to_vec()),
             };
-            State::Leaf(Box::new(Leaf { pool: *p, exec, first: 0, calls: 0, failure: None, tick: 0 }))
+            State::Leaf(Box::new(Leaf {
+                pool: *p,
+                exec,
+                first: 0,
+                calls: 0,
+                left: 0,
+                round_ok: true,
+                failure: None,
+                tick: 0,
+            }))
         }
         Kind::Prefix { routes, default } => {
             let key = key_of(&work);
@@ -218,6 +231,8 @@ impl Run {
                     let n = l.exec.round(&pool.router, out);
                     if n > 0 {
                         (l.first, l.calls) = (first, n);
+                        l.left = out.calls()[first..].iter().filter(|c| c.reply).count();
+                        l.round_ok = true;
                         return false;
                     }
                     l.finish(pool)
@@ -283,25 +298,72 @@ impl Run {
     }
 
     /// Takes the outcome of the call at outbox index `at` (of this round);
-    /// false when none of this route's leaves made it.
-    pub fn absorb(&mut self, tree: &Tree, at: usize, outcome: Result<&[u8], &BackendError>, tick: u64) -> bool {
+    /// false when none of this route's leaves made it. An all-fastest whose
+    /// child has just answered with a success keeps that child alone: the
+    /// outbox indices of the others' calls go to `dropped`, for the engine
+    /// to stop waiting for them.
+    pub fn absorb(
+        &mut self,
+        tree: &Tree,
+        at: usize,
+        outcome: Result<&[u8], &BackendError>,
+        tick: u64,
+        dropped: &mut Vec<usize>,
+    ) -> bool {
         match &mut self.state {
             State::Leaf(l) => {
                 if at < l.first || at >= l.first + l.calls {
                     return false;
                 }
-                if let Err(e) = outcome {
-                    l.failure = Some(Failure::of(e));
+                match outcome {
+                    Err(e) => {
+                        l.failure = Some(Failure::of(e));
+                        l.round_ok = false;
+                    }
+                    Ok(reply) if reply.starts_with(b"SERVER_ERROR") => l.round_ok = false,
+                    Ok(_) => {}
                 }
+                l.left = l.left.saturating_sub(1);
                 l.exec.absorb(&tree.pools[l.pool].router, at - l.first, outcome);
                 l.tick = tick;
                 true
             }
             State::Failover { child: c, .. }
             | State::WarmUp { child: c, .. }
-            | State::MissFailover { child: c, .. } => c.absorb(tree, at, outcome, tick),
-            State::Fan { children, .. } => children.iter_mut().any(|c| c.absorb(tree, at, outcome, tick)),
+            | State::MissFailover { child: c, .. } => c.absorb(tree, at, outcome, tick, dropped),
+            State::Fan { mode, children } => {
+                let Some(k) = children.iter_mut().position(|c| c.absorb(tree, at, outcome, tick, dropped)) else {
+                    return false;
+                };
+                if *mode == All::Fastest && children.len() > 1 && children[k].answered() {
+                    let winner = children.swap_remove(k);
+                    for c in children.iter() {
+                        c.calls(dropped);
+                    }
+                    children.clear();
+                    children.push(winner);
+                }
+                true
+            }
             State::Done(_) => false,
+        }
+    }
+
+    /// Whether it is a pool whose round's replies have all come, every one
+    /// a success.
+    fn answered(&self) -> bool {
+        matches!(&self.state, State::Leaf(l) if l.left == 0 && l.round_ok)
+    }
+
+    /// The outbox indices of the calls of its current round.
+    fn calls(&self, out: &mut Vec<usize>) {
+        match &self.state {
+            State::Leaf(l) => out.extend(l.first..l.first + l.calls),
+            State::Failover { child: c, .. }
+            | State::WarmUp { child: c, .. }
+            | State::MissFailover { child: c, .. } => c.calls(out),
+            State::Fan { children, .. } => children.iter().for_each(|c| c.calls(out)),
+            State::Done(_) => {}
         }
     }
 

@@ -185,7 +185,9 @@ fn exchange(
     let mut ended = |end: Ended<'_, Tag>| {
         let (i, j) = end.tag;
         let job = &mut jobs[i];
-        job.flow.absorb(&job.tree, j, end.outcome);
+        // (This carrier reads every reply of a round: calls an all-fastest
+        // no longer needs are read and ignored.)
+        job.flow.absorb(&job.tree, j, end.outcome, &mut Vec::new());
     };
     for (s, Link { conn, ex }) in links.iter_mut().enumerate() {
         if outbox.bytes(s).is_empty() {
