@@ -8,7 +8,13 @@
 //! Nothing here waits for what the client does not need: copies (shadows,
 //! all-async and all-initial children, warm-up fills) go to the side queue
 //! (`side.rs`) at once, bounded per node, and a full queue drops the copy
-//! and counts it.
+//! and counts it; an all-fastest keeps the first child that answered with a
+//! success and names the calls of the others, which an engine that can
+//! gives up (`Exchange::give_up`) instead of waiting for them.
+//!
+//! A node that hands a request to one child (a selector, a shadow,
+//! all-initial, a migration outside its window) is that child's run: it
+//! counts the request and adds no state.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
