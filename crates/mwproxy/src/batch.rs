@@ -18,6 +18,8 @@ use crate::conn::{ClientConn, Job};
 use crate::generation::Generation;
 use crate::recorder::{record, BackendFact, Finished, JobFacts, WorkerAcc};
 use crate::route::{BackendError, Begin, Exec, Outbox, Work};
+use crate::routes::flow::routed;
+use crate::routes::{Flow, Tree};
 use crate::shared::Shared;
 
 /// A request of the batch in progress.
@@ -40,8 +42,14 @@ pub struct Entry {
     pub noreply: bool,
     /// Answered from the proxy's own state when its wave comes.
     pub local: Option<Request>,
-    /// Its way through the routing core.
+    /// Its way through the routing core (or, when it goes through a route
+    /// tree, where the tree's reply and effects are put once it is done).
     pub exec: Exec,
+    /// Its way through the route tree, when the configuration has one.
+    pub flow: Option<Flow>,
+    /// Calls of the current round it no longer waits for (an all-fastest
+    /// answered): an engine that can may give them up (`Exchange::give_up`).
+    pub abandon: Vec<usize>,
     /// Calls of the current round still without a reply.
     pub awaiting: usize,
     /// Timestamps and server figures noted on the way.
@@ -61,9 +69,15 @@ impl Entry {
     pub fn begin(job: Job, t_dequeue: u64, generation: &Generation, rr: &mut usize) -> Entry {
         let (op, keys) = job.work.class();
         let noreply = job.work.noreply();
-        let (exec, local) = match Exec::begin(job.work, &generation.router, rr) {
-            Begin::Exec(e) => (e, None),
-            Begin::Local(req) => (Exec::answered(Vec::new()), Some(req)),
+        let (exec, local, flow) = match &generation.tree {
+            Some(tree) if routed(&job.work) => {
+                let flow = Flow::begin(tree, Tree::ROOT, job.work, rr);
+                (Exec::answered(Vec::new()), None, Some(flow))
+            }
+            _ => match Exec::begin(job.work, &generation.router, rr) {
+                Begin::Exec(e) => (e, None, None),
+                Begin::Local(req) => (Exec::answered(Vec::new()), Some(req), None),
+            },
         };
         let mut facts = JobFacts::default();
         facts.begin(t_dequeue);
@@ -78,6 +92,8 @@ impl Entry {
             noreply,
             local,
             exec,
+            flow,
+            abandon: Vec::new(),
             awaiting: 0,
             facts,
             finished: false,
@@ -89,16 +105,30 @@ impl Entry {
     /// Adds the request's next round of calls to `outbox` and returns how
     /// many; 0 means it is finished.
     pub fn next_round(&mut self, generation: &Generation, outbox: &mut Outbox) -> usize {
+        self.abandon.clear();
         let first = outbox.calls().len();
-        outbox.numbering(&generation.ids);
-        let n = self.exec.round(&generation.router, outbox);
+        let n = match (&mut self.flow, &generation.tree) {
+            (Some(flow), Some(tree)) => {
+                let n = flow.round(tree, outbox);
+                if n == 0 {
+                    (self.exec.reply, self.exec.effects) = flow.finish();
+                }
+                n
+            }
+            _ => {
+                outbox.numbering(&generation.ids);
+                self.exec.round(&generation.router, outbox)
+            }
+        };
         self.awaiting = outbox.calls()[first..].iter().filter(|c| c.reply).count();
         self.finished = n == 0;
         n
     }
 
     /// Call `j` of the current round ended (in any order); true when it was
-    /// the last one the round waited for.
+    /// the last one the round waited for, or when it left calls the request
+    /// no longer waits for ([`Entry::abandon`]: the engine gives them up, then
+    /// takes the next round once [`Entry::awaiting`] is 0).
     pub fn absorb(
         &mut self,
         generation: &Generation,
@@ -107,9 +137,13 @@ impl Entry {
         fact: BackendFact,
     ) -> bool {
         self.facts.add(fact);
-        self.exec.absorb(&generation.router, j, outcome);
+        let before = self.abandon.len();
+        match (&mut self.flow, &generation.tree) {
+            (Some(flow), Some(tree)) => flow.absorb(tree, j, outcome, &mut self.abandon),
+            _ => self.exec.absorb(&generation.router, j, outcome),
+        }
         self.awaiting -= 1;
-        self.awaiting == 0
+        self.awaiting == 0 || (before == 0 && !self.abandon.is_empty())
     }
 
     /// Answers a request the proxy answers from its own state (`stats
@@ -206,6 +240,10 @@ pub fn reply_status(reply: &[u8]) -> &'static str {
 /// earlier one names, so that failovers, cas copies and repairs happen before
 /// anything that follows. `stats` and `version` are always a wave of their own.
 pub fn waves(jobs: &[Job], replication: usize) -> Vec<Range<usize>> {
+    if jobs.len() <= 1 {
+        // (One request is one wave, whatever it is.)
+        return (!jobs.is_empty()).then_some(0..jobs.len()).into_iter().collect();
+    }
     let mut waves = Vec::new();
     let mut start = 0;
     let mut read: HashSet<&[u8]> = HashSet::new();

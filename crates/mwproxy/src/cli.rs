@@ -127,6 +127,10 @@ pub struct Cli {
     /// served by this process (`-c FILE.yml` says the same).
     #[arg(long, value_name = "FILE", help_heading = TWEMPROXY)]
     pub twemproxy_config: Option<std::path::PathBuf>,
+    /// mcrouter's JSON configuration: its pools and route, served as a
+    /// route tree (docs/mcrouter.md); `--config` may give mwproxy's other settings.
+    #[arg(long, value_name = "FILE", help_heading = ROUTING)]
+    pub mcrouter_config: Option<std::path::PathBuf>,
     /// Serve twemproxy's stats JSON on this port (twemproxy's -s) [default: off; 22222 with a
     /// twemproxy configuration file].
     #[arg(long, value_name = "PORT", help_heading = TWEMPROXY)]
@@ -206,8 +210,25 @@ impl Cli {
 
     /// The configuration: the file (if any), then every flag given.
     pub fn to_config(&self) -> Result<Config, ConfigError> {
-        let c: Config = self.server.load()?;
+        let mcrouter = self.mcrouter_file();
+        let mut c: Config = match &self.server.config {
+            // (`-c FILE.json` is mcrouter's file: mwproxy's settings are then the defaults and flags.)
+            Some(p) if mcrouter.as_ref() == Some(p) => {
+                mwserve::cli::ServerArgs { config: None, ..self.server.clone() }.load()?
+            }
+            _ => self.server.load()?,
+        };
+        if let Some(path) = &mcrouter {
+            crate::routes::mcrouter::install(&mut c, path)?;
+        }
         self.apply(c)
+    }
+
+    /// mcrouter's file to serve, when one is given (`--mcrouter-config`, or `-c` naming a .json file).
+    pub fn mcrouter_file(&self) -> Option<std::path::PathBuf> {
+        self.mcrouter_config
+            .clone()
+            .or_else(|| self.server.config.clone().filter(|p| crate::routes::mcrouter::is_json(p)))
     }
 
     /// The twemproxy file to serve, when one is given (`--twemproxy-config`, or `-c` naming a .yml file).

@@ -16,8 +16,14 @@ pub use mwserve::config::{ConfigError, ServiceConfig, StatsConfig, TlsConfig};
 pub struct Config {
     /// Where clients connect and how many threads serve them.
     pub proxy: ProxyConfig,
-    /// Which servers hold which keys.
+    /// Which servers hold which keys (without a `[route]`: every key).
     pub routing: RoutingConfig,
+    /// Named pools that a `[route]` sends requests to (`routes/spec.rs`).
+    #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub pools: crate::routes::spec::Pools,
+    /// The route tree over `pools`; without one, `[routing]` is the only pool.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub route: Option<crate::routes::spec::RouteSpec>,
     /// How mwproxy talks to the servers.
     pub backend: BackendConfig,
     /// Protocol limits.
@@ -452,34 +458,11 @@ impl ServiceConfig for Config {
                 p.memory_budget
             ));
         }
-        let r = &self.routing;
-        if r.servers.is_empty() {
-            return err("no servers: give at least one with --servers host:port (or -m)".into());
-        }
-        if r.replication == 0 || r.replication > r.servers.len() {
-            return err(format!(
-                "replication must be 1..={} (the number of servers), not {}",
-                r.servers.len(),
-                r.replication
-            ));
-        }
-        if r.write_quorum > r.replication {
-            return err(format!(
-                "write_quorum must be 0 (all replicas) or 1..={} (the replication), not {}",
-                r.replication, r.write_quorum
-            ));
-        }
-        if !r.hash_tag.is_empty() && r.hash_tag.len() != 2 {
-            return err(format!(
-                "hash_tag is two characters, the opening and the closing one (\"{{}}\"), not {:?}",
-                r.hash_tag
-            ));
-        }
-        let mut seen = std::collections::HashSet::new();
-        for s in &r.servers {
-            if !seen.insert(s.endpoint()) {
-                return err(format!("server {} is listed twice", s.endpoint()));
+        if self.route_tree()?.is_none() {
+            if self.routing.servers.is_empty() {
+                return err("no servers: give at least one with --servers host:port (or -m)".into());
             }
+            check_pool(&self.routing)?;
         }
         let b = &self.backend;
         if b.eject && (b.eject_after == 0 || b.eject_for_ms == 0) {
@@ -527,6 +510,40 @@ impl ServiceConfig for Config {
         }
         Ok(())
     }
+}
+
+/// Checks one pool's placement (`[routing]`, or a `[pools.<name>]`).
+pub fn check_pool(r: &RoutingConfig) -> Result<(), ConfigError> {
+    let err = |m: String| Err(ConfigError(m));
+    if r.servers.is_empty() {
+        return err("no servers".into());
+    }
+    if r.replication == 0 || r.replication > r.servers.len() {
+        return err(format!(
+            "replication must be 1..={} (the number of servers), not {}",
+            r.servers.len(),
+            r.replication
+        ));
+    }
+    if r.write_quorum > r.replication {
+        return err(format!(
+            "write_quorum must be 0 (all replicas) or 1..={} (the replication), not {}",
+            r.replication, r.write_quorum
+        ));
+    }
+    if !r.hash_tag.is_empty() && r.hash_tag.len() != 2 {
+        return err(format!(
+            "hash_tag is two characters, the opening and the closing one (\"{{}}\"), not {:?}",
+            r.hash_tag
+        ));
+    }
+    let mut seen = std::collections::HashSet::new();
+    for s in &r.servers {
+        if !seen.insert(s.endpoint()) {
+            return err(format!("server {} is listed twice", s.endpoint()));
+        }
+    }
+    Ok(())
 }
 
 impl Config {

@@ -41,7 +41,7 @@ impl Credentials {
             (true, Some(ca)) => {
                 let cfg = mwserve::tls::client_config(&path(ca)).map_err(ConfigError)?;
                 let names = config
-                    .routing
+                    .effective_routing()
                     .servers
                     .iter()
                     .map(|s| mwserve::tls::server_name(b.tls_server_name.as_deref().unwrap_or(&s.host)))

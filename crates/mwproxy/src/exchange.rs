@@ -513,6 +513,24 @@ impl<T: Copy> Exchange<T> {
         self.failed_before = true;
     }
 
+    /// Gives up the calls `unneeded` names: their replies will be read and
+    /// dropped, and they end without an outcome (their request no longer
+    /// needs them: an all-fastest route answered). The server's health is
+    /// not touched. Returns how many were given up.
+    pub fn give_up(&mut self, mut unneeded: impl FnMut(&T) -> bool) -> usize {
+        let mut n = 0;
+        for p in self.fifo.iter_mut() {
+            if let Pending::Call { tag, framing, cap, sent } = *p {
+                if unneeded(&tag) {
+                    *p = Pending::Abandoned { framing, cap, sent };
+                    n += 1;
+                }
+            }
+        }
+        self.calls -= n;
+        n
+    }
+
     /// Whether anything written is still owed a reply (calls, repairs, or
     /// calls given up whose replies are to be dropped).
     pub fn in_flight(&self) -> bool {

@@ -26,11 +26,13 @@ pub fn plan(config: &Config, limit: u64) -> Result<FdPlan, String> {
         crate::config::Engine::Pool => (p.workers, p.net_threads, "workers"),
         crate::config::Engine::Async => (p.loops(), p.loops(), "loops"),
     };
-    let backends = ((carriers + 1) * config.routing.servers.len()) as u64;
+    // (+1: the health checker; with a route tree, +1 more: its side thread.)
+    let others = 1 + usize::from(config.has_routes());
+    let backends = ((carriers + others) * config.effective_routing().servers.len()) as u64;
     let own = backends + 2 * loops as u64;
     let what = format!(
         "{carriers} {who} and the health checker x {} servers (and the event loops)",
-        config.routing.servers.len()
+        config.effective_routing().servers.len()
     );
     mwserve::fdlimit::plan(limit, own, &what, config.proxy.max_connections)
 }

@@ -30,6 +30,9 @@ pub struct Generation {
     pub tls: Option<Arc<rustls::ServerConfig>>,
     /// What the parser accepts.
     pub limits: mcproto::Limits,
+    /// The route tree over the pools, when the configuration has one
+    /// (keyless requests still use `router`, over every pool's servers).
+    pub tree: Option<Arc<crate::routes::Tree>>,
 }
 
 impl Generation {
@@ -43,13 +46,44 @@ impl Generation {
         users: Option<Users>,
         tls: Option<Arc<rustls::ServerConfig>>,
     ) -> Generation {
-        Generation { id, router: Router::new(&config, addrs), limits: config.parser_limits(), config, ids, users, tls }
+        Generation {
+            id,
+            router: Router::new(&config, addrs),
+            limits: config.parser_limits(),
+            config,
+            ids,
+            users,
+            tls,
+            tree: None,
+        }
     }
 
     /// With ejection as `ejection` decides (when the configuration turns it on).
     pub fn ejecting(mut self, ejection: std::sync::Arc<crate::health::Ejection>) -> Generation {
         self.router = self.router.with_ejection(&self.config, ejection, &self.ids);
         self
+    }
+
+    /// With its route tree (when the configuration has one), whose copies
+    /// go to `side` and whose pools eject servers as `ejection` decides.
+    pub fn routed(
+        mut self,
+        side: &Arc<crate::routes::side::Queue>,
+        ejection: Arc<crate::health::Ejection>,
+    ) -> Generation {
+        self.tree = crate::routes::Tree::build(&self.config, &self.router.addrs, &self.ids, side.clone(), ejection)
+            .map(Arc::new);
+        self
+    }
+
+    /// How many copies of a key the batches must keep in order for: the
+    /// pool's replication, and with a route tree whose requests may take
+    /// more than one round (failovers, warm-ups) as under replication.
+    pub fn wave_width(&self) -> usize {
+        match &self.tree {
+            Some(tree) if tree.rounds => self.router.replication.max(2),
+            _ => self.router.replication,
+        }
     }
 
     /// Positions of this configuration's servers that are down or stalled.

@@ -15,7 +15,8 @@
 //! Both take the same batches and waves of a connection's requests and
 //! deliver and record them alike (`batch.rs`). What a request does — which
 //! servers, which bytes, how the replies combine — is decided by the routing
-//! core (`route/`), how a request talks to a server — admission, probe,
+//! core (`route/`) — or, with a route tree over several pools, by the tree
+//! (`routes/`) over each pool's routing core — how a request talks to a server — admission, probe,
 //! repairs first, stall, timeout, failure — by the exchange (`exchange.rs`)
 //! over the servers' shared health (`health.rs`) and repair logs
 //! (`repair.rs`); none of these does I/O. A health checker thread
@@ -40,6 +41,7 @@ pub mod fdlimit;
 pub mod generation;
 pub mod health;
 pub mod local;
+pub mod mccli;
 pub mod net;
 pub mod nutcli;
 pub mod nutstats;
@@ -50,6 +52,7 @@ pub mod recorder;
 pub mod reload;
 pub mod repair;
 pub mod route;
+pub mod routes;
 pub mod server;
 pub mod shared;
 pub mod stats;

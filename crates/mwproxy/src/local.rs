@@ -129,9 +129,14 @@ fn stats_variant(args: &[Vec<u8>], shared: &Shared, generation: &Generation, out
         out.extend_from_slice(format!("STAT {name} {value}\r\n").as_bytes());
     };
     match args.first().map(Vec::as_slice) {
+        Some(b"routes") if args.len() == 1 => {
+            for (name, value) in generation.tree.iter().flat_map(|t| t.figures()) {
+                stat(&name, &value);
+            }
+        }
         Some(b"backends") if args.len() == 1 => {
             let acc = shared.telemetry.everything();
-            for (i, spec) in generation.config.routing.servers.iter().enumerate() {
+            for (i, spec) in generation.config.effective_routing().servers.iter().enumerate() {
                 let id = generation.ids[i];
                 let b = acc.backend(id);
                 let status = if shared.servers.is_down(id) { "down" } else { "up" };

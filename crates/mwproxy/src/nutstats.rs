@@ -45,7 +45,7 @@ pub fn pool(shared: &Shared) -> (Value, u64, u64) {
     out.insert("forward_error".into(), json!(failures));
     out.insert("fragments".into(), json!(0));
     let carriers = shared.config.proxy.carriers() as u64;
-    for (p, spec) in generation.config.routing.servers.iter().enumerate() {
+    for (p, spec) in generation.config.effective_routing().servers.iter().enumerate() {
         let slot = generation.ids[p];
         let (requests, errors, timeouts) = backend(slot);
         let up = !shared.servers.is_down(slot);

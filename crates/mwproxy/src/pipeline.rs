@@ -266,7 +266,7 @@ impl Pipeline {
         let t_dequeue = now_ns();
         self.generations.refresh(&self.shared, &self.runs);
         let generation = &self.generations.current;
-        let waves = waves(&jobs, generation.router.replication);
+        let waves = waves(&jobs, generation.wave_width());
         let entries = jobs.into_iter().map(|job| Entry::begin(job, t_dequeue, generation, &mut self.rr)).collect();
         let run = Run { conn, generation: generation.id, entries, waves, wave: 0, unfinished: 0 };
         let r = match self.free.pop() {
@@ -312,6 +312,20 @@ impl Pipeline {
         for &(r, i) in &todo {
             let run = self.runs[r].as_mut().expect("run in progress");
             let e = &mut run.entries[i];
+            if e.finished {
+                // (Pushed twice: when it gave calls up, and at its last reply.)
+                continue;
+            }
+            if !e.abandon.is_empty() {
+                // Calls it no longer waits for: their replies are dropped when they come.
+                let gone = std::mem::take(&mut e.abandon);
+                let given_up: usize =
+                    self.links.iter_mut().map(|l| l.ex.give_up(|t| t.0 == r && t.1 == i && gone.contains(&t.2))).sum();
+                e.awaiting -= given_up;
+                if e.awaiting > 0 {
+                    continue;
+                }
+            }
             let n = e.next_round(self.generations.get(run.generation), &mut self.outbox);
             self.owners.extend((0..n).map(|j| (r, i, j)));
             if n == 0 {

@@ -109,7 +109,7 @@ fn apply(shared: &Shared, mut next: Config) -> Result<Report, String> {
     let running = shared.generation();
     let not_applied = keep_fixed(&shared.config, &mut next);
     next.validate().map_err(|e| e.to_string())?;
-    let addrs = next.routing.servers.iter().map(crate::config::resolve).collect::<Result<Vec<_>, _>>();
+    let addrs = next.effective_routing().servers.iter().map(crate::config::resolve).collect::<Result<Vec<_>, _>>();
     let addrs = addrs.map_err(|e| e.to_string())?;
     let creds = Credentials::load(&next).map_err(|e| e.to_string())?;
     if creds.tls.is_none() != running.tls.is_none() {
@@ -125,7 +125,9 @@ fn apply(shared: &Shared, mut next: Config) -> Result<Report, String> {
     shared.servers.set_tls(creds.server_tls.map(|(cfg, _)| cfg));
     let id = running.id + 1;
     shared.install(
-        Generation::new(id, next, &addrs, ids, creds.users, creds.tls).ejecting(shared.servers.health.ejection.clone()),
+        Generation::new(id, next, &addrs, ids, creds.users, creds.tls)
+            .ejecting(shared.servers.health.ejection.clone())
+            .routed(&shared.side, shared.servers.health.ejection.clone()),
     );
     // The users file may give a user another password: a password that
     // failed before the reload is checked again, not refused as a repeat.

@@ -27,6 +27,8 @@ pub struct Proxy {
     net_threads: Vec<JoinHandle<()>>,
     workers: Vec<JoinHandle<()>>,
     checker: Option<JoinHandle<()>>,
+    /// Carries the route tree's copies nobody waits for.
+    side: Option<JoinHandle<()>>,
 }
 
 impl Proxy {
@@ -68,7 +70,8 @@ impl Service for Proxy {
                 fds.max_connections
             );
         }
-        let addrs = config.routing.servers.iter().map(crate::config::resolve).collect::<Result<Vec<_>, _>>()?;
+        let addrs =
+            config.effective_routing().servers.iter().map(crate::config::resolve).collect::<Result<Vec<_>, _>>()?;
         let creds = Credentials::load(&config)?;
         let (std_listener, addr) = mwserve::listen::bind(&config.proxy.listen)?;
         if config.proxy.backlog as i32 != mwserve::listen::LISTEN_BACKLOG {
@@ -106,6 +109,10 @@ impl Service for Proxy {
             Shell::start(addr.clone(), &shared.config.stats, admin, move || run_stats_thread(s, results), stopper)?;
         let s = shared.clone();
         let checker = std::thread::Builder::new().name("health-check".into()).spawn(move || crate::checker::run(s))?;
+        let s = shared.clone();
+        let side = std::thread::Builder::new()
+            .name("route-side".into())
+            .spawn(move || crate::routes::side::serve(&s.side, &s.servers))?;
         let mut workers = Vec::new();
         for id in 0..workers_n {
             let worker = Worker::new(id, shared.clone());
@@ -118,7 +125,7 @@ impl Service for Proxy {
             net_threads.push(std::thread::Builder::new().name(format!("{name}-{id}")).spawn(move || net.run())?);
         }
         tracing::info!(%addr, engine = p.engine.name(), threads = loops.max(workers_n), "mwproxy listening");
-        Ok(Proxy { shell, shared, net_threads, workers, checker: Some(checker) })
+        Ok(Proxy { shell, shared, net_threads, workers, checker: Some(checker), side: Some(side) })
     }
 
     fn shell(&self) -> &Shell {
@@ -134,6 +141,10 @@ impl Service for Proxy {
             let _ = t.join();
         }
         if let Some(t) = self.checker.take() {
+            let _ = t.join();
+        }
+        self.shared.side.close();
+        if let Some(t) = self.side.take() {
             let _ = t.join();
         }
         self.shell.finish(|| self.shared.telemetry.stop());

@@ -56,6 +56,8 @@ pub struct Shared {
     pub logins: Arc<mwserve::throttle::Throttle>,
     /// Where a reload reads the configuration (set by `main`).
     source: Mutex<Option<Source<Config>>>,
+    /// Copies of requests nobody waits for (route trees' shadows, ...).
+    pub side: Arc<crate::routes::side::Queue>,
 }
 
 impl Shared {
@@ -68,8 +70,10 @@ impl Shared {
         let ids = servers.register(&creds.endpoints(&addrs)).expect("the first servers fit");
         servers.set_login(creds.login);
         servers.set_tls(creds.server_tls.map(|(cfg, _)| cfg));
+        let side = Arc::new(crate::routes::side::Queue::default());
         let generation = Generation::new(1, config.clone(), &addrs, ids, creds.users, creds.tls)
-            .ejecting(servers.health.ejection.clone());
+            .ejecting(servers.health.ejection.clone())
+            .routed(&side, servers.health.ejection.clone());
         Shared {
             queue: WorkQueue::new(config.proxy.queue_capacity),
             budget,
@@ -84,6 +88,7 @@ impl Shared {
             installed: AtomicU64::new(generation.id),
             generation: ArcSwap::from_pointee(generation),
             source: Mutex::new(None),
+            side,
             config,
         }
     }

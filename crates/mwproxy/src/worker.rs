@@ -35,7 +35,7 @@ use crate::shared::Shared;
 
 /// A call of a round: the request's place in the wave and the call's index
 /// in its round.
-type Tag = (usize, usize);
+pub(crate) type Tag = (usize, usize);
 
 /// A worker's connection to one server and its exchange.
 struct Link {
@@ -111,7 +111,7 @@ impl Worker {
                 link.ex = Exchange::new(s);
             }
         }
-        let waves = waves(&jobs, generation.router.replication);
+        let waves = waves(&jobs, generation.wave_width());
         let mut entries: Vec<Entry> =
             jobs.into_iter().map(|job| Entry::begin(job, t_dequeue, &generation, &mut self.rr)).collect();
         for wave in waves {
@@ -190,7 +190,7 @@ impl Worker {
 }
 
 /// Writes `bytes` whole, for as long as the exchange lets the worker wait.
-fn write_all(
+pub(crate) fn write_all(
     conn: &mut Backend,
     ex: &mut Exchange<Tag>,
     servers: &Servers,
@@ -219,7 +219,7 @@ fn write_all(
 }
 
 /// Reads until the server owes nothing but replies of calls given up.
-fn read_replies(
+pub(crate) fn read_replies(
     conn: &mut Backend,
     ex: &mut Exchange<Tag>,
     servers: &Servers,

@@ -214,9 +214,16 @@ fn run(addr: SocketAddr) -> Vec<String> {
 }
 
 fn compare(n_servers: usize, replication: usize) {
+    compare_with(n_servers, replication, |_| {});
+}
+
+fn compare_with(n_servers: usize, replication: usize, tweak: impl FnOnce(&mut mwproxy::Config)) {
     let direct = Memcached::start().unwrap();
     let servers = common::servers(n_servers);
-    let proxy = common::proxy(&servers, |c| c.routing.replication = replication);
+    let proxy = common::proxy(&servers, |c| {
+        c.routing.replication = replication;
+        tweak(c);
+    });
     let expected = run(direct.addr());
     let got = run(proxy.local_addr());
     let inputs = steps();
@@ -262,6 +269,22 @@ fn same_replies_as_memcached_with_three_replicas() {
 }
 
 /// Inputs after which memcached closes the connection: mwproxy closes too.
+/// The same pool behind a route tree (a prefix selector whose routes all
+/// lead to it): every request through the tree's machinery, multi-gets
+/// split per key and merged.
+#[test]
+fn same_replies_as_memcached_through_a_route_tree_of_one_pool() {
+    compare_with(3, 1, |c| {
+        let pool = std::mem::take(&mut c.routing);
+        c.routing.servers.clear();
+        c.pools.insert("main".into(), pool);
+        let route =
+            r#"{ type = "prefix", default = "main", routes = { "k" = { type = "failover", children = ["main"] } } }"#;
+        let doc: toml::Table = format!("route = {route}").parse().unwrap();
+        c.route = Some(mwproxy::routes::RouteSpec::new(doc["route"].clone()));
+    });
+}
+
 #[test]
 fn closes_where_memcached_closes() {
     let direct = Memcached::start().unwrap();

@@ -168,3 +168,17 @@ fn replies_that_are_not_memcached_s_or_too_large_fail_the_connection() {
     assert_eq!(ex.replies(&sv, b"VALUE k 0 100\r\n", 1, &mut logger(&mut log)), Err(BackendError::TooLarge));
     assert!(log.is_empty(), "the engine fails the connection, which ends the calls");
 }
+
+#[test]
+fn calls_given_up_end_without_an_outcome_and_their_replies_are_dropped() {
+    let sv = servers(1, |_| {});
+    let mut ex = Exchange::new(0);
+    let mut log = Log::new();
+    begin(&mut ex, &sv, 3, 100, &mut log).unwrap();
+    assert_eq!(ex.give_up(|&t| t != 1), 2, "calls 0 and 2 are no longer needed");
+    assert!(ex.owed(), "call 1 still is");
+    let all = b"END\r\nVALUE k1 0 1\r\nv\r\nEND\r\nEND\r\n";
+    assert_eq!(ex.replies(&sv, all, 200, &mut logger(&mut log)), Ok(all.len()));
+    assert_eq!(log.iter().map(|l| l.0).collect::<Vec<_>>(), vec![1], "only the call still needed ends");
+    assert!(!ex.in_flight() && !sv.is_down(0));
+}

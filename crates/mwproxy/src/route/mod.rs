@@ -33,7 +33,7 @@ use mcproto::{GetKind, MalformedResponse, MetaKind, Request};
 use mwstats::OpKind;
 
 pub use crate::backend_error::BackendError;
-use crate::config::{Config, MultigetFailure, MultigetMode, ReadPolicy};
+use crate::config::{Config, LimitsConfig, MultigetFailure, MultigetMode, ReadPolicy, RoutingConfig};
 use crate::health::Ejection;
 use crate::stats::WorkerCounters;
 
@@ -198,9 +198,15 @@ impl std::ops::Deref for Placing<'_> {
 impl Router {
     /// Ejects servers as `ejection` says (when it is on in `config`); `ids`
     /// are the numbers of the servers at each position.
-    pub fn with_ejection(mut self, config: &Config, ejection: Arc<Ejection>, ids: &[usize]) -> Router {
-        if config.backend.eject {
-            let r = &config.routing;
+    pub fn with_ejection(self, config: &Config, ejection: Arc<Ejection>, ids: &[usize]) -> Router {
+        self.ejecting(config.backend.eject, &config.effective_routing(), ejection, ids)
+    }
+
+    /// With `eject` on, places keys without the servers `ejection` takes
+    /// off the ring; `r` is the pool this router places keys on, `ids` the
+    /// numbers of its servers.
+    pub fn ejecting(mut self, eject: bool, r: &RoutingConfig, ejection: Arc<Ejection>, ids: &[usize]) -> Router {
+        if eject {
             let ring = Ring::with(r.placement(), &r.servers);
             self.live = Some(Arc::new(Live {
                 ejection,
@@ -230,18 +236,23 @@ impl Router {
 
     /// The rules of `config`, for servers at `addrs`.
     pub fn new(config: &Config, addrs: &[Addr]) -> Router {
-        let r = &config.routing;
+        let addrs = addrs.iter().map(|a| a.to_string()).collect();
+        Router::of(&config.effective_routing(), &config.limits, addrs)
+    }
+
+    /// The rules of one pool `r`, whose servers are at `addrs`.
+    pub fn of(r: &RoutingConfig, limits: &LimitsConfig, addrs: Vec<String>) -> Router {
         Router {
             ring: Ring::with(r.placement(), &r.servers),
-            addrs: addrs.iter().map(|a| a.to_string()).collect(),
+            addrs,
             replication: r.replication,
             write_quorum: r.quorum(),
             read_policy: r.read_policy,
             multiget: r.multiget,
             multiget_failure: r.multiget_failure,
             miss_failover: r.miss_failover,
-            max_value: config.limits.max_value_size,
-            max_reply: config.limits.max_reply_size,
+            max_value: limits.max_value_size,
+            max_reply: limits.max_reply_size,
             live: None,
         }
     }
@@ -286,7 +297,7 @@ pub struct Effects {
 }
 
 /// What the proxy has to do for one parsed input.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub enum Work {
     /// A client request.
     Request(Request),

@@ -1,0 +1,521 @@
+//! mcrouter's JSON configuration, read as it is: its `pools` become
+//! `[pools.<name>]`, its `route` (or its one `routes` entry) becomes the
+//! `[route]` tree (`spec.rs` checks it then, limits included), its route
+//! handles the tree's nodes by their mcrouter names and parameters.
+//!
+//! Read: `PoolRoute` (`"PoolRoute|A"`, `"Pool|A"`, an object with `pool`,
+//! `shadows`, `hash`), `PrefixSelectorRoute`, `OperationSelectorRoute`,
+//! `FailoverRoute` (with `failover_errors`), `AllSyncRoute`,
+//! `AllAsyncRoute`, `AllInitialRoute`, `AllMajorityRoute`,
+//! `AllFastestRoute`, `WarmUpRoute`, `MissFailoverRoute`, `MigrateRoute`,
+//! `NullRoute`, `DevNullRoute`, `ErrorRoute`, and named handles (any route
+//! object with a `name`, referred to by that name; a name that leads back
+//! to itself is refused). C-style comments are allowed, as mcrouter allows
+//! them. Everything else — macros, `@` functions, other handles, handles
+//! over a pool's servers one by one (`"AllSyncRoute|Pool|A"`), other
+//! protocols, several routing prefixes — is refused, with the handle and
+//! its line and column in the file named. docs/mcrouter.md says what
+//! differs.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use serde_json::Value as Json;
+use toml::Value;
+
+use crate::config::{ConfigError, RoutingConfig};
+
+use super::spec::Pools;
+
+/// The pools and the route of an mcrouter file's text.
+pub fn read(text: &str) -> Result<(Pools, Value), ConfigError> {
+    let clean = strip_comments(text);
+    let doc: Json = serde_json::from_str(&clean).map_err(|e| ConfigError(format!("mcrouter config: {e}")))?;
+    let Json::Object(top) = &doc else { return Err(ConfigError("mcrouter config: not a JSON object".into())) };
+    let mut r = Reader { text, pools: BTreeMap::new(), named: BTreeMap::new(), stack: Vec::new() };
+    for key in top.keys() {
+        match key.as_str() {
+            "pools" | "route" | "routes" | "named_handles" => {}
+            "macros" => return r.refuse("macros", "\"macros\"", "mcrouter's macros are not read: expand them first"),
+            other => {
+                return r.refuse(
+                    other,
+                    &format!("\"{other}\""),
+                    "not a top-level key mwproxy reads (pools, route, routes, named_handles)",
+                )
+            }
+        }
+    }
+    if let Some(pools) = top.get("pools") {
+        let Json::Object(pools) = pools else {
+            return r.refuse("pools", "\"pools\"", "pools is an object of name: { servers }");
+        };
+        for (name, p) in pools {
+            r.pool(name, p)?;
+        }
+    }
+    collect_named(&doc, &mut r.named);
+    let route = match (top.get("route"), top.get("routes")) {
+        (Some(route), None) => route,
+        (None, Some(Json::Array(list))) if list.len() == 1 => match list[0].get("route") {
+            Some(route) => route,
+            None => return r.refuse("routes", "\"routes\"", "a routes entry is { aliases, route }"),
+        },
+        (None, Some(_)) => {
+            return r.refuse(
+                "routes",
+                "\"routes\"",
+                "several routing prefixes: mwproxy serves one route (keep this host's)",
+            )
+        }
+        _ => return r.refuse("route", "{", "give route, or routes with one entry"),
+    };
+    let tree = r.route(route, "route")?;
+    Ok((r.pools, tree))
+}
+
+/// Reads the file at `path`.
+pub fn load(path: &Path) -> Result<(Pools, Value), ConfigError> {
+    let text =
+        std::fs::read_to_string(path).map_err(|e| ConfigError(format!("cannot read {}: {e}", path.display())))?;
+    read(&text).map_err(|e| ConfigError(format!("{}: {}", path.display(), e.0)))
+}
+
+/// Puts the pools and route of the mcrouter file at `path` into `c`, which
+/// must have none of its own.
+pub fn install(c: &mut crate::config::Config, path: &Path) -> Result<(), ConfigError> {
+    if !c.pools.is_empty() || c.route.is_some() || !c.routing.servers.is_empty() {
+        return Err(ConfigError(
+            "--mcrouter-config gives the pools and the route: leave servers, [pools] and [route] out of the rest"
+                .into(),
+        ));
+    }
+    let (pools, route) = load(path)?;
+    c.pools = pools;
+    c.route = Some(super::RouteSpec::new(route));
+    Ok(())
+}
+
+/// Whether a configuration file is mcrouter's (by its name).
+pub fn is_json(path: &Path) -> bool {
+    path.extension().is_some_and(|e| e.eq_ignore_ascii_case("json"))
+}
+
+struct Reader<'a> {
+    text: &'a str,
+    pools: Pools,
+    named: BTreeMap<String, Json>,
+    /// Named handles being read, to refuse a name that leads back to itself.
+    stack: Vec<String>,
+}
+
+impl Reader<'_> {
+    /// A refusal naming `what` and where `needle` first appears in the file.
+    fn refuse<T>(&self, what: &str, needle: &str, why: &str) -> Result<T, ConfigError> {
+        let at = match self.text.find(needle) {
+            Some(i) => {
+                let before = &self.text[..i];
+                let line = before.matches('\n').count() + 1;
+                let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+                format!(" (line {line}, column {column})")
+            }
+            None => String::new(),
+        };
+        Err(ConfigError(format!("mcrouter config: {what}{at}: {why}")))
+    }
+
+    fn pool(&mut self, name: &str, p: &Json) -> Result<(), ConfigError> {
+        let Json::Object(p) = p else { return self.refuse(name, &format!("\"{name}\""), "a pool is { servers }") };
+        if let Some(k) = p.keys().find(|k| !["servers", "protocol", "name"].contains(&k.as_str())) {
+            return self.refuse(
+                &format!("pool {name}"),
+                &format!("\"{k}\""),
+                &format!("{k:?} is not read (servers, protocol)"),
+            );
+        }
+        if p.get("protocol").is_some_and(|v| v.as_str() != Some("ascii")) {
+            return self.refuse(
+                &format!("pool {name}"),
+                "\"protocol\"",
+                "only the ascii protocol is spoken to servers",
+            );
+        }
+        let Some(Json::Array(list)) = p.get("servers") else {
+            return self.refuse(&format!("pool {name}"), &format!("\"{name}\""), "servers is a list of \"host:port\"");
+        };
+        let mut servers = Vec::new();
+        for s in list {
+            let Some(s) = s.as_str() else {
+                return self.refuse(&format!("pool {name}"), "\"servers\"", "a server is \"host:port\"");
+            };
+            let addr = s.strip_suffix(":ascii").unwrap_or(s);
+            if addr.matches(':').count() > 1 && !addr.starts_with('[') {
+                return self.refuse(
+                    &format!("pool {name}"),
+                    s,
+                    &format!("{s:?}: only host:port[:ascii] servers are spoken to"),
+                );
+            }
+            match addr.parse() {
+                Ok(spec) => servers.push(spec),
+                Err(e) => return self.refuse(&format!("pool {name}"), s, &format!("{e}")),
+            }
+        }
+        let pool = RoutingConfig { servers, ..RoutingConfig::default() };
+        match self.pools.get(name) {
+            Some(old) if *old != pool => {
+                self.refuse(name, &format!("\"{name}\""), "two pools of this name with other servers")
+            }
+            _ => {
+                self.pools.insert(name.to_string(), pool);
+                Ok(())
+            }
+        }
+    }
+
+    fn route(&mut self, v: &Json, path: &str) -> Result<Value, ConfigError> {
+        match v {
+            Json::String(s) => self.short(s, path),
+            Json::Object(o) => self.handle(o, path),
+            _ => self.refuse(path, "\"route", "a route is a string (\"PoolRoute|A\") or an object with a type"),
+        }
+    }
+
+    /// `"PoolRoute|A"`, `"Pool|A"`, `"NullRoute"`, `"ErrorRoute|why"`, a named handle.
+    fn short(&mut self, s: &str, path: &str) -> Result<Value, ConfigError> {
+        let parts: Vec<&str> = s.split('|').collect();
+        let quoted = format!("\"{s}\"");
+        match parts.as_slice() {
+            ["PoolRoute" | "Pool", name] => self.pool_name(name, path, &quoted),
+            ["NullRoute" | "DevNullRoute"] => Ok(table([("type", "null".into())])),
+            ["ErrorRoute"] => Ok(table([("type", "error".into())])),
+            ["ErrorRoute", why] => Ok(table([("type", "error".into()), ("message", (*why).into())])),
+            [name] if self.named.contains_key(*name) => {
+                if let Some(at) = self.stack.iter().position(|n| n == name) {
+                    let cycle = self.stack[at..].join(" -> ");
+                    return self.refuse(path, &quoted, &format!("named handles loop: {cycle} -> {name}"));
+                }
+                let handle = self.named[*name].clone();
+                self.stack.push(name.to_string());
+                let out = self.route(&handle, path);
+                self.stack.pop();
+                out
+            }
+            [first, ..] if first.starts_with('@') => self.refuse(path, &quoted, "mcrouter's @ functions are not read"),
+            [handle, "Pool" | "PoolRoute", _] => self.refuse(
+                path,
+                &quoted,
+                &format!(
+                    "{handle} over each server of a pool is not read: route to the pool (\"PoolRoute|name\") instead"
+                ),
+            ),
+            _ => self.refuse(path, &quoted, &format!("{s:?} is not a handle mwproxy reads, nor a named handle")),
+        }
+    }
+
+    fn pool_name(&self, name: &str, path: &str, needle: &str) -> Result<Value, ConfigError> {
+        if !self.pools.contains_key(name) {
+            return self.refuse(path, needle, &format!("unknown pool {name:?}"));
+        }
+        Ok(Value::String(name.to_string()))
+    }
+
+    fn handle(&mut self, o: &serde_json::Map<String, Json>, path: &str) -> Result<Value, ConfigError> {
+        let Some(ty) = o.get("type").and_then(Json::as_str) else {
+            return self.refuse(path, "{", "a route object needs a type");
+        };
+        let needle = format!("\"{ty}\"");
+        let allowed: &[&str] = match ty {
+            "PoolRoute" => &["pool", "shadows", "hash"],
+            "FailoverRoute" => &["children", "failover_errors"],
+            "AllSyncRoute" | "AllAsyncRoute" | "AllInitialRoute" | "AllMajorityRoute" | "AllFastestRoute"
+            | "MissFailoverRoute" => &["children"],
+            "WarmUpRoute" => &["cold", "warm", "exptime"],
+            "PrefixSelectorRoute" => &["policies", "wildcard"],
+            "OperationSelectorRoute" => &["operation_policies", "default_policy"],
+            "MigrateRoute" => &["from", "to", "start_time", "interval"],
+            "NullRoute" | "DevNullRoute" => &[],
+            "ErrorRoute" => &["response"],
+            other => {
+                return self.refuse(path, &needle, &format!("{other} is not a handle mwproxy reads (docs/mcrouter.md)"))
+            }
+        };
+        if let Some(k) = o.keys().find(|k| !["type", "name"].contains(&k.as_str()) && !allowed.contains(&k.as_str())) {
+            return self.refuse(
+                path,
+                &format!("\"{k}\""),
+                &format!("{ty}: {k:?} is not read (it takes {})", allowed.join(", ")),
+            );
+        }
+        let child = |r: &mut Self, key: &str| -> Result<Value, ConfigError> {
+            match o.get(key) {
+                Some(v) => r.route(v, &format!("{path}.{key}")),
+                None => r.refuse(path, &needle, &format!("{ty} needs {key}")),
+            }
+        };
+        let kind = |t: &str| ("type", Value::String(t.into()));
+        Ok(match ty {
+            "PoolRoute" => return self.pool_route(o, path, &needle),
+            "FailoverRoute" => {
+                let mut t = vec![kind("failover"), ("children", self.children(o, path, &needle)?)];
+                if let Some(errors) = o.get("failover_errors") {
+                    t.push(("failover_on", self.failover_errors(errors, path)?));
+                }
+                table(t)
+            }
+            "AllSyncRoute" | "AllAsyncRoute" | "AllInitialRoute" | "AllMajorityRoute" | "AllFastestRoute"
+            | "MissFailoverRoute" => {
+                let name = match ty {
+                    "AllSyncRoute" => "all-sync",
+                    "AllAsyncRoute" => "all-async",
+                    "AllInitialRoute" => "all-initial",
+                    "AllMajorityRoute" => "all-majority",
+                    "AllFastestRoute" => "all-fastest",
+                    _ => "miss-failover",
+                };
+                table([kind(name), ("children", self.children(o, path, &needle)?)])
+            }
+            "WarmUpRoute" => {
+                let mut t = vec![kind("warm-up"), ("cold", child(self, "cold")?), ("warm", child(self, "warm")?)];
+                if let Some(e) = o.get("exptime") {
+                    t.push(("exptime", self.int(e, path, "exptime")?));
+                }
+                table(t)
+            }
+            "PrefixSelectorRoute" => {
+                let mut t = vec![kind("prefix")];
+                if let Some(p) = o.get("policies") {
+                    let Json::Object(p) = p else { return self.refuse(path, "\"policies\"", "policies is an object") };
+                    let mut routes = toml::Table::new();
+                    for (prefix, r) in p {
+                        routes.insert(prefix.clone(), self.route(r, &format!("{path}.policies.{prefix:?}"))?);
+                    }
+                    t.push(("routes", Value::Table(routes)));
+                }
+                if o.contains_key("wildcard") {
+                    t.push(("default", child(self, "wildcard")?));
+                }
+                table(t)
+            }
+            "OperationSelectorRoute" => self.operations(o, path, &needle)?,
+            "MigrateRoute" => {
+                let interval = match o.get("interval") {
+                    Some(i) => self.int(i, path, "interval")?.as_integer().unwrap_or(0),
+                    None => 3600,
+                };
+                let Some(start) = o.get("start_time") else {
+                    return self.refuse(path, &needle, "MigrateRoute needs start_time");
+                };
+                table([
+                    kind("migrate"),
+                    ("from", child(self, "from")?),
+                    ("to", child(self, "to")?),
+                    ("start", self.int(start, path, "start_time")?),
+                    ("window", Value::Integer(interval.saturating_mul(2))),
+                    ("both", "deletes".into()),
+                ])
+            }
+            "NullRoute" | "DevNullRoute" => table([kind("null")]),
+            _ => match o.get("response").and_then(Json::as_str) {
+                Some(why) => table([kind("error"), ("message", why.into())]),
+                None => table([kind("error")]),
+            },
+        })
+    }
+
+    /// A pool, with its shadows.
+    fn pool_route(
+        &mut self,
+        o: &serde_json::Map<String, Json>,
+        path: &str,
+        needle: &str,
+    ) -> Result<Value, ConfigError> {
+        let name = match o.get("pool") {
+            Some(Json::String(name)) => name.clone(),
+            Some(p @ Json::Object(def)) => {
+                let Some(name) = def.get("name").and_then(Json::as_str) else {
+                    return self.refuse(path, "\"pool\"", "a pool defined in a PoolRoute needs a name");
+                };
+                self.pool(name, p)?;
+                name.to_string()
+            }
+            _ => return self.refuse(path, needle, "PoolRoute needs pool (a name, or { name, servers })"),
+        };
+        let pool = self.pool_name(&name, path, needle)?;
+        let Some(shadows) = o.get("shadows") else { return Ok(pool) };
+        let Json::Array(shadows) = shadows else { return self.refuse(path, "\"shadows\"", "shadows is a list") };
+        let mut list = Vec::new();
+        for (i, s) in shadows.iter().enumerate() {
+            let p = format!("{path}.shadows[{i}]");
+            let Json::Object(s) = s else {
+                return self.refuse(&p, "\"shadows\"", "a shadow is { target, key_fraction_range }");
+            };
+            if let Some(k) = s.keys().find(|k| !["target", "key_fraction_range"].contains(&k.as_str())) {
+                return self.refuse(
+                    &p,
+                    &format!("\"{k}\""),
+                    &format!("{k:?} is not read (a shadow takes target, key_fraction_range)"),
+                );
+            }
+            let Some(target) = s.get("target") else {
+                return self.refuse(&p, "\"shadows\"", "a shadow needs a target");
+            };
+            let range = match s.get("key_fraction_range") {
+                Some(r) => toml::Value::try_from(r).map_err(|e| ConfigError(format!("{p}: {e}")))?,
+                None => Value::Array(vec![Value::Float(0.0), Value::Float(1.0)]),
+            };
+            let route = self.route(target, &format!("{p}.target"))?;
+            list.push(table([("route", route), ("key_fraction", range)]));
+        }
+        Ok(table([("type", "shadow".into()), ("main", pool), ("shadows", Value::Array(list))]))
+    }
+
+    fn children(&mut self, o: &serde_json::Map<String, Json>, path: &str, needle: &str) -> Result<Value, ConfigError> {
+        let Some(Json::Array(list)) = o.get("children") else {
+            return self.refuse(path, needle, "children is a list of routes");
+        };
+        let out = list.iter().enumerate().map(|(i, c)| self.route(c, &format!("{path}.children[{i}]")));
+        Ok(Value::Array(out.collect::<Result<_, _>>()?))
+    }
+
+    /// mcrouter's reply errors, as the failover's classes.
+    fn failover_errors(&self, v: &Json, path: &str) -> Result<Value, ConfigError> {
+        let Json::Array(list) = v else {
+            return self.refuse(
+                path,
+                "\"failover_errors\"",
+                "failover_errors is a list (the per-operation form is not read)",
+            );
+        };
+        let mut on = Vec::new();
+        for e in list {
+            let class = match e.as_str() {
+                Some("connect_error" | "connect_timeout" | "tko") => "connect",
+                Some("timeout" | "data_timeout") => "timeout",
+                Some("remote_error" | "local_error" | "busy" | "try_again") => "error",
+                _ => return self.refuse(path, &e.to_string(), &format!("failover error {e} is not read")),
+            };
+            if !on.contains(&class) {
+                on.push(class);
+            }
+        }
+        Ok(Value::Array(on.into_iter().map(Value::from).collect()))
+    }
+
+    fn operations(
+        &mut self,
+        o: &serde_json::Map<String, Json>,
+        path: &str,
+        needle: &str,
+    ) -> Result<Value, ConfigError> {
+        let mut t = vec![("type", Value::from("operation"))];
+        if let Some(p) = o.get("operation_policies") {
+            let Json::Object(p) = p else { return self.refuse(path, "\"operation_policies\"", "an object") };
+            if let (Some(i), Some(d)) = (p.get("incr"), p.get("decr")) {
+                if i != d {
+                    return self.refuse(
+                        path,
+                        "\"decr\"",
+                        "incr and decr go one way here (arith): give them the same route",
+                    );
+                }
+            }
+            for (op, r) in p {
+                let class = match op.as_str() {
+                    "get" => "get",
+                    "set" => "set",
+                    "delete" => "delete",
+                    "incr" | "decr" => "arith",
+                    "touch" => "touch",
+                    other => {
+                        return self.refuse(
+                            path,
+                            &format!("\"{other}\""),
+                            &format!(
+                            "operation {other:?} alone is not read: routes are by get, set, delete, incr/decr, touch"
+                        ),
+                        )
+                    }
+                };
+                if op == "decr" && p.contains_key("incr") {
+                    continue;
+                }
+                let route = self.route(r, &format!("{path}.operation_policies.{op}"))?;
+                t.push((class, route));
+            }
+        }
+        if let Some(d) = o.get("default_policy") {
+            t.push(("default", self.route(d, &format!("{path}.default_policy"))?));
+        }
+        if t.len() == 1 {
+            return self.refuse(path, needle, "OperationSelectorRoute needs operation_policies or default_policy");
+        }
+        Ok(table(t))
+    }
+
+    fn int(&self, v: &Json, path: &str, key: &str) -> Result<Value, ConfigError> {
+        match v.as_i64() {
+            Some(i) if i >= 0 => Ok(Value::Integer(i)),
+            _ => self.refuse(path, &format!("\"{key}\""), &format!("{key} is a whole number of seconds")),
+        }
+    }
+}
+
+fn table<'a>(entries: impl IntoIterator<Item = (&'a str, Value)>) -> Value {
+    Value::Table(entries.into_iter().map(|(k, v)| (k.to_string(), v)).collect())
+}
+
+/// Every route object with a `name` (and a `type`), by name.
+fn collect_named(v: &Json, out: &mut BTreeMap<String, Json>) {
+    match v {
+        Json::Object(o) => {
+            if let (Some(Json::String(name)), Some(_)) = (o.get("name"), o.get("type")) {
+                out.entry(name.clone()).or_insert_with(|| v.clone());
+            }
+            o.values().for_each(|c| collect_named(c, out));
+        }
+        Json::Array(a) => a.iter().for_each(|c| collect_named(c, out)),
+        _ => {}
+    }
+}
+
+/// The text without `//` and `/* */` comments (outside strings), the same
+/// length line by line so that positions stay true.
+fn strip_comments(text: &str) -> String {
+    let b = text.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let (mut i, mut in_str) = (0, false);
+    while i < b.len() {
+        let c = b[i];
+        if in_str {
+            out.push(c);
+            if c == b'\\' && i + 1 < b.len() {
+                out.push(b[i + 1]);
+                i += 1;
+            } else if c == b'"' {
+                in_str = false;
+            }
+        } else if c == b'"' {
+            in_str = true;
+            out.push(c);
+        } else if b[i..].starts_with(b"//") {
+            while i < b.len() && b[i] != b'\n' {
+                out.push(b' ');
+                i += 1;
+            }
+            continue;
+        } else if b[i..].starts_with(b"/*") {
+            let end = b[i + 2..].windows(2).position(|w| w == b"*/").map_or(b.len(), |p| i + 2 + p + 2);
+            out.extend(b[i..end].iter().map(|&c| if c == b'\n' { b'\n' } else { b' ' }));
+            i = end;
+            continue;
+        } else {
+            out.push(c);
+        }
+        i += 1;
+    }
+    String::from_utf8(out).unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests;

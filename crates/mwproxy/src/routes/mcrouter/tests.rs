@@ -1,0 +1,102 @@
+use super::*;
+use crate::config::Config;
+use crate::routes::spec::{All, Both, FailOn, Kind};
+use crate::routes::RouteSpec;
+
+/// The checked tree of an mcrouter file.
+fn tree(json: &str) -> crate::routes::spec::Tree {
+    let (pools, route) = read(json).unwrap();
+    let c = Config { pools, route: Some(RouteSpec::new(route)), ..Config::default() };
+    c.route_tree().unwrap().unwrap()
+}
+
+fn refused(json: &str) -> String {
+    read(json).unwrap_err().0
+}
+
+const POOLS: &str = r#""pools": { "A": { "servers": ["127.0.0.1:5001", "127.0.0.1:5002:ascii"] },
+                                 "B": { "servers": ["127.0.0.1:5003"] } }"#;
+
+#[test]
+fn the_wiki_examples_read_as_route_trees() {
+    // The simplest: one pool (with mcrouter's comments).
+    let t = tree(&format!("{{ {POOLS}, // two pools\n /* the route */ \"route\": \"PoolRoute|A\" }}"));
+    assert_eq!(t.nodes[0].kind, Kind::Pool(0));
+    let (pools, _) = read(&format!("{{ {POOLS}, \"route\": \"Pool|B\" }}")).unwrap();
+    assert_eq!(pools["A"].servers.len(), 2, "host:port:ascii is host:port");
+    // Failover, prefixes, operations, warm-up, migration, shadows, all-*.
+    let t = tree(&format!(
+        r#"{{ {POOLS}, "route": {{
+            "type": "PrefixSelectorRoute",
+            "policies": {{
+                "f:": {{ "type": "FailoverRoute", "children": ["PoolRoute|A", "PoolRoute|B"], "failover_errors": ["tko", "timeout"] }},
+                "o:": {{ "type": "OperationSelectorRoute", "default_policy": "PoolRoute|A",
+                         "operation_policies": {{ "delete": {{ "type": "AllSyncRoute", "children": ["Pool|A", "Pool|B"] }},
+                                                  "incr": "PoolRoute|B", "decr": "PoolRoute|B" }} }},
+                "w:": {{ "type": "WarmUpRoute", "cold": "PoolRoute|B", "warm": "PoolRoute|A", "exptime": 60 }},
+                "m:": {{ "type": "MigrateRoute", "from": "PoolRoute|A", "to": "PoolRoute|B", "start_time": 1000, "interval": 50 }},
+                "s:": {{ "type": "PoolRoute", "pool": "A", "shadows": [{{ "target": "PoolRoute|B", "key_fraction_range": [0, 0.1] }}] }},
+                "x:": {{ "type": "AllMajorityRoute", "children": ["Pool|A", "Pool|B", "NullRoute"] }}
+            }},
+            "wildcard": {{ "type": "MissFailoverRoute", "children": ["PoolRoute|A", "ErrorRoute|gone"] }}
+        }} }}"#
+    ));
+    let kind = |path: &str| &t.nodes.iter().find(|n| n.path == path).unwrap_or_else(|| panic!("{path}")).kind;
+    assert!(matches!(
+        kind("route.routes.\"f:\""),
+        Kind::Failover { on: FailOn { connect: true, timeout: true, error: false }, .. }
+    ));
+    assert!(matches!(kind("route.routes.\"o:\".delete"), Kind::All { mode: All::Sync, .. }));
+    assert_eq!(*kind("route.routes.\"o:\".arith"), Kind::Pool(1));
+    assert!(matches!(kind("route.routes.\"w:\""), Kind::WarmUp { exptime: 60, .. }));
+    assert!(matches!(kind("route.routes.\"m:\""), Kind::Migrate { start: 1000, window: 100, both: Both::Deletes, .. }));
+    assert!(matches!(kind("route.routes.\"s:\""), Kind::Shadow { .. }));
+    assert_eq!(*kind("route.routes.\"x:\".children[2]"), Kind::Answer { error: None });
+    assert_eq!(*kind("route.default.children[1]"), Kind::Answer { error: Some("gone".into()) });
+}
+
+#[test]
+fn named_handles_are_read_and_a_loop_among_them_is_refused() {
+    let t = tree(&format!(
+        r#"{{ {POOLS}, "named_handles": [{{ "type": "FailoverRoute", "name": "safe", "children": ["PoolRoute|A", "PoolRoute|B"] }}],
+           "routes": [{{ "aliases": ["/a/b/"], "route": {{ "type": "AllInitialRoute", "children": ["safe", "PoolRoute|B"] }} }}] }}"#
+    ));
+    assert!(matches!(t.nodes[1].kind, Kind::Failover { .. }));
+    let e = refused(&format!(
+        r#"{{ {POOLS}, "named_handles": [
+              {{ "type": "FailoverRoute", "name": "one", "children": ["two"] }},
+              {{ "type": "AllSyncRoute", "name": "two", "children": ["PoolRoute|A", "one"] }}],
+           "route": "one" }}"#
+    ));
+    assert!(e.contains("named handles loop: one -> two -> one"), "{e}");
+}
+
+#[test]
+fn what_is_not_read_is_refused_with_the_handle_and_its_place() {
+    let text = format!("{{ {POOLS},\n  \"route\": {{\n    \"type\": \"HashRoute\", \"children\": [] }} }}");
+    let e = refused(&text);
+    assert!(e.contains("HashRoute is not a handle mwproxy reads") && e.contains("line 4, column 13"), "{e}");
+    let e = refused(&format!("{{ {POOLS}, \"route\": \"AllFastestRoute|Pool|A\" }}"));
+    assert!(e.contains("over each server of a pool"), "{e}");
+    let e = refused(&format!("{{ {POOLS}, \"route\": \"@int(3)\" }}"));
+    assert!(e.contains("@ functions"), "{e}");
+    let e = refused(&format!("{{ {POOLS}, \"macros\": {{}}, \"route\": \"Pool|A\" }}"));
+    assert!(e.contains("macros"), "{e}");
+    let e = refused(&format!("{{ {POOLS}, \"route\": \"PoolRoute|C\" }}"));
+    assert!(e.contains("unknown pool \"C\""), "{e}");
+    let e =
+        refused(&format!("{{ {POOLS}, \"route\": {{ \"type\": \"PoolRoute\", \"pool\": \"A\", \"rates\": {{}} }} }}"));
+    assert!(e.contains("\"rates\" is not read"), "{e}");
+    let e = refused(&format!(
+        "{{ {POOLS}, \"route\": {{ \"type\": \"OperationSelectorRoute\", \"operation_policies\": {{ \"add\": \"Pool|A\" }} }} }}"
+    ));
+    assert!(e.contains("operation \"add\" alone"), "{e}");
+    let e = refused(
+        "{ \"pools\": { \"A\": { \"servers\": [\"h:1\"], \"protocol\": \"umbrella\" } }, \"route\": \"Pool|A\" }",
+    );
+    assert!(e.contains("ascii"), "{e}");
+    let e = refused(&format!("{{ {POOLS}, \"routes\": [{{ \"aliases\": [\"/a/\"], \"route\": \"Pool|A\" }}, {{ \"aliases\": [\"/b/\"], \"route\": \"Pool|B\" }}] }}"));
+    assert!(e.contains("several routing prefixes"), "{e}");
+    let e = refused("{ \"route\": ");
+    assert!(e.contains("mcrouter config"), "{e}");
+}

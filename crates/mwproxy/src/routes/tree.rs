@@ -1,0 +1,165 @@
+//! The route tree as a running configuration uses it: each pool's own
+//! routing core ([`Router`]: ring, replication, failover between replicas),
+//! the nodes of the checked [`spec::Tree`], their counters, the clock and
+//! the queue that carries the copies nobody waits for.
+//!
+//! Pools name their servers by their own positions; a generation numbers
+//! the servers of every pool once ([`Config::effective_routing`], the
+//! "union"), and each pool keeps the union position and the server number of
+//! each of its servers, so that its calls land on the right connections and
+//! its repairs on the right servers.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use crate::config::Config;
+use crate::health::Ejection;
+use crate::route::Router;
+
+use super::side::Queue;
+use super::spec::{self, Clock, Kind, NodeId};
+
+/// One pool of the tree.
+#[derive(Debug)]
+pub struct Pool {
+    /// Its name in `[pools.<name>]`.
+    pub name: String,
+    /// Its routing core.
+    pub router: Router,
+    /// The server number (`Servers`) of each of its servers.
+    pub ids: Vec<usize>,
+    /// The union position of each of its servers.
+    pub pos: Vec<usize>,
+}
+
+/// What one node did since the tree was loaded.
+#[derive(Debug, Default)]
+pub struct NodeStats {
+    /// Requests that reached it.
+    pub requests: AtomicU64,
+    /// Requests it answered with an error.
+    pub errors: AtomicU64,
+    /// Failovers taken (a failover's next child, a miss-failover's next child).
+    pub failovers: AtomicU64,
+    /// Copies handed to the queue (shadow copies, all-async and all-initial
+    /// children, warm-up fills).
+    pub sent: AtomicU64,
+    /// Copies dropped because the node's queue was full.
+    pub dropped: AtomicU64,
+    /// Copies of this node waiting or on their way now.
+    pub queued: AtomicU64,
+}
+
+/// A route tree ready to carry requests.
+#[derive(Debug)]
+pub struct Tree {
+    /// Its nodes, as configured.
+    pub spec: spec::Tree,
+    /// Its pools, in the order of `spec.pools`.
+    pub pools: Vec<Pool>,
+    /// One per node.
+    pub stats: Vec<NodeStats>,
+    /// What migrations take for now.
+    pub clock: Clock,
+    /// Where copies nobody waits for go.
+    pub side: Arc<Queue>,
+    /// The server number of each union position (for repairs of copies).
+    pub ids: Vec<usize>,
+    /// Whether a request may take more than one round (a failover, a
+    /// warm-up, a miss-failover, a replicated pool): batches are then cut
+    /// so that no request overtakes another of the same key.
+    pub rounds: bool,
+}
+
+impl Tree {
+    /// The tree of `config` (`None` without a `[route]`), over the union
+    /// servers at `addrs` numbered `ids`.
+    pub fn build(
+        config: &Config,
+        addrs: &[String],
+        ids: &[usize],
+        side: Arc<Queue>,
+        ejection: Arc<Ejection>,
+    ) -> Option<Tree> {
+        let spec = config.route_tree().ok().flatten()?;
+        let union = config.effective_routing();
+        let pools =
+            config
+                .pools
+                .iter()
+                .map(|(name, r)| {
+                    let pos: Vec<usize> = r
+                        .servers
+                        .iter()
+                        .map(|s| {
+                            union.servers.iter().position(|u| u.endpoint() == s.endpoint()).expect("a union server")
+                        })
+                        .collect();
+                    let pool_ids: Vec<usize> = pos.iter().map(|&p| ids[p]).collect();
+                    let router = Router::of(r, &config.limits, pos.iter().map(|&p| addrs[p].clone()).collect())
+                        .ejecting(config.backend.eject, r, ejection.clone(), &pool_ids);
+                    Pool { name: name.clone(), router, ids: pool_ids, pos }
+                })
+                .collect();
+        let stats = spec.nodes.iter().map(|_| NodeStats::default()).collect();
+        let clock = config.route.as_ref().map(|r| r.clock.clone()).unwrap_or_default();
+        let rounds = config.pools.values().any(|p| p.replication > 1)
+            || spec
+                .nodes
+                .iter()
+                .any(|n| matches!(n.kind, Kind::Failover { .. } | Kind::WarmUp { .. } | Kind::MissFailover { .. }));
+        Some(Tree { spec, pools, stats, clock, side, ids: ids.to_vec(), rounds })
+    }
+
+    /// Where a migration stands now: 0 before its start, 1 in its window, 2 after.
+    pub fn phase(&self, start: u64, window: u64) -> u8 {
+        let now = self.clock.now();
+        if now < start {
+            0
+        } else if now < start.saturating_add(window) {
+            1
+        } else {
+            2
+        }
+    }
+
+    /// Every node's counters as `route:<path>:<name>`, value (`stats routes`).
+    pub fn figures(&self) -> Vec<(String, u64)> {
+        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let mut out = Vec::new();
+        for (n, node) in self.spec.nodes.iter().enumerate() {
+            let s = &self.stats[n];
+            let mut put = |name: &str, v: u64| out.push((format!("route:{}:{name}", node.path), v));
+            let (kind, copies) = match &node.kind {
+                Kind::Pool(_) => ("pool", None),
+                Kind::Prefix { .. } => ("prefix", None),
+                Kind::Operation { .. } => ("operation", None),
+                Kind::Failover { .. } => ("failover", None),
+                Kind::MissFailover { .. } => ("miss-failover", None),
+                Kind::All { mode: spec::All::Async | spec::All::Initial, .. } => ("all", Some("async")),
+                Kind::All { .. } => ("all", None),
+                Kind::WarmUp { .. } => ("warm-up", Some("fills")),
+                Kind::Shadow { .. } => ("shadow", Some("shadow")),
+                Kind::Migrate { .. } => ("migrate", None),
+                Kind::Answer { .. } => ("answer", None),
+            };
+            put("requests", get(&s.requests));
+            put("errors", get(&s.errors));
+            if matches!(kind, "failover" | "miss-failover") {
+                put("failovers", get(&s.failovers));
+            }
+            if let Some(c) = copies {
+                put(&format!("{c}_sent"), get(&s.sent));
+                put(&format!("{c}_dropped"), get(&s.dropped));
+                put(&format!("{c}_queued"), get(&s.queued));
+            }
+            if let Kind::Migrate { start, window, .. } = node.kind {
+                put("phase", u64::from(self.phase(start, window)));
+            }
+        }
+        out
+    }
+
+    /// The id of the root node.
+    pub const ROOT: NodeId = 0;
+}
