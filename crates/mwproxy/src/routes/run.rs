@@ -24,9 +24,8 @@ use mcproto::{MetaKind, Request, Response, StoreKind};
 
 use crate::route::{BackendError, Begin, Effects, Exec, Outbox, Work};
 
-use super::side::Detached;
 use super::spec::{All, Both, FailOn, Fraction, Kind, NodeId, Op};
-use super::tree::{Pool, Tree};
+use super::tree::{Detached, Pool, Tree};
 
 /// Why a route's reply is a failure, as a failover tells them apart.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -14,10 +14,24 @@ use std::sync::Arc;
 
 use crate::config::Config;
 use crate::health::Ejection;
-use crate::route::Router;
+use crate::route::{Router, Work};
 
-use super::side::Queue;
+use super::queue::Queue;
 use super::spec::{self, Clock, Kind, NodeId};
+
+/// A copy of a request for `node` of `tree`, made by `owner`, on its way
+/// to the side thread.
+#[derive(Debug)]
+pub struct Detached {
+    /// The tree it was routed with.
+    pub tree: Arc<Tree>,
+    /// The node whose bound it counts against.
+    pub owner: NodeId,
+    /// Where it goes.
+    pub node: NodeId,
+    /// The request.
+    pub work: Work,
+}
 
 /// One pool of the tree.
 #[derive(Debug)]
@@ -62,7 +76,7 @@ pub struct Tree {
     /// What migrations take for now.
     pub clock: Clock,
     /// Where copies nobody waits for go.
-    pub side: Arc<Queue>,
+    pub side: Arc<Queue<Detached>>,
     /// The server number of each union position (for repairs of copies).
     pub ids: Vec<usize>,
     /// Whether a request may take more than one round (a failover, a
@@ -78,7 +92,7 @@ impl Tree {
         config: &Config,
         addrs: &[String],
         ids: &[usize],
-        side: Arc<Queue>,
+        side: Arc<Queue<Detached>>,
         ejection: Arc<Ejection>,
     ) -> Option<Tree> {
         let spec = config.route_tree().ok().flatten()?;
