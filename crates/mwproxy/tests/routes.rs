@@ -479,3 +479,35 @@ fn an_mcrouter_file_is_served_under_mcrouters_command_line_and_reloaded_on_sighu
     drop(p);
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn a_multiget_of_many_windows_of_keys_answers_in_the_clients_order() {
+    let s = common::servers(2);
+    let p = proxy(
+        &[&s[0], &s[1]],
+        &["a", "b"],
+        "[route]\ntype = \"prefix\"\ndefault = \"a\"\nroutes = { \"b:\" = \"b\" }\n",
+    );
+    let mut c = common::client(&p);
+    // 700 keys (more than five windows of 128), half on each pool, every
+    // third one missing, some asked twice.
+    let keys: Vec<String> = (0..700).map(|i| if i % 2 == 0 { format!("a:{i}") } else { format!("b:{i}") }).collect();
+    let mut expected = String::new();
+    for (i, k) in keys.iter().enumerate() {
+        if !i.is_multiple_of(3) {
+            assert_eq!(set(&mut c, k, &i.to_string()), "STORED\r\n");
+        }
+    }
+    let asked: Vec<&String> = keys.iter().chain(keys.iter().take(50)).collect();
+    for k in &asked {
+        let i: usize = k[2..].parse().unwrap();
+        if !i.is_multiple_of(3) {
+            expected += &format!("VALUE {k} 0 {}\r\n{i}\r\n", i.to_string().len());
+        }
+    }
+    expected += "END\r\n";
+    let line = format!("get {}\r\n", asked.iter().map(|k| k.as_str()).collect::<Vec<_>>().join(" "));
+    assert_eq!(c.call_str(&line).unwrap(), expected);
+    assert!(has(&s[1], "b:1") && !has(&s[0], "b:1"));
+    common::stop(p);
+}
