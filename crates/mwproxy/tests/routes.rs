@@ -511,3 +511,24 @@ fn a_multiget_of_many_windows_of_keys_answers_in_the_clients_order() {
     assert!(has(&s[1], "b:1") && !has(&s[0], "b:1"));
     common::stop(p);
 }
+
+#[test]
+fn a_silent_shadow_holds_no_more_bytes_than_its_bound() {
+    let s = common::servers(2);
+    let route =
+        "[route]\ntype = \"shadow\"\nmain = \"main\"\nshadows = [{ route = \"silent\", request_fraction = 1.0 }]\n";
+    let p = start(config(&[&s[0], &s[1]], &["main", "silent"], route, |c| c.backend.timeout_ms = 30_000));
+    s[1].pause().unwrap();
+    let mut c = common::client(&p);
+    // 100 values of 768 KiB: the default queue (1000 copies) would hold them
+    // all; the 64 MiB a node may hold takes 85.
+    let value = "v".repeat(768 << 10);
+    for i in 0..100 {
+        assert_eq!(set(&mut c, &format!("big:{i}"), &value), "STORED\r\n");
+    }
+    let queued = route_stat(&p, "route:shadow_queued");
+    assert!(queued <= (64 << 20) / (768 << 10), "{queued} copies of 768 KiB held");
+    assert_eq!(route_stat(&p, "route:shadow_dropped"), 100 - queued);
+    s[1].resume().unwrap();
+    common::stop(p);
+}

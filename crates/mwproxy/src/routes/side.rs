@@ -33,6 +33,7 @@ struct Job {
     flow: Flow,
     tree: Arc<Tree>,
     owner: NodeId,
+    bytes: u64,
     done: bool,
 }
 
@@ -52,6 +53,7 @@ pub fn serve(queue: &Queue<Detached>, servers: &Servers) {
                 flow: Flow::begin(&d.tree, d.node, d.work, &mut rr),
                 tree: d.tree,
                 owner: d.owner,
+                bytes: d.bytes,
                 done: false,
             })
             .collect();
@@ -80,7 +82,9 @@ pub fn serve(queue: &Queue<Detached>, servers: &Servers) {
             for (pos, key) in fx.repairs {
                 servers.repairs.note(job.tree.ids[pos], key);
             }
-            job.tree.stats[job.owner].queued.fetch_sub(1, Ordering::Relaxed);
+            let stats = &job.tree.stats[job.owner];
+            stats.queued.fetch_sub(1, Ordering::Relaxed);
+            stats.queued_bytes.fetch_sub(job.bytes, Ordering::Relaxed);
         }
         if !full {
             // Let copies gather: one round trip carries many.

@@ -31,6 +31,8 @@ pub struct Detached {
     pub node: NodeId,
     /// The request.
     pub work: Work,
+    /// What it holds (counted against `owner`'s bound until it is carried).
+    pub bytes: u64,
 }
 
 /// One pool of the tree.
@@ -62,6 +64,8 @@ pub struct NodeStats {
     pub dropped: AtomicU64,
     /// Copies of this node waiting or on their way now.
     pub queued: AtomicU64,
+    /// Their bytes, roughly (keys and values).
+    pub queued_bytes: AtomicU64,
 }
 
 /// A route tree ready to carry requests.
