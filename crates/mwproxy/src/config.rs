@@ -2,6 +2,7 @@
 //! `validate()` that explains every refusal, and TOML loading that rejects
 //! unknown keys. Command-line flags (see `cli.rs`) override the file.
 
+use std::collections::BTreeMap;
 use std::net::ToSocketAddrs;
 
 use mwserve::stream::Addr;
@@ -19,8 +20,8 @@ pub struct Config {
     /// Which servers hold which keys (without a `[route]`: every key).
     pub routing: RoutingConfig,
     /// Named pools that a `[route]` sends requests to (`routes/spec.rs`).
-    #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
-    pub pools: crate::routes::spec::Pools,
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub pools: BTreeMap<String, RoutingConfig>,
     /// The route tree over `pools`; without one, `[routing]` is the only pool.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub route: Option<crate::routes::spec::RouteSpec>,
@@ -547,6 +548,50 @@ pub fn check_pool(r: &RoutingConfig) -> Result<(), ConfigError> {
 }
 
 impl Config {
+    /// Whether requests go through a route tree (`[pools]` and `[route]`).
+    pub fn has_routes(&self) -> bool {
+        self.route.is_some()
+    }
+
+    /// The `[routing]` that keyless requests go by (`flush_all`, `stats`,
+    /// `version` go to every server): `[routing]` itself, or with a route
+    /// tree the servers of every pool, each once, in pool order.
+    pub fn effective_routing(&self) -> std::borrow::Cow<'_, RoutingConfig> {
+        if !self.has_routes() {
+            return std::borrow::Cow::Borrowed(&self.routing);
+        }
+        let mut r = RoutingConfig { replication: 1, servers: Vec::new(), ..self.routing.clone() };
+        for s in self.pools.values().flat_map(|p| &p.servers) {
+            if !r.servers.iter().any(|o| o.endpoint() == s.endpoint()) {
+                r.servers.push(s.clone());
+            }
+        }
+        std::borrow::Cow::Owned(r)
+    }
+
+    /// The route tree, read and checked (`None` without one).
+    pub fn route_tree(&self) -> Result<Option<crate::routes::spec::Tree>, ConfigError> {
+        let Some(spec) = &self.route else {
+            if !self.pools.is_empty() {
+                return Err(ConfigError("[pools] are used by a [route]: give one (docs/mwproxy.md, Routes)".into()));
+            }
+            return Ok(None);
+        };
+        if !self.routing.servers.is_empty() {
+            return Err(ConfigError(
+                "with a [route], servers belong to its [pools.<name>]: leave [routing] servers (--servers) out".into(),
+            ));
+        }
+        if self.pools.is_empty() {
+            return Err(ConfigError("[route] needs [pools.<name>] with their servers".into()));
+        }
+        for (name, pool) in &self.pools {
+            check_pool(pool).map_err(|e| ConfigError(format!("pool {name}: {}", e.0)))?;
+        }
+        let names: Vec<String> = self.pools.keys().cloned().collect();
+        crate::routes::spec::read(&spec.value, &names).map(Some)
+    }
+
     /// The parser limits these settings imply.
     pub fn parser_limits(&self) -> mcproto::Limits {
         mcproto::Limits {

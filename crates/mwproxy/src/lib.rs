@@ -31,6 +31,7 @@ pub mod backend;
 pub mod backend_error;
 pub mod batch;
 pub mod budget;
+pub mod carry;
 pub mod checker;
 pub mod cli;
 pub mod config;

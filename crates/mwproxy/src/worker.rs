@@ -24,24 +24,14 @@ use std::sync::Arc;
 use mwstats::clock::now_ns;
 use mwstats::slots::SlotWriter;
 
-use crate::backend::Backend;
 use crate::batch::{finish_wave, waves, Entry};
+use crate::carry::{Link, Tag};
 use crate::conn::{After, ClientConn, Job};
-use crate::exchange::{Ended, Exchange, Servers, Verdict};
+use crate::exchange::{Ended, Exchange};
 use crate::generation::Generation;
 use crate::recorder::WorkerAcc;
-use crate::route::{BackendError, Outbox};
+use crate::route::Outbox;
 use crate::shared::Shared;
-
-/// A call of a round: the request's place in the wave and the call's index
-/// in its round.
-pub(crate) type Tag = (usize, usize);
-
-/// A worker's connection to one server and its exchange.
-struct Link {
-    conn: Backend,
-    ex: Exchange<Tag>,
-}
 
 /// A worker thread's state: its connections, buffers and counters.
 pub struct Worker {
@@ -153,92 +143,10 @@ impl Worker {
     /// each call's end goes straight to its request.
     fn exchange(&mut self, generation: &Generation, entries: &mut [Entry]) {
         let Worker { shared, links, outbox, owners, out, .. } = self;
-        let servers = &shared.servers;
-        while links.len() < outbox.servers() {
-            let s = links.len();
-            links.push(Link { conn: Backend::new(servers.addr(s)), ex: Exchange::new(s) });
-        }
-        let connect_timeout = servers.connect_timeout();
         let mut ended = |end: Ended<'_, Tag>| {
             let (i, j) = end.tag;
             entries[i].absorb(generation, j, end.outcome, end.fact);
         };
-        for (s, Link { conn, ex }) in links.iter_mut().enumerate() {
-            if outbox.bytes(s).is_empty() {
-                continue;
-            }
-            out.clear();
-            let open = || conn.open(connect_timeout, || servers.tls(s));
-            if ex.begin(servers, outbox, owners, out, now_ns(), open, &mut ended) {
-                if let Err(e) = write_all(conn, ex, servers, out, &mut ended) {
-                    conn.close();
-                    ex.fail(servers, &e, now_ns(), &mut ended);
-                }
-            }
-        }
-        for Link { conn, ex } in links.iter_mut().filter(|l| l.ex.in_flight()) {
-            if let Err(e) = read_replies(conn, ex, servers, &mut ended) {
-                conn.close();
-                ex.fail(servers, &e, now_ns(), &mut ended);
-            } else if ex.in_flight() {
-                // Only replies of calls given up are left: drop them with the connection.
-                conn.close();
-                ex.fail(servers, &BackendError::Stalled, now_ns(), &mut ended);
-            }
-        }
+        crate::carry::exchange(&shared.servers, links, outbox, owners, out, &mut ended);
     }
-}
-
-/// Writes `bytes` whole, for as long as the exchange lets the worker wait.
-pub(crate) fn write_all(
-    conn: &mut Backend,
-    ex: &mut Exchange<Tag>,
-    servers: &Servers,
-    bytes: &[u8],
-    ended: &mut impl FnMut(Ended<'_, Tag>),
-) -> Result<(), BackendError> {
-    let mut written = 0;
-    loop {
-        let limit = ex.wait_limit(servers, now_ns());
-        // The bytes, then what a TLS session still holds of them.
-        let progress = if written < bytes.len() {
-            conn.write(&bytes[written..], limit)?.map(|n| written += n).is_some()
-        } else if conn.push(limit)? {
-            return Ok(());
-        } else {
-            false
-        };
-        if !progress {
-            match ex.check(servers, now_ns(), ended) {
-                Verdict::Wait => {}
-                Verdict::GaveUp => return Err(BackendError::Stalled),
-                Verdict::TimedOut => return Err(BackendError::Timeout),
-            }
-        }
-    }
-}
-
-/// Reads until the server owes nothing but replies of calls given up.
-pub(crate) fn read_replies(
-    conn: &mut Backend,
-    ex: &mut Exchange<Tag>,
-    servers: &Servers,
-    ended: &mut impl FnMut(Ended<'_, Tag>),
-) -> Result<(), BackendError> {
-    while ex.owed() {
-        match conn.read(ex.wait_limit(servers, now_ns()))? {
-            Some(_) => {
-                let now = now_ns();
-                ex.progress(servers, now);
-                let used = ex.replies(servers, conn.buffered(), now, ended)?;
-                conn.consume(used);
-            }
-            None => match ex.check(servers, now_ns(), ended) {
-                Verdict::Wait => {}
-                Verdict::GaveUp => return Ok(()),
-                Verdict::TimedOut => return Err(BackendError::Timeout),
-            },
-        }
-    }
-    Ok(())
 }

@@ -479,3 +479,56 @@ fn an_mcrouter_file_is_served_under_mcrouters_command_line_and_reloaded_on_sighu
     drop(p);
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn a_multiget_of_many_windows_of_keys_answers_in_the_clients_order() {
+    let s = common::servers(2);
+    let p = proxy(
+        &[&s[0], &s[1]],
+        &["a", "b"],
+        "[route]\ntype = \"prefix\"\ndefault = \"a\"\nroutes = { \"b:\" = \"b\" }\n",
+    );
+    let mut c = common::client(&p);
+    // 700 keys (more than five windows of 128), half on each pool, every
+    // third one missing, some asked twice.
+    let keys: Vec<String> = (0..700).map(|i| if i % 2 == 0 { format!("a:{i}") } else { format!("b:{i}") }).collect();
+    let mut expected = String::new();
+    for (i, k) in keys.iter().enumerate() {
+        if !i.is_multiple_of(3) {
+            assert_eq!(set(&mut c, k, &i.to_string()), "STORED\r\n");
+        }
+    }
+    let asked: Vec<&String> = keys.iter().chain(keys.iter().take(50)).collect();
+    for k in &asked {
+        let i: usize = k[2..].parse().unwrap();
+        if !i.is_multiple_of(3) {
+            expected += &format!("VALUE {k} 0 {}\r\n{i}\r\n", i.to_string().len());
+        }
+    }
+    expected += "END\r\n";
+    let line = format!("get {}\r\n", asked.iter().map(|k| k.as_str()).collect::<Vec<_>>().join(" "));
+    assert_eq!(c.call_str(&line).unwrap(), expected);
+    assert!(has(&s[1], "b:1") && !has(&s[0], "b:1"));
+    common::stop(p);
+}
+
+#[test]
+fn a_silent_shadow_holds_no_more_bytes_than_its_bound() {
+    let s = common::servers(2);
+    let route =
+        "[route]\ntype = \"shadow\"\nmain = \"main\"\nshadows = [{ route = \"silent\", request_fraction = 1.0 }]\n";
+    let p = start(config(&[&s[0], &s[1]], &["main", "silent"], route, |c| c.backend.timeout_ms = 30_000));
+    s[1].pause().unwrap();
+    let mut c = common::client(&p);
+    // 100 values of 768 KiB: the default queue (1000 copies) would hold them
+    // all; the 64 MiB a node may hold takes 85.
+    let value = "v".repeat(768 << 10);
+    for i in 0..100 {
+        assert_eq!(set(&mut c, &format!("big:{i}"), &value), "STORED\r\n");
+    }
+    let queued = route_stat(&p, "route:shadow_queued");
+    assert!(queued <= (64 << 20) / (768 << 10), "{queued} copies of 768 KiB held");
+    assert_eq!(route_stat(&p, "route:shadow_dropped"), 100 - queued);
+    s[1].resume().unwrap();
+    common::stop(p);
+}

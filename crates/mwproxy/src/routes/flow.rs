@@ -8,10 +8,12 @@
 //! key order: keys whose route failed are left out, as a pool leaves out
 //! the keys of a failed server (`multiget_failure = partial`), unless every
 //! key's route failed, which answers the first error.
+//! A multi-get of many keys is routed [`WINDOW`] keys at a time, so that
+//! what one request holds stays small whatever its number of keys.
 
 use std::sync::Arc;
 
-use mcproto::Request;
+use mcproto::{GetKind, Request};
 
 use crate::route::{BackendError, Effects, Outbox, Work};
 
@@ -34,6 +36,12 @@ pub fn routed(work: &Work) -> bool {
     }
 }
 
+/// Keys of a split multi-get routed at once: a larger multi-get goes in
+/// windows of this many keys, one after the other, so that a request of a
+/// million one-byte keys holds the state of this many (about 1 KiB each),
+/// not of all of them.
+pub const WINDOW: usize = 128;
+
 /// One request on its way through the tree (of the generation it was
 /// routed with: every call takes the same tree).
 #[derive(Debug)]
@@ -44,24 +52,58 @@ pub struct Flow {
     tick: u64,
     /// The outbox index of its current round's first call.
     base: usize,
+    node: NodeId,
     parts: Parts,
 }
 
-/// One route, or one per key of a split multi-get. (The one route is
-/// kept inline: it is the common case, and a box would cost an allocation
-/// per request.)
+/// One route, or a multi-get split per key. (The one route is kept inline:
+/// it is the common case, and a box would cost an allocation per request.)
 #[derive(Debug)]
 #[allow(clippy::large_enum_variant)]
 enum Parts {
     One(Run),
-    Split(Vec<Run>),
+    Split(Box<Split>),
 }
 
-impl Parts {
-    fn runs(&mut self) -> &mut [Run] {
-        match self {
-            Parts::One(r) => std::slice::from_mut(r),
-            Parts::Split(v) => v,
+/// A multi-get, a window of keys at a time.
+#[derive(Debug)]
+struct Split {
+    kind: GetKind,
+    exptime: i32,
+    /// Keys not routed yet.
+    keys: std::vec::IntoIter<Vec<u8>>,
+    /// The window on its way.
+    runs: Vec<Run>,
+    /// The hits of the windows done, in key order (without `END`).
+    reply: Vec<u8>,
+    fx: Effects,
+    /// Whether some key's route answered; else the first error answers.
+    any_ok: bool,
+    first_error: Option<Vec<u8>>,
+}
+
+impl Split {
+    /// Starts the next window; false when no key is left.
+    fn next_window(&mut self, tree: &Arc<Tree>, node: NodeId, rr: &mut usize) -> bool {
+        let (kind, exptime) = (self.kind, self.exptime);
+        let one = |k| Work::Request(Request::Get { kind, exptime, keys: vec![k] });
+        self.runs.extend(self.keys.by_ref().take(WINDOW).map(|k| run::begin(tree, node, one(k), rr)));
+        !self.runs.is_empty()
+    }
+
+    /// Takes the finished window's replies.
+    fn fold(&mut self) {
+        for mut r in self.runs.drain(..) {
+            let mut d: Done = r.take();
+            self.fx.counters.add(&d.fx.counters);
+            self.fx.hits += d.fx.hits;
+            self.fx.repairs.append(&mut d.fx.repairs);
+            if d.failure.is_some() {
+                self.first_error.get_or_insert(d.reply);
+            } else {
+                self.any_ok = true;
+                self.reply.extend_from_slice(d.reply.strip_suffix(b"END\r\n").unwrap_or(&d.reply));
+            }
         }
     }
 }
@@ -71,21 +113,46 @@ impl Flow {
     pub fn begin(tree: &Arc<Tree>, node: NodeId, work: Work, rr: &mut usize) -> Flow {
         let parts = match work {
             Work::Request(Request::Get { kind, exptime, keys }) if keys.len() > 1 => {
-                let one = |k| Work::Request(Request::Get { kind, exptime, keys: vec![k] });
-                Parts::Split(keys.into_iter().map(|k| run::begin(tree, node, one(k), rr)).collect())
+                let mut split = Split {
+                    kind,
+                    exptime,
+                    keys: keys.into_iter(),
+                    runs: Vec::new(),
+                    reply: Vec::new(),
+                    fx: Effects::default(),
+                    any_ok: false,
+                    first_error: None,
+                };
+                split.next_window(tree, node, rr);
+                Parts::Split(Box::new(split))
             }
             w => Parts::One(run::begin(tree, node, w, rr)),
         };
         *rr = rr.wrapping_add(1);
-        Flow { rr: *rr, tick: 0, base: 0, parts }
+        Flow { rr: *rr, tick: 0, base: 0, node, parts }
     }
 
     /// Adds the next round's calls to `out` and returns how many; 0 means
     /// it is finished and [`Flow::finish`] has the reply.
     pub fn round(&mut self, tree: &Arc<Tree>, out: &mut Outbox) -> usize {
         self.base = out.calls().len();
-        for p in self.parts.runs() {
-            p.round(tree, &mut self.rr, out);
+        match &mut self.parts {
+            Parts::One(r) => {
+                r.round(tree, &mut self.rr, out);
+            }
+            Parts::Split(split) => loop {
+                let mut done = true;
+                for r in &mut split.runs {
+                    done &= r.round(tree, &mut self.rr, out);
+                }
+                if !done {
+                    break;
+                }
+                split.fold();
+                if !split.next_window(tree, self.node, &mut self.rr) {
+                    break;
+                }
+            },
         }
         out.calls().len() - self.base
     }
@@ -96,8 +163,12 @@ impl Flow {
     pub fn absorb(&mut self, tree: &Tree, j: usize, outcome: Result<&[u8], &BackendError>, dropped: &mut Vec<usize>) {
         self.tick += 1;
         let (at, tick, before) = (self.base + j, self.tick, dropped.len());
-        for p in self.parts.runs() {
-            if p.absorb(tree, at, outcome, tick, dropped) {
+        let runs = match &mut self.parts {
+            Parts::One(r) => std::slice::from_mut(r),
+            Parts::Split(split) => &mut split.runs[..],
+        };
+        for r in runs {
+            if r.absorb(tree, at, outcome, tick, dropped) {
                 break;
             }
         }
@@ -106,30 +177,67 @@ impl Flow {
         }
     }
 
-    /// The client's reply and the request's effects, once finished.
+    /// The client's reply and the request's effects, once finished: a
+    /// multi-get's hits in the client's key order (keys whose route failed
+    /// left out), or the first error when every key's route failed.
     pub fn finish(&mut self) -> (Vec<u8>, Effects) {
-        let runs = match &mut self.parts {
+        match &mut self.parts {
             Parts::One(r) => {
                 let d = r.take();
-                return (d.reply, d.fx);
+                (d.reply, d.fx)
             }
-            Parts::Split(v) => v,
-        };
-        let mut dones: Vec<Done> = runs.iter_mut().map(Run::take).collect();
-        let mut fx = Effects::default();
-        for d in &mut dones {
-            fx.counters.add(&d.fx.counters);
-            fx.hits += d.fx.hits;
-            fx.repairs.append(&mut d.fx.repairs);
+            Parts::Split(split) => {
+                let fx = std::mem::take(&mut split.fx);
+                match split.first_error.take() {
+                    Some(e) if !split.any_ok => (e, fx),
+                    _ => {
+                        let mut reply = std::mem::take(&mut split.reply);
+                        reply.extend_from_slice(b"END\r\n");
+                        (reply, fx)
+                    }
+                }
+            }
         }
-        if dones.iter().all(|d| d.failure.is_some()) {
-            return (std::mem::take(&mut dones[0].reply), fx);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+    use mwserve::config::ServiceConfig;
+
+    /// A tree of one pool of two (unreached) servers.
+    fn tree() -> Arc<Tree> {
+        let text = "route = \"p\"\n[pools.p]\nservers = [\"127.0.0.1:1\", \"127.0.0.1:2\"]\n";
+        let c = Config::from_toml(text).unwrap();
+        let health = crate::health::Health::new(4, &c.backend, 1, Box::new(|| false));
+        let addrs = vec!["127.0.0.1:1".to_string(), "127.0.0.1:2".to_string()];
+        let side = Arc::new(super::super::queue::Queue::default());
+        Arc::new(Tree::build(&c, &addrs, &[0, 1], side, health.ejection.clone()).unwrap())
+    }
+
+    #[test]
+    fn a_large_multiget_holds_one_window_of_keys_at_a_time() {
+        let tree = tree();
+        let keys: Vec<Vec<u8>> = (0..1000).map(|i| format!("k{i}").into_bytes()).collect();
+        let work = Work::Request(Request::Get { kind: GetKind::Get, exptime: 0, keys });
+        let mut flow = Flow::begin(&tree, Tree::ROOT, work, &mut 0);
+        let mut out = Outbox::new(2);
+        let mut rounds = 0;
+        loop {
+            out.clear();
+            let n = flow.round(&tree, &mut out);
+            if n == 0 {
+                break;
+            }
+            assert_eq!(n, WINDOW.min(1000 - rounds * WINDOW), "one call per key of the window");
+            for j in 0..n {
+                flow.absorb(&tree, j, Ok(b"END\r\n"), &mut Vec::new());
+            }
+            rounds += 1;
         }
-        let mut reply = Vec::new();
-        for d in dones.iter().filter(|d| d.failure.is_none()) {
-            reply.extend_from_slice(d.reply.strip_suffix(b"END\r\n").unwrap_or(&d.reply));
-        }
-        reply.extend_from_slice(b"END\r\n");
-        (reply, fx)
+        assert_eq!(rounds, 1000usize.div_ceil(WINDOW));
+        assert_eq!(flow.finish().0, b"END\r\n");
     }
 }

@@ -25,7 +25,8 @@ use toml::Value;
 
 use crate::config::{ConfigError, RoutingConfig};
 
-use super::spec::Pools;
+/// The pools as `[pools.<name>]` has them.
+type Pools = BTreeMap<String, RoutingConfig>;
 
 /// The pools and the route of an mcrouter file's text.
 pub fn read(text: &str) -> Result<(Pools, Value), ConfigError> {

@@ -11,7 +11,8 @@
 //!   replies combine; the leaves are the routing core's `Exec`s;
 //! - `flow.rs`: a client request through the tree, driven by the engines
 //!   exactly as an `Exec` is (multi-key gets split per key, merged in order);
-//! - `side.rs`: the bounded queue and thread for copies nobody waits for;
+//! - `queue.rs` and `side.rs`: the queue and the thread for copies nobody
+//!   waits for;
 //! - `mcrouter.rs`: mcrouter's JSON read into the same `[pools]` and `[route]`.
 //!
 //! Without a `[route]` none of this runs: the `[routing]` pool serves every
@@ -19,6 +20,7 @@
 
 pub mod flow;
 pub mod mcrouter;
+pub mod queue;
 pub mod run;
 pub mod side;
 pub mod spec;

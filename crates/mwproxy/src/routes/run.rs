@@ -24,9 +24,8 @@ use mcproto::{MetaKind, Request, Response, StoreKind};
 
 use crate::route::{BackendError, Begin, Effects, Exec, Outbox, Work};
 
-use super::side::Detached;
 use super::spec::{All, Both, FailOn, Fraction, Kind, NodeId, Op};
-use super::tree::{Pool, Tree};
+use super::tree::{Detached, Pool, Tree};
 
 /// Why a route's reply is a failure, as a failover tells them apart.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -451,17 +450,32 @@ fn agreement(reply: &[u8]) -> Vec<u8> {
 /// `owner`, unless `owner` already has `limit` copies waiting or on their way.
 fn detach(tree: &Arc<Tree>, owner: NodeId, limit: usize, node: NodeId, work: Work) {
     let stats = &tree.stats[owner];
-    if stats.queued.fetch_add(1, Ordering::Relaxed) >= limit as u64 {
+    let bytes = work_bytes(&work) as u64;
+    let held = stats.queued.fetch_add(1, Ordering::Relaxed);
+    let held_bytes = stats.queued_bytes.fetch_add(bytes, Ordering::Relaxed);
+    let over = held >= limit as u64 || held_bytes + bytes > QUEUE_BYTES;
+    if over || !tree.side.push(Detached { tree: tree.clone(), owner, node, work, bytes }) {
         stats.queued.fetch_sub(1, Ordering::Relaxed);
+        stats.queued_bytes.fetch_sub(bytes, Ordering::Relaxed);
         stats.dropped.fetch_add(1, Ordering::Relaxed);
         return;
     }
-    if tree.side.push(Detached { tree: tree.clone(), owner, node, work }) {
-        stats.sent.fetch_add(1, Ordering::Relaxed);
-    } else {
-        stats.queued.fetch_sub(1, Ordering::Relaxed);
-        stats.dropped.fetch_add(1, Ordering::Relaxed);
-    }
+    stats.sent.fetch_add(1, Ordering::Relaxed);
+}
+
+/// The bytes of requests one node may hold waiting or on their way, beside
+/// its `queue` of copies: with values up to 1 MiB, a thousand copies could
+/// otherwise hold a gigabyte.
+pub const QUEUE_BYTES: u64 = 64 << 20;
+
+/// What a copy of `work` holds, roughly: its key and value.
+fn work_bytes(work: &Work) -> usize {
+    let body = match work {
+        Work::Request(Request::Store { data, .. }) => data.len(),
+        Work::Request(Request::Meta { raw, .. }) => raw.len(),
+        _ => 0,
+    };
+    key_of(work).len() + body + 64
 }
 
 /// Fills the cold route with what the warm one answered: an `add` (a value

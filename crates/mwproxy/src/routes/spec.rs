@@ -8,14 +8,13 @@
 //! children of one node, the nodes of the whole tree, and the most pools one
 //! request can reach at once ([`MAX_REACH`]).
 
-use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use toml::Value;
 
-use crate::config::{Config, ConfigError, RoutingConfig};
+use mwserve::config::ConfigError;
 
 /// Deepest a route tree may nest (the root is depth 1).
 pub const MAX_DEPTH: usize = 8;
@@ -263,64 +262,21 @@ pub struct Tree {
     pub pools: Vec<String>,
 }
 
-impl Config {
-    /// Whether requests go through a route tree (`[pools]` and `[route]`).
-    pub fn has_routes(&self) -> bool {
-        self.route.is_some()
+/// Reads the route `value` over the pools named `pools` (sorted) and
+/// checks it: every refusal names the route's path.
+pub fn read(value: &Value, pools: &[String]) -> Result<Tree, ConfigError> {
+    let mut reader = Reader { nodes: Vec::new(), pools };
+    let root = reader.node(value, "route".into(), 1)?;
+    debug_assert_eq!(root, 0);
+    let tree = Tree { nodes: reader.nodes, pools: pools.to_vec() };
+    let reach = tree.reach(0);
+    if reach > MAX_REACH {
+        return Err(ConfigError(format!(
+            "route: one request would reach {reach} pools at once (all-* children and shadows add up); \
+             at most {MAX_REACH}"
+        )));
     }
-
-    /// The `[routing]` that places keyless requests (`flush_all`, `stats`,
-    /// `version` go to every server): `[routing]` itself, or with a route
-    /// tree the servers of every pool, each once, in pool order.
-    pub fn effective_routing(&self) -> std::borrow::Cow<'_, RoutingConfig> {
-        if !self.has_routes() {
-            return std::borrow::Cow::Borrowed(&self.routing);
-        }
-        let mut r = RoutingConfig { replication: 1, ..self.routing.clone() };
-        r.servers.clear();
-        for pool in self.pools.values() {
-            for s in &pool.servers {
-                if !r.servers.iter().any(|o| o.endpoint() == s.endpoint()) {
-                    r.servers.push(s.clone());
-                }
-            }
-        }
-        std::borrow::Cow::Owned(r)
-    }
-
-    /// Reads and checks the route tree (`None` without one).
-    pub fn route_tree(&self) -> Result<Option<Tree>, ConfigError> {
-        let Some(spec) = &self.route else {
-            if !self.pools.is_empty() {
-                return Err(ConfigError("[pools] are used by a [route]: give one (docs/mwproxy.md, Routes)".into()));
-            }
-            return Ok(None);
-        };
-        if !self.routing.servers.is_empty() {
-            return Err(ConfigError(
-                "with a [route], servers belong to its [pools.<name>]: leave [routing] servers (--servers) out".into(),
-            ));
-        }
-        if self.pools.is_empty() {
-            return Err(ConfigError("[route] needs [pools.<name>] with their servers".into()));
-        }
-        for (name, pool) in &self.pools {
-            crate::config::check_pool(pool).map_err(|e| ConfigError(format!("pool {name}: {}", e.0)))?;
-        }
-        let pools: Vec<String> = self.pools.keys().cloned().collect();
-        let mut reader = Reader { nodes: Vec::new(), pools: &pools };
-        let root = reader.node(&spec.value, "route".into(), 1)?;
-        debug_assert_eq!(root, 0);
-        let tree = Tree { nodes: reader.nodes, pools };
-        let reach = tree.reach(0);
-        if reach > MAX_REACH {
-            return Err(ConfigError(format!(
-                "route: one request would reach {reach} pools at once (all-* children and shadows add up); \
-                 at most {MAX_REACH}"
-            )));
-        }
-        Ok(Some(tree))
-    }
+    Ok(tree)
 }
 
 impl Tree {
@@ -604,9 +560,6 @@ fn fail_on(v: &Value, path: &str) -> Result<FailOn, ConfigError> {
     }
     Ok(on)
 }
-
-/// The pools as `[pools.<name>]` writes them.
-pub type Pools = BTreeMap<String, RoutingConfig>;
 
 #[cfg(test)]
 mod tests;

@@ -14,10 +14,26 @@ use std::sync::Arc;
 
 use crate::config::Config;
 use crate::health::Ejection;
-use crate::route::Router;
+use crate::route::{Router, Work};
 
-use super::side::Queue;
+use super::queue::Queue;
 use super::spec::{self, Clock, Kind, NodeId};
+
+/// A copy of a request for `node` of `tree`, made by `owner`, on its way
+/// to the side thread.
+#[derive(Debug)]
+pub struct Detached {
+    /// The tree it was routed with.
+    pub tree: Arc<Tree>,
+    /// The node whose bound it counts against.
+    pub owner: NodeId,
+    /// Where it goes.
+    pub node: NodeId,
+    /// The request.
+    pub work: Work,
+    /// What it holds (counted against `owner`'s bound until it is carried).
+    pub bytes: u64,
+}
 
 /// One pool of the tree.
 #[derive(Debug)]
@@ -48,6 +64,8 @@ pub struct NodeStats {
     pub dropped: AtomicU64,
     /// Copies of this node waiting or on their way now.
     pub queued: AtomicU64,
+    /// Their bytes, roughly (keys and values).
+    pub queued_bytes: AtomicU64,
 }
 
 /// A route tree ready to carry requests.
@@ -62,7 +80,7 @@ pub struct Tree {
     /// What migrations take for now.
     pub clock: Clock,
     /// Where copies nobody waits for go.
-    pub side: Arc<Queue>,
+    pub side: Arc<Queue<Detached>>,
     /// The server number of each union position (for repairs of copies).
     pub ids: Vec<usize>,
     /// Whether a request may take more than one round (a failover, a
@@ -78,7 +96,7 @@ impl Tree {
         config: &Config,
         addrs: &[String],
         ids: &[usize],
-        side: Arc<Queue>,
+        side: Arc<Queue<Detached>>,
         ejection: Arc<Ejection>,
     ) -> Option<Tree> {
         let spec = config.route_tree().ok().flatten()?;

@@ -1,4 +1,5 @@
 use super::*;
+use crate::config::Config;
 use mwserve::config::ServiceConfig;
 
 const POOLS: &str = "[pools.a]\nservers = [\"127.0.0.1:1\", \"127.0.0.1:2\"]\n[pools.b]\nservers = [\"127.0.0.1:2\", \"127.0.0.1:3\"]\n";
