@@ -272,9 +272,11 @@ shadows = [{ route = "bykey", key_fraction = [0.0, 0.25] }, { route = "byrequest
     common::stop(p);
 
     // A shadow that never answers: every reply as without it, at most
-    // `queue` copies held, the rest dropped and counted.
+    // `queue` copies held, the rest dropped and counted. The main pool
+    // shares the backend timeout: generous, so that a loaded machine's
+    // slow answer is never taken for a dead server (2 s had failed once).
     let route = "[route]\ntype = \"shadow\"\nmain = \"main\"\nqueue = 8\nshadows = [{ route = \"silent\", request_fraction = 1.0 }]\n";
-    let p = start(config(&[&s[0], &s[1]], &["main", "silent"], route, |c| c.backend.timeout_ms = 2000));
+    let p = start(config(&[&s[0], &s[1]], &["main", "silent"], route, |c| c.backend.timeout_ms = 10_000));
     s[1].pause().unwrap();
     let mut c = common::client(&p);
     for i in 0..200 {
