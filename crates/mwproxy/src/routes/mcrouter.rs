@@ -24,6 +24,7 @@ use serde_json::Value as Json;
 use toml::Value;
 
 use crate::config::{ConfigError, RoutingConfig};
+use crate::routes::spec::{MAX_DEPTH, MAX_NODES};
 
 /// The pools as `[pools.<name>]` has them.
 type Pools = BTreeMap<String, RoutingConfig>;
@@ -33,7 +34,7 @@ pub fn read(text: &str) -> Result<(Pools, Value), ConfigError> {
     let clean = strip_comments(text);
     let doc: Json = serde_json::from_str(&clean).map_err(|e| ConfigError(format!("mcrouter config: {e}")))?;
     let Json::Object(top) = &doc else { return Err(ConfigError("mcrouter config: not a JSON object".into())) };
-    let mut r = Reader { text, pools: BTreeMap::new(), named: BTreeMap::new(), stack: Vec::new() };
+    let mut r = Reader { text, pools: BTreeMap::new(), named: BTreeMap::new(), stack: Vec::new(), depth: 0, nodes: 0 };
     for key in top.keys() {
         match key.as_str() {
             "pools" | "route" | "routes" | "named_handles" => {}
@@ -108,7 +109,18 @@ struct Reader<'a> {
     named: BTreeMap<String, Json>,
     /// Named handles being read, to refuse a name that leads back to itself.
     stack: Vec<String>,
+    /// Routes being read inside one another, and read in all: named handles
+    /// are expanded where they are used, so twelve levels of sixteen
+    /// children naming the next level would be 16^12 nodes (and a chain of
+    /// hundreds a stack overflow, on a SIGHUP too). Both are bounded while
+    /// expanding, before the tree's own limits are checked.
+    depth: usize,
+    nodes: usize,
 }
+
+/// How deep routes may be read inside one another while expanding: the
+/// tree's levels, with room for names standing for names.
+const READ_DEPTH: usize = 4 * MAX_DEPTH;
 
 impl Reader<'_> {
     /// A refusal naming `what` and where `needle` first appears in the file.
@@ -175,11 +187,31 @@ impl Reader<'_> {
     }
 
     fn route(&mut self, v: &Json, path: &str) -> Result<Value, ConfigError> {
-        match v {
+        self.nodes += 1;
+        let inside = self.stack.last().map(|n| format!("\"{n}\"")).unwrap_or_else(|| "\"route".into());
+        let at = self.stack.last().map(|n| format!(", at named handle {n}")).unwrap_or_default();
+        if self.nodes > MAX_NODES {
+            return self.refuse(
+                path,
+                &inside,
+                &format!("the route expands to more than {MAX_NODES} routes (named handles used many times over{at})"),
+            );
+        }
+        if self.depth >= READ_DEPTH {
+            return self.refuse(
+                path,
+                &inside,
+                &format!("nests deeper than {MAX_DEPTH} levels (named handles in named handles{at})"),
+            );
+        }
+        self.depth += 1;
+        let out = match v {
             Json::String(s) => self.short(s, path),
             Json::Object(o) => self.handle(o, path),
             _ => self.refuse(path, "\"route", "a route is a string (\"PoolRoute|A\") or an object with a type"),
-        }
+        };
+        self.depth -= 1;
+        out
     }
 
     /// `"PoolRoute|A"`, `"Pool|A"`, `"NullRoute"`, `"ErrorRoute|why"`, a named handle.

@@ -100,3 +100,26 @@ fn what_is_not_read_is_refused_with_the_handle_and_its_place() {
     let e = refused("{ \"route\": ");
     assert!(e.contains("mcrouter config"), "{e}");
 }
+
+/// Named handles are expanded where they are used: twelve levels of
+/// sixteen children naming the next level (16^12 routes from a 2 KB file)
+/// and a chain of a thousand names (a stack overflow, on a SIGHUP too) are
+/// refused while expanding, naming the handle, before anything grows.
+#[test]
+fn named_handles_cannot_expand_without_bound() {
+    let mut named: Vec<String> = (0..12)
+        .map(|i| {
+            let kids = vec![format!("\"n{}\"", i + 1); 16].join(", ");
+            format!(r#"{{ "type": "AllSyncRoute", "name": "n{i}", "children": [{kids}] }}"#)
+        })
+        .collect();
+    named.push(r#"{ "type": "FailoverRoute", "name": "n12", "children": ["PoolRoute|A"] }"#.into());
+    let e = refused(&format!(r#"{{ {POOLS}, "named_handles": [{}], "route": "n0" }}"#, named.join(", ")));
+    assert!(e.contains("expands to more than 4096 routes") || e.contains("nests deeper"), "{e}");
+    let chain: Vec<String> = (0..1000)
+        .map(|i| format!(r#"{{ "type": "FailoverRoute", "name": "c{i}", "children": ["c{}"] }}"#, i + 1))
+        .chain([r#"{ "type": "FailoverRoute", "name": "c1000", "children": ["PoolRoute|A"] }"#.to_string()])
+        .collect();
+    let e = refused(&format!(r#"{{ {POOLS}, "named_handles": [{}], "route": "c0" }}"#, chain.join(", ")));
+    assert!(e.contains("nests deeper than 8 levels") && e.contains("at named handle c"), "{e}");
+}
