@@ -164,6 +164,24 @@ fn all_majority_answers_what_most_pools_hold_and_all_fastest_the_first_to_answer
     put(&s[0], "lonely", "x");
     assert_eq!(c.call_str("get lonely\r\n").unwrap(), "END\r\n", "two of three miss");
     assert_eq!(c.call_str("gets k\r\n").unwrap().lines().nth(1), Some("new"), "cas uniques do not split the vote");
+    // Nor a meta reply's cas, time to live, hit and last access, nor a
+    // binary reply's cas: each server says its own (b and c hold the same
+    // value under other cas uniques).
+    put(&s[2], "bump", "1");
+    put(&s[2], "k", "new");
+    let meta = c.call_str("mg k v c t h l\r\n").unwrap();
+    assert_eq!(meta.lines().nth(1), Some("new"), "{meta}");
+    let mut frame = Vec::new();
+    mcproto::binary::encode_request(&mut frame, mcproto::binary::op::GET, 9, 0, &[], b"k", b"");
+    let mut raw = std::net::TcpStream::connect(p.local_addr()).unwrap();
+    raw.write_all(&frame).unwrap();
+    let mut header = [0u8; 24];
+    raw.read_exact(&mut header).unwrap();
+    let body = u32::from_be_bytes([header[8], header[9], header[10], header[11]]) as usize;
+    let mut rest = vec![0u8; body];
+    raw.read_exact(&mut rest).unwrap();
+    assert_eq!(&header[6..8], &[0, 0], "binary get found the key");
+    assert_eq!(&rest[usize::from(header[4])..], b"new", "binary get answers the majority");
     assert_eq!(set(&mut c, "w", "v"), "STORED\r\n");
     assert!(all.iter().all(|m| has(m, "w")), "a write reaches every child");
     assert!(!has(&s[1], "lonely") && !has(&s[2], "lonely"), "nothing is copied to the minority");
