@@ -208,6 +208,16 @@ impl Cli {
         ]
     }
 
+    /// Serves the configuration these flags give, in the shell every
+    /// middleware shares (reload on SIGHUP, stop on SIGTERM), warning of the
+    /// flags its engine ignores: mwproxy's and mcrouter's command lines end here.
+    pub fn serve(self) -> std::process::ExitCode {
+        let args = self.server.clone();
+        let flags = self.engine_flags();
+        let unread = move |c: &Config| mwserve::cli::unread_flags(c.proxy.engine, &flags);
+        mwserve::cli::serve::<crate::Proxy>(&args, move || self.to_config(), unread)
+    }
+
     /// The configuration: the file (if any), then every flag given.
     pub fn to_config(&self) -> Result<Config, ConfigError> {
         let mcrouter = self.mcrouter_file();

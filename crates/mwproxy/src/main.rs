@@ -22,8 +22,5 @@ fn main() -> ExitCode {
         // twemproxy's file (its pools in one process) or its stats port.
         return mwproxy::pools::serve(cli);
     }
-    let args = cli.server.clone();
-    let flags = cli.engine_flags();
-    let unread = move |c: &mwproxy::Config| mwserve::cli::unread_flags(c.proxy.engine, &flags);
-    mwserve::cli::serve::<Proxy>(&args, move || cli.to_config(), unread)
+    cli.serve()
 }

@@ -110,10 +110,7 @@ pub fn main(args: Vec<OsString>) -> ExitCode {
             return ExitCode::SUCCESS;
         }
     }
-    let args = cli.server.clone();
-    let flags = cli.engine_flags();
-    let unread = move |c: &crate::Config| mwserve::cli::unread_flags(c.proxy.engine, &flags);
-    mwserve::cli::serve::<crate::Proxy>(&args, move || cli.to_config(), unread)
+    cli.serve()
 }
 
 #[cfg(test)]
