@@ -218,7 +218,6 @@ def carry(pred, rho: Ratio):
         p.bounds.x_max *= rho.hi
         p.bounds.r_min /= rho.hi
         p.bounds.by_demand_us /= rho.hi
-        p.clipped = []
         p.x_lo, p.x_hi, cx = clip(p.x_lo, p.x_hi, p.bounds, "x")
         p.r_lo, p.r_hi, cr = clip(p.r_lo, p.r_hi, p.bounds, "r")
         p.clipped = [w for w, c in (("x", cx), ("r", cr)) if c]

@@ -44,7 +44,7 @@ from mwlab.predict import (
     column,
     config_settings,
     finish_intervals,
-    on_machine,
+    machine_floor,
     predict_one,
     with_changes,
 )
@@ -317,12 +317,17 @@ def predict_at(
     """The configuration `levels` predicted at the populations `clients`
     (default: those of the calibration it starts from)."""
     rt = route(cals, levels, info)
+    # The machine's lightest demands: the same for every population (a
+    # source is one of `cals`, or between two of them).
+    floor = machine_floor(cals)
+
+    def part(s: Source, n: int) -> Prediction:
+        cal = replace(_reach_n(s.cal, n, cals), machine=floor)
+        return predict_one(cal, n, s.target, dict(levels), finish=False)
+
     out = []
     for n in clients or sorted(set(rt.sources[0].cal.ns)):
-        parts = [
-            predict_one(on_machine(_reach_n(s.cal, n, cals), cals), n, s.target, dict(levels), finish=False)
-            for s in rt.sources
-        ]
+        parts = [part(s, n) for s in rt.sources]
         p = parts[0] if len(parts) == 1 else blend(parts[0], parts[1], rt.sources[1].weight)
         if rt.why:
             p.notes.insert(0, rt.why)

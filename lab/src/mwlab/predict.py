@@ -688,12 +688,17 @@ def on_machine(cal: Calibration, others: list[Calibration]) -> Calibration:
     configuration's lighter loads cut off what it measured at a heavier one
     (N = 24 left out: bounded at 43,366 ops/s, measured 44,004), while
     another configuration had already needed less (tmw=2: 38.5 µs at N = 8)."""
+    return replace(cal, machine=machine_floor([cal, *others]))
+
+
+def machine_floor(cals: list[Calibration]) -> dict[str, float]:
+    """The lightest demand (µs) each device had in any of `cals`."""
     floor: dict[str, float] = {}
-    for c in [cal, *others]:
+    for c in cals:
         for name, curve in c.curves.items():
             v = min((v for _, v in curve.own_knots if v > 0), default=math.inf)
             floor[name] = min(floor.get(name, math.inf), v)
-    return replace(cal, machine={k: v for k, v in floor.items() if math.isfinite(v)})
+    return {k: v for k, v in floor.items() if math.isfinite(v)}
 
 
 def _lightest(cal: Calibration, n: int, target: Settings | None) -> list[Device]:
