@@ -433,12 +433,11 @@ fn combine(mode: All, children: &mut [Run]) -> Done {
 /// What two replies must share to agree: the reply, without what each
 /// server says of its own copy — the cas uniques of `VALUE` lines, a meta
 /// reply's `c` (cas), `t` (time to live), `h` (hit before) and `l` (last
-/// access) flags, a binary reply's cas field. Without that, binary and meta
-/// gets never agreed and the first child answered, a minority of one.
+/// access) flags. Replies here are in text or meta form (servers are spoken
+/// to in text; a binary get is carried as a meta get with `c`): without
+/// that, binary and meta gets never agreed and the first child answered, a
+/// minority of one.
 fn agreement(reply: &[u8]) -> Vec<u8> {
-    if reply.first() == Some(&0x81) {
-        return binary_agreement(reply);
-    }
     if reply.starts_with(b"VA ") || reply.starts_with(b"HD") {
         let end = reply.windows(2).position(|w| w == b"\r\n").unwrap_or(reply.len());
         let mut out: Vec<u8> = Vec::with_capacity(reply.len());
@@ -465,19 +464,6 @@ fn agreement(reply: &[u8]) -> Vec<u8> {
         }
         _ => reply.to_vec(),
     }
-}
-
-/// A binary reply (one or more frames) with each frame's cas (header bytes
-/// 16..24) zeroed.
-fn binary_agreement(reply: &[u8]) -> Vec<u8> {
-    let mut out = reply.to_vec();
-    let mut at = 0;
-    while at + 24 <= out.len() {
-        let body = u32::from_be_bytes([out[at + 8], out[at + 9], out[at + 10], out[at + 11]]) as usize;
-        out[at + 16..at + 24].fill(0);
-        at += 24 + body;
-    }
-    out
 }
 
 /// Hands a copy of `work` for `node` to the side queue on behalf of
