@@ -236,6 +236,43 @@ def test_free_port_never_hands_out_a_port_twice():
     assert len(set(ports)) == len(ports)
 
 
+def test_a_port_another_process_handed_out_is_not_handed_out_again():
+    """Two lab processes (or test workers) side by side: a port one of them
+    handed out, not yet bound by the server it is for, is not offered by the
+    other."""
+    import subprocess
+    import sys
+
+    from mwlab import procs
+
+    other = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "from mwlab.procs import free_port; import sys;"
+            " print(*[free_port() for _ in range(20)], flush=True); sys.stdin.read()",
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        theirs = [int(p) for p in other.stdout.readline().split()]
+        assert len(theirs) == 20
+        # This process walks from where the other one started.
+        saved = procs._NEXT_PORT[0]
+        procs._NEXT_PORT[0] = theirs[0]
+        try:
+            mine = [procs.free_port() for _ in range(20)]
+        finally:
+            procs._NEXT_PORT[0] = saved
+        assert not set(mine) & set(theirs), sorted(set(mine) & set(theirs))
+    finally:
+        other.stdin.close()
+        other.wait(timeout=10)
+        other.stdout.close()
+
+
 def test_the_host_cpu_counts_the_cpus_the_lab_may_use():
     """A run pinned to some CPUs (taskset) would count what others run on the
     other CPUs as CPU taken from it (its host CPU center then had almost no

@@ -32,26 +32,49 @@ pub use logs::{capture_logs, tail_if_failing};
 /// moment the server it is for binds it.
 const PORTS: std::ops::Range<u16> = 20_000..32_768;
 
-/// A port on 127.0.0.1 that was free a moment ago and that this process
-/// has not been given before, so that two tests running side by side never
-/// start a server on the same one (the second one's start probe would reach
-/// the first). Each process starts at a place of its own in [`PORTS`] (from
-/// its process id) and walks on from there, so test binaries that run at the
-/// same time do not offer each other the same ports either.
+/// A port on 127.0.0.1 that was free a moment ago and that no test process
+/// running now has been given, so that two tests never start a server on
+/// the same one (the second one's start probe would reach the first, or the
+/// second server would fail to bind while the first's probe reached it).
+///
+/// A port is handed out only with an exclusive lock on a file of its own
+/// (`$TMPDIR/mctest-ports/<port>`), held until this process exits: a
+/// server that takes a second to bind (mwmq migrates its schema first)
+/// keeps its port even while other test binaries ask for ports. Each
+/// process starts at a place of its own in [`PORTS`] (from its process id)
+/// and walks on from there, so it rarely meets another's locks at all.
 pub fn free_port() -> u16 {
     use std::sync::Mutex;
     static NEXT: Mutex<Option<u32>> = Mutex::new(None);
+    static HELD: Mutex<Vec<std::fs::File>> = Mutex::new(Vec::new());
+    let dir = std::env::temp_dir().join("mctest-ports");
+    let _ = std::fs::create_dir_all(&dir);
     let span = u32::from(PORTS.end - PORTS.start);
     let mut next = NEXT.lock().unwrap_or_else(|p| p.into_inner());
     let at = next.get_or_insert_with(|| std::process::id().wrapping_mul(2_654_435_761) % span);
     for _ in 0..span {
         let port = PORTS.start + (*at % span) as u16;
         *at = (*at + 1) % span;
+        let Some(lock) = reserve(&dir, port) else { continue };
         if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            HELD.lock().unwrap_or_else(|p| p.into_inner()).extend(lock);
             return port;
         }
     }
     panic!("no free port on 127.0.0.1 between {} and {}", PORTS.start, PORTS.end)
+}
+
+/// The lock on `port`'s file in `dir`, when no other process holds it (a
+/// directory that cannot be written leaves the bind check alone to decide).
+fn reserve(dir: &std::path::Path, port: u16) -> Option<Option<std::fs::File>> {
+    let file = std::fs::OpenOptions::new().create(true).truncate(false).write(true).open(dir.join(port.to_string()));
+    match file {
+        Err(_) => Some(None),
+        Ok(f) => match f.try_lock() {
+            Ok(()) => Some(Some(f)),
+            Err(_) => None,
+        },
+    }
 }
 
 /// Waits until something accepts connections on `addr`.
@@ -701,5 +724,31 @@ impl Rng {
     /// True `percent` times in a hundred.
     pub fn chance(&mut self, percent: u64) -> bool {
         self.below(100) < percent
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_port_another_process_holds_is_not_handed_out() {
+        let dir = std::env::temp_dir().join(format!("mctest-reserve-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        // Another process's lock: a lock on another open of the same file conflicts as one would.
+        let theirs = reserve(&dir, 20_001).expect("free at first").expect("a lock");
+        assert!(reserve(&dir, 20_001).is_none(), "a held port was offered");
+        assert!(reserve(&dir, 20_002).is_some(), "a port nobody holds was refused");
+        drop(theirs);
+        assert!(reserve(&dir, 20_001).is_some(), "a released port stayed held");
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn ports_handed_out_are_held_and_differ() {
+        let (a, b) = (free_port(), free_port());
+        assert_ne!(a, b);
+        let dir = std::env::temp_dir().join("mctest-ports");
+        assert!(reserve(&dir, a).is_none(), "port {a} was handed out without a lock");
     }
 }

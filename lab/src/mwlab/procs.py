@@ -13,6 +13,7 @@ test can print the tail of each log and the seeds it ran with
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import re
@@ -20,6 +21,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -69,7 +71,9 @@ def started_since(mark: int, upto: int | None = None) -> list[Started]:
     return [s for s in _STARTED if s.seq > mark and (upto is None or s.seq <= upto)]
 
 
-_GIVEN_PORTS: set[int] = set()
+# The ports handed out, each with the lock on its file that keeps other
+# processes from handing it out too (released when the process exits).
+_GIVEN_PORTS: dict[int, Any] = {}
 
 
 # Ports the lab hands out: below the kernel's ephemeral range (32768 and up),
@@ -80,26 +84,48 @@ _NEXT_PORT = [_PORTS.start + (os.getpid() * 7919) % len(_PORTS)]
 
 
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago and that this
-    process has not handed out before: the kernel may give the same free port
-    twice in a row while the server that got it first has not bound it yet.
-    Taken in turn from 10000-19999, starting at a place derived from the
-    process id, so that two lab processes rarely try the same ones."""
+    """A TCP port on 127.0.0.1 that was free a moment ago and that no process
+    running now has handed out: the kernel may give the same free port twice
+    in a row while the server that got it first has not bound it yet, and two
+    lab processes (or test workers) side by side would otherwise both offer
+    it. Each port handed out holds an exclusive lock on a file of its own
+    (`$TMPDIR/mwlab-ports/<port>`) for as long as this process runs. Taken in
+    turn from 10000-19999, starting at a place derived from the process id."""
+    where = Path(tempfile.gettempdir()) / "mwlab-ports"
+    where.mkdir(exist_ok=True)
     for _ in range(len(_PORTS)):
         port = _NEXT_PORT[0]
         _NEXT_PORT[0] = _PORTS.start + (port + 1 - _PORTS.start) % len(_PORTS)
         if port in _GIVEN_PORTS:
             continue
+        lock = _reserve(where, port)
+        if lock is None:
+            continue
         with socket.socket() as s:
             try:
                 s.bind(("127.0.0.1", port))
             except OSError:
+                lock.close()
                 continue
         if len(_GIVEN_PORTS) >= 5_000:  # servers long gone: start afresh
+            for held in _GIVEN_PORTS.values():
+                held.close()
             _GIVEN_PORTS.clear()
-        _GIVEN_PORTS.add(port)
+        _GIVEN_PORTS[port] = lock
         return port
     raise LabError("no free TCP port in 10000-19999 on 127.0.0.1")
+
+
+def _reserve(where: Path, port: int) -> Any:
+    """The open, exclusively locked file for `port` in `where`; None when
+    another process holds it."""
+    f = open(where / str(port), "a")  # noqa: SIM115 - held open while the port is
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        f.close()
+        return None
+    return f
 
 
 def wait_port(
