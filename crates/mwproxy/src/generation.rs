@@ -68,7 +68,7 @@ impl Generation {
     /// go to `side` and whose pools eject servers as `ejection` decides.
     pub fn routed(
         mut self,
-        side: &Arc<crate::routes::queue::Queue<crate::routes::tree::Detached>>,
+        side: &Arc<crate::routes::queue::Lanes<crate::routes::tree::Detached>>,
         ejection: Arc<crate::health::Ejection>,
     ) -> Generation {
         self.tree = crate::routes::Tree::build(&self.config, &self.router.addrs, &self.ids, side.clone(), ejection)

@@ -27,8 +27,8 @@ pub struct Proxy {
     net_threads: Vec<JoinHandle<()>>,
     workers: Vec<JoinHandle<()>>,
     checker: Option<JoinHandle<()>>,
-    /// Carries the route tree's copies nobody waits for.
-    side: Option<JoinHandle<()>>,
+    /// Carry the route tree's copies nobody waits for, one per side lane.
+    side: Vec<JoinHandle<()>>,
 }
 
 impl Proxy {
@@ -109,10 +109,15 @@ impl Service for Proxy {
             Shell::start(addr.clone(), &shared.config.stats, admin, move || run_stats_thread(s, results), stopper)?;
         let s = shared.clone();
         let checker = std::thread::Builder::new().name("health-check".into()).spawn(move || crate::checker::run(s))?;
-        let s = shared.clone();
-        let side = std::thread::Builder::new()
-            .name("route-side".into())
-            .spawn(move || crate::routes::side::serve(&s.side, &s.servers))?;
+        let mut side = Vec::new();
+        for lane in 0..crate::routes::queue::LANES {
+            let s = shared.clone();
+            side.push(
+                std::thread::Builder::new()
+                    .name(format!("route-side-{lane}"))
+                    .spawn(move || crate::routes::side::serve(s.side.lane(lane), &s.servers))?,
+            );
+        }
         let mut workers = Vec::new();
         for id in 0..workers_n {
             let worker = Worker::new(id, shared.clone());
@@ -125,7 +130,7 @@ impl Service for Proxy {
             net_threads.push(std::thread::Builder::new().name(format!("{name}-{id}")).spawn(move || net.run())?);
         }
         tracing::info!(%addr, engine = p.engine.name(), threads = loops.max(workers_n), "mwproxy listening");
-        Ok(Proxy { shell, shared, net_threads, workers, checker: Some(checker), side: Some(side) })
+        Ok(Proxy { shell, shared, net_threads, workers, checker: Some(checker), side })
     }
 
     fn shell(&self) -> &Shell {
@@ -144,7 +149,7 @@ impl Service for Proxy {
             let _ = t.join();
         }
         self.shared.side.close();
-        if let Some(t) = self.side.take() {
+        for t in self.side.drain(..) {
             let _ = t.join();
         }
         self.shell.finish(|| self.shared.telemetry.stop());

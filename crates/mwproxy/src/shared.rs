@@ -57,7 +57,7 @@ pub struct Shared {
     /// Where a reload reads the configuration (set by `main`).
     source: Mutex<Option<Source<Config>>>,
     /// Copies of requests nobody waits for (route trees' shadows, ...).
-    pub side: Arc<crate::routes::queue::Queue<crate::routes::tree::Detached>>,
+    pub side: Arc<crate::routes::queue::Lanes<crate::routes::tree::Detached>>,
 }
 
 impl Shared {
@@ -70,7 +70,7 @@ impl Shared {
         let ids = servers.register(&creds.endpoints(&addrs)).expect("the first servers fit");
         servers.set_login(creds.login);
         servers.set_tls(creds.server_tls.map(|(cfg, _)| cfg));
-        let side = Arc::new(crate::routes::queue::Queue::default());
+        let side = Arc::new(crate::routes::queue::Lanes::default());
         let generation = Generation::new(1, config.clone(), &addrs, ids, creds.users, creds.tls)
             .ejecting(servers.health.ejection.clone())
             .routed(&side, servers.health.ejection.clone());

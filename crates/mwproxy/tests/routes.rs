@@ -330,6 +330,29 @@ fn migrate_follows_its_phases_by_the_clock() {
     assert_eq!(c.call_str("get before\r\n").unwrap(), value("before", "1"), "reads stay on the old pool");
     assert_eq!(c.call_str("delete during\r\n").unwrap(), "DELETED\r\n");
     assert!(!has(&s[0], "during") && !has(&s[1], "during"), "deletes go to both");
+    // Writes that depend on the item: `from` decides, `to` drops its copy
+    // (which a cas with `from`'s unique, or an add of a key it holds, would
+    // have refused, keeping a value that would answer after the window).
+    put(&s[0], "cas-me", "v1");
+    put(&s[1], "cas-me", "stale");
+    let gets = c.call_str("gets cas-me\r\n").unwrap();
+    let unique = gets.split_whitespace().nth(4).unwrap().to_string();
+    assert_eq!(c.call_str(&format!("cas cas-me 0 0 2 {unique}\r\nv2\r\n")).unwrap(), "STORED\r\n");
+    assert_eq!(held(&s[0], "cas-me"), value("cas-me", "v2"));
+    assert!(!has(&s[1], "cas-me"), "the new pool kept a value the old one replaced: {}", held(&s[1], "cas-me"));
+    put(&s[1], "add-me", "stale");
+    assert_eq!(c.call_str("add add-me 0 0 3\r\nnew\r\n").unwrap(), "STORED\r\n");
+    assert!(!has(&s[1], "add-me"), "an add the old pool took left the new one's value");
+    put(&s[0], "meta-cas", "v1");
+    put(&s[1], "meta-cas", "stale");
+    let mg = c.call_str("mg meta-cas c\r\n").unwrap();
+    let unique = mg.trim_end().split(' ').find_map(|w| w.strip_prefix('c')).unwrap().to_string();
+    assert_eq!(c.call_str(&format!("ms meta-cas 2 C{unique}\r\nv2\r\n")).unwrap(), "HD\r\n");
+    assert!(!has(&s[1], "meta-cas"), "a meta cas left the new pool's value");
+    assert_eq!(
+        c.call_str("incr cas-me 1\r\n").unwrap(),
+        "CLIENT_ERROR cannot increment or decrement non-numeric value\r\n"
+    );
     now.store(3_000, Ordering::Relaxed);
     assert_eq!(route_stat(&p, "route:phase"), 2);
     assert_eq!(c.call_str("get before\r\n").unwrap(), value("before", "other"), "the new pool answers");
@@ -408,9 +431,17 @@ type = "prefix"
 "initial:" = { type = "all-initial", children = ["a", "b", "c"] }
 "async:" = { type = "all-async", children = ["b", "c"] }
 "miss:" = { type = "miss-failover", children = ["a", "b", "c"] }
+"null:" = { type = "null" }
 "#;
     let p = proxy(&[&s[0], &s[1], &s[2]], &["a", "b", "c"], route);
     let mut c = common::client(&p);
+    // The null route answers as memcached answers a key it does not hold:
+    // a quiet get with nothing, the opaque and key echoed.
+    let asked = "mg null:k v q O1 k\r\nmg null:k v O2 k\r\nms null:k 1 q O3\r\nx\r\nmd null:k q k\r\nmn\r\n";
+    c.send(asked.as_bytes()).unwrap();
+    let replies: Vec<String> = c.read_replies(4).unwrap().into_iter().map(|r| String::from_utf8(r).unwrap()).collect();
+    assert_eq!(replies, ["EN O2 knull:k\r\n", "NS O3\r\n", "NF knull:k\r\n", "MN\r\n"]);
+    assert_eq!(c.call_str("mg async:none v q\r\nmn\r\n").unwrap(), "MN\r\n", "all-async's quiet miss");
     assert_eq!(set(&mut c, "sync:1", "x"), "STORED\r\n");
     assert!(has(&s[0], "sync:1") && has(&s[1], "sync:1") && !has(&s[2], "sync:1"));
     assert_eq!(set(&mut c, "initial:1", "y"), "STORED\r\n");
@@ -550,5 +581,34 @@ fn a_silent_shadow_holds_no_more_bytes_than_its_bound() {
     assert!(queued <= (64 << 20) / (768 << 10), "{queued} copies of 768 KiB held");
     assert_eq!(route_stat(&p, "route:shadow_dropped"), 100 - queued);
     s[1].resume().unwrap();
+    common::stop(p);
+}
+
+#[test]
+fn a_silent_shadow_pool_delays_no_copy_to_other_pools() {
+    let s = common::servers(3);
+    // Pools by name: a, b, silent — each on a side lane of its own.
+    let route = r#"
+[route]
+type = "prefix"
+[route.routes]
+"sh:" = { type = "shadow", main = "a", shadows = [{ route = "silent", request_fraction = 1.0 }] }
+"in:" = { type = "all-initial", children = ["a", "b"] }
+"#;
+    let p = start(config(&[&s[0], &s[1], &s[2]], &["a", "b", "silent"], route, |c| c.backend.timeout_ms = 120_000));
+    s[2].pause().unwrap();
+    let mut c = common::client(&p);
+    for i in 0..20 {
+        assert_eq!(set(&mut c, &format!("sh:{i}"), "x"), "STORED\r\n");
+    }
+    // With one side thread for every copy, the copies to b waited behind
+    // those to the silent pool until its 120 s timeout.
+    for i in 0..20 {
+        let key = format!("in:{i}");
+        assert_eq!(set(&mut c, &key, "y"), "STORED\r\n");
+        assert!(eventually(PATIENCE, || has(&s[1], &key)), "the copy of {key} to b did not arrive");
+    }
+    assert_eq!(route_stat(&p, "route.routes.\"in:\":async_dropped"), 0);
+    s[2].resume().unwrap();
     common::stop(p);
 }

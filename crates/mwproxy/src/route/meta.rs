@@ -248,6 +248,64 @@ impl MetaPlan {
     }
 }
 
+/// Whether a meta write's outcome depends on the item it finds: a compare
+/// and swap (`C`), an invalidation (`I`), a mode other than set (`ME` add,
+/// `MA` append, `MP` prepend, `MR` replace), or arithmetic. Sent to two
+/// pools holding different items, such a write may succeed on one and be
+/// refused by the other, which then keeps a value the first no longer has.
+pub fn conditional(kind: MetaKind, raw: &[u8]) -> bool {
+    let line = Line::of(raw);
+    let mode = |f: &&[u8]| f.len() > 1 && f[0] == b'M' && !f[1].eq_ignore_ascii_case(&b'S');
+    match kind {
+        MetaKind::Set => line.has_any(b"CI") || line.flags().iter().any(mode),
+        MetaKind::Delete => line.has_any(b"CI"),
+        MetaKind::Arith => true,
+        _ => false,
+    }
+}
+
+/// A plain meta delete of the key `raw` names (`md <key> [b]`).
+pub fn delete_of(raw: &[u8]) -> Vec<u8> {
+    Line::of(raw).only(b"b", b"md")
+}
+
+/// What memcached answers a meta command that finds no item (a `null`
+/// route's and an all-async node's reply): `EN` to a get (nothing when it
+/// is quiet, `q`), `NS` to a set, `NF` to the rest, with the opaque (`O`) and
+/// the key (`k`, and `b` when it is in base64) echoed in the order asked.
+pub fn miss_reply(kind: MetaKind, raw: &[u8]) -> Vec<u8> {
+    let line = Line::of(raw);
+    if kind == MetaKind::Get && line.has_any(b"q") {
+        return Vec::new();
+    }
+    let mut out = match kind {
+        MetaKind::Get | MetaKind::Debug => b"EN".to_vec(),
+        MetaKind::Set => b"NS".to_vec(),
+        _ => b"NF".to_vec(),
+    };
+    if kind != MetaKind::Debug {
+        let base64 = line.flags().contains(&&b"b"[..]);
+        for f in line.flags() {
+            match f[0] {
+                b'O' => {
+                    out.push(b' ');
+                    out.extend_from_slice(f);
+                }
+                b'k' => {
+                    out.extend_from_slice(b" k");
+                    out.extend_from_slice(line.words.get(1).copied().unwrap_or_default());
+                    if base64 {
+                        out.extend_from_slice(b" b");
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+    out.extend_from_slice(b"\r\n");
+    out
+}
+
 /// A meta command's first line, split into words (command, key, for `ms`
 /// the data length, then flags).
 struct Line<'a> {
@@ -320,5 +378,32 @@ mod tests {
         assert_eq!(Line::of(raw).only(b"b", b"md"), b"md Zm9v b\r\n");
         let raw = b"mg k v c T90\r\n";
         assert_eq!(Line::of(raw).only(b"bT", b"mg"), b"mg k T90\r\n");
+    }
+
+    #[test]
+    fn writes_whose_outcome_depends_on_the_item_are_told_apart() {
+        assert!(!conditional(MetaKind::Set, b"ms k 2 T60\r\nhi\r\n"));
+        assert!(!conditional(MetaKind::Set, b"ms k 2 MS\r\nhi\r\n"));
+        for raw in [&b"ms k 2 C9\r\nhi\r\n"[..], b"ms k 2 ME\r\nhi\r\n", b"ms k 2 Ma\r\nhi\r\n", b"ms k 2 I\r\nhi\r\n"]
+        {
+            assert!(conditional(MetaKind::Set, raw), "{}", String::from_utf8_lossy(raw));
+        }
+        assert!(!conditional(MetaKind::Delete, b"md k q\r\n"));
+        assert!(conditional(MetaKind::Delete, b"md k C5\r\n"));
+        assert!(conditional(MetaKind::Arith, b"ma k\r\n"));
+        assert!(!conditional(MetaKind::Get, b"mg k v\r\n"));
+        assert_eq!(delete_of(b"ms Zm9v 2 b C9 q\r\nhi\r\n"), b"md Zm9v b\r\n");
+    }
+
+    #[test]
+    fn a_miss_is_answered_as_memcached_answers_it() {
+        // (Each as memcached 1.6 answers a key it does not hold.)
+        assert_eq!(miss_reply(MetaKind::Get, b"mg k v q O5 k\r\n"), b"");
+        assert_eq!(miss_reply(MetaKind::Get, b"mg k v O6 k\r\n"), b"EN O6 kk\r\n");
+        assert_eq!(miss_reply(MetaKind::Get, b"mg Zm9v b k O6 v\r\n"), b"EN kZm9v b O6\r\n");
+        assert_eq!(miss_reply(MetaKind::Set, b"ms k 1 q ME O7 k\r\nx\r\n"), b"NS O7 kk\r\n");
+        assert_eq!(miss_reply(MetaKind::Delete, b"md k q O9\r\n"), b"NF O9\r\n");
+        assert_eq!(miss_reply(MetaKind::Arith, b"ma k\r\n"), b"NF\r\n");
+        assert_eq!(miss_reply(MetaKind::Debug, b"me k\r\n"), b"EN\r\n");
     }
 }

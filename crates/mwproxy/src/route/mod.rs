@@ -36,6 +36,7 @@ pub use crate::backend_error::BackendError;
 use crate::config::{Config, LimitsConfig, MultigetFailure, MultigetMode, ReadPolicy, RoutingConfig};
 use crate::health::Ejection;
 use crate::stats::WorkerCounters;
+pub use meta::{conditional as meta_conditional, delete_of as meta_delete_of, miss_reply as meta_miss_reply};
 
 /// How a reply is delimited and checked: [`mcproto::retrieval_reply_len`] and
 /// [`mcproto::status_reply_len`] for the text commands (a reply of another

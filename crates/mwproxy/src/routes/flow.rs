@@ -213,7 +213,7 @@ mod tests {
         let c = Config::from_toml(text).unwrap();
         let health = crate::health::Health::new(4, &c.backend, 1, Box::new(|| false));
         let addrs = vec!["127.0.0.1:1".to_string(), "127.0.0.1:2".to_string()];
-        let side = Arc::new(super::super::queue::Queue::default());
+        let side = Arc::new(super::super::queue::Lanes::default());
         Arc::new(Tree::build(&c, &addrs, &[0, 1], side, health.ejection.clone()).unwrap())
     }
 

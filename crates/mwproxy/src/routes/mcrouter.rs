@@ -56,7 +56,12 @@ pub fn read(text: &str) -> Result<(Pools, Value), ConfigError> {
             r.pool(name, p)?;
         }
     }
-    collect_named(&doc, &mut r.named);
+    let mut named = BTreeMap::new();
+    if let Err(name) = collect_named(&doc, &mut named) {
+        let why = "this name is given to two different routes: a named handle is defined once (or twice the same)";
+        return r.refuse(&format!("named handle {name:?}"), &format!("\"{name}\""), why);
+    }
+    r.named = named;
     let route = match (top.get("route"), top.get("routes")) {
         (Some(route), None) => route,
         (None, Some(Json::Array(list))) if list.len() == 1 => match list[0].get("route") {
@@ -498,17 +503,25 @@ fn table<'a>(entries: impl IntoIterator<Item = (&'a str, Value)>) -> Value {
     Value::Table(entries.into_iter().map(|(k, v)| (k.to_string(), v)).collect())
 }
 
-/// Every route object with a `name` (and a `type`), by name.
-fn collect_named(v: &Json, out: &mut BTreeMap<String, Json>) {
+/// Every route object with a `name` (and a `type`), by name. A name given
+/// twice to the same route is that route; given to two different routes,
+/// its name (mcrouter would use whichever it met first, silently).
+fn collect_named(v: &Json, out: &mut BTreeMap<String, Json>) -> Result<(), String> {
     match v {
         Json::Object(o) => {
             if let (Some(Json::String(name)), Some(_)) = (o.get("name"), o.get("type")) {
-                out.entry(name.clone()).or_insert_with(|| v.clone());
+                match out.get(name) {
+                    Some(first) if first != v => return Err(name.clone()),
+                    Some(_) => {}
+                    None => {
+                        out.insert(name.clone(), v.clone());
+                    }
+                }
             }
-            o.values().for_each(|c| collect_named(c, out));
+            o.values().try_for_each(|c| collect_named(c, out))
         }
-        Json::Array(a) => a.iter().for_each(|c| collect_named(c, out)),
-        _ => {}
+        Json::Array(a) => a.iter().try_for_each(|c| collect_named(c, out)),
+        _ => Ok(()),
     }
 }
 

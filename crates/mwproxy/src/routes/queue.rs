@@ -1,8 +1,9 @@
-//! The side queue: copies of requests that nobody waits for, handed from
-//! the carriers to the side thread (`side.rs`). Pushing never blocks and
-//! never wakes the side thread unless it sleeps for want of copies; what
-//! bounds the queue is the nodes that push (`run.rs`: each holds at most
-//! its `queue` of copies waiting or on their way).
+//! The side queues: copies of requests that nobody waits for, handed from
+//! the carriers to the side threads (`side.rs`), one queue and one thread
+//! per lane ([`Lanes`]). Pushing never blocks and never wakes a side thread
+//! unless it sleeps for want of copies; what bounds a queue is the nodes
+//! that push (`run.rs`: each holds at most its `queue` of copies waiting or
+//! on their way).
 
 use std::collections::VecDeque;
 use std::sync::{Condvar, Mutex, MutexGuard};
@@ -74,5 +75,38 @@ impl<T> Queue<T> {
         q.closed = true;
         q.copies.clear();
         self.ready.notify_all();
+    }
+}
+
+/// How many side threads carry copies. A copy goes to the lane of the first
+/// pool its route reaches (pools in the order of their names, round the
+/// lanes), so copies to a pool that stalls wait behind copies to the pools
+/// of their own lane only, not behind everyone's: a silent shadow pool no
+/// longer makes all-initial drop its copies to healthy pools.
+pub const LANES: usize = 4;
+
+/// The side queues, one per lane.
+#[derive(Debug)]
+pub struct Lanes<T> {
+    queues: Vec<Queue<T>>,
+}
+
+impl<T> Default for Lanes<T> {
+    fn default() -> Self {
+        Lanes { queues: (0..LANES).map(|_| Queue::default()).collect() }
+    }
+}
+
+impl<T> Lanes<T> {
+    /// The queue of `lane` (taken modulo [`LANES`]).
+    pub fn lane(&self, lane: usize) -> &Queue<T> {
+        &self.queues[lane % LANES]
+    }
+
+    /// No more copies on any lane.
+    pub fn close(&self) {
+        for q in &self.queues {
+            q.close();
+        }
     }
 }

@@ -191,6 +191,17 @@ pub fn begin(tree: &Arc<Tree>, node: NodeId, work: Work, rr: &mut usize) -> Run 
                 _ if op == Op::Get || (*both == Both::Deletes && op != Op::Delete) => {
                     return begin(tree, if half { *to } else { *from }, work, rr)
                 }
+                // A write whose outcome depends on the item (cas, add,
+                // append, incr, a meta condition): `from`, whose item the
+                // client saw, decides; `to` drops its copy, which such a
+                // write could have refused to change and kept after the window.
+                _ if conditional(&work) => {
+                    let drop = invalidation(&work);
+                    State::Fan {
+                        mode: All::Sync,
+                        children: vec![begin(tree, *from, work, rr), begin(tree, *to, drop, rr)],
+                    }
+                }
                 _ => State::Fan {
                     mode: All::Sync,
                     children: vec![begin(tree, *from, work.clone(), rr), begin(tree, *to, work, rr)],
@@ -474,7 +485,7 @@ fn detach(tree: &Arc<Tree>, owner: NodeId, limit: usize, node: NodeId, work: Wor
     let held = stats.queued.fetch_add(1, Ordering::Relaxed);
     let held_bytes = stats.queued_bytes.fetch_add(bytes, Ordering::Relaxed);
     let over = held >= limit as u64 || held_bytes + bytes > QUEUE_BYTES;
-    if over || !tree.side.push(Detached { tree: tree.clone(), owner, node, work, bytes }) {
+    if over || !tree.side.lane(tree.lane[node]).push(Detached { tree: tree.clone(), owner, node, work, bytes }) {
         stats.queued.fetch_sub(1, Ordering::Relaxed);
         stats.queued_bytes.fetch_sub(bytes, Ordering::Relaxed);
         stats.dropped.fetch_add(1, Ordering::Relaxed);
@@ -552,9 +563,7 @@ fn default_reply(work: &Work) -> Vec<u8> {
         Work::DropStale { reply, .. } => return reply.map(|r| r.as_bytes().to_vec()).unwrap_or_default(),
         Work::Request(Request::Get { .. }) => b"END\r\n",
         Work::Request(Request::Store { .. }) => b"NOT_STORED\r\n",
-        Work::Request(Request::Meta { kind: MetaKind::Get | MetaKind::Debug, .. }) => b"EN\r\n",
-        Work::Request(Request::Meta { kind: MetaKind::Set, .. }) => b"NS\r\n",
-        Work::Request(Request::Meta { .. }) => b"NF\r\n",
+        Work::Request(Request::Meta { kind, raw, .. }) => return crate::route::meta_miss_reply(*kind, raw),
         Work::Request(_) => b"NOT_FOUND\r\n",
     };
     r.to_vec()
@@ -573,6 +582,33 @@ pub fn key_of(work: &Work) -> &[u8] {
             | Request::Meta { key, .. } => key,
             _ => &[],
         },
+    }
+}
+
+/// Whether a write's outcome depends on the item it finds (see
+/// [`crate::route::meta_conditional`] for the meta forms).
+fn conditional(work: &Work) -> bool {
+    match work {
+        Work::DropStale { .. } => false,
+        Work::Request(r) => match r {
+            Request::Store { kind, .. } => *kind != StoreKind::Set,
+            Request::Arith { .. } => true,
+            Request::Meta { kind, raw, .. } => crate::route::meta_conditional(*kind, raw),
+            _ => false,
+        },
+    }
+}
+
+/// A delete of the key `work` names, in its protocol's form (a text
+/// request's key is a text token; a meta one keeps its `b`).
+fn invalidation(work: &Work) -> Work {
+    match work {
+        Work::Request(Request::Meta { key, raw, .. }) => Work::Request(Request::Meta {
+            kind: MetaKind::Delete,
+            key: key.clone(),
+            raw: crate::route::meta_delete_of(raw),
+        }),
+        _ => Work::Request(Request::Delete { key: key_of(work).to_vec(), noreply: false }),
     }
 }
 

@@ -440,7 +440,19 @@ impl Reader<'_> {
                 let warm = self.node(need(t, "warm", path)?, format!("{path}.warm"), d)?;
                 let exptime = match t.get("exptime") {
                     None => 0,
-                    Some(v) => int(v, &format!("{path}.exptime"), u32::MAX as u64)? as u32,
+                    Some(v) => match int(v, &format!("{path}.exptime"), u32::MAX as u64)? {
+                        // memcached reads a larger one as a Unix time: every fill would expire at once.
+                        e if e > MAX_EXPTIME => {
+                            return err(
+                                &format!("{path}.exptime"),
+                                format!(
+                                    "{e} is more than 30 days ({MAX_EXPTIME} seconds), which memcached would \
+                                     read as a Unix time long past: give the seconds, at most {MAX_EXPTIME}"
+                                ),
+                            )
+                        }
+                        e => e as u32,
+                    },
                 };
                 Kind::WarmUp { cold, warm, exptime, queue: queue(t, path)? }
             }
@@ -532,6 +544,9 @@ fn need<'a>(t: &'a toml::Table, key: &str, path: &str) -> Result<&'a Value, Conf
 fn num(v: &Value) -> Option<f64> {
     v.as_float().or_else(|| v.as_integer().map(|i| i as f64))
 }
+
+/// memcached's longest relative exptime: 30 days.
+const MAX_EXPTIME: u64 = 2_592_000;
 
 fn int(v: &Value, path: &str, most: u64) -> Result<u64, ConfigError> {
     match v.as_integer() {

@@ -16,7 +16,7 @@ use crate::config::Config;
 use crate::health::Ejection;
 use crate::route::{Router, Work};
 
-use super::queue::Queue;
+use super::queue::Lanes;
 use super::spec::{self, Clock, Kind, NodeId};
 
 /// A copy of a request for `node` of `tree`, made by `owner`, on its way
@@ -80,7 +80,9 @@ pub struct Tree {
     /// What migrations take for now.
     pub clock: Clock,
     /// Where copies nobody waits for go.
-    pub side: Arc<Queue<Detached>>,
+    pub side: Arc<Lanes<Detached>>,
+    /// The side lane of each node's copies: that of the first pool it reaches.
+    pub lane: Vec<usize>,
     /// The server number of each union position (for repairs of copies).
     pub ids: Vec<usize>,
     /// Whether a request may take more than one round (a failover, a
@@ -96,7 +98,7 @@ impl Tree {
         config: &Config,
         addrs: &[String],
         ids: &[usize],
-        side: Arc<Queue<Detached>>,
+        side: Arc<Lanes<Detached>>,
         ejection: Arc<Ejection>,
     ) -> Option<Tree> {
         let spec = config.route_tree().ok().flatten()?;
@@ -126,7 +128,12 @@ impl Tree {
                 .nodes
                 .iter()
                 .any(|n| matches!(n.kind, Kind::Failover { .. } | Kind::WarmUp { .. } | Kind::MissFailover { .. }));
-        Some(Tree { spec, pools, stats, clock, side, ids: ids.to_vec(), rounds })
+        // Nodes are in depth-first order, so a node's first pool is the first one from it on.
+        let lane = (0..spec.nodes.len())
+            .map(|n| spec.nodes[n..].iter().find_map(|x| if let Kind::Pool(p) = x.kind { Some(p) } else { None }))
+            .map(|p| p.unwrap_or(0))
+            .collect();
+        Some(Tree { spec, pools, stats, clock, side, lane, ids: ids.to_vec(), rounds })
     }
 
     /// Where a migration stands now: 0 before its start, 1 in its window, 2 after.

@@ -69,6 +69,17 @@ fn named_handles_are_read_and_a_loop_among_them_is_refused() {
            "route": "one" }}"#
     ));
     assert!(e.contains("named handles loop: one -> two -> one"), "{e}");
+    // A name given to two different routes is refused; the same route twice is that route.
+    let safe = r#"{ "type": "FailoverRoute", "name": "safe", "children": ["PoolRoute|A", "PoolRoute|B"] }"#;
+    let other = r#"{ "type": "FailoverRoute", "name": "safe", "children": ["PoolRoute|B", "PoolRoute|A"] }"#;
+    let e = refused(&format!(
+        r#"{{ {POOLS}, "named_handles": [{safe}], "route": {{ "type": "AllSyncRoute", "children": ["safe", {other}] }} }}"#
+    ));
+    assert!(e.contains("named handle \"safe\"") && e.contains("two different routes") && e.contains("(line "), "{e}");
+    let t = tree(&format!(
+        r#"{{ {POOLS}, "named_handles": [{safe}], "route": {{ "type": "AllSyncRoute", "children": ["safe", {safe}] }} }}"#
+    ));
+    assert!(matches!(t.nodes[0].kind, Kind::All { .. }));
 }
 
 #[test]
