@@ -153,19 +153,7 @@ def pool_paths(route: Any, path: str = "route") -> dict[str, str]:
                     out.update(pool_paths(r, f"{path}.shadows[{i}].route"))
                 else:
                     out.update(pool_paths(r, f"{path}.children[{i}]"))
-        elif key in (
-            "default",
-            "get",
-            "set",
-            "delete",
-            "arith",
-            "touch",
-            "cold",
-            "warm",
-            "main",
-            "from",
-            "to",
-        ):
+        elif key in CHILD_KEYS:
             out.update(pool_paths(child, f"{path}.{key}"))
     return out
 
@@ -192,10 +180,10 @@ def stats(addr: str, what: str, access: Access = Access(), timeout: float = 10.0
         if access.login:
             user, password = access.login.split(":", 1)
             data = f"{user} {password}".encode()
-            reply = _exchange(sock, b"set mwlab 0 0 %d\r\n%s\r\n" % (len(data), data), (b"\r\n",))
+            reply = _exchange(sock, b"set mwlab 0 0 %d\r\n%s\r\n" % (len(data), data))
             if reply != b"STORED\r\n":
                 raise LabError(f"{addr}: the login was refused: {reply.decode(errors='replace').strip()}")
-        text = _exchange(sock, f"stats {what}\r\n".encode(), (b"END\r\n", b"ERROR\r\n"))
+        text = _exchange(sock, f"stats {what}\r\n".encode())
     finally:
         sock.close()
     if not text.endswith(b"END\r\n"):
@@ -208,10 +196,12 @@ def stats(addr: str, what: str, access: Access = Access(), timeout: float = 10.0
     return out
 
 
-def _exchange(sock: socket.socket, request: bytes, ends: tuple[bytes, ...]) -> bytes:
+def _exchange(sock: socket.socket, request: bytes) -> bytes:
+    """The reply to `request`: STAT lines up to END, or one other line (a
+    login's STORED, an error)."""
     sock.sendall(request)
     buf = b""
-    while not buf.endswith(ends):
+    while not (buf.endswith(b"END\r\n") or (b"\r\n" in buf and not buf.startswith(b"STAT "))):
         chunk = sock.recv(65536)
         if not chunk:
             raise LabError(f"the connection closed after {buf[-200:]!r}")
