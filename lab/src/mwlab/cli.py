@@ -14,7 +14,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import ClassVar
 
-from mwlab import __version__, model_cli, plan, predict_cli, reference, stats_cli
+from mwlab import __version__, model_cli, plan, predict_cli, reference, routes, stats_cli
 from mwlab.analysis import summarize
 from mwlab.compare import CompareError, compare, reference_ratio, write_page
 from mwlab.drift import run_lines as drift_lines
@@ -157,6 +157,17 @@ def _progress_printer():
     return show
 
 
+def _pools_line(s: Settings) -> str:
+    """The pools and the route's kind, for `mwlab validate`."""
+    pools = ", ".join(
+        f"{name} ({p['servers']} server{'s' if p['servers'] > 1 else ''})"
+        for name, p in (s.routes.pools or {}).items()
+    )
+    route = s.routes.route
+    kind = route if isinstance(route, str) else (route or {}).get("type", "?")
+    return f"{pools}; route: {kind}"
+
+
 class _Help(argparse.HelpFormatter):
     """argparse's help laid out as clap's (mwproxy, mwmq, mwload): "Usage:",
     capitalised headings "Commands", "Arguments", "Options"."""
@@ -255,10 +266,14 @@ def main(argv: list[str] | None = None) -> int:
             for n in _names():
                 print(n)
         elif args.command == "validate":
-            exp = load(_spec_path(args.spec), args.scale)
+            path = _spec_path(args.spec)
+            exp = load(path, args.scale)
+            routes.check(exp, str(path))
             runs = exp.runs()
             print(f"{exp.name} ({exp.scale}): {len(exp.points())} points, {len(runs)} runs")
             print(f"  hosts: {_hosts_line(exp.points()[0].settings)}")
+            if exp.points()[0].settings.routes.pools:
+                print(f"  pools: {_pools_line(exp.points()[0].settings)}")
             ref = reference.seconds() if exp.settings.run.reference else 0.0
             print(f"  time: at least {_duration(sum(run_seconds(r.point.settings) for r in runs) + ref)}")
             for pt in exp.points():
@@ -266,7 +281,9 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "run":
             from mwlab.runner import prepare, reference_around, run_experiment
 
-            exp = load(_spec_path(args.spec), args.scale)
+            path = _spec_path(args.spec)
+            exp = load(path, args.scale)
+            routes.check(exp, str(path))
             if args.until_ci is not None and not 0 < args.until_ci < 100:
                 raise SpecError(f"--until-ci takes a percentage between 0 and 100, not {args.until_ci}")
             if args.prior and not args.plan:

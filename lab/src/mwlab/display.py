@@ -7,8 +7,9 @@ values rather than by each table's producer:
   CV"); a column `c` with `c_lo` and `c_hi` beside it shows them as one
   "lo .. hi" column (the lab's intervals on such columns are 90%);
 - an error (a header with the word "error") is a signed percentage, "+4.2%";
-  a coefficient of variation, a utilisation ("U ...", "busy") or a share of
-  variation or an interval's half-width a plain one, "18.7%";
+  a coefficient of variation, a utilisation ("U ...", "busy"), a share
+  ("share ...") or a share of variation or an interval's half-width a plain
+  one, "18.7%";
 - a column whose values are all whole numbers (N, repetitions, counts) shows
   integers, never "2.00";
 - any other number shows three significant digits of the column's typical
@@ -42,7 +43,7 @@ SIGNIFICANT = 3
 MAX_DECIMALS = 3
 
 _SIGNED = re.compile(r"\berror\b", re.IGNORECASE)
-_SHARE = re.compile(r"\bCV\b|^U |\bbusy\b|utili[sz]ation|^variation$|half-width")
+_SHARE = re.compile(r"\bCV\b|^U |\bbusy\b|utili[sz]ation|^variation$|half-width|^share\b")
 _UNIT = re.compile(r"\([^()]+\)$")
 
 

@@ -34,6 +34,8 @@ from mwlab.fit import (
 )
 from mwlab.heldout import Predictions, predictions
 from mwlab.plots import make_plots, model_vs_measured, save_figure, variation_chart
+from mwlab.route_report import RouteTables
+from mwlab.route_report import tables as route_tables
 from mwlab.spec import Settings
 
 
@@ -243,6 +245,8 @@ class Report:
     # The reference point: how far the machine moved within the run and
     # since an earlier result (None: neither measured nor asked for).
     drift: View | None = None
+    # Which pool served what (None: no run had pools and a route).
+    routes: RouteTables | None = None
 
 
 def compute(
@@ -283,6 +287,7 @@ def compute(
         environment=environment(result),
         spec=(result / "spec.yaml").read_text() if (result / "spec.yaml").exists() else "",
         drift=drift_view(result, since),
+        routes=route_tables(result),
     )
 
 

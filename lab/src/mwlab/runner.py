@@ -32,7 +32,7 @@ from typing import Any
 
 import yaml
 
-from mwlab import drift, reference
+from mwlab import drift, reference, routes
 from mwlab.procs import (
     LabError,
     PgHa,
@@ -185,18 +185,21 @@ def _engine_args(s: Settings, pool_only: list[str]) -> list[str]:
     return ["--engine", m.engine, "-t", str(m.workers), *pool_only, "--queue-capacity", str(m.queue_capacity)]
 
 
-def _mwproxy_cmd(s: Settings, index: int, listen: str, servers: list[str], out: Path) -> list[str]:
+def _mwproxy_cmd(
+    s: Settings, index: int, listen: str, servers: list[str], out: Path, config: Path | None = None
+) -> list[str]:
+    """mwproxy in front of `servers`: one pool given by flags, or, with a
+    `config` file (the spec's pools and route, `routes.config_text`), that."""
+    if config is not None:
+        backends = ["-c", str(config)]
+    else:
+        backends = ["-m", *servers, "-r", str(s.middleware.replication), "--multiget", s.middleware.multiget]
     return [
         str(binary("mwproxy")),
         "--listen",
         listen,
-        "-m",
-        *servers,
+        *backends,
         *_engine_args(s, ["--net-threads", str(s.middleware.net_threads)]),
-        "-r",
-        str(s.middleware.replication),
-        "--multiget",
-        s.middleware.multiget,
         "--out",
         str(out / f"mw{index}"),
         "--instance",
@@ -287,6 +290,8 @@ def _mwload_cmd(s: Settings, index: int, instances: int, target: list[str], out:
         str(s.workload.multiget_size),
         "--key-pattern",
         s.workload.key_pattern,
+        "--key-prefix",
+        s.workload.key_prefix,
         "--seed",
         str(s.run.seed * 1000 + index),
         "--window-ms",
@@ -311,7 +316,7 @@ def _mwload_cmd(s: Settings, index: int, instances: int, target: list[str], out:
 
 def _memcached_only(cmd: list[str], i: int) -> bool:
     """Whether cmd[i] is a memcached-only flag of mwload or its value."""
-    flags = ("--key-maximum", "--multi-key-get", "--key-pattern")
+    flags = ("--key-maximum", "--multi-key-get", "--key-pattern", "--key-prefix")
     return cmd[i] in flags or (i > 0 and cmd[i - 1] in flags)
 
 
@@ -331,6 +336,8 @@ def _prefill(place, g: ProcessGroup, s: Settings, host: str, targets: list[list[
             "0:1",
             "--key-maximum",
             str(s.workload.keys - 1),
+            "--key-prefix",
+            s.workload.key_prefix,
             "-d",
             str(s.workload.value_size),
             "--progress",
@@ -480,6 +487,38 @@ def _pg_trees(pg: Postgres | PgHa | None) -> dict[str, int] | None:
     return {k: v for k, v in trees.items() if v} or None
 
 
+def _route_counters(
+    s: Settings, routed: dict[str, tuple[str, routes.Servers]], access: routes.Access
+) -> dict[str, dict[tuple, int]] | str:
+    """Every routed middleware's counters now (`routes.counters`), or why they
+    could not be read."""
+    out = {}
+    for name, (addr, servers) in routed.items():
+        try:
+            out[name] = routes.counters(addr, s.routes.route, servers, access)
+        except (OSError, ValueError, LabError) as e:
+            return f"{name} at {addr}: {e}"
+    return out
+
+
+def _record_routes(
+    out: Path,
+    s: Settings,
+    routed: dict[str, tuple[str, routes.Servers]],
+    access: routes.Access,
+    before: dict[str, dict[tuple, int]] | str,
+) -> str | None:
+    """routes.csv from the counters read before the clients started and now;
+    why it could not be written (the run goes on without it), else None."""
+    if not routed:
+        return None
+    after = _route_counters(s, routed, access)
+    if isinstance(before, str) or isinstance(after, str):
+        return f"stats routes could not be read: {before if isinstance(before, str) else after}"
+    routes.write_csv(out / "routes.csv", {name: (before[name], after[name]) for name in routed})
+    return None
+
+
 def run_once(run: Run, out: Path) -> dict[str, Any]:
     """Runs one repetition of one point; returns what run.json records."""
     s = run.point.settings
@@ -524,6 +563,8 @@ def run_once(run: Run, out: Path) -> dict[str, Any]:
             place.start(g, f"mc{i}", host, memcached_cmd(addr, port) + tls, port)
             servers.append(f"{addr}:{port}")
         mws = []
+        # The middlewares that run the spec's route: name -> (address, its servers).
+        routed: dict[str, tuple[str, routes.Servers]] = {}
         for i, host in enumerate(hosts["middleware"]):
             port = free_port()
             listen = f"{place.addr(host)}:{port}"
@@ -533,7 +574,14 @@ def run_once(run: Run, out: Path) -> dict[str, Any]:
             else:
                 extra = secrets.proxy_args(m) if secrets else []
                 mine = [via(host, hosts["server"][k], a) for k, a in enumerate(servers)]
-                place.start(g, f"mw{i}", host, _mwproxy_cmd(s, i, listen, mine, out) + extra, port)
+                config = None
+                if s.routes.pools is not None:
+                    config = out / "logs" / f"mw{i}.toml"
+                    config.write_text(routes.config_text(s, mine))
+                    pools = s.routes.pool_of_servers()
+                    by_addr = {a: (f"mc{k}", pools[k]) for k, a in enumerate(mine)}
+                    routed[f"mw{i}"] = (listen, routes.Servers(by_addr))
+                place.start(g, f"mw{i}", host, _mwproxy_cmd(s, i, listen, mine, out, config) + extra, port)
             mws.append(listen)
         instances = s.topology.client_machines * s.topology.instances
         all_targets = s.topology.client_targets == "all"
@@ -561,6 +609,10 @@ def run_once(run: Run, out: Path) -> dict[str, Any]:
         sampler.start()
         if hasattr(place, "start_samplers"):
             place.start_samplers(interval)
+        access = routes.Access(
+            secrets.ca if secrets and m.tls else None, secrets.login if secrets and m.auth else None
+        )
+        before = _route_counters(s, routed, access)
         clients = [
             place.start(
                 g,
@@ -589,6 +641,7 @@ def run_once(run: Run, out: Path) -> dict[str, Any]:
             except subprocess.TimeoutExpired:
                 c.popen.kill()
                 codes[c.name] = "timeout"
+        route_error = _record_routes(out, s, routed, access, before)
         for name, proc in [(p.name, p) for p in g.procs if p.name.startswith("mw")]:
             codes[name] = g.terminate(proc)
         sampler.stop()
@@ -628,6 +681,8 @@ def run_once(run: Run, out: Path) -> dict[str, Any]:
     }
     if delay:
         record["delay"] = delay
+    if route_error:
+        record["routes_error"] = route_error
     if isinstance(pg, PgHa):
         record["database"] = pg.facts()
     if failed:

@@ -14,6 +14,12 @@ Each point's settings are a typed [`Settings`] — one model per section
 (`s.middleware.engine`) everywhere in the lab. Setting *names* (`tmw`,
 `middleware.workers`, `workers`) exist only here: in specs, factor labels and
 `--set KEY=VALUE`, and this module turns them into attributes.
+
+A spec may declare named pools of memcached servers and mwproxy's route tree
+over them (`pools:` and `route:`, the section `routes`); the tree is mwproxy's
+own vocabulary, passed through as written and checked by mwproxy itself
+(`mwlab.routes.check`), while the lab checks what is its own: how many
+servers each pool has and that the topology agrees.
 """
 
 from __future__ import annotations
@@ -112,10 +118,19 @@ def _ratio(v: Any) -> Any:
     return str(v)
 
 
+def _key_prefix(v: Any) -> Any:
+    if not isinstance(v, str) or len(v) > 200 or any(c.isspace() or ord(c) < 32 for c in v):
+        raise ValueError("must be text of at most 200 characters without spaces or control characters")
+    return v
+
+
 class Workload(Section):
     """What the clients send."""
 
     ratio: Annotated[str, BeforeValidator(_ratio)] = "1:10"
+    # mwload's keys are this prefix and a zero-padded number (memcached only):
+    # what a route's prefix selector sees.
+    key_prefix: Annotated[str, BeforeValidator(_key_prefix)] = "key:"
     keys: Count = 10000
     value_size: Annotated[StrictInt, Field(ge=1, le=1 << 20)] = 128
     multiget_size: Count = 1
@@ -217,6 +232,57 @@ class Database(Section):
     standby: Annotated[StrictInt, Field(ge=0, le=1)] = 0
 
 
+POOL_NAME = re.compile(r"[A-Za-z0-9_-]+")
+MAX_POOL_SERVERS = 64
+
+
+def _pools(v: Any) -> Any:
+    """Pools as a spec names them: each a mapping with `servers`, the number
+    of memcached servers the runner starts for it, and any other setting of
+    mwproxy's `[pools.<name>]` (hash, key_hash, replication, ...), which
+    mwproxy checks."""
+    if v is None:
+        return v
+    if not isinstance(v, dict) or not v:
+        raise ValueError("pools maps each pool's name to {servers: N, ...}")
+    for name, pool in v.items():
+        if not isinstance(name, str) or not POOL_NAME.fullmatch(name):
+            raise ValueError(f"pool {name!r}: a pool's name is letters, digits, - and _")
+        if not isinstance(pool, dict) or "servers" not in pool:
+            raise ValueError(f"pool {name}: a mapping with servers, the number of memcached servers to start")
+        n = pool["servers"]
+        if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_POOL_SERVERS:
+            raise ValueError(
+                f"pool {name}: servers is how many memcached servers the lab starts for it "
+                f"(1 to {MAX_POOL_SERVERS}), not {n!r}"
+            )
+    return v
+
+
+def _route(v: Any) -> Any:
+    if v is None or isinstance(v, str | dict):
+        return v
+    raise ValueError("a route is a pool's name or a mapping with a type (mwproxy's [route])")
+
+
+class Routes(Section):
+    """Named pools and mwproxy's route tree over them (docs/mwproxy.md,
+    "Routes"). The runner starts each pool's servers, in the order the pools
+    are named, and gives mwproxy a configuration file with them."""
+
+    pools: Annotated[dict[str, dict[str, Any]] | None, BeforeValidator(_pools)] = None
+    route: Annotated[str | dict[str, Any] | None, BeforeValidator(_route)] = None
+
+    @property
+    def servers(self) -> int:
+        """Memcached servers of every pool."""
+        return sum(p["servers"] for p in (self.pools or {}).values())
+
+    def pool_of_servers(self) -> list[str]:
+        """The pool of each server, by the server's number (mc0, mc1, ...)."""
+        return [name for name, p in (self.pools or {}).items() for _ in range(p["servers"])]
+
+
 class Settings(BaseModel):
     """Every setting of one point, by section."""
 
@@ -228,6 +294,7 @@ class Settings(BaseModel):
     run: RunSettings = RunSettings()
     hosts: Hosts = Hosts()
     database: Database = Database()
+    routes: Routes = Routes()
 
     @property
     def total_clients(self) -> int:
@@ -261,6 +328,8 @@ class Settings(BaseModel):
         )
         n = self.total_clients
         need(n <= 4096, f"{n} virtual clients is more than this runner will start (4096)")
+        if self.routes.pools is not None or self.routes.route is not None:
+            self._check_routes()
         if self.mq:
             need(t.servers == 1, "system mq has one database: servers (nsvr) must be 1")
             need(t.middlewares >= 1, "system mq needs at least one middleware (nmw)")
@@ -295,6 +364,26 @@ class Settings(BaseModel):
             self._check_ssh()
         else:
             need(h.ssh is None, "hosts.ssh is only read with emulation: ssh")
+
+    def _check_routes(self) -> None:
+        r, t = self.routes, self.topology
+        _need(r.pools is not None, "a route names pools: declare them under pools ({name: {servers: N}})")
+        _need(r.route is not None, "pools need a route over them (route: a pool's name or mwproxy's tree)")
+        _need(not self.mq, "pools and a route are mwproxy's: not with system mq")
+        _need(t.middlewares >= 1, "pools and a route are mwproxy's: nmw must be >= 1")
+        _need(
+            self.hosts.emulation != "ssh",
+            "pools and a route run on local or emulated hosts (not over ssh yet)",
+        )
+        _need(
+            t.servers == r.servers,
+            f"topology.servers (nsvr) is {t.servers} but the pools have {r.servers} servers in all: "
+            "with pools, leave nsvr out (it is their sum)",
+        )
+        _need(
+            self.middleware.replication == 1,
+            "with pools, replication is each pool's own (pools: {NAME: {servers: 3, replication: 2}})",
+        )
 
     def _check_ssh(self) -> None:
         ssh = self.hosts.ssh
@@ -340,6 +429,7 @@ SECTIONS: dict[str, type[Section]] = {
     "run": RunSettings,
     "hosts": Hosts,
     "database": Database,
+    "routes": Routes,
 }
 KEYS = [f"{s}.{f}" for s, model in SECTIONS.items() for f in model.model_fields]
 
@@ -756,6 +846,12 @@ def parse(doc: dict[str, Any], scale: str = "quick", where: str = "spec") -> Exp
     for key, value in together.items():
         flat.pop(key, None)
         factors[key] = [_normalise(key, v) for v in value]
+    for key in ("routes.pools", "routes.route"):
+        if isinstance(flat.get(key), list):
+            raise SpecError(
+                f"{where}: {key.split('.')[1]} is one per spec, not a list of levels "
+                "(to compare routes, write a spec for each)"
+            )
     for key, value in flat.items():
         if isinstance(value, list):
             if not value:
@@ -763,6 +859,7 @@ def parse(doc: dict[str, Any], scale: str = "quick", where: str = "spec") -> Exp
             factors[key] = [_normalise(key, v) for v in value]
         else:
             fixed[key] = _normalise(key, value)
+    _pool_servers(fixed, factors)
     settings = build(fixed, where)
     exp = Experiment(name, description, scale, settings, factors, doc, [list(together)] if together else [])
     if picks is not None:
@@ -777,6 +874,16 @@ def parse(doc: dict[str, Any], scale: str = "quick", where: str = "spec") -> Exp
         except ValueError as e:
             raise SpecError(f"{where}, point {p.name}: {e}") from None
     return exp
+
+
+def _pool_servers(fixed: dict[str, Any], factors: dict[str, list[Any]]) -> None:
+    """With pools and no number of servers given, the servers are the pools'."""
+    pools = fixed.get("routes.pools")
+    if "topology.servers" in fixed or "topology.servers" in factors or not isinstance(pools, dict):
+        return
+    counts = [p.get("servers") if isinstance(p, dict) else None for p in pools.values()]
+    if counts and all(isinstance(n, int) and not isinstance(n, bool) and n >= 1 for n in counts):
+        fixed["topology.servers"] = sum(counts)
 
 
 REPS = "run.repetitions"
