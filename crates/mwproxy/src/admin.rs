@@ -6,6 +6,12 @@
 //! replica that is known to answer — down, stalled, or not checked yet by the
 //! health checker (`checker.rs`); 200 otherwise).
 //!
+//! With a route tree (`[route]`), `/readyz` judges each pool so and then the
+//! tree over them (`routes/ready.rs`): it is 503 only while some request the
+//! tree routes reaches no pool that can answer it, and names those routes;
+//! `/metrics` and `/stats` carry each route's counters (`stats routes`) and
+//! each pool's.
+//!
 //! `/metrics` is current: the closed windows (whose sums windows.jsonl and,
 //! after the run, summary.json hold) plus what the carriers hold of the
 //! window in progress, read under the lock that closes windows, so a request
@@ -19,7 +25,10 @@ use mwstats::clock::unix_ms;
 use mwstats::prom::PromText;
 use mwstats::OpKind;
 
+use crate::generation::Generation;
 use crate::recorder::WorkerAcc;
+use crate::routes::ready::PoolHealth;
+use crate::routes::Tree;
 use crate::shared::Shared;
 use crate::stats::NetCounters;
 use crate::windows::build_record;
@@ -67,22 +76,54 @@ fn healthz(shared: &Shared) -> Page {
 fn readyz(shared: &Shared) -> Page {
     let generation = shared.generation();
     let router = &generation.router;
-    let down = generation.down(&shared.servers);
-    let unchecked = generation.unchecked(&shared.servers);
-    let unsure = |s: &usize| down.contains(s) || unchecked.contains(s);
-    let r = router.replication;
-    // With ejection on, an ejected server's keys are on the others' ring: only that ring can lose keys.
-    let lost = !(down.is_empty() && unchecked.is_empty())
-        && router.placing().replica_sets(r).iter().any(|set| set.iter().all(unsure));
+    let all = PoolHealth::of(router, &generation.ids, &shared.servers);
+    if let Some(tree) = &generation.tree {
+        return readyz_routes(shared, &generation, tree, &all);
+    }
     let addrs = |list: &[usize]| list.iter().map(|&p| router.addrs[p].clone()).collect::<Vec<_>>();
     let body = serde_json::json!({
-        "ready": !lost,
+        "ready": !all.lost,
         "servers": generation.ids.len(),
-        "replication": r,
-        "down": addrs(&down),
-        "unchecked": addrs(&unchecked),
+        "replication": router.replication,
+        "down": addrs(&all.down),
+        "unchecked": addrs(&all.unchecked),
     });
-    Page::json(if lost { 503 } else { 200 }, &body)
+    Page::json(if all.lost { 503 } else { 200 }, &body)
+}
+
+/// `/readyz` with a route tree: each pool judged as the one pool is, and
+/// the tree judged over them (`routes/ready.rs`): 503 naming the routes
+/// that cannot answer while there are some. A pool only shadows, all-async
+/// children or warm-up fills reach is named but never makes it 503.
+fn readyz_routes(shared: &Shared, generation: &Generation, tree: &Tree, all: &PoolHealth) -> Page {
+    let names = |addrs: &[String], list: &[usize]| list.iter().map(|&p| addrs[p].clone()).collect::<Vec<_>>();
+    let health: Vec<PoolHealth> =
+        tree.pools.iter().map(|p| PoolHealth::of(&p.router, &p.ids, &shared.servers)).collect();
+    let blocked = tree.not_servable(&health.iter().map(|h| !h.lost).collect::<Vec<_>>());
+    let pools: serde_json::Map<String, serde_json::Value> = tree
+        .pools
+        .iter()
+        .zip(&health)
+        .map(|(p, h)| {
+            let v = serde_json::json!({
+                "ready": !h.lost,
+                "servers": p.ids.len(),
+                "replication": p.router.replication,
+                "down": names(&p.router.addrs, &h.down),
+                "unchecked": names(&p.router.addrs, &h.unchecked),
+            });
+            (p.name.clone(), v)
+        })
+        .collect();
+    let body = serde_json::json!({
+        "ready": blocked.is_empty(),
+        "servers": generation.ids.len(),
+        "down": names(&generation.router.addrs, &all.down),
+        "unchecked": names(&generation.router.addrs, &all.unchecked),
+        "pools": pools,
+        "not_servable": blocked.iter().map(|&n| tree.spec.nodes[n].path.clone()).collect::<Vec<_>>(),
+    });
+    Page::json(if blocked.is_empty() { 200 } else { 503 }, &body)
 }
 
 fn stats_json(shared: &Shared) -> String {
@@ -98,7 +139,95 @@ fn stats_json(shared: &Shared) -> String {
     let now = unix_ms();
     let current =
         build_record(shared, &live, None, start, now.saturating_sub(start), &shared.net.values(), &net_before);
-    serde_json::json!({ "current": current, "last": last }).to_string()
+    let mut page = serde_json::json!({ "current": current, "last": last });
+    if let Some(tree) = &shared.generation().tree {
+        let routes: serde_json::Map<String, serde_json::Value> = (0..tree.spec.nodes.len())
+            .map(|n| (tree.spec.nodes[n].path.clone(), tree.node_figures(n).into_iter().collect()))
+            .collect();
+        let pools: serde_json::Map<String, serde_json::Value> = tree
+            .pool_figures(&|s| shared.servers.is_down(s))
+            .into_iter()
+            .map(|(name, figures)| (name.to_string(), figures.into_iter().map(|(k, v)| (k.to_string(), v)).collect()))
+            .collect();
+        page["routes"] = routes.into();
+        page["pools"] = pools.into();
+    }
+    page.to_string()
+}
+
+/// The route tree's series: every node's counters (`stats routes`) by its
+/// path, every pool's requests, errors, servers and readiness.
+fn route_metrics(p: &mut PromText, shared: &Shared, tree: &Tree) {
+    for (n, node) in tree.spec.nodes.iter().enumerate() {
+        let l = [("route", node.path.as_str())];
+        for (name, value) in tree.node_figures(n) {
+            match name.as_str() {
+                "requests" => p.counter(
+                    "mwproxy_route_requests_total",
+                    "Requests that reached the route (a multi-get once per key; copies too).",
+                    &l,
+                    value,
+                ),
+                "errors" => {
+                    p.counter("mwproxy_route_errors_total", "Requests the route answered with an error.", &l, value)
+                }
+                "failovers" => p.counter(
+                    "mwproxy_route_failovers_total",
+                    "Next children taken (failover, miss-failover).",
+                    &l,
+                    value,
+                ),
+                "phase" => p.gauge(
+                    "mwproxy_route_migrate_phase",
+                    "Where a migration stands: 0 before its window, 1 in it, 2 after.",
+                    &l,
+                    value as f64,
+                ),
+                copies => {
+                    let (what, end) = copies.rsplit_once('_').unwrap_or((copies, ""));
+                    let of = match what {
+                        "shadow" => "Shadow copies",
+                        "fills" => "Warm-up fills",
+                        _ => "Copies to all-async and all-initial children",
+                    };
+                    let metric = format!("mwproxy_route_{copies}");
+                    match end {
+                        "sent" => {
+                            p.counter(&(metric + "_total"), &format!("{of} handed to the side thread."), &l, value)
+                        }
+                        "dropped" => p.counter(
+                            &(metric + "_total"),
+                            &format!("{of} dropped: the route held its queue's worth."),
+                            &l,
+                            value,
+                        ),
+                        _ => p.gauge(&metric, &format!("{of} waiting or on their way now."), &l, value as f64),
+                    }
+                }
+            }
+        }
+    }
+    let ready: Vec<bool> =
+        tree.pools.iter().map(|pool| !PoolHealth::of(&pool.router, &pool.ids, &shared.servers).lost).collect();
+    for ((name, figures), ready) in tree.pool_figures(&|s| shared.servers.is_down(s)).into_iter().zip(ready) {
+        let l = [("pool", name)];
+        let [(_, requests), (_, errors), (_, servers), (_, up)] = figures;
+        p.counter(
+            "mwproxy_pool_requests_total",
+            "Requests that reached the pool (a multi-get once per key).",
+            &l,
+            requests,
+        );
+        p.counter("mwproxy_pool_errors_total", "Requests the pool answered with an error.", &l, errors);
+        p.gauge("mwproxy_pool_servers", "Servers of the pool.", &l, servers as f64);
+        p.gauge("mwproxy_pool_servers_up", "Servers of the pool that answer.", &l, up as f64);
+        p.gauge(
+            "mwproxy_pool_ready",
+            "1 while every key of the pool has a replica known to answer.",
+            &l,
+            if ready { 1.0 } else { 0.0 },
+        );
+    }
 }
 
 fn metrics(shared: &Shared) -> String {
@@ -208,5 +337,8 @@ fn metrics(shared: &Shared) -> String {
         v("config_reload_failures"),
     );
     p.gauge("mwproxy_config_generation", "The configuration in use (1 at start).", &[], generation.id as f64);
+    if let Some(tree) = &generation.tree {
+        route_metrics(&mut p, shared, tree);
+    }
     p.render()
 }

@@ -65,14 +65,19 @@ impl Generation {
     }
 
     /// With its route tree (when the configuration has one), whose copies
-    /// go to `side` and whose pools eject servers as `ejection` decides.
+    /// go to `side` and whose pools eject servers as `ejection` decides; the
+    /// routes it keeps of `previous`'s tree keep their counters.
     pub fn routed(
         mut self,
         side: &Arc<crate::routes::queue::Lanes<crate::routes::tree::Detached>>,
         ejection: Arc<crate::health::Ejection>,
+        previous: Option<&Generation>,
     ) -> Generation {
-        self.tree = crate::routes::Tree::build(&self.config, &self.router.addrs, &self.ids, side.clone(), ejection)
-            .map(Arc::new);
+        let mut tree = crate::routes::Tree::build(&self.config, &self.router.addrs, &self.ids, side.clone(), ejection);
+        if let (Some(tree), Some(old)) = (&mut tree, previous.and_then(|p| p.tree.as_deref())) {
+            tree.carry(old);
+        }
+        self.tree = tree.map(Arc::new);
         self
     }
 
@@ -89,12 +94,6 @@ impl Generation {
     /// Positions of this configuration's servers that are down or stalled.
     pub fn down(&self, servers: &Servers) -> Vec<usize> {
         (0..self.ids.len()).filter(|&p| servers.is_down(self.ids[p])).collect()
-    }
-
-    /// Positions of this configuration's servers that the health checker
-    /// has not checked yet (none when checks are off).
-    pub fn unchecked(&self, servers: &Servers) -> Vec<usize> {
-        (0..self.ids.len()).filter(|&p| servers.health.unchecked(self.ids[p])).collect()
     }
 
     /// Whether server number `s` is one of this configuration's.

@@ -133,6 +133,13 @@ fn stats_variant(args: &[Vec<u8>], shared: &Shared, generation: &Generation, out
             for (name, value) in generation.tree.iter().flat_map(|t| t.figures()) {
                 stat(&name, &value);
             }
+            if let Some(tree) = &generation.tree {
+                for (pool, figures) in tree.pool_figures(&|s| shared.servers.is_down(s)) {
+                    for (name, value) in figures {
+                        stat(&format!("pool:{pool}:{name}"), &value);
+                    }
+                }
+            }
         }
         Some(b"backends") if args.len() == 1 => {
             let acc = shared.telemetry.everything();

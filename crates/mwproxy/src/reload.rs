@@ -127,7 +127,7 @@ fn apply(shared: &Shared, mut next: Config) -> Result<Report, String> {
     shared.install(
         Generation::new(id, next, &addrs, ids, creds.users, creds.tls)
             .ejecting(shared.servers.health.ejection.clone())
-            .routed(&shared.side, shared.servers.health.ejection.clone()),
+            .routed(&shared.side, shared.servers.health.ejection.clone(), Some(&running)),
     );
     // The users file may give a user another password: a password that
     // failed before the reload is checked again, not refused as a repeat.

@@ -73,7 +73,7 @@ impl Shared {
         let side = Arc::new(crate::routes::queue::Lanes::default());
         let generation = Generation::new(1, config.clone(), &addrs, ids, creds.users, creds.tls)
             .ejecting(servers.health.ejection.clone())
-            .routed(&side, servers.health.ejection.clone());
+            .routed(&side, servers.health.ejection.clone(), None);
         Shared {
             queue: WorkQueue::new(config.proxy.queue_capacity),
             budget,

@@ -13,6 +13,8 @@
 //!   exactly as an `Exec` is (multi-key gets split per key, merged in order);
 //! - `queue.rs` and `side.rs`: the queue and the thread for copies nobody
 //!   waits for;
+//! - `ready.rs`: whether every request the tree routes reaches a pool
+//!   that answers (`/readyz`);
 //! - `mcrouter.rs`: mcrouter's JSON read into the same `[pools]` and `[route]`.
 //!
 //! Without a `[route]` none of this runs: the `[routing]` pool serves every
@@ -21,6 +23,7 @@
 pub mod flow;
 pub mod mcrouter;
 pub mod queue;
+pub mod ready;
 pub mod run;
 pub mod side;
 pub mod spec;

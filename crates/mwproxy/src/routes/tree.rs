@@ -8,6 +8,11 @@
 //! "union"), and each pool keeps the union position and the server number of
 //! each of its servers, so that its calls land on the right connections and
 //! its repairs on the right servers.
+//!
+//! A node's counters are shared, not copied, with the tree a reload builds
+//! next when that tree has the same route at the same path ([`Tree::carry`]):
+//! counts go on across a reload, and requests still on their way on the old
+//! tree count where the new one reads.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -75,8 +80,9 @@ pub struct Tree {
     pub spec: spec::Tree,
     /// Its pools, in the order of `spec.pools`.
     pub pools: Vec<Pool>,
-    /// One per node.
-    pub stats: Vec<NodeStats>,
+    /// One per node (shared with the trees before and after it that keep
+    /// the node, [`Tree::carry`]).
+    pub stats: Vec<Arc<NodeStats>>,
     /// What migrations take for now.
     pub clock: Clock,
     /// Where copies nobody waits for go.
@@ -121,7 +127,7 @@ impl Tree {
                     Pool { name: name.clone(), router, ids: pool_ids, pos }
                 })
                 .collect();
-        let stats = spec.nodes.iter().map(|_| NodeStats::default()).collect();
+        let stats = spec.nodes.iter().map(|_| Arc::default()).collect();
         let clock = config.route.as_ref().map(|r| r.clock.clone()).unwrap_or_default();
         let rounds = config.pools.values().any(|p| p.replication > 1)
             || spec
@@ -148,43 +154,123 @@ impl Tree {
         }
     }
 
+    /// Takes over the counters of `previous`'s nodes that this tree keeps:
+    /// a node at the same path, of the same type (a pool node: of the same
+    /// pool). A node that is new, or changed, counts from 0.
+    pub fn carry(&mut self, previous: &Tree) {
+        let old: std::collections::HashMap<&str, NodeId> =
+            previous.spec.nodes.iter().enumerate().map(|(m, node)| (node.path.as_str(), m)).collect();
+        for (n, node) in self.spec.nodes.iter().enumerate() {
+            let Some(&m) = old.get(node.path.as_str()) else { continue };
+            if previous.identity(&previous.spec.nodes[m].kind) == self.identity(&node.kind) {
+                self.stats[n] = previous.stats[m].clone();
+            }
+        }
+    }
+
+    /// A node's type, and for a pool its name: what must stay for its
+    /// counters to carry over a reload.
+    fn identity<'a>(&'a self, kind: &Kind) -> (&'static str, Option<&'a str>) {
+        match kind {
+            Kind::Pool(p) => ("pool", Some(self.spec.pools[*p].as_str())),
+            other => (type_name(other), None),
+        }
+    }
+
+    /// Node `n`'s counters by name (`requests`, `errors`, `failovers`,
+    /// `<copies>_sent`, `_dropped`, `_queued`, `phase`), as `stats routes`
+    /// and `/metrics` name them.
+    pub fn node_figures(&self, n: NodeId) -> Vec<(String, u64)> {
+        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let (node, s) = (&self.spec.nodes[n], &self.stats[n]);
+        let mut out = vec![("requests".to_string(), get(&s.requests)), ("errors".to_string(), get(&s.errors))];
+        if matches!(node.kind, Kind::Failover { .. } | Kind::MissFailover { .. }) {
+            out.push(("failovers".into(), get(&s.failovers)));
+        }
+        if let Some(c) = copies(&node.kind) {
+            out.push((format!("{c}_sent"), get(&s.sent)));
+            out.push((format!("{c}_dropped"), get(&s.dropped)));
+            out.push((format!("{c}_queued"), get(&s.queued)));
+        }
+        if let Kind::Migrate { start, window, .. } = node.kind {
+            out.push(("phase".into(), u64::from(self.phase(start, window))));
+        }
+        out
+    }
+
     /// Every node's counters as `route:<path>:<name>`, value (`stats routes`).
     pub fn figures(&self) -> Vec<(String, u64)> {
-        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
         let mut out = Vec::new();
         for (n, node) in self.spec.nodes.iter().enumerate() {
-            let s = &self.stats[n];
-            let mut put = |name: &str, v: u64| out.push((format!("route:{}:{name}", node.path), v));
-            let (kind, copies) = match &node.kind {
-                Kind::Pool(_) => ("pool", None),
-                Kind::Prefix { .. } => ("prefix", None),
-                Kind::Operation { .. } => ("operation", None),
-                Kind::Failover { .. } => ("failover", None),
-                Kind::MissFailover { .. } => ("miss-failover", None),
-                Kind::All { mode: spec::All::Async | spec::All::Initial, .. } => ("all", Some("async")),
-                Kind::All { .. } => ("all", None),
-                Kind::WarmUp { .. } => ("warm-up", Some("fills")),
-                Kind::Shadow { .. } => ("shadow", Some("shadow")),
-                Kind::Migrate { .. } => ("migrate", None),
-                Kind::Answer { .. } => ("answer", None),
-            };
-            put("requests", get(&s.requests));
-            put("errors", get(&s.errors));
-            if matches!(kind, "failover" | "miss-failover") {
-                put("failovers", get(&s.failovers));
-            }
-            if let Some(c) = copies {
-                put(&format!("{c}_sent"), get(&s.sent));
-                put(&format!("{c}_dropped"), get(&s.dropped));
-                put(&format!("{c}_queued"), get(&s.queued));
-            }
-            if let Kind::Migrate { start, window, .. } = node.kind {
-                put("phase", u64::from(self.phase(start, window)));
+            for (name, v) in self.node_figures(n) {
+                out.push((format!("route:{}:{name}", node.path), v));
             }
         }
         out
     }
 
+    /// Each pool's figures by name: `requests` and `errors` (those of the
+    /// tree's nodes that are the pool: a multi-get counts once per key,
+    /// copies count too), `servers` and `servers_up` (those `down` does not
+    /// say are down, by server number).
+    pub fn pool_figures(&self, down: &dyn Fn(usize) -> bool) -> Vec<(&str, [(&'static str, u64); 4])> {
+        let mut counts = vec![(0, 0); self.pools.len()];
+        for (n, node) in self.spec.nodes.iter().enumerate() {
+            if let Kind::Pool(p) = node.kind {
+                counts[p].0 += self.stats[n].requests.load(Ordering::Relaxed);
+                counts[p].1 += self.stats[n].errors.load(Ordering::Relaxed);
+            }
+        }
+        let pools = self.pools.iter().zip(counts);
+        pools
+            .map(|(pool, (requests, errors))| {
+                let up = pool.ids.iter().filter(|&&s| !down(s)).count() as u64;
+                let servers = pool.ids.len() as u64;
+                (
+                    pool.name.as_str(),
+                    [("requests", requests), ("errors", errors), ("servers", servers), ("servers_up", up)],
+                )
+            })
+            .collect()
+    }
+
+    /// The routes that cannot answer when `ready[p]` says whether pool `p`
+    /// can (`ready.rs`); empty when every request reaches a pool that can.
+    pub fn not_servable(&self, ready: &[bool]) -> Vec<NodeId> {
+        super::ready::not_servable(&self.spec, ready, &|start, window| self.phase(start, window))
+    }
+
     /// The id of the root node.
     pub const ROOT: NodeId = 0;
+}
+
+/// A node's type as the configuration names it.
+fn type_name(kind: &Kind) -> &'static str {
+    match kind {
+        Kind::Pool(_) => "pool",
+        Kind::Prefix { .. } => "prefix",
+        Kind::Operation { .. } => "operation",
+        Kind::Failover { .. } => "failover",
+        Kind::MissFailover { .. } => "miss-failover",
+        Kind::All { mode: spec::All::Sync, .. } => "all-sync",
+        Kind::All { mode: spec::All::Async, .. } => "all-async",
+        Kind::All { mode: spec::All::Initial, .. } => "all-initial",
+        Kind::All { mode: spec::All::Majority, .. } => "all-majority",
+        Kind::All { mode: spec::All::Fastest, .. } => "all-fastest",
+        Kind::WarmUp { .. } => "warm-up",
+        Kind::Shadow { .. } => "shadow",
+        Kind::Migrate { .. } => "migrate",
+        Kind::Answer { error: None } => "null",
+        Kind::Answer { error: Some(_) } => "error",
+    }
+}
+
+/// What a node's copies are called in its counters, when it makes copies.
+fn copies(kind: &Kind) -> Option<&'static str> {
+    match kind {
+        Kind::All { mode: spec::All::Async | spec::All::Initial, .. } => Some("async"),
+        Kind::WarmUp { .. } => Some("fills"),
+        Kind::Shadow { .. } => Some("shadow"),
+        _ => None,
+    }
 }
