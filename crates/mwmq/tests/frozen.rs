@@ -170,3 +170,36 @@ fn a_frozen_database_gets_tryagain_in_bounded_time_and_service_resumes() {
     let info: String = q(&mut c, &["INFO"]);
     assert!(info.contains("statements_cut:"), "{info}");
 }
+
+/// Whether `pid` has a handler for SIGHUP (`SigCgt` of /proc/<pid>/status).
+fn catches_sighup(pid: u32) -> bool {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let mask = status.lines().find_map(|l| l.strip_prefix("SigCgt:")).map(str::trim).unwrap_or("0");
+    u64::from_str_radix(mask, 16).unwrap_or(0) & 1 != 0
+}
+
+#[test]
+fn a_sighup_while_mwmq_starts_is_a_reload_not_its_end() {
+    // The database is frozen, so mwmq's start waits on it (schema first,
+    // then the port): the signals must be caught already. (They were caught
+    // only once it listened: a SIGHUP sent as soon as the port opened, or a
+    // reload while a slow database held the start, killed it.)
+    let pg = Postgres::start().unwrap();
+    let pids = postgres_processes(&pg);
+    signal(&pids, rustix::process::Signal::STOP);
+    let thaw = Thaw(pids);
+    let mut mq = MqProcess::spawn(&pg, 0, &[], std::process::Stdio::inherit());
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !catches_sighup(mq.child.id()) {
+        assert!(mq.child.try_wait().unwrap().is_none(), "mwmq exited while starting");
+        assert!(Instant::now() < deadline, "mwmq does not catch SIGHUP while it starts");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let pid = rustix::process::Pid::from_raw(mq.child.id() as i32).unwrap();
+    rustix::process::kill_process(pid, rustix::process::Signal::HUP).unwrap();
+    drop(thaw);
+    mq.wait_listening();
+    let mut c = connect(mq.addr);
+    let _: String = q(&mut c, &["QCREATE", "q"]);
+    assert!(q::<i64>(&mut c, &["SEND", "q", "after"]) > 0);
+}

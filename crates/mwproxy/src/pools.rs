@@ -70,6 +70,14 @@ pub fn serve(cli: Cli) -> ExitCode {
         }
         return ExitCode::SUCCESS;
     }
+    // Caught before the first pool listens: a SIGHUP sent as soon as a port opens is a reload.
+    let signals = match mwserve::process::catch_signals() {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("mwproxy: cannot install signal handlers: {e}");
+            return ExitCode::from(1);
+        }
+    };
     let mut running: Vec<(String, Proxy)> = Vec::new();
     for (name, c) in pools {
         match Proxy::start(c) {
@@ -136,9 +144,7 @@ pub fn serve(cli: Cli) -> ExitCode {
         }
         Ok(done.join("; "))
     });
-    if let Err(e) =
-        mwserve::process::stop_on_signals(Box::new(move || stoppers.iter().for_each(|s| s.stop())), Some(reload))
-    {
+    if let Err(e) = signals.serve(Box::new(move || stoppers.iter().for_each(|s| s.stop())), Some(reload)) {
         eprintln!("mwproxy: cannot install signal handlers: {e}");
         return ExitCode::from(1);
     }

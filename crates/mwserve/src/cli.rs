@@ -10,7 +10,7 @@ use std::process::ExitCode;
 use clap::Parser;
 
 use crate::config::{Common, ConfigError, Engine, ServiceConfig};
-use crate::process::{init_logging, stop_on_signals, LogFormat};
+use crate::process::{catch_signals, init_logging, LogFormat};
 use crate::shell::{Reload, Source};
 use crate::shell::{Shell, Stopper};
 use crate::start::StartError;
@@ -291,6 +291,13 @@ pub fn serve<S: Service>(
         print!("{}", config.redacted().to_toml());
         return ExitCode::SUCCESS;
     }
+    let signals = match catch_signals() {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("{}: cannot install signal handlers: {e}", S::NAME);
+            return ExitCode::from(1);
+        }
+    };
     let service = match S::start(config) {
         Ok(s) => s,
         Err(e) => {
@@ -300,7 +307,7 @@ pub fn serve<S: Service>(
     };
     let stopper = service.stopper();
     let reload = service.reloads(std::sync::Arc::new(move || read().map_err(|e| e.to_string())));
-    if let Err(e) = stop_on_signals(Box::new(move || stopper.stop()), reload) {
+    if let Err(e) = signals.serve(Box::new(move || stopper.stop()), reload) {
         eprintln!("{}: cannot install signal handlers: {e}", S::NAME);
         return ExitCode::from(1);
     }

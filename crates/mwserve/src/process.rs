@@ -46,27 +46,42 @@ pub fn init_logging_to(filter: Option<&str>, format: LogFormat, path: Option<&st
     Ok(())
 }
 
-/// Calls `stop` (on a thread of its own) when SIGTERM or SIGINT arrives,
-/// and `reload` at every SIGHUP (a program that cannot reload says so in
-/// its log and goes on).
-pub fn stop_on_signals(stop: Box<dyn FnOnce() + Send>, reload: Option<crate::shell::Reload>) -> std::io::Result<()> {
+/// SIGTERM, SIGINT and SIGHUP, caught from the moment [`catch_signals`]
+/// returns and held until [`Caught::serve`] acts on them: a server catches
+/// them before it starts, so that a signal sent as soon as its port opens
+/// (a reload right after a start, a stop) is acted on once it runs, where
+/// the default action of SIGHUP and SIGTERM would have killed it.
+pub struct Caught(signal_hook::iterator::Signals);
+
+/// Starts catching the signals a server acts on.
+pub fn catch_signals() -> std::io::Result<Caught> {
     use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
-    let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT, SIGHUP])?;
-    std::thread::Builder::new().name("signals".into()).spawn(move || {
-        for sig in signals.forever() {
-            if sig != SIGHUP {
-                tracing::info!(signal = sig, "stopping: finishing in-flight requests");
-                stop();
-                return;
+    Ok(Caught(signal_hook::iterator::Signals::new([SIGTERM, SIGINT, SIGHUP])?))
+}
+
+impl Caught {
+    /// Calls `stop` (on a thread of its own) when SIGTERM or SIGINT arrives
+    /// (or arrived since they were caught), and `reload` at every SIGHUP (a
+    /// program that cannot reload says so in its log and goes on).
+    pub fn serve(self, stop: Box<dyn FnOnce() + Send>, reload: Option<crate::shell::Reload>) -> std::io::Result<()> {
+        use signal_hook::consts::SIGHUP;
+        let mut signals = self.0;
+        std::thread::Builder::new().name("signals".into()).spawn(move || {
+            for sig in signals.forever() {
+                if sig != SIGHUP {
+                    tracing::info!(signal = sig, "stopping: finishing in-flight requests");
+                    stop();
+                    return;
+                }
+                match &reload {
+                    // The reload logs what it did, or why it refused.
+                    Some(reload) => drop(reload()),
+                    None => tracing::warn!("SIGHUP: this program does not reload its configuration; restart it"),
+                }
             }
-            match &reload {
-                // The reload logs what it did, or why it refused.
-                Some(reload) => drop(reload()),
-                None => tracing::warn!("SIGHUP: this program does not reload its configuration; restart it"),
-            }
-        }
-    })?;
-    Ok(())
+        })?;
+        Ok(())
+    }
 }
 
 /// A warning about something that may happen often (failed TLS handshakes,

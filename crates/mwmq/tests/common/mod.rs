@@ -136,6 +136,13 @@ impl MqProcess {
 
     /// [`MqProcess::start`], its log (stderr) going to `stderr`.
     pub fn start_with(pg: &Postgres, port: u16, extra: &[&str], stderr: Stdio) -> MqProcess {
+        let mut p = MqProcess::spawn(pg, port, extra, stderr);
+        p.wait_listening();
+        p
+    }
+
+    /// Starts `mwmq` without waiting for it to listen.
+    pub fn spawn(pg: &Postgres, port: u16, extra: &[&str], stderr: Stdio) -> MqProcess {
         let port = if port == 0 { mctest::free_port() } else { port };
         let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
         // Four workers for the pool engine (the async engine would warn that it has none).
@@ -152,16 +159,19 @@ impl MqProcess {
             .stderr(stderr)
             .spawn()
             .expect("spawn mwmq");
-        let mut p = MqProcess { child, addr };
+        MqProcess { child, addr }
+    }
+
+    /// Waits until it listens (panics if it exits first).
+    pub fn wait_listening(&mut self) {
         let deadline = Instant::now() + Duration::from_secs(20);
-        while std::net::TcpStream::connect(addr).is_err() {
-            if let Ok(Some(st)) = p.child.try_wait() {
+        while std::net::TcpStream::connect(self.addr).is_err() {
+            if let Ok(Some(st)) = self.child.try_wait() {
                 panic!("mwmq exited at start: {st}");
             }
-            assert!(Instant::now() < deadline, "mwmq did not listen on {addr}");
+            assert!(Instant::now() < deadline, "mwmq did not listen on {}", self.addr);
             std::thread::sleep(Duration::from_millis(20));
         }
-        p
     }
 
     /// SIGKILL, and wait.
