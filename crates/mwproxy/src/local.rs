@@ -14,7 +14,6 @@ use std::sync::atomic::Ordering;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use mcproto::{Request, Response};
-use mwserve::config::ServiceConfig;
 
 use crate::generation::Generation;
 use crate::route::Answer;
@@ -163,10 +162,8 @@ fn stats_variant(args: &[Vec<u8>], shared: &Shared, generation: &Generation, out
             }
         }
         Some(b"settings") if args.len() == 1 => {
-            for line in generation.config.to_toml().lines() {
-                if let Some((k, v)) = line.split_once(" = ") {
-                    stat(k.trim(), &v.trim().trim_matches('"'));
-                }
+            for (k, v) in settings(&generation.config) {
+                stat(&k, &v);
             }
         }
         Some(b"reset") if args.len() == 1 => {
@@ -311,4 +308,40 @@ mod tests {
         assert!(version_key("1.6.18-foo") > version_key("1.6.9"));
         assert_eq!(version_key("x"), None);
     }
+}
+
+/// The configuration as `stats settings` lines: a section's own settings by
+/// their names (`replication`, `timeout_ms`), as memcached names its own;
+/// anything deeper (a pool's, a route node's) by its dotted path
+/// (`pools.main.servers`, `route.routes."hot:".type`); every value on one
+/// line (lists as `[a, b]`), strings without their quotes.
+fn settings(config: &crate::config::Config) -> Vec<(String, String)> {
+    /// The settings of `table` at `path`: by their names, or (`full`) by their paths.
+    fn walk(path: &str, table: &toml::Table, full: bool, out: &mut Vec<(String, String)>) {
+        for (k, v) in table {
+            let name = if k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-') {
+                k.clone()
+            } else {
+                format!("{k:?}")
+            };
+            let at = format!("{path}.{name}");
+            match v {
+                toml::Value::Table(t) => walk(&at, t, true, out),
+                toml::Value::String(s) => out.push((if full { at } else { name }, s.clone())),
+                other => out.push((if full { at } else { name }, other.to_string())),
+            }
+        }
+    }
+    let mut out = Vec::new();
+    if let Ok(toml::Value::Table(top)) = toml::Value::try_from(config) {
+        for (section, v) in &top {
+            match v {
+                // The route tree and the pools are named by their paths throughout.
+                toml::Value::Table(t) => walk(section, t, section == "route" || section == "pools", &mut out),
+                toml::Value::String(s) => out.push((section.clone(), s.clone())),
+                other => out.push((section.clone(), other.to_string())),
+            }
+        }
+    }
+    out
 }

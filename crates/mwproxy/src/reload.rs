@@ -41,6 +41,8 @@ pub struct Report {
     pub kept: usize,
     /// Settings the file changed that only a restart changes (`section.key`).
     pub not_applied: Vec<String>,
+    /// The route tree now in use, in a few words (none without `[route]`).
+    pub route: Option<String>,
 }
 
 impl fmt::Display for Report {
@@ -53,6 +55,9 @@ impl fmt::Display for Report {
             self.added.len(),
             self.removed.len()
         )?;
+        if let Some(route) = &self.route {
+            write!(f, "; {route}")?;
+        }
         for (what, list) in [("added", &self.added), ("removed", &self.removed)] {
             if !list.is_empty() {
                 write!(f, "; {what} {}", list.join(", "))?;
@@ -124,15 +129,15 @@ fn apply(shared: &Shared, mut next: Config) -> Result<Report, String> {
     shared.servers.set_login(creds.login);
     shared.servers.set_tls(creds.server_tls.map(|(cfg, _)| cfg));
     let id = running.id + 1;
-    shared.install(
-        Generation::new(id, next, &addrs, ids, creds.users, creds.tls)
-            .ejecting(shared.servers.health.ejection.clone())
-            .routed(&shared.side, shared.servers.health.ejection.clone(), Some(&running)),
-    );
+    let generation = Generation::new(id, next, &addrs, ids, creds.users, creds.tls)
+        .ejecting(shared.servers.health.ejection.clone())
+        .routed(&shared.side, shared.servers.health.ejection.clone(), Some(&running));
+    let route = generation.tree.as_ref().map(|t| t.summary());
+    shared.install(generation);
     // The users file may give a user another password: a password that
     // failed before the reload is checked again, not refused as a repeat.
     shared.logins.forget_failures();
-    Ok(Report { generation: id, added, removed, kept, not_applied })
+    Ok(Report { generation: id, added, removed, kept, not_applied, route })
 }
 
 /// Gives `next` the running values of what cannot change, and names the

@@ -130,6 +130,9 @@ impl Service for Proxy {
             net_threads.push(std::thread::Builder::new().name(format!("{name}-{id}")).spawn(move || net.run())?);
         }
         tracing::info!(%addr, engine = p.engine.name(), threads = loops.max(workers_n), "mwproxy listening");
+        if let Some(tree) = &shared.generation().tree {
+            tracing::info!("{}", tree.summary());
+        }
         Ok(Proxy { shell, shared, net_threads, workers, checker: Some(checker), side })
     }
 

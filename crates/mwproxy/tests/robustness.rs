@@ -395,6 +395,9 @@ fn stats_count_what_clients_did() {
     assert!(b.contains("STAT backend:0:status up\r\n"));
     let settings = c.call_str("stats settings\r\n").unwrap();
     assert!(settings.contains("STAT replication 2\r\n"), "{settings}");
+    // A list is one line (it was cut to `STAT servers [`).
+    let servers = settings.lines().find(|l| l.starts_with("STAT servers ")).unwrap();
+    assert!(servers.starts_with("STAT servers [") && servers.ends_with(']'), "{settings}");
     assert_eq!(c.call_str("stats reset\r\n").unwrap(), "RESET\r\n");
     assert_eq!(common::stat(&c.call_str("stats\r\n").unwrap(), "cmd_set"), 0);
     common::stop(proxy);

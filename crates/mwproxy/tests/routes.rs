@@ -406,7 +406,9 @@ fn a_reload_swaps_the_tree_and_its_counters() {
     assert_eq!(route_stat(&p, "route:requests"), 1);
     let next =
         config(&[&s[0], &s[1]], &["a", "b"], "route = { type = \"failover\", children = [\"b\", \"a\"] }", |_| {});
-    mwproxy::reload::reload(&p.shared(), Ok(next)).expect("reloaded");
+    let report = mwproxy::reload::reload(&p.shared(), Ok(next)).expect("reloaded").to_string();
+    // The log line says which tree is now in use.
+    assert!(report.contains("route: failover, 3 routes over pools a (1 server), b (1 server)"), "{report}");
     assert_eq!(set(&mut c, "k2", "y"), "STORED\r\n", "the same client connection, the new tree");
     assert!(has(&s[1], "k2") && !has(&s[0], "k2"));
     assert_eq!(route_stat(&p, "route:failovers"), 0);
@@ -460,6 +462,11 @@ type = "prefix"
     assert!(set(&mut c, "sync:2", "x").starts_with("SERVER_ERROR"), "all-sync answers the first error");
     assert_eq!(set(&mut c, "initial:2", "y"), "STORED\r\n", "a dead other child changes no all-initial reply");
     assert_eq!(route_stat(&p, "route.routes.\"sync:\":errors"), 1);
+    // The tree and the pools in `stats settings`, each setting by its path.
+    let settings = c.call_str("stats settings\r\n").unwrap();
+    assert!(settings.contains("STAT route.type prefix\r\n"), "{settings}");
+    assert!(settings.contains("STAT route.routes.\"initial:\".children [\"a\", \"b\", \"c\"]\r\n"), "{settings}");
+    assert!(settings.lines().any(|l| l.starts_with("STAT pools.b.servers [\"127.0.0.1:")), "{settings}");
     common::stop(p);
 }
 

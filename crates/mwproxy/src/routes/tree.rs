@@ -142,6 +142,21 @@ impl Tree {
         Some(Tree { spec, pools, stats, clock, side, lane, ids: ids.to_vec(), rounds })
     }
 
+    /// The tree in a few words, for the log: its root's type, how many
+    /// routes, and the pools with their servers.
+    pub fn summary(&self) -> String {
+        let root = match &self.spec.nodes[Tree::ROOT].kind {
+            Kind::Pool(p) => format!("pool {}", self.pools[*p].name),
+            kind => type_name(kind).to_string(),
+        };
+        let pools: Vec<String> = self
+            .pools
+            .iter()
+            .map(|p| format!("{} ({} server{})", p.name, p.ids.len(), if p.ids.len() == 1 { "" } else { "s" }))
+            .collect();
+        format!("route: {root}, {} routes over pools {}", self.spec.nodes.len(), pools.join(", "))
+    }
+
     /// Where a migration stands now: 0 before its start, 1 in its window, 2 after.
     pub fn phase(&self, start: u64, window: u64) -> u8 {
         let now = self.clock.now();
