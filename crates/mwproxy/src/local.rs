@@ -286,30 +286,6 @@ fn cpu_seconds() -> (f64, f64) {
     (seconds(usage.user_time()), seconds(usage.system_time()))
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_lowest_version_and_the_sums_come_from_the_servers() {
-        let answers: Vec<Answer> = vec![
-            Ok(b"STAT version 1.6.18\r\nSTAT curr_items 3\r\nSTAT bytes 100\r\nEND\r\n".to_vec()),
-            Err(crate::route::BackendError::Down),
-            Ok(b"STAT version 1.6.9\r\nSTAT curr_items 4\r\nSTAT bytes 50\r\nEND\r\n".to_vec()),
-        ];
-        let f = BackendFigures::of(&answers);
-        assert_eq!(f.version.as_deref(), Some("1.6.9"));
-        assert_eq!(f.sums[0], 7);
-        assert_eq!(f.sums[2], 150);
-        assert_eq!(f.answered, 2, "each server that answered counts once");
-        let f = BackendFigures::of(&[Ok(b"VERSION 1.6.21\r\n".to_vec()), Ok(b"VERSION 1.10.0\r\n".to_vec())]);
-        assert_eq!(f.version.as_deref(), Some("1.6.21"));
-        assert_eq!(f.answered, 2);
-        assert!(version_key("1.6.18-foo") > version_key("1.6.9"));
-        assert_eq!(version_key("x"), None);
-    }
-}
-
 /// The configuration as `stats settings` lines: a section's own settings by
 /// their names (`replication`, `timeout_ms`), as memcached names its own;
 /// anything deeper (a pool's, a route node's) by its dotted path
@@ -344,4 +320,28 @@ fn settings(config: &crate::config::Config) -> Vec<(String, String)> {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_lowest_version_and_the_sums_come_from_the_servers() {
+        let answers: Vec<Answer> = vec![
+            Ok(b"STAT version 1.6.18\r\nSTAT curr_items 3\r\nSTAT bytes 100\r\nEND\r\n".to_vec()),
+            Err(crate::route::BackendError::Down),
+            Ok(b"STAT version 1.6.9\r\nSTAT curr_items 4\r\nSTAT bytes 50\r\nEND\r\n".to_vec()),
+        ];
+        let f = BackendFigures::of(&answers);
+        assert_eq!(f.version.as_deref(), Some("1.6.9"));
+        assert_eq!(f.sums[0], 7);
+        assert_eq!(f.sums[2], 150);
+        assert_eq!(f.answered, 2, "each server that answered counts once");
+        let f = BackendFigures::of(&[Ok(b"VERSION 1.6.21\r\n".to_vec()), Ok(b"VERSION 1.10.0\r\n".to_vec())]);
+        assert_eq!(f.version.as_deref(), Some("1.6.21"));
+        assert_eq!(f.answered, 2);
+        assert!(version_key("1.6.18-foo") > version_key("1.6.9"));
+        assert_eq!(version_key("x"), None);
+    }
 }
