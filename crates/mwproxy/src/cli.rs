@@ -131,6 +131,14 @@ pub struct Cli {
     /// route tree (docs/mcrouter.md); `--config` may give mwproxy's other settings.
     #[arg(long, value_name = "FILE", help_heading = ROUTING)]
     pub mcrouter_config: Option<std::path::PathBuf>,
+    /// mcrouter's JSON configuration given on the command line itself
+    /// (mcrouter's --config-str); a SIGHUP reads it again, unchanged.
+    #[arg(long, value_name = "JSON", conflicts_with = "mcrouter_config", help_heading = ROUTING)]
+    pub mcrouter_config_str: Option<String>,
+    /// The routing prefix this host serves, /region/cluster/ (mcrouter's -R): of the mcrouter
+    /// file's several `routes` entries, the one whose aliases hold it.
+    #[arg(long, value_name = "PREFIX", help_heading = ROUTING)]
+    pub route_prefix: Option<String>,
     /// Serve twemproxy's stats JSON on this port (twemproxy's -s) [default: off; 22222 with a
     /// twemproxy configuration file].
     #[arg(long, value_name = "PORT", help_heading = TWEMPROXY)]
@@ -220,18 +228,46 @@ impl Cli {
 
     /// The configuration: the file (if any), then every flag given.
     pub fn to_config(&self) -> Result<Config, ConfigError> {
+        use crate::routes::mcrouter::{install, Source};
         let mcrouter = self.mcrouter_file();
         let mut c: Config = match &self.server.config {
             // (`-c FILE.json` is mcrouter's file: mwproxy's settings are then the defaults and flags.)
             Some(p) if mcrouter.as_ref() == Some(p) => {
                 mwserve::cli::ServerArgs { config: None, ..self.server.clone() }.load()?
             }
-            _ => self.server.load()?,
+            _ => self.server.load().map_err(|e| self.json_hint(e))?,
         };
-        if let Some(path) = &mcrouter {
-            crate::routes::mcrouter::install(&mut c, path)?;
+        let prefix = self.route_prefix.as_deref();
+        match (&mcrouter, &self.mcrouter_config_str) {
+            (Some(_), Some(_)) => {
+                return Err(ConfigError("--mcrouter-config-str and an mcrouter file: give the JSON once".into()))
+            }
+            (Some(path), None) => install(&mut c, Source::File(path), prefix)?,
+            (None, Some(text)) => install(&mut c, Source::Text(text), prefix)?,
+            (None, None) if prefix.is_some() => {
+                return Err(ConfigError(
+                    "--route-prefix chooses among an mcrouter file's routes: give the file (--mcrouter-config)".into(),
+                ))
+            }
+            (None, None) => {}
         }
         self.apply(c)
+    }
+
+    /// A configuration file that would not parse as TOML but reads as JSON
+    /// is likely mcrouter's under another name: the error says what to do.
+    fn json_hint(&self, e: ConfigError) -> ConfigError {
+        let text = self.server.config.as_ref().and_then(|p| std::fs::read_to_string(p).ok());
+        // (A TOML file never starts with `{`, `//` or `/*`; mcrouter's may.)
+        let json = |t: &str| ["{", "//", "/*"].iter().any(|s| t.trim_start().starts_with(s));
+        if text.is_some_and(|t| json(&t)) {
+            return ConfigError(format!(
+                "{}\n(this file looks like JSON: for mcrouter's file, give it with --mcrouter-config FILE, \
+                 or name it .json)",
+                e.0.trim_end()
+            ));
+        }
+        e
     }
 
     /// mcrouter's file to serve, when one is given (`--mcrouter-config`, or `-c` naming a .json file).
@@ -416,5 +452,34 @@ mod tests {
         assert!(parse_size("12q").is_err());
         assert!(Cli::try_parse_from(["mwproxy", "-s", "maybe"]).is_err());
         assert!(Cli::try_parse_from(["mwproxy", "--bogus"]).is_err());
+    }
+
+    const MCROUTER_JSON: &str = r#"{ "pools": { "A": { "servers": ["h:1"] }, "B": { "servers": ["h:2"] } },
+        "routes": [{ "aliases": ["/r/a/"], "route": "Pool|A" }, { "aliases": ["/r/b/"], "route": "Pool|B" }] }"#;
+
+    #[test]
+    fn mcrouter_json_given_inline_with_a_route_prefix() {
+        let json = MCROUTER_JSON;
+        let c = cli(&["--mcrouter-config-str", json, "--route-prefix", "/r/b/"]).to_config().unwrap();
+        assert_eq!(c.route.unwrap().value.as_str(), Some("B"));
+        let e = cli(&["--mcrouter-config-str", json]).to_config().unwrap_err();
+        assert!(e.0.contains("--route-prefix"), "{e}");
+        let e = cli(&["--route-prefix", "/r/b/"]).to_config().unwrap_err();
+        assert!(e.0.contains("--mcrouter-config"), "{e}");
+    }
+
+    /// mcrouter's file under a name that is not .json: TOML's error, and what to do.
+    #[test]
+    fn json_given_as_mwproxys_file_is_pointed_to_mcrouter_config() {
+        let json = MCROUTER_JSON;
+        let path = std::env::temp_dir().join(format!("mwproxy-cli-{}.conf", std::process::id()));
+        std::fs::write(&path, format!("// mcrouter's\n{json}")).unwrap();
+        let e = cli(&["-c", path.to_str().unwrap()]).to_config().unwrap_err();
+        std::fs::remove_file(&path).unwrap();
+        assert!(
+            e.0.contains("TOML parse error")
+                && e.0.contains("looks like JSON: for mcrouter's file, give it with --mcrouter-config"),
+            "{e}"
+        );
     }
 }

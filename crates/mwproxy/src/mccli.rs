@@ -1,7 +1,9 @@
 //! mcrouter's command line, so that what starts mcrouter starts mwproxy:
 //! run under the name `mcrouter` (a link), or as `mwproxy mcrouter ARGS`,
 //! mwproxy reads mcrouter's flags — `-f`/`--config-file` (or
-//! `--config file:PATH`) the JSON file, `-p`/`--port` the port,
+//! `--config file:PATH`) the JSON file, `--config-str JSON` (or `--config
+//! JSON`) the JSON itself, `-R`/`--route-prefix` the routing prefix whose
+//! `routes` entry is served, `-p`/`--port` the port,
 //! `--listen-addresses` the address, `--num-proxies` the threads,
 //! `--validate-config` a check of the file — and serves its pools and route
 //! (`routes/mcrouter.rs`). Other mcrouter flags are refused by name.
@@ -21,9 +23,15 @@ pub struct McCli {
     /// The JSON configuration file.
     #[arg(short = 'f', long = "config-file", value_name = "FILE")]
     config_file: Option<PathBuf>,
-    /// The configuration as `file:PATH` (mcrouter's newer form).
-    #[arg(long = "config", value_name = "file:PATH")]
+    /// The configuration as `file:PATH`, or the JSON itself (mcrouter's newer form).
+    #[arg(long = "config", value_name = "file:PATH|JSON")]
     config: Option<String>,
+    /// The JSON configuration itself.
+    #[arg(long = "config-str", value_name = "JSON")]
+    config_str: Option<String>,
+    /// The routing prefix this host serves (/region/cluster/): the `routes` entry whose aliases hold it.
+    #[arg(short = 'R', long = "route-prefix", value_name = "PREFIX")]
+    route_prefix: Option<String>,
     /// The port to listen on (one).
     #[arg(short = 'p', long = "port", value_name = "PORT")]
     port: Option<u16>,
@@ -58,14 +66,16 @@ pub fn mcrouter_args() -> Option<Vec<OsString>> {
 
 /// mwproxy's own command line for mcrouter's flags.
 pub fn translate(mc: &McCli) -> Result<Vec<OsString>, String> {
-    let file = match (&mc.config_file, &mc.config) {
-        (Some(f), None) => f.clone(),
-        (None, Some(c)) => match c.strip_prefix("file:") {
-            Some(path) => PathBuf::from(path),
-            None => return Err(format!("--config {c:?}: only file:PATH is read")),
+    let source: [OsString; 2] = match (&mc.config_file, &mc.config_str, &mc.config) {
+        (Some(f), None, None) => ["--mcrouter-config".into(), f.into()],
+        (None, Some(json), None) => ["--mcrouter-config-str".into(), json.into()],
+        (None, None, Some(c)) => match c.strip_prefix("file:") {
+            Some(path) => ["--mcrouter-config".into(), path.into()],
+            None if c.trim_start().starts_with('{') => ["--mcrouter-config-str".into(), c.into()],
+            None => return Err(format!("--config {c:?}: only file:PATH or the JSON itself is read")),
         },
-        (Some(_), Some(_)) => return Err("give -f/--config-file or --config, not both".into()),
-        (None, None) => return Err("no configuration: give -f FILE (mcrouter's JSON)".into()),
+        (None, None, None) => return Err("no configuration: give -f FILE (mcrouter's JSON)".into()),
+        _ => return Err("give one of -f/--config-file, --config-str and --config".into()),
     };
     let Some(port) = mc.port else { return Err("no port: give -p PORT".into()) };
     if mc.listen_addresses.contains(',') {
@@ -73,8 +83,12 @@ pub fn translate(mc: &McCli) -> Result<Vec<OsString>, String> {
     }
     let host = &mc.listen_addresses;
     let listen = if host.contains(':') { format!("[{host}]:{port}") } else { format!("{host}:{port}") };
-    let mut flags: Vec<OsString> = vec!["mwproxy".into(), "--mcrouter-config".into(), file.into()];
+    let mut flags: Vec<OsString> = vec!["mwproxy".into()];
+    flags.extend(source);
     flags.extend(["--listen".into(), listen.into()]);
+    if let Some(prefix) = &mc.route_prefix {
+        flags.extend(["--route-prefix".into(), prefix.into()]);
+    }
     if let Some(n) = mc.num_proxies {
         flags.extend(["--threads".into(), n.to_string().into()]);
     }
@@ -130,6 +144,12 @@ mod tests {
         assert_eq!(f[2..5], ["/x.json", "--listen", "[::1]:1"]);
         assert!(flags(&["-f", "x.json"]).unwrap_err().contains("-p"));
         assert!(flags(&["--config", "zk:/x", "-p", "1"]).unwrap_err().contains("file:PATH"));
+        // The JSON itself, and the routing prefix.
+        let json = r#"{"route": "Pool|A"}"#;
+        let f = flags(&["--config-str", json, "-p", "1", "-R", "/r/c/"]).unwrap();
+        assert_eq!(f[1..], ["--mcrouter-config-str", json, "--listen", "127.0.0.1:1", "--route-prefix", "/r/c/"]);
+        assert_eq!(flags(&["--config", json, "-p", "1"]).unwrap()[1..3], ["--mcrouter-config-str", json]);
+        assert!(flags(&["-f", "x.json", "--config-str", json, "-p", "1"]).unwrap_err().contains("one of"));
         assert!(
             McCli::try_parse_from(["mcrouter", "--big-value-split-threshold", "1"]).is_err(),
             "other flags are refused"

@@ -10,12 +10,15 @@
 //! `AllFastestRoute`, `WarmUpRoute`, `MissFailoverRoute`, `MigrateRoute`,
 //! `NullRoute`, `DevNullRoute`, `ErrorRoute`, and named handles (any route
 //! object with a `name`, referred to by that name; a name that leads back
-//! to itself is refused). C-style comments are allowed, as mcrouter allows
-//! them. Everything else — macros, `@` functions, other handles, handles
-//! over a pool's servers one by one (`"AllSyncRoute|Pool|A"`), other
-//! protocols, several routing prefixes — is refused, with the handle and
-//! its line and column in the file named. docs/mcrouter.md says what
-//! differs.
+//! to itself is refused). C-style comments and trailing commas are allowed,
+//! as mcrouter (folly's relaxed JSON) allows them; a pool's `weights` become
+//! its servers' ketama weights; of several `routes` entries, the one whose
+//! `aliases` hold the routing prefix (mcrouter's `-R`) is served.
+//! Everything else — macros, `@` functions, other handles, handles over a
+//! pool's servers one by one (`"AllSyncRoute|Pool|A"`), other protocols,
+//! several routing prefixes without `-R` — is refused, with the handle and
+//! its line and column in the file named, and what to write instead where
+//! there is something. docs/mcrouter.md says what differs.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -23,15 +26,25 @@ use std::path::Path;
 use serde_json::Value as Json;
 use toml::Value;
 
-use crate::config::{ConfigError, RoutingConfig};
+use crate::config::{ConfigError, RoutingConfig, ServerSpec};
 use crate::routes::spec::{MAX_DEPTH, MAX_NODES};
+
+mod prefix;
 
 /// The pools as `[pools.<name>]` has them.
 type Pools = BTreeMap<String, RoutingConfig>;
 
 /// The pools and the route of an mcrouter file's text.
 pub fn read(text: &str) -> Result<(Pools, Value), ConfigError> {
-    let clean = strip_comments(text);
+    read_for(text, None)
+}
+
+/// The pools and the route of an mcrouter file's text, for the host whose
+/// routing prefix (mcrouter's `-R`, `/region/cluster/`) is `prefix`: of
+/// several `routes` entries, the one whose `aliases` hold it.
+pub fn read_for(text: &str, prefix: Option<&str>) -> Result<(Pools, Value), ConfigError> {
+    let prefix = prefix.map(prefix::check).transpose()?;
+    let clean = strip_trailing_commas(&strip_comments(text));
     let doc: Json = serde_json::from_str(&clean).map_err(|e| ConfigError(format!("mcrouter config: {e}")))?;
     let Json::Object(top) = &doc else { return Err(ConfigError("mcrouter config: not a JSON object".into())) };
     let mut r = Reader { text, pools: BTreeMap::new(), named: BTreeMap::new(), stack: Vec::new(), depth: 0, nodes: 0 };
@@ -64,40 +77,46 @@ pub fn read(text: &str) -> Result<(Pools, Value), ConfigError> {
     r.named = named;
     let route = match (top.get("route"), top.get("routes")) {
         (Some(route), None) => route,
-        (None, Some(Json::Array(list))) if list.len() == 1 => match list[0].get("route") {
-            Some(route) => route,
-            None => return r.refuse("routes", "\"routes\"", "a routes entry is { aliases, route }"),
+        (None, Some(routes)) => match prefix::entry(routes, prefix.as_deref()) {
+            Ok(route) => route,
+            Err((needle, why)) => return r.refuse("routes", &needle, &why),
         },
-        (None, Some(_)) => {
-            return r.refuse(
-                "routes",
-                "\"routes\"",
-                "several routing prefixes: mwproxy serves one route (keep this host's)",
-            )
-        }
         _ => return r.refuse("route", "{", "give route, or routes with one entry"),
     };
     let tree = r.route(route, "route")?;
     Ok((r.pools, tree))
 }
 
-/// Reads the file at `path`.
-pub fn load(path: &Path) -> Result<(Pools, Value), ConfigError> {
+/// Reads the file at `path` (for the routing prefix `prefix`, if given).
+pub fn load(path: &Path, prefix: Option<&str>) -> Result<(Pools, Value), ConfigError> {
     let text =
         std::fs::read_to_string(path).map_err(|e| ConfigError(format!("cannot read {}: {e}", path.display())))?;
-    read(&text).map_err(|e| ConfigError(format!("{}: {}", path.display(), e.0)))
+    read_for(&text, prefix).map_err(|e| ConfigError(format!("{}: {}", path.display(), e.0)))
 }
 
-/// Puts the pools and route of the mcrouter file at `path` into `c`, which
-/// must have none of its own.
-pub fn install(c: &mut crate::config::Config, path: &Path) -> Result<(), ConfigError> {
+/// Where mcrouter's JSON comes from: a file, or the command line itself
+/// (mcrouter's `--config-str`).
+#[derive(Clone, Copy, Debug)]
+pub enum Source<'a> {
+    /// The file at this path.
+    File(&'a Path),
+    /// This text.
+    Text(&'a str),
+}
+
+/// Puts the pools and route of the mcrouter JSON `from` (for the routing
+/// prefix `prefix`, if given) into `c`, which must have none of its own.
+pub fn install(c: &mut crate::config::Config, from: Source, prefix: Option<&str>) -> Result<(), ConfigError> {
     if !c.pools.is_empty() || c.route.is_some() || !c.routing.servers.is_empty() {
         return Err(ConfigError(
             "--mcrouter-config gives the pools and the route: leave servers, [pools] and [route] out of the rest"
                 .into(),
         ));
     }
-    let (pools, route) = load(path)?;
+    let (pools, route) = match from {
+        Source::File(path) => load(path, prefix)?,
+        Source::Text(text) => read_for(text, prefix)?,
+    };
     c.pools = pools;
     c.route = Some(super::RouteSpec::new(route));
     Ok(())
@@ -144,11 +163,11 @@ impl Reader<'_> {
 
     fn pool(&mut self, name: &str, p: &Json) -> Result<(), ConfigError> {
         let Json::Object(p) = p else { return self.refuse(name, &format!("\"{name}\""), "a pool is { servers }") };
-        if let Some(k) = p.keys().find(|k| !["servers", "protocol", "name"].contains(&k.as_str())) {
+        if let Some(k) = p.keys().find(|k| !["servers", "weights", "protocol", "name"].contains(&k.as_str())) {
             return self.refuse(
                 &format!("pool {name}"),
                 &format!("\"{k}\""),
-                &format!("{k:?} is not read (servers, protocol)"),
+                &format!("{k:?} is not read (servers, weights, protocol)"),
             );
         }
         if p.get("protocol").is_some_and(|v| v.as_str() != Some("ascii")) {
@@ -179,6 +198,9 @@ impl Reader<'_> {
                 Err(e) => return self.refuse(&format!("pool {name}"), s, &format!("{e}")),
             }
         }
+        if let Some(w) = p.get("weights") {
+            self.weigh(name, w, &mut servers)?;
+        }
         let pool = RoutingConfig { servers, ..RoutingConfig::default() };
         match self.pools.get(name) {
             Some(old) if *old != pool => {
@@ -189,6 +211,32 @@ impl Reader<'_> {
                 Ok(())
             }
         }
+    }
+
+    /// A pool's `weights` (0.0 to 1.0 per server: mcrouter's WeightedCh3
+    /// gives each server a share of keys in proportion) as ketama weights in
+    /// the same proportion: thousandths, at least one (a weight of 0 next to
+    /// larger ones gets no point on the ring, so no key, as in mcrouter).
+    fn weigh(&self, name: &str, w: &Json, servers: &mut [ServerSpec]) -> Result<(), ConfigError> {
+        let what = format!("pool {name}");
+        let Json::Array(list) = w else {
+            return self.refuse(&what, "\"weights\"", "weights is a list of numbers from 0.0 to 1.0, one per server");
+        };
+        if list.len() != servers.len() {
+            let why = format!(
+                "{} weights for {} servers: give one per server (mcrouter calls such a file broken and guesses 0.5)",
+                list.len(),
+                servers.len()
+            );
+            return self.refuse(&what, "\"weights\"", &why);
+        }
+        for (s, w) in servers.iter_mut().zip(list) {
+            match w.as_f64() {
+                Some(w) if (0.0..=1.0).contains(&w) => s.weight = ((w * 1000.0).round() as u32).max(1),
+                _ => return self.refuse(&what, "\"weights\"", &format!("weight {w}: a number from 0.0 to 1.0")),
+            }
+        }
+        Ok(())
     }
 
     fn route(&mut self, v: &Json, path: &str) -> Result<Value, ConfigError> {
@@ -240,12 +288,13 @@ impl Reader<'_> {
                 out
             }
             [first, ..] if first.starts_with('@') => self.refuse(path, &quoted, "mcrouter's @ functions are not read"),
-            [handle, "Pool" | "PoolRoute", _] => self.refuse(
+            ["HashRoute", "Pool" | "PoolRoute", pool] => {
+                self.refuse(path, &quoted, &format!("{s:?} is not read: {}", hash_route(pool)))
+            }
+            [handle, "Pool" | "PoolRoute", pool] => self.refuse(
                 path,
                 &quoted,
-                &format!(
-                    "{handle} over each server of a pool is not read: route to the pool (\"PoolRoute|name\") instead"
-                ),
+                &format!("{handle} over each server of a pool is not read: {}", per_server(pool)),
             ),
             _ => self.refuse(path, &quoted, &format!("{s:?} is not a handle mwproxy reads, nor a named handle")),
         }
@@ -274,6 +323,15 @@ impl Reader<'_> {
             "MigrateRoute" => &["from", "to", "start_time", "interval"],
             "NullRoute" | "DevNullRoute" => &[],
             "ErrorRoute" => &["response"],
+            "HashRoute" => {
+                let why = match o.get("children").and_then(Json::as_str).and_then(|c| c.split_once('|')) {
+                    Some(("Pool" | "PoolRoute", pool)) => hash_route(pool),
+                    _ => "over a pool's servers (\"children\": \"Pool|A\") write \"PoolRoute|A\", which hashes \
+                          each key to one of them as HashRoute does; mwproxy hashes keys to servers, not to routes"
+                        .into(),
+                };
+                return self.refuse(path, &needle, &format!("HashRoute is not a handle mwproxy reads: {why}"));
+            }
             other => {
                 return self.refuse(path, &needle, &format!("{other} is not a handle mwproxy reads (docs/mcrouter.md)"))
             }
@@ -410,6 +468,11 @@ impl Reader<'_> {
 
     fn children(&mut self, o: &serde_json::Map<String, Json>, path: &str, needle: &str) -> Result<Value, ConfigError> {
         let Some(Json::Array(list)) = o.get("children") else {
+            if let Some(("Pool", pool)) = o.get("children").and_then(Json::as_str).and_then(|c| c.split_once('|')) {
+                let why =
+                    format!("\"children\": \"Pool|{pool}\" (one child per server) is not read: {}", per_server(pool));
+                return self.refuse(path, "\"children\"", &why);
+            }
             return self.refuse(path, needle, "children is a list of routes");
         };
         let out = list.iter().enumerate().map(|(i, c)| self.route(c, &format!("{path}.children[{i}]")));
@@ -497,6 +560,47 @@ impl Reader<'_> {
             _ => self.refuse(path, &format!("\"{key}\""), &format!("{key} is a whole number of seconds")),
         }
     }
+}
+
+/// What to write instead of a HashRoute over the servers of `pool`.
+fn hash_route(pool: &str) -> String {
+    format!(
+        "write \"PoolRoute|{pool}\" instead: a PoolRoute hashes each key to one server of the pool, as this \
+         HashRoute does (mwproxy with ketama, docs/mcrouter.md)"
+    )
+}
+
+/// What to write instead of a handle over each server of `pool`.
+fn per_server(pool: &str) -> String {
+    format!(
+        "mwproxy does not expand a pool into one child per server: list one-server pools as the children \
+         (\"PoolRoute|{pool}1\", \"PoolRoute|{pool}2\", ...), or route to the pool (\"PoolRoute|{pool}\") \
+         with replication set to its number of servers in mwproxy's TOML (--print-config writes it): \
+         writes then go to every server, reads to one and on to the next if it fails"
+    )
+}
+
+/// The text without trailing commas in objects and arrays (outside
+/// strings; `text` has no comments left), each turned into a space so
+/// that positions stay true: folly's relaxed JSON, which mcrouter reads,
+/// allows them.
+fn strip_trailing_commas(text: &str) -> String {
+    let mut out = text.as_bytes().to_vec();
+    let (mut in_str, mut escaped) = (false, false);
+    for i in 0..out.len() {
+        let c = out[i];
+        if in_str {
+            (in_str, escaped) = (escaped || c != b'"', !escaped && c == b'\\');
+        } else if c == b'"' {
+            in_str = true;
+        } else if c == b',' {
+            let next = out[i + 1..].iter().find(|b| !b.is_ascii_whitespace());
+            if matches!(next, Some(b'}' | b']')) {
+                out[i] = b' ';
+            }
+        }
+    }
+    String::from_utf8(out).unwrap_or_default()
 }
 
 fn table<'a>(entries: impl IntoIterator<Item = (&'a str, Value)>) -> Value {

@@ -134,3 +134,87 @@ fn named_handles_cannot_expand_without_bound() {
     let e = refused(&format!(r#"{{ {POOLS}, "named_handles": [{}], "route": "c0" }}"#, chain.join(", ")));
     assert!(e.contains("nests deeper than 8 levels") && e.contains("at named handle c"), "{e}");
 }
+
+/// folly's relaxed JSON, as mcrouter reads it: trailing commas in objects
+/// and arrays (outside strings), with comments; positions stay true.
+#[test]
+fn trailing_commas_are_read_as_mcrouter_reads_them() {
+    let text = "{\n  \"pools\": { \"A\": { \"servers\": [\"127.0.0.1:5001\", \"127.0.0.1:5002\",], }, }, // A,\n  \"route\": { \"type\": \"AllSyncRoute\", \"children\": [\"Pool|A\", \"ErrorRoute|x, ]\",], },\n}\n";
+    let (pools, route) = read(text).unwrap();
+    assert_eq!(pools["A"].servers.len(), 2);
+    assert_eq!(route["children"][1]["message"].as_str(), Some("x, ]"), "a comma in a string stays");
+    let e = refused("{ \"pools\": {},\n  \"route\": \"PoolRoute|C\", }");
+    assert!(e.contains("unknown pool \"C\"") && e.contains("line 2, column 12"), "{e}");
+    assert!(refused("{ \"route\": [,] }").contains("mcrouter config"), "a lone comma is no trailing one");
+}
+
+/// A pool's `weights` (mcrouter's WeightedCh3 shares) become its servers'
+/// ketama weights in the same proportion: a server of 0.5 next to one of
+/// 1.0 holds about a third of the keys, one of 0.0 none.
+#[test]
+fn pool_weights_become_ketama_weights_in_the_same_proportion() {
+    let share = |weights: &str| {
+        let json = format!(
+            r#"{{ "pools": {{ "A": {{ "servers": ["10.0.0.1:11211", "10.0.0.2:11211"], "weights": {weights} }} }}, "route": "Pool|A" }}"#
+        );
+        let (pools, _) = read(&json).unwrap();
+        let servers = &pools["A"].servers;
+        let ring = mcproto::ring::Ring::new(mcproto::ring::HashKind::Ketama, servers);
+        let second = (0..3000).filter(|i| ring.server_for(format!("key:{i}").as_bytes()) == 1).count();
+        (servers.iter().map(|s| s.weight).collect::<Vec<_>>(), second as f64 / 3000.0)
+    };
+    let (w, s) = share("[1.0, 0.5]");
+    assert_eq!(w, [1000, 500]);
+    assert!((0.28..0.39).contains(&s), "{s}");
+    let (w, s) = share("[1, 0]");
+    assert_eq!((w, s), (vec![1000, 1], 0.0));
+    let e =
+        refused(&format!("{{ {POOLS}, \"route\": \"Pool|A\" }}").replace("5002:ascii\"]", "5002\"], \"weights\": [1]"));
+    assert!(e.contains("1 weights for 2 servers"), "{e}");
+    let e = refused(
+        &format!("{{ {POOLS}, \"route\": \"Pool|A\" }}").replace("5002:ascii\"]", "5002\"], \"weights\": [1, 2]"),
+    );
+    assert!(e.contains("weight 2: a number from 0.0 to 1.0") && e.contains("pool A (line"), "{e}");
+}
+
+/// Several `routes` entries: the one whose aliases hold the routing prefix
+/// (mcrouter's -R) is served; without one, or with one no entry has, the
+/// refusal says what to give.
+#[test]
+fn the_routing_prefix_chooses_among_several_routes() {
+    let json = format!(
+        r#"{{ {POOLS}, "routes": [{{ "aliases": ["/r/a/", "/r/aa/"], "route": "Pool|A" }}, {{ "aliases": ["/r/b/"], "route": "Pool|B" }}] }}"#
+    );
+    assert_eq!(read_for(&json, Some("/r/b/")).unwrap().1.as_str(), Some("B"));
+    assert_eq!(read_for(&json, Some("/r/aa")).unwrap().1.as_str(), Some("A"), "the last slash is optional");
+    let e = read(&json).unwrap_err().0;
+    assert!(e.contains("several routing prefixes") && e.contains("-R PREFIX") && e.contains("--route-prefix"), "{e}");
+    let e = read_for(&json, Some("/r/c/")).unwrap_err().0;
+    assert!(
+        e.contains("no entry has the routing prefix \"/r/c/\"") && e.contains("\"/r/a/\", \"/r/aa/\", \"/r/b/\""),
+        "{e}"
+    );
+    let e = read_for(&json, Some("r/c")).unwrap_err().0;
+    assert!(e.contains("/region/cluster/"), "{e}");
+    // One `route` serves every prefix; one entry, a prefix it has or none.
+    assert!(read_for(&format!("{{ {POOLS}, \"route\": \"Pool|A\" }}"), Some("/x/y/")).is_ok());
+    let one = format!(r#"{{ {POOLS}, "routes": [{{ "aliases": ["/r/a/"], "route": "Pool|A" }}] }}"#);
+    assert!(read(&one).is_ok() && read_for(&one, Some("/r/a/")).is_ok());
+    assert!(read_for(&one, Some("/r/b/")).unwrap_err().0.contains("aliases present: \"/r/a/\""));
+}
+
+/// HashRoute over a pool, and a handle whose children are a pool's
+/// servers, are refused with what to write instead.
+#[test]
+fn hash_routes_and_per_server_children_say_what_to_write_instead() {
+    let e = refused(&format!("{{ {POOLS}, \"route\": \"HashRoute|Pool|A\" }}"));
+    assert!(e.contains("write \"PoolRoute|A\" instead") && e.contains("hashes each key to one server"), "{e}");
+    let e = refused(&format!("{{ {POOLS}, \"route\": {{ \"type\": \"HashRoute\", \"children\": \"Pool|B\" }} }}"));
+    assert!(e.contains("write \"PoolRoute|B\" instead"), "{e}");
+    let e = refused(&format!("{{ {POOLS}, \"route\": {{ \"type\": \"HashRoute\", \"children\": [\"Pool|A\"] }} }}"));
+    assert!(e.contains("write \"PoolRoute|A\", which hashes"), "{e}");
+    let text = format!("{{ {POOLS},\n \"route\": {{ \"type\": \"AllSyncRoute\", \"children\": \"Pool|A\" }} }}");
+    let e = refused(&text);
+    assert!(e.contains("does not expand a pool into one child per server") && e.contains("line 3, column 37"), "{e}");
+    assert!(e.contains("\"PoolRoute|A1\"") && e.contains("replication"), "{e}");
+}
