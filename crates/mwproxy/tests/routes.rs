@@ -538,6 +538,69 @@ fn an_mcrouter_file_is_served_under_mcrouters_command_line_and_reloaded_on_sighu
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// What someone who runs mcrouter has: trailing commas, pool weights,
+/// several `routes` entries of which the host's routing prefix (-R)
+/// chooses one, the JSON on the command line, and scripts that read
+/// `__mcrouter__.` keys (answered with an error, not routed as keys).
+#[test]
+fn an_mcrouter_file_of_several_routes_is_served_for_the_routing_prefix_given() {
+    let s = common::servers(2);
+    let json = format!(
+        r#"{{
+  "pools": {{ "A": {{ "servers": ["{}"], "weights": [1], }}, "B": {{ "servers": ["{}"], }}, }},
+  "routes": [
+    {{ "aliases": ["/r/a/"], "route": "PoolRoute|A", }},
+    {{ "aliases": ["/r/b/"], "route": {{ "type": "FailoverRoute", "children": ["PoolRoute|B", "PoolRoute|A",], }}, }},
+  ],
+}}"#,
+        s[0].endpoint(),
+        s[1].endpoint()
+    );
+    let dir = std::env::temp_dir().join(format!("mwproxy-mcrouter-prefix-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("mcrouter.json");
+    std::fs::write(&file, &json).unwrap();
+    let path = file.to_str().unwrap();
+    // mwproxy's own flags, with the test's engine.
+    let p = common::ProxyProcess::start("", &["--mcrouter-config", path, "--route-prefix", "/r/b/"]);
+    let mut c = Client::connect(p.addr()).unwrap();
+    assert_eq!(set(&mut c, "k1", "x"), "STORED\r\n");
+    assert!(has(&s[1], "k1") && !has(&s[0], "k1"), "/r/b/'s route");
+    let refused = "SERVER_ERROR mwproxy does not answer mcrouter's __mcrouter__ keys\r\n";
+    assert_eq!(c.call_str("get __mcrouter__.route(get,k1)\r\n").unwrap(), refused);
+    assert_eq!(c.call_str("mg __mcrouter__.version v\r\n").unwrap(), refused);
+    assert_eq!(c.call_str("get k1 __mcrouter__.version\r\n").unwrap(), value("k1", "x"), "left out, as a failed key");
+    drop(p);
+    // mcrouter's command line: without -R, or with one no entry has, the check says what to give.
+    let check = |args: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_mwproxy"))
+            .args(["mcrouter", "--validate-config", "-p", "1"])
+            .args(args)
+            .output()
+            .unwrap();
+        (out.status.code(), String::from_utf8_lossy(&out.stderr).into_owned())
+    };
+    let (code, err) = check(&["-f", path]);
+    assert!(code == Some(1) && err.contains("several routing prefixes") && err.contains("-R PREFIX"), "{err}");
+    let (code, err) = check(&["-f", path, "-R", "/r/c/"]);
+    assert!(code == Some(1) && err.contains("aliases present: \"/r/a/\", \"/r/b/\""), "{err}");
+    assert_eq!(check(&["-f", path, "-R", "/r/a/"]).0, Some(0));
+    // The JSON itself on the command line (--config-str), served for /r/a/.
+    let port = mctest::free_port();
+    let child = std::process::Command::new(env!("CARGO_BIN_EXE_mwproxy"))
+        .args(["mcrouter", "--config-str", &json, "-R", "/r/a/", "-p", &port.to_string()])
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let child = Killed(child);
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    mctest::wait_for_port(addr, PATIENCE).unwrap();
+    assert_eq!(set(&mut Client::connect(addr).unwrap(), "k2", "y"), "STORED\r\n");
+    assert!(has(&s[0], "k2") && !has(&s[1], "k2"), "/r/a/'s route");
+    drop(child);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 #[test]
 fn a_multiget_of_many_windows_of_keys_answers_in_the_clients_order() {
     let s = common::servers(2);

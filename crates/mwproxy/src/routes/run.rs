@@ -118,6 +118,13 @@ impl Leaf {
 /// Starts `work` at `node`; `rr` is the carrier's round-robin position.
 pub fn begin(tree: &Arc<Tree>, node: NodeId, work: Work, rr: &mut usize) -> Run {
     tree.stats[node].requests.fetch_add(1, Ordering::Relaxed);
+    if node == Tree::ROOT && op_of(&work) == Op::Get && key_of(&work).starts_with(MCROUTER_KEYS) {
+        // mcrouter answers these itself; routed as keys they would miss, and
+        // a miss reads as "no such thing" to a script that asks.
+        tree.stats[node].errors.fetch_add(1, Ordering::Relaxed);
+        let reply = b"SERVER_ERROR mwproxy does not answer mcrouter's __mcrouter__ keys\r\n".to_vec();
+        return Run { node, state: State::Done(Done { reply, failure: Some(Failure::Error), ..Done::default() }) };
+    }
     // (A node that passes the request to one child — a selector, a shadow,
     // all-initial, a migration outside its window — is that child's run.)
     let state = match &tree.spec.nodes[node].kind {
@@ -220,6 +227,11 @@ pub fn begin(tree: &Arc<Tree>, node: NodeId, work: Work, rr: &mut usize) -> Run 
     }
     Run { node, state }
 }
+
+/// The keys mcrouter answers itself when read (`get __mcrouter__.version`,
+/// `__mcrouter__.route(get,key)`, ...): a route tree answers their reads
+/// with an error instead of routing them.
+pub const MCROUTER_KEYS: &[u8] = b"__mcrouter__.";
 
 /// A selector's choice, or the error a key without a route gets.
 fn choose(tree: &Arc<Tree>, node: NodeId, child: Option<NodeId>, work: Work, rr: &mut usize) -> Run {
