@@ -1,0 +1,73 @@
+//! Route trees as a hostile client and a careless operator meet them: what
+//! one request may make the proxy hold, a server that an all-fastest gave
+//! up on while it was the one probing it, settings that would apply to no
+//! pool. Every pool here is one memcached, asked directly what it holds.
+
+mod common;
+
+use common::{eventually, PATIENCE};
+use mctest::{Client, Memcached};
+use mwproxy::{Config, Proxy, Service};
+
+/// A proxy whose pools are one server each (`names[i]` is `servers[i]`),
+/// routed by `route` (the `[route]` table's TOML, or `route = ...`).
+fn config(servers: &[&Memcached], names: &[&str], route: &str, tweak: impl FnOnce(&mut Config)) -> Config {
+    let mut c = common::config_for(&[], |_| {});
+    let mut text = format!("{route}\n");
+    for (s, n) in servers.iter().zip(names) {
+        text += &format!("[pools.{n}]\nservers = [\"{}\"]\n", s.endpoint());
+    }
+    let t: Config = mwserve::config::ServiceConfig::from_toml(&text).unwrap();
+    (c.pools, c.route) = (t.pools, t.route);
+    tweak(&mut c);
+    c
+}
+
+fn start(c: Config) -> Proxy {
+    mctest::capture_logs();
+    Proxy::start(c).expect("start mwproxy")
+}
+
+fn put(server: &Memcached, key: &str, value: &str) {
+    let set = format!("set {key} 0 0 {}\r\n{value}\r\n", value.len());
+    assert_eq!(Client::connect(server.addr()).unwrap().call_str(&set).unwrap(), "STORED\r\n");
+}
+
+/// `STAT backend:<n>:<name>` of `stats backends`.
+fn backend_stat(c: &mut Client, n: usize, name: &str) -> String {
+    let stats = c.call_str("stats backends\r\n").unwrap();
+    let prefix = format!("STAT backend:{n}:{name} ");
+    stats.lines().find_map(|l| l.strip_prefix(&prefix)).unwrap_or_else(|| panic!("no {name} in {stats}")).to_string()
+}
+
+#[test]
+fn a_server_an_all_fastest_gave_up_on_while_probing_it_comes_back() {
+    let s = common::servers(2);
+    let route = "route = { type = \"all-fastest\", children = [\"a\", \"b\"] }";
+    // No health checks: only requests probe a down server, as under load;
+    // no stall detection: a frozen server is down once its calls time out.
+    let p = start(config(&[&s[0], &s[1]], &["a", "b"], route, |c| (c.backend.check_ms, c.backend.stall_ms) = (0, 0)));
+    // b's reply to `get f` is long, a's short: a answers first, and the call
+    // to b — the probe, once b is down — is given up by the async engine.
+    put(&s[0], "f", "a");
+    put(&s[1], "f", &"b".repeat(512 << 10));
+    let mut c = common::client(&p);
+    s[1].pause().unwrap();
+    assert!(
+        eventually(PATIENCE, || {
+            c.call_str("get f\r\n").unwrap();
+            backend_stat(&mut c, 1, "status") == "down"
+        }),
+        "b is marked down once its calls time out"
+    );
+    s[1].resume().unwrap();
+    // Its probe's reply, dropped with the call, ended no probe: b stayed down for good.
+    assert!(
+        eventually(PATIENCE, || {
+            c.call_str("get f\r\n").unwrap();
+            backend_stat(&mut c, 1, "status") == "up"
+        }),
+        "b answers again, but the proxy still has it down"
+    );
+    common::stop(p);
+}
