@@ -71,3 +71,25 @@ fn a_server_an_all_fastest_gave_up_on_while_probing_it_comes_back() {
     );
     common::stop(p);
 }
+
+#[test]
+fn a_multiget_naming_a_large_value_many_times_is_refused_as_a_pool_refuses_it() {
+    let s = common::servers(2);
+    let route = "route = { type = \"prefix\", default = \"a\", routes = { \"both:\" = { type = \"all-sync\", children = [\"a\", \"b\"] } } }";
+    let p = start(config(&[&s[0], &s[1]], &["a", "b"], route, |c| c.limits.max_reply_size = 2 << 20));
+    let big = "v".repeat(512 << 10);
+    for key in ["big", "both:big"] {
+        put(&s[0], key, &big);
+    }
+    put(&s[1], "both:big", &big);
+    let mut c = common::client(&p);
+    // Each key's reply is within every bound; eight of them are 4 MiB, twice
+    // the largest reply (a hundred thousand of them held 50 GB).
+    for key in ["big", "both:big"] {
+        let line = format!("get {}\r\n", [key; 8].join(" "));
+        assert_eq!(c.call_str(&line).unwrap(), "SERVER_ERROR out of memory writing get response\r\n", "{key}");
+        let three = format!("get {key} {key} {key}\r\n");
+        assert_eq!(c.call_str(&three).unwrap().matches("VALUE").count(), 3, "within the bound, every hit");
+    }
+    common::stop(p);
+}
