@@ -10,8 +10,10 @@
 //! `AllFastestRoute`, `WarmUpRoute`, `MissFailoverRoute`, `MigrateRoute`,
 //! `NullRoute`, `DevNullRoute`, `ErrorRoute`, and named handles (any route
 //! object with a `name`, referred to by that name; a name that leads back
-//! to itself is refused). C-style comments are allowed, as mcrouter allows
-//! them. Everything else — macros, `@` functions, other handles, handles
+//! to itself is refused). Comments and trailing commas are allowed, as
+//! mcrouter allows them; a key given twice in an object is refused
+//! (`json.rs`). The tree read is checked as mwproxy's own (`spec.rs`), its
+//! refusals placed at the route they name in the file. Everything else — macros, `@` functions, other handles, handles
 //! over a pool's servers one by one (`"AllSyncRoute|Pool|A"`), other
 //! protocols, several routing prefixes — is refused, with the handle and
 //! its line and column in the file named. docs/mcrouter.md says what
@@ -26,15 +28,27 @@ use toml::Value;
 use crate::config::{ConfigError, RoutingConfig};
 use crate::routes::spec::{MAX_DEPTH, MAX_NODES};
 
+mod json;
+
 /// The pools as `[pools.<name>]` has them.
 type Pools = BTreeMap<String, RoutingConfig>;
 
 /// The pools and the route of an mcrouter file's text.
 pub fn read(text: &str) -> Result<(Pools, Value), ConfigError> {
-    let clean = strip_comments(text);
-    let doc: Json = serde_json::from_str(&clean).map_err(|e| ConfigError(format!("mcrouter config: {e}")))?;
+    // (Positions in the clean text are positions in the file: comments
+    // stay out of the search for a route's place.)
+    let clean = json::clean(text);
+    let doc = json::parse(&clean).map_err(|e| ConfigError(format!("mcrouter config: {e}")))?;
     let Json::Object(top) = &doc else { return Err(ConfigError("mcrouter config: not a JSON object".into())) };
-    let mut r = Reader { text, pools: BTreeMap::new(), named: BTreeMap::new(), stack: Vec::new(), depth: 0, nodes: 0 };
+    let mut r = Reader {
+        text: &clean,
+        pools: BTreeMap::new(),
+        named: BTreeMap::new(),
+        stack: Vec::new(),
+        depth: 0,
+        nodes: 0,
+        places: Vec::new(),
+    };
     for key in top.keys() {
         match key.as_str() {
             "pools" | "route" | "routes" | "named_handles" => {}
@@ -77,7 +91,11 @@ pub fn read(text: &str) -> Result<(Pools, Value), ConfigError> {
         }
         _ => return r.refuse("route", "{", "give route, or routes with one entry"),
     };
-    let tree = r.route(route, "route")?;
+    let tree = r.route(route, "route", "route")?;
+    let names: Vec<String> = r.pools.keys().cloned().collect();
+    if let Err(e) = crate::routes::spec::read(&tree, &names) {
+        return Err(r.placed(e));
+    }
     Ok((r.pools, tree))
 }
 
@@ -121,6 +139,10 @@ struct Reader<'a> {
     /// expanding, before the tree's own limits are checked.
     depth: usize,
     nodes: usize,
+    /// Each route read: its path in mwproxy's terms (`route.routes."a:"`),
+    /// its path in the file's (`route.policies."a:"`) and what to look for
+    /// to find it in the file.
+    places: Vec<(String, String, String)>,
 }
 
 /// How deep routes may be read inside one another while expanding: the
@@ -130,16 +152,27 @@ const READ_DEPTH: usize = 4 * MAX_DEPTH;
 impl Reader<'_> {
     /// A refusal naming `what` and where `needle` first appears in the file.
     fn refuse<T>(&self, what: &str, needle: &str, why: &str) -> Result<T, ConfigError> {
-        let at = match self.text.find(needle) {
-            Some(i) => {
-                let before = &self.text[..i];
-                let line = before.matches('\n').count() + 1;
-                let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
-                format!(" (line {line}, column {column})")
-            }
-            None => String::new(),
-        };
-        Err(ConfigError(format!("mcrouter config: {what}{at}: {why}")))
+        Err(self.refusal(what, needle, why))
+    }
+
+    fn refusal(&self, what: &str, needle: &str, why: &str) -> ConfigError {
+        let at = json::position(self.text, needle)
+            .map(|(line, column)| format!(" (line {line}, column {column})"))
+            .unwrap_or_default();
+        ConfigError(format!("mcrouter config: {what}{at}: {why}"))
+    }
+
+    /// A refusal of the tree's check (`spec.rs`: `<path>: <why>`, the path
+    /// in mwproxy's terms, which has no `: `) at the route it names in the
+    /// file: a failover's seventeenth child, a shadow's range.
+    fn placed(&self, e: ConfigError) -> ConfigError {
+        let (at, why) = e.0.split_once(": ").unwrap_or(("route", e.0.as_str()));
+        let within = |t: &str| at == t || at.strip_prefix(t).is_some_and(|rest| rest.starts_with(['.', '[']));
+        // (The innermost of equal paths: a named handle's route, not its name.)
+        match self.places.iter().filter(|p| within(&p.0)).max_by_key(|p| p.0.len()) {
+            Some((t, path, needle)) => self.refusal(&format!("{path}{}", &at[t.len()..]), needle, why),
+            None => self.refusal(at, "\"route", why),
+        }
     }
 
     fn pool(&mut self, name: &str, p: &Json) -> Result<(), ConfigError> {
@@ -191,7 +224,8 @@ impl Reader<'_> {
         }
     }
 
-    fn route(&mut self, v: &Json, path: &str) -> Result<Value, ConfigError> {
+    /// Reads the route `v` at `path` in the file, `tpath` in mwproxy's terms.
+    fn route(&mut self, v: &Json, path: &str, tpath: &str) -> Result<Value, ConfigError> {
         self.nodes += 1;
         let inside = self.stack.last().map(|n| format!("\"{n}\"")).unwrap_or_else(|| "\"route".into());
         let at = self.stack.last().map(|n| format!(", at named handle {n}")).unwrap_or_default();
@@ -210,9 +244,15 @@ impl Reader<'_> {
             );
         }
         self.depth += 1;
+        let needle = match v {
+            Json::String(s) => format!("\"{s}\""),
+            Json::Object(o) => o.get("type").and_then(Json::as_str).map_or("{".into(), |t| format!("\"{t}\"")),
+            _ => "\"route".into(),
+        };
+        self.places.push((tpath.to_string(), path.to_string(), needle));
         let out = match v {
-            Json::String(s) => self.short(s, path),
-            Json::Object(o) => self.handle(o, path),
+            Json::String(s) => self.short(s, path, tpath),
+            Json::Object(o) => self.handle(o, path, tpath),
             _ => self.refuse(path, "\"route", "a route is a string (\"PoolRoute|A\") or an object with a type"),
         };
         self.depth -= 1;
@@ -220,7 +260,7 @@ impl Reader<'_> {
     }
 
     /// `"PoolRoute|A"`, `"Pool|A"`, `"NullRoute"`, `"ErrorRoute|why"`, a named handle.
-    fn short(&mut self, s: &str, path: &str) -> Result<Value, ConfigError> {
+    fn short(&mut self, s: &str, path: &str, tpath: &str) -> Result<Value, ConfigError> {
         let parts: Vec<&str> = s.split('|').collect();
         let quoted = format!("\"{s}\"");
         match parts.as_slice() {
@@ -235,7 +275,7 @@ impl Reader<'_> {
                 }
                 let handle = self.named[*name].clone();
                 self.stack.push(name.to_string());
-                let out = self.route(&handle, path);
+                let out = self.route(&handle, path, tpath);
                 self.stack.pop();
                 out
             }
@@ -258,7 +298,7 @@ impl Reader<'_> {
         Ok(Value::String(name.to_string()))
     }
 
-    fn handle(&mut self, o: &serde_json::Map<String, Json>, path: &str) -> Result<Value, ConfigError> {
+    fn handle(&mut self, o: &serde_json::Map<String, Json>, path: &str, tpath: &str) -> Result<Value, ConfigError> {
         let Some(ty) = o.get("type").and_then(Json::as_str) else {
             return self.refuse(path, "{", "a route object needs a type");
         };
@@ -285,17 +325,18 @@ impl Reader<'_> {
                 &format!("{ty}: {k:?} is not read (it takes {})", allowed.join(", ")),
             );
         }
-        let child = |r: &mut Self, key: &str| -> Result<Value, ConfigError> {
+        // (`tkey`: the key's name in mwproxy's terms.)
+        let child = |r: &mut Self, key: &str, tkey: &str| -> Result<Value, ConfigError> {
             match o.get(key) {
-                Some(v) => r.route(v, &format!("{path}.{key}")),
+                Some(v) => r.route(v, &format!("{path}.{key}"), &format!("{tpath}.{tkey}")),
                 None => r.refuse(path, &needle, &format!("{ty} needs {key}")),
             }
         };
         let kind = |t: &str| ("type", Value::String(t.into()));
         Ok(match ty {
-            "PoolRoute" => return self.pool_route(o, path, &needle),
+            "PoolRoute" => return self.pool_route(o, path, tpath, &needle),
             "FailoverRoute" => {
-                let mut t = vec![kind("failover"), ("children", self.children(o, path, &needle)?)];
+                let mut t = vec![kind("failover"), ("children", self.children(o, path, tpath, &needle)?)];
                 if let Some(errors) = o.get("failover_errors") {
                     t.push(("failover_on", self.failover_errors(errors, path)?));
                 }
@@ -311,10 +352,11 @@ impl Reader<'_> {
                     "AllFastestRoute" => "all-fastest",
                     _ => "miss-failover",
                 };
-                table([kind(name), ("children", self.children(o, path, &needle)?)])
+                table([kind(name), ("children", self.children(o, path, tpath, &needle)?)])
             }
             "WarmUpRoute" => {
-                let mut t = vec![kind("warm-up"), ("cold", child(self, "cold")?), ("warm", child(self, "warm")?)];
+                let cold = child(self, "cold", "cold")?;
+                let mut t = vec![kind("warm-up"), ("cold", cold), ("warm", child(self, "warm", "warm")?)];
                 if let Some(e) = o.get("exptime") {
                     t.push(("exptime", self.int(e, path, "exptime")?));
                 }
@@ -326,16 +368,17 @@ impl Reader<'_> {
                     let Json::Object(p) = p else { return self.refuse(path, "\"policies\"", "policies is an object") };
                     let mut routes = toml::Table::new();
                     for (prefix, r) in p {
-                        routes.insert(prefix.clone(), self.route(r, &format!("{path}.policies.{prefix:?}"))?);
+                        let (at, tat) = (format!("{path}.policies.{prefix:?}"), format!("{tpath}.routes.{prefix:?}"));
+                        routes.insert(prefix.clone(), self.route(r, &at, &tat)?);
                     }
                     t.push(("routes", Value::Table(routes)));
                 }
                 if o.contains_key("wildcard") {
-                    t.push(("default", child(self, "wildcard")?));
+                    t.push(("default", child(self, "wildcard", "default")?));
                 }
                 table(t)
             }
-            "OperationSelectorRoute" => self.operations(o, path, &needle)?,
+            "OperationSelectorRoute" => self.operations(o, path, tpath, &needle)?,
             "MigrateRoute" => {
                 let interval = match o.get("interval") {
                     Some(i) => self.int(i, path, "interval")?.as_integer().unwrap_or(0),
@@ -346,8 +389,8 @@ impl Reader<'_> {
                 };
                 table([
                     kind("migrate"),
-                    ("from", child(self, "from")?),
-                    ("to", child(self, "to")?),
+                    ("from", child(self, "from", "from")?),
+                    ("to", child(self, "to", "to")?),
                     ("start", self.int(start, path, "start_time")?),
                     ("window", Value::Integer(interval.saturating_mul(2))),
                     ("both", "deletes".into()),
@@ -366,6 +409,7 @@ impl Reader<'_> {
         &mut self,
         o: &serde_json::Map<String, Json>,
         path: &str,
+        tpath: &str,
         needle: &str,
     ) -> Result<Value, ConfigError> {
         let name = match o.get("pool") {
@@ -402,17 +446,26 @@ impl Reader<'_> {
                 Some(r) => toml::Value::try_from(r).map_err(|e| ConfigError(format!("{p}: {e}")))?,
                 None => Value::Array(vec![Value::Float(0.0), Value::Float(1.0)]),
             };
-            let route = self.route(target, &format!("{p}.target"))?;
+            let route = self.route(target, &format!("{p}.target"), &format!("{tpath}.shadows[{i}].route"))?;
             list.push(table([("route", route), ("key_fraction", range)]));
         }
         Ok(table([("type", "shadow".into()), ("main", pool), ("shadows", Value::Array(list))]))
     }
 
-    fn children(&mut self, o: &serde_json::Map<String, Json>, path: &str, needle: &str) -> Result<Value, ConfigError> {
+    fn children(
+        &mut self,
+        o: &serde_json::Map<String, Json>,
+        path: &str,
+        tpath: &str,
+        needle: &str,
+    ) -> Result<Value, ConfigError> {
         let Some(Json::Array(list)) = o.get("children") else {
             return self.refuse(path, needle, "children is a list of routes");
         };
-        let out = list.iter().enumerate().map(|(i, c)| self.route(c, &format!("{path}.children[{i}]")));
+        let out = list
+            .iter()
+            .enumerate()
+            .map(|(i, c)| self.route(c, &format!("{path}.children[{i}]"), &format!("{tpath}.children[{i}]")));
         Ok(Value::Array(out.collect::<Result<_, _>>()?))
     }
 
@@ -444,6 +497,7 @@ impl Reader<'_> {
         &mut self,
         o: &serde_json::Map<String, Json>,
         path: &str,
+        tpath: &str,
         needle: &str,
     ) -> Result<Value, ConfigError> {
         let mut t = vec![("type", Value::from("operation"))];
@@ -478,12 +532,12 @@ impl Reader<'_> {
                 if op == "decr" && p.contains_key("incr") {
                     continue;
                 }
-                let route = self.route(r, &format!("{path}.operation_policies.{op}"))?;
+                let route = self.route(r, &format!("{path}.operation_policies.{op}"), &format!("{tpath}.{class}"))?;
                 t.push((class, route));
             }
         }
         if let Some(d) = o.get("default_policy") {
-            t.push(("default", self.route(d, &format!("{path}.default_policy"))?));
+            t.push(("default", self.route(d, &format!("{path}.default_policy"), &format!("{tpath}.default"))?));
         }
         if t.len() == 1 {
             return self.refuse(path, needle, "OperationSelectorRoute needs operation_policies or default_policy");
@@ -523,44 +577,6 @@ fn collect_named(v: &Json, out: &mut BTreeMap<String, Json>) -> Result<(), Strin
         Json::Array(a) => a.iter().try_for_each(|c| collect_named(c, out)),
         _ => Ok(()),
     }
-}
-
-/// The text without `//` and `/* */` comments (outside strings), the same
-/// length line by line so that positions stay true.
-fn strip_comments(text: &str) -> String {
-    let b = text.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let (mut i, mut in_str) = (0, false);
-    while i < b.len() {
-        let c = b[i];
-        if in_str {
-            out.push(c);
-            if c == b'\\' && i + 1 < b.len() {
-                out.push(b[i + 1]);
-                i += 1;
-            } else if c == b'"' {
-                in_str = false;
-            }
-        } else if c == b'"' {
-            in_str = true;
-            out.push(c);
-        } else if b[i..].starts_with(b"//") {
-            while i < b.len() && b[i] != b'\n' {
-                out.push(b' ');
-                i += 1;
-            }
-            continue;
-        } else if b[i..].starts_with(b"/*") {
-            let end = b[i + 2..].windows(2).position(|w| w == b"*/").map_or(b.len(), |p| i + 2 + p + 2);
-            out.extend(b[i..end].iter().map(|&c| if c == b'\n' { b'\n' } else { b' ' }));
-            i = end;
-            continue;
-        } else {
-            out.push(c);
-        }
-        i += 1;
-    }
-    String::from_utf8(out).unwrap_or_default()
 }
 
 #[cfg(test)]
