@@ -93,3 +93,46 @@ fn a_multiget_naming_a_large_value_many_times_is_refused_as_a_pool_refuses_it() 
     }
     common::stop(p);
 }
+
+/// `route:<path>:<name>` summed over every node of `stats routes`.
+fn route_sum(c: &mut Client, name: &str) -> u64 {
+    let stats = c.call_str("stats routes\r\n").unwrap();
+    let suffix = format!(":{name}");
+    stats
+        .lines()
+        .filter_map(|l| l.strip_prefix("STAT route:")?.rsplit_once(' '))
+        .filter(|(n, _)| n.ends_with(&suffix))
+        .map(|(_, v)| v.parse::<u64>().unwrap())
+        .sum()
+}
+
+#[test]
+fn many_shadow_nodes_hold_no_more_than_the_memory_budget_together() {
+    let s = common::servers(2);
+    // Four prefixes, each a shadow node copying every request to a silent
+    // pool: each node holds at most its own bound (64 MiB), and they all
+    // together at most the memory budget, here 8 MiB.
+    let shadow = "{ type = \"shadow\", main = \"main\", shadows = [{ route = \"silent\", request_fraction = 1.0 }] }";
+    let routes: Vec<String> = (0..4).map(|i| format!("\"p{i}:\" = {shadow}")).collect();
+    let route = format!("[route]\ntype = \"prefix\"\nroutes = {{ {} }}", routes.join(", "));
+    let p = start(config(&[&s[0], &s[1]], &["main", "silent"], &route, |c| {
+        c.backend.timeout_ms = 30_000;
+        c.proxy.memory_budget = 8 << 20;
+    }));
+    s[1].pause().unwrap();
+    let mut c = common::client(&p);
+    let value = "v".repeat(256 << 10);
+    for i in 0..4 {
+        for j in 0..20 {
+            let set = format!("set p{i}:{j} 0 0 {}\r\n{value}\r\n", value.len());
+            assert_eq!(c.call_str(&set).unwrap(), "STORED\r\n");
+        }
+    }
+    // 80 copies of 256 KiB (20 MiB) were asked for.
+    let queued = route_sum(&mut c, "shadow_queued");
+    assert!(queued * (256 << 10) <= 8 << 20, "{queued} copies of 256 KiB held");
+    assert_eq!(route_sum(&mut c, "shadow_dropped"), 80 - queued);
+    s[1].resume().unwrap();
+    assert!(eventually(PATIENCE, || route_sum(&mut c, "shadow_queued") == 0), "the copies drain once it answers");
+    common::stop(p);
+}
