@@ -228,20 +228,19 @@ impl Reader<'_> {
     fn route(&mut self, v: &Json, path: &str, tpath: &str) -> Result<Value, ConfigError> {
         self.nodes += 1;
         let inside = self.stack.last().map(|n| format!("\"{n}\"")).unwrap_or_else(|| "\"route".into());
-        let at = self.stack.last().map(|n| format!(", at named handle {n}")).unwrap_or_default();
+        // (Named handles are the usual way there: say which one, when it is.)
+        let why = |what: String, how: &str| match self.stack.last() {
+            Some(n) => format!("{what} ({how}, at named handle {n})"),
+            None => what,
+        };
         if self.nodes > MAX_NODES {
-            return self.refuse(
-                path,
-                &inside,
-                &format!("the route expands to more than {MAX_NODES} routes (named handles used many times over{at})"),
-            );
+            let why =
+                why(format!("the route expands to more than {MAX_NODES} routes"), "named handles used many times over");
+            return self.refuse(path, &inside, &why);
         }
         if self.depth >= READ_DEPTH {
-            return self.refuse(
-                path,
-                &inside,
-                &format!("nests deeper than {MAX_DEPTH} levels (named handles in named handles{at})"),
-            );
+            let why = why(format!("nests deeper than {MAX_DEPTH} levels"), "named handles in named handles");
+            return self.refuse(path, &inside, &why);
         }
         self.depth += 1;
         let needle = match v {

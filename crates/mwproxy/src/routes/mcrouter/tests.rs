@@ -169,4 +169,15 @@ fn refusals_of_the_tree_check_name_the_route_in_the_file() {
         "{{ {POOLS}, \"route\": {{ \"type\": \"PoolRoute\", \"pool\": \"A\", \"shadows\": [{{ \"target\": \"Pool|B\", \"key_fraction_range\": [0.5, 0.1] }}] }} }}"
     ));
     assert!(e.contains("route.shadows[0] (line 2, column") && e.contains("key_fraction"), "{e}");
+    // Too many routes without a named handle: nothing said of named handles.
+    let policies: Vec<String> = (0..1024)
+        .map(|i| {
+            format!("\"p{i}:\": {{ \"type\": \"FailoverRoute\", \"children\": [\"Pool|A\", \"Pool|A\", \"Pool|A\"] }}")
+        })
+        .collect();
+    let e = refused(&format!(
+        "{{ {POOLS}, \"route\": {{ \"type\": \"PrefixSelectorRoute\", \"policies\": {{ {} }} }} }}",
+        policies.join(", ")
+    ));
+    assert!(e.contains("more than 4096 routes") && !e.contains("named handle"), "{e}");
 }
