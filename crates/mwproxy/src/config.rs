@@ -547,6 +547,24 @@ pub fn check_pool(r: &RoutingConfig) -> Result<(), ConfigError> {
     Ok(())
 }
 
+/// The placement settings of `r` that differ from their defaults (by
+/// their names in `[routing]`): beside a `[route]` they would place nothing.
+fn placement_settings(r: &RoutingConfig) -> Vec<&'static str> {
+    let d = RoutingConfig::default();
+    let differ = [
+        ("hash", r.hash != d.hash),
+        ("key_hash", r.key_hash != d.key_hash),
+        ("hash_tag", r.hash_tag != d.hash_tag),
+        ("replication", r.replication != d.replication),
+        ("read_policy", r.read_policy != d.read_policy),
+        ("multiget", r.multiget != d.multiget),
+        ("multiget_failure", r.multiget_failure != d.multiget_failure),
+        ("write_quorum", r.write_quorum != d.write_quorum),
+        ("miss_failover", r.miss_failover != d.miss_failover),
+    ];
+    differ.into_iter().filter(|d| d.1).map(|d| d.0).collect()
+}
+
 impl Config {
     /// Whether requests go through a route tree (`[pools]` and `[route]`).
     pub fn has_routes(&self) -> bool {
@@ -584,6 +602,14 @@ impl Config {
         }
         if self.pools.is_empty() {
             return Err(ConfigError("[route] needs [pools.<name>] with their servers".into()));
+        }
+        let stray = placement_settings(&self.routing);
+        if !stray.is_empty() {
+            return Err(ConfigError(format!(
+                "with a [route], each pool places its own keys: [routing] {} (from the file or a flag) would \
+                 apply to no pool; set it in the [pools.<name>] it is meant for",
+                stray.join(", ")
+            )));
         }
         for (name, pool) in &self.pools {
             check_pool(pool).map_err(|e| ConfigError(format!("pool {name}: {}", e.0)))?;
@@ -647,5 +673,19 @@ mod tests {
         let mut c = with_servers(1);
         c.proxy.listen = "nonsense".into();
         assert!(c.validate().unwrap_err().0.contains("listen"));
+    }
+
+    #[test]
+    fn placement_settings_beside_a_route_are_refused_by_name() {
+        let text = "route = \"p\"\n[pools.p]\nservers = [\"127.0.0.1:1\", \"127.0.0.1:2\"]\n";
+        let mut c = Config::from_toml(text).unwrap();
+        assert!(c.validate().is_ok());
+        // (`--replication 2 --read-policy primary` beside a route: nothing replicated.)
+        c.routing.replication = 2;
+        c.routing.read_policy = ReadPolicy::Primary;
+        let e = c.validate().unwrap_err().0;
+        assert!(e.contains("[routing] replication, read_policy") && e.contains("[pools.<name>]"), "{e}");
+        let pooled = text.replace("servers = [", "replication = 2\nservers = [");
+        assert!(Config::from_toml(&pooled).unwrap().validate().is_ok(), "in the pool, it replicates");
     }
 }

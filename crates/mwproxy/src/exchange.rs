@@ -429,6 +429,10 @@ impl<T: Copy> Exchange<T> {
                 }
                 Pending::Abandoned { .. } => {
                     self.fifo.pop_front();
+                    // A reply all the same: the server answers. (The probe's
+                    // call may be one an all-fastest gave up: without this its
+                    // reply ended no probe, and the server stayed down for good.)
+                    self.answered(servers);
                 }
                 Pending::Login { .. } => {
                     if &rest[..n] != mcproto::auth::STORED {

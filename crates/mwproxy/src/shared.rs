@@ -70,7 +70,7 @@ impl Shared {
         let ids = servers.register(&creds.endpoints(&addrs)).expect("the first servers fit");
         servers.set_login(creds.login);
         servers.set_tls(creds.server_tls.map(|(cfg, _)| cfg));
-        let side = Arc::new(crate::routes::queue::Lanes::default());
+        let side = Arc::new(crate::routes::queue::Lanes::with_budget(config.proxy.memory_budget as u64));
         let generation = Generation::new(1, config.clone(), &addrs, ids, creds.users, creds.tls)
             .ejecting(servers.health.ejection.clone())
             .routed(&side, servers.health.ejection.clone(), None);

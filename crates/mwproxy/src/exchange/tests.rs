@@ -170,6 +170,26 @@ fn replies_that_are_not_memcached_s_or_too_large_fail_the_connection() {
 }
 
 #[test]
+fn a_probe_whose_call_is_given_up_still_brings_the_server_back_with_its_reply() {
+    let sv = servers(1, |_| {});
+    let mut ex = Exchange::new(0);
+    let mut log = Log::new();
+    let (out, owners) = outbox(1, 0, 1);
+    let refused = || Err(BackendError::Connect("refused".into()));
+    assert!(!ex.begin(&sv, &out, &owners, &mut Vec::new(), 0, refused, &mut logger(&mut log)));
+    assert!(sv.health.is_down(0));
+    // (The backoff is 30 ms: a sleep of more outlasts it.)
+    std::thread::sleep(Duration::from_millis(60));
+    assert!(ex.begin(&sv, &out, &owners, &mut Vec::new(), 1, || Ok(true), &mut logger(&mut log)), "the probe");
+    // An all-fastest answered from another pool: the probe's call is given up.
+    assert_eq!(ex.give_up(|_| true), 1);
+    assert_eq!(ex.replies(&sv, b"END\r\n", 2, &mut logger(&mut log)), Ok(5));
+    assert!(!sv.health.is_down(0), "the server answered: it is up, and the probe is over");
+    let mut other = Exchange::new(0);
+    assert!(begin(&mut other, &sv, 1, 3, &mut log).is_some(), "requests reach it again");
+}
+
+#[test]
 fn calls_given_up_end_without_an_outcome_and_their_replies_are_dropped() {
     let sv = servers(1, |_| {});
     let mut ex = Exchange::new(0);

@@ -8,14 +8,16 @@
 //! key order: keys whose route failed are left out, as a pool leaves out
 //! the keys of a failed server (`multiget_failure = partial`), unless every
 //! key's route failed, which answers the first error.
-//! A multi-get of many keys is routed [`WINDOW`] keys at a time, so that
-//! what one request holds stays small whatever its number of keys.
+//! A multi-get of many keys is routed [`WINDOW`] keys at a time (fewer when
+//! a key reaches several pools), so that what one request holds stays small
+//! whatever its number of keys; hits adding up to more than `max_reply_size`
+//! end it with the error a pool answers then.
 
 use std::sync::Arc;
 
 use mcproto::{GetKind, Request};
 
-use crate::route::{BackendError, Effects, Outbox, Work};
+use crate::route::{BackendError, Effects, Outbox, Work, REPLY_TOO_LARGE};
 
 use super::run::{self, Done, Run};
 use super::spec::NodeId;
@@ -39,7 +41,9 @@ pub fn routed(work: &Work) -> bool {
 /// Keys of a split multi-get routed at once: a larger multi-get goes in
 /// windows of this many keys, one after the other, so that a request of a
 /// million one-byte keys holds the state of this many (about 1 KiB each),
-/// not of all of them.
+/// not of all of them. A route whose keys reach several pools each (all-*,
+/// shadows) takes this many pool requests at once: its window has fewer keys
+/// ([`Tree::window`]).
 pub const WINDOW: usize = 128;
 
 /// One request on its way through the tree (of the generation it was
@@ -80,14 +84,26 @@ struct Split {
     /// Whether some key's route answered; else the first error answers.
     any_ok: bool,
     first_error: Option<Vec<u8>>,
+    /// Keys routed at once.
+    window: usize,
+    /// The most the hits may add up to (`max_reply_size`).
+    cap: usize,
+    /// They added up to more: the rest of the keys are not routed, and the
+    /// client gets `SERVER_ERROR out of memory writing get response`, as
+    /// from a pool (each key's own reply is bounded, their sum was not: a
+    /// `get` naming a 1 MiB value a hundred thousand times held 100 GB).
+    too_large: bool,
 }
 
 impl Split {
     /// Starts the next window; false when no key is left.
     fn next_window(&mut self, tree: &Arc<Tree>, node: NodeId, rr: &mut usize) -> bool {
+        if self.too_large {
+            return false;
+        }
         let (kind, exptime) = (self.kind, self.exptime);
         let one = |k| Work::Request(Request::Get { kind, exptime, keys: vec![k] });
-        self.runs.extend(self.keys.by_ref().take(WINDOW).map(|k| run::begin(tree, node, one(k), rr)));
+        self.runs.extend(self.keys.by_ref().take(self.window).map(|k| run::begin(tree, node, one(k), rr)));
         !self.runs.is_empty()
     }
 
@@ -102,7 +118,14 @@ impl Split {
                 self.first_error.get_or_insert(d.reply);
             } else {
                 self.any_ok = true;
-                self.reply.extend_from_slice(d.reply.strip_suffix(b"END\r\n").unwrap_or(&d.reply));
+                let hits = d.reply.strip_suffix(b"END\r\n").unwrap_or(&d.reply);
+                if self.too_large {
+                } else if self.reply.len() + hits.len() > self.cap {
+                    self.too_large = true;
+                    self.reply = Vec::new();
+                } else {
+                    self.reply.extend_from_slice(hits);
+                }
             }
         }
     }
@@ -122,6 +145,9 @@ impl Flow {
                     fx: Effects::default(),
                     any_ok: false,
                     first_error: None,
+                    window: tree.window[node],
+                    cap: tree.max_reply,
+                    too_large: false,
                 };
                 split.next_window(tree, node, rr);
                 Parts::Split(Box::new(split))
@@ -188,6 +214,9 @@ impl Flow {
             }
             Parts::Split(split) => {
                 let fx = std::mem::take(&mut split.fx);
+                if split.too_large {
+                    return (REPLY_TOO_LARGE.to_vec(), fx);
+                }
                 match split.first_error.take() {
                     Some(e) if !split.any_ok => (e, fx),
                     _ => {
@@ -209,7 +238,11 @@ mod tests {
 
     /// A tree of one pool of two (unreached) servers.
     fn tree() -> Arc<Tree> {
-        let text = "route = \"p\"\n[pools.p]\nservers = [\"127.0.0.1:1\", \"127.0.0.1:2\"]\n";
+        tree_of("route = \"p\"\n[pools.p]\nservers = [\"127.0.0.1:1\", \"127.0.0.1:2\"]\n")
+    }
+
+    /// The tree of `text`, whose pools are on the servers 127.0.0.1:1 and :2.
+    fn tree_of(text: &str) -> Arc<Tree> {
         let c = Config::from_toml(text).unwrap();
         let health = crate::health::Health::new(4, &c.backend, 1, Box::new(|| false));
         let addrs = vec!["127.0.0.1:1".to_string(), "127.0.0.1:2".to_string()];
@@ -239,5 +272,53 @@ mod tests {
         }
         assert_eq!(rounds, 1000usize.div_ceil(WINDOW));
         assert_eq!(flow.finish().0, b"END\r\n");
+    }
+
+    /// Runs `work` to its end, every call answered `reply`; the calls of
+    /// each round and the client's reply.
+    fn run(tree: &Arc<Tree>, work: Work, reply: &[u8]) -> (Vec<usize>, Vec<u8>) {
+        let mut flow = Flow::begin(tree, Tree::ROOT, work, &mut 0);
+        let (mut out, mut rounds) = (Outbox::new(2), Vec::new());
+        loop {
+            out.clear();
+            let n = flow.round(tree, &mut out);
+            if n == 0 {
+                return (rounds, flow.finish().0);
+            }
+            rounds.push(n);
+            for j in 0..n {
+                flow.absorb(tree, j, Ok(reply), &mut Vec::new());
+            }
+        }
+    }
+
+    fn get(keys: usize) -> Work {
+        Work::Request(Request::Get { kind: GetKind::Get, exptime: 0, keys: vec![b"k".to_vec(); keys] })
+    }
+
+    #[test]
+    fn a_key_that_reaches_several_pools_shares_the_window_among_them() {
+        let tree = tree_of(
+            "route = { type = \"all-sync\", children = [\"p\", \"q\"] }\n\
+             [pools.p]\nservers = [\"127.0.0.1:1\"]\n[pools.q]\nservers = [\"127.0.0.1:2\"]\n",
+        );
+        let (rounds, reply) = run(&tree, get(1000), b"END\r\n");
+        assert_eq!(rounds[0], WINDOW, "half as many keys, each to two pools");
+        assert_eq!(rounds.len(), 1000usize.div_ceil(WINDOW / 2));
+        assert_eq!(reply, b"END\r\n");
+    }
+
+    #[test]
+    fn hits_past_the_largest_reply_end_a_multiget_with_a_pools_error() {
+        // The same 100-byte value named 1000 times: its hits would add up to
+        // 120 kB, ten times the largest reply.
+        let limits = "[limits]\nmax_value_size = 100\nmax_reply_size = 12000\n";
+        let tree = tree_of(&format!("route = \"p\"\n{limits}[pools.p]\nservers = [\"127.0.0.1:1\"]\n"));
+        let value = format!("VALUE k 0 100\r\n{}\r\nEND\r\n", "v".repeat(100));
+        let (rounds, reply) = run(&tree, get(1000), value.as_bytes());
+        assert_eq!(reply, REPLY_TOO_LARGE);
+        assert_eq!(rounds, [WINDOW], "the keys after the window that went past it are not asked for");
+        let (_, reply) = run(&tree, get(90), value.as_bytes());
+        assert_eq!(reply.len(), 90 * (value.len() - 5) + 5, "within it, every hit");
     }
 }

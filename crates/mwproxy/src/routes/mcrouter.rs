@@ -11,14 +11,17 @@
 //! `NullRoute`, `DevNullRoute`, `ErrorRoute`, and named handles (any route
 //! object with a `name`, referred to by that name; a name that leads back
 //! to itself is refused). C-style comments and trailing commas are allowed,
-//! as mcrouter (folly's relaxed JSON) allows them; a pool's `weights` become
-//! its servers' ketama weights; of several `routes` entries, the one whose
-//! `aliases` hold the routing prefix (mcrouter's `-R`) is served.
-//! Everything else — macros, `@` functions, other handles, handles over a
-//! pool's servers one by one (`"AllSyncRoute|Pool|A"`), other protocols,
-//! several routing prefixes without `-R` — is refused, with the handle and
-//! its line and column in the file named, and what to write instead where
-//! there is something. docs/mcrouter.md says what differs.
+//! as mcrouter (folly's relaxed JSON) allows them; a key given twice in an
+//! object is refused (`json.rs`); a pool's `weights` become its servers'
+//! ketama weights; of several `routes` entries, the one whose `aliases` hold
+//! the routing prefix (mcrouter's `-R`, `prefix.rs`) is served. The tree read
+//! is checked as mwproxy's own (`spec.rs`), its refusals placed at the route
+//! they name in the file. Everything else — macros, `@` functions, other
+//! handles, handles over a pool's servers one by one
+//! (`"AllSyncRoute|Pool|A"`), other protocols, several routing prefixes
+//! without `-R` — is refused, with the handle and its line and column in the
+//! file named, and what to write instead where there is something.
+//! docs/mcrouter.md says what differs.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -29,6 +32,7 @@ use toml::Value;
 use crate::config::{ConfigError, RoutingConfig, ServerSpec};
 use crate::routes::spec::{MAX_DEPTH, MAX_NODES};
 
+mod json;
 mod prefix;
 
 /// The pools as `[pools.<name>]` has them.
@@ -44,10 +48,20 @@ pub fn read(text: &str) -> Result<(Pools, Value), ConfigError> {
 /// several `routes` entries, the one whose `aliases` hold it.
 pub fn read_for(text: &str, prefix: Option<&str>) -> Result<(Pools, Value), ConfigError> {
     let prefix = prefix.map(prefix::check).transpose()?;
-    let clean = strip_trailing_commas(&strip_comments(text));
-    let doc: Json = serde_json::from_str(&clean).map_err(|e| ConfigError(format!("mcrouter config: {e}")))?;
+    // (Positions in the clean text are positions in the file: comments
+    // stay out of the search for a route's place.)
+    let clean = json::clean(text);
+    let doc = json::parse(&clean).map_err(|e| ConfigError(format!("mcrouter config: {e}")))?;
     let Json::Object(top) = &doc else { return Err(ConfigError("mcrouter config: not a JSON object".into())) };
-    let mut r = Reader { text, pools: BTreeMap::new(), named: BTreeMap::new(), stack: Vec::new(), depth: 0, nodes: 0 };
+    let mut r = Reader {
+        text: &clean,
+        pools: BTreeMap::new(),
+        named: BTreeMap::new(),
+        stack: Vec::new(),
+        depth: 0,
+        nodes: 0,
+        places: Vec::new(),
+    };
     for key in top.keys() {
         match key.as_str() {
             "pools" | "route" | "routes" | "named_handles" => {}
@@ -83,7 +97,11 @@ pub fn read_for(text: &str, prefix: Option<&str>) -> Result<(Pools, Value), Conf
         },
         _ => return r.refuse("route", "{", "give route, or routes with one entry"),
     };
-    let tree = r.route(route, "route")?;
+    let tree = r.route(route, "route", "route")?;
+    let names: Vec<String> = r.pools.keys().cloned().collect();
+    if let Err(e) = crate::routes::spec::read(&tree, &names) {
+        return Err(r.placed(e));
+    }
     Ok((r.pools, tree))
 }
 
@@ -140,6 +158,10 @@ struct Reader<'a> {
     /// expanding, before the tree's own limits are checked.
     depth: usize,
     nodes: usize,
+    /// Each route read: its path in mwproxy's terms (`route.routes."a:"`),
+    /// its path in the file's (`route.policies."a:"`) and what to look for
+    /// to find it in the file.
+    places: Vec<(String, String, String)>,
 }
 
 /// How deep routes may be read inside one another while expanding: the
@@ -149,16 +171,27 @@ const READ_DEPTH: usize = 4 * MAX_DEPTH;
 impl Reader<'_> {
     /// A refusal naming `what` and where `needle` first appears in the file.
     fn refuse<T>(&self, what: &str, needle: &str, why: &str) -> Result<T, ConfigError> {
-        let at = match self.text.find(needle) {
-            Some(i) => {
-                let before = &self.text[..i];
-                let line = before.matches('\n').count() + 1;
-                let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
-                format!(" (line {line}, column {column})")
-            }
-            None => String::new(),
-        };
-        Err(ConfigError(format!("mcrouter config: {what}{at}: {why}")))
+        Err(self.refusal(what, needle, why))
+    }
+
+    fn refusal(&self, what: &str, needle: &str, why: &str) -> ConfigError {
+        let at = json::position(self.text, needle)
+            .map(|(line, column)| format!(" (line {line}, column {column})"))
+            .unwrap_or_default();
+        ConfigError(format!("mcrouter config: {what}{at}: {why}"))
+    }
+
+    /// A refusal of the tree's check (`spec.rs`: `<path>: <why>`, the path
+    /// in mwproxy's terms, which has no `: `) at the route it names in the
+    /// file: a failover's seventeenth child, a shadow's range.
+    fn placed(&self, e: ConfigError) -> ConfigError {
+        let (at, why) = e.0.split_once(": ").unwrap_or(("route", e.0.as_str()));
+        let within = |t: &str| at == t || at.strip_prefix(t).is_some_and(|rest| rest.starts_with(['.', '[']));
+        // (The innermost of equal paths: a named handle's route, not its name.)
+        match self.places.iter().filter(|p| within(&p.0)).max_by_key(|p| p.0.len()) {
+            Some((t, path, needle)) => self.refusal(&format!("{path}{}", &at[t.len()..]), needle, why),
+            None => self.refusal(at, "\"route", why),
+        }
     }
 
     fn pool(&mut self, name: &str, p: &Json) -> Result<(), ConfigError> {
@@ -239,28 +272,34 @@ impl Reader<'_> {
         Ok(())
     }
 
-    fn route(&mut self, v: &Json, path: &str) -> Result<Value, ConfigError> {
+    /// Reads the route `v` at `path` in the file, `tpath` in mwproxy's terms.
+    fn route(&mut self, v: &Json, path: &str, tpath: &str) -> Result<Value, ConfigError> {
         self.nodes += 1;
         let inside = self.stack.last().map(|n| format!("\"{n}\"")).unwrap_or_else(|| "\"route".into());
-        let at = self.stack.last().map(|n| format!(", at named handle {n}")).unwrap_or_default();
+        // (Named handles are the usual way there: say which one, when it is.)
+        let why = |what: String, how: &str| match self.stack.last() {
+            Some(n) => format!("{what} ({how}, at named handle {n})"),
+            None => what,
+        };
         if self.nodes > MAX_NODES {
-            return self.refuse(
-                path,
-                &inside,
-                &format!("the route expands to more than {MAX_NODES} routes (named handles used many times over{at})"),
-            );
+            let why =
+                why(format!("the route expands to more than {MAX_NODES} routes"), "named handles used many times over");
+            return self.refuse(path, &inside, &why);
         }
         if self.depth >= READ_DEPTH {
-            return self.refuse(
-                path,
-                &inside,
-                &format!("nests deeper than {MAX_DEPTH} levels (named handles in named handles{at})"),
-            );
+            let why = why(format!("nests deeper than {MAX_DEPTH} levels"), "named handles in named handles");
+            return self.refuse(path, &inside, &why);
         }
         self.depth += 1;
+        let needle = match v {
+            Json::String(s) => format!("\"{s}\""),
+            Json::Object(o) => o.get("type").and_then(Json::as_str).map_or("{".into(), |t| format!("\"{t}\"")),
+            _ => "\"route".into(),
+        };
+        self.places.push((tpath.to_string(), path.to_string(), needle));
         let out = match v {
-            Json::String(s) => self.short(s, path),
-            Json::Object(o) => self.handle(o, path),
+            Json::String(s) => self.short(s, path, tpath),
+            Json::Object(o) => self.handle(o, path, tpath),
             _ => self.refuse(path, "\"route", "a route is a string (\"PoolRoute|A\") or an object with a type"),
         };
         self.depth -= 1;
@@ -268,7 +307,7 @@ impl Reader<'_> {
     }
 
     /// `"PoolRoute|A"`, `"Pool|A"`, `"NullRoute"`, `"ErrorRoute|why"`, a named handle.
-    fn short(&mut self, s: &str, path: &str) -> Result<Value, ConfigError> {
+    fn short(&mut self, s: &str, path: &str, tpath: &str) -> Result<Value, ConfigError> {
         let parts: Vec<&str> = s.split('|').collect();
         let quoted = format!("\"{s}\"");
         match parts.as_slice() {
@@ -283,7 +322,7 @@ impl Reader<'_> {
                 }
                 let handle = self.named[*name].clone();
                 self.stack.push(name.to_string());
-                let out = self.route(&handle, path);
+                let out = self.route(&handle, path, tpath);
                 self.stack.pop();
                 out
             }
@@ -307,7 +346,7 @@ impl Reader<'_> {
         Ok(Value::String(name.to_string()))
     }
 
-    fn handle(&mut self, o: &serde_json::Map<String, Json>, path: &str) -> Result<Value, ConfigError> {
+    fn handle(&mut self, o: &serde_json::Map<String, Json>, path: &str, tpath: &str) -> Result<Value, ConfigError> {
         let Some(ty) = o.get("type").and_then(Json::as_str) else {
             return self.refuse(path, "{", "a route object needs a type");
         };
@@ -343,17 +382,18 @@ impl Reader<'_> {
                 &format!("{ty}: {k:?} is not read (it takes {})", allowed.join(", ")),
             );
         }
-        let child = |r: &mut Self, key: &str| -> Result<Value, ConfigError> {
+        // (`tkey`: the key's name in mwproxy's terms.)
+        let child = |r: &mut Self, key: &str, tkey: &str| -> Result<Value, ConfigError> {
             match o.get(key) {
-                Some(v) => r.route(v, &format!("{path}.{key}")),
+                Some(v) => r.route(v, &format!("{path}.{key}"), &format!("{tpath}.{tkey}")),
                 None => r.refuse(path, &needle, &format!("{ty} needs {key}")),
             }
         };
         let kind = |t: &str| ("type", Value::String(t.into()));
         Ok(match ty {
-            "PoolRoute" => return self.pool_route(o, path, &needle),
+            "PoolRoute" => return self.pool_route(o, path, tpath, &needle),
             "FailoverRoute" => {
-                let mut t = vec![kind("failover"), ("children", self.children(o, path, &needle)?)];
+                let mut t = vec![kind("failover"), ("children", self.children(o, path, tpath, &needle)?)];
                 if let Some(errors) = o.get("failover_errors") {
                     t.push(("failover_on", self.failover_errors(errors, path)?));
                 }
@@ -369,10 +409,11 @@ impl Reader<'_> {
                     "AllFastestRoute" => "all-fastest",
                     _ => "miss-failover",
                 };
-                table([kind(name), ("children", self.children(o, path, &needle)?)])
+                table([kind(name), ("children", self.children(o, path, tpath, &needle)?)])
             }
             "WarmUpRoute" => {
-                let mut t = vec![kind("warm-up"), ("cold", child(self, "cold")?), ("warm", child(self, "warm")?)];
+                let cold = child(self, "cold", "cold")?;
+                let mut t = vec![kind("warm-up"), ("cold", cold), ("warm", child(self, "warm", "warm")?)];
                 if let Some(e) = o.get("exptime") {
                     t.push(("exptime", self.int(e, path, "exptime")?));
                 }
@@ -384,16 +425,17 @@ impl Reader<'_> {
                     let Json::Object(p) = p else { return self.refuse(path, "\"policies\"", "policies is an object") };
                     let mut routes = toml::Table::new();
                     for (prefix, r) in p {
-                        routes.insert(prefix.clone(), self.route(r, &format!("{path}.policies.{prefix:?}"))?);
+                        let (at, tat) = (format!("{path}.policies.{prefix:?}"), format!("{tpath}.routes.{prefix:?}"));
+                        routes.insert(prefix.clone(), self.route(r, &at, &tat)?);
                     }
                     t.push(("routes", Value::Table(routes)));
                 }
                 if o.contains_key("wildcard") {
-                    t.push(("default", child(self, "wildcard")?));
+                    t.push(("default", child(self, "wildcard", "default")?));
                 }
                 table(t)
             }
-            "OperationSelectorRoute" => self.operations(o, path, &needle)?,
+            "OperationSelectorRoute" => self.operations(o, path, tpath, &needle)?,
             "MigrateRoute" => {
                 let interval = match o.get("interval") {
                     Some(i) => self.int(i, path, "interval")?.as_integer().unwrap_or(0),
@@ -404,8 +446,8 @@ impl Reader<'_> {
                 };
                 table([
                     kind("migrate"),
-                    ("from", child(self, "from")?),
-                    ("to", child(self, "to")?),
+                    ("from", child(self, "from", "from")?),
+                    ("to", child(self, "to", "to")?),
                     ("start", self.int(start, path, "start_time")?),
                     ("window", Value::Integer(interval.saturating_mul(2))),
                     ("both", "deletes".into()),
@@ -424,6 +466,7 @@ impl Reader<'_> {
         &mut self,
         o: &serde_json::Map<String, Json>,
         path: &str,
+        tpath: &str,
         needle: &str,
     ) -> Result<Value, ConfigError> {
         let name = match o.get("pool") {
@@ -460,13 +503,19 @@ impl Reader<'_> {
                 Some(r) => toml::Value::try_from(r).map_err(|e| ConfigError(format!("{p}: {e}")))?,
                 None => Value::Array(vec![Value::Float(0.0), Value::Float(1.0)]),
             };
-            let route = self.route(target, &format!("{p}.target"))?;
+            let route = self.route(target, &format!("{p}.target"), &format!("{tpath}.shadows[{i}].route"))?;
             list.push(table([("route", route), ("key_fraction", range)]));
         }
         Ok(table([("type", "shadow".into()), ("main", pool), ("shadows", Value::Array(list))]))
     }
 
-    fn children(&mut self, o: &serde_json::Map<String, Json>, path: &str, needle: &str) -> Result<Value, ConfigError> {
+    fn children(
+        &mut self,
+        o: &serde_json::Map<String, Json>,
+        path: &str,
+        tpath: &str,
+        needle: &str,
+    ) -> Result<Value, ConfigError> {
         let Some(Json::Array(list)) = o.get("children") else {
             if let Some(("Pool", pool)) = o.get("children").and_then(Json::as_str).and_then(|c| c.split_once('|')) {
                 let why =
@@ -475,7 +524,10 @@ impl Reader<'_> {
             }
             return self.refuse(path, needle, "children is a list of routes");
         };
-        let out = list.iter().enumerate().map(|(i, c)| self.route(c, &format!("{path}.children[{i}]")));
+        let out = list
+            .iter()
+            .enumerate()
+            .map(|(i, c)| self.route(c, &format!("{path}.children[{i}]"), &format!("{tpath}.children[{i}]")));
         Ok(Value::Array(out.collect::<Result<_, _>>()?))
     }
 
@@ -507,6 +559,7 @@ impl Reader<'_> {
         &mut self,
         o: &serde_json::Map<String, Json>,
         path: &str,
+        tpath: &str,
         needle: &str,
     ) -> Result<Value, ConfigError> {
         let mut t = vec![("type", Value::from("operation"))];
@@ -541,12 +594,12 @@ impl Reader<'_> {
                 if op == "decr" && p.contains_key("incr") {
                     continue;
                 }
-                let route = self.route(r, &format!("{path}.operation_policies.{op}"))?;
+                let route = self.route(r, &format!("{path}.operation_policies.{op}"), &format!("{tpath}.{class}"))?;
                 t.push((class, route));
             }
         }
         if let Some(d) = o.get("default_policy") {
-            t.push(("default", self.route(d, &format!("{path}.default_policy"))?));
+            t.push(("default", self.route(d, &format!("{path}.default_policy"), &format!("{tpath}.default"))?));
         }
         if t.len() == 1 {
             return self.refuse(path, needle, "OperationSelectorRoute needs operation_policies or default_policy");
@@ -580,29 +633,6 @@ fn per_server(pool: &str) -> String {
     )
 }
 
-/// The text without trailing commas in objects and arrays (outside
-/// strings; `text` has no comments left), each turned into a space so
-/// that positions stay true: folly's relaxed JSON, which mcrouter reads,
-/// allows them.
-fn strip_trailing_commas(text: &str) -> String {
-    let mut out = text.as_bytes().to_vec();
-    let (mut in_str, mut escaped) = (false, false);
-    for i in 0..out.len() {
-        let c = out[i];
-        if in_str {
-            (in_str, escaped) = (escaped || c != b'"', !escaped && c == b'\\');
-        } else if c == b'"' {
-            in_str = true;
-        } else if c == b',' {
-            let next = out[i + 1..].iter().find(|b| !b.is_ascii_whitespace());
-            if matches!(next, Some(b'}' | b']')) {
-                out[i] = b' ';
-            }
-        }
-    }
-    String::from_utf8(out).unwrap_or_default()
-}
-
 fn table<'a>(entries: impl IntoIterator<Item = (&'a str, Value)>) -> Value {
     Value::Table(entries.into_iter().map(|(k, v)| (k.to_string(), v)).collect())
 }
@@ -627,44 +657,6 @@ fn collect_named(v: &Json, out: &mut BTreeMap<String, Json>) -> Result<(), Strin
         Json::Array(a) => a.iter().try_for_each(|c| collect_named(c, out)),
         _ => Ok(()),
     }
-}
-
-/// The text without `//` and `/* */` comments (outside strings), the same
-/// length line by line so that positions stay true.
-fn strip_comments(text: &str) -> String {
-    let b = text.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let (mut i, mut in_str) = (0, false);
-    while i < b.len() {
-        let c = b[i];
-        if in_str {
-            out.push(c);
-            if c == b'\\' && i + 1 < b.len() {
-                out.push(b[i + 1]);
-                i += 1;
-            } else if c == b'"' {
-                in_str = false;
-            }
-        } else if c == b'"' {
-            in_str = true;
-            out.push(c);
-        } else if b[i..].starts_with(b"//") {
-            while i < b.len() && b[i] != b'\n' {
-                out.push(b' ');
-                i += 1;
-            }
-            continue;
-        } else if b[i..].starts_with(b"/*") {
-            let end = b[i + 2..].windows(2).position(|w| w == b"*/").map_or(b.len(), |p| i + 2 + p + 2);
-            out.extend(b[i..end].iter().map(|&c| if c == b'\n' { b'\n' } else { b' ' }));
-            i = end;
-            continue;
-        } else {
-            out.push(c);
-        }
-        i += 1;
-    }
-    String::from_utf8(out).unwrap_or_default()
 }
 
 #[cfg(test)]

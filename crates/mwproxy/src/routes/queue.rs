@@ -3,9 +3,10 @@
 //! per lane ([`Lanes`]). Pushing never blocks and never wakes a side thread
 //! unless it sleeps for want of copies; what bounds a queue is the nodes
 //! that push (`run.rs`: each holds at most its `queue` of copies waiting or
-//! on their way).
+//! on their way) and the bytes all of them hold together ([`Lanes::reserve`]).
 
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard};
 
 /// Copies waiting for the side thread.
@@ -85,19 +86,55 @@ impl<T> Queue<T> {
 /// longer makes all-initial drop its copies to healthy pools.
 pub const LANES: usize = 4;
 
-/// The side queues, one per lane.
+/// The side queues, one per lane, and the bytes of the copies on them.
 #[derive(Debug)]
 pub struct Lanes<T> {
     queues: Vec<Queue<T>>,
+    /// Bytes of copies waiting or on their way, every node's of every tree
+    /// (a reload's old tree too), and the most they may be: each node holds
+    /// at most its own bound, but a tree may have a thousand shadow nodes
+    /// (one per prefix), and twelve of them held 800 MB for one silent pool.
+    held: AtomicU64,
+    budget: u64,
 }
+
+/// What all copies may hold unless said otherwise: mwproxy's default
+/// `memory_budget`.
+pub const DEFAULT_BUDGET: u64 = 256 << 20;
 
 impl<T> Default for Lanes<T> {
     fn default() -> Self {
-        Lanes { queues: (0..LANES).map(|_| Queue::default()).collect() }
+        Lanes::with_budget(DEFAULT_BUDGET)
     }
 }
 
 impl<T> Lanes<T> {
+    /// Lanes whose copies hold at most `budget` bytes together.
+    pub fn with_budget(budget: u64) -> Lanes<T> {
+        Lanes { queues: (0..LANES).map(|_| Queue::default()).collect(), held: AtomicU64::new(0), budget }
+    }
+
+    /// Counts `bytes` more held by copies, unless that would pass the
+    /// budget (false: the copy is not made).
+    pub fn reserve(&self, bytes: u64) -> bool {
+        let before = self.held.fetch_add(bytes, Ordering::Relaxed);
+        if before + bytes > self.budget {
+            self.held.fetch_sub(bytes, Ordering::Relaxed);
+            return false;
+        }
+        true
+    }
+
+    /// `bytes` reserved are held no more.
+    pub fn release(&self, bytes: u64) {
+        self.held.fetch_sub(bytes, Ordering::Relaxed);
+    }
+
+    /// Bytes held by copies now.
+    pub fn held(&self) -> u64 {
+        self.held.load(Ordering::Relaxed)
+    }
+
     /// The queue of `lane` (taken modulo [`LANES`]).
     pub fn lane(&self, lane: usize) -> &Queue<T> {
         &self.queues[lane % LANES]

@@ -490,14 +490,20 @@ fn agreement(reply: &[u8]) -> Vec<u8> {
 }
 
 /// Hands a copy of `work` for `node` to the side queue on behalf of
-/// `owner`, unless `owner` already has `limit` copies waiting or on their way.
+/// `owner`, unless `owner` already has `limit` copies waiting or on their
+/// way, or [`QUEUE_BYTES`] of them, or the copies of every node together
+/// hold their budget ([`Lanes::reserve`](super::queue::Lanes::reserve)).
 fn detach(tree: &Arc<Tree>, owner: NodeId, limit: usize, node: NodeId, work: Work) {
     let stats = &tree.stats[owner];
     let bytes = work_bytes(&work) as u64;
     let held = stats.queued.fetch_add(1, Ordering::Relaxed);
     let held_bytes = stats.queued_bytes.fetch_add(bytes, Ordering::Relaxed);
     let over = held >= limit as u64 || held_bytes + bytes > QUEUE_BYTES;
-    if over || !tree.side.lane(tree.lane[node]).push(Detached { tree: tree.clone(), owner, node, work, bytes }) {
+    let reserved = !over && tree.side.reserve(bytes);
+    if !reserved || !tree.side.lane(tree.lane[node]).push(Detached { tree: tree.clone(), owner, node, work, bytes }) {
+        if reserved {
+            tree.side.release(bytes);
+        }
         stats.queued.fetch_sub(1, Ordering::Relaxed);
         stats.queued_bytes.fetch_sub(bytes, Ordering::Relaxed);
         stats.dropped.fetch_add(1, Ordering::Relaxed);

@@ -85,6 +85,7 @@ pub fn serve(queue: &Queue<Detached>, servers: &Servers) {
             let stats = &job.tree.stats[job.owner];
             stats.queued.fetch_sub(1, Ordering::Relaxed);
             stats.queued_bytes.fetch_sub(job.bytes, Ordering::Relaxed);
+            job.tree.side.release(job.bytes);
         }
         if !full {
             // Let copies gather: one round trip carries many.

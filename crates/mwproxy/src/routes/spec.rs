@@ -555,10 +555,20 @@ fn int(v: &Value, path: &str, most: u64) -> Result<u64, ConfigError> {
     }
 }
 
+/// A detaching node's `queue`: 1 or more. (0 would drop every copy — an
+/// all-initial's other children, a warm-up's fills, every shadow copy —
+/// where mwproxy's other zeros mean "off" or "all": refused, not guessed.)
 fn queue(t: &toml::Table, path: &str) -> Result<usize, ConfigError> {
+    let path = format!("{path}.queue");
     match t.get("queue") {
         None => Ok(DEFAULT_QUEUE),
-        Some(v) => Ok(int(v, &format!("{path}.queue"), 1 << 20)? as usize),
+        Some(v) => match int(v, &path, 1 << 20)? {
+            0 => err(
+                &path,
+                "0 copies waiting would drop every copy: give 1 or more (for no shadow copies, a fraction of 0)",
+            ),
+            n => Ok(n as usize),
+        },
     }
 }
 

@@ -95,6 +95,14 @@ pub struct Tree {
     /// warm-up, a miss-failover, a replicated pool): batches are then cut
     /// so that no request overtakes another of the same key.
     pub rounds: bool,
+    /// Keys of a split multi-get routed at once from each node: its
+    /// [`flow::WINDOW`](super::flow::WINDOW) shared out among the pools one
+    /// key reaches from there, so that an all-sync over many pools does not
+    /// hold that many times the replies.
+    pub window: Vec<usize>,
+    /// The largest reply to one retrieval (`max_reply_size`): a split
+    /// multi-get whose hits add up to more is answered as a pool answers it.
+    pub max_reply: usize,
 }
 
 impl Tree {
@@ -139,7 +147,9 @@ impl Tree {
             .map(|n| spec.nodes[n..].iter().find_map(|x| if let Kind::Pool(p) = x.kind { Some(p) } else { None }))
             .map(|p| p.unwrap_or(0))
             .collect();
-        Some(Tree { spec, pools, stats, clock, side, lane, ids: ids.to_vec(), rounds })
+        let window = (0..spec.nodes.len()).map(|n| (super::flow::WINDOW / spec.reach(n).max(1)).max(1)).collect();
+        let max_reply = config.limits.max_reply_size;
+        Some(Tree { spec, pools, stats, clock, side, lane, ids: ids.to_vec(), rounds, window, max_reply })
     }
 
     /// The tree in a few words, for the log: its root's type, how many

@@ -218,3 +218,50 @@ fn hash_routes_and_per_server_children_say_what_to_write_instead() {
     assert!(e.contains("does not expand a pool into one child per server") && e.contains("line 3, column 37"), "{e}");
     assert!(e.contains("\"PoolRoute|A1\"") && e.contains("replication"), "{e}");
 }
+
+#[test]
+fn trailing_commas_are_read_and_a_key_given_twice_is_refused() {
+    // mcrouter's wiki: "Trailing commas in lists or objects are allowed".
+    let t = tree(&format!(
+        "{{ {POOLS},\n  \"route\": {{ \"type\": \"FailoverRoute\", \"children\": [\"Pool|A\", \"Pool|B\",], }},\n}}"
+    ));
+    assert!(matches!(t.nodes[0].kind, Kind::Failover { .. }));
+    // Two "route"s: serde_json (and folly) would keep the second, silently.
+    // (POOLS takes two lines.)
+    let e = refused(&format!("{{ {POOLS},\n  \"route\": \"Pool|A\",\n  \"route\": \"Pool|B\" }}"));
+    assert!(e.contains("key \"route\" given twice") && e.contains("line 4"), "{e}");
+    let e = refused(&format!(
+        "{{ {POOLS}, \"route\": {{ \"type\": \"PrefixSelectorRoute\",\n  \"policies\": {{ \"a:\": \"Pool|A\",\n  \"a:\": \"Pool|B\" }} }} }}"
+    ));
+    assert!(e.contains("key \"a:\" given twice") && e.contains("line 4"), "{e}");
+}
+
+#[test]
+fn refusals_of_the_tree_check_name_the_route_in_the_file() {
+    // A comment naming a handle is not its place.
+    let text = format!(
+        "{{ {POOLS},\n  // \"FailoverRoute\" with many children\n  \"route\": {{ \"type\": \"PrefixSelectorRoute\", \"policies\": {{\n    \"a:\": \"Pool|A\",\n    \"b:\": {{ \"type\": \"FailoverRoute\", \"children\": [{}] }} }} }} }}",
+        vec!["\"Pool|A\""; 17].join(", ")
+    );
+    let e = refused(&text);
+    assert!(e.contains("route.policies.\"b:\" (line 6, column 21): children lists 1..=16 routes, not 17"), "{e}");
+    let e = refused(&format!(
+        "{{ {POOLS}, \"route\": {{ \"type\": \"OperationSelectorRoute\", \"operation_policies\": {{\n  \"get\": {{ \"type\": \"WarmUpRoute\", \"cold\": \"Pool|A\", \"warm\": \"Pool|B\", \"exptime\": 99999999 }} }} }} }}"
+    ));
+    assert!(e.contains("route.operation_policies.get.exptime (line 3, column 20)") && e.contains("30 days"), "{e}");
+    let e = refused(&format!(
+        "{{ {POOLS}, \"route\": {{ \"type\": \"PoolRoute\", \"pool\": \"A\", \"shadows\": [{{ \"target\": \"Pool|B\", \"key_fraction_range\": [0.5, 0.1] }}] }} }}"
+    ));
+    assert!(e.contains("route.shadows[0] (line 2, column") && e.contains("key_fraction"), "{e}");
+    // Too many routes without a named handle: nothing said of named handles.
+    let policies: Vec<String> = (0..1024)
+        .map(|i| {
+            format!("\"p{i}:\": {{ \"type\": \"FailoverRoute\", \"children\": [\"Pool|A\", \"Pool|A\", \"Pool|A\"] }}")
+        })
+        .collect();
+    let e = refused(&format!(
+        "{{ {POOLS}, \"route\": {{ \"type\": \"PrefixSelectorRoute\", \"policies\": {{ {} }} }} }}",
+        policies.join(", ")
+    ));
+    assert!(e.contains("more than 4096 routes") && !e.contains("named handle"), "{e}");
+}

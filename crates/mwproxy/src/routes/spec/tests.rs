@@ -81,6 +81,8 @@ fn refusals_name_the_route_path() {
     assert!(e.contains("unknown key \"children\""), "{e}");
     let e = refused("[route]\ntype = \"warm-up\"\ncold = \"a\"\nwarm = \"b\"\nexptime = 2592001\n");
     assert!(e.contains("route.exptime") && e.contains("Unix time"), "{e}");
+    let e = refused("[route]\ntype = \"all-initial\"\nchildren = [\"a\", \"b\"]\nqueue = 0\n");
+    assert!(e.contains("route.queue: 0 copies waiting would drop every copy"), "{e}");
     let e = refused("route = 7\n");
     assert!(e.contains("route: a route is a pool's name"), "{e}");
     // Pools and [routing] servers do not mix; pools need a route.
