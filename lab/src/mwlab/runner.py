@@ -32,7 +32,7 @@ from typing import Any
 
 import yaml
 
-from mwlab import drift, reference, routes
+from mwlab import drift, freshness, reference, routes
 from mwlab.procs import (
     LabError,
     PgHa,
@@ -42,6 +42,8 @@ from mwlab.procs import (
     binary,
     free_port,
     memcached_cmd,
+    started_mark,
+    started_since,
     usable_cores,
 )
 from mwlab.relay import Relays, path_delay, ping_times
@@ -526,6 +528,7 @@ def run_once(run: Run, out: Path) -> dict[str, Any]:
         raise LabError("client: memtier is not supported by this runner yet; use mwload")
     out.mkdir(parents=True, exist_ok=True)
     started = time.time()
+    mark = started_mark()
     hosts = host_names(s)
     mq = s.mq
     delays = host_delays(s)
@@ -681,6 +684,9 @@ def run_once(run: Run, out: Path) -> dict[str, Any]:
     }
     if delay:
         record["delay"] = delay
+    stale = freshness.stale_of(p.cmd for p in started_since(mark))
+    if stale:
+        record["stale_binaries"] = stale
     if route_error:
         record["routes_error"] = route_error
     if isinstance(pg, PgHa):
