@@ -181,7 +181,8 @@ def _pools_line(s: Settings) -> str:
     )
     route = s.routes.route
     kind = route if isinstance(route, str) else (route or {}).get("type", "?")
-    return f"{pools}; route: {kind}"
+    prefill = f"; prefill: {s.routes.prefill_pool} directly" if s.routes.prefill_pool else ""
+    return f"{pools}; route: {kind}{prefill}"
 
 
 class _Help(argparse.HelpFormatter):
