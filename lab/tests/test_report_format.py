@@ -96,8 +96,13 @@ def test_the_run_prints_every_check_that_needs_a_look_with_what_to_do(misses):
     failed = checks[(checks["verdict"] == "CHECK")]
     assert "misses" in set(failed["name"]), "the spec makes the misses check fail"
     lines = printed.splitlines()
-    n = len(failed)
-    assert any(line.startswith(f"{n} check") and "need" in line for line in lines), printed
+    # The head line counts the checks, one line each below it (checks.csv has a verdict per run).
+    n = failed["name"].nunique()
+    (head,) = [line for line in lines if " a look (of " in line]
+    assert head.startswith(f"{n} check") and f"{len(failed)} not met" in head, printed
+    assert len([x for x in lines if " — not met in " in x]) == n, printed
+    need = "check needs" if n == 1 else "checks need"
+    assert f"{n} {need} a look (in brackets," in (result / "report.html").read_text(), "and so does the page"
     for name, group in failed.groupby("name"):
         (line,) = [x for x in lines if x.startswith(f"  {name} — not met in {len(group)} of ")]
         assert line.rstrip().endswith("."), line
@@ -122,16 +127,39 @@ def test_when_every_check_passes_one_line_says_so():
     )
     summary = pd.DataFrame({"status": ["ok", "ok"], "cpu_other_cores": [0.01, 0.04], "cores": [2.0, 2.0]})
     assert look_lines(checks, summary) == [
-        "All 3 checks pass (1 too short to judge); other processes took at most 0.04 of 2 cores"
+        "All 2 checks pass (3 verdicts in checks.csv, 1 too short to judge); "
+        "other processes took at most 0.04 of 2 cores"
     ]
     # Interference: the range measured, against the limit, and what to do.
     busy = ("no interference", "a rep 1", False, "CHECK", "other processes used 0.90 of 2 cores (45%)")
     bad = pd.concat([checks, pd.DataFrame([busy], columns=checks.columns)])
     summary.loc[0, "cpu_other_cores"] = 0.9
     lines = look_lines(bad, summary)
-    assert lines[0] == "1 check needs a look (2 pass, 1 too short to judge; all in checks.csv):"
+    assert lines[0] == (
+        "1 check needs a look (of 4 verdicts in checks.csv: 1 not met, 2 met, 1 too short to judge):"
+    )
     assert lines[1].startswith("  no interference — not met in 1 of 1 runs: other processes took up to 0.90")
     assert "quiet machine" in lines[1] and len(lines) == 2
+
+
+def test_the_head_line_counts_the_checks_it_lists_not_their_failed_runs():
+    """Three failed verdicts of two checks: "2 checks need a look", two lines."""
+    from mwlab.verdict import look_lines
+
+    checks = pd.DataFrame(
+        [
+            ("errors", "a rep 1", False, "CHECK", "3 of 10 requests"),
+            ("errors", "b rep 1", False, "CHECK", "4 of 12 requests"),
+            ("errors", "c rep 1", True, "ok", "0 of 12 requests"),
+            ("misses", "a rep 1", False, "CHECK", "90% of gets"),
+            ("misses", "b rep 1", True, "ok", "0% of gets"),
+        ],
+        columns=["name", "where", "ok", "verdict", "detail"],
+    )
+    lines = look_lines(checks, pd.DataFrame())
+    assert lines[0] == "2 checks need a look (of 5 verdicts in checks.csv: 3 not met, 2 met):"
+    assert [x.split(" — ")[0] for x in lines[1:]] == ["  errors", "  misses"]
+    assert lines[1].startswith("  errors — not met in 2 of 3 runs: e.g. a rep 1: 3 of 10 requests.")
 
 
 def test_counts_are_integers_errors_percentages_and_empty_columns_left_out():

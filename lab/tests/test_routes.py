@@ -80,6 +80,63 @@ def test_a_routed_spec_runs_and_the_report_says_which_pool_served_what(tmp_path:
     assert "Routes: which pool served what" in page and f"<td>{prefix}</td>" in page
 
 
+def single_run(tmp_path: Path, doc: dict, capsys) -> tuple[Path, Path]:
+    """`mwlab run` of a spec of one point: its result directory and its run's."""
+    results = tmp_path / "results"
+    assert main(["run", str(write_spec(tmp_path, doc)), "--results", str(results)]) == 0, capsys.readouterr()
+    (out,) = (results / doc["name"]).iterdir()
+    (run,) = out.glob("*/rep-1")
+    return out, run
+
+
+def test_the_pools_table_counts_the_copies_a_shadow_pool_receives(tmp_path: Path, capsys):
+    """A pool that only gets shadow copies: the workers send its server
+    nothing (`stats backends`), yet its share of the route's requests is
+    what the shadow node sent it."""
+    doc = copy.deepcopy(ROUTED) | {"name": "shadowed", "factors": {}}
+    doc["pools"] = {"main": {"servers": 1}, "shadow": {"servers": 1}}
+    doc["route"] = {
+        "type": "shadow",
+        "main": "main",
+        "shadows": [{"route": "shadow", "request_fraction": 0.3}],
+    }
+    out, run = single_run(tmp_path, doc, capsys)
+    pools = pd.read_csv(out / POOLS_CSV).set_index("pool")
+    assert pools.loc["shadow", "share"] > 0
+    routed = counted(run, "route", "route")
+    assert pools.loc["main", "requests"] == routed and pools.loc["main", "share"] == 1.0
+    assert pools.loc["main", "calls_for_clients"] == routed, "one server, one key a request"
+    assert pools.loc["shadow", "calls_for_clients"] == 0, "the workers carry no copy"
+    # Every copy sent is a request the shadow pool got, but those still on their way at a reading.
+    raw = pd.read_csv(run / "routes.csv")
+    queued = raw[(raw["name"] == "route") & (raw["counter"] == "shadow_queued")][["before", "after"]]
+    sent = pd.read_csv(out / "route-nodes.csv").set_index("node").loc["route", "shadow_sent"]
+    assert abs(pools.loc["shadow", "requests"] - sent) <= queued.to_numpy().sum(), (sent, pools, queued)
+    page = (out / "report.html").read_text()
+    assert "calls for clients' requests" in page and "copies mwproxy made for it" in page
+
+
+def test_prefill_pool_fills_the_warm_pool_so_a_warm_up_route_fills_the_cold_one(tmp_path: Path, capsys):
+    """Through the route the prefill would fill `cold` (where a warm-up
+    sends sets); `prefill_pool: warm` writes to `warm` directly, so the
+    clients' gets miss in `cold`, hit in `warm` and fill `cold`."""
+    doc = copy.deepcopy(ROUTED) | {"name": "warming", "factors": {}, "prefill_pool": "warm"}
+    doc["pools"] = {"cold": {"servers": 1}, "warm": {"servers": 1}}
+    doc["route"] = {"type": "warm-up", "cold": "cold", "warm": "warm", "exptime": 600}
+    _, run = single_run(tmp_path, doc, capsys)
+    assert 'route = "warm"' in (run / "logs" / "prefill-proxy.toml").read_text()
+    df = read_routes(run)
+    fills = df[(df["name"] == "route") & (df["counter"] == "fills_sent")]["count"].sum()
+    assert fills > 0 and counted(run, "server", "mc1") > 0, df
+    assert main(["validate", str(tmp_path / "spec.yaml")]) == 0
+    assert "route: warm-up; prefill: warm directly" in capsys.readouterr().out
+    # A pool the spec does not declare, or no prefill at all, is refused.
+    with pytest.raises(SpecError, match="prefill_pool 'hot' is not a pool of the spec"):
+        parse(doc | {"prefill_pool": "hot"})
+    with pytest.raises(SpecError, match="prefill is off"):
+        parse(doc | {"workload": {"prefill": False}})
+
+
 def test_a_spec_naming_a_pool_it_does_not_declare_is_refused_before_anything_starts(tmp_path: Path, capsys):
     doc = copy.deepcopy(ROUTED)
     doc["route"]["default"] = "mian"

@@ -14,12 +14,12 @@ from importlib import metadata
 from pathlib import Path
 from typing import ClassVar
 
-from mwlab import __version__, model_cli, plan, predict_cli, reference, routes, stats_cli
+from mwlab import __version__, freshness, model_cli, plan, predict_cli, reference, routes, stats_cli
 from mwlab.analysis import summarize
 from mwlab.compare import CompareError, compare, reference_ratio, write_page
 from mwlab.drift import run_lines as drift_lines
 from mwlab.predict import PredictError
-from mwlab.procs import REPO, LabError
+from mwlab.procs import REPO, LabError, binary
 from mwlab.render import write_report
 from mwlab.spec import ROLES, Settings, SpecError, load, run_seconds
 from mwlab.verdict import result_lines
@@ -70,6 +70,22 @@ def analyze(result: Path, since: Path | None = None):
 
 def _warn(text: str) -> None:
     print(f"mwlab: {text}", file=sys.stderr)
+
+
+def _binaries(exp) -> list[Path]:
+    """The binaries the experiment's runs start (those built), for the
+    warning about stale ones (`mwlab.freshness`)."""
+    names = {"mwload"}
+    for p in exp.points():
+        s = p.settings
+        names |= {"mwmq"} if s.mq else {"mwproxy"} if s.topology.middlewares else set()
+    if exp.settings.run.reference:
+        names.add("mwproxy")
+    out = []
+    for name in sorted(names):
+        with contextlib.suppress(LabError):
+            out.append(binary(name))
+    return out
 
 
 @contextlib.contextmanager
@@ -165,7 +181,8 @@ def _pools_line(s: Settings) -> str:
     )
     route = s.routes.route
     kind = route if isinstance(route, str) else (route or {}).get("type", "?")
-    return f"{pools}; route: {kind}"
+    prefill = f"; prefill: {s.routes.prefill_pool} directly" if s.routes.prefill_pool else ""
+    return f"{pools}; route: {kind}{prefill}"
 
 
 class _Help(argparse.HelpFormatter):
@@ -268,6 +285,7 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "validate":
             path = _spec_path(args.spec)
             exp = load(path, args.scale)
+            freshness.warn_once(_binaries(exp), _warn)
             routes.check(exp, str(path))
             runs = exp.runs()
             print(f"{exp.name} ({exp.scale}): {len(exp.points())} points, {len(runs)} runs")
@@ -283,6 +301,7 @@ def main(argv: list[str] | None = None) -> int:
 
             path = _spec_path(args.spec)
             exp = load(path, args.scale)
+            freshness.warn_once(_binaries(exp), _warn)
             routes.check(exp, str(path))
             if args.until_ci is not None and not 0 < args.until_ci < 100:
                 raise SpecError(f"--until-ci takes a percentage between 0 and 100, not {args.until_ci}")

@@ -37,6 +37,7 @@ HEADERS = {
     "r_cv": "response time CV",
     "reps": "repetitions",
     "df": "degrees of freedom",
+    "calls_for_clients": "calls for clients' requests",
 }
 INTERVAL = f"{CONFIDENCE:.0%} interval"
 SIGNIFICANT = 3

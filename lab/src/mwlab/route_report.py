@@ -1,10 +1,14 @@
 """The report's "Routes: which pool served what", from each run's
-`routes.csv` (`mwlab.routes`): per point, the requests each pool's servers
-received from mwproxy and their share, and the requests that reached each
-node of the route tree with their share of the requests the route took —
-counts from after the prefill to the end of the clients, summed over
-repetitions and middlewares. Written beside the other tables as
-`route-pools.csv` and `route-nodes.csv`."""
+`routes.csv` (`mwlab.routes`): per point, every request each pool got
+(`stats routes`' pool counters: the clients' requests and the copies
+mwproxy made for it — shadows, all-async and all-initial children, warm-up
+fills) with its share of the requests the route took, beside the calls the
+pool's servers got for clients' requests (`stats backends`: what the
+workers carry, never a copy); and the requests that reached each node of
+the route tree with their share of the route's — counts from after the
+prefill to the end of the clients, summed over repetitions and
+middlewares. Written beside the other tables as `route-pools.csv` and
+`route-nodes.csv`."""
 
 from __future__ import annotations
 
@@ -33,6 +37,11 @@ def read_routes(rdir: Path) -> pd.DataFrame:
     clients ran (after - before; a gauge, such as a migration's phase, as it
     stood at the end)."""
     df = pd.read_csv(rdir / "routes.csv", dtype={"pool": str}, keep_default_na=False)
+    # Runs recorded before pools had a kind of their own: `route` rows named `pool:<name>`.
+    old = (df["kind"] == "route") & df["name"].str.startswith("pool:")
+    df.loc[old, "name"] = df.loc[old, "name"].str.removeprefix("pool:")
+    df.loc[old, "pool"] = df.loc[old, "name"]
+    df.loc[old, "kind"] = "pool"
     gauge = df["counter"].isin(GAUGES)
     df["count"] = df["after"].where(gauge, df["after"] - df["before"])
     return df
@@ -64,24 +73,35 @@ def tables(result: Path) -> RouteTables | None:
 
 
 def pool_table(df: pd.DataFrame) -> pd.DataFrame:
-    """Per point and pool: its servers, the requests they received, their
-    share of every server's requests at that point, errors and timeouts."""
-    servers = df[df["kind"] == "server"]
+    """Per point and pool (in the order of its servers): its servers, every
+    request it got — clients' and copies, a multi-key get once per key — and
+    their share of the requests the route took (shares add up past 100% where
+    requests are copied or sent to several pools), its errors; then what its
+    servers got from the workers for clients' requests, copies left out
+    (`calls_for_clients`: one per server a request reached, so a multi-get
+    split over servers or a replicated set counts once per server) and their
+    timeouts."""
     rows = []
-    for point, at in servers.groupby("point", sort=False):
-        total = at.loc[at["counter"] == "requests", "count"].sum()
-        for pool, p in at.groupby("pool", sort=False):
-            counted = p.groupby("counter")["count"].sum()
-            requests = int(counted.get("requests", 0))
+    for point, at in df.groupby("point", sort=False):
+        root = at.loc[(at["kind"] == "route") & (at["name"] == "route") & (at["counter"] == "requests")]
+        routed = root["count"].sum()
+        pools, servers = at[at["kind"] == "pool"], at[at["kind"] == "server"]
+        for pool in dict.fromkeys([*servers["pool"], *pools["name"]]):
+            mine = pools[pools["name"] == pool].groupby("counter")["count"]
+            counted = mine.sum()
+            theirs = servers[servers["pool"] == pool]
+            calls = theirs.groupby("counter")["count"].sum()
+            requests = counted.get("requests", float("nan"))
             rows.append(
                 {
                     "point": point,
                     "pool": pool,
-                    "servers": p["name"].nunique(),
+                    "servers": int(mine.max().get("servers", theirs["name"].nunique())),
                     "requests": requests,
-                    "share": requests / total if total else float("nan"),
-                    "errors": int(counted.get("errors", 0)),
-                    "timeouts": int(counted.get("timeouts", 0)),
+                    "share": requests / routed if routed else float("nan"),
+                    "errors": counted.get("errors", float("nan")),
+                    "calls_for_clients": int(calls.get("requests", 0)),
+                    "timeouts": int(calls.get("timeouts", 0)),
                 }
             )
     return pd.DataFrame(rows)

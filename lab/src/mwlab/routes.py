@@ -4,13 +4,17 @@ did with them.
 - [`config_text`]: mwproxy's configuration file for one middleware — each
   pool with the addresses of the servers the runner started for it, the
   route tree exactly as the spec wrote it (TOML inline tables: the tree is
-  mwproxy's vocabulary, not the lab's);
+  mwproxy's vocabulary, not the lab's), or one pool alone (the throwaway
+  proxy of a spec's `prefill_pool`);
 - [`check`]: mwproxy itself judges the pools and the tree before anything
   starts (`mwproxy -c FILE --print-config`, which validates without
   serving), so a route naming a pool the spec does not declare is refused
   with mwproxy's own words and the route's path;
-- [`Counters`]: `stats routes` (every node of the tree by its path) and
-  `stats backends` (every server) over the memcached text protocol, read
+- [`counters`]: `stats routes` (every node of the tree by its path, and
+  every pool: the requests it got, copies included) and `stats backends`
+  (every server: the calls the workers made for clients' requests, which
+  the copies of the side lanes — shadows, all-async and all-initial
+  children, warm-up fills — are not) over the memcached text protocol, read
   once after the prefill and once when the clients are done; [`write_csv`]
   keeps both readings in the run's `routes.csv` (docs/results-format.md).
 """
@@ -33,8 +37,9 @@ from mwlab.spec import Experiment, Settings, SpecError
 
 # Columns of routes.csv.
 COLUMNS = ("mw", "kind", "name", "pool", "counter", "before", "after")
-# Counters of `stats routes` that say how things stand rather than count.
-GAUGES = ("phase", "shadow_queued", "async_queued", "fills_queued")
+# Counters of `stats routes` that say how things stand rather than count
+# (a node's, then a pool's).
+GAUGES = ("phase", "shadow_queued", "async_queued", "fills_queued", "servers", "servers_up")
 # Counters of `stats backends` kept for each server.
 SERVER_COUNTERS = ("requests", "errors", "timeouts", "reconnects")
 
@@ -63,16 +68,17 @@ def toml_value(v: Any) -> str:
     )
 
 
-def config_text(s: Settings, addresses: list[str]) -> str:
-    """mwproxy's configuration of the point `s`'s pools and route, its
-    servers at `addresses` (by server number; each pool takes the next ones,
-    in the order the spec names the pools)."""
+def config_text(s: Settings, addresses: list[str], route: Any = None) -> str:
+    """mwproxy's configuration of the point `s`'s pools and route (or
+    `route` instead of the spec's), its servers at `addresses` (by server
+    number; each pool takes the next ones, in the order the spec names the
+    pools)."""
     pools = s.routes.pools or {}
     if len(addresses) != s.routes.servers:
         raise LabError(f"{len(addresses)} server addresses for pools of {s.routes.servers} servers")
     lines = [
         "# Written by mwlab: the spec's pools, with the servers the runner started, and its route.",
-        f"route = {toml_value(s.routes.route)}",
+        f"route = {toml_value(s.routes.route if route is None else route)}",
     ]
     at = 0
     for name, pool in pools.items():
@@ -219,13 +225,18 @@ class Servers:
 
 def counters(addr: str, route: Any, servers: Servers, access: Access = Access()) -> dict[tuple, int]:
     """One reading of a middleware: {(kind, name, pool, counter): value} for
-    every node of its tree (`route`, by path) and every server (`server`, by
-    the lab's name)."""
+    every node of its tree (`route`, by path), every pool (`pool`: every
+    request it got, copies included) and every server (`server`, by the
+    lab's name: what the workers sent it for clients' requests)."""
     pools = pool_paths(route)
     out: dict[tuple, int] = {}
     for name, value in stats(addr, "routes", access):
-        path, counter = name.removeprefix("route:").rsplit(":", 1)
-        out[("route", path, pools.get(path, ""), counter)] = int(value)
+        kind, rest = name.split(":", 1)
+        thing, counter = rest.rsplit(":", 1)
+        if kind == "pool":
+            out[("pool", thing, thing, counter)] = int(value)
+        else:
+            out[("route", thing, pools.get(thing, ""), counter)] = int(value)
     backends: dict[str, dict[str, str]] = {}
     for name, value in stats(addr, "backends", access):
         _, index, field = name.split(":", 2)
@@ -245,6 +256,6 @@ def write_csv(path: Path, readings: dict[str, tuple[dict[tuple, int], dict[tuple
         w = csv.writer(f)
         w.writerow(COLUMNS)
         for mw, (before, after) in readings.items():
-            # mwproxy's order: the tree's nodes from the root, then the servers.
+            # mwproxy's order: the tree's nodes from the root, the pools, then the servers.
             for key in dict.fromkeys([*after, *before]):
                 w.writerow([mw, *key, before.get(key, 0), after.get(key, 0)])

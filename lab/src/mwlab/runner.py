@@ -32,7 +32,7 @@ from typing import Any
 
 import yaml
 
-from mwlab import drift, reference, routes
+from mwlab import drift, freshness, reference, routes
 from mwlab.procs import (
     LabError,
     PgHa,
@@ -42,6 +42,8 @@ from mwlab.procs import (
     binary,
     free_port,
     memcached_cmd,
+    started_mark,
+    started_since,
     usable_cores,
 )
 from mwlab.relay import Relays, path_delay, ping_times
@@ -186,10 +188,18 @@ def _engine_args(s: Settings, pool_only: list[str]) -> list[str]:
 
 
 def _mwproxy_cmd(
-    s: Settings, index: int, listen: str, servers: list[str], out: Path, config: Path | None = None
+    s: Settings,
+    index: int,
+    listen: str,
+    servers: list[str],
+    out: Path,
+    config: Path | None = None,
+    name: str | None = None,
 ) -> list[str]:
     """mwproxy in front of `servers`: one pool given by flags, or, with a
-    `config` file (the spec's pools and route, `routes.config_text`), that."""
+    `config` file (the spec's pools and route, `routes.config_text`), that;
+    its files in `out/NAME` (`mw<index>` unless named)."""
+    name = name or f"mw{index}"
     if config is not None:
         backends = ["-c", str(config)]
     else:
@@ -201,9 +211,9 @@ def _mwproxy_cmd(
         *backends,
         *_engine_args(s, ["--net-threads", str(s.middleware.net_threads)]),
         "--out",
-        str(out / f"mw{index}"),
+        str(out / name),
         "--instance",
-        f"mw{index}",
+        name,
         "--trace-every",
         str(s.middleware.trace_every),
         "--window-ms",
@@ -348,6 +358,26 @@ def _prefill(place, g: ProcessGroup, s: Settings, host: str, targets: list[list[
             raise LabError(f"prefill through {' '.join(target)} failed; see {p.log}")
 
 
+def _prefill_pool(
+    place, g: ProcessGroup, s: Settings, hosts: tuple[str, str], servers: list[str], extra, out: Path
+) -> None:
+    """The spec's `prefill_pool`: the prefill written straight to that pool,
+    through a throwaway mwproxy on the first middleware's host whose route is
+    the pool alone (so the keys lie where the pool's own placement puts
+    them), stopped before the clients start. `hosts`: the middleware's and
+    the prefilling client's; `extra`: (mwproxy's, the client's) TLS and login
+    arguments."""
+    config = out / "logs" / "prefill-proxy.toml"
+    config.write_text(routes.config_text(s, servers, route=s.routes.prefill_pool))
+    listen = f"{place.addr(hosts[0])}:{free_port()}"
+    cmd = _mwproxy_cmd(s, 0, listen, servers, out / "logs", config, name="prefill-proxy") + extra[0]
+    proxy = place.start(g, "prefill-proxy", hosts[0], cmd, int(listen.rsplit(":", 1)[1]))
+    try:
+        _prefill(place, g, s, hosts[1], [_target_args([listen], False, 0) + extra[1]])
+    finally:
+        g.terminate(proxy)
+
+
 def _placement(s: Settings, stack: contextlib.ExitStack, out: Path, netem: bool = True):
     emulation = s.hosts.emulation
     if emulation == "netns":
@@ -487,18 +517,30 @@ def _pg_trees(pg: Postgres | PgHa | None) -> dict[str, int] | None:
     return {k: v for k, v in trees.items() if v} or None
 
 
+# How long a reading of the routes' counters waits for the copies on their way.
+SETTLE_S = 5.0
+
+
 def _route_counters(
     s: Settings, routed: dict[str, tuple[str, routes.Servers]], access: routes.Access
 ) -> dict[str, dict[tuple, int]] | str:
-    """Every routed middleware's counters now (`routes.counters`), or why they
-    could not be read."""
-    out = {}
-    for name, (addr, servers) in routed.items():
-        try:
-            out[name] = routes.counters(addr, s.routes.route, servers, access)
-        except (OSError, ValueError, LabError) as e:
-            return f"{name} at {addr}: {e}"
-    return out
+    """Every routed middleware's counters (`routes.counters`), or why they
+    could not be read: once no copy (shadow, all-async or all-initial child,
+    warm-up fill) is still waiting or on its way, or after SETTLE_S, so that
+    the copies the prefill or the clients made count where they were made
+    (the clients are done or not started when this reads)."""
+    deadline = time.monotonic() + SETTLE_S
+    while True:
+        out = {}
+        for name, (addr, servers) in routed.items():
+            try:
+                out[name] = routes.counters(addr, s.routes.route, servers, access)
+            except (OSError, ValueError, LabError) as e:
+                return f"{name} at {addr}: {e}"
+        queued = [v for c in out.values() for k, v in c.items() if k[3].endswith("_queued")]
+        if not any(queued) or time.monotonic() > deadline:
+            return out
+        time.sleep(0.05)
 
 
 def _record_routes(
@@ -526,6 +568,7 @@ def run_once(run: Run, out: Path) -> dict[str, Any]:
         raise LabError("client: memtier is not supported by this runner yet; use mwload")
     out.mkdir(parents=True, exist_ok=True)
     started = time.time()
+    mark = started_mark()
     hosts = host_names(s)
     mq = s.mq
     delays = host_delays(s)
@@ -565,6 +608,8 @@ def run_once(run: Run, out: Path) -> dict[str, Any]:
         mws = []
         # The middlewares that run the spec's route: name -> (address, its servers).
         routed: dict[str, tuple[str, routes.Servers]] = {}
+        # The first middleware's servers (as it reaches them) and arguments.
+        first_mw: tuple[list[str], list[str]] = ([], [])
         for i, host in enumerate(hosts["middleware"]):
             port = free_port()
             listen = f"{place.addr(host)}:{port}"
@@ -581,6 +626,8 @@ def run_once(run: Run, out: Path) -> dict[str, Any]:
                     pools = s.routes.pool_of_servers()
                     by_addr = {a: (f"mc{k}", pools[k]) for k, a in enumerate(mine)}
                     routed[f"mw{i}"] = (listen, routes.Servers(by_addr))
+                if i == 0:
+                    first_mw = (mine, extra)
                 place.start(g, f"mw{i}", host, _mwproxy_cmd(s, i, listen, mine, out, config) + extra, port)
             mws.append(listen)
         instances = s.topology.client_machines * s.topology.instances
@@ -591,7 +638,10 @@ def run_once(run: Run, out: Path) -> dict[str, Any]:
         secure = secrets.client_args(m) if secrets else []
         if s.workload.prefill and not mq:
             first = client_host[0]
-            if mws:
+            if s.routes.prefill_pool:
+                mw_host = hosts["middleware"][0]
+                _prefill_pool(place, g, s, (mw_host, first), first_mw[0], (first_mw[1], secure), out)
+            elif mws:
                 _prefill(place, g, s, first, [_target_args(endpoints[:1], False, 0) + secure])
             elif all_targets:
                 _prefill(place, g, s, first, [_target_args(servers, True, 0)])
@@ -681,6 +731,9 @@ def run_once(run: Run, out: Path) -> dict[str, Any]:
     }
     if delay:
         record["delay"] = delay
+    stale = freshness.stale_of(p.cmd for p in started_since(mark))
+    if stale:
+        record["stale_binaries"] = stale
     if route_error:
         record["routes_error"] = route_error
     if isinstance(pg, PgHa):

@@ -19,7 +19,8 @@ A spec may declare named pools of memcached servers and mwproxy's route tree
 over them (`pools:` and `route:`, the section `routes`); the tree is mwproxy's
 own vocabulary, passed through as written and checked by mwproxy itself
 (`mwlab.routes.check`), while the lab checks what is its own: how many
-servers each pool has and that the topology agrees.
+servers each pool has, that the topology agrees, and which declared pool
+`prefill_pool:` (the prefill written to one pool, not through the route) names.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from pydantic import (
     Field,
     StrictBool,
     StrictInt,
+    StrictStr,
     ValidationError,
     field_validator,
 )
@@ -272,6 +274,9 @@ class Routes(Section):
 
     pools: Annotated[dict[str, dict[str, Any]] | None, BeforeValidator(_pools)] = None
     route: Annotated[str | dict[str, Any] | None, BeforeValidator(_route)] = None
+    # The pool the prefill writes to directly, not through the route (a
+    # warm-up's warm pool: through the route, the prefill fills the cold one).
+    prefill_pool: StrictStr | None = None
 
     @property
     def servers(self) -> int:
@@ -328,7 +333,7 @@ class Settings(BaseModel):
         )
         n = self.total_clients
         need(n <= 4096, f"{n} virtual clients is more than this runner will start (4096)")
-        if self.routes.pools is not None or self.routes.route is not None:
+        if any(v is not None for v in self.routes.model_dump().values()):
             self._check_routes()
         if self.mq:
             need(t.servers == 1, "system mq has one database: servers (nsvr) must be 1")
@@ -383,6 +388,14 @@ class Settings(BaseModel):
         _need(
             self.middleware.replication == 1,
             "with pools, replication is each pool's own (pools: {NAME: {servers: 3, replication: 2}})",
+        )
+        pool = r.prefill_pool
+        _need(
+            pool is None or pool in (r.pools or {}),
+            f"prefill_pool {pool!r} is not a pool of the spec (the pools are {', '.join(r.pools or {})})",
+        )
+        _need(
+            pool is None or self.workload.prefill, "prefill_pool says where the prefill goes: prefill is off"
         )
 
     def _check_ssh(self) -> None:

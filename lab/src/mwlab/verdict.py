@@ -90,25 +90,29 @@ def interference(summary: pd.DataFrame) -> tuple[float, float] | None:
 
 
 def look_lines(checks: pd.DataFrame, summary: pd.DataFrame) -> list[str]:
-    """The lines to print: one saying all is well, or a head line and one
-    line per check (by name) that did not pass everywhere."""
+    """The lines to print: one saying all is well, or a head line counting
+    the checks (by name) that did not pass everywhere, and a line for each
+    of them."""
     if checks.empty:
         return []
     judged, ok = _judged(checks), _ok(checks)
     failed = checks[judged & ~ok]
     short = int((~judged).sum())
     other = interference(summary)
+    # A check is a name (one line below); checks.csv has a verdict per run or point of each.
+    verdicts = f"{len(checks)} verdict{'s' if len(checks) != 1 else ''} in checks.csv"
     if failed.empty:
-        line = f"All {len(checks)} checks pass"
-        if short:
-            line += f" ({short} too short to judge)"
+        n = checks["name"].nunique()
+        line = f"All {n} check{'s' if n != 1 else ''} pass ({verdicts}"
+        line += f", {short} too short to judge)" if short else ")"
         if other is not None:
             line += f"; other processes took at most {other[0]:.2f} of {other[1]:g} cores"
         return [line]
-    n = len(failed)
-    counts = [f"{len(checks) - n - short} pass"] + ([f"{short} too short to judge"] if short else [])
+    n = failed["name"].nunique()
+    counts = [f"{len(failed)} not met", f"{len(checks) - len(failed) - short} met"]
+    counts += [f"{short} too short to judge"] if short else []
     need = "check needs" if n == 1 else "checks need"
-    lines = [f"{n} {need} a look ({', '.join(counts)}; all in checks.csv):"]
+    lines = [f"{n} {need} a look (of {verdicts}: {', '.join(counts)}):"]
     for name, group in failed.groupby("name", sort=False):
         of = int((checks["name"].eq(name) & judged).sum())
         first = group.iloc[0]
