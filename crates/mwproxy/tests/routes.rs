@@ -9,33 +9,14 @@ use std::io::{Read, Write};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use common::{eventually, PATIENCE};
+use common::{eventually, route_config as config, route_start as start, PATIENCE};
 use mcproto::ring::KeyHash;
 use mctest::{Client, Memcached};
 use mwproxy::routes::{Clock, RouteSpec};
-use mwproxy::{Config, Proxy, Service};
-
-/// A proxy whose pools are one server each (`names[i]` is `servers[i]`),
-/// routed by `route` (the `[route]` table's TOML, or `route = ...`).
-fn config(servers: &[&Memcached], names: &[&str], route: &str, tweak: impl FnOnce(&mut Config)) -> Config {
-    let mut c = common::config_for(&[], |_| {});
-    let mut text = format!("{route}\n");
-    for (s, n) in servers.iter().zip(names) {
-        text += &format!("[pools.{n}]\nservers = [\"{}\"]\n", s.endpoint());
-    }
-    let t: Config = mwserve::config::ServiceConfig::from_toml(&text).unwrap();
-    (c.pools, c.route) = (t.pools, t.route);
-    tweak(&mut c);
-    c
-}
+use mwproxy::{Proxy, Service};
 
 fn proxy(servers: &[&Memcached], names: &[&str], route: &str) -> Proxy {
     start(config(servers, names, route, |_| {}))
-}
-
-fn start(c: Config) -> Proxy {
-    mctest::capture_logs();
-    Proxy::start(c).expect("start mwproxy")
 }
 
 /// What `server` holds for `key` (its `get` reply).

@@ -5,28 +5,8 @@
 
 mod common;
 
-use common::{eventually, PATIENCE};
+use common::{eventually, route_config as config, route_start as start, PATIENCE};
 use mctest::{Client, Memcached};
-use mwproxy::{Config, Proxy, Service};
-
-/// A proxy whose pools are one server each (`names[i]` is `servers[i]`),
-/// routed by `route` (the `[route]` table's TOML, or `route = ...`).
-fn config(servers: &[&Memcached], names: &[&str], route: &str, tweak: impl FnOnce(&mut Config)) -> Config {
-    let mut c = common::config_for(&[], |_| {});
-    let mut text = format!("{route}\n");
-    for (s, n) in servers.iter().zip(names) {
-        text += &format!("[pools.{n}]\nservers = [\"{}\"]\n", s.endpoint());
-    }
-    let t: Config = mwserve::config::ServiceConfig::from_toml(&text).unwrap();
-    (c.pools, c.route) = (t.pools, t.route);
-    tweak(&mut c);
-    c
-}
-
-fn start(c: Config) -> Proxy {
-    mctest::capture_logs();
-    Proxy::start(c).expect("start mwproxy")
-}
 
 fn put(server: &Memcached, key: &str, value: &str) {
     let set = format!("set {key} 0 0 {}\r\n{value}\r\n", value.len());

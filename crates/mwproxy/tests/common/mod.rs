@@ -347,3 +347,23 @@ impl Drop for ProxyProcess {
         let _ = self.child.wait();
     }
 }
+
+/// A proxy whose pools are one server each (`names[i]` is `servers[i]`),
+/// routed by `route` (the `[route]` table's TOML, or `route = ...`).
+pub fn route_config(servers: &[&Memcached], names: &[&str], route: &str, tweak: impl FnOnce(&mut Config)) -> Config {
+    let mut c = config_for(&[], |_| {});
+    let mut text = format!("{route}\n");
+    for (s, n) in servers.iter().zip(names) {
+        text += &format!("[pools.{n}]\nservers = [\"{}\"]\n", s.endpoint());
+    }
+    let t: Config = mwserve::config::ServiceConfig::from_toml(&text).unwrap();
+    (c.pools, c.route) = (t.pools, t.route);
+    tweak(&mut c);
+    c
+}
+
+/// Starts the proxy of a route test in this process, its log captured.
+pub fn route_start(c: Config) -> Proxy {
+    mctest::capture_logs();
+    Proxy::start(c).expect("start mwproxy")
+}
