@@ -38,13 +38,7 @@ pub fn routed(work: &Work) -> bool {
     }
 }
 
-/// Keys of a split multi-get routed at once: a larger multi-get goes in
-/// windows of this many keys, one after the other, so that a request of a
-/// million one-byte keys holds the state of this many (about 1 KiB each),
-/// not of all of them. A route whose keys reach several pools each (all-*,
-/// shadows) takes this many pool requests at once: its window has fewer keys
-/// ([`Tree::window`]).
-pub const WINDOW: usize = 128;
+pub use super::tree::WINDOW;
 
 /// One request on its way through the tree (of the generation it was
 /// routed with: every call takes the same tree).

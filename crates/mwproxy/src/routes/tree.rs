@@ -24,6 +24,14 @@ use crate::route::{Router, Work};
 use super::queue::Lanes;
 use super::spec::{self, Clock, Kind, NodeId};
 
+/// Keys of a split multi-get routed at once: a larger multi-get goes in
+/// windows of this many keys, one after the other, so that a request of a
+/// million one-byte keys holds the state of this many (about 1 KiB each),
+/// not of all of them. A route whose keys reach several pools each (all-*,
+/// shadows) takes this many pool requests at once: its window has fewer keys
+/// ([`Tree::window`]; `flow.rs` routes by it).
+pub const WINDOW: usize = 128;
+
 /// A copy of a request for `node` of `tree`, made by `owner`, on its way
 /// to the side thread.
 #[derive(Debug)]
@@ -96,7 +104,7 @@ pub struct Tree {
     /// so that no request overtakes another of the same key.
     pub rounds: bool,
     /// Keys of a split multi-get routed at once from each node: its
-    /// [`flow::WINDOW`](super::flow::WINDOW) shared out among the pools one
+    /// [`WINDOW`] shared out among the pools one
     /// key reaches from there, so that an all-sync over many pools does not
     /// hold that many times the replies.
     pub window: Vec<usize>,
@@ -147,7 +155,7 @@ impl Tree {
             .map(|n| spec.nodes[n..].iter().find_map(|x| if let Kind::Pool(p) = x.kind { Some(p) } else { None }))
             .map(|p| p.unwrap_or(0))
             .collect();
-        let window = (0..spec.nodes.len()).map(|n| (super::flow::WINDOW / spec.reach(n).max(1)).max(1)).collect();
+        let window = (0..spec.nodes.len()).map(|n| (WINDOW / spec.reach(n).max(1)).max(1)).collect();
         let max_reply = config.limits.max_reply_size;
         Some(Tree { spec, pools, stats, clock, side, lane, ids: ids.to_vec(), rounds, window, max_reply })
     }
