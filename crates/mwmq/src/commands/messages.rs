@@ -29,6 +29,7 @@ fn send_row<'a>(x: &'a Send, me: Option<&'a str>) -> SendRow<'a> {
         body: &x.body,
         delay_ms: x.delay_ms,
         group: x.group.as_deref(),
+        priority: x.priority,
     }
 }
 
@@ -100,14 +101,14 @@ impl Core<'_> {
         queue: &str,
         id: i64,
         lease: i64,
-        delay_ms: u64,
+        delay_ms: Option<u64>,
         s: &S,
     ) -> Result<Outcome, DbError> {
         let done = pg.nack(queue, id, lease, delay_ms, self.holder(s, queue).as_deref()).await?;
         if done {
             self.shared.queues.add(queue, |c| c.nacked += 1);
         }
-        if done && delay_ms == 0 {
+        if done && delay_ms.unwrap_or(0) == 0 {
             self.sent(queue);
         }
         Ok(Outcome::ok(Reply::Int(i64::from(done))))
@@ -303,7 +304,13 @@ impl Core<'_> {
     ) -> Result<u64, DbError> {
         let names: Vec<Option<String>> = items.iter().map(|(_, s)| s.identity()).collect();
         let receivers: Vec<Option<&str>> = names.iter().map(Option::as_deref).collect();
-        let limit = 2 * receivers.len();
+        // Receivers of one name can take any message the statement locks:
+        // it locks no more than they take (a row locked and left would be
+        // skipped by a concurrent receiver, who would take one behind it, of
+        // a lower priority). Of several names, each may find its own
+        // messages among twice as many.
+        let one_name = receivers.iter().all(|r| *r == receivers[0]);
+        let limit = if one_name { receivers.len() } else { 2 * receivers.len() };
         // A queue lately found not plain: straight to its own statement.
         let skip = self.shared.not_plain.is(&r.queue);
         let (got, looked, served) = if skip {
