@@ -8,8 +8,8 @@
 # its group's older ones), with its messages of 8 priorities (SEND ...
 # PRIORITY <random 0..7>: each RECV walks the priorities present from the
 # highest), and with a retry backoff that never binds (QALTER q0 BACKOFF
-# 1000 60000 JITTER 10: every RECV goes through mwmq_recv_ranked, without a
-# lock, and each lease carries its backoff), on one PostgreSQL (fsync on),
+# 1000 60000 JITTER 10: RECV's plain statements give each lease its
+# backoff, in lease_until and visible_at), on one PostgreSQL (fsync on),
 # the variants alternated round by round. With BEFORE=path/to/another/mwmq,
 # that binary (an older build) serves a database of its own on the same
 # PostgreSQL (mwmq_before) and its plain q0 is one more variant, "before":

@@ -18,7 +18,8 @@
 -- - `mwmq_queues.backoff_base_ms`, `backoff_max_ms`, `backoff_jitter`
 --   (NULL: no backoff) and `mwmq_backoff`, the delay before delivery n+1.
 -- - `mwmq_recv_ranked`: `mwmq_recv` (schema 15) with the priorities and the
---   backoff, and the priority of each message leased. `mwmq_recv` stays for
+--   backoff, and the priority of each message leased (RECV's plain
+--   statements give the backoff too: a backoff keeps a queue plain). `mwmq_recv` stays for
 --   an older mwmq still running.
 -- - `mwmq.send` takes `priority integer DEFAULT 0` (the old signatures are
 --   replaced: a seventh argument with a default beside the old functions

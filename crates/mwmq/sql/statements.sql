@@ -7,11 +7,18 @@
 -- Each statement is one round trip and its own transaction (autocommit).
 
 -- A queue RECV's plain statements serve: no delivery limit, not paused, no
--- concurrency or rate limit, no backoff (any other goes through
--- mwmq_recv_ranked).
+-- concurrency or rate limit (any other goes through mwmq_recv_ranked).
 -- fragment: PLAIN_QUEUE
-dropped_at IS NULL AND max_deliveries IS NULL AND NOT paused AND concurrency IS NULL AND rate IS NULL
-AND backoff_base_ms IS NULL;
+dropped_at IS NULL AND max_deliveries IS NULL AND NOT paused AND concurrency IS NULL AND rate IS NULL;
+
+-- A lease's visibility deadline and end ($5 its length), of a message of
+-- queue q (its backoff: `policies.rs`): with a backoff the message is
+-- visible again the backoff after the lease's end.
+-- fragment: LEASE_BACKOFF
+visible_at = now() + interval '1 millisecond' * $5::float8
+    + CASE WHEN q.backoff_base_ms IS NULL THEN interval '0'
+           ELSE mwmq_backoff(q.backoff_base_ms, q.backoff_max_ms, q.backoff_jitter, m.deliveries + 1) END,
+lease_until = CASE WHEN q.backoff_base_ms IS NOT NULL THEN now() + interval '1 millisecond' * $5::float8 END;
 
 -- The queue's id, if it exists (reused by most statements).
 -- fragment: QUEUE
@@ -138,10 +145,9 @@ anyone AS (SELECT u.queue_id, u.id, w.n, w.me
                  FROM r WHERE r.n NOT IN (SELECT n FROM mine)) w ON w.j = u.j),
 p AS (SELECT * FROM mine UNION ALL SELECT * FROM anyone),
 leased AS (UPDATE mwmq_messages m
-           SET lease = mwmq_lease_token(), leased_to = p.me, lease_until = NULL,
-               visible_at = now() + interval '1 millisecond' * $5::float8,
+           SET lease = mwmq_lease_token(), leased_to = p.me, {LEASE_BACKOFF},
                deliveries = m.deliveries + 1
-           FROM p WHERE m.queue_id = p.queue_id AND m.id = p.id
+           FROM p JOIN mwmq_queues q ON q.id = p.queue_id WHERE m.queue_id = p.queue_id AND m.id = p.id
            RETURNING p.n, m.queue_id, m.id, m.lease, m.sender, m.body, m.priority)
 SELECT n, queue_id, id, lease, sender, body, priority FROM leased
 UNION ALL SELECT NULL, NULL, (SELECT count(*) FROM c),
@@ -151,22 +157,22 @@ UNION ALL SELECT NULL, NULL, (SELECT count(*) FROM c),
 -- sender and 64 each, the first always: `sql/0015_reply_bounds.sql`).
 -- statement: recv_plain
 UPDATE mwmq_messages m
-SET lease = mwmq_lease_token(), leased_to = $2, lease_until = NULL,
-    visible_at = now() + interval '1 millisecond' * $5::float8,
+SET lease = mwmq_lease_token(), leased_to = $2, {LEASE_BACKOFF},
     deliveries = m.deliveries + 1
-FROM (SELECT x.queue_id, x.id FROM (
-          SELECT l.queue_id, l.id, sum(l.w) OVER (ROWS UNBOUNDED PRECEDING) AS run,
-                 row_number() OVER () AS k
-          FROM (SELECT m.queue_id, m.id, octet_length(m.body) + octet_length(m.sender) + 64 AS w
-                FROM (SELECT id FROM mwmq_queues WHERE name = $1 AND {PLAIN_QUEUE}) q
+FROM (SELECT x.queue_id, x.id, x.backoff_base_ms, x.backoff_max_ms, x.backoff_jitter FROM (
+          SELECT l.*, sum(l.w) OVER (ROWS UNBOUNDED PRECEDING) AS run, row_number() OVER () AS k
+          FROM (SELECT m.queue_id, m.id, octet_length(m.body) + octet_length(m.sender) + 64 AS w,
+                       q.backoff_base_ms, q.backoff_max_ms, q.backoff_jitter
+                FROM (SELECT id, backoff_base_ms, backoff_max_ms, backoff_jitter
+                      FROM mwmq_queues WHERE name = $1 AND {PLAIN_QUEUE}) q
                 CROSS JOIN LATERAL mwmq_levels(q.id) AS v(pr)
                 CROSS JOIN LATERAL (
                    SELECT m.queue_id, m.id, m.body, m.sender FROM mwmq_messages m
                    WHERE m.queue_id = q.id AND m.priority = v.pr AND {ELIGIBLE}
                    ORDER BY m.visible_at, m.id LIMIT $4 FOR UPDATE SKIP LOCKED) m
                 LIMIT $4) l) x
-      WHERE x.k = 1 OR x.run <= $6::bigint) c
-WHERE m.queue_id = c.queue_id AND m.id = c.id
+      WHERE x.k = 1 OR x.run <= $6::bigint) q
+WHERE m.queue_id = q.queue_id AND m.id = q.id
 RETURNING m.queue_id, m.id, m.lease, m.sender, m.body, m.priority;
 
 -- Any other queue: paused, limited, with a delivery limit or a backoff

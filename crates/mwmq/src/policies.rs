@@ -38,10 +38,11 @@
 //! (`mwmq_backoff`). `QALTER q NOBACKOFF` turns it off. A NACK with a
 //! DELAY, even `DELAY 0`, waits that DELAY instead. With MAXDELIVERIES the
 //! last delivery is followed by no backoff: once it fails, the next RECV
-//! moves the message to the dead letters. A queue with a backoff is served
-//! by `mwmq_recv_ranked` (it is not plain), which gives each lease its
-//! backoff at once: the row's `visible_at` is the lease's end plus the
-//! backoff, and `lease_until` the lease's end, so that a lease whose time
+//! moves the message to the dead letters. Every statement that leases
+//! (RECV's plain ones, and `mwmq_recv_ranked` for queues with limits or a
+//! delivery limit) gives each lease its backoff at once: the row's
+//! `visible_at` is the lease's end plus the backoff, and `lease_until` the
+//! lease's end, so that a lease whose time
 //! is over counts against CONCURRENCY and in QINFO's `leased` no longer
 //! (QINFO counts it as `delayed`), TOUCH moves the lease's end and keeps
 //! the backoff after it, and the database needs nothing to happen when a
