@@ -23,7 +23,8 @@
 # the median of each round's variant / plain. Also the live table's size at the end of the
 # retaining rounds against the plain ones (the archive is a table of its own).
 #
-# Usage: bench/mq-features.sh [requests] [rounds]    (env: CLIENTS, BEFORE)
+# Usage: bench/mq-features.sh [requests] [rounds]    (env: CLIENTS, BEFORE, VARIANTS="plain priority ...":
+#        a subset, plain always among them)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
@@ -42,7 +43,9 @@ wait_port "$MQ"
 redis-cli -p "$MQ" QCREATE q0 >/dev/null
 DBNAME=mwmq
 psql_q() { as_pg env PGOPTIONS=-csearch_path=mwmq "$PGBIN/psql" -h "$pg" -U postgres -d "$DBNAME" -qAtX -c "$1"; }
-names=(plain retain limits groups priority backoff)
+# shellcheck disable=SC2206
+names=(${VARIANTS:-plain retain limits groups priority backoff})
+[ "${names[0]}" = plain ] || names=(plain "${names[@]}")
 if [ -n "${BEFORE:-}" ]; then
   DBNAME=postgres psql_q "CREATE DATABASE mwmq_before" >/dev/null
   MQB=$(free_port)

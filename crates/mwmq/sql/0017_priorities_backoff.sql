@@ -10,8 +10,9 @@
 --   (queue_id, priority DESC, visible_at, id). Every statement that hands
 --   messages out walks the priorities present in its queue from the highest
 --   (`mwmq_levels`: an index descent each), and within each the visible
---   messages in the order they became visible, as before. A queue whose
---   messages all have priority 0 walks one level: the walk it had.
+--   messages in the order they became visible, as before. A queue that
+--   never held a message of another priority than 0 (`mwmq_queues.prioritized`,
+--   set by a trigger) walks priority 0 only: the walk it had.
 -- - `mwmq_messages.lease_until`: when a lease handed out by a queue with a
 --   backoff ends; `visible_at` is then the end of the lease and the backoff
 --   after it (NULL: the lease ends at `visible_at`, as before).
@@ -34,7 +35,7 @@
 ALTER TABLE mwmq_messages ADD COLUMN priority smallint NOT NULL DEFAULT 0,
     ADD COLUMN lease_until timestamptz;
 ALTER TABLE mwmq_queues ADD COLUMN backoff_base_ms bigint, ADD COLUMN backoff_max_ms bigint,
-    ADD COLUMN backoff_jitter smallint;
+    ADD COLUMN backoff_jitter smallint, ADD COLUMN prioritized boolean NOT NULL DEFAULT false;
 DROP INDEX mwmq_messages_ready;
 CREATE INDEX mwmq_messages_ready ON mwmq_messages (queue_id, priority DESC, visible_at, id);
 
@@ -51,6 +52,31 @@ CREATE FUNCTION mwmq_levels(qid bigint) RETURNS SETOF smallint LANGUAGE sql STAB
     SELECT pr FROM v WHERE pr IS NOT NULL
 $$;
 
+-- The priorities to walk in queue qid: 0 alone for a queue that never held
+-- a message of another priority (the walk a queue had before schema 17,
+-- with no descent to learn that), else those present (`mwmq_levels`).
+CREATE FUNCTION mwmq_walk(qid bigint, prioritized boolean) RETURNS SETOF smallint LANGUAGE sql STABLE AS $$
+    SELECT 0::smallint WHERE NOT prioritized
+    UNION ALL
+    SELECT pr FROM mwmq_levels(qid) AS l(pr) WHERE prioritized
+$$;
+
+-- A message of a priority other than 0 marks its queue `prioritized`, in
+-- whichever way it arrives (SEND, mwmq.send, a dead letter, REDRIVE,
+-- rebalance): its queue's row is updated once, by the first such message,
+-- whose transaction holds it until it ends. A statement that sees the
+-- message sees the mark (they commit together).
+CREATE FUNCTION mwmq.mwmq_mark_prioritized() RETURNS trigger
+LANGUAGE plpgsql SET search_path = pg_catalog, mwmq, pg_temp AS $$
+BEGIN
+    UPDATE mwmq.mwmq_queues AS q SET prioritized = true
+    WHERE q.id OPERATOR(pg_catalog.=) NEW.queue_id AND NOT q.prioritized;
+    RETURN NULL;
+END $$;
+REVOKE ALL ON FUNCTION mwmq.mwmq_mark_prioritized() FROM PUBLIC;
+CREATE TRIGGER mwmq_messages_prioritized AFTER INSERT ON mwmq.mwmq_messages FOR EACH ROW
+    WHEN (NEW.priority OPERATOR(pg_catalog.<>) 0) EXECUTE FUNCTION mwmq.mwmq_mark_prioritized();
+
 -- The wait before a message delivered `deliveries` times is handed out
 -- again: min(cap, base * 2^(deliveries - 1)), then +- jitter percent of it.
 CREATE FUNCTION mwmq_backoff(base bigint, cap bigint, jitter smallint, deliveries integer) RETURNS interval
@@ -64,7 +90,8 @@ $$;
 -- highest priority first, and with the queue's backoff: a lease that is not
 -- the message's last (MAXDELIVERIES) is followed by the backoff before the
 -- message is visible again (`lease_until` is the lease's end). Leases whose
--- time is over count against CONCURRENCY no longer, backoff or not.
+-- time is over count against CONCURRENCY no longer, backoff or not. The
+-- last row's r_priority says whether the queue is prioritized (1).
 CREATE FUNCTION mwmq_recv_ranked(qname text, me text, sender_from text, want bigint, vt double precision, maxb bigint)
 RETURNS TABLE (r_queue_id bigint, r_id bigint, r_lease bigint, r_sender text, r_body bytea, r_priority smallint)
 LANGUAGE plpgsql AS $$
@@ -92,7 +119,8 @@ BEGIN
         PERFORM pg_advisory_xact_lock(1836543345, (q.id % 2147483647)::integer);
         PERFORM set_config('synchronous_commit', 'off', true);
         IF q.concurrency IS NOT NULL THEN
-            SELECT count(*) INTO busy FROM mwmq_levels(q.id) AS v(pr)
+            SELECT count(*) INTO busy
+            FROM mwmq_walk(q.id, (SELECT x.prioritized FROM mwmq_queues x WHERE x.id = q.id)) AS v(pr)
             JOIN mwmq_messages m ON m.queue_id = q.id AND m.priority = v.pr
             WHERE m.visible_at > now() AND m.lease IS NOT NULL AND coalesce(m.lease_until, m.visible_at) > now();
             IF busy + allowed > q.concurrency THEN
@@ -118,7 +146,7 @@ BEGIN
         WITH l AS (SELECT c.queue_id, c.id, c.dead, c.w, row_number() OVER () AS o FROM (
                        SELECT m.queue_id, m.id, coalesce(m.deliveries >= q.max_deliveries, false) AS dead,
                               octet_length(m.body) + octet_length(m.sender) + 64 AS w
-                       FROM mwmq_levels(q.id) AS v(pr)
+                       FROM mwmq_walk(q.id, (SELECT x.prioritized FROM mwmq_queues x WHERE x.id = q.id)) AS v(pr)
                        CROSS JOIN LATERAL (
                            SELECT m.queue_id, m.id, m.deliveries, m.body, m.sender FROM mwmq_messages m
                            WHERE m.queue_id = q.id AND m.priority = v.pr AND m.visible_at <= now()
@@ -163,7 +191,7 @@ BEGIN
         SELECT l.queue_id, l.id, l.lease, l.sender, l.body, l.priority FROM leased l
         UNION ALL
         SELECT q.id, (SELECT count(*) FROM gone), (SELECT count(*) FROM moved), NULL::text, NULL::bytea,
-               NULL::smallint;
+               (SELECT x.prioritized::int FROM mwmq_queues x WHERE x.id = q.id)::smallint;
         GET DIAGNOSTICS got = ROW_COUNT;
     ELSE
         RETURN QUERY SELECT q.id, 0::bigint, 0::bigint, NULL::text, NULL::bytea, NULL::smallint;

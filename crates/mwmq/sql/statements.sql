@@ -110,6 +110,92 @@ RETURNING id;
 -- statement: key_lookup
 SELECT message_id FROM mwmq_keys WHERE queue_id = {QUEUE} AND key = $2;
 
+-- The statements of a queue that never held a message of another
+-- priority than 0 (`policies.rs`): its walk is the one range of priority 0,
+-- as before schema 17, without the descents. A queue that did is left
+-- alone, and a last row of NULLs (recv_many: served 2) says so: the
+-- caller runs the *_ranked statement, and remembers the queue for a while.
+-- fragment: UNPRIORITIZED
+(SELECT id FROM mwmq_queues WHERE name = $1 AND dropped_at IS NULL AND NOT prioritized);
+
+-- fragment: PRIORITIZED
+EXISTS (SELECT 1 FROM mwmq_queues WHERE name = $1 AND dropped_at IS NULL AND prioritized);
+
+-- statement: recv_many
+WITH r AS (SELECT t.n, t.me FROM unnest($2::text[]) WITH ORDINALITY AS t(me, n)),
+qq AS (SELECT id, prioritized FROM mwmq_queues WHERE name = $1 AND {PLAIN_QUEUE}),
+c AS (SELECT m.queue_id, m.id, m.receiver, m.visible_at FROM mwmq_messages m
+      WHERE m.queue_id = (SELECT id FROM qq WHERE NOT prioritized) AND m.priority = 0
+        AND m.visible_at <= now() AND (m.receiver IS NULL OR m.receiver = ANY($2::text[]))
+        AND ($3::text IS NULL OR m.sender = $3) AND {GROUP_HEAD}
+      ORDER BY m.visible_at, m.id LIMIT $4 FOR UPDATE SKIP LOCKED),
+mine AS (SELECT a.queue_id, a.id, b.n, b.me
+         FROM (SELECT c.queue_id, c.id, c.receiver,
+                      row_number() OVER (PARTITION BY c.receiver ORDER BY c.visible_at, c.id) AS j
+               FROM c WHERE c.receiver IS NOT NULL) a
+         JOIN (SELECT r.n, r.me, row_number() OVER (PARTITION BY r.me ORDER BY r.n) AS j
+               FROM r WHERE r.me IS NOT NULL) b ON b.me = a.receiver AND b.j = a.j),
+anyone AS (SELECT u.queue_id, u.id, w.n, w.me
+           FROM (SELECT c.queue_id, c.id, row_number() OVER (ORDER BY c.visible_at, c.id) AS j
+                 FROM c WHERE c.receiver IS NULL) u
+           JOIN (SELECT r.n, r.me, row_number() OVER (ORDER BY r.n) AS j
+                 FROM r WHERE r.n NOT IN (SELECT n FROM mine)) w ON w.j = u.j),
+p AS (SELECT * FROM mine UNION ALL SELECT * FROM anyone),
+leased AS (UPDATE mwmq_messages m
+           SET lease = mwmq_lease_token(), leased_to = p.me, {LEASE_BACKOFF},
+               deliveries = m.deliveries + 1
+           FROM p JOIN mwmq_queues q ON q.id = p.queue_id WHERE m.queue_id = p.queue_id AND m.id = p.id
+           RETURNING p.n, m.queue_id, m.id, m.lease, m.sender, m.body, m.priority)
+SELECT n, queue_id, id, lease, sender, body, priority FROM leased
+UNION ALL SELECT NULL, NULL, (SELECT count(*) FROM c),
+                 coalesce((SELECT CASE WHEN prioritized THEN 2 ELSE 1 END FROM qq), 0)::bigint, NULL, NULL, NULL;
+
+-- statement: recv_plain
+WITH q AS (SELECT id, prioritized, backoff_base_ms, backoff_max_ms, backoff_jitter
+           FROM mwmq_queues WHERE name = $1 AND {PLAIN_QUEUE}),
+leased AS (
+   UPDATE mwmq_messages m
+   SET lease = mwmq_lease_token(), leased_to = $2, {LEASE_BACKOFF},
+       deliveries = m.deliveries + 1
+   FROM q, (SELECT x.queue_id, x.id FROM (
+             SELECT l.queue_id, l.id, sum(l.w) OVER (ORDER BY l.visible_at, l.id) AS run,
+                    row_number() OVER (ORDER BY l.visible_at, l.id) AS k
+             FROM (SELECT m.queue_id, m.id, m.visible_at,
+                          octet_length(m.body) + octet_length(m.sender) + 64 AS w
+                   FROM mwmq_messages m
+                   WHERE m.queue_id = (SELECT id FROM q WHERE NOT prioritized) AND m.priority = 0
+                     AND {ELIGIBLE}
+                   ORDER BY visible_at, id LIMIT $4 FOR UPDATE SKIP LOCKED) l) x
+         WHERE x.k = 1 OR x.run <= $6::bigint) c
+   WHERE m.queue_id = c.queue_id AND m.id = c.id
+   RETURNING m.queue_id, m.id, m.lease, m.sender, m.body, m.priority)
+SELECT queue_id, id, lease, sender, body, priority FROM leased
+UNION ALL SELECT NULL, NULL, NULL, NULL, NULL, NULL WHERE (SELECT prioritized FROM q);
+
+-- statement: pop
+WITH q AS (SELECT id, retain_ms, rate, prioritized FROM mwmq_queues
+           WHERE name = $1 AND dropped_at IS NULL AND NOT paused),
+n AS (SELECT CASE WHEN q.prioritized THEN 0 WHEN q.rate IS NULL THEN $4
+                  ELSE mwmq_pop_allowance(q.id, q.rate, $4) END AS allowed
+      FROM q),
+gone AS (
+   DELETE FROM mwmq_messages m
+   USING (SELECT m.queue_id, m.id FROM mwmq_messages m
+          WHERE m.queue_id = (SELECT id FROM q WHERE NOT prioritized) AND m.priority = 0 AND {ELIGIBLE}
+          ORDER BY visible_at, id LIMIT (SELECT allowed FROM n) FOR UPDATE SKIP LOCKED) c
+   WHERE m.queue_id = c.queue_id AND m.id = c.id
+   RETURNING m.queue_id, m.id, m.sender, m.receiver, m.body, m.sent_at, m.deliveries + 1 AS deliveries,
+             $2::text AS acked_by, (SELECT retain_ms FROM q) AS retain_ms, m.priority),
+{ARCHIVE_GONE}
+SELECT id, sender, body, priority FROM gone
+UNION ALL SELECT NULL, NULL, NULL, NULL WHERE (SELECT prioritized FROM q);
+
+-- statement: peek
+(SELECT m.id, m.sender, m.body, m.priority FROM mwmq_messages m
+ WHERE m.queue_id = {UNPRIORITIZED} AND m.priority = 0 AND {ELIGIBLE}
+ ORDER BY m.visible_at, m.id LIMIT $4)
+UNION ALL SELECT NULL, NULL, NULL, NULL WHERE {PRIORITIZED};
+
 -- A queue without a delivery limit: the plain lease of the first
 -- eligible messages (a queue with one finds nothing here).
 -- One message each for several receivers (any names) of a queue
@@ -119,12 +205,12 @@ SELECT message_id FROM mwmq_keys WHERE queue_id = {QUEUE} AND key = $2;
 -- order. The last row counts the messages locked, and says
 -- whether the queue is one this statement serves
 -- (NULL, NULL, count, 1 or 0, NULL, NULL).
--- statement: recv_many
+-- statement: recv_many_ranked
 WITH r AS (SELECT t.n, t.me FROM unnest($2::text[]) WITH ORDINALITY AS t(me, n)),
 c AS (SELECT l.queue_id, l.id, l.receiver, row_number() OVER () AS o FROM (
          SELECT m.queue_id, m.id, m.receiver
-         FROM (SELECT id FROM mwmq_queues WHERE name = $1 AND {PLAIN_QUEUE}) q
-         CROSS JOIN LATERAL mwmq_levels(q.id) AS v(pr)
+         FROM (SELECT id, prioritized FROM mwmq_queues WHERE name = $1 AND {PLAIN_QUEUE}) q
+         CROSS JOIN LATERAL mwmq_walk(q.id, q.prioritized) AS v(pr)
          CROSS JOIN LATERAL (
             SELECT m.queue_id, m.id, m.receiver FROM mwmq_messages m
             WHERE m.queue_id = q.id AND m.priority = v.pr
@@ -155,7 +241,7 @@ UNION ALL SELECT NULL, NULL, (SELECT count(*) FROM c),
 
 -- The messages leased weigh at most $6 (`max_reply_bytes`; body,
 -- sender and 64 each, the first always: `sql/0015_reply_bounds.sql`).
--- statement: recv_plain
+-- statement: recv_plain_ranked
 UPDATE mwmq_messages m
 SET lease = mwmq_lease_token(), leased_to = $2, {LEASE_BACKOFF},
     deliveries = m.deliveries + 1
@@ -163,9 +249,9 @@ FROM (SELECT x.queue_id, x.id, x.backoff_base_ms, x.backoff_max_ms, x.backoff_ji
           SELECT l.*, sum(l.w) OVER (ROWS UNBOUNDED PRECEDING) AS run, row_number() OVER () AS k
           FROM (SELECT m.queue_id, m.id, octet_length(m.body) + octet_length(m.sender) + 64 AS w,
                        q.backoff_base_ms, q.backoff_max_ms, q.backoff_jitter
-                FROM (SELECT id, backoff_base_ms, backoff_max_ms, backoff_jitter
+                FROM (SELECT id, prioritized, backoff_base_ms, backoff_max_ms, backoff_jitter
                       FROM mwmq_queues WHERE name = $1 AND {PLAIN_QUEUE}) q
-                CROSS JOIN LATERAL mwmq_levels(q.id) AS v(pr)
+                CROSS JOIN LATERAL mwmq_walk(q.id, q.prioritized) AS v(pr)
                 CROSS JOIN LATERAL (
                    SELECT m.queue_id, m.id, m.body, m.sender FROM mwmq_messages m
                    WHERE m.queue_id = q.id AND m.priority = v.pr AND {ELIGIBLE}
@@ -183,15 +269,15 @@ SELECT r_queue_id, r_id, r_lease, r_sender, r_body, r_priority FROM mwmq_recv_ra
 
 -- A paused queue hands out nothing; a rate-limited one as many as
 -- its bucket allows (`limits.rs`: the function is called for those only).
--- statement: pop
-WITH q AS (SELECT id, retain_ms, rate FROM mwmq_queues
+-- statement: pop_ranked
+WITH q AS (SELECT id, retain_ms, rate, prioritized FROM mwmq_queues
            WHERE name = $1 AND dropped_at IS NULL AND NOT paused),
 n AS (SELECT CASE WHEN q.rate IS NULL THEN $4 ELSE mwmq_pop_allowance(q.id, q.rate, $4) END AS allowed
       FROM q),
 gone AS (
    DELETE FROM mwmq_messages m
    USING (SELECT c.queue_id, c.id FROM q
-          CROSS JOIN LATERAL mwmq_levels(q.id) AS v(pr)
+          CROSS JOIN LATERAL mwmq_walk(q.id, q.prioritized) AS v(pr)
           CROSS JOIN LATERAL (
              SELECT m.queue_id, m.id FROM mwmq_messages m
              WHERE m.queue_id = q.id AND m.priority = v.pr AND {ELIGIBLE}
@@ -203,10 +289,10 @@ gone AS (
 {ARCHIVE_GONE}
 SELECT id, sender, body, priority FROM gone;
 
--- statement: peek
+-- statement: peek_ranked
 SELECT m.id, m.sender, m.body, m.priority
-FROM (SELECT id FROM mwmq_queues WHERE name = $1 AND dropped_at IS NULL) q
-CROSS JOIN LATERAL mwmq_levels(q.id) AS v(pr)
+FROM (SELECT id, prioritized FROM mwmq_queues WHERE name = $1 AND dropped_at IS NULL) q
+CROSS JOIN LATERAL mwmq_walk(q.id, q.prioritized) AS v(pr)
 CROSS JOIN LATERAL (
    SELECT m.id, m.sender, m.body, m.priority FROM mwmq_messages m
    WHERE m.queue_id = q.id AND m.priority = v.pr AND {ELIGIBLE} ORDER BY m.visible_at, m.id LIMIT $4) m
@@ -343,7 +429,7 @@ CROSS JOIN LATERAL (
           coalesce(sum(d.leased), 0)::bigint AS leased, min(h.sent_at) AS oldest,
           coalesce(array_agg(v.pr::int) FILTER (WHERE r.ready > 0), '{}') AS ready_levels,
           coalesce(array_agg(r.ready) FILTER (WHERE r.ready > 0), '{}') AS ready_counts
-   FROM mwmq_levels(q.id) AS v(pr)
+   FROM mwmq_walk(q.id, q.prioritized) AS v(pr)
    CROSS JOIN LATERAL (SELECT count(*) AS ready FROM mwmq_messages m
                        WHERE m.queue_id = q.id AND m.priority = v.pr AND m.visible_at <= now()) r
    CROSS JOIN LATERAL (SELECT count(*) FILTER (WHERE m.lease IS NULL OR m.lease_until <= now()) AS delayed,
@@ -412,7 +498,7 @@ SELECT name FROM mwmq_queues WHERE dropped_at IS NULL ORDER BY name LIMIT $1;
 
 -- statement: pending
 SELECT q.name FROM mwmq_queues q WHERE q.dropped_at IS NULL AND EXISTS (
-   SELECT 1 FROM mwmq_levels(q.id) AS v(pr)
+   SELECT 1 FROM mwmq_walk(q.id, q.prioritized) AS v(pr)
    JOIN mwmq_messages m ON m.queue_id = q.id AND m.priority = v.pr
    WHERE m.visible_at <= now() AND (m.receiver IS NULL OR m.receiver = $1))
 ORDER BY q.name LIMIT $2;

@@ -25,11 +25,21 @@
 //! priorities present in the queue, highest first (`mwmq_levels`: the
 //! highest priority below the last one, an index descent each — a loose
 //! index scan), and in each takes the visible messages as before, with
-//! `priority = p AND visible_at <= now()` as one index range. A queue
-//! whose messages all have priority 0 walks one level: the walk it had, and
-//! one descent more to learn that 0 is its highest priority. The statements
-//! stop at the first level that gives them enough, so the descents to lower
-//! priorities are only made when the higher ones run out.
+//! `priority = p AND visible_at <= now()` as one index range. The
+//! statements stop at the first level that gives them enough, so the
+//! descents to lower priorities are only made when the higher ones run out.
+//!
+//! A queue that never held a message of another priority than 0 walks
+//! priority 0 alone, without a descent (`mwmq_walk`): its RECV, POP and PEEK
+//! are the statements they were. The descent to find a queue's highest
+//! priority steps over the index entries of the messages taken since the
+//! last vacuum, as the walk of priority 0 then does again: made for every
+//! queue, it cost a plain queue's RECV+ACK pairs a third of their rate
+//! (`bench/mq-features.sh`, against the build before). So a trigger marks a
+//! queue `prioritized` when the first message of another priority is
+//! stored in it, whichever way (SEND, `mwmq.send`, a dead letter, REDRIVE,
+//! rebalance), in that message's transaction: a statement that sees the
+//! message sees the mark. The mark stays.
 //!
 //! **Backoff.** `QALTER q BACKOFF base_ms max_ms [JITTER pct]` makes a
 //! message that was handed out and came back — its lease ran out, or it was

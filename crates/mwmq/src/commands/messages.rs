@@ -37,6 +37,9 @@ impl Core<'_> {
     pub(super) async fn send<S: Session + ?Sized>(&self, pg: &PgConn, x: &Send, s: &S) -> Result<Outcome, DbError> {
         let me = s.identity();
         let id = pg.send(&send_row(x, me.as_deref()), x.key.as_deref()).await?;
+        if x.priority > 0 {
+            self.shared.prioritized.found(&x.queue);
+        }
         self.sent(&x.queue);
         self.shared.queues.add(&x.queue, |c| c.sent += 1);
         Ok(Outcome::ok(Reply::Int(id)))
@@ -68,7 +71,12 @@ impl Core<'_> {
         db: &mut DbFacts,
     ) -> Result<Outcome, DbError> {
         let me = s.identity();
-        Ok(Outcome::ok(match pg.first(queue, me.as_deref(), from, take).await? {
+        let (found, prioritized) =
+            pg.first(queue, me.as_deref(), from, take, self.shared.prioritized.is(queue)).await?;
+        if prioritized {
+            self.shared.prioritized.found(queue);
+        }
+        Ok(Outcome::ok(match found {
             Some(m) => {
                 db.hits = 1;
                 if take {
@@ -162,7 +170,11 @@ impl Core<'_> {
             }
             let plain_first = !self.shared.not_plain.is(&r.queue);
             let want = count - msgs.len() as u32;
-            let got = pg.recv(&r.queue, me, r.from.as_deref(), want, r.vt_ms, plain_first, maxb).await?;
+            let ranked = self.shared.prioritized.is(&r.queue);
+            let got = pg.recv(&r.queue, me, r.from.as_deref(), want, r.vt_ms, plain_first, maxb, ranked).await?;
+            if got.prioritized {
+                self.shared.prioritized.found(&r.queue);
+            }
             // (One statement is counted already: the request's, or the retry's above.)
             *statements += got.statements - 1;
             if got.not_plain && plain_first {
@@ -221,6 +233,9 @@ impl Core<'_> {
                 Some(id) => {
                     if woken.insert(row.queue) {
                         self.sent(row.queue);
+                    }
+                    if row.priority > 0 {
+                        self.shared.prioritized.found(row.queue);
                     }
                     self.shared.queues.add(row.queue, |c| c.sent += 1);
                     (Reply::Int(id), "ok", 0)
@@ -284,7 +299,11 @@ impl Core<'_> {
         from: Option<&str>,
         replies: &mut [Answer],
     ) -> Result<(), DbError> {
-        let msgs = pg.first_n(queue, me, from, true, replies.len()).await?;
+        let (msgs, prioritized) =
+            pg.first_n(queue, me, from, true, replies.len(), self.shared.prioritized.is(queue)).await?;
+        if prioritized {
+            self.shared.prioritized.found(queue);
+        }
         self.deal(queue, msgs, replies, Reply::Nil, |_, m| message_item(m));
         Ok(())
     }
@@ -316,11 +335,16 @@ impl Core<'_> {
         let (got, looked, served) = if skip {
             (Vec::new(), 0, false)
         } else {
-            let found = pg.recv_many(&r.queue, &receivers, r.from.as_deref(), limit, r.vt_ms).await?;
-            if !found.2 {
+            let ranked = self.shared.prioritized.is(&r.queue);
+            let (got, looked, served, prioritized) =
+                pg.recv_many(&r.queue, &receivers, r.from.as_deref(), limit, r.vt_ms, ranked).await?;
+            if !served {
                 self.shared.not_plain.found(&r.queue);
             }
-            found
+            if prioritized {
+                self.shared.prioritized.found(&r.queue);
+            }
+            (got, looked, served)
         };
         let mut statements = u64::from(!skip);
         let n = got.len() as u64;

@@ -173,18 +173,29 @@ impl PgConn {
         vt_ms: u64,
         plain_first: bool,
         maxb: i64,
+        ranked: bool,
     ) -> Result<Received, DbError> {
         let (count, vt) = (i64::from(count), vt_ms as f64);
+        let mut statements = 0;
+        let mut prioritized = ranked;
         // The common case in one plain statement (unless the queue is known
         // not to be plain); an empty answer may also mean a queue with a
         // delivery limit, paused or limited (or none at all): then the full one.
         if plain_first {
-            let r = self.client.query(&self.st.recv_plain, &[&queue, &me, &from, &count, &vt, &maxb]).await;
-            let plain = self.check(r)?;
+            let args: [&(dyn postgres::types::ToSql + Sync); 6] = [&queue, &me, &from, &count, &vt, &maxb];
+            let st = if ranked { &self.st.recv_plain_ranked } else { &self.st.recv_plain };
+            let mut plain = self.check(self.client.query(st, &args).await)?;
+            statements += 1;
+            if !ranked && plain.last().is_some_and(|r| r.get::<_, Option<i64>>(0).is_none()) {
+                // A queue with priorities: the walk over them.
+                prioritized = true;
+                plain = self.check(self.client.query(&self.st.recv_plain_ranked, &args).await)?;
+                statements += 1;
+            }
             if !plain.is_empty() {
                 let mut messages: Vec<Leased> = plain.iter().map(|r| self.leased(r)).collect();
                 messages.sort_by_key(|m| (std::cmp::Reverse(m.priority), m.id));
-                return Ok(Received { messages, dead_lettered: 0, dropped: 0, not_plain: false, statements: 1 });
+                return Ok(Received { messages, dead_lettered: 0, dropped: 0, not_plain: false, statements, prioritized });
             }
         }
         let r = self.client.query(&self.st.recv, &[&queue, &me, &from, &count, &vt, &maxb]).await;
@@ -195,18 +206,21 @@ impl PgConn {
         if !exists {
             return Err(DbError::NoQueue(queue.to_string()));
         }
+        prioritized |= totals.get::<_, Option<i16>>(5) == Some(1);
         let mut messages: Vec<Leased> = rows.iter().map(|r| self.leased(r)).collect();
         messages.sort_by_key(|m| (std::cmp::Reverse(m.priority), m.id));
         let not_plain = !plain_first || !messages.is_empty() || dead > 0;
-        let statements = 1 + u64::from(plain_first);
-        Ok(Received { messages, dead_lettered: moved as u64, dropped: (dead - moved) as u64, not_plain, statements })
+        statements += 1;
+        let (dead_lettered, dropped) = (moved as u64, (dead - moved) as u64);
+        Ok(Received { messages, dead_lettered, dropped, not_plain, statements, prioritized })
     }
 
     /// One message each for several RECVs of `queue` by `receivers`
     /// (any names, repeated or not) with one FROM and lease length, looking
     /// at most at `limit` messages: each receiver's message, by its index in
-    /// `receivers`, how many messages were looked at, and whether the queue
-    /// is one this serves (it exists and has no delivery limit).
+    /// `receivers`, how many messages were looked at, whether the queue
+    /// is one this serves (it exists and has no delivery limit), and whether
+    /// it proved to have priorities (`ranked`: it is known to: the walk over them).
     pub async fn recv_many(
         &self,
         queue: &str,
@@ -214,10 +228,18 @@ impl PgConn {
         from: Option<&str>,
         limit: usize,
         vt_ms: u64,
-    ) -> Result<(Vec<(usize, Leased)>, i64, bool), DbError> {
+        ranked: bool,
+    ) -> Result<(Vec<(usize, Leased)>, i64, bool, bool), DbError> {
         let (limit, vt) = (limit as i64, vt_ms as f64);
-        let r = self.client.query(&self.st.recv_many, &[&queue, &receivers, &from, &limit, &vt]).await;
-        let mut rows = self.check(r)?;
+        let args: [&(dyn postgres::types::ToSql + Sync); 5] = [&queue, &receivers, &from, &limit, &vt];
+        let st = if ranked { &self.st.recv_many_ranked } else { &self.st.recv_many };
+        let mut rows = self.check(self.client.query(st, &args).await)?;
+        let mut prioritized = ranked;
+        if !ranked && rows.last().is_some_and(|t| t.get::<_, i64>(3) == 2) {
+            // A queue with priorities (nothing was leased): the walk over them.
+            prioritized = true;
+            rows = self.check(self.client.query(&self.st.recv_many_ranked, &args).await)?;
+        }
         let totals = rows.pop().expect("the statement's last row counts the messages looked at");
         let (looked, served): (i64, i64) = (totals.get(2), totals.get(3));
         let mut out: Vec<(usize, Leased)> = rows
@@ -237,7 +259,7 @@ impl PgConn {
             })
             .collect();
         out.sort_by_key(|(_, m)| m.id);
-        Ok((out, looked, served == 1))
+        Ok((out, looked, served == 1, prioritized))
     }
 
     /// TOUCH: whether the lease was current (the message is now invisible for `ms` more).
@@ -470,19 +492,24 @@ impl PgConn {
         Ok(row.get(0))
     }
 
-    /// POP (`take`) or PEEK: the first eligible message.
+    /// POP (`take`) or PEEK: the first eligible message, and whether the
+    /// queue proved to have priorities (see [`PgConn::first_n`]).
     pub async fn first(
         &self,
         queue: &str,
         me: Option<&str>,
         from: Option<&str>,
         take: bool,
-    ) -> Result<Option<Message>, DbError> {
-        Ok(self.first_n(queue, me, from, take, 1).await?.pop())
+        ranked: bool,
+    ) -> Result<(Option<Message>, bool), DbError> {
+        let (mut found, prioritized) = self.first_n(queue, me, from, take, 1, ranked).await?;
+        Ok((found.pop(), prioritized))
     }
 
     /// The first `n` eligible messages, taken (POP) or not (PEEK), highest
-    /// priority first, then lowest id first.
+    /// priority first, then lowest id first; and whether the queue proved
+    /// to have priorities (`ranked`: it is known to, so the statement that
+    /// walks them runs at once).
     pub async fn first_n(
         &self,
         queue: &str,
@@ -490,20 +517,26 @@ impl PgConn {
         from: Option<&str>,
         take: bool,
         n: usize,
-    ) -> Result<Vec<Message>, DbError> {
-        let st = if take { &self.st.pop } else { &self.st.peek };
+        ranked: bool,
+    ) -> Result<(Vec<Message>, bool), DbError> {
+        let (st, walk) = if take { (&self.st.pop, &self.st.pop_ranked) } else { (&self.st.peek, &self.st.peek_ranked) };
         let limit = n as i64;
-        let r = self.client.query(st, &[&queue, &me, &from, &limit]).await;
-        let rows = self.check(r)?;
+        let args: [&(dyn postgres::types::ToSql + Sync); 4] = [&queue, &me, &from, &limit];
+        let mut rows = self.check(self.client.query(if ranked { walk } else { st }, &args).await)?;
+        let mut prioritized = ranked;
+        if !ranked && rows.last().is_some_and(|r| r.get::<_, Option<i64>>(0).is_none()) {
+            prioritized = true;
+            rows = self.check(self.client.query(walk, &args).await)?;
+        }
         if rows.is_empty() {
-            return self.or_no_queue(queue, Vec::new()).await;
+            return Ok((self.or_no_queue(queue, Vec::new()).await?, prioritized));
         }
         let mut out: Vec<Message> = rows
             .iter()
             .map(|r| Message { id: r.get(0), sender: r.get(1), body: r.get(2), priority: r.get(3) })
             .collect();
         out.sort_by_key(|m| (std::cmp::Reverse(m.priority), m.id));
-        Ok(out)
+        Ok((out, prioritized))
     }
 
     /// Several SENDs (without keys) in one statement and one commit: each

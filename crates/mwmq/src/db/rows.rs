@@ -51,6 +51,9 @@ pub struct Received {
     pub not_plain: bool,
     /// Statements it ran (the plain one, the full one, or both).
     pub statements: u64,
+    /// Whether the queue proved to have held messages of other priorities
+    /// than 0 (its RECVs then walk them: the `*_ranked` statements).
+    pub prioritized: bool,
 }
 
 /// What QINFO reports of the database.

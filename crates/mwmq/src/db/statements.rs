@@ -109,7 +109,8 @@ macro_rules! statements {
 }
 
 statements!(
-    send, send_many, ack_many, send_key, key_lookup, recv, recv_plain, recv_many, pop, peek, ack, archive, dead, nack,
+    send, send_many, ack_many, send_key, key_lookup, recv, recv_plain, recv_many, pop, peek, recv_plain_ranked,
+    recv_many_ranked, pop_ranked, peek_ranked, ack, archive, dead, nack,
     touch, alter, pause, recount, settle, mark, info, quota, redrive, release, exists, create, drop, len, list,
     pending,
 );

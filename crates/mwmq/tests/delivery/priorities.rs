@@ -232,4 +232,6 @@ fn the_roles_granted_the_old_send_may_call_the_new_one() {
     app.execute("SELECT mwmq.send('orders', '\\x01'::bytea, priority => 6)", &[]).unwrap();
     let mut c = connect(mq.local_addr());
     assert_eq!(ready_by_priority(&mut c, "orders"), [(6, 1), (0, 1)]);
+    // Marked by SQL alone, the queue's priorities are walked by RECV.
+    assert_eq!(recv(&mut c, "orders", &[])[0].3, b"\x01", "priority 6 before the one sent first");
 }
