@@ -8,9 +8,9 @@
 -- - `mwmq_messages.priority` (0 to 9, higher first; 0 for every message
 --   sent before) and the `ready` index ordered by it:
 --   (queue_id, priority DESC, visible_at, id). Every statement that hands
---   messages out walks the priorities present in its queue from the highest
---   (`mwmq_levels`: an index descent each), and within each the visible
---   messages in the order they became visible, as before. A queue that
+--   messages out walks the priorities from the highest (`mwmq_walk`: an
+--   index range each), and within each the visible messages in the order
+--   they became visible, as before. A queue that
 --   never held a message of another priority than 0 (`mwmq_queues.prioritized`,
 --   set by a trigger) walks priority 0 only: the walk it had.
 -- - `mwmq_messages.lease_until`: when a lease handed out by a queue with a
@@ -39,26 +39,15 @@ ALTER TABLE mwmq_queues ADD COLUMN backoff_base_ms bigint, ADD COLUMN backoff_ma
 DROP INDEX mwmq_messages_ready;
 CREATE INDEX mwmq_messages_ready ON mwmq_messages (queue_id, priority DESC, visible_at, id);
 
--- The priorities present among queue qid's messages, highest first: one
--- index descent each, and no more than the caller reads (inlined into the
--- statement, so a walk that found enough at the first level stops there).
-CREATE FUNCTION mwmq_levels(qid bigint) RETURNS SETOF smallint LANGUAGE sql STABLE AS $$
-    WITH RECURSIVE v(pr) AS (
-        (SELECT m.priority FROM mwmq_messages m WHERE m.queue_id = qid ORDER BY m.priority DESC LIMIT 1)
-        UNION ALL
-        SELECT (SELECT m.priority FROM mwmq_messages m WHERE m.queue_id = qid AND m.priority < v.pr
-                ORDER BY m.priority DESC LIMIT 1)
-        FROM v WHERE v.pr IS NOT NULL)
-    SELECT pr FROM v WHERE pr IS NOT NULL
-$$;
-
--- The priorities to walk in queue qid: 0 alone for a queue that never held
--- a message of another priority (the walk a queue had before schema 17,
--- with no descent to learn that), else those present (`mwmq_levels`).
-CREATE FUNCTION mwmq_walk(qid bigint, prioritized boolean) RETURNS SETOF smallint LANGUAGE sql STABLE AS $$
+-- The priorities to walk in queue qid, highest first: 0 alone for a queue
+-- that never held a message of another priority (the walk a queue had
+-- before schema 17), else all ten (an index range each, of which those
+-- without a message cost a descent; inlined into the statement, so a walk
+-- that found enough at the first priorities stops there).
+CREATE FUNCTION mwmq_walk(qid bigint, prioritized boolean) RETURNS SETOF smallint LANGUAGE sql IMMUTABLE AS $$
     SELECT 0::smallint WHERE NOT prioritized
     UNION ALL
-    SELECT pr FROM mwmq_levels(qid) AS l(pr) WHERE prioritized
+    SELECT g::smallint FROM generate_series(9, 0, -1) AS g WHERE prioritized
 $$;
 
 -- A message of a priority other than 0 marks its queue `prioritized`, in

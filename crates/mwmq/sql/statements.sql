@@ -210,7 +210,7 @@ WITH r AS (SELECT t.n, t.me FROM unnest($2::text[]) WITH ORDINALITY AS t(me, n))
 c AS (SELECT l.queue_id, l.id, l.receiver, row_number() OVER () AS o FROM (
          SELECT m.queue_id, m.id, m.receiver
          FROM (SELECT id, prioritized FROM mwmq_queues WHERE name = $1 AND {PLAIN_QUEUE}) q
-         CROSS JOIN LATERAL mwmq_walk(q.id, q.prioritized) AS v(pr)
+         CROSS JOIN generate_series(9, 0, -1) AS v(pr)
          CROSS JOIN LATERAL (
             SELECT m.queue_id, m.id, m.receiver FROM mwmq_messages m
             WHERE m.queue_id = q.id AND m.priority = v.pr
@@ -251,7 +251,7 @@ FROM (SELECT x.queue_id, x.id, x.backoff_base_ms, x.backoff_max_ms, x.backoff_ji
                        q.backoff_base_ms, q.backoff_max_ms, q.backoff_jitter
                 FROM (SELECT id, prioritized, backoff_base_ms, backoff_max_ms, backoff_jitter
                       FROM mwmq_queues WHERE name = $1 AND {PLAIN_QUEUE}) q
-                CROSS JOIN LATERAL mwmq_walk(q.id, q.prioritized) AS v(pr)
+                CROSS JOIN generate_series(9, 0, -1) AS v(pr)
                 CROSS JOIN LATERAL (
                    SELECT m.queue_id, m.id, m.body, m.sender FROM mwmq_messages m
                    WHERE m.queue_id = q.id AND m.priority = v.pr AND {ELIGIBLE}
@@ -277,7 +277,7 @@ n AS (SELECT CASE WHEN q.rate IS NULL THEN $4 ELSE mwmq_pop_allowance(q.id, q.ra
 gone AS (
    DELETE FROM mwmq_messages m
    USING (SELECT c.queue_id, c.id FROM q
-          CROSS JOIN LATERAL mwmq_walk(q.id, q.prioritized) AS v(pr)
+          CROSS JOIN generate_series(9, 0, -1) AS v(pr)
           CROSS JOIN LATERAL (
              SELECT m.queue_id, m.id FROM mwmq_messages m
              WHERE m.queue_id = q.id AND m.priority = v.pr AND {ELIGIBLE}
@@ -292,7 +292,7 @@ SELECT id, sender, body, priority FROM gone;
 -- statement: peek_ranked
 SELECT m.id, m.sender, m.body, m.priority
 FROM (SELECT id, prioritized FROM mwmq_queues WHERE name = $1 AND dropped_at IS NULL) q
-CROSS JOIN LATERAL mwmq_walk(q.id, q.prioritized) AS v(pr)
+CROSS JOIN generate_series(9, 0, -1) AS v(pr)
 CROSS JOIN LATERAL (
    SELECT m.id, m.sender, m.body, m.priority FROM mwmq_messages m
    WHERE m.queue_id = q.id AND m.priority = v.pr AND {ELIGIBLE} ORDER BY m.visible_at, m.id LIMIT $4) m

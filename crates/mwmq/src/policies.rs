@@ -22,24 +22,31 @@
 //! delayed message of the higher priorities (they sit after the visible
 //! ones of their priority, before the next priority's), and PostgreSQL 15
 //! has no skip scan; so each statement that hands messages out walks the
-//! priorities present in the queue, highest first (`mwmq_levels`: the
-//! highest priority below the last one, an index descent each — a loose
-//! index scan), and in each takes the visible messages as before, with
-//! `priority = p AND visible_at <= now()` as one index range. The
-//! statements stop at the first level that gives them enough, so the
-//! descents to lower priorities are only made when the higher ones run out.
+//! ten priorities, highest first, and in each takes the visible messages as
+//! before, with `priority = p AND visible_at <= now()` as one index range
+//! (a priority without a message costs a descent). The statements stop at
+//! the first priorities that give them enough, so the lower ones are only
+//! looked at when the higher ones run out. (Walking only the priorities
+//! present, found by a loose index scan — a recursive descent to the
+//! highest priority below the last — took longer to plan than the ten
+//! ranges take to look at, and each descent stepped again over the index
+//! entries of the messages taken since the last vacuum.)
 //!
-//! A queue that never held a message of another priority than 0 walks
-//! priority 0 alone, without a descent (`mwmq_walk`): its RECV, POP and PEEK
-//! are the statements they were. The descent to find a queue's highest
-//! priority steps over the index entries of the messages taken since the
-//! last vacuum, as the walk of priority 0 then does again: made for every
-//! queue, it cost a plain queue's RECV+ACK pairs a third of their rate
-//! (`bench/mq-features.sh`, against the build before). So a trigger marks a
+//! A queue that never held a message of another priority than 0 is served
+//! by the statements of before (`recv_plain`, `recv_many`, `pop`, `peek`:
+//! priority 0's one index range). Walking every queue's priorities cost a
+//! plain queue's RECV+ACK pairs a third of their rate (`bench/mq-features.sh`
+//! against the build before): the walking statements take twice as long to
+//! plan, and PostgreSQL plans these for each call. So a trigger marks a
 //! queue `prioritized` when the first message of another priority is
 //! stored in it, whichever way (SEND, `mwmq.send`, a dead letter, REDRIVE,
 //! rebalance), in that message's transaction: a statement that sees the
-//! message sees the mark. The mark stays.
+//! message sees the mark. The mark stays. The statements of before answer
+//! a marked queue with a row saying so and lease nothing; the `*_ranked`
+//! statements then walk its priorities, and the process remembers the
+//! queue for a second ([`crate::shared::Shared::prioritized`]). Statements
+//! that count (QINFO, QLIST PENDING, the poll of waiting RECVs) walk
+//! through `mwmq_walk`, which is priority 0 alone for an unmarked queue.
 //!
 //! **Backoff.** `QALTER q BACKOFF base_ms max_ms [JITTER pct]` makes a
 //! message that was handed out and came back — its lease ran out, or it was

@@ -195,7 +195,14 @@ impl PgConn {
             if !plain.is_empty() {
                 let mut messages: Vec<Leased> = plain.iter().map(|r| self.leased(r)).collect();
                 messages.sort_by_key(|m| (std::cmp::Reverse(m.priority), m.id));
-                return Ok(Received { messages, dead_lettered: 0, dropped: 0, not_plain: false, statements, prioritized });
+                return Ok(Received {
+                    messages,
+                    dead_lettered: 0,
+                    dropped: 0,
+                    not_plain: false,
+                    statements,
+                    prioritized,
+                });
             }
         }
         let r = self.client.query(&self.st.recv, &[&queue, &me, &from, &count, &vt, &maxb]).await;
