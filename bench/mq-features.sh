@@ -57,6 +57,9 @@ fi
 
 variant() {  # NAME: q0's settings for it
   local plain="RETAIN 0 CONCURRENCY 0 RATE 0 NOBACKOFF"
+  # A new q0 each time: a queue that held messages of other priorities than
+  # 0 stays marked (its statements walk the ten priorities from then on).
+  if [ "$1" != before ]; then redis-cli -p "$MQ" QDROP q0 >/dev/null; redis-cli -p "$MQ" QCREATE q0 >/dev/null; fi
   case $1 in
     plain | groups | priority) redis-cli -p "$MQ" QALTER q0 $plain >/dev/null ;;
     retain) redis-cli -p "$MQ" QALTER q0 $plain RETAIN 600000 >/dev/null ;;
@@ -79,8 +82,8 @@ for r in $(seq "$ROUNDS"); do
     if [ "$v" = before ]; then export PORT=$MQB DBNAME=mwmq_before; else unset PORT; DBNAME=mwmq; fi
     # Each variant starts from an empty queue: what a variant left (a grouped
     # queue's POPs take group heads only) would slow the next one's POPs.
-    left=$(psql_q "WITH d AS (DELETE FROM mwmq_messages WHERE queue_id =
-                     (SELECT id FROM mwmq_queues WHERE name = 'q0' AND dropped_at IS NULL) RETURNING 1)
+    left=$(psql_q "WITH d AS (DELETE FROM mwmq_messages WHERE queue_id IN
+                     (SELECT id FROM mwmq_queues WHERE name = 'q0') RETURNING 1)
                    SELECT count(*) FROM d")
     [ "$left" = 0 ] || echo "  ($left messages left by the variant before, deleted)" >&2
     psql_q "VACUUM mwmq_messages" >/dev/null
