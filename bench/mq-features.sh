@@ -2,11 +2,18 @@
 # What a queue's settings cost: the same queue (q0) measured plain, with
 # RETAIN (acknowledged messages moved to the archive by the ACK or POP that
 # removes them), with limits that never bind (CONCURRENCY 1000000 RATE
-# 1000000/s: every RECV goes through mwmq_recv and takes the queue's
-# advisory lock, and the rate's bucket is updated), and with its messages
+# 1000000/s: every RECV goes through mwmq_recv_ranked and takes the queue's
+# advisory lock, and the rate's bucket is updated), with its messages
 # in 64 ordered groups (SEND ... GROUP g<random 0..63>: a message waits for
-# its group's older ones), on one PostgreSQL (fsync on), the variants
-# alternated round by round:
+# its group's older ones), with its messages of 8 priorities (SEND ...
+# PRIORITY <random 0..7>: each RECV walks the priorities present from the
+# highest), and with a retry backoff that never binds (QALTER q0 BACKOFF
+# 1000 60000 JITTER 10: RECV's plain statements give each lease its
+# backoff, in lease_until and visible_at), on one PostgreSQL (fsync on),
+# the variants alternated round by round. With BEFORE=path/to/another/mwmq,
+# that binary (an older build) serves a database of its own on the same
+# PostgreSQL (mwmq_before) and its plain q0 is one more variant, "before":
+# a plain queue's figures before and after a change, in the same run.
 #
 #   SEND       redis-benchmark, CLIENTS connections, 128 B bodies
 #   POP        redis-benchmark, CLIENTS connections
@@ -16,7 +23,8 @@
 # the median of each round's variant / plain. Also the live table's size at the end of the
 # retaining rounds against the plain ones (the archive is a table of its own).
 #
-# Usage: bench/mq-features.sh [requests] [rounds]    (env: CLIENTS)
+# Usage: bench/mq-features.sh [requests] [rounds]    (env: CLIENTS, BEFORE, VARIANTS="plain priority ...":
+#        a subset, plain always among them)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
@@ -33,28 +41,49 @@ MQ=$(free_port)
 wait_port "$MQ"
 . bench/mqlib.sh
 redis-cli -p "$MQ" QCREATE q0 >/dev/null
-psql_q() { as_pg env PGOPTIONS=-csearch_path=mwmq "$PGBIN/psql" -h "$pg" -U postgres -d mwmq -qAtX -c "$1"; }
+DBNAME=mwmq
+psql_q() { as_pg env PGOPTIONS=-csearch_path=mwmq "$PGBIN/psql" -h "$pg" -U postgres -d "$DBNAME" -qAtX -c "$1"; }
+# shellcheck disable=SC2206
+names=(${VARIANTS:-plain retain limits groups priority backoff})
+[ "${names[0]}" = plain ] || names=(plain "${names[@]}")
+if [ -n "${BEFORE:-}" ]; then
+  DBNAME=postgres psql_q "CREATE DATABASE mwmq_before" >/dev/null
+  MQB=$(free_port)
+  "$BEFORE" --listen "127.0.0.1:$MQB" --db "${db/dbname=mwmq/dbname=mwmq_before}" --log warn & pids+=($!)
+  wait_port "$MQB"
+  redis-cli -p "$MQB" QCREATE q0 >/dev/null
+  names+=(before)
+fi
 
 variant() {  # NAME: q0's settings for it
+  local plain="RETAIN 0 CONCURRENCY 0 RATE 0 NOBACKOFF"
+  # A new q0 each time: a queue that held messages of other priorities than
+  # 0 stays marked (its statements walk the ten priorities from then on).
+  if [ "$1" != before ]; then redis-cli -p "$MQ" QDROP q0 >/dev/null; redis-cli -p "$MQ" QCREATE q0 >/dev/null; fi
   case $1 in
-    plain | groups) redis-cli -p "$MQ" QALTER q0 RETAIN 0 CONCURRENCY 0 RATE 0 >/dev/null ;;
-    retain) redis-cli -p "$MQ" QALTER q0 RETAIN 600000 CONCURRENCY 0 RATE 0 >/dev/null ;;
-    limits) redis-cli -p "$MQ" QALTER q0 RETAIN 0 CONCURRENCY 1000000 RATE 1000000/s >/dev/null ;;
+    plain | groups | priority) redis-cli -p "$MQ" QALTER q0 $plain >/dev/null ;;
+    retain) redis-cli -p "$MQ" QALTER q0 $plain RETAIN 600000 >/dev/null ;;
+    limits) redis-cli -p "$MQ" QALTER q0 $plain CONCURRENCY 1000000 RATE 1000000/s >/dev/null ;;
+    backoff) redis-cli -p "$MQ" QALTER q0 $plain BACKOFF 1000 60000 JITTER 10 >/dev/null ;;
   esac
 }
 
-names=(plain retain limits groups)
 sendargs() {  # VARIANT -> redis-benchmark's arguments for its SENDs
-  if [ "$1" = groups ]; then echo "-r 64 SEND q0 $BODY GROUP g__rand_int__"; else echo "SEND q0 $BODY"; fi
+  case $1 in
+    groups) echo "-r 64 SEND q0 $BODY GROUP g__rand_int__" ;;
+    priority) echo "-r 8 SEND q0 $BODY PRIORITY __rand_int__" ;;
+    *) echo "SEND q0 $BODY" ;;
+  esac
 }
-echo "q0 plain, with RETAIN 600000, with limits that never bind, in 64 groups; $N requests each, $CLIENTS connections, $ROUNDS rounds" >&2
+echo "q0 ${names[*]}; $N requests each, $CLIENTS connections, $ROUNDS rounds" >&2
 for r in $(seq "$ROUNDS"); do
   for v in "${names[@]}"; do
     variant "$v"
+    if [ "$v" = before ]; then export PORT=$MQB DBNAME=mwmq_before; else unset PORT; DBNAME=mwmq; fi
     # Each variant starts from an empty queue: what a variant left (a grouped
     # queue's POPs take group heads only) would slow the next one's POPs.
-    left=$(psql_q "WITH d AS (DELETE FROM mwmq_messages WHERE queue_id =
-                     (SELECT id FROM mwmq_queues WHERE name = 'q0' AND dropped_at IS NULL) RETURNING 1)
+    left=$(psql_q "WITH d AS (DELETE FROM mwmq_messages WHERE queue_id IN
+                     (SELECT id FROM mwmq_queues WHERE name = 'q0') RETURNING 1)
                    SELECT count(*) FROM d")
     [ "$left" = 0 ] || echo "  ($left messages left by the variant before, deleted)" >&2
     psql_q "VACUUM mwmq_messages" >/dev/null
@@ -69,14 +98,16 @@ for r in $(seq "$ROUNDS"); do
     echo "  round $r $v: SEND ${send%% *}/s POP ${pop%% *}/s RECV+ACK ${ra%% *} pairs/s" >&2
   done
 done
+unset PORT
+DBNAME=mwmq
 live=$(psql_q "SELECT pg_total_relation_size('mwmq_messages')")
 archive=$(psql_q "SELECT pg_total_relation_size('mwmq_archive')")
 kept=$(psql_q "SELECT count(*) FROM mwmq_archive")
 
-"$PY" - "$work/rows" "$live" "$archive" "$kept" <<'PY'
+"$PY" - "$work/rows" "$live" "$archive" "$kept" "${names[@]}" <<'PY'
 import statistics, sys
 rows = [l.split() for l in open(sys.argv[1])]
-names = ("plain", "retain", "limits", "groups")
+names = tuple(sys.argv[5:])
 med, ratio = {}, {}
 for v in names:
     got = [list(map(float, r[1:])) for r in rows if r[0] == v]

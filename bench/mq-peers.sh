@@ -14,14 +14,15 @@
 # ms, and CPU per message of mwmq, of PostgreSQL (all its processes) and of
 # the client. Then mwmq / PGMQ and mwmq / raw.
 #
-# Usage: bench/mq-peers.sh [messages per run]   (env: CLIENTS=8, ROUNDS=3, PGMQ_DIR, MQ_ENGINE=async|pool)
+# Usage: bench/mq-peers.sh [messages per run]   (env: CLIENTS=8, ROUNDS=3, PGMQ_DIR, MQ_ENGINE=async|pool,
+#        BIN=directory of mwmq and mwload, default target/release: an older build for a before/after)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
 N=${1:-20000}
 CLIENTS=${CLIENTS:-8}
 ROUNDS=${ROUNDS:-3}
-BIN=target/release
+BIN=${BIN:-target/release}
 PY=.venv/bin/python
 PGMQ_DIR=${PGMQ_DIR:-../shared/tools/pgmq}
 throwaway_postgres mwmq-peers

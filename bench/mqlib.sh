@@ -31,6 +31,27 @@ WHERE m.queue_id = c.queue_id AND m.id = c.id RETURNING m.queue_id AS qid, m.id 
 \gset
 DELETE FROM mwmq_messages WHERE queue_id = :qid AND id = :mid AND lease = :lease AND (NULL::text IS NULL OR leased_to = NULL);
 SQL
+  # Since schema 17 (priorities) the statements walk the priorities of the
+  # queue (mwmq_walk) and take each one's range of the ready index, as mwmq's do.
+  if [ "$(as_pg "$PGBIN/psql" -h "$pg" -U postgres -d mwmq -qAtX \
+          -c "SELECT to_regproc('mwmq.mwmq_walk') IS NOT NULL")" = t ]; then
+    local walk="(SELECT c.queue_id, c.id FROM (SELECT id, prioritized FROM mwmq_queues
+                                               WHERE name = 'pg' AND dropped_at IS NULL %s) q
+  CROSS JOIN LATERAL mwmq_walk(q.id, q.prioritized) AS v(pr)
+  CROSS JOIN LATERAL (SELECT queue_id, id FROM mwmq_messages WHERE queue_id = q.id AND priority = v.pr
+    AND visible_at <= now() AND receiver IS NULL ORDER BY visible_at, id LIMIT 1 FOR UPDATE SKIP LOCKED) c LIMIT 1) c"
+    # shellcheck disable=SC2059
+    printf "DELETE FROM mwmq_messages m USING $walk\nWHERE m.queue_id = c.queue_id AND m.id = c.id RETURNING m.id, m.sender, m.body;\n" \
+      "" >"$work/pop.sql"
+    # shellcheck disable=SC2059
+    printf "UPDATE mwmq_messages m SET lease = mwmq_lease_token(), leased_to = NULL, lease_until = NULL,
+  visible_at = now() + interval '30 seconds', deliveries = m.deliveries + 1
+FROM $walk
+WHERE m.queue_id = c.queue_id AND m.id = c.id RETURNING m.queue_id AS qid, m.id AS mid, m.lease AS lease
+\\gset
+DELETE FROM mwmq_messages WHERE queue_id = :qid AND id = :mid AND lease = :lease AND (NULL::text IS NULL OR leased_to = NULL);
+" "AND max_deliveries IS NULL" >"$work/recvack.sql"
+  fi
   chmod 644 "$work"/*.sql
   mkdir -p "$work/pgb"
   if [ "$(id -u)" = 0 ]; then chown postgres "$work/pgb"; fi

@@ -7,9 +7,18 @@
 -- Each statement is one round trip and its own transaction (autocommit).
 
 -- A queue RECV's plain statements serve: no delivery limit, not paused, no
--- concurrency or rate limit (any other goes through mwmq_recv).
+-- concurrency or rate limit (any other goes through mwmq_recv_ranked).
 -- fragment: PLAIN_QUEUE
 dropped_at IS NULL AND max_deliveries IS NULL AND NOT paused AND concurrency IS NULL AND rate IS NULL;
+
+-- A lease's visibility deadline and end ($5 its length), of a message of
+-- queue q (its backoff: `policies.rs`): with a backoff the message is
+-- visible again the backoff after the lease's end.
+-- fragment: LEASE_BACKOFF
+visible_at = now() + interval '1 millisecond' * $5::float8
+    + CASE WHEN q.backoff_base_ms IS NULL THEN interval '0'
+           ELSE mwmq_backoff(q.backoff_base_ms, q.backoff_max_ms, q.backoff_jitter, m.deliveries + 1) END,
+lease_until = CASE WHEN q.backoff_base_ms IS NOT NULL THEN now() + interval '1 millisecond' * $5::float8 END;
 
 -- The queue's id, if it exists (reused by most statements).
 -- fragment: QUEUE
@@ -42,9 +51,9 @@ kept AS (
     ON CONFLICT DO NOTHING);
 
 -- statement: send
-INSERT INTO mwmq_messages (queue_id, sender, receiver, body, visible_at, counted, grp)
+INSERT INTO mwmq_messages (queue_id, sender, receiver, body, visible_at, counted, grp, priority)
 SELECT id, $2::text, $3::text, $4::bytea, now() + interval '1 millisecond' * $5::float8,
-       (max_messages IS NOT NULL OR max_bytes IS NOT NULL), $6::text
+       (max_messages IS NOT NULL OR max_bytes IS NOT NULL), $6::text, $7::smallint
 FROM mwmq_queues WHERE name = $1 AND dropped_at IS NULL
   AND (max_messages IS NULL AND max_bytes IS NULL
        OR mwmq_room(id, max_messages, max_bytes, octet_length($4::bytea)))
@@ -53,17 +62,18 @@ RETURNING id;
 -- statement: send_many
 WITH r AS (
    SELECT nextval('mwmq_message_ids') AS id, q.id AS queue_id, t.n, t.sender, t.receiver,
-          t.body, t.delay, t.grp, (q.max_messages IS NOT NULL OR q.max_bytes IS NOT NULL) AS counted
-   FROM unnest($1::text[], $2::text[], $3::text[], $4::bytea[], $5::float8[], $6::text[])
-        WITH ORDINALITY AS t(queue, sender, receiver, body, delay, grp, n)
+          t.body, t.delay, t.grp, t.priority,
+          (q.max_messages IS NOT NULL OR q.max_bytes IS NOT NULL) AS counted
+   FROM unnest($1::text[], $2::text[], $3::text[], $4::bytea[], $5::float8[], $6::text[], $7::smallint[])
+        WITH ORDINALITY AS t(queue, sender, receiver, body, delay, grp, priority, n)
    JOIN mwmq_queues q ON q.name = t.queue AND q.dropped_at IS NULL
    WHERE q.max_messages IS NULL AND q.max_bytes IS NULL
       OR mwmq_room(q.id, q.max_messages, q.max_bytes, octet_length(t.body))
    -- Ids in the order the SENDs came (a group is handed out in id order).
    ORDER BY t.n),
 ins AS (
-   INSERT INTO mwmq_messages (queue_id, id, sender, receiver, body, visible_at, counted, grp)
-   SELECT queue_id, id, sender, receiver, body, now() + interval '1 millisecond' * delay, counted, grp
+   INSERT INTO mwmq_messages (queue_id, id, sender, receiver, body, visible_at, counted, grp, priority)
+   SELECT queue_id, id, sender, receiver, body, now() + interval '1 millisecond' * delay, counted, grp, priority
    FROM r)
 SELECT n, id FROM r;
 
@@ -90,29 +100,32 @@ WITH k AS (
           OR mwmq_room(id, max_messages, max_bytes, octet_length($4::bytea)))
    ON CONFLICT DO NOTHING
    RETURNING queue_id, message_id)
-INSERT INTO mwmq_messages (queue_id, id, sender, receiver, body, visible_at, counted, grp)
+INSERT INTO mwmq_messages (queue_id, id, sender, receiver, body, visible_at, counted, grp, priority)
 SELECT k.queue_id, k.message_id, $2::text, $3::text, $4::bytea,
        now() + interval '1 millisecond' * $5::float8,
-       (q.max_messages IS NOT NULL OR q.max_bytes IS NOT NULL), $7::text
+       (q.max_messages IS NOT NULL OR q.max_bytes IS NOT NULL), $7::text, $8::smallint
 FROM k JOIN mwmq_queues q ON q.id = k.queue_id
 RETURNING id;
 
 -- statement: key_lookup
 SELECT message_id FROM mwmq_keys WHERE queue_id = {QUEUE} AND key = $2;
 
--- A queue without a delivery limit: the plain lease of the first
--- eligible messages (a queue with one finds nothing here).
--- One message each for several receivers (any names) of a queue
--- without a delivery limit: the first eligible messages are
--- locked; each receiver gets the first one addressed to it, if
--- any, and the others the messages addressed to no one, in
--- order. The last row counts the messages locked, and says
--- whether the queue is one this statement serves
--- (NULL, NULL, count, 1 or 0, NULL, NULL).
+-- The statements of a queue that never held a message of another
+-- priority than 0 (`policies.rs`): its walk is the one range of priority 0,
+-- as before schema 17, without the descents. A queue that did is left
+-- alone, and a last row of NULLs (recv_many: served 2) says so: the
+-- caller runs the *_ranked statement, and remembers the queue for a while.
+-- fragment: UNPRIORITIZED
+(SELECT id FROM mwmq_queues WHERE name = $1 AND dropped_at IS NULL AND NOT prioritized);
+
+-- fragment: PRIORITIZED
+EXISTS (SELECT 1 FROM mwmq_queues WHERE name = $1 AND dropped_at IS NULL AND prioritized);
+
 -- statement: recv_many
 WITH r AS (SELECT t.n, t.me FROM unnest($2::text[]) WITH ORDINALITY AS t(me, n)),
+qq AS (SELECT id, prioritized FROM mwmq_queues WHERE name = $1 AND {PLAIN_QUEUE}),
 c AS (SELECT m.queue_id, m.id, m.receiver, m.visible_at FROM mwmq_messages m
-      WHERE m.queue_id = (SELECT id FROM mwmq_queues WHERE name = $1 AND {PLAIN_QUEUE})
+      WHERE m.queue_id = (SELECT id FROM qq WHERE NOT prioritized) AND m.priority = 0
         AND m.visible_at <= now() AND (m.receiver IS NULL OR m.receiver = ANY($2::text[]))
         AND ($3::text IS NULL OR m.sender = $3) AND {GROUP_HEAD}
       ORDER BY m.visible_at, m.id LIMIT $4 FOR UPDATE SKIP LOCKED),
@@ -129,62 +142,161 @@ anyone AS (SELECT u.queue_id, u.id, w.n, w.me
                  FROM r WHERE r.n NOT IN (SELECT n FROM mine)) w ON w.j = u.j),
 p AS (SELECT * FROM mine UNION ALL SELECT * FROM anyone),
 leased AS (UPDATE mwmq_messages m
-           SET lease = mwmq_lease_token(), leased_to = p.me,
-               visible_at = now() + interval '1 millisecond' * $5::float8,
+           SET lease = mwmq_lease_token(), leased_to = p.me, {LEASE_BACKOFF},
                deliveries = m.deliveries + 1
-           FROM p WHERE m.queue_id = p.queue_id AND m.id = p.id
-           RETURNING p.n, m.queue_id, m.id, m.lease, m.sender, m.body)
-SELECT n, queue_id, id, lease, sender, body FROM leased
+           FROM p JOIN mwmq_queues q ON q.id = p.queue_id WHERE m.queue_id = p.queue_id AND m.id = p.id
+           RETURNING p.n, m.queue_id, m.id, m.lease, m.sender, m.body, m.priority)
+SELECT n, queue_id, id, lease, sender, body, priority FROM leased
 UNION ALL SELECT NULL, NULL, (SELECT count(*) FROM c),
-                 (SELECT count(*) FROM mwmq_queues WHERE name = $1 AND {PLAIN_QUEUE}), NULL, NULL;
+                 coalesce((SELECT CASE WHEN prioritized THEN 2 ELSE 1 END FROM qq), 0)::bigint, NULL, NULL, NULL;
+
+-- statement: recv_plain
+WITH q AS (SELECT id, prioritized, backoff_base_ms, backoff_max_ms, backoff_jitter
+           FROM mwmq_queues WHERE name = $1 AND {PLAIN_QUEUE}),
+leased AS (
+   UPDATE mwmq_messages m
+   SET lease = mwmq_lease_token(), leased_to = $2, {LEASE_BACKOFF},
+       deliveries = m.deliveries + 1
+   FROM q, (SELECT x.queue_id, x.id FROM (
+             SELECT l.queue_id, l.id, sum(l.w) OVER (ORDER BY l.visible_at, l.id) AS run,
+                    row_number() OVER (ORDER BY l.visible_at, l.id) AS k
+             FROM (SELECT m.queue_id, m.id, m.visible_at,
+                          octet_length(m.body) + octet_length(m.sender) + 64 AS w
+                   FROM mwmq_messages m
+                   WHERE m.queue_id = (SELECT id FROM q WHERE NOT prioritized) AND m.priority = 0
+                     AND {ELIGIBLE}
+                   ORDER BY visible_at, id LIMIT $4 FOR UPDATE SKIP LOCKED) l) x
+         WHERE x.k = 1 OR x.run <= $6::bigint) c
+   WHERE m.queue_id = c.queue_id AND m.id = c.id
+   RETURNING m.queue_id, m.id, m.lease, m.sender, m.body, m.priority)
+SELECT queue_id, id, lease, sender, body, priority FROM leased
+UNION ALL SELECT NULL, NULL, NULL, NULL, NULL, NULL WHERE (SELECT prioritized FROM q);
+
+-- statement: pop
+WITH q AS (SELECT id, retain_ms, rate, prioritized FROM mwmq_queues
+           WHERE name = $1 AND dropped_at IS NULL AND NOT paused),
+n AS (SELECT CASE WHEN q.prioritized THEN 0 WHEN q.rate IS NULL THEN $4
+                  ELSE mwmq_pop_allowance(q.id, q.rate, $4) END AS allowed
+      FROM q),
+gone AS (
+   DELETE FROM mwmq_messages m
+   USING (SELECT m.queue_id, m.id FROM mwmq_messages m
+          WHERE m.queue_id = (SELECT id FROM q WHERE NOT prioritized) AND m.priority = 0 AND {ELIGIBLE}
+          ORDER BY visible_at, id LIMIT (SELECT allowed FROM n) FOR UPDATE SKIP LOCKED) c
+   WHERE m.queue_id = c.queue_id AND m.id = c.id
+   RETURNING m.queue_id, m.id, m.sender, m.receiver, m.body, m.sent_at, m.deliveries + 1 AS deliveries,
+             $2::text AS acked_by, (SELECT retain_ms FROM q) AS retain_ms, m.priority),
+{ARCHIVE_GONE}
+SELECT id, sender, body, priority FROM gone
+UNION ALL SELECT NULL, NULL, NULL, NULL WHERE (SELECT prioritized FROM q);
+
+-- statement: peek
+(SELECT m.id, m.sender, m.body, m.priority FROM mwmq_messages m
+ WHERE m.queue_id = {UNPRIORITIZED} AND m.priority = 0 AND {ELIGIBLE}
+ ORDER BY m.visible_at, m.id LIMIT $4)
+UNION ALL SELECT NULL, NULL, NULL, NULL WHERE {PRIORITIZED};
+
+-- A queue without a delivery limit: the plain lease of the first
+-- eligible messages (a queue with one finds nothing here).
+-- One message each for several receivers (any names) of a queue
+-- without a delivery limit: the first eligible messages are
+-- locked; each receiver gets the first one addressed to it, if
+-- any, and the others the messages addressed to no one, in
+-- order. The last row counts the messages locked, and says
+-- whether the queue is one this statement serves
+-- (NULL, NULL, count, 1 or 0, NULL, NULL).
+-- statement: recv_many_ranked
+WITH r AS (SELECT t.n, t.me FROM unnest($2::text[]) WITH ORDINALITY AS t(me, n)),
+c AS (SELECT l.queue_id, l.id, l.receiver, row_number() OVER () AS o FROM (
+         SELECT m.queue_id, m.id, m.receiver
+         FROM (SELECT id, prioritized FROM mwmq_queues WHERE name = $1 AND {PLAIN_QUEUE}) q
+         CROSS JOIN generate_series(9, 0, -1) AS v(pr)
+         CROSS JOIN LATERAL (
+            SELECT m.queue_id, m.id, m.receiver FROM mwmq_messages m
+            WHERE m.queue_id = q.id AND m.priority = v.pr
+              AND m.visible_at <= now() AND (m.receiver IS NULL OR m.receiver = ANY($2::text[]))
+              AND ($3::text IS NULL OR m.sender = $3) AND {GROUP_HEAD}
+            ORDER BY m.visible_at, m.id LIMIT $4 FOR UPDATE SKIP LOCKED) m
+         LIMIT $4) l),
+mine AS (SELECT a.queue_id, a.id, b.n, b.me
+         FROM (SELECT c.queue_id, c.id, c.receiver,
+                      row_number() OVER (PARTITION BY c.receiver ORDER BY c.o) AS j
+               FROM c WHERE c.receiver IS NOT NULL) a
+         JOIN (SELECT r.n, r.me, row_number() OVER (PARTITION BY r.me ORDER BY r.n) AS j
+               FROM r WHERE r.me IS NOT NULL) b ON b.me = a.receiver AND b.j = a.j),
+anyone AS (SELECT u.queue_id, u.id, w.n, w.me
+           FROM (SELECT c.queue_id, c.id, row_number() OVER (ORDER BY c.o) AS j
+                 FROM c WHERE c.receiver IS NULL) u
+           JOIN (SELECT r.n, r.me, row_number() OVER (ORDER BY r.n) AS j
+                 FROM r WHERE r.n NOT IN (SELECT n FROM mine)) w ON w.j = u.j),
+p AS (SELECT * FROM mine UNION ALL SELECT * FROM anyone),
+leased AS (UPDATE mwmq_messages m
+           SET lease = mwmq_lease_token(), leased_to = p.me, {LEASE_BACKOFF},
+               deliveries = m.deliveries + 1
+           FROM p JOIN mwmq_queues q ON q.id = p.queue_id WHERE m.queue_id = p.queue_id AND m.id = p.id
+           RETURNING p.n, m.queue_id, m.id, m.lease, m.sender, m.body, m.priority)
+SELECT n, queue_id, id, lease, sender, body, priority FROM leased
+UNION ALL SELECT NULL, NULL, (SELECT count(*) FROM c),
+                 (SELECT count(*) FROM mwmq_queues WHERE name = $1 AND {PLAIN_QUEUE}), NULL, NULL, NULL;
 
 -- The messages leased weigh at most $6 (`max_reply_bytes`; body,
 -- sender and 64 each, the first always: `sql/0015_reply_bounds.sql`).
--- statement: recv_plain
+-- statement: recv_plain_ranked
 UPDATE mwmq_messages m
-SET lease = mwmq_lease_token(), leased_to = $2,
-    visible_at = now() + interval '1 millisecond' * $5::float8,
+SET lease = mwmq_lease_token(), leased_to = $2, {LEASE_BACKOFF},
     deliveries = m.deliveries + 1
-FROM (SELECT x.queue_id, x.id FROM (
-          SELECT l.queue_id, l.id, sum(l.w) OVER (ORDER BY l.visible_at, l.id) AS run,
-                 row_number() OVER (ORDER BY l.visible_at, l.id) AS k
-          FROM (SELECT m.queue_id, m.id, m.visible_at,
-                       octet_length(m.body) + octet_length(m.sender) + 64 AS w
-                FROM mwmq_messages m
-                WHERE m.queue_id = (SELECT id FROM mwmq_queues WHERE name = $1 AND {PLAIN_QUEUE})
-                  AND {ELIGIBLE}
-                ORDER BY visible_at, id LIMIT $4 FOR UPDATE SKIP LOCKED) l) x
-      WHERE x.k = 1 OR x.run <= $6::bigint) c
-WHERE m.queue_id = c.queue_id AND m.id = c.id
-RETURNING m.queue_id, m.id, m.lease, m.sender, m.body;
+FROM (SELECT x.queue_id, x.id, x.backoff_base_ms, x.backoff_max_ms, x.backoff_jitter FROM (
+          SELECT l.*, sum(l.w) OVER (ROWS UNBOUNDED PRECEDING) AS run, row_number() OVER () AS k
+          FROM (SELECT m.queue_id, m.id, octet_length(m.body) + octet_length(m.sender) + 64 AS w,
+                       q.backoff_base_ms, q.backoff_max_ms, q.backoff_jitter
+                FROM (SELECT id, prioritized, backoff_base_ms, backoff_max_ms, backoff_jitter
+                      FROM mwmq_queues WHERE name = $1 AND {PLAIN_QUEUE}) q
+                CROSS JOIN generate_series(9, 0, -1) AS v(pr)
+                CROSS JOIN LATERAL (
+                   SELECT m.queue_id, m.id, m.body, m.sender FROM mwmq_messages m
+                   WHERE m.queue_id = q.id AND m.priority = v.pr AND {ELIGIBLE}
+                   ORDER BY m.visible_at, m.id LIMIT $4 FOR UPDATE SKIP LOCKED) m
+                LIMIT $4) l) x
+      WHERE x.k = 1 OR x.run <= $6::bigint) q
+WHERE m.queue_id = q.queue_id AND m.id = q.id
+RETURNING m.queue_id, m.id, m.lease, m.sender, m.body, m.priority;
 
--- Any other queue: paused, limited or with a delivery limit
--- (`limits.rs`). The last row counts the dead letters:
--- (the queue's id or NULL without one, moved out, moved in, NULL, NULL).
+-- Any other queue: paused, limited, with a delivery limit or a backoff
+-- (`limits.rs`, `policies.rs`). The last row counts the dead letters:
+-- (the queue's id or NULL without one, moved out, moved in, NULL, NULL, NULL).
 -- statement: recv
-SELECT r_queue_id, r_id, r_lease, r_sender, r_body FROM mwmq_recv($1, $2, $3, $4, $5, $6);
+SELECT r_queue_id, r_id, r_lease, r_sender, r_body, r_priority FROM mwmq_recv_ranked($1, $2, $3, $4, $5, $6);
 
 -- A paused queue hands out nothing; a rate-limited one as many as
 -- its bucket allows (`limits.rs`: the function is called for those only).
--- statement: pop
-WITH q AS (SELECT id, retain_ms, rate FROM mwmq_queues
+-- statement: pop_ranked
+WITH q AS (SELECT id, retain_ms, rate, prioritized FROM mwmq_queues
            WHERE name = $1 AND dropped_at IS NULL AND NOT paused),
 n AS (SELECT CASE WHEN q.rate IS NULL THEN $4 ELSE mwmq_pop_allowance(q.id, q.rate, $4) END AS allowed
       FROM q),
 gone AS (
    DELETE FROM mwmq_messages m
-   USING (SELECT m.queue_id, m.id FROM mwmq_messages m
-          WHERE m.queue_id = (SELECT id FROM q) AND {ELIGIBLE}
-          ORDER BY visible_at, id LIMIT (SELECT allowed FROM n) FOR UPDATE SKIP LOCKED) c
+   USING (SELECT c.queue_id, c.id FROM q
+          CROSS JOIN generate_series(9, 0, -1) AS v(pr)
+          CROSS JOIN LATERAL (
+             SELECT m.queue_id, m.id FROM mwmq_messages m
+             WHERE m.queue_id = q.id AND m.priority = v.pr AND {ELIGIBLE}
+             ORDER BY m.visible_at, m.id LIMIT (SELECT allowed FROM n) FOR UPDATE SKIP LOCKED) c
+          LIMIT (SELECT allowed FROM n)) c
    WHERE m.queue_id = c.queue_id AND m.id = c.id
    RETURNING m.queue_id, m.id, m.sender, m.receiver, m.body, m.sent_at, m.deliveries + 1 AS deliveries,
-             $2::text AS acked_by, (SELECT retain_ms FROM q) AS retain_ms),
+             $2::text AS acked_by, (SELECT retain_ms FROM q) AS retain_ms, m.priority),
 {ARCHIVE_GONE}
-SELECT id, sender, body FROM gone;
+SELECT id, sender, body, priority FROM gone;
 
--- statement: peek
-SELECT m.id, m.sender, m.body FROM mwmq_messages m
-WHERE m.queue_id = {QUEUE} AND {ELIGIBLE} ORDER BY m.visible_at, m.id LIMIT $4;
+-- statement: peek_ranked
+SELECT m.id, m.sender, m.body, m.priority
+FROM (SELECT id, prioritized FROM mwmq_queues WHERE name = $1 AND dropped_at IS NULL) q
+CROSS JOIN generate_series(9, 0, -1) AS v(pr)
+CROSS JOIN LATERAL (
+   SELECT m.id, m.sender, m.body, m.priority FROM mwmq_messages m
+   WHERE m.queue_id = q.id AND m.priority = v.pr AND {ELIGIBLE} ORDER BY m.visible_at, m.id LIMIT $4) m
+LIMIT $4;
 
 -- statement: ack
 WITH q AS (SELECT id, retain_ms FROM mwmq_queues WHERE name = $1 AND dropped_at IS NULL),
@@ -225,14 +337,25 @@ SELECT id, held_in, dead_from, dead_reason, deliveries, sender, sent_ms, body FR
           row_number() OVER (ORDER BY d.visible_at DESC, d.id DESC) AS k FROM d) x
 WHERE x.k = 1 OR x.run <= $3::bigint ORDER BY x.k;
 
+-- $4: the DELAY given (NULL: none). A NACK without DELAY of a queue with
+-- a backoff waits the backoff (unless that was the last delivery
+-- MAXDELIVERIES allows: it is dead-lettered next); a DELAY, even 0, wins.
 -- statement: nack
-UPDATE mwmq_messages SET lease = NULL, leased_to = NULL,
+UPDATE mwmq_messages m SET lease = NULL, leased_to = NULL, lease_until = NULL,
        visible_at = CASE WHEN $4::float8 > 0 THEN now() + interval '1 millisecond' * $4::float8
-                         ELSE least(sent_at, now()) END
-WHERE queue_id = {QUEUE} AND id = $2 AND lease = $3 AND ($5::text IS NULL OR leased_to = $5);
+                         WHEN $4::float8 IS NULL AND q.backoff_base_ms IS NOT NULL
+                              AND (q.max_deliveries IS NULL OR m.deliveries < q.max_deliveries)
+                         THEN now() + mwmq_backoff(q.backoff_base_ms, q.backoff_max_ms, q.backoff_jitter, m.deliveries)
+                         ELSE least(m.sent_at, now()) END
+FROM mwmq_queues q
+WHERE q.name = $1 AND q.dropped_at IS NULL AND m.queue_id = q.id AND m.id = $2 AND m.lease = $3
+  AND ($5::text IS NULL OR m.leased_to = $5);
 
+-- A lease followed by a backoff keeps its backoff after the new end.
 -- statement: touch
-UPDATE mwmq_messages SET visible_at = now() + interval '1 millisecond' * $4::float8
+UPDATE mwmq_messages
+SET visible_at = now() + interval '1 millisecond' * $4::float8 + coalesce(visible_at - lease_until, interval '0'),
+    lease_until = CASE WHEN lease_until IS NOT NULL THEN now() + interval '1 millisecond' * $4::float8 END
 WHERE queue_id = {QUEUE} AND id = $2 AND lease = $3 AND ($5::text IS NULL OR leased_to = $5);
 
 -- statement: alter
@@ -243,7 +366,10 @@ SET max_deliveries = CASE WHEN $2::bool THEN nullif($3::int, 0) ELSE max_deliver
     max_bytes = CASE WHEN $8::bool THEN nullif($9::bigint, 0) ELSE max_bytes END,
     concurrency = CASE WHEN $10::bool THEN nullif($11::int, 0) ELSE concurrency END,
     rate = CASE WHEN $12::bool THEN nullif($13::float8, 0) ELSE rate END,
-    retain_ms = CASE WHEN $14::bool THEN nullif($15::bigint, 0) ELSE retain_ms END
+    retain_ms = CASE WHEN $14::bool THEN nullif($15::bigint, 0) ELSE retain_ms END,
+    backoff_base_ms = CASE WHEN $16::bool THEN nullif($17::bigint, 0) ELSE backoff_base_ms END,
+    backoff_max_ms = CASE WHEN $16::bool THEN nullif($18::bigint, 0) ELSE backoff_max_ms END,
+    backoff_jitter = CASE WHEN $16::bool THEN nullif($19::smallint, 0) ELSE backoff_jitter END
 WHERE name = $1 AND dropped_at IS NULL
 RETURNING id, (SELECT o.max_messages IS NOT NULL OR o.max_bytes IS NOT NULL
                FROM mwmq_queues o WHERE o.id = mwmq_queues.id) AS had_quota,
@@ -280,27 +406,40 @@ FROM q CROSS JOIN s LEFT JOIN mwmq_messages m ON m.queue_id = q.id AND q.counted
 GROUP BY q.id, s.messages, s.bytes
 ON CONFLICT (queue_id, stripe) DO UPDATE SET messages = EXCLUDED.messages, bytes = EXCLUDED.bytes;
 
--- Counts from the indexes (ready, not yet visible, dead letters)
--- and the quota's counters; the age of the message next in line;
--- of each queue named (QINFO names one, the /ui page many).
+-- Counts from the indexes, priority by priority (ready, not yet
+-- visible: delayed or backing off, or leased), dead letters, and the
+-- quota's counters; the age of the ready message that waited longest (of
+-- any priority: the head of each priority's line); of each queue named
+-- (QINFO names one, the /ui page many).
 -- statement: info
-SELECT coalesce(q.max_deliveries, 0), q.dead_letter,
-       (SELECT count(*) FROM mwmq_messages m WHERE m.queue_id = q.id AND m.visible_at <= now()),
-       (SELECT count(*) FROM mwmq_messages m
-        WHERE m.queue_id = q.id AND m.visible_at > now() AND m.lease IS NULL),
-       (SELECT count(*) FROM mwmq_messages m
-        WHERE m.queue_id = q.id AND m.visible_at > now() AND m.lease IS NOT NULL),
+SELECT coalesce(q.max_deliveries, 0), q.dead_letter, lv.ready, lv.delayed, lv.leased,
        (SELECT count(*) FROM mwmq_messages m WHERE m.queue_id = q.id AND m.dead_from IS NOT NULL),
-       coalesce(extract(epoch FROM now() - (
-           SELECT m.sent_at FROM mwmq_messages m WHERE m.queue_id = q.id AND m.visible_at <= now()
-           ORDER BY m.visible_at, m.id LIMIT 1)) * 1000, 0)::float8,
+       coalesce(extract(epoch FROM now() - lv.oldest) * 1000, 0)::float8,
        coalesce(q.max_messages, 0), coalesce(q.max_bytes, 0),
        (SELECT coalesce(sum(c.messages), 0)::bigint FROM mwmq_queue_counts c WHERE c.queue_id = q.id),
        (SELECT coalesce(sum(c.bytes), 0)::bigint FROM mwmq_queue_counts c WHERE c.queue_id = q.id),
        q.paused, coalesce(q.concurrency, 0), coalesce(q.rate, 0),
        coalesce(l.held_concurrency, 0), coalesce(l.held_rate, 0), coalesce(q.retain_ms, 0),
-       (SELECT count(*) FROM mwmq_archive a WHERE a.queue_id = q.id), q.name
+       (SELECT count(*) FROM mwmq_archive a WHERE a.queue_id = q.id), q.name,
+       lv.ready_levels, lv.ready_counts, coalesce(q.backoff_base_ms, 0), coalesce(q.backoff_max_ms, 0),
+       coalesce(q.backoff_jitter, 0)::int
 FROM mwmq_queues q LEFT JOIN mwmq_queue_limits l ON l.queue_id = q.id
+CROSS JOIN LATERAL (
+   SELECT coalesce(sum(r.ready), 0)::bigint AS ready, coalesce(sum(d.delayed), 0)::bigint AS delayed,
+          coalesce(sum(d.leased), 0)::bigint AS leased, min(h.sent_at) AS oldest,
+          coalesce(array_agg(v.pr::int) FILTER (WHERE r.ready > 0), '{}') AS ready_levels,
+          coalesce(array_agg(r.ready) FILTER (WHERE r.ready > 0), '{}') AS ready_counts
+   FROM mwmq_walk(q.id, q.prioritized) AS v(pr)
+   CROSS JOIN LATERAL (SELECT count(*) AS ready FROM mwmq_messages m
+                       WHERE m.queue_id = q.id AND m.priority = v.pr AND m.visible_at <= now()) r
+   CROSS JOIN LATERAL (SELECT count(*) FILTER (WHERE m.lease IS NULL OR m.lease_until <= now()) AS delayed,
+                              count(*) FILTER (WHERE m.lease IS NOT NULL
+                                                 AND coalesce(m.lease_until, m.visible_at) > now()) AS leased
+                       FROM mwmq_messages m
+                       WHERE m.queue_id = q.id AND m.priority = v.pr AND m.visible_at > now()) d
+   LEFT JOIN LATERAL (SELECT m.sent_at FROM mwmq_messages m
+                      WHERE m.queue_id = q.id AND m.priority = v.pr AND m.visible_at <= now()
+                      ORDER BY m.visible_at, m.id LIMIT 1) h ON true) lv
 WHERE q.name = ANY($1::text[]) AND q.dropped_at IS NULL;
 
 -- Why a SEND stored nothing: no such queue (no row), or its quota.
@@ -317,18 +456,19 @@ WITH src AS (SELECT id FROM mwmq_queues WHERE name = $1 AND dropped_at IS NULL),
 c AS (SELECT m.queue_id, m.id, coalesce($2::text, m.dead_from) AS target
       FROM mwmq_messages m
       WHERE m.queue_id = (SELECT id FROM src) AND m.visible_at <= now()
-      ORDER BY m.visible_at, m.id LIMIT $3 FOR UPDATE OF m SKIP LOCKED),
+      ORDER BY m.priority DESC, m.visible_at, m.id LIMIT $3 FOR UPDATE OF m SKIP LOCKED),
 gone AS (DELETE FROM mwmq_messages m
          USING c JOIN mwmq_queues t ON t.name = c.target AND t.dropped_at IS NULL
          WHERE m.queue_id = c.queue_id AND m.id = c.id
-         RETURNING t.id AS target_id, m.id, m.sender, m.receiver, m.body, m.sent_at, m.grp,
+         RETURNING t.id AS target_id, m.id, m.sender, m.receiver, m.body, m.sent_at, m.grp, m.priority,
                    (t.max_messages IS NOT NULL OR t.max_bytes IS NOT NULL) AS counted),
-ins AS (INSERT INTO mwmq_messages (queue_id, id, sender, receiver, body, sent_at, visible_at, counted, grp)
-        SELECT target_id, id, sender, receiver, body, sent_at, now(), counted, grp FROM gone RETURNING 1)
+ins AS (INSERT INTO mwmq_messages (queue_id, id, sender, receiver, body, sent_at, visible_at, counted, grp, priority)
+        SELECT target_id, id, sender, receiver, body, sent_at, now(), counted, grp, priority FROM gone RETURNING 1)
 SELECT (SELECT count(*) FROM ins), EXISTS (SELECT 1 FROM src);
 
 -- statement: release
-UPDATE mwmq_messages m SET lease = NULL, leased_to = NULL, visible_at = least(m.sent_at, now()), deliveries = greatest(m.deliveries - 1, 0)
+UPDATE mwmq_messages m SET lease = NULL, leased_to = NULL, lease_until = NULL, visible_at = least(m.sent_at, now()),
+       deliveries = greatest(m.deliveries - 1, 0)
 FROM unnest($1::bigint[], $2::bigint[], $3::bigint[]) AS r(queue_id, id, lease)
 WHERE m.queue_id = r.queue_id AND m.id = r.id AND m.lease = r.lease;
 
@@ -339,9 +479,10 @@ SELECT 1 FROM mwmq_queues WHERE name = $1 AND dropped_at IS NULL;
 -- statement: create
 INSERT INTO mwmq_queues
    (name, max_deliveries, dead_letter, max_messages, max_bytes, created_by, concurrency, rate,
-    retain_ms)
+    retain_ms, backoff_base_ms, backoff_max_ms, backoff_jitter)
 SELECT $1, nullif($2::int, 0), $3, nullif($4::bigint, 0), nullif($5::bigint, 0), $6::text,
-       nullif($8::int, 0), nullif($9::float8, 0), nullif($10::bigint, 0)
+       nullif($8::int, 0), nullif($9::float8, 0), nullif($10::bigint, 0), nullif($11::bigint, 0),
+       nullif($12::bigint, 0), nullif($13::smallint, 0)
 WHERE $7::bigint IS NULL OR mwmq_owned($6::text) < $7::bigint
 ON CONFLICT (name) WHERE dropped_at IS NULL DO NOTHING RETURNING id;
 
@@ -357,6 +498,7 @@ SELECT name FROM mwmq_queues WHERE dropped_at IS NULL ORDER BY name LIMIT $1;
 
 -- statement: pending
 SELECT q.name FROM mwmq_queues q WHERE q.dropped_at IS NULL AND EXISTS (
-   SELECT 1 FROM mwmq_messages m WHERE m.queue_id = q.id AND m.visible_at <= now()
-   AND (m.receiver IS NULL OR m.receiver = $1))
+   SELECT 1 FROM mwmq_walk(q.id, q.prioritized) AS v(pr)
+   JOIN mwmq_messages m ON m.queue_id = q.id AND m.priority = v.pr
+   WHERE m.visible_at <= now() AND (m.receiver IS NULL OR m.receiver = $1))
 ORDER BY q.name LIMIT $2;

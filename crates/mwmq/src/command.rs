@@ -5,6 +5,7 @@
 use crate::resp::Reply;
 use crate::xcommand::XCmd;
 
+pub use crate::policies::{Backoff, MAX_PRIORITY};
 pub use crate::words::{shown, MAX_NAME};
 /// Most messages one RECV may lease.
 pub const MAX_COUNT: u32 = 1000;
@@ -95,7 +96,7 @@ pub enum Command {
         /// Only queues with messages this client may receive now.
         pending: bool,
     },
-    /// `SEND q body [TO name] [DELAY ms] [KEY k]`
+    /// `SEND q body [TO name] [DELAY ms] [KEY k] [GROUP g] [PRIORITY n]`
     Send(Send),
     /// `RECV q [FROM sender] [VT ms] [COUNT n] [WAIT ms]`
     Recv(Recv),
@@ -116,8 +117,9 @@ pub enum Command {
         id: i64,
         /// The lease RECV gave.
         lease: i64,
-        /// Visible again after this long.
-        delay_ms: u64,
+        /// Visible again after this long (`None`: no DELAY given, so
+        /// after the queue's backoff, or at once without one).
+        delay_ms: Option<u64>,
     },
     /// `POP q [FROM sender]`
     Pop {
@@ -156,6 +158,8 @@ pub struct QueueOptions {
     pub rate_milli: Option<u64>,
     /// How long acknowledged messages are kept, ms (`Some(0)`: not kept).
     pub retain_ms: Option<u64>,
+    /// The wait before a message is handed out again (`Some(None)`: no backoff).
+    pub backoff: Option<Option<Backoff>>,
 }
 
 impl QueueOptions {
@@ -207,6 +211,8 @@ pub struct Send {
     pub key: Option<String>,
     /// Its ordered group: handed out after the group's older messages are gone.
     pub group: Option<String>,
+    /// Higher is handed out first (0 to [`MAX_PRIORITY`]; 0 without PRIORITY).
+    pub priority: u8,
 }
 
 /// `RECV`'s arguments.
@@ -620,6 +626,19 @@ pub fn parse(args: &[Vec<u8>], limits: &Limits) -> Result<Command, Refusal> {
                         o.dead_letter = Some(None);
                         i += 1;
                     }
+                    "NOBACKOFF" => {
+                        o.backoff = Some(None);
+                        i += 1;
+                    }
+                    "BACKOFF" if i + 2 < n => {
+                        let (base, max) = (int(&rest[i + 1])?, int(&rest[i + 2])?);
+                        let jitter = match rest.get(i + 3).map(|w| upper(w)) {
+                            Some(w) if w == "JITTER" => Some(int(rest.get(i + 4).ok_or_else(syntax)?)?),
+                            _ => None,
+                        };
+                        o.backoff = Some(Some(Backoff::new(base, max, jitter.unwrap_or(0)).map_err(Reply::err)?));
+                        i += if jitter.is_some() { 5 } else { 3 };
+                    }
                     _ => return Err(syntax()),
                 }
             }
@@ -678,6 +697,7 @@ pub fn parse(args: &[Vec<u8>], limits: &Limits) -> Result<Command, Refusal> {
                 delay_ms: 0,
                 key: None,
                 group: None,
+                priority: 0,
             };
             for pair in rest[2..].chunks(2) {
                 match upper(&pair[0]).as_str() {
@@ -685,6 +705,7 @@ pub fn parse(args: &[Vec<u8>], limits: &Limits) -> Result<Command, Refusal> {
                     "DELAY" => s.delay_ms = millis(&pair[1], "DELAY", MAX_DELAY_MS)?,
                     "KEY" => s.key = Some(name(&pair[1], "a KEY")?),
                     "GROUP" => s.group = Some(name(&pair[1], "a GROUP")?),
+                    "PRIORITY" => s.priority = crate::policies::priority(int(&pair[1])?).map_err(Reply::err)?,
                     _ => return Err(syntax()),
                 }
             }
@@ -737,9 +758,9 @@ pub fn parse(args: &[Vec<u8>], limits: &Limits) -> Result<Command, Refusal> {
                 if upper(&rest[3]) != "DELAY" {
                     return Err(syntax());
                 }
-                millis(&rest[4], "DELAY", MAX_DELAY_MS)?
+                Some(millis(&rest[4], "DELAY", MAX_DELAY_MS)?)
             } else {
-                0
+                None
             };
             Command::Nack {
                 queue: name(&rest[0], "a queue name")?,
@@ -800,7 +821,8 @@ mod tests {
                 to: Some("bob".into()),
                 delay_ms: 50,
                 key: Some("k1".into()),
-                group: Some("g7".into())
+                group: Some("g7".into()),
+                priority: 0
             })
         );
         assert_eq!(
@@ -816,7 +838,7 @@ mod tests {
         assert_eq!(p("ACK q 12 99").unwrap(), Command::Ack { queue: "q".into(), id: 12, lease: 99 });
         assert_eq!(
             p("NACK q 12 99 DELAY 10").unwrap(),
-            Command::Nack { queue: "q".into(), id: 12, lease: 99, delay_ms: 10 }
+            Command::Nack { queue: "q".into(), id: 12, lease: 99, delay_ms: Some(10) }
         );
         assert_eq!(p("qlist pending").unwrap(), Command::List { pending: true });
         assert_eq!(p("POP q FROM a").unwrap(), Command::Pop { queue: "q".into(), from: Some("a".into()) });
@@ -916,7 +938,47 @@ mod tests {
     fn refusals_say_what_is_wrong() {
         assert_eq!(err("SEND q"), "ERR wrong number of arguments for 'SEND' command");
         assert_eq!(err("SEND q hi TO"), "ERR wrong number of arguments for 'SEND' command");
-        assert_eq!(err("SEND q hi PRIORITY 3"), "ERR syntax error");
+        assert_eq!(err("SEND q hi PRIORITY"), "ERR wrong number of arguments for 'SEND' command");
+        assert_eq!(err("SEND q hi PRIORITY 10"), "ERR PRIORITY must be between 0 and 9 (higher is handed out first)");
+        assert_eq!(err("SEND q hi PRIORITY -1"), "ERR PRIORITY must be between 0 and 9 (higher is handed out first)");
+        assert_eq!(err("SEND q hi PRIORITY x"), "ERR value is not an integer or out of range");
+        assert_eq!(err("SEND q hi PRIORITY 3 FOO 1"), "ERR syntax error");
+        assert!(matches!(p("SEND q hi PRIORITY 9").unwrap(), Command::Send(s) if s.priority == 9));
+        assert_eq!(
+            p("NACK q 1 2").unwrap(),
+            Command::Nack { queue: "q".into(), id: 1, lease: 2, delay_ms: None },
+            "no DELAY: the queue's backoff decides"
+        );
+        assert_eq!(
+            p("QALTER q BACKOFF 100 5000 JITTER 20 RETAIN 5").unwrap(),
+            Command::Alter(
+                "q".into(),
+                QueueOptions {
+                    backoff: Some(Some(Backoff { base_ms: 100, max_ms: 5000, jitter_pct: 20 })),
+                    retain_ms: Some(5),
+                    ..Default::default()
+                }
+            )
+        );
+        assert_eq!(
+            p("QALTER q BACKOFF 100 5000").unwrap(),
+            Command::Alter(
+                "q".into(),
+                QueueOptions {
+                    backoff: Some(Some(Backoff { base_ms: 100, max_ms: 5000, jitter_pct: 0 })),
+                    ..Default::default()
+                }
+            )
+        );
+        assert_eq!(
+            p("QALTER q NOBACKOFF").unwrap(),
+            Command::Alter("q".into(), QueueOptions { backoff: Some(None), ..Default::default() })
+        );
+        assert_eq!(err("QALTER q BACKOFF 100"), "ERR syntax error");
+        assert_eq!(err("QALTER q BACKOFF 100 5000 JITTER"), "ERR syntax error");
+        assert!(err("QALTER q BACKOFF 0 5000").contains("BACKOFF's base must be between 1 and"));
+        assert!(err("QALTER q BACKOFF 500 100").contains("BACKOFF's max (100 ms) must be at least its base (500 ms)"));
+        assert!(err("QALTER q BACKOFF 100 5000 JITTER 101").contains("JITTER must be between 0 and 100"));
         assert_eq!(err("FLUSHALL"), "ERR unknown command 'FLUSHALL'");
         assert_eq!(err("ACK q x 1"), "ERR value is not an integer or out of range");
         assert!(err("RECV q COUNT 0").contains("COUNT must be between 1 and 1000"));

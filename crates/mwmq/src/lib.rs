@@ -20,6 +20,7 @@ pub mod logins;
 pub mod output;
 pub mod peer;
 pub mod placement;
+pub mod policies;
 pub mod poller;
 pub mod queues;
 pub mod rates;

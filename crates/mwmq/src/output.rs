@@ -537,7 +537,8 @@ mod tests {
                 to: None,
                 delay_ms: 0,
                 key: None,
-                group: None
+                group: None,
+                priority: 0
             })),
             None
         );

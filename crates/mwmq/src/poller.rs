@@ -56,15 +56,17 @@ use crate::xcommand::Sid;
 const MAY_HAVE: &str = "
 SELECT 0, w.n, w.me, CASE WHEN q.id IS NULL THEN -1 ELSE (
         SELECT count(*) FROM (
-            SELECT 1 FROM mwmq_messages m
-            WHERE m.queue_id = q.id AND m.visible_at <= now() AND (m.receiver IS NULL OR m.receiver = w.me)
+            SELECT 1 FROM mwmq_walk(q.id, q.prioritized) AS v(pr)
+            JOIN mwmq_messages m ON m.queue_id = q.id AND m.priority = v.pr
+            WHERE m.visible_at <= now() AND (m.receiver IS NULL OR m.receiver = w.me)
             LIMIT w.k) AS x) END
 FROM unnest($1::text[], $2::text[], $3::bigint[]) AS w(n, me, k)
 LEFT JOIN mwmq_queues q ON q.name = w.n AND q.dropped_at IS NULL
 WHERE q.id IS NULL
    OR (NOT q.paused AND EXISTS (
-        SELECT 1 FROM mwmq_messages m
-        WHERE m.queue_id = q.id AND m.visible_at <= now() AND (m.receiver IS NULL OR m.receiver = w.me)))
+        SELECT 1 FROM mwmq_walk(q.id, q.prioritized) AS v(pr)
+        JOIN mwmq_messages m ON m.queue_id = q.id AND m.priority = v.pr
+        WHERE m.visible_at <= now() AND (m.receiver IS NULL OR m.receiver = w.me)))
 UNION ALL
 SELECT 1, a.n, NULL, -1 FROM unnest($4::text[], $5::bigint[], $6::bigint[]) AS a(n, ms, seq)
 JOIN mwmq_streams s ON s.name = a.n

@@ -145,7 +145,7 @@ fn pair(conns: &mut [Client], a: usize, b: usize) -> (&mut Client, &mut Client) 
 }
 
 const COLUMNS: &str =
-    "id, sender, receiver, body, sent_at, visible_at, deliveries, dead_from, dead_reason, counted, grp";
+    "id, sender, receiver, body, sent_at, visible_at, deliveries, dead_from, dead_reason, counted, grp, priority";
 
 /// A database error as PostgreSQL words it.
 fn why(e: postgres::Error) -> String {
@@ -161,7 +161,8 @@ fn arrive(src: &mut Client, dst: &mut Client, queue: &str) -> Result<Option<(i64
     let e = why;
     let Some(row) = src
         .query_opt(
-            "SELECT id, max_deliveries, dead_letter, max_messages, max_bytes, created_by, paused, concurrency, rate, retain_ms
+            "SELECT id, max_deliveries, dead_letter, max_messages, max_bytes, created_by, paused, concurrency, rate, retain_ms,
+                    backoff_base_ms, backoff_max_ms, backoff_jitter
              FROM mwmq_queues WHERE name = $1 AND dropped_at IS NULL",
             &[&queue],
         )
@@ -174,13 +175,29 @@ fn arrive(src: &mut Client, dst: &mut Client, queue: &str) -> Result<Option<(i64
     let (max_msgs, max_bytes, by): (Option<i64>, Option<i64>, Option<String>) = (row.get(3), row.get(4), row.get(5));
     let (paused, concurrency, rate): (bool, Option<i32>, Option<f64>) = (row.get(6), row.get(7), row.get(8));
     let retain: Option<i64> = row.get(9);
+    let backoff: (Option<i64>, Option<i64>, Option<i16>) = (row.get(10), row.get(11), row.get(12));
     // 1. The queue on its new database (kept if a run before made it).
     dst.execute(
         "INSERT INTO mwmq_queues
             (name, max_deliveries, dead_letter, max_messages, max_bytes, created_by, paused, concurrency, rate,
-             retain_ms)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) ON CONFLICT (name) WHERE dropped_at IS NULL DO NOTHING",
-        &[&queue, &max_del, &dead, &max_msgs, &max_bytes, &by, &paused, &concurrency, &rate, &retain],
+             retain_ms, backoff_base_ms, backoff_max_ms, backoff_jitter)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)
+         ON CONFLICT (name) WHERE dropped_at IS NULL DO NOTHING",
+        &[
+            &queue,
+            &max_del,
+            &dead,
+            &max_msgs,
+            &max_bytes,
+            &by,
+            &paused,
+            &concurrency,
+            &rate,
+            &retain,
+            &backoff.0,
+            &backoff.1,
+            &backoff.2,
+        ],
     )
     .map_err(e)?;
     let dst_id: i64 = dst
@@ -258,12 +275,12 @@ fn move_batch(
     }
     let mut d = dst.transaction()?;
     let insert = d.prepare(&format!(
-        "INSERT INTO mwmq_messages (queue_id, {COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
+        "INSERT INTO mwmq_messages (queue_id, {COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)
          ON CONFLICT (queue_id, id) DO NOTHING"
     ))?;
     let insert_new_id = d.prepare(&format!(
         "INSERT INTO mwmq_messages (queue_id, {COLUMNS})
-         VALUES ($1, nextval('mwmq_message_ids'), $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) RETURNING id"
+         VALUES ($1, nextval('mwmq_message_ids'), $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) RETURNING id"
     ))?;
     let mut top = 0i64;
     for r in &rows {
@@ -273,10 +290,24 @@ fn move_batch(
         let (sent, visible): (std::time::SystemTime, std::time::SystemTime) = (r.get(4), r.get(5));
         let (deliveries, from, reason, counted): (i32, Option<String>, Option<String>, bool) =
             (r.get(6), r.get(7), r.get(8), r.get(9));
-        let group: Option<String> = r.get(10);
+        let (group, priority): (Option<String>, i16) = (r.get(10), r.get(11));
         let fresh = d.execute(
             &insert,
-            &[&dst_id, &id, &sender, &receiver, &body, &sent, &visible, &deliveries, &from, &reason, &counted, &group],
+            &[
+                &dst_id,
+                &id,
+                &sender,
+                &receiver,
+                &body,
+                &sent,
+                &visible,
+                &deliveries,
+                &from,
+                &reason,
+                &counted,
+                &group,
+                &priority,
+            ],
         )?;
         if fresh == 0 {
             let new: i64 = d
@@ -294,6 +325,7 @@ fn move_batch(
                         &reason,
                         &counted,
                         &group,
+                        &priority,
                     ],
                 )?
                 .get(0);

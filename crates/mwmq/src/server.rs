@@ -137,6 +137,7 @@ impl Service for Mq {
             info_cache: Default::default(),
             paused: Default::default(),
             not_plain: Default::default(),
+            prioritized: Default::default(),
             rates: Default::default(),
             vacuums: Default::default(),
             stream_replies: Default::default(),

@@ -102,6 +102,10 @@ pub struct Shared {
     pub paused: crate::queues::Paused,
     /// Queues lately found not plain (their RECVs skip the plain statements).
     pub not_plain: crate::queues::NotPlain,
+    /// Queues lately found to have held messages of other priorities than
+    /// 0: their RECVs, POPs and PEEKs go straight to the statements that
+    /// walk the priorities (`policies.rs`), for a second at a time.
+    pub prioritized: crate::queues::NotPlain,
     /// Each queue's rates over the last minutes (the `/ui` page's charts).
     pub rates: crate::rates::History,
     /// VACUUMs of the messages table this process ran.

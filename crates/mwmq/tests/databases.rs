@@ -314,7 +314,8 @@ fn a_database_added_and_rebalanced_while_serving_loses_nothing() {
 }
 
 /// Removing a database: `drain = true` places nothing on it, its queues are
-/// served where they are, and `mwmq rebalance` moves them to the others.
+/// served where they are, and `mwmq rebalance` moves them to the others,
+/// with their settings (a backoff) and their messages' priorities.
 #[test]
 fn a_drained_database_is_emptied_by_rebalance() {
     let (a, b) = (Postgres::start().unwrap(), Postgres::start().unwrap());
@@ -324,13 +325,15 @@ fn a_drained_database_is_emptied_by_rebalance() {
         let mq = start(spread_over(&[&a, &b]));
         let mut c = connect(mq.local_addr());
         for name in &names {
-            // Each retains what is acknowledged: one message acknowledged, one waiting.
-            let _: String = q(&mut c, &["QCREATE", name, "RETAIN", "600000"]);
+            // Each retains what is acknowledged and has a backoff: one
+            // message acknowledged, two waiting (the later of a higher priority).
+            let _: String = q(&mut c, &["QCREATE", name, "RETAIN", "600000", "BACKOFF", "500", "9000", "JITTER", "5"]);
             let _: i64 = q(&mut c, &["SEND", name, "acked"]);
             let got = recv(&mut c, name, &[]);
             let _: i64 = q(&mut c, &["ACK", name, &got[0].0.to_string(), &got[0].1.to_string()]);
             archived.push((name.clone(), got[0].0));
-            let id: i64 = q(&mut c, &["SEND", name, "kept"]);
+            let _: i64 = q(&mut c, &["SEND", name, "low"]);
+            let id: i64 = q(&mut c, &["SEND", name, "kept", "PRIORITY", "2"]);
             sent.push((name.clone(), id));
         }
         mq.stopper().stop();
@@ -342,7 +345,7 @@ fn a_drained_database_is_emptied_by_rebalance() {
     let mq = start(cfg.clone());
     let mut c = connect(mq.local_addr());
     for name in &names {
-        assert_eq!(q::<i64>(&mut c, &["QLEN", name]), 1, "{name} is served where it is");
+        assert_eq!(q::<i64>(&mut c, &["QLEN", name]), 2, "{name} is served where it is");
     }
     for i in 0..10 {
         let _: String = q(&mut c, &["QCREATE", &format!("new{i}")]);
@@ -359,7 +362,8 @@ fn a_drained_database_is_emptied_by_rebalance() {
     );
     for (name, id) in &sent {
         let got = recv(&mut c, name, &[]);
-        assert_eq!(got.first().map(|m| m.0), Some(*id), "{name}");
+        assert_eq!(got.first().map(|m| m.0), Some(*id), "{name}: its priority moved with it");
+        assert_eq!(qinfo(&mut c, name)["backoff_base_ms"], "500", "{name}: its backoff moved with it");
     }
     // The archives moved with their queues.
     for (name, id) in &archived {

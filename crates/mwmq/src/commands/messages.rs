@@ -29,6 +29,7 @@ fn send_row<'a>(x: &'a Send, me: Option<&'a str>) -> SendRow<'a> {
         body: &x.body,
         delay_ms: x.delay_ms,
         group: x.group.as_deref(),
+        priority: x.priority,
     }
 }
 
@@ -36,6 +37,9 @@ impl Core<'_> {
     pub(super) async fn send<S: Session + ?Sized>(&self, pg: &PgConn, x: &Send, s: &S) -> Result<Outcome, DbError> {
         let me = s.identity();
         let id = pg.send(&send_row(x, me.as_deref()), x.key.as_deref()).await?;
+        if x.priority > 0 {
+            self.shared.prioritized.found(&x.queue);
+        }
         self.sent(&x.queue);
         self.shared.queues.add(&x.queue, |c| c.sent += 1);
         Ok(Outcome::ok(Reply::Int(id)))
@@ -67,7 +71,12 @@ impl Core<'_> {
         db: &mut DbFacts,
     ) -> Result<Outcome, DbError> {
         let me = s.identity();
-        Ok(Outcome::ok(match pg.first(queue, me.as_deref(), from, take).await? {
+        let (found, prioritized) =
+            pg.first(queue, me.as_deref(), from, take, self.shared.prioritized.is(queue)).await?;
+        if prioritized {
+            self.shared.prioritized.found(queue);
+        }
+        Ok(Outcome::ok(match found {
             Some(m) => {
                 db.hits = 1;
                 if take {
@@ -100,14 +109,14 @@ impl Core<'_> {
         queue: &str,
         id: i64,
         lease: i64,
-        delay_ms: u64,
+        delay_ms: Option<u64>,
         s: &S,
     ) -> Result<Outcome, DbError> {
         let done = pg.nack(queue, id, lease, delay_ms, self.holder(s, queue).as_deref()).await?;
         if done {
             self.shared.queues.add(queue, |c| c.nacked += 1);
         }
-        if done && delay_ms == 0 {
+        if done && delay_ms.unwrap_or(0) == 0 {
             self.sent(queue);
         }
         Ok(Outcome::ok(Reply::Int(i64::from(done))))
@@ -161,7 +170,11 @@ impl Core<'_> {
             }
             let plain_first = !self.shared.not_plain.is(&r.queue);
             let want = count - msgs.len() as u32;
-            let got = pg.recv(&r.queue, me, r.from.as_deref(), want, r.vt_ms, plain_first, maxb).await?;
+            let ranked = self.shared.prioritized.is(&r.queue);
+            let got = pg.recv(&r.queue, me, r.from.as_deref(), want, r.vt_ms, plain_first, maxb, ranked).await?;
+            if got.prioritized {
+                self.shared.prioritized.found(&r.queue);
+            }
             // (One statement is counted already: the request's, or the retry's above.)
             *statements += got.statements - 1;
             if got.not_plain && plain_first {
@@ -220,6 +233,9 @@ impl Core<'_> {
                 Some(id) => {
                     if woken.insert(row.queue) {
                         self.sent(row.queue);
+                    }
+                    if row.priority > 0 {
+                        self.shared.prioritized.found(row.queue);
                     }
                     self.shared.queues.add(row.queue, |c| c.sent += 1);
                     (Reply::Int(id), "ok", 0)
@@ -283,7 +299,11 @@ impl Core<'_> {
         from: Option<&str>,
         replies: &mut [Answer],
     ) -> Result<(), DbError> {
-        let msgs = pg.first_n(queue, me, from, true, replies.len()).await?;
+        let (msgs, prioritized) =
+            pg.first_n(queue, me, from, true, replies.len(), self.shared.prioritized.is(queue)).await?;
+        if prioritized {
+            self.shared.prioritized.found(queue);
+        }
         self.deal(queue, msgs, replies, Reply::Nil, |_, m| message_item(m));
         Ok(())
     }
@@ -303,17 +323,28 @@ impl Core<'_> {
     ) -> Result<u64, DbError> {
         let names: Vec<Option<String>> = items.iter().map(|(_, s)| s.identity()).collect();
         let receivers: Vec<Option<&str>> = names.iter().map(Option::as_deref).collect();
-        let limit = 2 * receivers.len();
+        // Receivers of one name can take any message the statement locks:
+        // it locks no more than they take (a row locked and left would be
+        // skipped by a concurrent receiver, who would take one behind it, of
+        // a lower priority). Of several names, each may find its own
+        // messages among twice as many.
+        let one_name = receivers.iter().all(|r| *r == receivers[0]);
+        let limit = if one_name { receivers.len() } else { 2 * receivers.len() };
         // A queue lately found not plain: straight to its own statement.
         let skip = self.shared.not_plain.is(&r.queue);
         let (got, looked, served) = if skip {
             (Vec::new(), 0, false)
         } else {
-            let found = pg.recv_many(&r.queue, &receivers, r.from.as_deref(), limit, r.vt_ms).await?;
-            if !found.2 {
+            let ranked = self.shared.prioritized.is(&r.queue);
+            let (got, looked, served, prioritized) =
+                pg.recv_many(&r.queue, &receivers, r.from.as_deref(), limit, r.vt_ms, ranked).await?;
+            if !served {
                 self.shared.not_plain.found(&r.queue);
             }
-            found
+            if prioritized {
+                self.shared.prioritized.found(&r.queue);
+            }
+            (got, looked, served)
         };
         let mut statements = u64::from(!skip);
         let n = got.len() as u64;

@@ -33,6 +33,15 @@ pub fn queue_info(state: &QueueState, counts: &Counts) -> Reply {
         (t("held_by_rate"), Reply::Int(state.held_by_rate)),
         (t("retain_ms"), Reply::Int(state.retain_ms)),
         (t("archived"), Reply::Int(state.archived)),
+        (
+            t("ready_by_priority"),
+            Reply::Map(
+                state.ready_by_priority.iter().map(|(p, n)| (Reply::text(p.to_string()), Reply::Int(*n))).collect(),
+            ),
+        ),
+        (t("backoff_base_ms"), Reply::Int(state.backoff.map_or(0, |b| b.base_ms as i64))),
+        (t("backoff_max_ms"), Reply::Int(state.backoff.map_or(0, |b| b.max_ms as i64))),
+        (t("backoff_jitter_pct"), Reply::Int(state.backoff.map_or(0, |b| i64::from(b.jitter_pct)))),
     ];
     fields.extend(counts.fields().into_iter().map(|(k, v)| (t(k), Reply::Int(v as i64))));
     Reply::Map(fields)

@@ -159,7 +159,8 @@ impl Core<'_> {
             || o.dead_letter.is_some()
             || o.concurrency.is_some()
             || o.rate_milli.is_some()
-            || o.retain_ms.is_some();
+            || o.retain_ms.is_some()
+            || o.backoff.is_some();
         if others || (o.max_messages.is_none() && o.max_bytes.is_none()) {
             if pg.x(X::Type, &[&name]).await?[0].get::<_, &str>(0) == "stream" {
                 return Err(DbError::Redis(format!(

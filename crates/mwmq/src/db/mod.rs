@@ -45,7 +45,7 @@ pub mod streams;
 pub mod tls;
 
 pub use connect::{connect, servers, DbConn, Driver};
-pub use migrations::{migrate, MIGRATIONS, SCHEMA};
+pub use migrations::{migrate, migrate_with, MIGRATIONS, SCHEMA};
 pub use pgconn::{within, PgConn, UNREPLICATED};
 pub use pools::{Pool, PoolCounters, Pools, PrimaryWatch};
 pub use rows::*;

@@ -100,7 +100,15 @@ impl PgConn {
 
     /// A leased message from a row of `recv_plain` or `recv` (queue id, id, lease, sender, body).
     fn leased(&self, r: &tokio_postgres::Row) -> Leased {
-        Leased { db: self.db, queue_id: r.get(0), id: r.get(1), lease: r.get(2), sender: r.get(3), body: r.get(4) }
+        Leased {
+            db: self.db,
+            queue_id: r.get(0),
+            id: r.get(1),
+            lease: r.get(2),
+            sender: r.get(3),
+            body: r.get(4),
+            priority: r.get(5),
+        }
     }
 
     async fn exists(&self, queue: &str) -> Result<bool, DbError> {
@@ -119,19 +127,24 @@ impl PgConn {
     /// SEND of `row`: the new message's id (or, with a key seen before, the
     /// first one's); `group`: its ordered group (GROUP).
     pub async fn send(&self, row: &SendRow<'_>, key: Option<&str>) -> Result<i64, DbError> {
-        let SendRow { queue, sender, to, body, delay_ms, group } = *row;
-        let delay = delay_ms as f64;
+        let SendRow { queue, sender, to, body, delay_ms, group, priority } = *row;
+        let (delay, priority) = (delay_ms as f64, i16::from(priority));
         match key {
             None => {
-                let r = self.client.query_opt(&self.st.send, &[&queue, &sender, &to, &body, &delay, &group]).await;
+                let r = self
+                    .client
+                    .query_opt(&self.st.send, &[&queue, &sender, &to, &body, &delay, &group, &priority])
+                    .await;
                 match self.check(r)? {
                     Some(row) => Ok(row.get(0)),
                     None => Err(self.not_sent(queue).await?),
                 }
             }
             Some(k) => {
-                let r =
-                    self.client.query_opt(&self.st.send_key, &[&queue, &sender, &to, &body, &delay, &k, &group]).await;
+                let r = self
+                    .client
+                    .query_opt(&self.st.send_key, &[&queue, &sender, &to, &body, &delay, &k, &group, &priority])
+                    .await;
                 if let Some(row) = self.check(r)? {
                     return Ok(row.get(0));
                 }
@@ -145,7 +158,8 @@ impl PgConn {
         }
     }
 
-    /// RECV: up to `count` messages, leased for `vt_ms`, lowest id first,
+    /// RECV: up to `count` messages, leased for `vt_ms`, highest priority
+    /// first and then lowest id first,
     /// weighing at most `maxb` bytes (the first always; body, sender and 64
     /// each); and of the messages looked at, how many were dead-lettered
     /// (moved to the dead-letter queue, or dropped when there is none).
@@ -159,18 +173,36 @@ impl PgConn {
         vt_ms: u64,
         plain_first: bool,
         maxb: i64,
+        ranked: bool,
     ) -> Result<Received, DbError> {
         let (count, vt) = (i64::from(count), vt_ms as f64);
+        let mut statements = 0;
+        let mut prioritized = ranked;
         // The common case in one plain statement (unless the queue is known
         // not to be plain); an empty answer may also mean a queue with a
         // delivery limit, paused or limited (or none at all): then the full one.
         if plain_first {
-            let r = self.client.query(&self.st.recv_plain, &[&queue, &me, &from, &count, &vt, &maxb]).await;
-            let plain = self.check(r)?;
+            let args: [&(dyn postgres::types::ToSql + Sync); 6] = [&queue, &me, &from, &count, &vt, &maxb];
+            let st = if ranked { &self.st.recv_plain_ranked } else { &self.st.recv_plain };
+            let mut plain = self.check(self.client.query(st, &args).await)?;
+            statements += 1;
+            if !ranked && plain.last().is_some_and(|r| r.get::<_, Option<i64>>(0).is_none()) {
+                // A queue with priorities: the walk over them.
+                prioritized = true;
+                plain = self.check(self.client.query(&self.st.recv_plain_ranked, &args).await)?;
+                statements += 1;
+            }
             if !plain.is_empty() {
                 let mut messages: Vec<Leased> = plain.iter().map(|r| self.leased(r)).collect();
-                messages.sort_by_key(|m| m.id);
-                return Ok(Received { messages, dead_lettered: 0, dropped: 0, not_plain: false, statements: 1 });
+                messages.sort_by_key(|m| (std::cmp::Reverse(m.priority), m.id));
+                return Ok(Received {
+                    messages,
+                    dead_lettered: 0,
+                    dropped: 0,
+                    not_plain: false,
+                    statements,
+                    prioritized,
+                });
             }
         }
         let r = self.client.query(&self.st.recv, &[&queue, &me, &from, &count, &vt, &maxb]).await;
@@ -181,18 +213,21 @@ impl PgConn {
         if !exists {
             return Err(DbError::NoQueue(queue.to_string()));
         }
+        prioritized |= totals.get::<_, Option<i16>>(5) == Some(1);
         let mut messages: Vec<Leased> = rows.iter().map(|r| self.leased(r)).collect();
-        messages.sort_by_key(|m| m.id);
+        messages.sort_by_key(|m| (std::cmp::Reverse(m.priority), m.id));
         let not_plain = !plain_first || !messages.is_empty() || dead > 0;
-        let statements = 1 + u64::from(plain_first);
-        Ok(Received { messages, dead_lettered: moved as u64, dropped: (dead - moved) as u64, not_plain, statements })
+        statements += 1;
+        let (dead_lettered, dropped) = (moved as u64, (dead - moved) as u64);
+        Ok(Received { messages, dead_lettered, dropped, not_plain, statements, prioritized })
     }
 
     /// One message each for several RECVs of `queue` by `receivers`
     /// (any names, repeated or not) with one FROM and lease length, looking
     /// at most at `limit` messages: each receiver's message, by its index in
-    /// `receivers`, how many messages were looked at, and whether the queue
-    /// is one this serves (it exists and has no delivery limit).
+    /// `receivers`, how many messages were looked at, whether the queue
+    /// is one this serves (it exists and has no delivery limit), and whether
+    /// it proved to have priorities (`ranked`: it is known to: the walk over them).
     pub async fn recv_many(
         &self,
         queue: &str,
@@ -200,10 +235,18 @@ impl PgConn {
         from: Option<&str>,
         limit: usize,
         vt_ms: u64,
-    ) -> Result<(Vec<(usize, Leased)>, i64, bool), DbError> {
+        ranked: bool,
+    ) -> Result<(Vec<(usize, Leased)>, i64, bool, bool), DbError> {
         let (limit, vt) = (limit as i64, vt_ms as f64);
-        let r = self.client.query(&self.st.recv_many, &[&queue, &receivers, &from, &limit, &vt]).await;
-        let mut rows = self.check(r)?;
+        let args: [&(dyn postgres::types::ToSql + Sync); 5] = [&queue, &receivers, &from, &limit, &vt];
+        let st = if ranked { &self.st.recv_many_ranked } else { &self.st.recv_many };
+        let mut rows = self.check(self.client.query(st, &args).await)?;
+        let mut prioritized = ranked;
+        if !ranked && rows.last().is_some_and(|t| t.get::<_, i64>(3) == 2) {
+            // A queue with priorities (nothing was leased): the walk over them.
+            prioritized = true;
+            rows = self.check(self.client.query(&self.st.recv_many_ranked, &args).await)?;
+        }
         let totals = rows.pop().expect("the statement's last row counts the messages looked at");
         let (looked, served): (i64, i64) = (totals.get(2), totals.get(3));
         let mut out: Vec<(usize, Leased)> = rows
@@ -217,12 +260,13 @@ impl PgConn {
                     lease: r.get(3),
                     sender: r.get(4),
                     body: r.get(5),
+                    priority: r.get(6),
                 };
                 (n as usize - 1, m)
             })
             .collect();
         out.sort_by_key(|(_, m)| m.id);
-        Ok((out, looked, served == 1))
+        Ok((out, looked, served == 1, prioritized))
     }
 
     /// TOUCH: whether the lease was current (the message is now invisible for `ms` more).
@@ -251,6 +295,11 @@ impl PgConn {
         let concurrency = o.concurrency.map(|c| c as i32);
         let rate = o.rate_per_s();
         let retain = o.retain_ms.map(|r| r as i64);
+        let backoff = o.backoff.map(|b| b.unwrap_or(crate::policies::Backoff { base_ms: 0, max_ms: 0, jitter_pct: 0 }));
+        let (base, max_wait, jitter) = match backoff {
+            Some(b) => (b.base_ms as i64, b.max_ms as i64, i16::from(b.jitter_pct)),
+            None => (0, 0, 0),
+        };
         let r = self
             .client
             .query_opt(
@@ -271,6 +320,10 @@ impl PgConn {
                     &rate.unwrap_or(0.0),
                     &retain.is_some(),
                     &retain.unwrap_or(0),
+                    &backoff.is_some(),
+                    &base,
+                    &max_wait,
+                    &jitter,
                 ],
             )
             .await;
@@ -413,6 +466,18 @@ impl PgConn {
                     held_by_rate: row.get(15),
                     retain_ms: row.get(16),
                     archived: row.get(17),
+                    ready_by_priority: {
+                        let (levels, counts): (Vec<i32>, Vec<i64>) = (row.get(19), row.get(20));
+                        levels.into_iter().zip(counts).collect()
+                    },
+                    backoff: match (row.get::<_, i64>(21), row.get::<_, i64>(22), row.get::<_, i32>(23)) {
+                        (0, _, _) => None,
+                        (base, max, jitter) => Some(crate::policies::Backoff {
+                            base_ms: base as u64,
+                            max_ms: max as u64,
+                            jitter_pct: jitter as u8,
+                        }),
+                    },
                 };
                 (row.get(18), state)
             })
@@ -434,18 +499,24 @@ impl PgConn {
         Ok(row.get(0))
     }
 
-    /// POP (`take`) or PEEK: the first eligible message.
+    /// POP (`take`) or PEEK: the first eligible message, and whether the
+    /// queue proved to have priorities (see [`PgConn::first_n`]).
     pub async fn first(
         &self,
         queue: &str,
         me: Option<&str>,
         from: Option<&str>,
         take: bool,
-    ) -> Result<Option<Message>, DbError> {
-        Ok(self.first_n(queue, me, from, take, 1).await?.pop())
+        ranked: bool,
+    ) -> Result<(Option<Message>, bool), DbError> {
+        let (mut found, prioritized) = self.first_n(queue, me, from, take, 1, ranked).await?;
+        Ok((found.pop(), prioritized))
     }
 
-    /// The first `n` eligible messages, taken (POP) or not (PEEK), lowest id first.
+    /// The first `n` eligible messages, taken (POP) or not (PEEK), highest
+    /// priority first, then lowest id first; and whether the queue proved
+    /// to have priorities (`ranked`: it is known to, so the statement that
+    /// walks them runs at once).
     pub async fn first_n(
         &self,
         queue: &str,
@@ -453,18 +524,26 @@ impl PgConn {
         from: Option<&str>,
         take: bool,
         n: usize,
-    ) -> Result<Vec<Message>, DbError> {
-        let st = if take { &self.st.pop } else { &self.st.peek };
+        ranked: bool,
+    ) -> Result<(Vec<Message>, bool), DbError> {
+        let (st, walk) = if take { (&self.st.pop, &self.st.pop_ranked) } else { (&self.st.peek, &self.st.peek_ranked) };
         let limit = n as i64;
-        let r = self.client.query(st, &[&queue, &me, &from, &limit]).await;
-        let rows = self.check(r)?;
-        if rows.is_empty() {
-            return self.or_no_queue(queue, Vec::new()).await;
+        let args: [&(dyn postgres::types::ToSql + Sync); 4] = [&queue, &me, &from, &limit];
+        let mut rows = self.check(self.client.query(if ranked { walk } else { st }, &args).await)?;
+        let mut prioritized = ranked;
+        if !ranked && rows.last().is_some_and(|r| r.get::<_, Option<i64>>(0).is_none()) {
+            prioritized = true;
+            rows = self.check(self.client.query(walk, &args).await)?;
         }
-        let mut out: Vec<Message> =
-            rows.iter().map(|r| Message { id: r.get(0), sender: r.get(1), body: r.get(2) }).collect();
-        out.sort_by_key(|m| m.id);
-        Ok(out)
+        if rows.is_empty() {
+            return Ok((self.or_no_queue(queue, Vec::new()).await?, prioritized));
+        }
+        let mut out: Vec<Message> = rows
+            .iter()
+            .map(|r| Message { id: r.get(0), sender: r.get(1), body: r.get(2), priority: r.get(3) })
+            .collect();
+        out.sort_by_key(|m| (std::cmp::Reverse(m.priority), m.id));
+        Ok((out, prioritized))
     }
 
     /// Several SENDs (without keys) in one statement and one commit: each
@@ -476,7 +555,11 @@ impl PgConn {
         let bodies: Vec<&[u8]> = sends.iter().map(|s| s.body).collect();
         let delays: Vec<f64> = sends.iter().map(|s| s.delay_ms as f64).collect();
         let groups: Vec<Option<&str>> = sends.iter().map(|s| s.group).collect();
-        let r = self.client.query(&self.st.send_many, &[&queues, &senders, &to, &bodies, &delays, &groups]).await;
+        let priorities: Vec<i16> = sends.iter().map(|s| i16::from(s.priority)).collect();
+        let r = self
+            .client
+            .query(&self.st.send_many, &[&queues, &senders, &to, &bodies, &delays, &groups, &priorities])
+            .await;
         let mut out = vec![None; sends.len()];
         for row in self.check(r)? {
             let n: i64 = row.get(0);
@@ -517,17 +600,18 @@ impl PgConn {
         self.or_no_queue(queue, false).await
     }
 
-    /// NACK: whether the lease was current (and the message is visible again after `delay_ms`).
+    /// NACK: whether the lease was current (and the message is visible again
+    /// after `delay_ms`, or without one after the queue's backoff, if any).
     /// `holder`: the receiver the delivery must have gone to (`None`: anyone's).
     pub async fn nack(
         &self,
         queue: &str,
         id: i64,
         lease: i64,
-        delay_ms: u64,
+        delay_ms: Option<u64>,
         holder: Option<&str>,
     ) -> Result<bool, DbError> {
-        let delay = delay_ms as f64;
+        let delay = delay_ms.map(|d| d as f64);
         let r = self.client.execute(&self.st.nack, &[&queue, &id, &lease, &delay, &holder]).await;
         if self.check(r)? == 1 {
             return Ok(true);
@@ -560,6 +644,10 @@ impl PgConn {
         let concurrency = o.concurrency.unwrap_or(0) as i32;
         let rate = o.rate_per_s().unwrap_or(0.0);
         let retain = o.retain_ms.unwrap_or(0) as i64;
+        let (base, max_wait, jitter) = match o.backoff.flatten() {
+            Some(b) => (b.base_ms as i64, b.max_ms as i64, i16::from(b.jitter_pct)),
+            None => (0, 0, 0),
+        };
         // A name is a queue's or a stream's, never both.
         let r = self.client.query_one(self.stream_statement(crate::db::streams::X::Type as usize), &[&queue]).await;
         if self.check(r)?.get::<_, &str>(0) == "stream" {
@@ -569,7 +657,21 @@ impl PgConn {
             .client
             .query_opt(
                 &self.st.create,
-                &[&queue, &max, &dead, &msgs, &bytes, &creator, &cap, &concurrency, &rate, &retain],
+                &[
+                    &queue,
+                    &max,
+                    &dead,
+                    &msgs,
+                    &bytes,
+                    &creator,
+                    &cap,
+                    &concurrency,
+                    &rate,
+                    &retain,
+                    &base,
+                    &max_wait,
+                    &jitter,
+                ],
             )
             .await;
         if self.check(r)?.is_some() {

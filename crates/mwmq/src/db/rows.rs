@@ -15,6 +15,8 @@ pub struct SendRow<'a> {
     pub delay_ms: u64,
     /// Its ordered group, if any.
     pub group: Option<&'a str>,
+    /// Higher is handed out first (0 to 9).
+    pub priority: u8,
 }
 
 /// A leased message as RECV returns it.
@@ -32,6 +34,8 @@ pub struct Leased {
     pub sender: String,
     /// The message.
     pub body: Vec<u8>,
+    /// Its priority (replies list the highest first).
+    pub priority: i16,
 }
 
 /// What a RECV got.
@@ -47,6 +51,9 @@ pub struct Received {
     pub not_plain: bool,
     /// Statements it ran (the plain one, the full one, or both).
     pub statements: u64,
+    /// Whether the queue proved to have held messages of other priorities
+    /// than 0 (its RECVs then walk them: the `*_ranked` statements).
+    pub prioritized: bool,
 }
 
 /// What QINFO reports of the database.
@@ -88,6 +95,10 @@ pub struct QueueState {
     pub retain_ms: i64,
     /// Acknowledged messages kept now.
     pub archived: i64,
+    /// The ready messages of each priority that has some, highest first: (priority, count).
+    pub ready_by_priority: Vec<(i32, i64)>,
+    /// The retry backoff (`None`: none).
+    pub backoff: Option<crate::policies::Backoff>,
 }
 
 /// A dead letter (QDEAD).
@@ -137,6 +148,8 @@ pub struct Message {
     pub sender: String,
     /// The message.
     pub body: Vec<u8>,
+    /// Its priority (replies list the highest first).
+    pub priority: i16,
 }
 
 /// A lease to give back (its reply never reached the client).

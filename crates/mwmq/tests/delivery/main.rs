@@ -1,9 +1,12 @@
 //! How messages are handed out, beyond first come first served: ordered
 //! groups (`groups.rs`), pausing a queue and limiting its deliveries
-//! (`limits.rs`). One test binary for both (each binary is linked on its own).
+//! (`limits.rs`), priorities (`priorities.rs`) and retry backoff
+//! (`backoff.rs`). One test binary for all (each binary is linked on its own).
 
 #[path = "../common/mod.rs"]
 mod common;
 
+mod backoff;
 mod groups;
 mod limits;
+mod priorities;

@@ -65,7 +65,8 @@ fn configured(pg: &Postgres, burst: u32) -> mwmq::Config {
 }
 
 /// Queues with something in every column: `jobs` (ready, delayed, leased,
-/// limits, one dead letter in `dead`), `dead`, `kept` (retention).
+/// limits, one dead letter in `dead`), `dead`, `kept` (retention, a
+/// backoff, ready messages of two priorities).
 fn fill(c: &mut redis::Connection) {
     for args in [
         &["QCREATE", "dead"][..],
@@ -91,6 +92,9 @@ fn fill(c: &mut redis::Connection) {
     let _: i64 = q(c, &["SEND", "kept", "k"]);
     let got = recv(c, "kept", &[]);
     let _: i64 = q(c, &["ACK", "kept", &got[0].0.to_string(), &got[0].1.to_string()]);
+    assert_eq!(q::<String>(c, &["QALTER", "kept", "BACKOFF", "1000", "60000", "JITTER", "20"]), "OK");
+    let _: i64 = q(c, &["SEND", "kept", "urgent", "PRIORITY", "4"]);
+    let _: i64 = q(c, &["SEND", "kept", "normal"]);
 }
 
 /// A field of a queue's row as the page shows it (its `data-value`).
@@ -162,6 +166,21 @@ fn the_page_shows_what_qinfo_says_and_its_buttons_act() {
         .as_str()
         .unwrap()
         .contains("retain 1.0 min (1 kept)"));
+    // Priorities under the ready count, highest first, and the backoff among the limits.
+    let levels = b.eval(
+        "document.querySelector('tr[data-queue=\"kept\"] [data-field=\"ready_by_priority\"]')?.textContent ?? null",
+    );
+    assert_eq!(levels, "p4 1 · p0 1");
+    assert!(b
+        .eval("document.querySelector('tr[data-queue=\"kept\"] td[data-field=\"limits\"]').textContent")
+        .as_str()
+        .unwrap()
+        .contains("backoff 1.0 s–1.0 min ±20%"));
+    assert_eq!(
+        b.eval("document.querySelector('tr[data-queue=\"jobs\"] [data-field=\"ready_by_priority\"]') === null"),
+        Value::Bool(true),
+        "a queue without priorities shows none"
+    );
 
     // The charts: once the rates thread has sampled, jobs' sends show.
     b.wait(

@@ -166,6 +166,10 @@ function limitsText(info) {
   if (info.max_messages) parts.push("max " + fmtInt(info.max_messages) + " messages");
   if (info.max_bytes) parts.push("max " + fmtInt(info.max_bytes) + " bytes");
   if (info.retain_ms) parts.push("retain " + fmtAge(info.retain_ms) + " (" + fmtInt(info.archived) + " kept)");
+  if (info.backoff_base_ms) {
+    parts.push("backoff " + fmtAge(info.backoff_base_ms) + "–" + fmtAge(info.backoff_max_ms) +
+      (info.backoff_jitter_pct ? " ±" + info.backoff_jitter_pct + "%" : ""));
+  }
   const held = (info.held_by_concurrency || 0) + (info.held_by_rate || 0);
   if (held) parts.push("held back " + fmtInt(held) + "×");
   return parts.join(" · ") || "–";
@@ -199,7 +203,14 @@ function row(q) {
     tr.appendChild(td);
     return tr;
   }
-  tr.appendChild(numCell("ready", info.ready, fmtInt(info.ready)));
+  const ready = numCell("ready", info.ready, fmtInt(info.ready));
+  const levels = Object.entries(info.ready_by_priority || {}).sort((a, b) => Number(b[0]) - Number(a[0]));
+  if (levels.length > 1 || (levels.length === 1 && levels[0][0] !== "0")) {
+    // Ready per priority, highest first (the order they are handed out in).
+    ready.appendChild(el("div", { class: "levels", "data-field": "ready_by_priority" },
+      levels.map(([p, n]) => "p" + p + " " + fmtInt(n)).join(" · ")));
+  }
+  tr.appendChild(ready);
   tr.appendChild(numCell("delayed", info.delayed, fmtInt(info.delayed)));
   tr.appendChild(numCell("leased", info.leased, fmtInt(info.leased)));
   tr.appendChild(numCell("dead_letters_held", info.dead_letters_held, fmtInt(info.dead_letters_held)));

@@ -1,0 +1,237 @@
+//! Priorities: `SEND q body PRIORITY n` — the highest priority ready is
+//! handed out first by RECV, POP and PEEK, in the order sent within a
+//! priority; groups keep their order whatever the priorities; dead letters,
+//! REDRIVE and the SQL API keep a message's priority; QINFO counts the
+//! ready messages of each priority; and receivers racing on two mwmq
+//! processes never take a lower priority while a higher one is left.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use crate::common::*;
+use mctest::Postgres;
+use mwmq::Service;
+
+fn send(c: &mut redis::Connection, queue: &str, body: &str, priority: u8) -> i64 {
+    q(c, &["SEND", queue, body, "PRIORITY", &priority.to_string()])
+}
+
+fn body(m: &Leased) -> String {
+    String::from_utf8_lossy(&m.3).into_owned()
+}
+
+fn popped(c: &mut redis::Connection, cmd: &str, queue: &str) -> Option<String> {
+    let m: Option<(i64, String, Vec<u8>)> = q(c, &[cmd, queue]);
+    m.map(|m| String::from_utf8_lossy(&m.2).into_owned())
+}
+
+/// QINFO's `ready_by_priority` as (priority, count), highest first.
+fn ready_by_priority(c: &mut redis::Connection, queue: &str) -> Vec<(u8, i64)> {
+    let info: redis::Value = q(c, &["QINFO", queue]);
+    let redis::Value::Array(fields) = info else { panic!("QINFO: {info:?}") };
+    let at = fields
+        .iter()
+        .position(|f| matches!(f, redis::Value::BulkString(b) if b == b"ready_by_priority"))
+        .expect("QINFO has ready_by_priority");
+    let redis::Value::Array(pairs) = &fields[at + 1] else { panic!("{:?}", fields[at + 1]) };
+    pairs
+        .chunks(2)
+        .map(|p| match (&p[0], &p[1]) {
+            (redis::Value::BulkString(k), redis::Value::Int(n)) => (String::from_utf8_lossy(k).parse().unwrap(), *n),
+            other => panic!("{other:?}"),
+        })
+        .collect()
+}
+
+#[test]
+fn the_highest_priority_goes_first_and_each_priority_in_the_order_sent() {
+    let pg = Postgres::start().unwrap();
+    let mq = start(config(&pg));
+    let mut c = connect(mq.local_addr());
+    assert_eq!(q::<String>(&mut c, &["QCREATE", "jobs"]), "OK");
+    assert_eq!(q::<String>(&mut c, &["QCREATE", "dlq"]), "OK");
+    for (b, p) in [("low1", 0), ("mid1", 5), ("top1", 9), ("mid2", 5), ("low2", 0), ("top2", 9)] {
+        send(&mut c, "jobs", b, p);
+    }
+    q::<i64>(&mut c, &["SEND", "jobs", "plain"]);
+    // Through SQL too, in the application's transaction.
+    sql(&pg).execute("SELECT mwmq.send('jobs', 'sql7', priority => 7)", &[]).unwrap();
+    assert_eq!(ready_by_priority(&mut c, "jobs"), [(9, 2), (7, 1), (5, 2), (0, 3)]);
+    assert_eq!(popped(&mut c, "PEEK", "jobs").as_deref(), Some("top1"), "PEEK shows what RECV would take");
+    let first: Vec<String> = recv(&mut c, "jobs", &["COUNT", "3"]).iter().map(body).collect();
+    assert_eq!(first, ["top1", "top2", "sql7"], "highest first, in the order sent within one");
+    assert_eq!(popped(&mut c, "POP", "jobs").as_deref(), Some("mid1"));
+    let rest: Vec<String> = recv(&mut c, "jobs", &["COUNT", "10"]).iter().map(body).collect();
+    assert_eq!(rest, ["mid2", "low1", "low2", "plain"], "priority 0 is every message sent without one");
+    assert_eq!(ready_by_priority(&mut c, "jobs"), []);
+
+    // A group goes in the order sent whatever its priorities: its head, of
+    // priority 0, holds its priority-9 successor back; other messages pass.
+    q::<i64>(&mut c, &["SEND", "jobs", "g-first", "GROUP", "g", "PRIORITY", "0"]);
+    q::<i64>(&mut c, &["SEND", "jobs", "g-second", "GROUP", "g", "PRIORITY", "9"]);
+    send(&mut c, "jobs", "other", 3);
+    let got: Vec<String> = recv(&mut c, "jobs", &["COUNT", "10"]).iter().map(body).collect();
+    assert_eq!(got, ["other", "g-first"], "g-second waits for its group's head");
+
+    // A dead letter keeps its priority, and REDRIVE brings it back with it.
+    q::<String>(&mut c, &["QCREATE", "work", "MAXDELIVERIES", "1", "DEADLETTER", "dlq"]);
+    send(&mut c, "work", "urgent", 8);
+    let m = recv(&mut c, "work", &[]).remove(0);
+    assert_eq!(q::<i64>(&mut c, &["NACK", "work", &m.0.to_string(), &m.1.to_string()]), 1);
+    send(&mut c, "work", "later", 1);
+    assert_eq!(body(&recv(&mut c, "work", &[])[0]), "later", "urgent went to the dead letters on the way");
+    assert_eq!(ready_by_priority(&mut c, "dlq"), [(8, 1)]);
+    send(&mut c, "work", "normal", 4);
+    assert_eq!(q::<i64>(&mut c, &["REDRIVE", "dlq"]), 1);
+    assert_eq!(popped(&mut c, "POP", "work").as_deref(), Some("urgent"), "redriven with priority 8, before 4");
+}
+
+/// Six receivers on two mwmq processes take messages of 8 priorities
+/// (random, 12 each) and keep them; they stop after about half. Whatever the
+/// interleaving, what was handed out is then the top of the queue: no
+/// message left is of a higher priority than one taken, and within the
+/// lowest priority taken, the ones taken are the first sent.
+#[test]
+fn racing_receivers_on_two_processes_never_pass_a_higher_priority() {
+    let pg = Postgres::start().unwrap();
+    let a = start(config(&pg));
+    let b = start(config(&pg));
+    let mut c = connect(a.local_addr());
+    assert_eq!(q::<String>(&mut c, &["QCREATE", "jobs"]), "OK");
+    let mut levels: Vec<u8> = (0..8).flat_map(|p| std::iter::repeat_n(p, 12)).collect();
+    // A fixed shuffle (xorshift): the priorities arrive mixed.
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    for i in (1..levels.len()).rev() {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        levels.swap(i, (x % (i as u64 + 1)) as usize);
+    }
+    let mut sent = Vec::new();
+    let mut pipe = redis::pipe();
+    for (i, p) in levels.iter().enumerate() {
+        pipe.cmd("SEND").arg("jobs").arg(format!("{p}:{i}")).arg("PRIORITY").arg(p);
+    }
+    let ids: Vec<i64> = pipe.query(&mut c).unwrap();
+    sent.extend(ids.into_iter().zip(levels.iter().copied()));
+    let taken: Arc<Mutex<Vec<(i64, u8)>>> = Arc::default();
+    let count = Arc::new(AtomicUsize::new(0));
+    let half = sent.len() / 2;
+    let addrs = [a.local_addr(), b.local_addr()];
+    let workers: Vec<_> = (0..6)
+        .map(|w| {
+            let (taken, count) = (taken.clone(), count.clone());
+            let addr = addrs[w % 2];
+            std::thread::spawn(move || {
+                let mut c = connect(addr);
+                while count.load(Ordering::SeqCst) < half {
+                    // Pipelined, so that each process batches RECVs of several connections too.
+                    let got: Vec<Vec<Leased>> = redis::pipe()
+                        .cmd("RECV")
+                        .arg("jobs")
+                        .arg("VT")
+                        .arg(600_000)
+                        .cmd("RECV")
+                        .arg("jobs")
+                        .arg("VT")
+                        .arg(600_000)
+                        .query(&mut c)
+                        .unwrap();
+                    for m in got.into_iter().flatten() {
+                        let p: u8 = body(&m).split_once(':').unwrap().0.parse().unwrap();
+                        count.fetch_add(1, Ordering::SeqCst);
+                        taken.lock().unwrap().push((m.0, p));
+                        // Some acknowledged at once: gone, and still counted as handed out.
+                        if m.0 % 2 == 0 {
+                            assert_eq!(q::<i64>(&mut c, &["ACK", "jobs", &m.0.to_string(), &m.1.to_string()]), 1);
+                        }
+                    }
+                }
+            })
+        })
+        .collect();
+    for w in workers {
+        w.join().unwrap();
+    }
+    let taken = taken.lock().unwrap();
+    let mut ids: Vec<i64> = taken.iter().map(|t| t.0).collect();
+    ids.sort_unstable();
+    ids.dedup();
+    assert_eq!(ids.len(), taken.len(), "no message handed out twice");
+    let left: Vec<(i64, u8)> = sent.iter().copied().filter(|s| !ids.contains(&s.0)).collect();
+    let lowest_taken = taken.iter().map(|t| t.1).min().unwrap();
+    let highest_left = left.iter().map(|l| l.1).max().unwrap();
+    assert!(
+        highest_left <= lowest_taken,
+        "{} handed out, the lowest of priority {lowest_taken}, while one of priority {highest_left} was left",
+        taken.len()
+    );
+    // Within the boundary priority, first sent first taken.
+    let last_taken = taken.iter().filter(|t| t.1 == lowest_taken).map(|t| t.0).max().unwrap();
+    assert!(
+        left.iter().filter(|l| l.1 == lowest_taken).all(|l| l.0 > last_taken),
+        "within priority {lowest_taken}, a message sent earlier was left behind one taken"
+    );
+    // What is left is counted per priority, and handed out in order.
+    let mut by_level: Vec<(u8, i64)> = Vec::new();
+    for p in (0..8).rev() {
+        let n = left.iter().filter(|l| l.1 == p).count() as i64;
+        if n > 0 {
+            by_level.push((p, n));
+        }
+    }
+    assert_eq!(ready_by_priority(&mut c, "jobs"), by_level);
+    let rest = recv(&mut c, "jobs", &["COUNT", "1000"]);
+    let order: Vec<u8> = rest.iter().map(|m| body(m).split_once(':').unwrap().0.parse().unwrap()).collect();
+    assert!(order.windows(2).all(|w| w[0] >= w[1]), "{order:?}");
+    assert_eq!(order.len(), left.len());
+}
+
+#[test]
+fn a_priority_out_of_range_is_refused_clearly() {
+    let pg = Postgres::start().unwrap();
+    let mq = start(config(&pg));
+    let mut c = connect(mq.local_addr());
+    assert_eq!(q::<String>(&mut c, &["QCREATE", "jobs"]), "OK");
+    for bad in ["10", "-1", "99999999999"] {
+        assert_eq!(
+            err(&mut c, &["SEND", "jobs", "x", "PRIORITY", bad]),
+            "ERR PRIORITY must be between 0 and 9 (higher is handed out first)",
+            "{bad}"
+        );
+    }
+    assert_eq!(err(&mut c, &["SEND", "jobs", "x", "PRIORITY", "high"]), "ERR value is not an integer or out of range");
+    let e = sql(&pg).execute("SELECT mwmq.send('jobs', 'x', priority => 12)", &[]).unwrap_err();
+    let db = e.as_db_error().unwrap();
+    assert_eq!(db.code().code(), "22023");
+    assert_eq!(db.message(), "mwmq.send: priority must be between 0 and 9 (higher is handed out first), not 12");
+    assert_eq!(q::<i64>(&mut c, &["QLEN", "jobs"]), 0, "nothing stored");
+}
+
+/// A database at schema 16 whose application role was granted the old
+/// `mwmq.send`: after the upgrade the role may call the new one, with a
+/// priority or without.
+#[test]
+fn the_roles_granted_the_old_send_may_call_the_new_one() {
+    let pg = Postgres::start().unwrap();
+    let cfg = config(&pg);
+    mwmq::db::migrate_with(&cfg, &mwmq::db::MIGRATIONS[..16]).unwrap();
+    let mut db = sql(&pg);
+    db.batch_execute(
+        "CREATE ROLE app LOGIN;
+         GRANT USAGE ON SCHEMA mwmq TO app;
+         GRANT EXECUTE ON FUNCTION mwmq.send(text, bytea, text, bigint, text, text),
+                                   mwmq.send(text, text, text, bigint, text, text) TO app;
+         INSERT INTO mwmq.mwmq_queues (name) VALUES ('orders');",
+    )
+    .unwrap();
+    let mq = start(cfg);
+    let app_url = format!("{} user=app", pg.conninfo().replace("user=postgres", ""));
+    let mut app = postgres::Client::connect(&app_url, postgres::NoTls).unwrap();
+    app.execute("SELECT mwmq.send('orders', 'plain')", &[]).unwrap();
+    app.execute("SELECT mwmq.send('orders', '\\x01'::bytea, priority => 6)", &[]).unwrap();
+    let mut c = connect(mq.local_addr());
+    assert_eq!(ready_by_priority(&mut c, "orders"), [(6, 1), (0, 1)]);
+    // Marked by SQL alone, the queue's priorities are walked by RECV.
+    assert_eq!(recv(&mut c, "orders", &[])[0].3, b"\x01", "priority 6 before the one sent first");
+}
