@@ -198,17 +198,46 @@ impl Timetable {
 
     /// The first tick after `t` (strictly).
     pub fn next_after(&self, t: DateTime<Utc>) -> Option<DateTime<Utc>> {
-        self.cron.find_next_occurrence(&t.with_timezone(&self.tz), false).ok().map(|d| d.with_timezone(&Utc))
+        // (croner matches whole seconds: from a time within a second, the
+        // search starts at that second's start, so `t` is rounded down first.)
+        let t = floor_second(t);
+        self.cron
+            .find_next_occurrence(&t.with_timezone(&self.tz), false)
+            .ok()
+            .map(|d| floor_second(d.with_timezone(&Utc)))
     }
 
     /// The first tick at `t` or after.
     fn at_or_after(&self, t: DateTime<Utc>) -> Option<DateTime<Utc>> {
-        self.cron.find_next_occurrence(&t.with_timezone(&self.tz), true).ok().map(|d| d.with_timezone(&Utc))
+        let t = ceil_second(t);
+        self.cron
+            .find_next_occurrence(&t.with_timezone(&self.tz), true)
+            .ok()
+            .map(|d| floor_second(d.with_timezone(&Utc)))
     }
 
     /// The last tick before `t` (strictly).
     fn before(&self, t: DateTime<Utc>) -> Option<DateTime<Utc>> {
-        self.cron.find_previous_occurrence(&t.with_timezone(&self.tz), false).ok().map(|d| d.with_timezone(&Utc))
+        let t = ceil_second(t);
+        self.cron
+            .find_previous_occurrence(&t.with_timezone(&self.tz), false)
+            .ok()
+            .map(|d| floor_second(d.with_timezone(&Utc)))
+    }
+}
+
+/// `t` without its fraction of a second: ticks are whole seconds.
+fn floor_second(t: DateTime<Utc>) -> DateTime<Utc> {
+    DateTime::from_timestamp(t.timestamp(), 0).unwrap_or(t)
+}
+
+/// The first whole second at `t` or after.
+fn ceil_second(t: DateTime<Utc>) -> DateTime<Utc> {
+    let f = floor_second(t);
+    if f == t {
+        t
+    } else {
+        f + chrono::Duration::seconds(1)
     }
 }
 
@@ -236,7 +265,8 @@ pub fn plan(
     if next_at > now {
         return Plan { send: Vec::new(), missed: 0, next_at: Some(next_at) };
     }
-    let on_time_from = now - grace;
+    // (A tick, a whole second, is on time from this second on.)
+    let on_time_from = ceil_second(now - grace);
     let mut send = Vec::new();
     let mut missed = 0;
     if next_at < on_time_from {
@@ -349,6 +379,26 @@ mod tests {
         }
         let p = plan(&t, at("2026-01-10T12:00:05Z"), at("2026-01-10T12:00:02Z"), grace, Catchup::None);
         assert_eq!(p, Plan { send: vec![], missed: 0, next_at: Some(at("2026-01-10T12:00:05Z")) });
+    }
+
+    #[test]
+    fn within_a_second() {
+        let t = every_second();
+        assert_eq!(t.first_after(at("2026-01-10T12:00:00.3Z")).unwrap(), at("2026-01-10T12:00:01Z"));
+        assert_eq!(t.first_after(at("2026-01-10T12:00:00Z")).unwrap(), at("2026-01-10T12:00:01Z"));
+        // Missed and on time never overlap, whatever the fraction of `now`.
+        for now in ["2026-01-10T12:00:10.6Z", "2026-01-10T12:00:10Z", "2026-01-10T12:00:10.000001Z"] {
+            let p = plan(&t, at("2026-01-10T12:00:00Z"), at(now), chrono::Duration::seconds(2), Catchup::None);
+            // On time: 12:00:08 (10.6 - 2 = 8.6: from 9), 09, 10.
+            let first = p.send[0];
+            assert_eq!(p.missed as i64, (first - at("2026-01-10T12:00:00Z")).num_seconds(), "{now}: {p:?}");
+            assert_eq!(*p.send.last().unwrap(), at("2026-01-10T12:00:10Z"), "{now}");
+            assert_eq!(p.next_at, Some(at("2026-01-10T12:00:11Z")), "{now}");
+            assert!(p.send.iter().all(|t| t.timestamp_subsec_nanos() == 0));
+            let one = plan(&t, at("2026-01-10T12:00:00Z"), at(now), chrono::Duration::seconds(2), Catchup::One);
+            assert_eq!(one.send[0], first - chrono::Duration::seconds(1), "{now}: {one:?}");
+            assert_eq!(one.missed, p.missed - 1);
+        }
     }
 
     #[test]

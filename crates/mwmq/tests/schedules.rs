@@ -169,3 +169,146 @@ fn refusals_rights_and_the_listing() {
     mq.stopper().stop();
     mq.join();
 }
+
+/// The ticks of schedule `every` (each second) from `from` to `to`: each
+/// sent exactly once; none before `never_before`; none sent twice ever.
+fn each_once(ticks: &BTreeMap<i64, usize>, never_before: i64, from: i64, to: i64, what: &str) {
+    let doubled: Vec<_> = ticks.iter().filter(|(_, n)| **n != 1).collect();
+    assert!(doubled.is_empty(), "{what}: ticks sent more than once: {doubled:?}");
+    let early: Vec<_> = ticks.keys().filter(|t| **t <= never_before).collect();
+    assert!(early.is_empty(), "{what}: ticks from before the schedule was made: {early:?}");
+    let lost: Vec<i64> = (from..=to).filter(|t| !ticks.contains_key(t)).collect();
+    assert!(lost.is_empty(), "{what}: ticks lost: {lost:?} (of {from}..={to}; sent {:?})", ticks.keys());
+}
+
+#[test]
+fn one_message_per_tick_across_three_processes_through_sigkill_and_a_postgres_restart() {
+    let pg = Postgres::start().unwrap();
+    let mut procs: Vec<MqProcess> = (0..3).map(|_| MqProcess::start(&pg, 0, &[])).collect();
+    let mut c = connect(procs[0].addr);
+    let _: String = q(&mut c, &["QCREATE", "ticks"]);
+    let mut db = sql(&pg);
+    // Ticks up to `before` came before the schedule; from `first` on it owes each.
+    let before = db_second(&mut db);
+    let _: String = q(&mut c, &["QSCHEDULE", "every", "ticks", "* * * * * *", "tick {tick}"]);
+    let first = db_second(&mut db) + 1;
+    until_sent(&mut db, "every", first + 1, "three processes");
+
+    // SIGKILL two of them, one after the other, each at an arbitrary moment
+    // of its ticker's passes, started again after a tick went by.
+    for victim in [1, 0] {
+        let port = procs[victim].addr.port();
+        procs[victim].kill();
+        let now = db_second(&mut db);
+        until_sent(&mut db, "every", now + 1, "after a SIGKILL");
+        procs[victim] = MqProcess::start(&pg, port, &[]);
+    }
+
+    // PostgreSQL restarts (immediate: in-flight transactions are lost).
+    let now = db_second(&mut db);
+    until_sent(&mut db, "every", now + 1, "before the restart");
+    pg.restart("immediate").unwrap();
+    let mut db = sql(&pg);
+    let now = db_second(&mut db);
+    until_sent(&mut db, "every", now + 2, "after the restart");
+
+    let last = db_second(&mut db);
+    until_sent(&mut db, "every", last, "at the end");
+    let ticks = ticks_in(&mut db, "ticks");
+    each_once(&ticks, before, first, last, "three processes, SIGKILLs, a restart");
+    assert!(last - first >= 5, "ran for {} s", last - first);
+    // QSCHEDULES says the same (a pool's connections from before the
+    // restart answer -TRYAGAIN once).
+    let mut c = connect(procs[2].addr);
+    let mut listed: Vec<std::collections::HashMap<String, redis::Value>> = Vec::new();
+    assert!(eventually(Duration::from_secs(30), || {
+        redis::cmd("QSCHEDULES").query(&mut c).map(|l| listed = l).is_ok()
+    }));
+    let sent = match listed[0]["sent"] {
+        redis::Value::Int(n) => n as usize,
+        ref other => panic!("{other:?}"),
+    };
+    assert!(sent >= ticks.range(..=last).count(), "sent {sent}");
+    for p in &mut procs {
+        p.kill();
+    }
+}
+
+/// A schedule's counters as QSCHEDULES shows them.
+fn counters(c: &mut redis::Connection, name: &str) -> (i64, i64) {
+    let listed: Vec<std::collections::HashMap<String, redis::Value>> = q(c, &["QSCHEDULES"]);
+    let m = listed
+        .iter()
+        .find(|m| m["name"] == redis::Value::BulkString(name.as_bytes().to_vec()))
+        .unwrap_or_else(|| panic!("{name} listed"));
+    let int = |k: &str| match m[k] {
+        redis::Value::Int(n) => n,
+        ref other => panic!("{k}: {other:?}"),
+    };
+    (int("sent"), int("missed"))
+}
+
+#[test]
+fn missed_ticks_follow_catchup_after_every_mwmq_was_down() {
+    let pg = Postgres::start().unwrap();
+    let mut cfg = config(&pg);
+    cfg.queues.schedule_grace_ms = 2000;
+    let mq = start(cfg.clone());
+    let mut c = connect(mq.local_addr());
+    let mut db = sql(&pg);
+    let policies = ["none", "one", "all"];
+    let before = db_second(&mut db);
+    for p in policies {
+        let _: String = q(&mut c, &["QCREATE", p]);
+        let _: String = q(&mut c, &["QSCHEDULE", p, p, "* * * * * *", "tick {tick}", "CATCHUP", p]);
+    }
+    let first = db_second(&mut db) + 1;
+    for p in policies {
+        until_sent(&mut db, p, first + 1, "before the stop");
+    }
+    // Every mwmq down for 6 s, three times the grace.
+    mq.stopper().stop();
+    mq.join();
+    let sent_before: Vec<BTreeMap<i64, usize>> = policies.iter().map(|p| ticks_in(&mut db, p)).collect();
+    std::thread::sleep(Duration::from_secs(6));
+    let up = db_second(&mut db);
+    let mq = start(cfg);
+    let mut c = connect(mq.local_addr());
+    for p in policies {
+        until_sent(&mut db, p, up + 2, "after the start");
+    }
+    let end = db_second(&mut db);
+    for p in policies {
+        until_sent(&mut db, p, end, "at the end");
+    }
+    let mut first_new = Vec::new();
+    for (i, p) in policies.iter().enumerate() {
+        let ticks = ticks_in(&mut db, p);
+        let last_before = *sent_before[i].keys().last().unwrap();
+        let new: Vec<i64> = ticks.keys().copied().filter(|t| *t > last_before).collect();
+        // Whatever the policy: each tick once, and from the first sent after
+        // the start on, every one (none missed while a process runs).
+        each_once(&ticks, before, first, last_before, p);
+        each_once(&ticks, before, new[0], end, p);
+        first_new.push(new[0]);
+        let (_, missed) = counters(&mut c, p);
+        assert_eq!(
+            missed,
+            new[0] - last_before - 1,
+            "{p}: the ticks not sent are counted as missed ({last_before} then {new:?})"
+        );
+        if *p == "all" {
+            assert_eq!(new[0], last_before + 1, "all: every missed tick sent");
+        } else {
+            assert!(
+                new[0] > last_before + 1,
+                "{p}: ticks older than the grace were skipped: {last_before} then {new:?}"
+            );
+        }
+    }
+    // The three were due in one pass, on one clock: `one` sent the latest
+    // missed tick, the one before the first that `none` sent on time.
+    assert_eq!(first_new[1], first_new[0] - 1, "one: the latest missed tick, then those on time");
+    mq.stopper().stop();
+    mq.join();
+}
