@@ -366,6 +366,30 @@ mod tests {
     }
 
     #[test]
+    fn clock_changes() {
+        // 02:30 in Berlin: skipped when the clocks spring forward (sent at
+        // 03:00 local), repeated when they fall back (sent once, the first).
+        let t = Timetable::new("30 2 * * *", "Europe/Berlin").unwrap();
+        let walk = |from: &str| {
+            let mut x = at(from);
+            (0..3)
+                .map(|_| {
+                    x = t.next_after(x).unwrap();
+                    x
+                })
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            walk("2026-03-27T12:00:00Z"),
+            [at("2026-03-28T01:30:00Z"), at("2026-03-29T01:00:00Z"), at("2026-03-30T00:30:00Z")]
+        );
+        assert_eq!(
+            walk("2026-10-23T12:00:00Z"),
+            [at("2026-10-24T00:30:00Z"), at("2026-10-25T00:30:00Z"), at("2026-10-26T01:30:00Z")]
+        );
+    }
+
+    #[test]
     fn on_time_ticks_are_sent_whatever_catchup() {
         let t = every_second();
         let grace = chrono::Duration::seconds(60);
