@@ -6,6 +6,7 @@ use crate::resp::Reply;
 use crate::xcommand::XCmd;
 
 pub use crate::policies::{Backoff, MAX_PRIORITY};
+pub use crate::schedule::Schedule;
 pub use crate::words::{shown, MAX_NAME};
 /// Most messages one RECV may lease.
 pub const MAX_COUNT: u32 = 1000;
@@ -135,6 +136,12 @@ pub enum Command {
         /// Only messages of this sender.
         from: Option<String>,
     },
+    /// `QSCHEDULE name q "cron" body [TZ zone] [KEY prefix] [CATCHUP none|one|all]`
+    Schedule(Box<Schedule>),
+    /// `QUNSCHEDULE name`
+    Unschedule(String),
+    /// `QSCHEDULES`
+    Schedules,
     /// A Redis Streams command (`xcommand.rs`).
     Stream(XCmd),
 }
@@ -272,7 +279,10 @@ impl Command {
             | Command::Touch { .. }
             | Command::Drop(_)
             | Command::Len(_)
-            | Command::List { .. } => MqOp::Queue,
+            | Command::List { .. }
+            | Command::Schedule(_)
+            | Command::Unschedule(_)
+            | Command::Schedules => MqOp::Queue,
             Command::Stream(x) => x.op(),
             local_command!() => MqOp::Other,
         }
@@ -304,8 +314,10 @@ impl Command {
             | Command::Pop { queue: q, .. }
             | Command::Peek { queue: q, .. } => Some(q),
             Command::Stream(x) => x.first_key(),
-            // (QLIST asks every database.)
-            Command::List { .. } => None,
+            // A schedule lives with its queue.
+            Command::Schedule(x) => Some(&x.queue),
+            // (QLIST, QUNSCHEDULE and QSCHEDULES ask every database.)
+            Command::List { .. } | Command::Unschedule(_) | Command::Schedules => None,
             local_command!() => None,
         }
     }
@@ -333,6 +345,9 @@ impl Command {
             | Command::Drop(_)
             | Command::Len(_)
             | Command::List { .. }
+            | Command::Schedule(_)
+            | Command::Unschedule(_)
+            | Command::Schedules
             | local_command!() => None,
         }
     }
@@ -374,6 +389,9 @@ pub const EVERY_COMMAND: &[&str] = &[
     "NACK q 1 1",
     "POP q",
     "PEEK q",
+    "QSCHEDULE s q @hourly hi",
+    "QUNSCHEDULE s",
+    "QSCHEDULES",
     "XADD s * f v",
     "XLEN s",
     "XRANGE s - +",
@@ -534,6 +552,16 @@ pub fn parse(args: &[Vec<u8>], limits: &Limits) -> Result<Command, Refusal> {
             _ => return Err(syntax()),
         },
         "QDROP" => Command::Drop(one_queue(&cmd, rest)?),
+        "QSCHEDULE" => Command::Schedule(Box::new(Schedule::parse(rest).map_err(|e| match e {
+            None => arity("QSCHEDULE"),
+            Some(e) => Reply::err(e),
+        })?)),
+        "QUNSCHEDULE" => match rest {
+            [n] => Command::Unschedule(crate::schedule::schedule_name(n).map_err(Reply::err)?),
+            _ => return Err(arity("QUNSCHEDULE")),
+        },
+        "QSCHEDULES" if n == 0 => Command::Schedules,
+        "QSCHEDULES" => return Err(arity("QSCHEDULES")),
         "QLEN" => Command::Len(one_queue(&cmd, rest)?),
         "QINFO" => Command::QueueInfo(one_queue(&cmd, rest)?),
         "QPAUSE" => Command::Pause(one_queue(&cmd, rest)?, true),
@@ -881,8 +909,11 @@ mod tests {
             Command::Nack { .. } => 25,
             Command::Pop { .. } => 26,
             Command::Peek { .. } => 27,
+            Command::Schedule(_) => 28,
+            Command::Unschedule(_) => 29,
+            Command::Schedules => 30,
             Command::Stream(x) => {
-                28 + match x {
+                31 + match x {
                     XCmd::Add { .. } => 0,
                     XCmd::Len(_) => 1,
                     XCmd::Range { .. } => 2,
@@ -912,7 +943,7 @@ mod tests {
     }
 
     /// Variants of [`Command`] (a stream command counted per [`XCmd`] variant).
-    const COMMANDS: usize = 28 + 23;
+    const COMMANDS: usize = 31 + 23;
 
     #[test]
     fn every_command_is_listed_parses_and_has_a_class_and_a_home() {
@@ -922,7 +953,8 @@ mod tests {
             seen[variant(&c)].push(*line);
             // A command that needs the database names the queue or stream
             // whose database runs it (QLIST asks every database).
-            if c.uses_database() && !matches!(c, Command::List { .. }) {
+            let everywhere = matches!(c, Command::List { .. } | Command::Unschedule(_) | Command::Schedules);
+            if c.uses_database() && !everywhere {
                 assert!(c.queue().is_some(), "{line}: no queue, so no database");
             }
             if !c.uses_database() {

@@ -345,6 +345,14 @@ pub struct QueuesConfig {
     /// The `/ui` page's rates: each queue's counters are sampled this often,
     /// and the last 60 periods kept (default 10000 ms: ten minutes).
     pub rates_sample_ms: u64,
+    /// Schedules (QSCHEDULE) due are looked for at least this often, on each
+    /// database (default 1000 ms; sooner when one is due sooner).
+    pub schedule_ms: u64,
+    /// A schedule's tick is sent while it is at most this old, whatever its
+    /// CATCHUP; an older one was missed (every mwmq, or the database, down
+    /// longer) and follows CATCHUP (default 60000 ms: a restart or a
+    /// failover of the database loses no tick).
+    pub schedule_grace_ms: u64,
 }
 
 impl Default for QueuesConfig {
@@ -365,6 +373,8 @@ impl Default for QueuesConfig {
             metrics_max_queues: 100,
             public_queues: Vec::new(),
             rates_sample_ms: 10_000,
+            schedule_ms: 1000,
+            schedule_grace_ms: 60_000,
         }
     }
 }
@@ -485,6 +495,9 @@ impl ServiceConfig for Config {
         }
         if q.poll_ms == 0 || q.maintenance_s == 0 || q.purge_ms == 0 || q.rates_sample_ms == 0 {
             return err("poll_ms, maintenance_s, purge_ms and rates_sample_ms must be positive".into());
+        }
+        if q.schedule_ms == 0 || q.schedule_grace_ms == 0 {
+            return err("schedule_ms and schedule_grace_ms must be positive".into());
         }
         if q.wake_ms == 0 || q.max_wait_names == 0 {
             return err("wake_ms and max_wait_names must be positive".into());

@@ -26,6 +26,7 @@ pub mod queues;
 pub mod rates;
 pub mod rebalance;
 pub mod retention;
+pub mod schedule;
 /// RESP as mwmq speaks it (the server side of `respproto`).
 pub use respproto::server as resp;
 pub mod server;
@@ -35,6 +36,7 @@ pub mod sqlguard;
 pub mod streambounds;
 pub mod streamrules;
 pub mod telemetry;
+pub mod ticker;
 pub mod users;
 pub mod waiters;
 pub mod windows;

@@ -369,6 +369,8 @@ impl Bounds {
             Command::Archive { count, .. } | Command::DeadLetters { count, .. } => up_to(*count as usize, self.message),
             // (QLIST's names are at most max_reply_bytes: `commands/queues.rs`.)
             Command::List { .. } => Some(self.reply),
+            // (At most max_reply_bytes of them: `commands/schedules.rs`.)
+            Command::Schedules => Some(self.reply),
             // (PING echoes its message, which may be as large as max_body.)
             Command::Ping(Some(m)) if m.len() + 64 > SMALL_REPLY => Some(m.len() + 64),
             Command::Stream(x) => self.of_stream(x),
@@ -383,7 +385,9 @@ impl Bounds {
             | Command::Len(_)
             | Command::Send(_)
             | Command::Ack { .. }
-            | Command::Nack { .. } => None,
+            | Command::Nack { .. }
+            | Command::Schedule(_)
+            | Command::Unschedule(_) => None,
         }
     }
 

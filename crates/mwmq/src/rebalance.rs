@@ -27,7 +27,9 @@
 //! A retaining queue's archive (acknowledged messages kept, QARCHIVE) moves
 //! too, in batches of its own after the messages, and what was archived
 //! since with the last batch: once the queue is dropped on A, A's purge
-//! would delete what is left there.
+//! would delete what is left there. The queue's schedules (QSCHEDULE) move
+//! with the last batch, their next tick and counters with them, and so do
+//! the keys of the ticks they sent.
 //!
 //! While it moves a queue is never read-only: SENDs go to B from step 1 on;
 //! messages still on A are out of reach of RECV for the time of their batch.
@@ -335,6 +337,7 @@ fn move_batch(
     if last {
         // What was archived since the archive's batches.
         move_archive(&mut s, &mut d, src_id, dst_id, i64::MAX)?;
+        move_schedules(&mut s, &mut d, src_id, dst_id)?;
     }
     for k in &keys {
         let (key, id, at): (String, i64, std::time::SystemTime) = (k.get(0), k.get(1), k.get(2));
@@ -354,6 +357,61 @@ fn move_batch(
     }
     d.commit()?;
     s.commit()?;
+    Ok(rows.len() as u64)
+}
+
+/// Moves the queue's schedules (QSCHEDULE), with their next tick and
+/// counters, in the last batch's transactions: the old side's ticker stops
+/// sending with the commit that drops the queue there, the new side's
+/// starts with the commit before it (a crash between the two leaves the
+/// queue, and its schedule, on both, as it leaves messages: a tick sent on
+/// both sides at worst). A name the new side already has keeps the new
+/// side's schedule.
+fn move_schedules(
+    s: &mut postgres::Transaction,
+    d: &mut postgres::Transaction,
+    src_id: i64,
+    dst_id: i64,
+) -> Result<u64, postgres::Error> {
+    const MOVED: &str =
+        "name, cron, tz, body, key_prefix, catchup, sender, created_by, created_at::text, next_at::text,
+                         last_tick::text, last_run_at::text, last_id, sent, missed, refused";
+    let rows = s.query(&format!("DELETE FROM mwmq_schedules WHERE queue_id = $1 RETURNING {MOVED}"), &[&src_id])?;
+    for r in &rows {
+        let (name, cron, tz, body): (String, String, String, Vec<u8>) = (r.get(0), r.get(1), r.get(2), r.get(3));
+        let (key_prefix, catchup, sender, created_by): (String, String, String, Option<String>) =
+            (r.get(4), r.get(5), r.get(6), r.get(7));
+        let (created_at, next_at, last_tick, last_run_at): (String, String, Option<String>, Option<String>) =
+            (r.get(8), r.get(9), r.get(10), r.get(11));
+        let (last_id, sent, missed, refused): (Option<i64>, i64, i64, i64) =
+            (r.get(12), r.get(13), r.get(14), r.get(15));
+        d.execute(
+            "INSERT INTO mwmq_schedules (name, queue_id, cron, tz, body, key_prefix, catchup, sender, created_by,
+                                         created_at, next_at, last_tick, last_run_at, last_id, sent, missed, refused)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10::text::timestamptz, $11::text::timestamptz, $12::text::timestamptz,
+                     $13::text::timestamptz, $14, $15, $16, $17)
+             ON CONFLICT (name) DO NOTHING",
+            &[
+                &name,
+                &dst_id,
+                &cron,
+                &tz,
+                &body,
+                &key_prefix,
+                &catchup,
+                &sender,
+                &created_by,
+                &created_at,
+                &next_at,
+                &last_tick,
+                &last_run_at,
+                &last_id,
+                &sent,
+                &missed,
+                &refused,
+            ],
+        )?;
+    }
     Ok(rows.len() as u64)
 }
 

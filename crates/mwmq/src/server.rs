@@ -228,7 +228,8 @@ impl Service for Mq {
 
 /// The threads both engines have: the timer (the ends of waits) and the
 /// poller (the shared poll of what they wait for),
-/// the notifier and listener (other processes' messages), the vacuum.
+/// the notifier and listener (other processes' messages), the vacuum, the
+/// purge and the ticker (schedules' messages) of each database.
 fn start_background(shared: &Arc<Shared>) -> std::io::Result<Vec<JoinHandle<()>>> {
     let spawn = |name: &str, f: Box<dyn FnOnce() + Send>| std::thread::Builder::new().name(name.into()).spawn(f);
     let mut background = Vec::new();
@@ -257,6 +258,8 @@ fn start_background(shared: &Arc<Shared>) -> std::io::Result<Vec<JoinHandle<()>>
         }
         let s = shared.clone();
         background.push(spawn(&format!("purge-{db}"), Box::new(move || crate::events::run_purge_thread(s, db)))?);
+        let s = shared.clone();
+        background.push(spawn(&format!("ticker-{db}"), Box::new(move || crate::ticker::run_ticker_thread(s, db)))?);
     }
     Ok(background)
 }

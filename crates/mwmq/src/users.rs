@@ -41,6 +41,9 @@ pub struct UserConfig {
     /// Most queues it may have created (and not dropped) at once (default 1000).
     #[serde(default = "default_max_queues")]
     pub max_queues: u64,
+    /// Most schedules (QSCHEDULE) it may have created at once (default 100).
+    #[serde(default = "default_max_schedules")]
+    pub max_schedules: u64,
     /// Largest message body it may send, in bytes (default: the server's `max_body`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_body: Option<usize>,
@@ -54,6 +57,10 @@ fn default_max_queues() -> u64 {
     1000
 }
 
+fn default_max_schedules() -> u64 {
+    100
+}
+
 /// What a command does to a queue.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Right {
@@ -61,7 +68,8 @@ pub enum Right {
     Send,
     /// RECV, POP, PEEK, ACK, NACK, TOUCH.
     Receive,
-    /// QCREATE, QALTER, QDROP, QPAUSE, QRESUME, QARCHIVE, QDEAD, REDRIVE.
+    /// QCREATE, QALTER, QDROP, QPAUSE, QRESUME, QARCHIVE, QDEAD, REDRIVE,
+    /// QSCHEDULE and QUNSCHEDULE (on the schedule's queue).
     Admin,
     /// QLEN, QINFO: any of the three.
     See,
@@ -90,6 +98,8 @@ pub struct User {
     admin: Vec<String>,
     /// Most queues it may have created at once.
     pub max_queues: u64,
+    /// Most schedules it may have created at once.
+    pub max_schedules: u64,
     /// Largest body it may send (`None`: the server's limit).
     pub max_body: Option<usize>,
 }
@@ -104,6 +114,12 @@ impl User {
             Right::Admin => any(&self.admin),
             Right::See => any(&self.send) || any(&self.receive) || any(&self.admin),
         }
+    }
+
+    /// The patterns of the queues it may administer (for checks the
+    /// database makes: a schedule's queue is known only there).
+    pub fn admin_patterns(&self) -> &[String] {
+        &self.admin
     }
 
     /// Redis's refusal of `right` on `queue` for this user.
@@ -192,6 +208,7 @@ impl Users {
                 receive: u.receive.clone(),
                 admin: u.admin.clone(),
                 max_queues: u.max_queues,
+                max_schedules: u.max_schedules,
                 max_body: u.max_body,
             };
             if by_name.insert(u.name.clone(), Arc::new(user)).is_some() {
@@ -327,6 +344,7 @@ pub fn user_table(
         receive: receive.to_vec(),
         admin: admin.to_vec(),
         max_queues: default_max_queues(),
+        max_schedules: default_max_schedules(),
         max_body: None,
         database_roles: Vec::new(),
     };

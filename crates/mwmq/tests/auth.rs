@@ -168,6 +168,7 @@ fn a_user_without_rights_is_refused_every_command_that_reaches_a_queue_or_stream
     q::<i64>(&mut owner, &["SEND", "q", "secret"]);
     q::<String>(&mut owner, &["XADD", "s", "*", "f", "secret"]);
     q::<String>(&mut owner, &["XGROUP", "CREATE", "s", "g", "0"]);
+    q::<String>(&mut owner, &["QSCHEDULE", "s", "q", "@hourly", "hi"]);
 
     let limits = mwmq::command::Limits { default_vt_ms: 30_000, max_wait_ms: 60_000 };
     let mut nobody = login(addr, "nobody", "nobody-pw");
@@ -180,7 +181,7 @@ fn a_user_without_rights_is_refused_every_command_that_reaches_a_queue_or_stream
         let args: Vec<Vec<u8>> = words.iter().map(|w| w.as_bytes().to_vec()).collect();
         let c = mwmq::command::parse(&args, &limits).unwrap();
         let answer = raw(&mut nobody, &words);
-        if matches!(c, mwmq::command::Command::List { .. }) {
+        if matches!(c, mwmq::command::Command::List { .. } | mwmq::command::Command::Schedules) {
             assert_eq!(answer, Ok(redis::Value::Array(Vec::new())), "{line}");
         } else if c.uses_database() {
             let refused = answer.as_ref().err().is_some_and(|e| e.starts_with("NOPERM") && e.contains("nobody"));
@@ -195,6 +196,7 @@ fn a_user_without_rights_is_refused_every_command_that_reaches_a_queue_or_stream
     assert_eq!(q::<i64>(&mut owner, &["QLEN", "q"]), 1);
     assert_eq!(q::<i64>(&mut owner, &["XLEN", "s"]), 1);
     assert_eq!(q::<i64>(&mut owner, &["EXISTS", "s"]), 1);
+    assert_eq!(q::<Vec<redis::Value>>(&mut owner, &["QSCHEDULES"]).len(), 1, "the schedule is still there");
 }
 
 #[test]

@@ -23,6 +23,16 @@ fn spread_over(pgs: &[&Postgres]) -> mwmq::Config {
     c
 }
 
+/// The schedules a database holds, and their queues.
+fn schedules_in(pg: &Postgres) -> HashSet<(String, String)> {
+    let mut c = sql(pg);
+    c.query("SELECT s.name, q.name FROM mwmq_schedules s JOIN mwmq_queues q ON q.id = s.queue_id", &[])
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect()
+}
+
 /// The queues (not dropped) a database holds.
 fn queues_in(pg: &Postgres) -> HashSet<String> {
     let mut c = sql(pg);
@@ -335,7 +345,21 @@ fn a_drained_database_is_emptied_by_rebalance() {
             let _: i64 = q(&mut c, &["SEND", name, "low"]);
             let id: i64 = q(&mut c, &["SEND", name, "kept", "PRIORITY", "2"]);
             sent.push((name.clone(), id));
+            let _: String = q(&mut c, &["QSCHEDULE", &format!("s-{name}"), name, "@yearly", "x"]);
         }
+        // A schedule lives with its queue; its name is one on every database.
+        for pg in [&a, &b] {
+            let want: HashSet<(String, String)> = queues_in(pg).into_iter().map(|q| (format!("s-{q}"), q)).collect();
+            assert_eq!(schedules_in(pg), want);
+        }
+        let on_b = names.iter().find(|n| queues_in(&b).contains(*n)).unwrap();
+        let on_a = names.iter().find(|n| queues_in(&a).contains(*n)).unwrap();
+        let e = err(&mut c, &["QSCHEDULE", &format!("s-{on_b}"), on_a, "@daily", "x"]);
+        assert!(e.contains(&format!("schedule 's-{on_b}' exists on database 'db1'")), "{e}");
+        let listed: Vec<Vec<redis::Value>> = q(&mut c, &["QSCHEDULES"]);
+        assert_eq!(listed.len(), 16, "QSCHEDULES asks both databases");
+        let _: String = q(&mut c, &["QSCHEDULE", "gone", on_b, "@daily", "x"]);
+        assert_eq!(q::<i64>(&mut c, &["QUNSCHEDULE", "gone"]), 1, "QUNSCHEDULE finds it where it is");
         mq.stopper().stop();
         mq.join();
     }
@@ -376,6 +400,10 @@ fn a_drained_database_is_emptied_by_rebalance() {
     }
     let left: i64 = sql_at(b.conninfo()).query_one("SELECT count(*) FROM mwmq_archive", &[]).unwrap().get(0);
     assert_eq!(left, 0, "nothing archived is left on the drained database");
+    // The schedules moved with their queues.
+    assert!(schedules_in(&b).is_empty(), "no schedule left on the drained database");
+    let want: HashSet<(String, String)> = names.iter().map(|q| (format!("s-{q}"), q.clone())).collect();
+    assert_eq!(schedules_in(&a), want);
     mq.stopper().stop();
     mq.join();
 }

@@ -6,7 +6,7 @@
 //!
 //! **What runs.** Every figure and every button is a command run through the
 //! same code as a RESP client's (`commands::Core`: the rights check, QINFO's
-//! cache, the statement): QLIST, QINFO, QDEAD, QPAUSE, QRESUME, REDRIVE. So
+//! cache, the statement): QLIST, QINFO, QDEAD, QSCHEDULES, QPAUSE, QRESUME, REDRIVE. So
 //! the page shows what QINFO says and may do what the logged-in user may do
 //! over RESP, no more.
 //!
@@ -92,6 +92,7 @@ pub fn route(shared: &Shared, ui: &Ui, r: &Request) -> Option<Page> {
             answer(Ok(json!({ "ok": true })))
         }
         ("GET", "/api/queues") => answer(viewer(shared, ui, r).and_then(|l| queues(shared, &l, r.query))),
+        ("GET", "/api/schedules") => answer(viewer(shared, ui, r).and_then(|l| schedules(shared, &l))),
         ("GET", p) if p.starts_with("/api/dead/") => {
             answer(queue_of(&p["/api/dead/".len()..]).and_then(|q| dead_letters(shared, &acting(shared, ui, r)?, &q)))
         }
@@ -405,6 +406,13 @@ fn queues(shared: &Shared, login: &Login, query: &str) -> Result<Value, Refused>
         "now_ms": mwstats::clock::unix_ms(),
         "rates": rates_period(shared),
     }))
+}
+
+/// `GET /ui/api/schedules`: the schedules of the queues the login may see
+/// (QSCHEDULES), each with its next run and its last.
+fn schedules(shared: &Shared, login: &Login) -> Result<Value, Refused> {
+    let listed = refused(run(shared, login, &Command::Schedules))?;
+    Ok(json!({ "schedules": to_json(&listed), "now_ms": mwstats::clock::unix_ms() }))
 }
 
 /// QINFO of each of `names` the login may see, as QINFO answers it: one

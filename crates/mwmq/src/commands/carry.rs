@@ -122,9 +122,11 @@ pub enum Look {
 
 impl Core<'_> {
     /// Carries out `c` of `s`: its statement on `home`, the database of its
-    /// queue as the caller placed it ([`Core::home`]; `None`, QLIST: on each,
-    /// the answers merged); a creation that must count the user's queues and
-    /// streams on the other databases runs again once they are.
+    /// queue as the caller placed it ([`Core::home`]; `None`, QLIST,
+    /// QUNSCHEDULE, QSCHEDULES: on each, the answers merged); a creation that
+    /// must count the user's queues and streams on the other databases runs
+    /// again once they are; a QSCHEDULE with several databases counts the
+    /// user's schedules on the others first.
     pub async fn carry<S: Session + ?Sized, D: Databases>(
         &self,
         dbs: &D,
@@ -138,9 +140,16 @@ impl Core<'_> {
             for d in 0..dbs.count() {
                 answers.push(dbs.on(d, db, async |pg, db| self.statement(pg, c, s, db).await).await);
             }
-            return self.merge_lists(answers);
+            return self.merge(c, answers);
         };
-        match dbs.on(home, db, async |pg, db| self.statement(pg, c, s, db).await).await {
+        let core = match c {
+            Command::Schedule(x) if dbs.count() > 1 => match self.before_schedule(dbs, x, s, home).await? {
+                Ok(core) => core,
+                Err(refused) => return Ok(refused),
+            },
+            _ => *self,
+        };
+        match dbs.on(home, db, async |pg, db| core.statement(pg, c, s, db).await).await {
             Err(DbError::CountOwned(user)) => {
                 let n = self.owned_elsewhere(dbs, &user, home).await?;
                 let core = self.counted(n);

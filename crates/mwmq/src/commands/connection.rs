@@ -78,6 +78,9 @@ impl Core<'_> {
             | Command::Drop(_)
             | Command::Len(_)
             | Command::List { .. }
+            | Command::Schedule(_)
+            | Command::Unschedule(_)
+            | Command::Schedules
             | Command::Stream(_) => None,
         }
     }

@@ -9,7 +9,7 @@
 //! (QCREATE, QALTER, QPAUSE, QRESUME, QDROP, QLEN, QINFO, QLIST, QARCHIVE,
 //! QDEAD, REDRIVE), `streams.rs` and `stream_rules.rs` (the stream
 //! commands; their rights and limits), `owned.rs` (`max_queues` over
-//! several databases).
+//! several databases), `schedules.rs` (QSCHEDULE, QUNSCHEDULE, QSCHEDULES).
 //!
 //! **Adding a command.** (1) `command.rs`: its variant of [`Command`] (a
 //! stream command: of `XCmd`, in `xcommand.rs`, and its name in
@@ -53,6 +53,7 @@ pub mod connection;
 pub mod messages;
 pub mod owned;
 pub mod queues;
+pub mod schedules;
 pub mod stream_rules;
 pub mod streams;
 
@@ -204,7 +205,10 @@ impl Batch {
             | Command::Redrive { .. }
             | Command::Drop(_)
             | Command::Len(_)
-            | Command::List { .. } => None,
+            | Command::List { .. }
+            | Command::Schedule(_)
+            | Command::Unschedule(_)
+            | Command::Schedules => None,
             // Answered without the database.
             local_command!() => None,
         }
@@ -251,12 +255,15 @@ pub struct Core<'a> {
     /// With several databases: the queues and streams, on the other
     /// databases, of the user whose creation this runs again (`owned.rs`).
     owned_elsewhere: Option<i64>,
+    /// With several databases: the schedules, on the other databases, of
+    /// the user whose QSCHEDULE this runs (`schedules.rs`).
+    schedules_elsewhere: i64,
 }
 
 impl<'a> Core<'a> {
     /// Over `shared`.
     pub fn new(shared: &'a Shared) -> Core<'a> {
-        Core { shared, owned_elsewhere: None }
+        Core { shared, owned_elsewhere: None, schedules_elsewhere: 0 }
     }
 
     /// With users configured: the refusal of a command this connection may
@@ -311,6 +318,17 @@ impl<'a> Core<'a> {
                 need(Right::Admin, queue).or_else(|| to.as_deref().and_then(|t| need(Right::Admin, t)))
             }
             Command::Len(q) | Command::QueueInfo(q) => need(Right::See, q),
+            // A schedule sends as its creator: the body within the user's max_body too.
+            Command::Schedule(x) => need(Right::Admin, &x.queue).or_else(|| match user.max_body {
+                Some(max) if x.body.len() > max => Some(Reply::Error(format!(
+                    "OVERQUOTA a body of {} bytes is over user {}'s limit of {max} bytes (max_body)",
+                    x.body.len(),
+                    user.name
+                ))),
+                _ => None,
+            }),
+            // Checked against each schedule's queue (`schedules.rs`).
+            Command::Unschedule(_) | Command::Schedules => None,
             Command::Stream(x) => self.stream_rights(x, &user).or_else(|| self.entry_too_large(x, Some(&user))),
             // Lists only the queues the user may see (or receive from).
             Command::List { .. } => None,
@@ -407,6 +425,9 @@ impl<'a> Core<'a> {
             Command::Drop(q) => self.drop_queue(pg, q).await,
             Command::Len(q) => Ok(Outcome::ok(Reply::Int(pg.len(q).await?))),
             Command::List { pending } => self.list(pg, *pending, s).await,
+            Command::Schedule(x) => self.schedule(pg, x, s).await,
+            Command::Unschedule(name) => self.unschedule(pg, name, s).await,
+            Command::Schedules => self.schedules(pg, s).await,
             Command::Stream(x) => self.stream(pg, x, s).await,
             local_command!() => unreachable!("{:?} is answered without the database (Core::local)", c.op()),
         };

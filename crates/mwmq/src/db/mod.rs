@@ -31,7 +31,8 @@
 //! a method per statement), `streams.rs` (the stream commands' statements
 //! and their rows), `connect.rs` (opening connections, blocking and
 //! asynchronous), `pools.rs` (the pools, one per database, and failover),
-//! `rows.rs` (what the statements return), `tls.rs` and `pgpass.rs` (TLS
+//! `rows.rs` (what the statements return), `schedules.rs` (periodic
+//! jobs' statements: the commands' and the ticker's), `tls.rs` and `pgpass.rs` (TLS
 //! to PostgreSQL and the password file, as libpq understands them).
 
 mod connect;
@@ -40,6 +41,7 @@ mod pgconn;
 pub mod pgpass;
 mod pools;
 mod rows;
+pub mod schedules;
 mod statements;
 pub mod streams;
 pub mod tls;

@@ -20,6 +20,15 @@ impl Texts {
         TEXTS.get_or_init(|| Texts::parse(SQL).unwrap_or_else(|e| panic!("sql/statements.sql: {e}")))
     }
 
+    /// The statements of periodic jobs (`sql/schedules.sql`, in this
+    /// file's form; run unprepared: `db/schedules.rs`).
+    pub(super) fn schedules() -> &'static Texts {
+        static TEXTS: OnceLock<Texts> = OnceLock::new();
+        TEXTS.get_or_init(|| {
+            Texts::parse(include_str!("../../sql/schedules.sql")).unwrap_or_else(|e| panic!("sql/schedules.sql: {e}"))
+        })
+    }
+
     /// Statement `name`'s SQL.
     pub(super) fn get(&self, name: &str) -> &str {
         self.0.get(name).map(String::as_str).unwrap_or_else(|| panic!("sql/statements.sql has no statement {name}"))
@@ -160,6 +169,12 @@ mod tests {
         for (name, sql) in &t.0 {
             assert!(!sql.trim().is_empty() && !sql.contains(';'), "{name}: one statement, without ';'");
         }
+        let schedules = Texts::schedules();
+        let mut names: Vec<&str> = schedules.0.keys().map(String::as_str).collect();
+        names.sort_unstable();
+        let mut used = super::super::schedules::STATEMENTS.to_vec();
+        used.sort_unstable();
+        assert_eq!(names, used, "schedules.sql and db/schedules.rs name the same statements");
         let refused = |text: &str| Texts::parse(text).err().unwrap_or_else(|| panic!("accepted: {text}"));
         assert!(refused("-- statement: x\nSELECT 1").contains("no ';'"));
         assert!(refused("-- statement: x\nUPDATE t SET a = 1 -- a;\nWHERE b;").contains("outside a statement"));

@@ -209,6 +209,39 @@ fn the_page_shows_what_qinfo_says_and_its_buttons_act() {
     assert_eq!(b.eval("window.pwned === undefined"), true, "no script from a body");
     assert_eq!(b.eval("document.getElementById('dead-where').textContent"), "(held in dead)");
 
+    // Schedules: listed with their next run and last run, as QSCHEDULES has
+    // them; a name made of markup shown as text.
+    assert_eq!(q::<String>(&mut c, &["QCREATE", "ticks"]), "OK");
+    let _: String = q(&mut c, &["QSCHEDULE", "<i>beat</i>", "ticks", "* * * * * *", "tick {tick}"]);
+    let _: String =
+        q(&mut c, &["QSCHEDULE", "yearly", "jobs", "@yearly", "x", "TZ", "Europe/Berlin", "CATCHUP", "one"]);
+    let last_run = "document.querySelector('tr[data-schedule=\"<i>beat</i>\"] td[data-field=\"last_run_ms\"]')";
+    b.wait(
+        &format!("(async () => {{ await refresh(); return ({last_run}?.dataset.value ?? 'null') !== 'null'; }})()"),
+        Duration::from_secs(30),
+    );
+    let listed: Vec<std::collections::HashMap<String, redis::Value>> = q(&mut c, &["QSCHEDULES"]);
+    let yearly = listed.iter().find(|m| m["name"] == redis::Value::BulkString(b"yearly".to_vec())).unwrap();
+    let next = match yearly["next_run_ms"] {
+        redis::Value::Int(n) => n,
+        ref other => panic!("{other:?}"),
+    };
+    let cell = |b: &mut Browser, name: &str, field: &str, what: &str| {
+        b.eval(&format!(
+            "document.querySelector('tr[data-schedule=\"{name}\"] td[data-field=\"{field}\"]')?.{what} ?? null"
+        ))
+    };
+    assert_eq!(cell(&mut b, "yearly", "next_run_ms", "dataset.value"), next.to_string().as_str());
+    assert_eq!(cell(&mut b, "yearly", "last_run_ms", "textContent"), "not yet");
+    assert_eq!(cell(&mut b, "yearly", "cron", "textContent"), "@yearly (Europe/Berlin)");
+    assert_eq!(cell(&mut b, "yearly", "catchup", "textContent"), "one");
+    assert!(cell(&mut b, "<i>beat</i>", "last_run_ms", "textContent").as_str().unwrap().contains(" ago"));
+    let names = b.eval("[...document.querySelectorAll('#schedules tbody tr td.name')].map(t => t.textContent)");
+    assert_eq!(names, serde_json::json!(["<i>beat</i>", "yearly"]));
+    assert_eq!(b.eval("document.querySelectorAll('#schedules i').length"), 0, "no markup from a name");
+    let (status, body) = http(admin, "GET", "/ui/api/schedules", None);
+    assert_eq!(status, 401, "{body}");
+
     if let Ok(path) = std::env::var("MWMQ_UI_SCREENSHOT") {
         std::fs::write(path, b.screenshot()).unwrap();
     }

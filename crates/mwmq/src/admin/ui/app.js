@@ -269,12 +269,51 @@ async function refresh() {
     $("totals").textContent = `${shown} · ${fmtInt(ready)} ready · ${fmtInt(leased)} leased · ` +
       `${fmtInt(dead)} dead letters · ${paused} paused`;
     $("updated").textContent = "updated " + new Date(body.now_ms).toLocaleTimeString();
+    await refreshSchedules();
     document.body.dataset.loaded = String(body.now_ms);
   } catch (e) {
     $("updated").textContent = "mwmq does not answer: " + e;
   } finally {
     state.timer = setTimeout(refresh, REFRESH_MS);
   }
+}
+
+// When a schedule runs next or ran last: the time, and how far from now.
+function fmtWhen(ms, now) {
+  if (ms === null || ms === undefined) return "–";
+  const d = ms - now;
+  const rel = d >= 0 ? "in " + fmtAge(Math.max(d, 1)) : fmtAge(-d) + " ago";
+  return new Date(ms).toLocaleString() + " (" + rel + ")";
+}
+
+function scheduleRow(s, now) {
+  const tr = el("tr", { "data-schedule": s.name });
+  tr.appendChild(el("td", { class: "name" }, s.name));
+  tr.appendChild(el("td", { "data-field": "queue" }, s.queue));
+  tr.appendChild(el("td", { "data-field": "cron" }, s.cron + (s.tz !== "UTC" ? " (" + s.tz + ")" : "")));
+  tr.appendChild(el("td", { "data-field": "catchup" }, s.catchup));
+  tr.appendChild(el("td", { "data-field": "next_run_ms", "data-value": String(s.next_run_ms) },
+    s.next_run_ms === null ? "never" : fmtWhen(s.next_run_ms, now)));
+  tr.appendChild(el("td", { "data-field": "last_run_ms", "data-value": String(s.last_run_ms) },
+    s.last_run_ms === null ? "not yet" : fmtWhen(s.last_run_ms, now) + (s.last_id ? " · id " + s.last_id : "")));
+  tr.appendChild(numCell("sent", s.sent, fmtInt(s.sent)));
+  tr.appendChild(numCell("missed", s.missed, fmtInt(s.missed) + (s.refused ? " · " + fmtInt(s.refused) + " refused" : "")));
+  return tr;
+}
+
+async function refreshSchedules() {
+  const { status, body } = await api("GET", "/ui/api/schedules");
+  const tbody = document.querySelector("#schedules tbody");
+  if (status !== 200) {
+    tbody.replaceChildren();
+    $("schedules-error").textContent = status === 401 ? "" : "could not read the schedules: " + (body.error || status);
+    $("schedules-empty").hidden = true;
+    return;
+  }
+  $("schedules-error").textContent = "";
+  tbody.replaceChildren(...body.schedules.map((s) => scheduleRow(s, body.now_ms)));
+  $("schedules-empty").hidden = body.schedules.length > 0;
+  document.body.dataset.schedulesLoaded = String(body.now_ms);
 }
 
 async function act(action, queue, b) {

@@ -1,0 +1,99 @@
+-- The statements of periodic jobs (schema 18, sql/0018_schedules.sql), in
+-- the form of statements.sql: the commands' (QSCHEDULE, QUNSCHEDULE,
+-- QSCHEDULES, src/commands/schedules.rs), run unprepared, as such rare
+-- commands may be, and the ticker's (src/ticker.rs), run in its
+-- transaction on a connection of its own. Times travel as microseconds
+-- since the Unix epoch (bigint): a schedule's next tick never fires again
+-- is 'infinity', shown as NULL.
+
+-- A time from microseconds since the epoch.
+-- fragment: AT
+timestamptz 'epoch' + interval '1 microsecond';
+
+-- The database's clock, in microseconds: every mwmq process that shares
+-- the database reads the same one, so the ticks they compute agree.
+-- statement: clock
+SELECT (extract(epoch FROM now()) * 1000000)::bigint;
+
+-- QSCHEDULE: create or replace (sql/0018_schedules.sql says how).
+-- statement: put
+SELECT mwmq_schedule_put($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, {AT} * $13::bigint);
+
+-- What a creation with several databases must know of the others: the
+-- schedules user $1 created there, and whether the name $2 is taken there.
+-- statement: elsewhere
+SELECT (SELECT count(*) FROM mwmq_schedules WHERE created_by = $1),
+       EXISTS (SELECT 1 FROM mwmq_schedules WHERE name = $2);
+
+-- QUNSCHEDULE: the schedule's queue, and whether the caller may remove it
+-- ($2: its admin patterns as LIKE patterns; NULL: no users; a schedule of a
+-- dropped queue anyone may); removed if so.
+-- statement: remove
+WITH target AS (
+    SELECT s.name, q.name AS queue,
+           ($2::text[] IS NULL OR q.dropped_at IS NOT NULL
+            OR EXISTS (SELECT 1 FROM unnest($2::text[]) p WHERE q.name LIKE p ESCAPE '\')) AS allowed
+    FROM mwmq_schedules s JOIN mwmq_queues q ON q.id = s.queue_id
+    WHERE s.name = $1 FOR UPDATE OF s),
+gone AS (DELETE FROM mwmq_schedules s USING target t WHERE s.name = t.name AND t.allowed RETURNING s.name)
+SELECT t.queue, t.allowed FROM target t;
+
+-- QSCHEDULES: every schedule of a queue that exists, by name, at most $1.
+-- statement: list
+SELECT s.name, q.name, s.cron, s.tz, s.catchup, s.key_prefix, octet_length(s.body)::bigint, s.created_by,
+       CASE WHEN isfinite(s.next_at) THEN (extract(epoch FROM s.next_at) * 1000)::bigint END,
+       (extract(epoch FROM s.last_tick) * 1000)::bigint, (extract(epoch FROM s.last_run_at) * 1000)::bigint,
+       s.last_id, s.sent, s.missed, s.refused
+FROM mwmq_schedules s JOIN mwmq_queues q ON q.id = s.queue_id AND q.dropped_at IS NULL
+ORDER BY s.name LIMIT $1;
+
+-- The ticker: the schedules due, locked; those another process is
+-- sending are skipped (it moves their next tick before it lets go).
+-- statement: due
+SELECT s.name, s.queue_id, q.name, q.dropped_at IS NOT NULL, s.cron, s.tz, s.body, s.key_prefix, s.catchup, s.sender,
+       (extract(epoch FROM s.next_at) * 1000000)::bigint, (extract(epoch FROM now()) * 1000000)::bigint
+FROM mwmq_schedules s JOIN mwmq_queues q ON q.id = s.queue_id
+WHERE s.next_at <= now()
+ORDER BY s.next_at LIMIT $1 FOR UPDATE OF s SKIP LOCKED;
+
+-- A tick's message: SEND ... KEY $2 to queue id $1 from $3, the queue's
+-- quota checked as SEND checks it; no row when the key was sent already
+-- or the queue is full.
+-- statement: send
+WITH k AS (
+   INSERT INTO mwmq_keys (queue_id, key, message_id)
+   SELECT id, $2::text, nextval('mwmq_message_ids') FROM mwmq_queues
+   WHERE id = $1 AND dropped_at IS NULL
+     AND (max_messages IS NULL AND max_bytes IS NULL
+          OR mwmq_room(id, max_messages, max_bytes, octet_length($4::bytea)))
+   ON CONFLICT DO NOTHING
+   RETURNING queue_id, message_id)
+INSERT INTO mwmq_messages (queue_id, id, sender, receiver, body, visible_at, counted, grp, priority)
+SELECT k.queue_id, k.message_id, $3::text, NULL, $4::bytea, now(),
+       (q.max_messages IS NOT NULL OR q.max_bytes IS NOT NULL), NULL, 0
+FROM k JOIN mwmq_queues q ON q.id = k.queue_id
+RETURNING id;
+
+-- The message a tick's key names, if it was sent already.
+-- statement: sent
+SELECT message_id FROM mwmq_keys WHERE queue_id = $1 AND key = $2;
+
+-- A pass over a schedule done: its next tick ($2; NULL: never again), the
+-- latest tick sent ($3) and its message ($4), what it sent, missed and
+-- was refused.
+-- statement: done
+UPDATE mwmq_schedules
+SET next_at = coalesce({AT} * $2::bigint, 'infinity'),
+    last_tick = coalesce({AT} * $3::bigint, last_tick),
+    last_run_at = CASE WHEN $3::bigint IS NULL THEN last_run_at ELSE now() END,
+    last_id = coalesce($4::bigint, last_id),
+    sent = sent + $5::bigint, missed = missed + $6::bigint, refused = refused + $7::bigint
+WHERE name = $1;
+
+-- A schedule whose queue was dropped goes with it.
+-- statement: forget
+DELETE FROM mwmq_schedules WHERE name = $1;
+
+-- How long until the next tick of any schedule, in ms (NULL: none).
+-- statement: next_due
+SELECT (extract(epoch FROM min(next_at) - now()) * 1000)::bigint FROM mwmq_schedules WHERE isfinite(next_at);

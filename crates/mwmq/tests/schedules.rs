@@ -1,0 +1,314 @@
+//! Periodic jobs (`QSCHEDULE`, `QUNSCHEDULE`, `QSCHEDULES`): one message
+//! per tick across every mwmq process on the database, through a SIGKILL
+//! and a PostgreSQL restart; missed ticks as CATCHUP says after every mwmq
+//! was down; the refusals (an expression that never fires, a bad time
+//! zone, a schedule flood, rights).
+//!
+//! Ticks are counted, never timed: each message carries its tick (`{tick}`
+//! in the body, to the second), and what must have been sent is read off
+//! the database's clock, which the test reads itself before and after.
+
+mod common;
+
+use common::*;
+use mwmq::Service;
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+/// The database's clock, in whole seconds since the epoch (rounded down).
+fn db_second(db: &mut postgres::Client) -> i64 {
+    db.query_one("SELECT floor(extract(epoch FROM now()))::bigint", &[]).unwrap().get(0)
+}
+
+/// Every message of `queue` by its tick (the body is `tick <tick>`, the
+/// tick read back as seconds since the epoch): how many times each tick
+/// was sent, read with SQL (nothing taken).
+fn ticks_in(db: &mut postgres::Client, queue: &str) -> BTreeMap<i64, usize> {
+    let rows = db
+        .query(
+            "SELECT extract(epoch FROM substr(convert_from(m.body, 'UTF8'), 6)::timestamptz)::bigint
+             FROM mwmq_messages m JOIN mwmq_queues q ON q.id = m.queue_id
+             WHERE q.name = $1 AND q.dropped_at IS NULL",
+            &[&queue],
+        )
+        .unwrap();
+    let mut ticks = BTreeMap::new();
+    for r in rows {
+        *ticks.entry(r.get::<_, i64>(0)).or_insert(0) += 1;
+    }
+    ticks
+}
+
+/// Waits until schedule `name` sent its tick of second `s` (or a later one).
+fn until_sent(db: &mut postgres::Client, name: &str, s: i64, what: &str) {
+    assert!(
+        eventually(Duration::from_secs(30), || {
+            let r = db
+                .query_opt(
+                    "SELECT coalesce(extract(epoch FROM last_tick)::bigint, 0) FROM mwmq_schedules WHERE name = $1",
+                    &[&name],
+                )
+                .unwrap();
+            r.is_some_and(|r| r.get::<_, i64>(0) >= s)
+        }),
+        "{what}: schedule {name} did not send its tick of {s} within 30 s"
+    );
+}
+
+#[test]
+fn refusals_rights_and_the_listing() {
+    let pg = Postgres::start().unwrap();
+    let mut cfg = config(&pg);
+    let mut small = user("small", "small-pw", &["*"], &["*"], &["small.*"]);
+    small.max_schedules = 3;
+    small.max_body = Some(100);
+    cfg.users = vec![
+        user("owner", "owner-pw", &["*"], &["*"], &["*"]),
+        small,
+        user("reader", "reader-pw", &[], &["small.*"], &[]),
+    ];
+    let mq = start(cfg);
+    let addr = mq.local_addr();
+    let mut owner = login(addr, "owner", "owner-pw");
+    let mut small = login(addr, "small", "small-pw");
+    let mut reader = login(addr, "reader", "reader-pw");
+    for queue in ["small.a", "small.b", "other"] {
+        let _: String = q(&mut owner, &["QCREATE", queue]);
+    }
+
+    // What a client gets wrong is named.
+    let refused = |c: &mut redis::Connection, args: &[&str]| err(c, args);
+    assert!(
+        refused(&mut small, &["QSCHEDULE", "s", "small.a", "0 0 30 2 *", "b"]).contains("never fires"),
+        "February 30th"
+    );
+    assert_eq!(
+        refused(&mut small, &["QSCHEDULE", "s", "small.a", "@daily", "b", "TZ", "Europe/Atlantis"]),
+        "ERR unknown time zone 'Europe/Atlantis' (an IANA name such as Europe/Berlin or UTC)"
+    );
+    assert!(refused(&mut small, &["QSCHEDULE", "s", "small.a", "61 * * * *", "b"])
+        .starts_with("ERR cron expression '61 * * * *'"));
+    assert!(refused(&mut small, &["QSCHEDULE", "s", "small.a", "every day", "b"]).contains("has 2 fields"));
+    assert_eq!(
+        refused(&mut small, &["QSCHEDULE", "s", "small.a", "@daily", "b", "CATCHUP", "most"]),
+        "ERR CATCHUP must be none, one or all"
+    );
+    assert_eq!(
+        refused(&mut small, &["QSCHEDULE", "s", "small.a", "@daily"]),
+        "ERR wrong number of arguments for 'QSCHEDULE' command"
+    );
+    assert_eq!(
+        refused(&mut small, &["QSCHEDULE", "s", "small.none", "@daily", "b"]),
+        "NOQUEUE no such queue 'small.none'"
+    );
+    // Rights: the admin right on the queue.
+    assert_eq!(
+        refused(&mut small, &["QSCHEDULE", "s", "other", "@daily", "b"]),
+        "NOPERM User small has no permissions to administer queue 'other'"
+    );
+    assert!(refused(&mut small, &["QSCHEDULE", "s", "small.a", "@daily", &"x".repeat(101)]).contains("(max_body)"));
+
+    // A flood: max_schedules 3.
+    for i in 0..3 {
+        let _: String = q(&mut small, &["QSCHEDULE", &format!("s{i}"), "small.a", "@hourly", "b"]);
+    }
+    assert_eq!(
+        refused(&mut small, &["QSCHEDULE", "s3", "small.b", "@hourly", "b"]),
+        "OVERQUOTA user small may have at most 3 schedules (max_schedules)"
+    );
+    // Replacing one of its own is no new schedule.
+    let _: String =
+        q(&mut small, &["QSCHEDULE", "s0", "small.b", "*/5 * * * *", "b", "TZ", "Asia/Tokyo", "CATCHUP", "all"]);
+    // The owner's schedule to a queue small does not administer: small may
+    // neither replace nor remove it.
+    let _: String = q(&mut owner, &["QSCHEDULE", "o", "other", "@daily", "b"]);
+    assert_eq!(
+        refused(&mut small, &["QSCHEDULE", "o", "small.a", "@daily", "b"]),
+        "NOPERM User small has no permissions to administer queue 'other' (schedule 'o' sends there)"
+    );
+    assert_eq!(
+        refused(&mut small, &["QUNSCHEDULE", "o"]),
+        "NOPERM User small has no permissions to administer queue 'other' (schedule 'o' sends there)"
+    );
+    assert_eq!(q::<i64>(&mut small, &["QUNSCHEDULE", "nothing"]), 0);
+
+    // QSCHEDULES: those of the queues the user may see, by name.
+    let names = |c: &mut redis::Connection| -> Vec<(String, String)> {
+        let all: Vec<std::collections::HashMap<String, redis::Value>> = q(c, &["QSCHEDULES"]);
+        all.iter()
+            .map(|m| {
+                let text = |k: &str| match &m[k] {
+                    redis::Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
+                    other => format!("{other:?}"),
+                };
+                (text("name"), text("queue"))
+            })
+            .collect()
+    };
+    let all = names(&mut owner);
+    assert_eq!(all.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>(), ["o", "s0", "s1", "s2"]);
+    assert_eq!(all[1].1, "small.b", "s0 replaced");
+    assert_eq!(names(&mut reader).len(), 3, "reader sees small.* only");
+    let listed: Vec<std::collections::HashMap<String, redis::Value>> = q(&mut reader, &["QSCHEDULES"]);
+    let s0 = &listed[0];
+    let int = |v: &redis::Value| match v {
+        redis::Value::Int(i) => *i,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(s0["tz"], redis::Value::BulkString(b"Asia/Tokyo".to_vec()));
+    assert_eq!(s0["catchup"], redis::Value::BulkString(b"all".to_vec()));
+    assert_eq!(s0["created_by"], redis::Value::BulkString(b"small".to_vec()));
+    assert_eq!(s0["last_run_ms"], redis::Value::Nil);
+    let next = int(&s0["next_run_ms"]);
+    let now_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64;
+    assert!(next > now_ms - 5_000 && next <= now_ms + 5 * 60_000 + 5_000, "next run of */5: {next} vs {now_ms}");
+    assert_eq!(next % 300_000, 0, "on a five-minute mark");
+    // Removing one frees a place.
+    assert_eq!(q::<i64>(&mut small, &["QUNSCHEDULE", "s1"]), 1);
+    let _: String = q(&mut small, &["QSCHEDULE", "s3", "small.b", "@hourly", "b"]);
+    mq.stopper().stop();
+    mq.join();
+}
+
+/// The ticks of schedule `every` (each second) from `from` to `to`: each
+/// sent exactly once; none before `never_before`; none sent twice ever.
+fn each_once(ticks: &BTreeMap<i64, usize>, never_before: i64, from: i64, to: i64, what: &str) {
+    let doubled: Vec<_> = ticks.iter().filter(|(_, n)| **n != 1).collect();
+    assert!(doubled.is_empty(), "{what}: ticks sent more than once: {doubled:?}");
+    let early: Vec<_> = ticks.keys().filter(|t| **t <= never_before).collect();
+    assert!(early.is_empty(), "{what}: ticks from before the schedule was made: {early:?}");
+    let lost: Vec<i64> = (from..=to).filter(|t| !ticks.contains_key(t)).collect();
+    assert!(lost.is_empty(), "{what}: ticks lost: {lost:?} (of {from}..={to}; sent {:?})", ticks.keys());
+}
+
+#[test]
+fn one_message_per_tick_across_three_processes_through_sigkill_and_a_postgres_restart() {
+    let pg = Postgres::start().unwrap();
+    let mut procs: Vec<MqProcess> = (0..3).map(|_| MqProcess::start(&pg, 0, &[])).collect();
+    let mut c = connect(procs[0].addr);
+    let _: String = q(&mut c, &["QCREATE", "ticks"]);
+    let mut db = sql(&pg);
+    // Ticks up to `before` came before the schedule; from `first` on it owes each.
+    let before = db_second(&mut db);
+    let _: String = q(&mut c, &["QSCHEDULE", "every", "ticks", "* * * * * *", "tick {tick}"]);
+    let first = db_second(&mut db) + 1;
+    until_sent(&mut db, "every", first + 1, "three processes");
+
+    // SIGKILL two of them, one after the other, each at an arbitrary moment
+    // of its ticker's passes, started again after a tick went by.
+    for victim in [1, 0] {
+        let port = procs[victim].addr.port();
+        procs[victim].kill();
+        let now = db_second(&mut db);
+        until_sent(&mut db, "every", now + 1, "after a SIGKILL");
+        procs[victim] = MqProcess::start(&pg, port, &[]);
+    }
+
+    // PostgreSQL restarts (immediate: in-flight transactions are lost).
+    let now = db_second(&mut db);
+    until_sent(&mut db, "every", now + 1, "before the restart");
+    pg.restart("immediate").unwrap();
+    let mut db = sql(&pg);
+    let now = db_second(&mut db);
+    until_sent(&mut db, "every", now + 2, "after the restart");
+
+    let last = db_second(&mut db);
+    until_sent(&mut db, "every", last, "at the end");
+    let ticks = ticks_in(&mut db, "ticks");
+    each_once(&ticks, before, first, last, "three processes, SIGKILLs, a restart");
+    assert!(last - first >= 5, "ran for {} s", last - first);
+    // QSCHEDULES says the same (a pool's connections from before the
+    // restart answer -TRYAGAIN once).
+    let mut c = connect(procs[2].addr);
+    let mut listed: Vec<std::collections::HashMap<String, redis::Value>> = Vec::new();
+    assert!(eventually(Duration::from_secs(30), || {
+        redis::cmd("QSCHEDULES").query(&mut c).map(|l| listed = l).is_ok()
+    }));
+    let sent = match listed[0]["sent"] {
+        redis::Value::Int(n) => n as usize,
+        ref other => panic!("{other:?}"),
+    };
+    assert!(sent >= ticks.range(..=last).count(), "sent {sent}");
+    for p in &mut procs {
+        p.kill();
+    }
+}
+
+/// A schedule's counters as QSCHEDULES shows them.
+fn counters(c: &mut redis::Connection, name: &str) -> (i64, i64) {
+    let listed: Vec<std::collections::HashMap<String, redis::Value>> = q(c, &["QSCHEDULES"]);
+    let m = listed
+        .iter()
+        .find(|m| m["name"] == redis::Value::BulkString(name.as_bytes().to_vec()))
+        .unwrap_or_else(|| panic!("{name} listed"));
+    let int = |k: &str| match m[k] {
+        redis::Value::Int(n) => n,
+        ref other => panic!("{k}: {other:?}"),
+    };
+    (int("sent"), int("missed"))
+}
+
+#[test]
+fn missed_ticks_follow_catchup_after_every_mwmq_was_down() {
+    let pg = Postgres::start().unwrap();
+    let mut cfg = config(&pg);
+    cfg.queues.schedule_grace_ms = 2000;
+    let mq = start(cfg.clone());
+    let mut c = connect(mq.local_addr());
+    let mut db = sql(&pg);
+    let policies = ["none", "one", "all"];
+    let before = db_second(&mut db);
+    for p in policies {
+        let _: String = q(&mut c, &["QCREATE", p]);
+        let _: String = q(&mut c, &["QSCHEDULE", p, p, "* * * * * *", "tick {tick}", "CATCHUP", p]);
+    }
+    let first = db_second(&mut db) + 1;
+    for p in policies {
+        until_sent(&mut db, p, first + 1, "before the stop");
+    }
+    // Every mwmq down for 6 s, three times the grace.
+    mq.stopper().stop();
+    mq.join();
+    let sent_before: Vec<BTreeMap<i64, usize>> = policies.iter().map(|p| ticks_in(&mut db, p)).collect();
+    std::thread::sleep(Duration::from_secs(6));
+    let up = db_second(&mut db);
+    let mq = start(cfg);
+    let mut c = connect(mq.local_addr());
+    for p in policies {
+        until_sent(&mut db, p, up + 2, "after the start");
+    }
+    let end = db_second(&mut db);
+    for p in policies {
+        until_sent(&mut db, p, end, "at the end");
+    }
+    let mut first_new = Vec::new();
+    for (i, p) in policies.iter().enumerate() {
+        let ticks = ticks_in(&mut db, p);
+        let last_before = *sent_before[i].keys().last().unwrap();
+        let new: Vec<i64> = ticks.keys().copied().filter(|t| *t > last_before).collect();
+        // Whatever the policy: each tick once, and from the first sent after
+        // the start on, every one (none missed while a process runs).
+        each_once(&ticks, before, first, last_before, p);
+        each_once(&ticks, before, new[0], end, p);
+        first_new.push(new[0]);
+        let (_, missed) = counters(&mut c, p);
+        assert_eq!(
+            missed,
+            new[0] - last_before - 1,
+            "{p}: the ticks not sent are counted as missed ({last_before} then {new:?})"
+        );
+        if *p == "all" {
+            assert_eq!(new[0], last_before + 1, "all: every missed tick sent");
+        } else {
+            assert!(
+                new[0] > last_before + 1,
+                "{p}: ticks older than the grace were skipped: {last_before} then {new:?}"
+            );
+        }
+    }
+    // The three were due in one pass, on one clock: `one` sent the latest
+    // missed tick, the one before the first that `none` sent on time.
+    assert_eq!(first_new[1], first_new[0] - 1, "one: the latest missed tick, then those on time");
+    mq.stopper().stop();
+    mq.join();
+}
