@@ -74,9 +74,20 @@ SELECT k.queue_id, k.message_id, $3::text, NULL, $4::bytea, now(),
 FROM k JOIN mwmq_queues q ON q.id = k.queue_id
 RETURNING id;
 
--- The message a tick's key names, if it was sent already.
+-- The message a tick's key names, if it was sent already, and whether it
+-- is a forgery: a message still in the queue that another sender than the
+-- schedule's ($3) sent with the key (a user with the send right only, who
+-- can read the prefix in QSCHEDULES and so every tick's key ahead). A
+-- message gone (received and acknowledged) counts as sent: whoever could
+-- consume it could consume the tick's own message as well.
 -- statement: sent
-SELECT message_id FROM mwmq_keys WHERE queue_id = $1 AND key = $2;
+SELECT k.message_id, coalesce(m.sender <> $3::text, false)
+FROM mwmq_keys k LEFT JOIN mwmq_messages m ON m.queue_id = k.queue_id AND m.id = k.message_id
+WHERE k.queue_id = $1 AND k.key = $2;
+
+-- A forged tick's key let go, for the tick's own message to take it.
+-- statement: unkey
+DELETE FROM mwmq_keys WHERE queue_id = $1 AND key = $2;
 
 -- A pass over a schedule done: its next tick ($2; NULL: never again), the
 -- latest tick sent ($3) and its message ($4), what it sent, missed and

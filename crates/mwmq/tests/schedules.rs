@@ -312,3 +312,51 @@ fn missed_ticks_follow_catchup_after_every_mwmq_was_down() {
     mq.stopper().stop();
     mq.join();
 }
+
+/// A tick as messages carry it (`2026-11-27T19:30:00Z`), from seconds since the epoch.
+fn tick_text(db: &mut postgres::Client, s: i64) -> String {
+    db.query_one("SELECT to_char(to_timestamp($1::bigint) AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"')", &[&s])
+        .unwrap()
+        .get(0)
+}
+
+#[test]
+fn a_sender_cannot_forge_a_schedules_ticks_by_their_keys() {
+    // A user who may only send to the queue reads the KEY prefix in
+    // QSCHEDULES, so every future tick's KEY: its SENDs with those keys
+    // must not stand in for the schedule's messages.
+    let pg = Postgres::start().unwrap();
+    let mut cfg = config(&pg);
+    cfg.users = vec![user("owner", "owner-pw", &["*"], &["*"], &["*"]), user("mallory", "m-pw", &["jobs"], &[], &[])];
+    let mq = start(cfg);
+    let addr = mq.local_addr();
+    let mut owner = login(addr, "owner", "owner-pw");
+    let mut mallory = login(addr, "mallory", "m-pw");
+    let mut db = sql(&pg);
+    let _: String = q(&mut owner, &["QCREATE", "jobs"]);
+    let start = db_second(&mut db);
+    let forged: Vec<i64> = (start + 6..start + 10).collect();
+    for s in &forged {
+        let key = format!("beat@{}", tick_text(&mut db, *s));
+        let _: i64 = q(&mut mallory, &["SEND", "jobs", "forged", "KEY", &key]);
+    }
+    let _: String = q(&mut owner, &["QSCHEDULE", "beat", "jobs", "* * * * * *", "tick {tick}"]);
+    let made = db_second(&mut db);
+    let ticks: Vec<i64> = forged.iter().copied().filter(|s| *s > made).collect();
+    assert!(!ticks.is_empty(), "QSCHEDULE took more than 6 s");
+    until_sent(&mut db, "beat", *forged.last().unwrap(), "forged keys");
+    for s in ticks {
+        let body = format!("tick {}", tick_text(&mut db, s));
+        let n: i64 = db
+            .query_one(
+                "SELECT count(*) FROM mwmq_messages m JOIN mwmq_queues q ON q.id = m.queue_id
+                 WHERE q.name = 'jobs' AND m.sender = 'owner' AND m.body = convert_to($1, 'UTF8')",
+                &[&body],
+            )
+            .unwrap()
+            .get(0);
+        assert_eq!(n, 1, "the schedule's own message for tick {s}, not mallory's");
+    }
+    mq.stopper().stop();
+    mq.join();
+}

@@ -11,7 +11,7 @@ use super::{DbError, PgConn};
 /// The statements of `sql/schedules.sql` this file runs (its test checks
 /// that the file has each, and no other).
 pub const STATEMENTS: &[&str] =
-    &["clock", "put", "elsewhere", "remove", "list", "due", "send", "sent", "done", "forget", "next_due"];
+    &["clock", "put", "elsewhere", "remove", "list", "due", "send", "sent", "unkey", "done", "forget", "next_due"];
 
 fn sql(name: &str) -> &'static str {
     Texts::schedules().get(name)
@@ -225,7 +225,12 @@ pub fn due(tx: &mut postgres::Transaction, most: i64) -> Result<Vec<Due>, postgr
 }
 
 /// A tick's message: its id (a new one, or the one its key was sent with
-/// before); `None` when the queue refused it (full).
+/// before by the schedule's sender); `None` when the queue refused it (full).
+///
+/// A message another sender put in the queue with the tick's key ahead of
+/// the tick is not taken for the tick's: its key is let go and the tick's
+/// message sent, so that a user who may only send cannot replace a
+/// schedule's messages with their own.
 pub fn send(
     tx: &mut postgres::Transaction,
     queue_id: i64,
@@ -236,7 +241,14 @@ pub fn send(
     if let Some(row) = tx.query_opt(sql("send"), &[&queue_id, &key, &sender, &body])? {
         return Ok(Some(row.get(0)));
     }
-    Ok(tx.query_opt(sql("sent"), &[&queue_id, &key])?.map(|r| r.get(0)))
+    match tx.query_opt(sql("sent"), &[&queue_id, &key, &sender])? {
+        Some(r) if r.get::<_, bool>(1) => {
+            tx.execute(sql("unkey"), &[&queue_id, &key])?;
+            Ok(tx.query_opt(sql("send"), &[&queue_id, &key, &sender, &body])?.map(|r| r.get(0)))
+        }
+        Some(r) => Ok(Some(r.get(0))),
+        None => Ok(None),
+    }
 }
 
 /// What a pass did with a schedule.
