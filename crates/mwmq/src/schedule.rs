@@ -121,6 +121,13 @@ impl Schedule {
         Ok(s)
     }
 
+    /// The length of each of its messages' bodies: the body with every
+    /// `{tick}` (6 bytes) replaced by a tick's 20, which is what a SEND of
+    /// its creator would carry, so what `max_body` limits.
+    pub fn sent_len(&self) -> usize {
+        body_for(&self.body, &tick_text(DateTime::<Utc>::UNIX_EPOCH)).len()
+    }
+
     /// Its timetable (checked by [`Schedule::parse`]).
     pub fn timetable(&self) -> Result<Timetable, String> {
         Timetable::new(&self.cron, &self.tz)

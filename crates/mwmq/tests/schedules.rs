@@ -107,6 +107,10 @@ fn refusals_rights_and_the_listing() {
         "NOPERM User small has no permissions to administer queue 'other'"
     );
     assert!(refused(&mut small, &["QSCHEDULE", "s", "small.a", "@daily", &"x".repeat(101)]).contains("(max_body)"));
+    // Each message carries its tick where the body says `{tick}`: 60 bytes
+    // that send 200 are over a max_body of 100 too.
+    assert!(refused(&mut small, &["QSCHEDULE", "s", "small.a", "@daily", &"{tick}".repeat(10)])
+        .contains("a body of 200 bytes (with {tick} replaced) is over user small's limit of 100 bytes (max_body)"));
 
     // A flood: max_schedules 3.
     for i in 0..3 {

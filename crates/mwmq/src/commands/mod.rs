@@ -318,11 +318,13 @@ impl<'a> Core<'a> {
                 need(Right::Admin, queue).or_else(|| to.as_deref().and_then(|t| need(Right::Admin, t)))
             }
             Command::Len(q) | Command::QueueInfo(q) => need(Right::See, q),
-            // A schedule sends as its creator: the body within the user's max_body too.
+            // A schedule sends as its creator: its messages' bodies (`{tick}`
+            // replaced) within the user's max_body too.
             Command::Schedule(x) => need(Right::Admin, &x.queue).or_else(|| match user.max_body {
-                Some(max) if x.body.len() > max => Some(Reply::Error(format!(
-                    "OVERQUOTA a body of {} bytes is over user {}'s limit of {max} bytes (max_body)",
-                    x.body.len(),
+                Some(max) if x.sent_len() > max => Some(Reply::Error(format!(
+                    "OVERQUOTA a body of {} bytes (with {{tick}} replaced) is over user {}'s limit of {max} bytes \
+                     (max_body)",
+                    x.sent_len(),
                     user.name
                 ))),
                 _ => None,

@@ -105,6 +105,13 @@ impl<'a> Core<'a> {
         x: &Schedule,
         s: &S,
     ) -> Result<Outcome, DbError> {
+        let max = self.shared.config.server.max_body;
+        if x.sent_len() > max {
+            return Ok(client_error(format!(
+                "a body of {} bytes (with {{tick}} replaced) is over the limit of {max} bytes (max_body)",
+                x.sent_len()
+            )));
+        }
         let timetable = match x.timetable() {
             Ok(t) => t,
             Err(e) => return Ok(client_error(e)),
