@@ -667,6 +667,9 @@ pub fn parse(args: &[Vec<u8>], limits: &Limits) -> Result<Command, Refusal> {
                         o.backoff = Some(Some(Backoff::new(base, max, jitter.unwrap_or(0)).map_err(Reply::err)?));
                         i += if jitter.is_some() { 5 } else { 3 };
                     }
+                    "BACKOFF" => {
+                        return Err(Reply::err("BACKOFF takes base_ms and max_ms (and JITTER pct): BACKOFF 500 60000"))
+                    }
                     _ => return Err(syntax()),
                 }
             }
@@ -1006,7 +1009,10 @@ mod tests {
             p("QALTER q NOBACKOFF").unwrap(),
             Command::Alter("q".into(), QueueOptions { backoff: Some(None), ..Default::default() })
         );
-        assert_eq!(err("QALTER q BACKOFF 100"), "ERR syntax error");
+        assert_eq!(
+            err("QALTER q BACKOFF 100"),
+            "ERR BACKOFF takes base_ms and max_ms (and JITTER pct): BACKOFF 500 60000"
+        );
         assert_eq!(err("QALTER q BACKOFF 100 5000 JITTER"), "ERR syntax error");
         assert!(err("QALTER q BACKOFF 0 5000").contains("BACKOFF's base must be between 1 and"));
         assert!(err("QALTER q BACKOFF 500 100").contains("BACKOFF's max (100 ms) must be at least its base (500 ms)"));

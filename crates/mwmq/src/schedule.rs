@@ -41,6 +41,9 @@ pub const MAX_PER_PASS: usize = 1000;
 /// a schedule firing every second stops there).
 pub const MAX_COUNTED: usize = 10_000;
 
+/// The `@` names croner reads (every other `@` is refused with what to write).
+const AT_NAMES: [&str; 6] = ["@yearly", "@annually", "@monthly", "@weekly", "@daily", "@hourly"];
+
 /// Longest cron expression, in bytes.
 pub const MAX_EXPRESSION: usize = 200;
 
@@ -188,10 +191,25 @@ impl Timetable {
                  day-of-week), six with seconds first, or @hourly, @daily, @weekly, @monthly, @yearly"
             ));
         }
+        let at = expression.trim_start();
+        if at.starts_with('@') && !AT_NAMES.iter().any(|n| at.eq_ignore_ascii_case(n)) {
+            return Err(format!(
+                "cron expression '{expression}': of the @ names only {} are read (no @every or @reboot: \
+                 for every 10 seconds write \"*/10 * * * * *\")",
+                AT_NAMES.join(", ")
+            ));
+        }
         let parser = CronParser::builder().seconds(Seconds::Optional).year(Year::Disallowed).build();
         let cron = parser.parse(expression).map_err(|e| format!("cron expression '{expression}': {e}"))?;
-        let tz = Tz::from_str(tz)
-            .map_err(|_| format!("unknown time zone '{tz}' (an IANA name such as Europe/Berlin or UTC)"))?;
+        let tz = Tz::from_str(tz).map_err(|_| {
+            // The names are case-sensitive: say so when another case would be one.
+            let hint = chrono_tz::TZ_VARIANTS
+                .iter()
+                .find(|z| z.name().eq_ignore_ascii_case(tz))
+                .map(|z| format!(": did you mean {}? (the names are case-sensitive)", z.name()))
+                .unwrap_or_else(|| " (an IANA name such as Europe/Berlin or UTC)".into());
+            format!("unknown time zone '{tz}'{hint}")
+        })?;
         Ok(Timetable { cron, tz })
     }
 
@@ -359,6 +377,10 @@ mod tests {
         assert!(Timetable::new("* * * *", "UTC").unwrap_err().contains("has 4 fields"));
         assert!(Timetable::new("61 * * * *", "UTC").unwrap_err().starts_with("cron expression '61 * * * *'"));
         assert!(Timetable::new("* * * * *", "Mars/Olympus").unwrap_err().contains("unknown time zone 'Mars/Olympus'"));
+        assert!(Timetable::new("* * * * *", "europe/berlin").unwrap_err().contains("did you mean Europe/Berlin?"));
+        let e = Timetable::new("@every 10s", "UTC").unwrap_err();
+        assert!(e.contains("no @every") && e.contains("*/10 * * * * *"), "{e}");
+        assert!(Timetable::new("@DAILY", "UTC").is_ok());
         assert!(Timetable::new("0 0 0 1 1 * 2020", "UTC").unwrap_err().contains("has 7 fields"));
     }
 
