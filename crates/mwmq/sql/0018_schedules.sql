@@ -66,13 +66,19 @@ BEGIN
     IF who IS NOT NULL THEN
         PERFORM pg_advisory_xact_lock(hashtextextended('mwmq schedules of ' || who, 0));
     END IF;
+    -- Ticks are told apart by their keys: two schedules with one KEY prefix
+    -- on one queue would take each other's ticks for their own.
+    IF EXISTS (SELECT 1 FROM mwmq_schedules s WHERE s.queue_id = q AND s.key_prefix = pkey AND s.name <> sname) THEN
+        PERFORM mwmq_rerr(format('ERR another schedule of queue ''%s'' has the KEY prefix ''%s'': give this one a KEY of its own',
+                                 qname, pkey));
+    END IF;
     SELECT s.created_by, t.name AS queue, t.dropped_at INTO old
     FROM mwmq_schedules s JOIN mwmq_queues t ON t.id = s.queue_id WHERE s.name = sname FOR UPDATE OF s;
     existed := FOUND;
     IF existed AND admin_like IS NOT NULL AND old.dropped_at IS NULL
        AND NOT EXISTS (SELECT 1 FROM unnest(admin_like) p WHERE old.queue LIKE p ESCAPE '\') THEN
-        PERFORM mwmq_rerr(format('NOPERM User %s has no permissions to administer queue ''%s'' (schedule ''%s'' sends there)',
-                                 who, old.queue, sname));
+        PERFORM mwmq_rerr(format('NOPERM User %s has no permissions to administer the queue schedule ''%s'' sends to',
+                                 who, sname));
     END IF;
     IF cap IS NOT NULL AND (NOT existed OR old.created_by IS DISTINCT FROM who) THEN
         SELECT count(*) INTO mine FROM mwmq_schedules s WHERE s.created_by = who;

@@ -128,13 +128,22 @@ fn refusals_rights_and_the_listing() {
     let _: String = q(&mut owner, &["QSCHEDULE", "o", "other", "@daily", "b"]);
     assert_eq!(
         refused(&mut small, &["QSCHEDULE", "o", "small.a", "@daily", "b"]),
-        "NOPERM User small has no permissions to administer queue 'other' (schedule 'o' sends there)"
+        "NOPERM User small has no permissions to administer the queue schedule 'o' sends to"
     );
     assert_eq!(
         refused(&mut small, &["QUNSCHEDULE", "o"]),
-        "NOPERM User small has no permissions to administer queue 'other' (schedule 'o' sends there)"
+        "NOPERM User small has no permissions to administer the queue schedule 'o' sends to"
     );
     assert_eq!(q::<i64>(&mut small, &["QUNSCHEDULE", "nothing"]), 0);
+    // Two schedules with one KEY prefix on one queue would take each other's
+    // ticks for their own (the second's were counted sent, never sent).
+    let _: String = q(&mut owner, &["QSCHEDULE", "k1", "other", "@daily", "one", "KEY", "same:"]);
+    assert_eq!(
+        refused(&mut owner, &["QSCHEDULE", "k2", "other", "@daily", "two", "KEY", "same:"]),
+        "ERR another schedule of queue 'other' has the KEY prefix 'same:': give this one a KEY of its own"
+    );
+    let _: String = q(&mut owner, &["QSCHEDULE", "k1", "other", "@hourly", "one again", "KEY", "same:"]);
+    assert_eq!(q::<i64>(&mut owner, &["QUNSCHEDULE", "k1"]), 1);
 
     // QSCHEDULES: those of the queues the user may see, by name.
     let names = |c: &mut redis::Connection| -> Vec<(String, String)> {

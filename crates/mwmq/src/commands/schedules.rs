@@ -158,9 +158,13 @@ impl<'a> Core<'a> {
         match pg.unschedule(name, admin_like.as_deref()).await? {
             None => Ok(Outcome::ok(Reply::Int(0))),
             Some((_, true)) => Ok(Outcome::ok(Reply::Int(1))),
-            Some((queue, false)) => {
+            Some((_queue, false)) => {
+                // (Not the queue's name: it may be one the user may not even see.)
                 let u = user.expect("only a user's patterns refuse");
-                Err(DbError::Redis(format!("{} (schedule '{name}' sends there)", u.refusal(Right::Admin, &queue))))
+                Err(DbError::Redis(format!(
+                    "NOPERM User {} has no permissions to administer the queue schedule '{name}' sends to",
+                    u.name
+                )))
             }
         }
     }
