@@ -171,7 +171,7 @@ fn a_bad_backoff_is_refused_clearly_and_only_an_admin_sets_one() {
             "ERR BACKOFF's max (90000000 ms) must be at least its base (100 ms) and at most 86400000 ms",
         ),
         (&["BACKOFF", "100", "200", "JITTER", "150"], "ERR JITTER must be between 0 and 100 (percent), not 150"),
-        (&["BACKOFF", "100"], "ERR syntax error"),
+        (&["BACKOFF", "100"], "ERR BACKOFF takes base_ms and max_ms (and JITTER pct): BACKOFF 500 60000"),
         (&["BACKOFF", "100", "200", "JITTER"], "ERR syntax error"),
         (&["BACKOFF", "fast", "200"], "ERR value is not an integer or out of range"),
     ] {
