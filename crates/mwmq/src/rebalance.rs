@@ -293,44 +293,16 @@ fn move_batch(
         let (deliveries, from, reason, counted): (i32, Option<String>, Option<String>, bool) =
             (r.get(6), r.get(7), r.get(8), r.get(9));
         let (group, priority): (Option<String>, i16) = (r.get(10), r.get(11));
-        let fresh = d.execute(
-            &insert,
-            &[
-                &dst_id,
-                &id,
-                &sender,
-                &receiver,
-                &body,
-                &sent,
-                &visible,
-                &deliveries,
-                &from,
-                &reason,
-                &counted,
-                &group,
-                &priority,
-            ],
-        )?;
+        // The message's columns after its queue and id: the same for both inserts.
+        let columns: [&(dyn postgres::types::ToSql + Sync); 11] =
+            [&sender, &receiver, &body, &sent, &visible, &deliveries, &from, &reason, &counted, &group, &priority];
+        let with_id: Vec<&(dyn postgres::types::ToSql + Sync)> =
+            [&dst_id as _, &id as _].into_iter().chain(columns).collect();
+        let fresh = d.execute(&insert, &with_id)?;
         if fresh == 0 {
-            let new: i64 = d
-                .query_one(
-                    &insert_new_id,
-                    &[
-                        &dst_id,
-                        &sender,
-                        &receiver,
-                        &body,
-                        &sent,
-                        &visible,
-                        &deliveries,
-                        &from,
-                        &reason,
-                        &counted,
-                        &group,
-                        &priority,
-                    ],
-                )?
-                .get(0);
+            let new_id: Vec<&(dyn postgres::types::ToSql + Sync)> =
+                std::iter::once(&dst_id as _).chain(columns).collect();
+            let new: i64 = d.query_one(&insert_new_id, &new_id)?.get(0);
             renamed.insert(id, new);
         }
     }
