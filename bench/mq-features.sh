@@ -24,7 +24,7 @@
 # retaining rounds against the plain ones (the archive is a table of its own).
 #
 # Usage: bench/mq-features.sh [requests] [rounds]    (env: CLIENTS, BEFORE, VARIANTS="plain priority ...":
-#        a subset, plain always among them)
+#        a subset, plain always among them; MWMQ: the mwmq binary measured, target/release/mwmq by default)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
@@ -33,11 +33,12 @@ ROUNDS=${2:-3}
 CLIENTS=${CLIENTS:-8}
 BIN=target/release
 PY=.venv/bin/python
-[ -x "$BIN/mwmq" ] && [ -x "$BIN/mwload" ] || { echo "build first: make build" >&2; exit 2; }
+MWMQ=${MWMQ:-$BIN/mwmq}
+[ -x "$MWMQ" ] && [ -x "$BIN/mwload" ] || { echo "build first: make build" >&2; exit 2; }
 throwaway_postgres mwmq-features
 
 MQ=$(free_port)
-"$BIN/mwmq" --listen "127.0.0.1:$MQ" --db "$db" --log warn & pids+=($!)
+"$MWMQ" --listen "127.0.0.1:$MQ" --db "$db" --log warn & pids+=($!)
 wait_port "$MQ"
 . bench/mqlib.sh
 redis-cli -p "$MQ" QCREATE q0 >/dev/null

@@ -13,7 +13,12 @@ dropped_at IS NULL AND max_deliveries IS NULL AND NOT paused AND concurrency IS 
 
 -- A lease's visibility deadline and end ($5 its length), of a message of
 -- queue q (its backoff: `policies.rs`): with a backoff the message is
--- visible again the backoff after the lease's end.
+-- visible again the backoff after the lease's end. A statement that leases
+-- the messages it chose (p) reads q from a CTE of its own, never joined to
+-- the messages by the queue's id: with that join the planner may take the
+-- queue's id as the only key into the messages' primary key and scan the
+-- whole queue for each message leased (a queue's statistics are often
+-- those of a small table), where the id and the queue lead to one row.
 -- fragment: LEASE_BACKOFF
 visible_at = now() + interval '1 millisecond' * $5::float8
     + CASE WHEN q.backoff_base_ms IS NULL THEN interval '0'
@@ -123,7 +128,8 @@ EXISTS (SELECT 1 FROM mwmq_queues WHERE name = $1 AND dropped_at IS NULL AND pri
 
 -- statement: recv_many
 WITH r AS (SELECT t.n, t.me FROM unnest($2::text[]) WITH ORDINALITY AS t(me, n)),
-qq AS (SELECT id, prioritized FROM mwmq_queues WHERE name = $1 AND {PLAIN_QUEUE}),
+qq AS (SELECT id, prioritized, backoff_base_ms, backoff_max_ms, backoff_jitter
+       FROM mwmq_queues WHERE name = $1 AND {PLAIN_QUEUE}),
 c AS (SELECT m.queue_id, m.id, m.receiver, m.visible_at FROM mwmq_messages m
       WHERE m.queue_id = (SELECT id FROM qq WHERE NOT prioritized) AND m.priority = 0
         AND m.visible_at <= now() AND (m.receiver IS NULL OR m.receiver = ANY($2::text[]))
@@ -144,7 +150,7 @@ p AS (SELECT * FROM mine UNION ALL SELECT * FROM anyone),
 leased AS (UPDATE mwmq_messages m
            SET lease = mwmq_lease_token(), leased_to = p.me, {LEASE_BACKOFF},
                deliveries = m.deliveries + 1
-           FROM p JOIN mwmq_queues q ON q.id = p.queue_id WHERE m.queue_id = p.queue_id AND m.id = p.id
+           FROM p, qq q WHERE m.queue_id = p.queue_id AND m.id = p.id
            RETURNING p.n, m.queue_id, m.id, m.lease, m.sender, m.body, m.priority)
 SELECT n, queue_id, id, lease, sender, body, priority FROM leased
 UNION ALL SELECT NULL, NULL, (SELECT count(*) FROM c),
@@ -207,9 +213,11 @@ UNION ALL SELECT NULL, NULL, NULL, NULL WHERE {PRIORITIZED};
 -- (NULL, NULL, count, 1 or 0, NULL, NULL).
 -- statement: recv_many_ranked
 WITH r AS (SELECT t.n, t.me FROM unnest($2::text[]) WITH ORDINALITY AS t(me, n)),
+qq AS (SELECT id, backoff_base_ms, backoff_max_ms, backoff_jitter
+       FROM mwmq_queues WHERE name = $1 AND {PLAIN_QUEUE}),
 c AS (SELECT l.queue_id, l.id, l.receiver, row_number() OVER () AS o FROM (
          SELECT m.queue_id, m.id, m.receiver
-         FROM (SELECT id, prioritized FROM mwmq_queues WHERE name = $1 AND {PLAIN_QUEUE}) q
+         FROM qq q
          CROSS JOIN generate_series(9, 0, -1) AS v(pr)
          CROSS JOIN LATERAL (
             SELECT m.queue_id, m.id, m.receiver FROM mwmq_messages m
@@ -233,11 +241,10 @@ p AS (SELECT * FROM mine UNION ALL SELECT * FROM anyone),
 leased AS (UPDATE mwmq_messages m
            SET lease = mwmq_lease_token(), leased_to = p.me, {LEASE_BACKOFF},
                deliveries = m.deliveries + 1
-           FROM p JOIN mwmq_queues q ON q.id = p.queue_id WHERE m.queue_id = p.queue_id AND m.id = p.id
+           FROM p, qq q WHERE m.queue_id = p.queue_id AND m.id = p.id
            RETURNING p.n, m.queue_id, m.id, m.lease, m.sender, m.body, m.priority)
 SELECT n, queue_id, id, lease, sender, body, priority FROM leased
-UNION ALL SELECT NULL, NULL, (SELECT count(*) FROM c),
-                 (SELECT count(*) FROM mwmq_queues WHERE name = $1 AND {PLAIN_QUEUE}), NULL, NULL, NULL;
+UNION ALL SELECT NULL, NULL, (SELECT count(*) FROM c), (SELECT count(*) FROM qq), NULL, NULL, NULL;
 
 -- The messages leased weigh at most $6 (`max_reply_bytes`; body,
 -- sender and 64 each, the first always: `sql/0015_reply_bounds.sql`).

@@ -179,7 +179,7 @@ fn no_server_of(hosts: usize, last: &str) -> String {
 /// The search path is mwmq's schema only, whatever the connection string
 /// or the role's defaults say, before any statement names anything
 /// (`migrations.rs`: nothing in `public` is ever what mwmq calls).
-pub(super) fn session_settings(cfg: &Config) -> String {
+pub fn session_settings(cfg: &Config) -> String {
     let timeout = cfg.database.statement_timeout_ms;
     format!(
         "SET search_path = mwmq; SET statement_timeout = {timeout}; SET lock_timeout = {timeout}; \

@@ -42,11 +42,11 @@ pub mod pgpass;
 mod pools;
 mod rows;
 pub mod schedules;
-mod statements;
+pub mod statements;
 pub mod streams;
 pub mod tls;
 
-pub use connect::{connect, servers, DbConn, Driver};
+pub use connect::{connect, servers, session_settings, DbConn, Driver};
 pub use migrations::{migrate, migrate_with, MIGRATIONS, SCHEMA};
 pub use pgconn::{within, PgConn, UNREPLICATED};
 pub use pools::{Pool, PoolCounters, Pools, PrimaryWatch};

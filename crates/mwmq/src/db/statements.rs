@@ -87,6 +87,15 @@ impl Texts {
     }
 }
 
+/// Every statement each connection prepares, by name, with its SQL as it
+/// is sent (fragments put in), sorted by name: for tests and tools that
+/// look at their plans (`tests/delivery/plans.rs`).
+pub fn all() -> Vec<(&'static str, &'static str)> {
+    let mut v: Vec<(&str, &str)> = Texts::get_all().0.iter().map(|(n, s)| (n.as_str(), s.as_str())).collect();
+    v.sort_unstable();
+    v
+}
+
 /// The first `{NAME}` left in `sql` (a name of letters, digits and `_`).
 fn placeholder(sql: &str) -> Option<&str> {
     sql.split('{')
