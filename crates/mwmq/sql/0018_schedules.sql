@@ -1,7 +1,8 @@
 -- mwmq schema version 18.
 --
 -- Schema version 18: periodic jobs (`QSCHEDULE name q "cron" body [TZ zone]
--- [KEY prefix] [CATCHUP none|one|all]`, `QUNSCHEDULE name`, `QSCHEDULES`).
+-- [KEY prefix] [CATCHUP none|one|all] [PRIORITY n] [GROUP g] [DELAY ms]`,
+-- `QUNSCHEDULE name`, `QSCHEDULES`).
 -- The Rust side, and why it is built so: crates/mwmq/src/schedule.rs (the
 -- time), src/ticker.rs (the sending), src/commands/schedules.rs (the
 -- commands); the statements are in sql/schedules.sql.
@@ -14,8 +15,10 @@
 --   between the tick and the send sends nothing (its transaction is rolled
 --   back and the next ticker sends the tick). `last_tick`, `last_run_at`,
 --   `last_id`: the latest tick sent, when, and its message; `sent`,
---   `missed`, `refused` count ticks sent, missed (CATCHUP) and refused (the
---   queue full).
+--   `missed`, `refused`, `skipped` count ticks sent, missed (CATCHUP),
+--   refused (the queue full) and skipped (its owner may no longer send
+--   them: `suspended` says why, NULL while it may). `priority`, `grp`,
+--   `delay_ms`: each message's PRIORITY, GROUP and DELAY, as SEND's.
 -- - `mwmq_schedule_put`: QSCHEDULE's creation or replacement, under a lock
 --   per user so that `max_schedules` holds against concurrent creations, as
 --   `mwmq_owned` does for `max_queues`.
@@ -37,7 +40,12 @@ CREATE TABLE mwmq_schedules (
     last_id     bigint,
     sent        bigint NOT NULL DEFAULT 0,
     missed      bigint NOT NULL DEFAULT 0,
-    refused     bigint NOT NULL DEFAULT 0
+    refused     bigint NOT NULL DEFAULT 0,
+    priority    smallint NOT NULL DEFAULT 0 CHECK (priority BETWEEN 0 AND 9),
+    grp         text,
+    delay_ms    bigint NOT NULL DEFAULT 0 CHECK (delay_ms >= 0),
+    skipped     bigint NOT NULL DEFAULT 0,
+    suspended   text
 );
 CREATE INDEX mwmq_schedules_due ON mwmq_schedules (next_at);
 CREATE INDEX mwmq_schedules_queue ON mwmq_schedules (queue_id);
@@ -45,13 +53,15 @@ CREATE INDEX mwmq_schedules_owner ON mwmq_schedules (created_by) WHERE created_b
 
 -- Creates or replaces schedule `sname`: 'created' or 'replaced'. A
 -- replacement needs the admin right (`admin_like`: the caller's patterns as
--- LIKE patterns; NULL: no users) on the queue the schedule sent to so far;
--- a creation by `who` (NULL: no users) counts against `cap` (NULL: no
--- limit), its schedules on this database and `elsewhere` on the others.
--- Refusals are raised as Redis errors (MWR01).
+-- LIKE patterns; NULL: no users) on the queue the schedule sent to so far,
+-- and is no longer suspended (its next tick decides again); a creation by
+-- `who` (NULL: no users) counts against `cap` (NULL: no limit), its
+-- schedules on this database and `elsewhere` on the others. Refusals are
+-- raised as Redis errors (MWR01).
 CREATE FUNCTION mwmq_schedule_put(sname text, qname text, pcron text, ptz text, pbody bytea, pkey text,
                                   pcatchup text, psender text, who text, admin_like text[], cap bigint,
-                                  elsewhere bigint, pnext timestamptz)
+                                  elsewhere bigint, pnext timestamptz, ppriority smallint, pgrp text,
+                                  pdelay bigint)
 RETURNS text LANGUAGE plpgsql AS $$
 DECLARE
     q bigint;
@@ -88,12 +98,14 @@ BEGIN
     END IF;
     IF existed THEN
         UPDATE mwmq_schedules SET queue_id = q, cron = pcron, tz = ptz, body = pbody, key_prefix = pkey,
-               catchup = pcatchup, sender = psender, created_by = who, next_at = pnext
+               catchup = pcatchup, sender = psender, created_by = who, next_at = pnext,
+               priority = ppriority, grp = pgrp, delay_ms = pdelay, suspended = NULL
         WHERE name = sname;
         RETURN 'replaced';
     END IF;
-    INSERT INTO mwmq_schedules (name, queue_id, cron, tz, body, key_prefix, catchup, sender, created_by, next_at)
-    VALUES (sname, q, pcron, ptz, pbody, pkey, pcatchup, psender, who, pnext)
+    INSERT INTO mwmq_schedules (name, queue_id, cron, tz, body, key_prefix, catchup, sender, created_by, next_at,
+                                priority, grp, delay_ms)
+    VALUES (sname, q, pcron, ptz, pbody, pkey, pcatchup, psender, who, pnext, ppriority, pgrp, pdelay)
     ON CONFLICT (name) DO NOTHING;
     IF NOT FOUND THEN
         PERFORM mwmq_rerr(format('TRYAGAIN schedule ''%s'' was created at the same moment by another client', sname));
@@ -101,4 +113,4 @@ BEGIN
     RETURN 'created';
 END $$;
 REVOKE ALL ON FUNCTION mwmq_schedule_put(text, text, text, text, bytea, text, text, text, text, text[], bigint,
-                                         bigint, timestamptz) FROM PUBLIC;
+                                         bigint, timestamptz, smallint, text, bigint) FROM PUBLIC;

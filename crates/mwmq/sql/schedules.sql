@@ -17,7 +17,8 @@ SELECT (extract(epoch FROM now()) * 1000000)::bigint;
 
 -- QSCHEDULE: create or replace (sql/0018_schedules.sql says how).
 -- statement: put
-SELECT mwmq_schedule_put($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, {AT} * $13::bigint);
+SELECT mwmq_schedule_put($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, {AT} * $13::bigint, $14::smallint, $15,
+                         $16::bigint);
 
 -- What a creation with several databases must know of the others: the
 -- schedules user $1 created there, and whether the name $2 is taken there.
@@ -38,27 +39,31 @@ WITH target AS (
 gone AS (DELETE FROM mwmq_schedules s USING target t WHERE s.name = t.name AND t.allowed RETURNING s.name)
 SELECT t.queue, t.allowed FROM target t;
 
--- QSCHEDULES: every schedule of a queue that exists, by name, at most $1.
+-- QSCHEDULES: the schedules of the queues that exist and the caller may
+-- see ($2: the patterns of its rights as LIKE patterns; NULL: no users),
+-- by name, at most $1: what the reply's bound counts is what it shows.
 -- statement: list
 SELECT s.name, q.name, s.cron, s.tz, s.catchup, s.key_prefix, octet_length(s.body)::bigint, s.created_by,
        CASE WHEN isfinite(s.next_at) THEN (extract(epoch FROM s.next_at) * 1000)::bigint END,
        (extract(epoch FROM s.last_tick) * 1000)::bigint, (extract(epoch FROM s.last_run_at) * 1000)::bigint,
-       s.last_id, s.sent, s.missed, s.refused
+       s.last_id, s.sent, s.missed, s.refused, s.priority::bigint, s.grp, s.delay_ms, s.skipped, s.suspended
 FROM mwmq_schedules s JOIN mwmq_queues q ON q.id = s.queue_id AND q.dropped_at IS NULL
+WHERE $2::text[] IS NULL OR EXISTS (SELECT 1 FROM unnest($2::text[]) p WHERE q.name LIKE p ESCAPE '\')
 ORDER BY s.name LIMIT $1;
 
 -- The ticker: the schedules due, locked; those another process is
 -- sending are skipped (it moves their next tick before it lets go).
 -- statement: due
 SELECT s.name, s.queue_id, q.name, q.dropped_at IS NOT NULL, s.cron, s.tz, s.body, s.key_prefix, s.catchup, s.sender,
-       (extract(epoch FROM s.next_at) * 1000000)::bigint, (extract(epoch FROM now()) * 1000000)::bigint
+       (extract(epoch FROM s.next_at) * 1000000)::bigint, (extract(epoch FROM now()) * 1000000)::bigint,
+       s.created_by, s.priority, s.grp, s.delay_ms
 FROM mwmq_schedules s JOIN mwmq_queues q ON q.id = s.queue_id
 WHERE s.next_at <= now()
 ORDER BY s.next_at LIMIT $1 FOR UPDATE OF s SKIP LOCKED;
 
--- A tick's message: SEND ... KEY $2 to queue id $1 from $3, the queue's
--- quota checked as SEND checks it; no row when the key was sent already
--- or the queue is full.
+-- A tick's message: SEND ... KEY $2 to queue id $1 from $3, PRIORITY $5,
+-- GROUP $6, DELAY $7 ms, the queue's quota checked as SEND checks it; no
+-- row when the key was sent already or the queue is full.
 -- statement: send
 WITH k AS (
    INSERT INTO mwmq_keys (queue_id, key, message_id)
@@ -69,8 +74,8 @@ WITH k AS (
    ON CONFLICT DO NOTHING
    RETURNING queue_id, message_id)
 INSERT INTO mwmq_messages (queue_id, id, sender, receiver, body, visible_at, counted, grp, priority)
-SELECT k.queue_id, k.message_id, $3::text, NULL, $4::bytea, now(),
-       (q.max_messages IS NOT NULL OR q.max_bytes IS NOT NULL), NULL, 0
+SELECT k.queue_id, k.message_id, $3::text, NULL, $4::bytea, now() + interval '1 millisecond' * $7::bigint,
+       (q.max_messages IS NOT NULL OR q.max_bytes IS NOT NULL), $6::text, $5::smallint
 FROM k JOIN mwmq_queues q ON q.id = k.queue_id
 RETURNING id;
 
@@ -90,15 +95,16 @@ WHERE k.queue_id = $1 AND k.key = $2;
 DELETE FROM mwmq_keys WHERE queue_id = $1 AND key = $2;
 
 -- A pass over a schedule done: its next tick ($2; NULL: never again), the
--- latest tick sent ($3) and its message ($4), what it sent, missed and
--- was refused.
+-- latest tick sent ($3) and its message ($4), what it sent, missed, was
+-- refused and skipped, and why it is suspended ($9; NULL: it is not).
 -- statement: done
 UPDATE mwmq_schedules
 SET next_at = coalesce({AT} * $2::bigint, 'infinity'),
     last_tick = coalesce({AT} * $3::bigint, last_tick),
     last_run_at = CASE WHEN $3::bigint IS NULL THEN last_run_at ELSE now() END,
     last_id = coalesce($4::bigint, last_id),
-    sent = sent + $5::bigint, missed = missed + $6::bigint, refused = refused + $7::bigint
+    sent = sent + $5::bigint, missed = missed + $6::bigint, refused = refused + $7::bigint,
+    skipped = skipped + $8::bigint, suspended = $9::text
 WHERE name = $1;
 
 -- A schedule whose queue was dropped goes with it.

@@ -111,7 +111,7 @@ impl Sub {
                     server.config = Some(file.clone());
                 }
                 let cfg = Cli { server, db: cli.db.clone(), ..Cli::default() }.to_config().map_err(|e| e.0)?;
-                cfg.validate().map_err(|e| e.0)?;
+                cfg.validate().and_then(|_| cfg.require_database()).map_err(|e| e.0)?;
                 return crate::rebalance::run(&cfg, *dry_run, std::time::Duration::from_millis(*settle_ms));
             }
         };
@@ -154,7 +154,9 @@ impl Cli {
         ]
     }
 
-    /// The configuration: the file (if any), then every flag given.
+    /// The configuration: the file (if any), then every flag given; one
+    /// without a database is refused unless it is only printed
+    /// (`--print-config`).
     pub fn to_config(&self) -> Result<Config, ConfigError> {
         let mut c: Config = self.server.load()?;
         // (What the file holds, before --db.)
@@ -183,6 +185,9 @@ impl Cli {
                 mwserve::config::check_private(file, "configuration file", "--allow-readable-secrets")
                     .map_err(ConfigError)?;
             }
+        }
+        if !self.server.print_config {
+            c.require_database()?;
         }
         Ok(c)
     }

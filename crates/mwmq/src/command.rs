@@ -7,11 +7,9 @@ use crate::xcommand::XCmd;
 
 pub use crate::policies::{Backoff, MAX_PRIORITY};
 pub use crate::schedule::Schedule;
-pub use crate::words::{shown, MAX_NAME};
+pub use crate::words::{shown, MAX_DELAY_MS, MAX_NAME};
 /// Most messages one RECV may lease.
 pub const MAX_COUNT: u32 = 1000;
-/// Longest visibility timeout or delay (7 days), in ms.
-pub const MAX_DELAY_MS: u64 = 7 * 24 * 3600 * 1000;
 
 /// A checked command.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -136,7 +134,7 @@ pub enum Command {
         /// Only messages of this sender.
         from: Option<String>,
     },
-    /// `QSCHEDULE name q "cron" body [TZ zone] [KEY prefix] [CATCHUP none|one|all]`
+    /// `QSCHEDULE name q "cron" body [TZ zone] [KEY prefix] [CATCHUP none|one|all] [PRIORITY n] [GROUP g] [DELAY ms]`
     Schedule(Box<Schedule>),
     /// `QUNSCHEDULE name`
     Unschedule(String),
@@ -465,6 +463,47 @@ fn millis(b: &[u8], what: &str, max: u64) -> Result<u64, Refusal> {
     Ok(v as u64)
 }
 
+/// The options of a QCREATE or QALTER given so far: each at most once, and
+/// not with its opposite (`BACKOFF` and `NOBACKOFF`), which Redis refuses
+/// as `SET k v EX 1 EX 2` (a bare `syntax error` there; this one says which).
+#[derive(Default)]
+struct Given(Vec<(&'static str, String)>);
+
+impl Given {
+    /// Refuses `word` if it, or its opposite, was given already.
+    fn once(&mut self, word: &str) -> Result<(), Refusal> {
+        let slot = match word {
+            "NODEADLETTER" => "DEADLETTER",
+            "NOBACKOFF" => "BACKOFF",
+            w => match [
+                "MAXDELIVERIES",
+                "DEADLETTER",
+                "MAXMESSAGES",
+                "MAXBYTES",
+                "CONCURRENCY",
+                "RATE",
+                "RETAIN",
+                "BACKOFF",
+            ]
+            .into_iter()
+            .find(|o| *o == w)
+            {
+                Some(o) => o,
+                // (Not an option: the parser says so.)
+                None => return Ok(()),
+            },
+        };
+        match self.0.iter().find(|(s, _)| *s == slot) {
+            Some((_, before)) if before == word => Err(Reply::err(crate::schedule::given_twice(word))),
+            Some((_, before)) => Err(Reply::err(format!("syntax error: {before} and {word} together"))),
+            None => {
+                self.0.push((slot, word.to_string()));
+                Ok(())
+            }
+        }
+    }
+}
+
 /// Limits that depend on the configuration.
 #[derive(Debug, Clone, Copy)]
 pub struct Limits {
@@ -594,8 +633,10 @@ pub fn parse(args: &[Vec<u8>], limits: &Limits) -> Result<Command, Refusal> {
             }
             let q = name(&rest[0], "a queue name")?;
             let mut o = QueueOptions::default();
+            let mut given = Given::default();
             let mut i = 1;
             while i < n {
+                given.once(&upper(&rest[i]))?;
                 match upper(&rest[i]).as_str() {
                     "MAXDELIVERIES" if i + 1 < n => {
                         let m = int(&rest[i + 1])?;
@@ -1017,6 +1058,17 @@ mod tests {
         assert!(err("QALTER q BACKOFF 0 5000").contains("BACKOFF's base must be between 1 and"));
         assert!(err("QALTER q BACKOFF 500 100").contains("BACKOFF's max (100 ms) must be at least its base (500 ms)"));
         assert!(err("QALTER q BACKOFF 100 5000 JITTER 101").contains("JITTER must be between 0 and 100"));
+        // Each option once, not with its opposite: the last one no longer wins silently.
+        assert_eq!(
+            err("QALTER q BACKOFF 100 5000 RETAIN 5 BACKOFF 200 9000"),
+            "ERR syntax error: BACKOFF is given more than once"
+        );
+        assert_eq!(err("QALTER q BACKOFF 100 5000 NOBACKOFF"), "ERR syntax error: BACKOFF and NOBACKOFF together");
+        assert_eq!(err("QALTER q NODEADLETTER DEADLETTER d"), "ERR syntax error: NODEADLETTER and DEADLETTER together");
+        assert_eq!(err("QCREATE q RATE 5/s rate 6/s"), "ERR syntax error: RATE is given more than once");
+        for o in ["MAXDELIVERIES", "MAXMESSAGES", "MAXBYTES", "CONCURRENCY", "RETAIN"] {
+            assert_eq!(err(&format!("QALTER q {o} 1 {o} 2")), format!("ERR syntax error: {o} is given more than once"));
+        }
         assert_eq!(err("FLUSHALL"), "ERR unknown command 'FLUSHALL'");
         assert_eq!(err("ACK q x 1"), "ERR value is not an integer or out of range");
         assert!(err("RECV q COUNT 0").contains("COUNT must be between 1 and 1000"));

@@ -380,6 +380,20 @@ impl Default for QueuesConfig {
 }
 
 impl Config {
+    /// Refuses a configuration without a database, which every other check
+    /// accepts: `--print-config` shows one (the defaults, say) before it
+    /// has a database; serving (`Cli::to_config`, [`crate::Mq`]'s start)
+    /// and `mwmq rebalance` need one.
+    pub fn require_database(&self) -> Result<(), ConfigError> {
+        if self.databases.is_empty() && self.database.url.trim().is_empty() {
+            return Err(ConfigError(
+                "no database: give a PostgreSQL connection string with --db (e.g. 'host=/run/postgresql dbname=mwmq')"
+                    .into(),
+            ));
+        }
+        Ok(())
+    }
+
     /// How long mwmq waits for a statement before it cuts the connection:
     /// the server's `statement_timeout_ms` and one second more for the
     /// server's own answer to arrive (none when statements never time out).
@@ -456,11 +470,6 @@ impl ServiceConfig for Config {
         if !self.databases.is_empty() && !d.url.trim().is_empty() {
             return err("give either one database (--db, database.url) or a [[databases]] list, not both".into());
         }
-        if self.databases.is_empty() && d.url.trim().is_empty() {
-            return err("no database: give a PostgreSQL connection string with --db (e.g. \
-                        'host=/run/postgresql dbname=mwmq')"
-                .into());
-        }
         if self.databases.len() > MAX_DATABASES {
             return err(format!("at most {MAX_DATABASES} [[databases]], not {}", self.databases.len()));
         }
@@ -473,6 +482,10 @@ impl ServiceConfig for Config {
                 return err(format!("[[databases]]: each needs a name of its own ({:?} is empty or repeated)", e.name));
             }
             if e.url.trim().is_empty() {
+                if self.databases.is_empty() {
+                    // (No database at all: `require_database` says so.)
+                    continue;
+                }
                 return err(format!("[[databases]] {:?}: no url (a PostgreSQL connection string)", e.name));
             }
             let target = crate::db::tls::split(&e.url).map_err(ConfigError)?;
@@ -523,8 +536,11 @@ mod tests {
 
     #[test]
     fn defaults_need_only_a_database() {
-        assert!(Config::default().validate().unwrap_err().0.contains("--db"));
+        // (Valid to print; not to serve.)
+        Config::default().validate().unwrap();
+        assert!(Config::default().require_database().unwrap_err().0.contains("--db"));
         ok().validate().unwrap();
+        ok().require_database().unwrap();
         assert_eq!(ok().pool_size(), 8);
     }
 

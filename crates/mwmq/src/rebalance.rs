@@ -347,7 +347,8 @@ fn move_schedules(
 ) -> Result<u64, postgres::Error> {
     const MOVED: &str =
         "name, cron, tz, body, key_prefix, catchup, sender, created_by, created_at::text, next_at::text,
-                         last_tick::text, last_run_at::text, last_id, sent, missed, refused";
+                         last_tick::text, last_run_at::text, last_id, sent, missed, refused, priority, grp, delay_ms,
+                         skipped, suspended";
     let rows = s.query(&format!("DELETE FROM mwmq_schedules WHERE queue_id = $1 RETURNING {MOVED}"), &[&src_id])?;
     for r in &rows {
         let (name, cron, tz, body): (String, String, String, Vec<u8>) = (r.get(0), r.get(1), r.get(2), r.get(3));
@@ -357,11 +358,14 @@ fn move_schedules(
             (r.get(8), r.get(9), r.get(10), r.get(11));
         let (last_id, sent, missed, refused): (Option<i64>, i64, i64, i64) =
             (r.get(12), r.get(13), r.get(14), r.get(15));
+        let (priority, grp, delay_ms): (i16, Option<String>, i64) = (r.get(16), r.get(17), r.get(18));
+        let (skipped, suspended): (i64, Option<String>) = (r.get(19), r.get(20));
         d.execute(
             "INSERT INTO mwmq_schedules (name, queue_id, cron, tz, body, key_prefix, catchup, sender, created_by,
-                                         created_at, next_at, last_tick, last_run_at, last_id, sent, missed, refused)
+                                         created_at, next_at, last_tick, last_run_at, last_id, sent, missed, refused,
+                                         priority, grp, delay_ms, skipped, suspended)
              VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10::text::timestamptz, $11::text::timestamptz, $12::text::timestamptz,
-                     $13::text::timestamptz, $14, $15, $16, $17)
+                     $13::text::timestamptz, $14, $15, $16, $17, $18, $19, $20, $21, $22)
              ON CONFLICT (name) DO NOTHING",
             &[
                 &name,
@@ -381,6 +385,11 @@ fn move_schedules(
                 &sent,
                 &missed,
                 &refused,
+                &priority,
+                &grp,
+                &delay_ms,
+                &skipped,
+                &suspended,
             ],
         )?;
     }

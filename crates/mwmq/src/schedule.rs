@@ -26,7 +26,7 @@ use chrono_tz::Tz;
 use croner::parser::{CronParser, Seconds, Year};
 use croner::Cron;
 
-use crate::words::MAX_NAME;
+use crate::words::{MAX_DELAY_MS, MAX_NAME};
 
 /// The most missed ticks CATCHUP `all` sends (the latest ones; older ones
 /// are skipped and counted as missed), as Kubernetes' CronJob stops at 100
@@ -71,6 +71,13 @@ pub struct Schedule {
     pub key_prefix: String,
     /// What happens to missed ticks.
     pub catchup: Catchup,
+    /// Each message's PRIORITY (0 to 9, as SEND's; default 0).
+    pub priority: u8,
+    /// Each message's GROUP (as SEND's; default none).
+    pub group: Option<String>,
+    /// Each message's DELAY, ms: it becomes visible this long after its
+    /// tick's pass sent it (as SEND's; default 0).
+    pub delay_ms: u64,
 }
 
 /// `what` as a name: 1 to `most` bytes of UTF-8 without spaces or control characters.
@@ -82,14 +89,32 @@ fn word(b: &[u8], what: &str, most: usize) -> Result<String, String> {
     Ok(s.to_string())
 }
 
+/// An integer argument, refused as Redis refuses one.
+fn integer(b: &[u8]) -> Result<i64, String> {
+    std::str::from_utf8(b)
+        .ok()
+        .and_then(|s| s.parse::<i64>().ok())
+        .ok_or_else(|| "value is not an integer or out of range".to_string())
+}
+
 /// A schedule's name (QSCHEDULE, QUNSCHEDULE).
 pub fn schedule_name(b: &[u8]) -> Result<String, String> {
     word(b, "a schedule name", MAX_SCHEDULE_NAME)
 }
 
+/// The refusal of an option given twice (Redis answers `SET k v EX 1 EX 2`
+/// with a bare `syntax error`; this one says which).
+pub fn given_twice(option: &str) -> String {
+    format!("syntax error: {option} is given more than once")
+}
+
+/// QSCHEDULE's options, each at most once.
+const OPTIONS: [&str; 6] = ["TZ", "KEY", "CATCHUP", "PRIORITY", "GROUP", "DELAY"];
+
 impl Schedule {
-    /// `name q "cron" body [TZ zone] [KEY prefix] [CATCHUP none|one|all]`
-    /// (the words after QSCHEDULE); `Err(None)`: the wrong number of them.
+    /// `name q "cron" body [TZ zone] [KEY prefix] [CATCHUP none|one|all]
+    /// [PRIORITY n] [GROUP g] [DELAY ms]` (the words after QSCHEDULE), each
+    /// option at most once; `Err(None)`: the wrong number of them.
     pub fn parse(rest: &[Vec<u8>]) -> Result<Schedule, Option<String>> {
         if rest.len() < 4 || !rest.len().is_multiple_of(2) {
             return Err(None);
@@ -108,16 +133,35 @@ impl Schedule {
             tz: "UTC".into(),
             body: rest[3].clone(),
             catchup: Catchup::None,
+            priority: 0,
+            group: None,
+            delay_ms: 0,
         };
+        let mut seen = [false; OPTIONS.len()];
         for pair in rest[4..].chunks(2) {
-            match String::from_utf8_lossy(&pair[0]).to_ascii_uppercase().as_str() {
+            let option = String::from_utf8_lossy(&pair[0]).to_ascii_uppercase();
+            let Some(i) = OPTIONS.iter().position(|o| *o == option) else {
+                return Err(Some("syntax error".into()));
+            };
+            if std::mem::replace(&mut seen[i], true) {
+                return Err(Some(given_twice(OPTIONS[i])));
+            }
+            match OPTIONS[i] {
                 "TZ" => s.tz = word(&pair[1], "a time zone", 64)?,
                 "KEY" => s.key_prefix = word(&pair[1], "a KEY prefix", MAX_KEY_PREFIX)?,
                 "CATCHUP" => {
                     s.catchup = Catchup::parse(&String::from_utf8_lossy(&pair[1]))
                         .ok_or_else(|| "CATCHUP must be none, one or all".to_string())?
                 }
-                _ => return Err(Some("syntax error".into())),
+                "PRIORITY" => s.priority = crate::policies::priority(integer(&pair[1])?)?,
+                "GROUP" => s.group = Some(word(&pair[1], "a GROUP", MAX_NAME)?),
+                _ => {
+                    let ms = integer(&pair[1])?;
+                    s.delay_ms = u64::try_from(ms)
+                        .ok()
+                        .filter(|ms| *ms <= MAX_DELAY_MS)
+                        .ok_or_else(|| format!("DELAY must be between 0 and {MAX_DELAY_MS} ms"))?;
+                }
             }
         }
         Timetable::new(&s.cron, &s.tz)?;
@@ -524,6 +568,36 @@ mod tests {
         assert!(e(&["n", "q", "every day", "b"]).contains("has 2 fields"));
         assert!(e(&[&"n".repeat(151), "q", "@daily", "b"]).contains("a schedule name must be 1 to 150 bytes"));
         assert!(e(&["n", "q", "@daily", "b", "KEY", &"k".repeat(181)]).contains("a KEY prefix must be 1 to 180"));
+    }
+
+    #[test]
+    fn priority_group_and_delay_as_sends_and_each_option_once() {
+        let s = Schedule::parse(&words(&["n", "q", "@daily", "b", "PRIORITY", "7", "group", "g1", "DELAY", "1500"]))
+            .unwrap();
+        assert_eq!((s.priority, s.group.as_deref(), s.delay_ms), (7, Some("g1"), 1500));
+        let s = Schedule::parse(&words(&["n", "q", "@daily", "b"])).unwrap();
+        assert_eq!((s.priority, s.group, s.delay_ms), (0, None, 0));
+        let e = |line: &[&str]| Schedule::parse(&words(line)).unwrap_err().unwrap();
+        assert_eq!(e(&["n", "q", "@daily", "b", "PRIORITY", "10"]), crate::policies::priority(10).unwrap_err());
+        assert_eq!(e(&["n", "q", "@daily", "b", "PRIORITY", "high"]), "value is not an integer or out of range");
+        assert_eq!(e(&["n", "q", "@daily", "b", "DELAY", "-1"]), "DELAY must be between 0 and 604800000 ms");
+        assert!(e(&["n", "q", "@daily", "b", "GROUP", "a b"]).starts_with("a GROUP must be 1 to 200 bytes"));
+        // Each option once: the last one given no longer wins silently.
+        assert_eq!(e(&["n", "q", "@daily", "b", "TZ", "UTC", "tz", "Europe/Paris"]), given_twice("TZ"));
+        assert_eq!(
+            e(&["n", "q", "@daily", "b", "PRIORITY", "1", "KEY", "k:", "PRIORITY", "2"]),
+            "syntax error: PRIORITY is given more than once"
+        );
+        for o in OPTIONS {
+            let v = if o == "CATCHUP" {
+                "one"
+            } else if o == "TZ" {
+                "UTC"
+            } else {
+                "1"
+            };
+            assert_eq!(e(&["n", "q", "@daily", "b", o, v, o, v]), given_twice(o), "{o}");
+        }
     }
 
     #[test]

@@ -44,6 +44,7 @@ impl Service for Mq {
     /// the listening address and starts the threads.
     fn start(config: Config) -> Result<Mq, StartError> {
         config.validate()?;
+        config.require_database()?;
         let own = config.pool_size() as u64 + 2 + 4;
         let fds = mwserve::fdlimit::plan(
             mwserve::fdlimit::raise_soft_limit(),

@@ -122,6 +122,12 @@ impl User {
         &self.admin
     }
 
+    /// The patterns of the queues it may see (any of its rights): for
+    /// listings the database filters (QSCHEDULES).
+    pub fn see_patterns(&self) -> Vec<String> {
+        self.send.iter().chain(&self.receive).chain(&self.admin).cloned().collect()
+    }
+
     /// Redis's refusal of `right` on `queue` for this user.
     pub fn refusal(&self, right: Right, queue: &str) -> String {
         format!("NOPERM User {} has no permissions to {} queue '{}'", self.name, right.verb(), queue)
@@ -222,6 +228,12 @@ impl Users {
     /// Whether any user is configured (then every connection must log in).
     pub fn enabled(&self) -> bool {
         !self.by_name.is_empty()
+    }
+
+    /// The user named `name`, if it is one (no password checked: for what
+    /// acts on a user's behalf later, as a schedule's ticks do).
+    pub fn get(&self, name: &str) -> Option<&Arc<User>> {
+        self.by_name.get(name)
     }
 
     /// The user `name` if `password` is its password (counted when not),

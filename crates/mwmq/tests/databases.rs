@@ -345,7 +345,10 @@ fn a_drained_database_is_emptied_by_rebalance() {
             let _: i64 = q(&mut c, &["SEND", name, "low"]);
             let id: i64 = q(&mut c, &["SEND", name, "kept", "PRIORITY", "2"]);
             sent.push((name.clone(), id));
-            let _: String = q(&mut c, &["QSCHEDULE", &format!("s-{name}"), name, "@yearly", "x"]);
+            let _: String = q(
+                &mut c,
+                &["QSCHEDULE", &format!("s-{name}"), name, "@yearly", "x", "PRIORITY", "4", "GROUP", "g", "DELAY", "5"],
+            );
         }
         // A schedule lives with its queue; its name is one on every database.
         for pg in [&a, &b] {
@@ -404,6 +407,13 @@ fn a_drained_database_is_emptied_by_rebalance() {
     assert!(schedules_in(&b).is_empty(), "no schedule left on the drained database");
     let want: HashSet<(String, String)> = names.iter().map(|q| (format!("s-{q}"), q.clone())).collect();
     assert_eq!(schedules_in(&a), want);
+    let options: Vec<(i16, Option<String>, i64)> = sql_at(a.conninfo())
+        .query("SELECT priority, grp, delay_ms FROM mwmq_schedules", &[])
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2)))
+        .collect();
+    assert!(options.iter().all(|o| *o == (4, Some("g".into()), 5)), "PRIORITY, GROUP and DELAY moved: {options:?}");
     mq.stopper().stop();
     mq.join();
 }

@@ -52,6 +52,23 @@ fn a_flag_the_engine_ignores_is_one_warning_naming_what_to_use() {
     assert!(warnings(&["--threads", "2", "--db-pool", "4", "--batch", "8"]).is_empty());
 }
 
+/// `mwmq --print-config` refused to print without `--db` (`no database:
+/// give a PostgreSQL connection string with --db`), so the defaults could
+/// not be printed to start a configuration file from. Now it prints them
+/// (an empty `url`); serving without a database is still refused, exit 2.
+#[test]
+fn print_config_needs_no_database_and_serving_does() {
+    let out = bare().arg("--print-config").output().unwrap();
+    let (text, log) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{log}");
+    assert!(text.contains("[database]\nurl = \"\"\n"), "{text}");
+    let shown: mwmq::Config = toml::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}"));
+    assert_eq!(shown, mwmq::Config::default(), "the defaults, as a file would hold them");
+    let out = bare().args(["--listen", "127.0.0.1:0"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(words(&out.stderr).contains("no database: give a PostgreSQL connection string with --db"));
+}
+
 /// `--help` said `Worker threads [default: 8]` whatever the engine, and
 /// `--admin` listed `/metrics, /stats, /healthz` (not `/readyz`, nor `/ui`).
 /// Now every engine-specific flag says which engine reads it, `--admin`

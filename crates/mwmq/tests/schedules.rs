@@ -2,7 +2,9 @@
 //! per tick across every mwmq process on the database, through a SIGKILL
 //! and a PostgreSQL restart; missed ticks as CATCHUP says after every mwmq
 //! was down; the refusals (an expression that never fires, a bad time
-//! zone, a schedule flood, rights).
+//! zone, a schedule flood, rights, an option given twice); ticks skipped
+//! while the owner may not send them; PRIORITY, GROUP and DELAY on each
+//! tick; QSCHEDULES' bound counting only what it shows.
 //!
 //! Ticks are counted, never timed: each message carries its tick (`{tick}`
 //! in the body, to the second), and what must have been sent is read off
@@ -370,6 +372,260 @@ fn a_sender_cannot_forge_a_schedules_ticks_by_their_keys() {
             .get(0);
         assert_eq!(n, 1, "the schedule's own message for tick {s}, not mallory's");
     }
+    mq.stopper().stop();
+    mq.join();
+}
+
+/// A schedule's state as the database has it: ticks sent, ticks skipped,
+/// and why it is suspended.
+fn state(db: &mut postgres::Client, name: &str) -> (i64, i64, Option<String>) {
+    let r = db.query_one("SELECT sent, skipped, suspended FROM mwmq_schedules WHERE name = $1", &[&name]).unwrap();
+    (r.get(0), r.get(1), r.get(2))
+}
+
+/// Waits until schedule `name` skipped `n` more ticks than `from`, for a reason containing `why`.
+fn until_skipped(db: &mut postgres::Client, name: &str, from: i64, n: i64, why: &str) -> (i64, i64, Option<String>) {
+    let mut last = state(db, name);
+    assert!(
+        eventually(Duration::from_secs(30), || {
+            last = state(db, name);
+            last.1 >= from + n && last.2.as_deref().is_some_and(|r| r.contains(why))
+        }),
+        "{name}: not {n} ticks skipped for {why:?} within 30 s: {last:?}"
+    );
+    last
+}
+
+/// QSCHEDULES' map of schedule `name`.
+fn listed_one(c: &mut redis::Connection, name: &str) -> std::collections::HashMap<String, redis::Value> {
+    let listed: Vec<std::collections::HashMap<String, redis::Value>> = q(c, &["QSCHEDULES"]);
+    listed
+        .into_iter()
+        .find(|m| m["name"] == redis::Value::BulkString(name.as_bytes().to_vec()))
+        .unwrap_or_else(|| panic!("{name} listed"))
+}
+
+/// A configuration file holding `users` (mode 0600: it holds password hashes).
+fn users_file(pg: &Postgres, users: &[mwmq::users::UserConfig]) -> std::path::PathBuf {
+    let mut doc = toml::Table::new();
+    doc.insert("users".into(), toml::Value::try_from(users).unwrap());
+    let file = pg.dir().join("users.toml");
+    std::fs::write(&file, toml::to_string(&doc).unwrap()).unwrap();
+    std::fs::set_permissions(&file, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    file
+}
+
+/// A schedule sends as its creator, whose rights live in each process's
+/// configuration: it went on sending after mwmq was restarted with a
+/// configuration that took the admin right from its owner, or dropped the
+/// owner. Now the process holding a tick checks the owner with its own
+/// users: the tick is skipped (counted, not sent), the schedule shown
+/// suspended with why, a warning logged once; it sends again once the
+/// owner may.
+#[test]
+fn a_schedule_whose_owner_lost_the_right_skips_its_ticks_and_says_why() {
+    let pg = Postgres::start().unwrap();
+    let mut db = sql(&pg);
+    let owner = user("owner", "owner-pw", &["*"], &["*"], &["*"]);
+    let alice = user("alice", "alice-pw", &["jobs"], &[], &["jobs"]);
+    let mut cfg = config(&pg);
+    cfg.users = vec![owner.clone(), alice.clone()];
+    let mq = start(cfg.clone());
+    let mut a = login(mq.local_addr(), "alice", "alice-pw");
+    let _: String = q(&mut a, &["QCREATE", "jobs"]);
+    let _: String = q(&mut a, &["QSCHEDULE", "beat", "jobs", "* * * * * *", "tick {tick}"]);
+    let first = db_second(&mut db) + 1;
+    until_sent(&mut db, "beat", first + 1, "alice's schedule");
+    mq.stopper().stop();
+    mq.join();
+    let sent_before = ticks_in(&mut db, "jobs");
+    let last_before = *sent_before.keys().last().unwrap();
+    let (sent, skipped, why) = state(&mut db, "beat");
+    assert_eq!((skipped, why), (0, None));
+
+    // Restarted with alice's admin right gone (she may still send).
+    let mut no_admin = cfg.clone();
+    no_admin.users[1].admin.clear();
+    let mq = start(no_admin);
+    let (_, skipped, _) =
+        until_skipped(&mut db, "beat", 0, 1, "its owner alice has no permissions to administer queue 'jobs'");
+    let mut o = login(mq.local_addr(), "owner", "owner-pw");
+    let shown = listed_one(&mut o, "beat");
+    assert_eq!(shown["state"], redis::Value::BulkString(b"suspended".to_vec()));
+    assert_eq!(
+        shown["reason"],
+        redis::Value::BulkString(b"its owner alice has no permissions to administer queue 'jobs'".to_vec())
+    );
+    assert!(matches!(shown["skipped"], redis::Value::Int(n) if n >= 1), "{:?}", shown["skipped"]);
+    mq.stopper().stop();
+    mq.join();
+
+    // Another process, whose configuration has no alice at all: it warns once.
+    let log = pg.dir().join("ticker.log");
+    let file = users_file(&pg, std::slice::from_ref(&owner));
+    let mut p = MqProcess::start_with(
+        &pg,
+        0,
+        &["--config", file.to_str().unwrap()],
+        std::fs::File::create(&log).unwrap().into(),
+    );
+    let (_, gone, _) = until_skipped(&mut db, "beat", skipped, 1, "its owner alice is not one of this mwmq's users");
+    // (More passes, each skipping: still one warning.)
+    until_skipped(&mut db, "beat", gone, 2, "not one of");
+    p.kill();
+    let warnings: Vec<String> = std::fs::read_to_string(&log)
+        .unwrap()
+        .lines()
+        .filter(|l| l.contains("schedule suspended"))
+        .map(str::to_string)
+        .collect();
+    assert_eq!(warnings.len(), 1, "one warning for one schedule and reason: {warnings:?}");
+    assert!(warnings[0].contains("beat") && warnings[0].contains("alice is not one of"), "{warnings:?}");
+    let (still_sent, _, _) = state(&mut db, "beat");
+    assert_eq!(still_sent, sent, "skipped ticks are not counted as sent");
+    let during = ticks_in(&mut db, "jobs");
+    assert_eq!(during, sent_before, "no tick sent while alice may not: {during:?}");
+
+    // alice's right back: it sends again, each tick once.
+    let mq = start(cfg);
+    let now = db_second(&mut db);
+    until_sent(&mut db, "beat", now + 1, "alice's right back");
+    assert_eq!(state(&mut db, "beat").2, None, "no longer suspended");
+    let mut o = login(mq.local_addr(), "owner", "owner-pw");
+    let shown = listed_one(&mut o, "beat");
+    assert_eq!(
+        (&shown["state"], &shown["reason"]),
+        (&redis::Value::BulkString(b"active".to_vec()), &redis::Value::Nil)
+    );
+    let after = ticks_in(&mut db, "jobs");
+    assert!(after.values().all(|n| *n == 1), "each tick once: {after:?}");
+    assert!(after.keys().any(|t| *t > last_before + 1), "sent again: {after:?}");
+    mq.stopper().stop();
+    mq.join();
+}
+
+/// QSCHEDULES refused a reader with two schedules to see when the database
+/// held more schedules than a reply holds, counting those of queues the
+/// reader may not see. Now the database leaves those out before the count.
+#[test]
+fn qschedules_counts_only_the_schedules_the_caller_sees() {
+    use mwmq::commands::schedules::LISTED_SCHEDULE;
+    let pg = Postgres::start().unwrap();
+    let mut cfg = config(&pg);
+    cfg.server.max_body = 1024;
+    cfg.server.max_reply_bytes = 3 * LISTED_SCHEDULE;
+    cfg.users =
+        vec![user("owner", "owner-pw", &["*"], &["*"], &["*"]), user("reader", "reader-pw", &[], &["mine.*"], &[])];
+    let mq = start(cfg);
+    let mut owner = login(mq.local_addr(), "owner", "owner-pw");
+    let mut reader = login(mq.local_addr(), "reader", "reader-pw");
+    for queue in ["mine.a", "other"] {
+        let _: String = q(&mut owner, &["QCREATE", queue]);
+    }
+    for i in 0..4 {
+        let _: String = q(&mut owner, &["QSCHEDULE", &format!("o{i}"), "other", "@yearly", "x"]);
+    }
+    for name in ["m1", "m2"] {
+        let _: String = q(&mut owner, &["QSCHEDULE", name, "mine.a", "@yearly", "x"]);
+    }
+    let listed: Vec<std::collections::HashMap<String, redis::Value>> = q(&mut reader, &["QSCHEDULES"]);
+    let names: Vec<&redis::Value> = listed.iter().map(|m| &m["name"]).collect();
+    assert_eq!(
+        names,
+        [&redis::Value::BulkString(b"m1".to_vec()), &redis::Value::BulkString(b"m2".to_vec())],
+        "the reader's two, whatever the others"
+    );
+    assert_eq!(
+        err(&mut owner, &["QSCHEDULES"]),
+        format!(
+            "ERR QSCHEDULES would list more than 3 schedules, more than a reply may hold (max_reply_bytes / \
+             {LISTED_SCHEDULE})"
+        ),
+        "six to show: over the bound"
+    );
+    mq.stopper().stop();
+    mq.join();
+}
+
+/// QSCHEDULE took no PRIORITY, GROUP or DELAY, and an option given twice
+/// (`TZ a TZ b`, QALTER's `BACKOFF ... BACKOFF ...`) silently took the last.
+/// Now each tick's message carries the schedule's PRIORITY, GROUP and DELAY
+/// as a SEND's would, refused as SEND refuses them, and an option given
+/// twice is refused.
+#[test]
+fn ticks_carry_priority_group_and_delay_and_an_option_given_twice_is_refused() {
+    let pg = Postgres::start().unwrap();
+    let mq = start(config(&pg));
+    let mut c = connect(mq.local_addr());
+    let mut db = sql(&pg);
+    for queue in ["jobs", "later"] {
+        let _: String = q(&mut c, &["QCREATE", queue]);
+    }
+    let low: i64 = q(&mut c, &["SEND", "jobs", "low"]);
+    let _: String =
+        q(&mut c, &["QSCHEDULE", "hi", "jobs", "* * * * * *", "tick {tick}", "PRIORITY", "7", "GROUP", "g"]);
+    let _: String = q(&mut c, &["QSCHEDULE", "late", "later", "* * * * * *", "tick {tick}", "DELAY", "3600000"]);
+    let first = db_second(&mut db) + 1;
+    until_sent(&mut db, "hi", first, "PRIORITY 7");
+    until_sent(&mut db, "late", first, "DELAY");
+    // The tick passes the message sent before it without a priority.
+    let got = recv(&mut c, "jobs", &[]);
+    assert_ne!(got[0].0, low, "a tick of priority 7 first");
+    assert!(got[0].3.starts_with(b"tick "), "{:?}", String::from_utf8_lossy(&got[0].3));
+    let ticks: Vec<(i16, Option<String>)> = db
+        .query(
+            "SELECT m.priority, m.grp FROM mwmq_messages m JOIN mwmq_queues q ON q.id = m.queue_id
+             WHERE q.name = 'jobs' AND m.body <> 'low'",
+            &[],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    assert!(!ticks.is_empty() && ticks.iter().all(|t| *t == (7, Some("g".into()))), "{ticks:?}");
+    // DELAY: visible an hour after the pass that sent it.
+    assert!(recv(&mut c, "later", &[]).is_empty(), "not visible yet");
+    let delays: Vec<bool> = db
+        .query(
+            "SELECT m.visible_at = m.sent_at + interval '1 hour' FROM mwmq_messages m
+             JOIN mwmq_queues q ON q.id = m.queue_id WHERE q.name = 'later'",
+            &[],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert!(!delays.is_empty() && delays.iter().all(|d| *d), "{delays:?}");
+    let shown = listed_one(&mut c, "hi");
+    assert_eq!(
+        (&shown["priority"], &shown["group"], &shown["delay_ms"]),
+        (&redis::Value::Int(7), &redis::Value::BulkString(b"g".to_vec()), &redis::Value::Int(0))
+    );
+    assert_eq!(listed_one(&mut c, "late")["delay_ms"], redis::Value::Int(3_600_000));
+
+    // Refused as SEND refuses them.
+    let e = |c: &mut redis::Connection, extra: &[&str]| {
+        err(c, &[&["QSCHEDULE", "x", "jobs", "@daily", "b"][..], extra].concat())
+    };
+    assert_eq!(e(&mut c, &["PRIORITY", "10"]), err(&mut c, &["SEND", "jobs", "b", "PRIORITY", "10"]));
+    assert_eq!(e(&mut c, &["PRIORITY", "10"]), "ERR PRIORITY must be between 0 and 9 (higher is handed out first)");
+    assert_eq!(e(&mut c, &["PRIORITY", "high"]), "ERR value is not an integer or out of range");
+    assert_eq!(e(&mut c, &["DELAY", "-1"]), err(&mut c, &["SEND", "jobs", "b", "DELAY", "-1"]));
+    assert_eq!(e(&mut c, &["GROUP", "a b"]), err(&mut c, &["SEND", "jobs", "b", "GROUP", "a b"]));
+    // An option given twice.
+    assert_eq!(e(&mut c, &["TZ", "UTC", "TZ", "Europe/Paris"]), "ERR syntax error: TZ is given more than once");
+    assert_eq!(e(&mut c, &["CATCHUP", "one", "catchup", "all"]), "ERR syntax error: CATCHUP is given more than once");
+    assert_eq!(
+        err(&mut c, &["QALTER", "jobs", "BACKOFF", "100", "1000", "BACKOFF", "200", "2000"]),
+        "ERR syntax error: BACKOFF is given more than once"
+    );
+    assert_eq!(
+        err(&mut c, &["QALTER", "jobs", "NOBACKOFF", "BACKOFF", "200", "2000"]),
+        "ERR syntax error: NOBACKOFF and BACKOFF together"
+    );
+    assert_eq!(qinfo(&mut c, "jobs")["backoff_base_ms"], "0", "nothing changed");
+    let _: i64 = q(&mut c, &["QUNSCHEDULE", "hi"]);
+    let _: i64 = q(&mut c, &["QUNSCHEDULE", "late"]);
     mq.stopper().stop();
     mq.join();
 }

@@ -341,6 +341,23 @@ fn refused(r: Reply) -> Result<Reply, Refused> {
     Err(Refused(status, e))
 }
 
+/// QINFO's fields that RESP carries as text (a rate with a fraction: RESP2
+/// has no doubles) and JSON as numbers, as the page reads them.
+const DECIMALS: [&str; 1] = ["rate_per_sec"];
+
+/// QINFO's answer as JSON: [`to_json`], its [`DECIMALS`] as numbers.
+fn info_json(info: &Reply) -> Value {
+    let mut v = to_json(info);
+    if let Value::Object(fields) = &mut v {
+        for k in DECIMALS {
+            if let Some(n) = fields.get(k).and_then(Value::as_str).and_then(|t| t.parse::<f64>().ok()) {
+                fields.insert(k.into(), json!(n));
+            }
+        }
+    }
+    v
+}
+
 /// A reply as JSON: maps as objects, bulk strings as text.
 fn to_json(r: &Reply) -> Value {
     match r {
@@ -396,7 +413,7 @@ fn queues(shared: &Shared, login: &Login, query: &str) -> Result<Value, Refused>
             let (series, _) = shared.rates.series(name, period);
             let info =
                 infos.get(*name).cloned().unwrap_or_else(|| run(shared, login, &Command::QueueInfo(name.to_string())));
-            json!({ "name": name, "info": to_json(&info), "rates": series })
+            json!({ "name": name, "info": info_json(&info), "rates": series })
         })
         .collect();
     Ok(json!({
@@ -530,6 +547,9 @@ mod tests {
     fn replies_become_json() {
         let m = Reply::Map(vec![(Reply::text("ready"), Reply::Int(3)), (Reply::text("dead_letter"), Reply::Nil)]);
         assert_eq!(to_json(&m), json!({ "ready": 3, "dead_letter": null }));
+        let info =
+            Reply::Map(vec![(Reply::text("rate_per_sec"), Reply::text("2.5")), (Reply::text("ready"), Reply::Int(1))]);
+        assert_eq!(info_json(&info), json!({ "rate_per_sec": 2.5, "ready": 1 }));
         assert!(matches!(refused(Reply::Error("NOPERM no".into())), Err(Refused(403, _))));
         assert!(matches!(refused(Reply::Error("NOQUEUE no".into())), Err(Refused(404, _))));
         assert!(refused(Reply::Simple("OK")).is_ok());

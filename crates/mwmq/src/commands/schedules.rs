@@ -6,7 +6,11 @@
 //! QLIST does. Rights: QSCHEDULE needs the admin right on the queue (and,
 //! replacing a schedule, on the queue it sent to); QUNSCHEDULE the admin
 //! right on the schedule's queue, checked in its statement, which knows the
-//! queue; QSCHEDULES lists the schedules of the queues the user may see.
+//! queue; QSCHEDULES lists the schedules of the queues the user may see,
+//! filtered by the database so that its bound on the reply
+//! (`max_reply_bytes` / [`LISTED_SCHEDULE`], refused past it as QLIST is)
+//! counts only what it would show. A schedule whose owner lost the right
+//! is listed as `suspended`, with why (`ticker.rs`).
 //! A user has at most `max_schedules` schedules (default 100), counted on
 //! every database: with several, a creation first counts the user's
 //! schedules on the others (one statement each; creations are rare), with
@@ -21,9 +25,10 @@ use crate::resp::Reply;
 use crate::users::Right;
 
 /// What one schedule weighs in QSCHEDULES' reply, at most (its names,
-/// expression, zone and prefix of at most 200 bytes each, the field names
-/// and numbers).
-pub const LISTED_SCHEDULE: usize = 1536;
+/// expression, zone, prefix and group of at most 200 bytes each, why it is
+/// suspended of at most [`crate::ticker::MAX_REASON`], the field names and
+/// numbers: a test encodes the heaviest).
+pub const LISTED_SCHEDULE: usize = 3072;
 
 fn client_error(message: String) -> Outcome {
     Outcome::Reply(Reply::err(message), Vec::new(), "client_error")
@@ -46,9 +51,15 @@ fn listed(r: ScheduleRow) -> Reply {
         (t("last_tick_ms"), ms(r.last_tick_ms)),
         (t("last_run_ms"), ms(r.last_run_ms)),
         (t("last_id"), ms(r.last_id)),
+        (t("priority"), Reply::Int(r.priority)),
+        (t("group"), r.group.map(Reply::text).unwrap_or(Reply::Nil)),
+        (t("delay_ms"), Reply::Int(r.delay_ms)),
         (t("sent"), Reply::Int(r.sent)),
         (t("missed"), Reply::Int(r.missed)),
         (t("refused"), Reply::Int(r.refused)),
+        (t("skipped"), Reply::Int(r.skipped)),
+        (t("state"), Reply::text(if r.suspended.is_some() { "suspended" } else { "active" })),
+        (t("reason"), r.suspended.map(Reply::text).unwrap_or(Reply::Nil)),
     ])
 }
 
@@ -140,6 +151,9 @@ impl<'a> Core<'a> {
             cap: user.as_ref().map(|u| i64::try_from(u.max_schedules).unwrap_or(i64::MAX)),
             elsewhere: self.schedules_elsewhere,
             next_us: first.timestamp_micros(),
+            priority: i16::from(x.priority),
+            group: x.group.as_deref(),
+            delay_ms: i64::try_from(x.delay_ms).unwrap_or(i64::MAX),
         };
         pg.schedule_put(&row).await?;
         Ok(Outcome::ok(Reply::Simple("OK")))
@@ -182,14 +196,19 @@ impl<'a> Core<'a> {
         ))
     }
 
-    /// QSCHEDULES on one database: those of the queues the user may see, by name.
+    /// QSCHEDULES on one database: those of the queues the user may see
+    /// (chosen by the database, so that only they count), by name.
     pub(super) async fn schedules<S: Session + ?Sized>(&self, pg: &PgConn, s: &S) -> Result<Outcome, DbError> {
         let most = self.most_schedules();
-        let mut rows = pg.schedules(most as i64 + 1).await?;
+        let user = s.user();
+        let see_like: Option<Vec<String>> =
+            user.as_ref().map(|u| u.see_patterns().iter().map(|p| crate::sqlguard::like_pattern(p)).collect());
+        let mut rows = pg.schedules(see_like.as_deref(), most as i64 + 1).await?;
         if rows.len() > most {
             return Ok(self.too_many_schedules());
         }
-        if let Some(user) = s.user() {
+        if let Some(user) = user {
+            // (The database matched the same patterns; this is a second look.)
             rows.retain(|r| user.may(Right::See, &r.queue));
         }
         Ok(Outcome::ok(Reply::Array(rows.into_iter().map(listed).collect())))
@@ -230,6 +249,43 @@ impl<'a> Core<'a> {
             Command::Unschedule(_) => self.merge_unscheduled(answers),
             Command::Schedules => self.merge_schedules(answers),
             _ => self.merge_lists(answers),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_heaviest_schedule_fits_its_weight() {
+        let long = |n: usize| "x".repeat(n);
+        let row = ScheduleRow {
+            name: long(crate::schedule::MAX_SCHEDULE_NAME),
+            queue: long(crate::words::MAX_NAME),
+            cron: long(crate::schedule::MAX_EXPRESSION),
+            tz: long(64),
+            catchup: "none".into(),
+            key_prefix: long(crate::schedule::MAX_KEY_PREFIX),
+            body_bytes: i64::MAX,
+            created_by: Some(long(crate::words::MAX_NAME)),
+            next_ms: Some(i64::MIN),
+            last_tick_ms: Some(i64::MIN),
+            last_run_ms: Some(i64::MIN),
+            last_id: Some(i64::MIN),
+            sent: i64::MIN,
+            missed: i64::MIN,
+            refused: i64::MIN,
+            priority: i64::MIN,
+            group: Some(long(crate::words::MAX_NAME)),
+            delay_ms: i64::MIN,
+            skipped: i64::MIN,
+            suspended: Some(long(crate::ticker::MAX_REASON)),
+        };
+        let reply = listed(row);
+        for resp3 in [false, true] {
+            let n = reply.to_bytes_as(resp3).len();
+            assert!(n <= LISTED_SCHEDULE, "{n} bytes (resp3 {resp3})");
         }
     }
 }

@@ -46,6 +46,12 @@ pub struct NewSchedule<'a> {
     pub elsewhere: i64,
     /// Its first tick (µs).
     pub next_us: i64,
+    /// Each message's PRIORITY.
+    pub priority: i16,
+    /// Each message's GROUP.
+    pub group: Option<&'a str>,
+    /// Each message's DELAY, ms.
+    pub delay_ms: i64,
 }
 
 /// A schedule as QSCHEDULES lists it.
@@ -81,6 +87,16 @@ pub struct ScheduleRow {
     pub missed: i64,
     /// Ticks refused (the queue full).
     pub refused: i64,
+    /// Each message's PRIORITY.
+    pub priority: i64,
+    /// Each message's GROUP.
+    pub group: Option<String>,
+    /// Each message's DELAY, ms.
+    pub delay_ms: i64,
+    /// Ticks skipped: its owner could no longer send them.
+    pub skipped: i64,
+    /// Why its ticks are skipped (`None`: they are not).
+    pub suspended: Option<String>,
 }
 
 impl PgConn {
@@ -118,6 +134,9 @@ impl PgConn {
                     &s.cap,
                     &s.elsewhere,
                     &s.next_us,
+                    &s.priority,
+                    &s.group,
+                    &s.delay_ms,
                 ],
             )
             .await;
@@ -146,9 +165,11 @@ impl PgConn {
         Ok(self.checked(r)?.map(|row| (row.get(0), row.get(1))))
     }
 
-    /// QSCHEDULES on this database: at most `most`, by name.
-    pub async fn schedules(&self, most: i64) -> Result<Vec<ScheduleRow>, DbError> {
-        let r = self.client().query(sql("list"), &[&most]).await;
+    /// QSCHEDULES on this database: those of the queues whose names match
+    /// one of `see_like` (LIKE patterns; `None`: every queue), at most
+    /// `most`, by name.
+    pub async fn schedules(&self, see_like: Option<&[String]>, most: i64) -> Result<Vec<ScheduleRow>, DbError> {
+        let r = self.client().query(sql("list"), &[&most, &see_like]).await;
         Ok(self
             .checked(r)?
             .iter()
@@ -168,6 +189,11 @@ impl PgConn {
                 sent: r.get(12),
                 missed: r.get(13),
                 refused: r.get(14),
+                priority: r.get(15),
+                group: r.get(16),
+                delay_ms: r.get(17),
+                skipped: r.get(18),
+                suspended: r.get(19),
             })
             .collect())
     }
@@ -200,6 +226,14 @@ pub struct Due {
     pub next_us: i64,
     /// The database's clock (µs) at the start of the transaction.
     pub now_us: i64,
+    /// Who made it (`None`: no users then).
+    pub created_by: Option<String>,
+    /// Its messages' PRIORITY.
+    pub priority: i16,
+    /// Its messages' GROUP.
+    pub group: Option<String>,
+    /// Its messages' DELAY, ms.
+    pub delay_ms: i64,
 }
 
 /// The schedules due, at most `most`, locked in `tx`; those locked by another ticker skipped.
@@ -220,6 +254,10 @@ pub fn due(tx: &mut postgres::Transaction, most: i64) -> Result<Vec<Due>, postgr
             sender: r.get(9),
             next_us: r.get(10),
             now_us: r.get(11),
+            created_by: r.get(12),
+            priority: r.get(13),
+            group: r.get(14),
+            delay_ms: r.get(15),
         })
         .collect())
 }
@@ -231,20 +269,17 @@ pub fn due(tx: &mut postgres::Transaction, most: i64) -> Result<Vec<Due>, postgr
 /// the tick is not taken for the tick's: its key is let go and the tick's
 /// message sent, so that a user who may only send cannot replace a
 /// schedule's messages with their own.
-pub fn send(
-    tx: &mut postgres::Transaction,
-    queue_id: i64,
-    key: &str,
-    sender: &str,
-    body: &[u8],
-) -> Result<Option<i64>, postgres::Error> {
-    if let Some(row) = tx.query_opt(sql("send"), &[&queue_id, &key, &sender, &body])? {
+pub fn send(tx: &mut postgres::Transaction, d: &Due, key: &str, body: &[u8]) -> Result<Option<i64>, postgres::Error> {
+    let (queue_id, sender) = (d.queue_id, d.sender.as_str());
+    let args: [&(dyn postgres::types::ToSql + Sync); 7] =
+        [&queue_id, &key, &sender, &body, &d.priority, &d.group, &d.delay_ms];
+    if let Some(row) = tx.query_opt(sql("send"), &args)? {
         return Ok(Some(row.get(0)));
     }
     match tx.query_opt(sql("sent"), &[&queue_id, &key, &sender])? {
         Some(r) if r.get::<_, bool>(1) => {
             tx.execute(sql("unkey"), &[&queue_id, &key])?;
-            Ok(tx.query_opt(sql("send"), &[&queue_id, &key, &sender, &body])?.map(|r| r.get(0)))
+            Ok(tx.query_opt(sql("send"), &args)?.map(|r| r.get(0)))
         }
         Some(r) => Ok(Some(r.get(0))),
         None => Ok(None),
@@ -252,7 +287,7 @@ pub fn send(
 }
 
 /// What a pass did with a schedule.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Default)]
 pub struct Done {
     /// Its next tick (µs; `None`: never again).
     pub next_us: Option<i64>,
@@ -266,11 +301,18 @@ pub struct Done {
     pub missed: i64,
     /// Ticks refused.
     pub refused: i64,
+    /// Ticks skipped (its owner may not send them).
+    pub skipped: i64,
+    /// Why it is suspended (`None`: it is not).
+    pub suspended: Option<String>,
 }
 
 /// Records a pass over schedule `name`.
 pub fn done(tx: &mut postgres::Transaction, name: &str, d: &Done) -> Result<(), postgres::Error> {
-    tx.execute(sql("done"), &[&name, &d.next_us, &d.last_tick_us, &d.last_id, &d.sent, &d.missed, &d.refused])?;
+    tx.execute(
+        sql("done"),
+        &[&name, &d.next_us, &d.last_tick_us, &d.last_id, &d.sent, &d.missed, &d.refused, &d.skipped, &d.suspended],
+    )?;
     Ok(())
 }
 

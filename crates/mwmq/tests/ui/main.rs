@@ -235,6 +235,7 @@ fn the_page_shows_what_qinfo_says_and_its_buttons_act() {
     assert_eq!(cell(&mut b, "yearly", "last_run_ms", "textContent"), "not yet");
     assert_eq!(cell(&mut b, "yearly", "cron", "textContent"), "@yearly (Europe/Berlin)");
     assert_eq!(cell(&mut b, "yearly", "catchup", "textContent"), "one");
+    assert_eq!(cell(&mut b, "yearly", "state", "textContent"), "active");
     assert!(cell(&mut b, "<i>beat</i>", "last_run_ms", "textContent").as_str().unwrap().contains(" ago"));
     let names = b.eval("[...document.querySelectorAll('#schedules tbody tr td.name')].map(t => t.textContent)");
     assert_eq!(names, serde_json::json!(["<i>beat</i>", "yearly"]));
@@ -414,4 +415,56 @@ fn without_a_login_configured_the_page_shows_figures_only() {
     assert_eq!(http(admin, "POST", "/ui/api/login", Some("Bearer anything")).0, 403);
     assert_eq!(qinfo(&mut c, "jobs")["paused"], "0");
     assert_eq!(qinfo(&mut c, "dead")["dead_letters_held"], "1");
+}
+
+/// The page's JSON gave a queue's `rate_per_sec` as a string (`"2.5"`:
+/// QINFO's text, as RESP2 carries a fraction) where every other figure is
+/// a number. Now every figure of the queues and the schedules is a JSON
+/// number, text only where it is text (names, a dead-letter queue, a
+/// schedule's expression, zone, state).
+#[test]
+fn the_api_gives_figures_as_numbers() {
+    let pg = Postgres::start().unwrap();
+    let mut cfg = config(&pg);
+    cfg.stats.admin = Some("127.0.0.1:0".into());
+    let mq = start(cfg);
+    let admin = mq.admin_addr().unwrap();
+    let mut c = connect(mq.local_addr());
+    assert_eq!(q::<String>(&mut c, &["QCREATE", "limited", "RATE", "2.5/s", "CONCURRENCY", "3"]), "OK");
+    let _: i64 = q(&mut c, &["SEND", "limited", "x", "PRIORITY", "2"]);
+    let json = |path: &str| -> Value {
+        let (status, text) = http(admin, "GET", path, None);
+        assert_eq!(status, 200, "{text}");
+        serde_json::from_str(text.split_once("\r\n\r\n").unwrap().1).unwrap()
+    };
+    let info = &json("/ui/api/queues")["queues"][0]["info"];
+    assert_eq!(info["rate_per_sec"], serde_json::json!(2.5), "{info}");
+    let texts = ["dead_letter"];
+    for (k, v) in info.as_object().unwrap() {
+        match k.as_str() {
+            "ready_by_priority" => assert_eq!(v, &serde_json::json!({ "2": 1 })),
+            k if texts.contains(&k) => assert!(v.is_string() || v.is_null(), "{k}: {v}"),
+            k => assert!(v.is_number(), "{k} is {v}, not a number"),
+        }
+    }
+    let _: String = q(&mut c, &["QSCHEDULE", "yearly", "limited", "@yearly", "x", "PRIORITY", "5", "GROUP", "g"]);
+    let schedules = json("/ui/api/schedules");
+    let s = &schedules["schedules"][0];
+    let texts = ["name", "queue", "cron", "tz", "catchup", "key_prefix", "created_by", "group", "state", "reason"];
+    for (k, v) in s.as_object().unwrap() {
+        if texts.contains(&k.as_str()) {
+            assert!(v.is_string() || v.is_null(), "{k}: {v}");
+        } else {
+            assert!(
+                v.is_number() || (v.is_null() && (k.ends_with("_ms") || k == "last_id")),
+                "{k} is {v}, not a number"
+            );
+        }
+    }
+    assert_eq!(
+        (&s["priority"], &s["group"], &s["state"]),
+        (&serde_json::json!(5), &serde_json::json!("g"), &serde_json::json!("active"))
+    );
+    mq.stopper().stop();
+    mq.join();
 }

@@ -159,7 +159,7 @@ function chart(rates) {
 function limitsText(info) {
   const parts = [];
   if (info.concurrency) parts.push("concurrency " + info.concurrency);
-  if (info.rate_per_sec && info.rate_per_sec !== "0") parts.push("rate " + info.rate_per_sec + "/s");
+  if (info.rate_per_sec) parts.push("rate " + info.rate_per_sec + "/s");
   if (info.max_deliveries) {
     parts.push("max deliveries " + info.max_deliveries + (info.dead_letter ? " → " + info.dead_letter : ", then dropped"));
   }
@@ -290,7 +290,12 @@ function scheduleRow(s, now) {
   const tr = el("tr", { "data-schedule": s.name });
   tr.appendChild(el("td", { class: "name" }, s.name));
   tr.appendChild(el("td", { "data-field": "queue" }, s.queue));
-  tr.appendChild(el("td", { "data-field": "cron" }, s.cron + (s.tz !== "UTC" ? " (" + s.tz + ")" : "")));
+  const sends = [];
+  if (s.priority) sends.push("priority " + s.priority);
+  if (s.group !== null && s.group !== undefined) sends.push("group " + s.group);
+  if (s.delay_ms) sends.push("delay " + fmtAge(s.delay_ms));
+  tr.appendChild(el("td", { "data-field": "cron" },
+    s.cron + (s.tz !== "UTC" ? " (" + s.tz + ")" : "") + (sends.length ? " · " + sends.join(" · ") : "")));
   tr.appendChild(el("td", { "data-field": "catchup" }, s.catchup));
   tr.appendChild(el("td", { "data-field": "next_run_ms", "data-value": String(s.next_run_ms) },
     s.next_run_ms === null ? "never" : fmtWhen(s.next_run_ms, now)));
@@ -298,6 +303,10 @@ function scheduleRow(s, now) {
     s.last_run_ms === null ? "not yet" : fmtWhen(s.last_run_ms, now) + (s.last_id ? " · id " + s.last_id : "")));
   tr.appendChild(numCell("sent", s.sent, fmtInt(s.sent)));
   tr.appendChild(numCell("missed", s.missed, fmtInt(s.missed) + (s.refused ? " · " + fmtInt(s.refused) + " refused" : "")));
+  // Suspended: its owner may no longer send its ticks (skipped, with why).
+  const suspended = s.state === "suspended";
+  tr.appendChild(el("td", { "data-field": "state", "data-value": s.state, class: suspended ? "error" : "" },
+    suspended ? "suspended (" + fmtInt(s.skipped) + " skipped): " + s.reason : s.state));
   return tr;
 }
 
