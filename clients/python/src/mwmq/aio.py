@@ -221,6 +221,10 @@ class AsyncClient(ClientBase):
         """ACKs pipelined on one connection."""
         return all_or_raise(await self._execute([c.ack(*c.delivery(m, (), 0)[:3]) for m in msgs]))
 
+    async def touch_many(self, msgs: Sequence[Message], ms: int) -> list[bool]:
+        """TOUCHes pipelined on one connection: each message invisible for `ms` more."""
+        return all_or_raise(await self._execute([c.touch(*c.delivery(m, (), 0)[:3], ms) for m in msgs]))
+
     @overload
     async def nack(self, msg: Message, delay_ms: int | None = None) -> bool: ...
     @overload
