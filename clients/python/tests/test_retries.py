@@ -122,7 +122,10 @@ def test_tryagain_from_a_frozen_database_is_retried_and_sends_once(
     mid = results["keyed"]
     assert isinstance(mid, str)
     got = client.recv(queue, count=10)
-    assert [(m.id, m.body) for m in got] == [(mid, b"keyed")]
+    assert [m.id for m in got if m.body == b"keyed"] == [mid]
+    # The keyless one may or may not have been stored (a -TRYAGAIN may come
+    # after the commit): that is why it is not sent again.
+    assert {m.body for m in got} <= {b"keyed", b"keyless"}
     fast.kill()
 
 

@@ -16,8 +16,10 @@ import sys
 import textwrap
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
+
+import pytest
 
 import mwmq
 from mwmq.aio import AsyncClient
@@ -67,8 +69,8 @@ def test_a_failing_handler_is_retried_after_the_backoff_then_dead_lettered(clien
 
 
 def test_a_handler_slower_than_its_lease_keeps_it_and_runs_once(client: mwmq.Client, mq: Mwmq, queue: str):
-    """Leases of 1 s, handlers of 2.5 s: without TOUCH a second receiver
-    would get both messages after a second."""
+    """Leases of 2 s TOUCHed every 0.4 s, handlers of 4.5 s: without TOUCH a
+    second receiver would get both messages after 2 s."""
     client.create_queue(queue)
     ids = client.send_many(queue, ["slow 1", "slow 2"])
     runs: list[str] = []
@@ -77,9 +79,9 @@ def test_a_handler_slower_than_its_lease_keeps_it_and_runs_once(client: mwmq.Cli
     def handler(m: mwmq.Message) -> None:
         runs.append(m.id)
         started.release()
-        time.sleep(2.5)
+        time.sleep(4.5)
 
-    w = mwmq.Worker(client, queue, handler, concurrency=2, vt_ms=1000, wait_ms=100)
+    w = mwmq.Worker(client, queue, handler, concurrency=2, vt_ms=2000, touch_every_ms=400, wait_ms=100)
     t = start(w)
     for _ in ids:
         assert started.acquire(timeout=DEADLINE)
@@ -99,49 +101,83 @@ def test_a_handler_slower_than_its_lease_keeps_it_and_runs_once(client: mwmq.Cli
 HANDLERS = """
 import os, time
 
-def slow(msg):
-    time.sleep(0.4)
-    fd = os.open(os.environ["DONE_FILE"], os.O_WRONLY | os.O_APPEND | os.O_CREAT)
-    os.write(fd, msg.body + b"\\n")
+def gated(msg):
+    # Started: noted; then held until the test opens the gate; done: noted.
+    note(msg, "started")
+    while not os.path.exists(os.environ["GATE"]):
+        time.sleep(0.01)
+    note(msg, "done")
+
+def note(msg, what):
+    fd = os.open(os.environ["NOTES"], os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+    os.write(fd, b"%s %s\\n" % (what.encode(), msg.body))
     os.close(fd)
 """
 
 
-def worker_process(tmp_path: Path, mq: Mwmq, queue: str, *args: str) -> subprocess.Popen[bytes]:
+@pytest.fixture
+def spawned() -> Iterator[list[subprocess.Popen[bytes]]]:
+    """Worker processes a test starts, killed if the test leaves them running."""
+    procs: list[subprocess.Popen[bytes]] = []
+    yield procs
+    for p in procs:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+
+
+def worker_process(
+    spawned: list[subprocess.Popen[bytes]], tmp_path: Path, mq: Mwmq, queue: str, log: str, *args: str
+) -> subprocess.Popen[bytes]:
+    """`python -m mwmq worker handlers:gated ...`, its standard error in tmp_path/log."""
     (tmp_path / "handlers.py").write_text(textwrap.dedent(HANDLERS))
-    env = {**os.environ, "DONE_FILE": str(tmp_path / "done"), "MWMQ_URL": mq.url("app")}
-    cmd = [sys.executable, "-m", "mwmq", "worker", "handlers:slow", "--queue", queue, *args]
-    return subprocess.Popen(cmd, cwd=tmp_path, env=env, stderr=subprocess.PIPE)
+    env = {
+        **os.environ,
+        "NOTES": str(tmp_path / "notes"),
+        "GATE": str(tmp_path / "gate"),
+        "MWMQ_URL": mq.url("app"),
+    }
+    cmd = [sys.executable, "-m", "mwmq", "worker", "handlers:gated", "--queue", queue, *args]
+    with (tmp_path / log).open("wb") as err:
+        spawned.append(subprocess.Popen(cmd, cwd=tmp_path, env=env, stderr=err))
+    return spawned[-1]
 
 
-def done(tmp_path: Path) -> list[str]:
-    f = tmp_path / "done"
-    return f.read_text().split() if f.exists() else []
+def notes(tmp_path: Path, what: str) -> list[str]:
+    f = tmp_path / "notes"
+    lines = f.read_text().splitlines() if f.exists() else []
+    return [line.split()[1] for line in lines if line.split()[0] == what]
 
 
 def test_sigterm_mid_batch_loses_nothing_and_does_nothing_twice(
-    client: mwmq.Client, mq: Mwmq, queue: str, tmp_path: Path
+    client: mwmq.Client, mq: Mwmq, queue: str, tmp_path: Path, spawned: list[subprocess.Popen[bytes]]
 ):
+    """A worker process with 4 handlers held mid-job gets SIGTERM: it takes
+    nothing more, finishes the 4 (once they may go on) and ACKs them, exits
+    0; a second worker does the other 8. Every job once."""
     client.create_queue(queue)
     bodies = [f"job-{i}" for i in range(12)]
     client.send_many(queue, bodies)
-    p = worker_process(tmp_path, mq, queue, "--concurrency", "4", "--wait-ms", "200", "--progress")
-    until(lambda: len(done(tmp_path)) >= 4, "the first jobs done")
+    p = worker_process(
+        spawned, tmp_path, mq, queue, "first.log", "--concurrency", "4", "--wait-ms", "200", "--progress"
+    )
+    until(lambda: len(notes(tmp_path, "started")) == 4, "four jobs started")
     p.send_signal(signal.SIGTERM)
-    _, err = p.communicate(timeout=DEADLINE)
-    assert p.returncode == 0, err.decode()
-    log = err.decode()
-    assert "stopping (signal=SIGTERM)" in log and "stopped" in log
-    assert "done," in log  # the progress line
-    first = done(tmp_path)
-    assert len(first) < len(bodies) and len(first) == len(set(first))
-    # What the stopped worker held was finished and acknowledged, or given
-    # back: a second worker does the rest, and nothing twice.
-    p = worker_process(tmp_path, mq, queue, "--concurrency", "4", "--wait-ms", "200")
-    until(lambda: len(done(tmp_path)) >= len(bodies), "every job done")
+    log = tmp_path / "first.log"
+    until(lambda: "stopping (signal=SIGTERM)" in log.read_text(), "the worker says it is stopping")
+    (tmp_path / "gate").touch()
+    assert p.wait(DEADLINE) == 0, log.read_text()
+    assert "stopped (done=4, failed=0)" in log.read_text()
+    assert "4 done, 0 failed" in log.read_text()  # the progress line
+    first = notes(tmp_path, "done")
+    assert len(first) == 4 and sorted(first) == sorted(notes(tmp_path, "started"))
+    assert client.length(queue) == 8
+    p = worker_process(spawned, tmp_path, mq, queue, "second.log", "--concurrency", "4", "--wait-ms", "200")
+    until(lambda: len(notes(tmp_path, "done")) == len(bodies), "every job done")
     p.send_signal(signal.SIGINT)
-    p.communicate(timeout=DEADLINE)
-    assert sorted(done(tmp_path)) == sorted(bodies)
+    assert p.wait(DEADLINE) == 0, (tmp_path / "second.log").read_text()
+    assert sorted(notes(tmp_path, "done")) == sorted(bodies)
+    assert sorted(notes(tmp_path, "started")) == sorted(bodies)
     assert client.length(queue) == 0
 
 

@@ -180,7 +180,7 @@ class AsyncWorker:
                 self.stats.failed += 1
                 event(logging.WARNING, "failed", self.queue, m, error=repr(error), exc_info=error)
                 await self.client.nack(m)
-        except MwmqError as e:
+        except Exception as e:  # a handler's task must end cleanly whatever happened
             event(logging.WARNING, "settle_failed", self.queue, m, error=str(e))
         finally:
             self._done(m)
@@ -223,7 +223,7 @@ class AsyncWorker:
                 continue
             try:
                 kept = await self.client.touch_many(held, self.vt_ms)
-            except MwmqError as e:
+            except Exception as e:  # the keeper must outlive any failure
                 event(logging.WARNING, "touch_failed", self.queue, error=str(e))
                 continue
             for m, ok in zip(held, kept, strict=True):

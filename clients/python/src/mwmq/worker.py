@@ -141,6 +141,8 @@ class Worker:
             self._hurry.set()
             for _ in threads:
                 self._jobs.put(None)
+            # The keeper may be TOUCHing: done before the caller closes the client.
+            keeper.join(10.0)
             for s, h in old.items():
                 signal.signal(s, h)
             self._progress.end()
@@ -241,7 +243,7 @@ class Worker:
                         self.stats.failed += 1
                     event(logging.WARNING, "failed", self.queue, m, error=repr(error), exc_info=error)
                     self.client.nack(m)
-            except MwmqError as e:
+            except Exception as e:  # the handler thread must outlive any failure
                 event(logging.WARNING, "settle_failed", self.queue, m, error=str(e))
         with self._idle:
             self._running.pop(m.id, None)
@@ -258,7 +260,7 @@ class Worker:
                 continue
             try:
                 kept = self.client.touch_many(held, self.vt_ms)
-            except MwmqError as e:
+            except Exception as e:  # the keeper must outlive any failure
                 event(logging.WARNING, "touch_failed", self.queue, error=str(e))
                 continue
             for m, ok in zip(held, kept, strict=True):
