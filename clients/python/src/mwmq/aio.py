@@ -368,7 +368,6 @@ class AsyncClient(ClientBase):
         queue: str,
         cron: str,
         body: c.Body,
-        *,
         tz: str | None = None,
         key: str | None = None,
         catchup: str | None = None,

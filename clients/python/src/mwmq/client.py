@@ -378,7 +378,6 @@ class Client(ClientBase):
         queue: str,
         cron: str,
         body: c.Body,
-        *,
         tz: str | None = None,
         key: str | None = None,
         catchup: str | None = None,
