@@ -35,6 +35,16 @@ USERS = {
     "other": ("other-secret", "*", "*", None),
     "sender": ("sender-secret", "*", None, None),
 }
+# This checkout's package, for the Python processes the tests start.
+SRC = Path(__file__).resolve().parents[1] / "src"
+
+
+def child_env(**extra: str) -> dict[str, str]:
+    """The environment of a Python child process: this checkout's mwmq first."""
+    path = os.pathsep.join(p for p in (str(SRC), os.environ.get("PYTHONPATH", "")) if p)
+    return {**os.environ, "PYTHONPATH": path, **extra}
+
+
 # The largest body the shared mwmq takes (--max-body): small, so that a body
 # at the limit is cheap to send.
 MAX_BODY = 1 << 20

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import os
 import signal
 import subprocess
 import sys
@@ -24,7 +23,7 @@ import pytest
 import mwmq
 from mwmq.aio import AsyncClient
 
-from conftest import Mwmq, Site
+from conftest import Mwmq, Site, child_env
 
 DEADLINE = 30.0
 
@@ -131,12 +130,7 @@ def worker_process(
 ) -> subprocess.Popen[bytes]:
     """`python -m mwmq worker handlers:gated ...`, its standard error in tmp_path/log."""
     (tmp_path / "handlers.py").write_text(textwrap.dedent(HANDLERS))
-    env = {
-        **os.environ,
-        "NOTES": str(tmp_path / "notes"),
-        "GATE": str(tmp_path / "gate"),
-        "MWMQ_URL": mq.url("app"),
-    }
+    env = child_env(NOTES=str(tmp_path / "notes"), GATE=str(tmp_path / "gate"), MWMQ_URL=mq.url("app"))
     cmd = [sys.executable, "-m", "mwmq", "worker", "handlers:gated", "--queue", queue, *args]
     with (tmp_path / log).open("wb") as err:
         spawned.append(subprocess.Popen(cmd, cwd=tmp_path, env=env, stderr=err))
@@ -182,7 +176,7 @@ def test_sigterm_mid_batch_loses_nothing_and_does_nothing_twice(
 
 
 def test_the_command_line_refuses_clearly(mq: Mwmq, queue: str, tmp_path: Path):
-    env = {**os.environ, "MWMQ_URL": f"redis://app:wrong@127.0.0.1:{mq.port}"}
+    env = child_env(MWMQ_URL=f"redis://app:wrong@127.0.0.1:{mq.port}")
     (tmp_path / "h.py").write_text("def f(m):\n    pass\n")
     r = subprocess.run(
         [sys.executable, "-m", "mwmq", "worker", "h:f", "-q", queue],
@@ -192,7 +186,10 @@ def test_the_command_line_refuses_clearly(mq: Mwmq, queue: str, tmp_path: Path):
     )
     assert r.returncode == 1 and b"mwmq worker: WRONGPASS" in r.stderr
     r = subprocess.run(
-        [sys.executable, "-m", "mwmq", "worker", "h:nope", "-q", queue], cwd=tmp_path, capture_output=True
+        [sys.executable, "-m", "mwmq", "worker", "h:nope", "-q", queue],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
     )
     assert r.returncode == 1 and b"mwmq worker: h has no nope" in r.stderr
 
