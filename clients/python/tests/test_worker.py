@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import logging
 import signal
 import subprocess
 import sys
@@ -254,3 +255,33 @@ def test_the_async_worker(mq: Mwmq, queue: str):
             assert back.body == b"stuck" and await c.ack(back)
 
     asyncio.run(main())
+
+
+def test_a_worker_waits_for_its_queue_and_stops_on_a_refusal(client: mwmq.Client, mq: Mwmq, queue: str):
+    """A queue that does not exist yet is waited for (recv_failed, retried);
+    a receiver without the right gets NoPerm out of run(), not a silent
+    empty queue."""
+    seen: list[str] = []
+
+    class Events(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            seen.append(getattr(record, "mwmq_event", ""))
+
+    handler = Events()
+    logging.getLogger("mwmq.worker").addHandler(handler)
+    try:
+        handled: list[bytes] = []
+        w = mwmq.Worker(client, queue, lambda m: handled.append(m.body), wait_ms=100)
+        t = start(w)
+        until(lambda: "recv_failed" in seen, "the missing queue noticed")
+        client.create_queue(queue)
+        client.send(queue, "late")
+        until(lambda: handled == [b"late"], "the message handled once the queue exists")
+        w.stop()
+        t.join(DEADLINE)
+    finally:
+        logging.getLogger("mwmq.worker").removeHandler(handler)
+    with mwmq.Client(mq.url("sender")) as sender:
+        refused = mwmq.Worker(sender, queue, lambda m: None, wait_ms=100)
+        with pytest.raises(mwmq.NoPerm, match="no permissions to receive"):
+            refused.run()

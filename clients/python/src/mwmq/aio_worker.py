@@ -22,7 +22,7 @@ from .aio import AsyncClient
 from .errors import MwmqError
 from .progress import Progress, WorkerStats, event
 from .types import Message
-from .worker import FATAL, check
+from .worker import check, fatal
 
 AsyncHandler = Callable[[Message], Any]
 
@@ -133,9 +133,9 @@ class AsyncWorker:
             )
             try:
                 done, msgs = await self._until_stopped(recv)
-            except FATAL:
-                raise
             except MwmqError as e:
+                if fatal(e):
+                    raise
                 event(logging.WARNING, "recv_failed", self.queue, error=str(e), retry_in=round(pause, 2))
                 await self._until_stopped(asyncio.sleep(pause))
                 pause = min(pause * 2, 5.0)

@@ -40,14 +40,18 @@ from types import FrameType
 from typing import Any
 
 from .client import Client
-from .errors import AuthError, BadRequest, MwmqError, NoPerm
+from .errors import AuthError, BadRequest, LoginThrottled, MwmqError, NoPerm
 from .progress import Progress, WorkerStats, event
 from .types import Message
 
 Handler = Callable[[Message], Any]
 
-# Refusals that waiting does not cure: the worker stops and raises them.
-FATAL = (NoPerm, AuthError, BadRequest)
+
+def fatal(e: MwmqError) -> bool:
+    """A refusal that waiting does not cure (no right, a wrong password, a
+    malformed request): the worker stops and raises it. A throttled login
+    is cured by waiting."""
+    return isinstance(e, (NoPerm, AuthError, BadRequest)) and not isinstance(e, LoginThrottled)
 
 
 def check(concurrency: int, vt_ms: int, wait_ms: int, touch_every_ms: int | None) -> int:
@@ -162,9 +166,9 @@ class Worker:
                 msgs = self.client.recv(
                     self.queue, count=free, vt_ms=self.vt_ms, wait_ms=self.wait_ms, sender=self.sender
                 )
-            except FATAL:
-                raise
             except MwmqError as e:
+                if fatal(e):
+                    raise
                 event(logging.WARNING, "recv_failed", self.queue, error=str(e), retry_in=round(pause, 2))
                 self._stopping.wait(pause)
                 pause = min(pause * 2, 5.0)
