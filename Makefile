@@ -68,11 +68,13 @@ rust-deps:
 ## Python packages for the lab (mwlab) and its tests, in .venv.
 python-deps: $(VENV)/.installed
 
-$(VENV)/.installed: lab/pyproject.toml
+$(VENV)/.installed: lab/pyproject.toml clients/python/pyproject.toml
 	@$(PYTHON) -m venv $(VENV) 2>/dev/null || { \
 	  $(SUDO) apt-get update -q && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q python3-venv && \
 	  $(PYTHON) -m venv $(VENV); }
 	$(VENV)/bin/pip install -q -e 'lab[test]'
+	@# The Python client and worker of mwmq (clients/python), tested by make test.
+	$(VENV)/bin/pip install -q -e './clients/python[test]'
 	@# pylibmc's own test suite (in its source distribution, not its wheel), run through mwproxy by lab/tests.
 	@ver=$$($(VENV)/bin/python -c 'import pylibmc; print(pylibmc.__version__)') && \
 	rm -rf $(VENV)/pylibmc-src && mkdir -p $(VENV)/pylibmc-src && \
@@ -195,12 +197,12 @@ bench: build python-deps
 lint: rust-deps python-deps
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
-	$(VENV)/bin/ruff check lab
-	$(VENV)/bin/ruff format --check lab
+	$(VENV)/bin/ruff check lab clients/python
+	$(VENV)/bin/ruff format --check lab clients/python
 
 fmt: python-deps
 	$(CARGO) fmt --all
-	$(VENV)/bin/ruff format lab
+	$(VENV)/bin/ruff format lab clients/python
 
 clean:
 	$(CARGO) clean

@@ -7,13 +7,14 @@ where the time went.
                                        other engine (make test-slow, what CI runs)
     scripts/testrun.py --jobs 2        two Rust test binaries side by side
     scripts/testrun.py --only streams --only lab   some suites (Rust binary names, `lab`,
-                                       or a pytest path such as lab/tests/test_netns.py)
+                                       `clients` or a pytest path such as lab/tests/test_netns.py)
     scripts/testrun.py --only mwproxy::hostile -- clients_that_never_read
                                        arguments after -- go to each Rust test binary
 
 Phases: the build (every binary and test binary), the Rust test binaries (each
 run from its crate's directory as cargo runs it, its output kept in
-target/test-logs/), the second engines, the lab (pytest). At the end: how long
+target/test-logs/), the second engines, the lab (pytest), the Python client of
+mwmq (`clients`: pytest over clients/python/tests). At the end: how long
 each phase took, the ten slowest tests, and every failure with the log that
 holds it. A Rust binary's per-test times come from libtest's `--report-time`
 (an unstable flag of the test harness, unlocked for the test binaries alone
@@ -165,21 +166,37 @@ def failure_section(log: Path) -> str:
     return text[i:] if i >= 0 else text[-8000:]
 
 
-def node_id(classname: str, name: str) -> str:
+# The pytest suites: a name (what --only takes), the directory of its
+# pyproject.toml (pytest's rootdir, which JUnit's class names start from) and
+# what pytest runs by default.
+PYTEST_SUITES = {"lab": ("lab", "lab"), "clients": ("clients/python", "clients/python/tests")}
+
+
+def pytest_suite(only: str) -> str | None:
+    """The pytest suite a --only value names (its name or a path in it), or None."""
+    for name, (root, _) in PYTEST_SUITES.items():
+        if only == name or only.startswith(root + "/"):
+            return name
+    return None
+
+
+def node_id(classname: str, name: str, root: str = "lab") -> str:
     """pytest's own name of a test (what `--only` and pytest take) from a
     JUnit case: `tests.test_mq` + `test_x` -> `lab/tests/test_mq.py::test_x`."""
     parts = classname.split(".")
     module = max((i for i, p in enumerate(parts) if p.startswith("test_")), default=len(parts) - 1)
-    return "::".join(["lab/" + "/".join(parts[: module + 1]) + ".py", *parts[module + 1 :], name])
+    return "::".join([f"{root}/" + "/".join(parts[: module + 1]) + ".py", *parts[module + 1 :], name])
 
 
-def run_lab(phases: dict[str, float], paths: list[str]) -> list[Outcome]:
-    """pytest over the lab (or the paths given), per-test times from its
-    JUnit file; its whole output is shown and kept in target/test-logs/lab.log."""
-    junit, log = LOGS / "lab.xml", LOGS / "lab.log"
+def run_lab(phases: dict[str, float], paths: list[str], suite: str = "lab") -> list[Outcome]:
+    """pytest over a suite (the lab, the Python client; or the paths given),
+    per-test times from its JUnit file; its whole output is shown and kept in
+    target/test-logs/<suite>.log."""
+    root, default = PYTEST_SUITES[suite]
+    junit, log = LOGS / f"{suite}.xml", LOGS / f"{suite}.log"
     junit.unlink(missing_ok=True)
-    cmd = [str(ROOT / ".venv" / "bin" / "pytest"), *(paths or ["lab"]), f"--junitxml={junit}", "--durations=10"]
-    say(f"==> lab: {' '.join(cmd)}")
+    cmd = [str(ROOT / ".venv" / "bin" / "pytest"), *(paths or [default]), f"--junitxml={junit}", "--durations=10"]
+    say(f"==> {suite}: {' '.join(cmd)}")
     t0 = time.monotonic()
     with open(log, "w") as out:
         p = subprocess.Popen(cmd, cwd=ROOT, env=lab_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -189,11 +206,11 @@ def run_lab(phases: dict[str, float], paths: list[str]) -> list[Outcome]:
             out.write(line)
         returncode = p.wait()
     took = time.monotonic() - t0
-    phases["lab"] = phases.get("lab", 0.0) + took
-    o = Outcome("lab", took, returncode == 0, log)
+    phases[suite] = phases.get(suite, 0.0) + took
+    o = Outcome(suite, took, returncode == 0, log)
     if junit.exists():
         for case in ET.parse(junit).getroot().iter("testcase"):
-            name = node_id(case.get("classname", ""), case.get("name", ""))
+            name = node_id(case.get("classname", ""), case.get("name", ""), root)
             o.tests[name] = float(case.get("time", 0))
             if case.find("failure") is not None or case.find("error") is not None:
                 o.failed.append(name)
@@ -238,8 +255,8 @@ def main() -> int:
     if not args.no_build:
         timed("build", ["cargo", "build", "--workspace", "--bins"], phases)
     binaries = test_binaries(phases)
-    lab_paths = [o for o in args.only if o == "lab" or o.startswith("lab/")]
-    rust_only = [o for o in args.only if o not in lab_paths]
+    py_only = {name: [o for o in args.only if pytest_suite(o) == name] for name in PYTEST_SUITES}
+    rust_only = [o for o in args.only if pytest_suite(o) is None]
     if args.only:
         # Only the named suites: none of the Rust binaries when only the lab's were named.
         binaries = [b for b in binaries if b.suite in rust_only or b.name in rust_only or b.crate in rust_only]
@@ -265,8 +282,9 @@ def main() -> int:
         with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
             outcomes += list(pool.map(lambda be: run_binary(be[0], be[1], args.test_args), mine))
         phases[phase] = time.monotonic() - t0
-    if not args.only or lab_paths:
-        outcomes += run_lab(phases, [p for p in lab_paths if p != "lab"])
+    for suite, named in py_only.items():
+        if not args.only or named:
+            outcomes += run_lab(phases, [p for p in named if p != suite], suite)
     summary(outcomes, phases, time.time() - began)
     return 0 if all(o.ok for o in outcomes) else 1
 
