@@ -6,9 +6,10 @@ the right to receive)."""
 from __future__ import annotations
 
 import pytest
-from conftest import MAX_BODY, Mwmq
 
 import mwmq
+
+from conftest import MAX_BODY, Mwmq
 
 
 def test_send_recv_ack_nack_touch_pop_peek(client: mwmq.Client, queue: str):

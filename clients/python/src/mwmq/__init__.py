@@ -12,6 +12,7 @@ extended, ACK on success, NACK on an exception.
         mq.ack(msg)
 """
 
+from .aio_worker import AsyncWorker
 from .client import Client
 from .errors import (
     AuthError,
@@ -28,11 +29,14 @@ from .errors import (
     WrongPass,
     WrongType,
 )
+from .progress import WorkerStats
 from .types import DeadLetter, Message, QueueInfo, Schedule
+from .worker import Worker
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "AsyncWorker",
     "AuthError",
     "BadRequest",
     "Client",
@@ -49,6 +53,8 @@ __all__ = [
     "QueueInfo",
     "Schedule",
     "TryAgain",
+    "Worker",
+    "WorkerStats",
     "WrongPass",
     "WrongType",
     "__version__",

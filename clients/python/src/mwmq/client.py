@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import threading
 import time
-import uuid
 from collections.abc import Iterable, Sequence
 from typing import Any, TypeVar, overload
 
@@ -21,7 +20,8 @@ import redis
 import redis.exceptions as rex
 
 from . import commands as c
-from .core import Attempts, Batch, Settings, first_error, settings
+from .base import ClientBase, all_or_raise
+from .core import Attempts, Batch
 from .errors import MwmqError, TryAgain, from_redis, is_connection_error
 from .types import DeadLetter, Message, QueueInfo, Schedule
 
@@ -39,71 +39,16 @@ def _get_connection(pool: redis.ConnectionPool) -> Any:
         return pool.get_connection("_")
 
 
-def new_key() -> str:
-    """A KEY for a SEND that did not name one: 32 hex digits of a uuid4."""
-    return uuid.uuid4().hex
+class Client(ClientBase):
+    """A connection to mwmq, or to the first of several addresses that
+    answers; its keyword arguments are ClientBase's. Thread-safe.
 
-
-class Client:
-    """A connection to mwmq (or to the first of several that answers).
-
-    `address`: a URL (`redis://host:6380`, `rediss://` for TLS,
-    `mwmq://user:password@host:6380`) or `host:port`, or a list of them to
-    fail over between. `username`/`password` override what a URL carries;
-    `ssl*` are redis-py's. `socket_timeout` bounds each reply (None: wait as
-    long as it takes; a RECV's `wait_ms` must end before it);
-    `socket_connect_timeout` each connection attempt.
-
-    `retries`: how many times a request is tried again after waiting
-    (backoff from `retry_backoff[0]` seconds doubling to `retry_backoff[1]`,
-    with jitter) when no address answers or mwmq says `-TRYAGAIN`; an
-    address that refuses is left for the next one at once. `auto_key`: a
-    `send` without `key=` gets a fresh one (uuid4) so that it can be retried
-    without being stored twice — mwmq answers a repeated KEY with the first
-    id. Without it such a SEND is never retried once sent (TryAgain or
-    ConnectionLost is raised). Other keyword arguments go to `redis.Redis`.
+        mq = mwmq.Client("redis://app:secret@127.0.0.1:6380")
+        mq.send("jobs", b"resize 17.jpg")
     """
 
-    def __init__(
-        self,
-        address: str | Sequence[str] = "redis://127.0.0.1:6380",
-        *,
-        username: str | None = None,
-        password: str | None = None,
-        ssl: bool = False,
-        ssl_ca_certs: str | None = None,
-        ssl_certfile: str | None = None,
-        ssl_keyfile: str | None = None,
-        socket_timeout: float | None = None,
-        socket_connect_timeout: float | None = 5.0,
-        protocol: int | None = None,
-        max_connections: int | None = None,
-        client_name: str | None = None,
-        retries: int = 8,
-        retry_backoff: tuple[float, float] = (0.05, 2.0),
-        auto_key: bool = True,
-        **redis_options: Any,
-    ):
-        self._settings: Settings = settings(
-            address,
-            username=username,
-            password=password,
-            ssl=ssl,
-            ssl_ca_certs=ssl_ca_certs,
-            ssl_certfile=ssl_certfile,
-            ssl_keyfile=ssl_keyfile,
-            socket_timeout=socket_timeout,
-            socket_connect_timeout=socket_connect_timeout,
-            protocol=protocol,
-            max_connections=max_connections,
-            client_name=client_name,
-            retries=retries,
-            retry_backoff=retry_backoff,
-            auto_key=auto_key,
-            redis_options=redis_options,
-        )
+    def _setup(self) -> None:
         self._redis: list[redis.Redis | None] = [None] * len(self._settings.addresses)
-        self._current = 0
         self._lock = threading.Lock()
 
     # -- connections
@@ -124,15 +69,9 @@ class Client:
         assert r is not None
         return r
 
-    @property
-    def address(self) -> str:
-        """The address in use now."""
-        return str(self._settings.addresses[self._current])
-
     def _move(self, failed: int, to: int) -> None:
         with self._lock:
-            if self._current == failed:
-                self._current = to
+            super()._move(failed, to)
 
     def close(self) -> None:
         """Closes every connection (the client may be used again: it reconnects)."""
@@ -148,7 +87,7 @@ class Client:
 
     def _execute(self, calls: Sequence[c.Call[Any]]) -> list[Any]:
         """The calls' results in order, each a value or an MwmqError."""
-        batch, attempts = Batch(calls), Attempts(self._settings)
+        batch, attempts = Batch(calls), Attempts(self._settings, str(calls[0].args[0]))
         while batch.pending:
             i = self._current
             pool = self._pool(i)
@@ -199,6 +138,10 @@ class Client:
                     self._move(i, step[0])
                     time.sleep(step[1])
                 continue
+            except BaseException:
+                # Interrupted mid-request: the connection's state is unknown.
+                conn.disconnect()
+                raise
             finally:
                 pool.release(conn)
             if batch.answered(replies):
@@ -222,11 +165,6 @@ class Client:
         return self.call(c.Call(tuple(args), lambda r: r))
 
     # -- messages
-
-    def _send_call(self, queue: str, body: c.Body, key: str | None, **options: Any) -> c.Call[str]:
-        if key is None and self._settings.auto_key:
-            key = new_key()
-        return c.send(queue, body, key=key, **options)
 
     def send(
         self,
@@ -262,28 +200,9 @@ class Client:
         """SENDs of each body, pipelined on one connection; their ids in
         order. If one is refused, the others are still sent, and its error
         is raised with `.results` (an id or an MwmqError for each body)."""
-        bodies = list(bodies)
-        if keys is not None and len(keys) != len(bodies):
-            raise ValueError(f"{len(keys)} keys for {len(bodies)} bodies")
-        calls = [
-            self._send_call(
-                queue, b, keys[n] if keys else None, delay_ms=delay_ms, group=group, priority=priority, to=to
-            )
-            for n, b in enumerate(bodies)
-        ]
-        if not calls:
-            return []
-        results = self._execute(calls)
-        err = first_error(results)
-        if err is not None:
-            err.results = results  # type: ignore[attr-defined]
-            raise err
-        return results
-
-    def _check_wait(self, wait_ms: int | None) -> None:
-        limit = self._settings.socket_timeout
-        if wait_ms is not None and limit is not None and wait_ms / 1000 >= limit:
-            raise ValueError(f"wait_ms={wait_ms} outlasts socket_timeout={limit} s: the reply would time out")
+        options = {"delay_ms": delay_ms, "group": group, "priority": priority, "to": to}
+        calls = self._send_many_calls(queue, bodies, keys, **options)
+        return all_or_raise(self._execute(calls)) if calls else []
 
     def recv(
         self,
@@ -312,11 +231,11 @@ class Client:
 
     def ack_many(self, msgs: Sequence[Message]) -> list[bool]:
         """ACKs pipelined on one connection."""
-        results = self._execute([c.ack(*c.delivery(m, (), 0)[:3]) for m in msgs])
-        err = first_error(results)
-        if err is not None:
-            raise err
-        return results
+        return all_or_raise(self._execute([c.ack(*c.delivery(m, (), 0)[:3]) for m in msgs]))
+
+    def touch_many(self, msgs: Sequence[Message], ms: int) -> list[bool]:
+        """TOUCHes pipelined on one connection: each message invisible for `ms` more."""
+        return all_or_raise(self._execute([c.touch(*c.delivery(m, (), 0)[:3], ms) for m in msgs]))
 
     @overload
     def nack(self, msg: Message, delay_ms: int | None = None) -> bool: ...

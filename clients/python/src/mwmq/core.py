@@ -21,6 +21,7 @@ The rules, in one place:
 
 from __future__ import annotations
 
+import logging
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -32,6 +33,8 @@ from redis.retry import Retry
 from . import addresses
 from .commands import Call
 from .errors import ConnectionLost, MwmqError, TryAgain
+
+log = logging.getLogger("mwmq.client")
 
 
 @dataclass
@@ -106,6 +109,7 @@ class Attempts:
     since the last wait, how many waits were spent."""
 
     settings: Settings
+    command: str = ""
     waits: int = 0
     failed: set[int] = field(default_factory=set)
     last_error: BaseException | None = None
@@ -119,15 +123,38 @@ class Attempts:
         untried = [i for i in range(n) if i not in self.failed]
         if untried:
             nxt = next((i for i in untried if i > index), untried[0])
+            self._log("%s failed (%s): trying %s", index, error, self.settings.addresses[nxt])
             return nxt, 0.0
         self.failed.clear()
         delay = self._wait()
+        if delay is not None:
+            self._log("%s failed (%s): trying again in %.2f s", index, error, delay)
         return None if delay is None else ((index + 1) % n, delay)
 
     def try_again(self, error: BaseException) -> float | None:
         """After `-TRYAGAIN`: seconds to wait, or None when the budget is spent."""
         self.last_error = error
-        return self._wait()
+        delay = self._wait()
+        if delay is not None:
+            log.info(
+                "%s: %s: trying again in %.2f s",
+                self.command,
+                error,
+                delay,
+                extra={"mwmq_command": self.command, "mwmq_retry": self.waits, "mwmq_error": str(error)},
+            )
+        return delay
+
+    def _log(self, text: str, index: int, error: BaseException, then: object) -> None:
+        address = str(self.settings.addresses[index])
+        log.warning(
+            f"%s: {text}",
+            self.command,
+            address,
+            error,
+            then,
+            extra={"mwmq_command": self.command, "mwmq_address": address, "mwmq_retry": self.waits},
+        )
 
     def _wait(self) -> float | None:
         if self.waits >= self.settings.retries:
