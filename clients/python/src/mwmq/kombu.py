@@ -104,30 +104,35 @@ def delay_ms(message: dict[str, Any], now: datetime | None = None) -> int | None
     return min(ms, MAX_DELAY_MS)
 
 
+def held_delivery(info: dict[str, Any]) -> MwmqMessage:
+    """The mwmq delivery a kombu message's delivery_info names (its body
+    left out: only queue, id and lease are needed to settle it)."""
+    return MwmqMessage(info["queue"], info["id"], int(info["lease"]), "", b"")
+
+
 class QoS(virtual.QoS):
-    """kombu's prefetch bookkeeping, and the mwmq delivery (queue, id,
-    lease) of each message held, which the lease keeper renews and ACK and
-    NACK use. Acks may come from other threads (Celery's thread pool), hence
-    the lock."""
+    """kombu's prefetch bookkeeping, and the mwmq delivery of each message
+    held, which the lease keeper renews and ACK and NACK settle. Acks may
+    come from other threads (Celery's thread pool), hence the lock."""
 
     def __init__(self, channel: Channel, prefetch_count: int = 0):
         super().__init__(channel, prefetch_count)
-        self._leases: dict[str, tuple[str, str, int]] = {}
+        self._leases: dict[str, MwmqMessage] = {}
         self._lock = threading.Lock()
 
     def append(self, message: Any, delivery_tag: str) -> None:
         super().append(message, delivery_tag)
-        held = (message.delivery_info or {}).get("mwmq")
-        if held:
+        info = (message.delivery_info or {}).get("mwmq")
+        if info:
             with self._lock:
-                self._leases[delivery_tag] = (held["queue"], held["id"], int(held["lease"]))
+                self._leases[delivery_tag] = held_delivery(info)
 
-    def release(self, delivery_tag: str) -> tuple[str, str, int] | None:
+    def release(self, delivery_tag: str) -> MwmqMessage | None:
         """The delivery of a message no longer held (acked, rejected, given back)."""
         with self._lock:
             return self._leases.pop(delivery_tag, None)
 
-    def held(self) -> list[tuple[str, tuple[str, str, int]]]:
+    def held(self) -> list[tuple[str, MwmqMessage]]:
         with self._lock:
             return list(self._leases.items())
 
@@ -332,12 +337,12 @@ class Channel(virtual.Channel):
 
     def basic_ack(self, delivery_tag: str, multiple: bool = False) -> None:
         held = self.qos.release(delivery_tag)
-        if held is not None and not self.client.ack(*held):
+        if held is not None and not self.client.ack(held):
             logger.warning(
                 "mwmq: the lease of message %s of %r had run out before its ACK: it may have been "
                 "delivered again (raise visibility_timeout)",
-                held[1],
-                held[0],
+                held.id,
+                held.queue,
             )
         super().basic_ack(delivery_tag, multiple)
 
@@ -345,7 +350,7 @@ class Channel(virtual.Channel):
         if not requeue:
             held = self.qos.release(delivery_tag)
             if held is not None:
-                self.client.ack(*held)
+                self.client.ack(held)
         # With requeue, QoS.reject gives it back through _restore (a NACK).
         super().basic_reject(delivery_tag, requeue)
 
@@ -358,8 +363,8 @@ class Channel(virtual.Channel):
             if not info:
                 super()._restore(message)
                 return
-            held = (info["queue"], info["id"], int(info["lease"]))
-        self.client.nack(*held)
+            held = held_delivery(info)
+        self.client.nack(held)
 
 
 class LeaseKeeper(threading.Thread):
@@ -385,15 +390,20 @@ class LeaseKeeper(threading.Thread):
             qos = channel._qos
             if qos is None:
                 continue
-            for tag, (queue, mid, lease) in qos.held():
+            held = qos.held()
+            for start in range(0, len(held), 500):
                 if self.stopping.is_set():
                     return
-                if not self.transport.mwmq.touch(queue, mid, lease, self.vt_ms) and qos.release(tag):
-                    logger.warning(
-                        "mwmq: the lease of message %s of %r ran out while held: it may be delivered again",
-                        mid,
-                        queue,
-                    )
+                chunk = held[start : start + 500]
+                renewed = self.transport.mwmq.touch_many([m for _, m in chunk], self.vt_ms)
+                for (tag, m), ok in zip(chunk, renewed, strict=True):
+                    if not ok and qos.release(tag):
+                        logger.warning(
+                            "mwmq: the lease of message %s of %r ran out while held: "
+                            "it may be delivered again",
+                            m.id,
+                            m.queue,
+                        )
 
 
 class Transport(virtual.Transport):
