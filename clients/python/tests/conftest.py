@@ -28,7 +28,8 @@ from mwlab.procs import Postgres, ProcessGroup, Started, binary, free_port, star
 
 import mwmq
 
-# name: (password, send, receive, admin)
+# name: (password, send, receive, admin); app also acts in SQL as the
+# PostgreSQL role app_sql (its database_roles).
 USERS = {
     "app": ("app-secret", "*", "*", "*"),
     "other": ("other-secret", "*", "*", None),
@@ -85,14 +86,14 @@ class Site:
     main: Mwmq | None = None
     _names: Iterator[int] = field(default_factory=itertools.count)
 
-    def start(self, extra_config: str = "", args: list[str] | None = None) -> Mwmq:
-        """Another mwmq process on the same database (with the same users),
-        `extra_config` added to its configuration file."""
+    def start(self, extra_config: str = "", args: list[str] | None = None, users: bool = True) -> Mwmq:
+        """Another mwmq process on the same database (with the same users,
+        or none), `extra_config` added to its configuration file."""
         n = next(self._names)
         config = self.config
-        if extra_config:
+        if extra_config or not users:
             config = self.dir / f"mwmq-{n}.toml"
-            config.write_text(extra_config + "\n" + self.config.read_text())
+            config.write_text(extra_config + "\n" + (self.config.read_text() if users else ""))
             config.chmod(0o600)
         tls_port, port = free_port(), free_port()
         cmd = [str(binary("mwmq")), "-c", str(config), "--listen", f"127.0.0.1:{tls_port}"]
@@ -153,7 +154,9 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 def site(tmp_path_factory: pytest.TempPathFactory, pki: dict[str, Path]) -> Iterator[Site]:
     d = tmp_path_factory.mktemp("mwmq")
     config = d / "mwmq.toml"
-    config.write_text("".join(user_table(name, *spec) for name, spec in USERS.items()))
+    tables = {name: user_table(name, *spec) for name, spec in USERS.items()}
+    tables["app"] += 'database_roles = ["app_sql"]\n'
+    config.write_text("".join(tables.values()))
     config.chmod(0o600)
     with Postgres(d / "pg") as pg, ProcessGroup(d / "logs") as group:
         s = Site(pg, group, config, pki, d)

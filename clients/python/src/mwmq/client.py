@@ -87,6 +87,8 @@ class Client(ClientBase):
 
     def _execute(self, calls: Sequence[c.Call[Any]]) -> list[Any]:
         """The calls' results in order, each a value or an MwmqError."""
+        if not calls:
+            return []
         batch, attempts = Batch(calls), Attempts(self._settings, str(calls[0].args[0]))
         while batch.pending:
             i = self._current
