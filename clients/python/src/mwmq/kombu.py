@@ -22,6 +22,11 @@ of one mwmq message. What mwmq does itself rather than kombu in memory:
 - **priority**: a message's priority 0-9 is mwmq's `PRIORITY`, higher first
   (the AMQP order; a priority of 0 sends none, so queues without priorities
   stay on mwmq's plain path);
+- **in the application's transaction**: inside `with
+  mwmq.kombu.sql_transaction(cursor):` a task sent (`task.delay()`) is a
+  `SELECT mwmq.send(...)` on that DB-API cursor of mwmq's database, so it
+  is visible to workers when the application's transaction commits and
+  never sent if it rolls back (the queue must exist: the workers declare it);
 - **queues** are created when declared (`QCREATE ... ` unless they exist);
   queue arguments `x-mwmq-max-deliveries`, `x-mwmq-dead-letter`,
   `x-mwmq-backoff` ([base_ms, max_ms]) and the other settings of QCREATE
@@ -51,6 +56,8 @@ import contextlib
 import logging
 import math
 import threading
+from collections.abc import Iterator
+from contextvars import ContextVar
 from datetime import datetime, timezone
 from queue import Empty
 from time import monotonic, sleep
@@ -61,7 +68,7 @@ from kombu.transport import TRANSPORT_ALIASES, virtual
 from kombu.utils.json import dumps, loads
 from kombu.utils.scheduling import FairCycle
 
-from . import Client
+from . import Client, sql
 from .errors import ConnectionLost, MwmqError, NoPerm, NoQueue, TryAgain
 from .types import Message as MwmqMessage
 
@@ -81,6 +88,25 @@ QUEUE_ARGUMENTS = {
     "x-mwmq-rate": "rate",
     "x-mwmq-backoff": "backoff",
 }
+
+
+# The cursor of sql_transaction's block, if any.
+_SQL_CURSOR: ContextVar[Any] = ContextVar("mwmq_kombu_sql_cursor", default=None)
+
+
+@contextlib.contextmanager
+def sql_transaction(cursor: Any) -> Iterator[None]:
+    """Within the block, what kombu sends through mwmq (Celery's
+    `task.delay()`, `apply_async`, ...) goes into `cursor`'s transaction:
+    `mwmq.send(...)` in SQL (mwmq.sql.send) instead of a SEND over RESP.
+    `cursor` is a DB-API cursor (psycopg 3 or psycopg2) of mwmq's database;
+    the messages are visible to workers once that transaction commits, and
+    gone if it rolls back."""
+    token = _SQL_CURSOR.set(cursor)
+    try:
+        yield
+    finally:
+        _SQL_CURSOR.reset(token)
 
 
 def delay_ms(message: dict[str, Any], now: datetime | None = None) -> int | None:
@@ -221,13 +247,13 @@ class Channel(virtual.Channel):
     # -- sending
 
     def _put(self, queue: str, message: dict[str, Any], **kwargs: Any) -> None:
-        priority = self._get_message_priority(message)
-        self.client.send(
-            self._queue_name(queue),
-            dumps(message),
-            delay_ms=delay_ms(message),
-            priority=priority or None,
-        )
+        name, body = self._queue_name(queue), dumps(message)
+        options = {"delay_ms": delay_ms(message), "priority": self._get_message_priority(message) or None}
+        cursor = _SQL_CURSOR.get()
+        if cursor is not None:
+            sql.send(cursor, name, body, **options)
+        else:
+            self.client.send(name, body, **options)
 
     # -- receiving
 
