@@ -21,10 +21,13 @@ from pathlib import Path
 from types import ModuleType
 from typing import TypeVar
 
+import psycopg
 import pytest
 from mwlab.procs import Proc
+from test_sql import app_sql  # noqa: F401  (the fixture)
 
 import mwmq
+import mwmq.kombu
 
 from conftest import Mwmq, Site
 
@@ -177,6 +180,27 @@ def test_priorities_are_mwmq_priorities(app: ModuleType, client: mwmq.Client) ->
     args = [json.loads(base64.b64decode(json.loads(m.body)["body"]))[0][0] for m in msgs]
     assert args == ["p9", "p5", "p1", "none"]
     client.ack_many(msgs)
+
+
+def test_tasks_sent_in_the_applications_transaction(
+    app: ModuleType,
+    worker: Proc,
+    client: mwmq.Client,
+    app_sql: str,  # noqa: F811
+) -> None:
+    """Inside mwmq.kombu.sql_transaction, `delay()` is mwmq.send() in the
+    application's transaction: nothing before its COMMIT, nothing at all
+    after a ROLLBACK."""
+    with psycopg.connect(app_sql) as conn:
+        with conn.transaction(force_rollback=True), conn.cursor() as cur, mwmq.kombu.sql_transaction(cur):
+            app.stamp.delay("rolled-back")
+        with conn.transaction(), conn.cursor() as cur, mwmq.kombu.sql_transaction(cur):
+            result = app.stamp.delay("committed")
+            assert client.length(PREFIX + "work") == 0
+    assert result.get(timeout=30)
+    app.stamp.delay("after")  # over RESP again, outside the block
+    until(lambda: runs(app, "after"), why="the task sent after the block ran")
+    assert runs(app, "rolled-back") == []
 
 
 def test_a_group_and_a_chord_with_the_database_backend(app: ModuleType, worker: Proc) -> None:
