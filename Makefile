@@ -200,12 +200,12 @@ bench: build python-deps
 lint: rust-deps python-deps
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
-	$(VENV)/bin/ruff check lab clients/python
-	$(VENV)/bin/ruff format --check lab clients/python
+	$(VENV)/bin/ruff check lab clients/python examples/python
+	$(VENV)/bin/ruff format --check lab clients/python examples/python
 
 fmt: python-deps
 	$(CARGO) fmt --all
-	$(VENV)/bin/ruff format lab clients/python
+	$(VENV)/bin/ruff format lab clients/python examples/python
 
 clean:
 	$(CARGO) clean

@@ -106,9 +106,12 @@ def start_worker(site: Site, name: str, queue: str, pool: str = "threads") -> Pr
 
 
 @pytest.fixture(scope="module")
-def worker(site: Site, app: ModuleType) -> Proc:
+def worker(site: Site, app: ModuleType) -> Iterator[Proc]:
     """A worker of the queue `work` (two threads) for the module."""
-    return start_worker(site, "main", "work")
+    p = start_worker(site, "main", "work")
+    yield p
+    os.killpg(p.popen.pid, signal.SIGKILL)
+    p.popen.wait()
 
 
 def test_the_mwmq_url_works_without_importing_mwmq(mq: Mwmq) -> None:
