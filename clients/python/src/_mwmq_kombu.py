@@ -63,13 +63,23 @@ class _Finder:
         exec_module = getattr(loader, "exec_module", None)
         if exec_module is None:
             return spec
+        own = vars(loader).get("exec_module") if hasattr(loader, "__dict__") else None
 
         def exec_and_register(module: ModuleType) -> None:
+            # Put the loader back as it was first: it may load other modules.
+            if own is None:
+                del loader.exec_module
+            else:
+                loader.exec_module = own
             exec_module(module)
             register(module)
 
-        # On this loader object only (made for this spec), not its class.
-        loader.exec_module = exec_and_register  # type: ignore[union-attr]
+        # On this loader object only, not its class, and until it has run (a
+        # loader that takes no attributes is left alone: kombu loads as usual).
+        import contextlib  # here, not at interpreter start: kombu is being imported
+
+        with contextlib.suppress(AttributeError):
+            loader.exec_module = exec_and_register  # type: ignore[union-attr]
         return spec
 
     def remove(self) -> None:
