@@ -68,13 +68,16 @@ rust-deps:
 ## Python packages for the lab (mwlab) and its tests, in .venv.
 python-deps: $(VENV)/.installed
 
-$(VENV)/.installed: lab/pyproject.toml clients/python/pyproject.toml
+# The startup hook of clients/python is copied into site-packages (editable
+# installs too), so a change to it is a reason to install again.
+$(VENV)/.installed: lab/pyproject.toml clients/python/pyproject.toml clients/python/src/_mwmq_kombu.py clients/python/src/mwmq-kombu.pth
 	@$(PYTHON) -m venv $(VENV) 2>/dev/null || { \
 	  $(SUDO) apt-get update -q && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q python3-venv && \
 	  $(PYTHON) -m venv $(VENV); }
 	$(VENV)/bin/pip install -q -e 'lab[test]'
-	@# The Python client and worker of mwmq (clients/python), tested by make test.
-	$(VENV)/bin/pip install -q -e './clients/python[test]'
+	@# The Python client and worker of mwmq (clients/python), with Celery's transport
+	@# and taskiq's broker (extras celery, taskiq), tested by make test.
+	$(VENV)/bin/pip install -q -e './clients/python[celery,taskiq,test]'
 	@# pylibmc's own test suite (in its source distribution, not its wheel), run through mwproxy by lab/tests.
 	@ver=$$($(VENV)/bin/python -c 'import pylibmc; print(pylibmc.__version__)') && \
 	rm -rf $(VENV)/pylibmc-src && mkdir -p $(VENV)/pylibmc-src && \
@@ -197,12 +200,12 @@ bench: build python-deps
 lint: rust-deps python-deps
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
-	$(VENV)/bin/ruff check lab clients/python
-	$(VENV)/bin/ruff format --check lab clients/python
+	$(VENV)/bin/ruff check lab clients/python examples/python
+	$(VENV)/bin/ruff format --check lab clients/python examples/python
 
 fmt: python-deps
 	$(CARGO) fmt --all
-	$(VENV)/bin/ruff format lab clients/python
+	$(VENV)/bin/ruff format lab clients/python examples/python
 
 clean:
 	$(CARGO) clean
