@@ -12,7 +12,7 @@
 --   index range each), and within each the visible messages in the order
 --   they became visible, as before. A queue that
 --   never held a message of another priority than 0 (`mwmq_queues.prioritized`,
---   set by a trigger) walks priority 0 only: the walk it had.
+--   set by the statements that store messages) walks priority 0 only: the walk it had.
 -- - `mwmq_messages.lease_until`: when a lease handed out by a queue with a
 --   backoff ends; `visible_at` is then the end of the lease and the backoff
 --   after it (NULL: the lease ends at `visible_at`, as before).
@@ -50,21 +50,14 @@ CREATE FUNCTION mwmq_walk(qid bigint, prioritized boolean) RETURNS SETOF smallin
     SELECT g::smallint FROM generate_series(9, 0, -1) AS g WHERE prioritized
 $$;
 
--- A message of a priority other than 0 marks its queue `prioritized`, in
--- whichever way it arrives (SEND, mwmq.send, a dead letter, REDRIVE,
--- rebalance): its queue's row is updated once, by the first such message,
--- whose transaction holds it until it ends. A statement that sees the
--- message sees the mark (they commit together).
-CREATE FUNCTION mwmq.mwmq_mark_prioritized() RETURNS trigger
-LANGUAGE plpgsql SET search_path = pg_catalog, mwmq, pg_temp AS $$
-BEGIN
-    UPDATE mwmq.mwmq_queues AS q SET prioritized = true
-    WHERE q.id OPERATOR(pg_catalog.=) NEW.queue_id AND NOT q.prioritized;
-    RETURN NULL;
-END $$;
-REVOKE ALL ON FUNCTION mwmq.mwmq_mark_prioritized() FROM PUBLIC;
-CREATE TRIGGER mwmq_messages_prioritized AFTER INSERT ON mwmq.mwmq_messages FOR EACH ROW
-    WHEN (NEW.priority OPERATOR(pg_catalog.<>) 0) EXECUTE FUNCTION mwmq.mwmq_mark_prioritized();
+-- A message of a priority other than 0 marks its queue `prioritized`: each
+-- statement that stores messages sets the mark in the same transaction
+-- (statements.sql, schedules.sql, rebalance.rs, mwmq_recv_ranked's dead
+-- letters and mwmq.send below), so that a statement that sees the message
+-- sees the mark. A trigger on every insert did it in a first version of
+-- this schema: it took a quarter of a SEND's time in the database
+-- (tests/delivery/priorities.rs sends by every way there is and checks the
+-- mark).
 
 -- The wait before a message delivered `deliveries` times is handed out
 -- again: min(cap, base * 2^(deliveries - 1)), then +- jitter percent of it.
@@ -163,6 +156,9 @@ BEGIN
                               g.priority
                        FROM gone g JOIN mwmq_queues dq ON dq.name = q.dead_letter AND dq.dropped_at IS NULL
                        RETURNING 1),
+             marked AS (UPDATE mwmq_queues dq SET prioritized = true
+                        WHERE dq.name = q.dead_letter AND dq.dropped_at IS NULL AND NOT dq.prioritized
+                          AND EXISTS (SELECT 1 FROM gone g WHERE g.priority <> 0)),
              leased AS (UPDATE mwmq_messages m
                         SET lease = mwmq_lease_token(), leased_to = me,
                             visible_at = now() + interval '1 millisecond' * vt
@@ -228,7 +224,11 @@ BEGIN
     def := pg_catalog.replace(def, sig, $s$message_group text DEFAULT NULL::text, priority integer DEFAULT 0)$s$);
     def := pg_catalog.replace(def, names, names OPERATOR(pg_catalog.||) pg_catalog.chr(10) OPERATOR(pg_catalog.||) range);
     def := pg_catalog.replace(def, store,
-        pg_catalog.replace(store, 'counted, grp)', 'counted, grp, priority)'));
+        $m$    IF send.priority OPERATOR(pg_catalog.<>) 0 THEN
+        UPDATE mwmq.mwmq_queues AS x SET prioritized = true
+        WHERE x.id OPERATOR(pg_catalog.=) q.id AND NOT x.prioritized;
+    END IF;
+$m$ OPERATOR(pg_catalog.||) pg_catalog.replace(store, 'counted, grp)', 'counted, grp, priority)'));
     def := pg_catalog.replace(def, value,
         $v$q.max_messages IS NOT NULL OR q.max_bytes IS NOT NULL, send.message_group,
              CAST(send.priority AS pg_catalog.int2));$v$);

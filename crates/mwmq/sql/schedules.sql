@@ -63,9 +63,12 @@ ORDER BY s.next_at LIMIT $1 FOR UPDATE OF s SKIP LOCKED;
 
 -- A tick's message: SEND ... KEY $2 to queue id $1 from $3, PRIORITY $5,
 -- GROUP $6, DELAY $7 ms, the queue's quota checked as SEND checks it; no
--- row when the key was sent already or the queue is full.
+-- row when the key was sent already or the queue is full. A priority
+-- other than 0 marks the queue (statements.sql, before `send`).
 -- statement: send
-WITH k AS (
+WITH mark AS (UPDATE mwmq_queues SET prioritized = true
+              WHERE $5::smallint <> 0 AND id = $1 AND dropped_at IS NULL AND NOT prioritized),
+k AS (
    INSERT INTO mwmq_keys (queue_id, key, message_id)
    SELECT id, $2::text, nextval('mwmq_message_ids') FROM mwmq_queues
    WHERE id = $1 AND dropped_at IS NULL

@@ -55,7 +55,15 @@ kept AS (
     FROM gone g WHERE g.retain_ms IS NOT NULL
     ON CONFLICT DO NOTHING);
 
+-- A message of another priority than 0 marks its queue `prioritized`
+-- (`policies.rs`) in the statement that stores it, so that a statement
+-- that sees the message sees the mark (they commit together): every
+-- statement that stores messages does, a SEND of priority 0 at the cost of
+-- a filter that is false. (Schema 17's trigger did it for any insert, at a
+-- quarter of a SEND's time in the database: `sql/0017_priorities_backoff.sql`.)
 -- statement: send
+WITH mark AS (UPDATE mwmq_queues SET prioritized = true
+              WHERE $7::smallint <> 0 AND name = $1 AND dropped_at IS NULL AND NOT prioritized)
 INSERT INTO mwmq_messages (queue_id, sender, receiver, body, visible_at, counted, grp, priority)
 SELECT id, $2::text, $3::text, $4::bytea, now() + interval '1 millisecond' * $5::float8,
        (max_messages IS NOT NULL OR max_bytes IS NOT NULL), $6::text, $7::smallint
@@ -65,7 +73,11 @@ FROM mwmq_queues WHERE name = $1 AND dropped_at IS NULL
 RETURNING id;
 
 -- statement: send_many
-WITH r AS (
+WITH mark AS (UPDATE mwmq_queues q SET prioritized = true
+              FROM (SELECT DISTINCT t.queue FROM unnest($1::text[], $7::smallint[]) AS t(queue, priority)
+                    WHERE t.priority <> 0) p
+              WHERE q.name = p.queue AND q.dropped_at IS NULL AND NOT q.prioritized),
+r AS (
    SELECT nextval('mwmq_message_ids') AS id, q.id AS queue_id, t.n, t.sender, t.receiver,
           t.body, t.delay, t.grp, t.priority,
           (q.max_messages IS NOT NULL OR q.max_bytes IS NOT NULL) AS counted
@@ -97,7 +109,9 @@ WITH gone AS (
 SELECT n FROM gone;
 
 -- statement: send_key
-WITH k AS (
+WITH mark AS (UPDATE mwmq_queues SET prioritized = true
+              WHERE $8::smallint <> 0 AND name = $1 AND dropped_at IS NULL AND NOT prioritized),
+k AS (
    INSERT INTO mwmq_keys (queue_id, key, message_id)
    SELECT id, $6::text, nextval('mwmq_message_ids') FROM mwmq_queues
    WHERE name = $1 AND dropped_at IS NULL
@@ -470,7 +484,10 @@ gone AS (DELETE FROM mwmq_messages m
          RETURNING t.id AS target_id, m.id, m.sender, m.receiver, m.body, m.sent_at, m.grp, m.priority,
                    (t.max_messages IS NOT NULL OR t.max_bytes IS NOT NULL) AS counted),
 ins AS (INSERT INTO mwmq_messages (queue_id, id, sender, receiver, body, sent_at, visible_at, counted, grp, priority)
-        SELECT target_id, id, sender, receiver, body, sent_at, now(), counted, grp, priority FROM gone RETURNING 1)
+        SELECT target_id, id, sender, receiver, body, sent_at, now(), counted, grp, priority FROM gone RETURNING 1),
+mark AS (UPDATE mwmq_queues t SET prioritized = true
+         FROM (SELECT DISTINCT target_id FROM gone WHERE priority <> 0) g
+         WHERE t.id = g.target_id AND NOT t.prioritized)
 SELECT (SELECT count(*) FROM ins), EXISTS (SELECT 1 FROM src);
 
 -- statement: release

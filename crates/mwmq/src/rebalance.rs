@@ -311,6 +311,10 @@ fn move_batch(
         move_archive(&mut s, &mut d, src_id, dst_id, i64::MAX)?;
         move_schedules(&mut s, &mut d, src_id, dst_id)?;
     }
+    if rows.iter().any(|r| r.get::<_, i16>(11) != 0) {
+        // A message of another priority than 0 marks its queue (`policies.rs`).
+        d.execute("UPDATE mwmq_queues SET prioritized = true WHERE id = $1 AND NOT prioritized", &[&dst_id])?;
+    }
     for k in &keys {
         let (key, id, at): (String, i64, std::time::SystemTime) = (k.get(0), k.get(1), k.get(2));
         let id = renamed.get(&id).copied().unwrap_or(id);

@@ -7,6 +7,7 @@
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use crate::common::*;
 use mctest::Postgres;
@@ -234,4 +235,91 @@ fn the_roles_granted_the_old_send_may_call_the_new_one() {
     assert_eq!(ready_by_priority(&mut c, "orders"), [(6, 1), (0, 1)]);
     // Marked by SQL alone, the queue's priorities are walked by RECV.
     assert_eq!(recv(&mut c, "orders", &[])[0].3, b"\x01", "priority 6 before the one sent first");
+}
+
+/// Whether queue `name` is marked as holding priorities.
+fn marked(db: &mut postgres::Client, name: &str) -> bool {
+    db.query_one("SELECT prioritized FROM mwmq.mwmq_queues WHERE name = $1 AND dropped_at IS NULL", &[&name])
+        .unwrap()
+        .get(0)
+}
+
+/// Every way a message of a priority comes into a queue marks the queue in
+/// its transaction (statements.sql's `send`: no trigger does it), and the
+/// message is handed out by a process that has never seen the queue: a SEND,
+/// a SEND with a KEY, SENDs served together, the SQL API, a dead letter, a
+/// REDRIVE and a schedule's tick. Messages of priority 0 leave a queue as it
+/// was.
+#[test]
+fn every_way_a_priority_comes_in_marks_its_queue() {
+    let pg = Postgres::start().unwrap();
+    let mq = start(config(&pg));
+    let mut c = connect(mq.local_addr());
+    let mut db = sql(&pg);
+    let names = ["by-send", "by-key", "by-many", "by-sql", "by-dead", "by-redrive", "by-tick", "plain"];
+    for n in names {
+        assert_eq!(q::<String>(&mut c, &["QCREATE", n]), "OK");
+    }
+    q::<String>(&mut c, &["QCREATE", "src", "MAXDELIVERIES", "1", "DEADLETTER", "by-dead"]);
+    q::<String>(&mut c, &["QCREATE", "dead2"]);
+    for n in ["plain", "by-send"] {
+        q::<i64>(&mut c, &["SEND", n, "zero"]);
+        send(&mut c, n, "zero again", 0);
+    }
+    assert!(!marked(&mut db, "plain") && !marked(&mut db, "by-send"), "priority 0 marks nothing");
+
+    send(&mut c, "by-send", "p", 5);
+    q::<i64>(&mut c, &["SEND", "by-key", "p", "KEY", "k1", "PRIORITY", "5"]);
+    // Several connections' SENDs at once are served by one statement.
+    std::thread::scope(|s| {
+        for i in 0..6 {
+            let addr = mq.local_addr();
+            s.spawn(move || {
+                let mut c = connect(addr);
+                let mut p = redis::pipe();
+                for j in 0..4 {
+                    p.cmd("SEND").arg("by-many").arg(format!("p{i}-{j}")).arg("PRIORITY").arg(if j == 3 {
+                        5
+                    } else {
+                        0
+                    });
+                }
+                let _: Vec<i64> = p.query(&mut c).unwrap();
+            });
+        }
+    });
+    db.execute("SELECT mwmq.send('by-sql', 'p', priority => 5)", &[]).unwrap();
+    send(&mut c, "src", "p", 5);
+    let m = recv(&mut c, "src", &[]).remove(0);
+    assert_eq!(q::<i64>(&mut c, &["NACK", "src", &m.0.to_string(), &m.1.to_string()]), 1);
+    q::<Vec<redis::Value>>(&mut c, &["RECV", "src"]); // moves it to the dead letters
+                                                      // A dead letter of priority 5 in dead2, redriven into by-redrive.
+    db.execute(
+        "INSERT INTO mwmq.mwmq_messages (queue_id, id, sender, body, visible_at, counted, dead_from, priority)
+         SELECT id, nextval('mwmq.mwmq_message_ids'), 'x', 'p', now(), false, 'by-redrive', 5
+         FROM mwmq.mwmq_queues WHERE name = 'dead2'",
+        &[],
+    )
+    .unwrap();
+    assert_eq!(q::<i64>(&mut c, &["REDRIVE", "dead2"]), 1);
+    q::<String>(&mut c, &["QSCHEDULE", "tick", "by-tick", "* * * * * *", "p", "PRIORITY", "5"]);
+    assert!(eventually(Duration::from_secs(30), || q::<i64>(&mut c, &["QLEN", "by-tick"]) > 0), "a tick");
+    q::<i64>(&mut c, &["QUNSCHEDULE", "tick"]);
+
+    for n in names {
+        assert_eq!(marked(&mut db, n), n != "plain", "{n}");
+    }
+    // A process that has not seen these queues hands the messages out.
+    let other = start(config(&pg));
+    let mut o = connect(other.local_addr());
+    for n in names {
+        let held = q::<i64>(&mut o, &["QLEN", n]);
+        let got = recv(&mut o, n, &["COUNT", "100"]);
+        assert_eq!(
+            got.len() as i64,
+            held,
+            "{n}: all handed out, priorities first: {:?}",
+            got.iter().map(body).collect::<Vec<_>>()
+        );
+    }
 }
