@@ -158,6 +158,12 @@ def test_man_pages_render_every_flag_of_the_help(tree, name):
     assert helped and helped <= shown, f"{name}(1) lacks {sorted(helped - shown)}"
     if name in SERVICES:
         assert f"/etc/{name}/{name}.toml" in page and "SIGTERM" in page
+    if name == "mwmq":
+        # The commands clients send, which the flags alone do not show.
+        assert re.search(r"^COMMANDS$", page, re.M), "mwmq(1) has no COMMANDS"
+        listed = ("SEND q body", "PRIORITY n", "BACKOFF base_ms max_ms", "QSCHEDULE name q cron", "QINFO q")
+        for command in listed:
+            assert command in page, f"mwmq(1) does not show {command!r}"
     # Every page a SEE ALSO or a SUBCOMMANDS section names that this package makes is there.
     for other in set(re.findall(rf"\b({name}-[a-z-]+)\(1\)", page)):
         sub = rendered(tree / "usr/share/man/man1" / f"{other}.1.gz")

@@ -125,6 +125,7 @@ fn mwmq(etc: &str) -> Program {
         command: || mwserve::cli::command::<mwmq::cli::Cli, mwmq::Mq>(),
         also: Vec::new(),
         sections: vec![
+            mwmq_commands(),
             section(
                 "FILES",
                 vec![item(
@@ -170,6 +171,84 @@ fn mwmq(etc: &str) -> Program {
             section("SEE ALSO", vec![para("redis-cli(1), psql(1), mwproxy(1), mwload(1), systemctl(1)")]),
         ],
     }
+}
+
+/// What clients send mwmq over RESP (redis-cli, any Redis client): the
+/// flags alone left an operator of the package without them. The full
+/// reference of every reply and error is docs/mwmq.md in the sources.
+fn mwmq_commands() -> Section {
+    section(
+        "COMMANDS",
+        vec![
+            para(
+                "Clients send these over RESP to --listen (redis-cli -p 6380 SEND jobs hello). Without [[users]] \
+                 anyone who reaches the port may run every one; with them, each needs the user's right on the \
+                 queue (send, receive, or admin for QCREATE, QALTER, QDROP, QPAUSE, QRESUME, QARCHIVE, QDEAD, \
+                 REDRIVE, QSCHEDULE). docs/mwmq.md in the sources gives every reply and error.",
+            ),
+            item(
+                "QCREATE q [MAXDELIVERIES n] [DEADLETTER q2] [MAXMESSAGES n] [MAXBYTES n] [CONCURRENCY n] \
+                 [RATE n/s] [BACKOFF base_ms max_ms [JITTER pct]]",
+                "Creates a queue. MAXDELIVERIES: deliveries without an ACK before a message moves to the \
+                 DEADLETTER queue (0, the default: it comes back forever). BACKOFF: a message whose lease ran \
+                 out, or that was NACKed without DELAY, waits min(max_ms, base_ms x 2^(deliveries-1)), plus or \
+                 minus pct percent, before it is handed out again (without BACKOFF: at once).",
+            ),
+            item(
+                "QALTER q [option ...]",
+                "Changes QCREATE's options, and RETAIN ms (keep acknowledged messages, read with QARCHIVE), \
+                 NODEADLETTER, NOBACKOFF. Each option at most once.",
+            ),
+            item(
+                "QINFO q",
+                "A map: ready, delayed, leased, ready_by_priority (ready messages per priority present, highest \
+                 first), backoff_base_ms, backoff_max_ms, backoff_jitter_pct (0: no backoff), the limits, paused, \
+                 and this process's counts; cached for [queues] info_cache_ms.",
+            ),
+            item(
+                "QLEN q, QLIST [PENDING], QPAUSE q, QRESUME q, QDROP q, QARCHIVE q [COUNT n], QDEAD q [COUNT n], \
+                 REDRIVE q2 [TO q] [COUNT n]",
+                "Count, list, pause and resume, drop, read what a RETAIN queue kept, read dead letters, move \
+                 dead letters back.",
+            ),
+            item(
+                "SEND q body [TO name] [DELAY ms] [KEY k] [GROUP g] [PRIORITY n]",
+                "The message id, once committed. PRIORITY 0 to 9, higher handed out first (0 without it); KEY \
+                 deduplicates (a repeated KEY answers the first id); GROUP: one of a group at a time, in order.",
+            ),
+            item(
+                "RECV q [FROM sender] [VT ms] [COUNT n] [WAIT ms]",
+                "Each message as id, lease, sender, body, leased for VT ms (default 30000), the highest \
+                 priority first; WAIT parks the request until a message comes.",
+            ),
+            item(
+                "ACK q id lease, NACK q id lease [DELAY ms], TOUCH q id lease ms, POP q [FROM sender], \
+                 PEEK q [FROM sender]",
+                "Acknowledge (1, or 0 when the lease is no longer current), give back (after DELAY, else after the \
+                 queue's BACKOFF), extend a lease, take and delete at once, look without taking.",
+            ),
+            item(
+                "QSCHEDULE name q cron body [TZ zone] [KEY prefix] [CATCHUP none|one|all] [PRIORITY n] \
+                 [GROUP g] [DELAY ms]",
+                "A periodic job: SENDs body to q at every tick of the cron expression (five fields, six with \
+                 seconds first, or @hourly, @daily, @weekly, @monthly, @yearly) in the IANA zone (UTC), one \
+                 message per tick across every mwmq process on the database. Each tick's message carries the \
+                 KEY prefix followed by the tick (default prefix: name@), and {tick} in body becomes the tick \
+                 (RFC 3339, UTC). Ticks missed while every mwmq was down longer than [queues] schedule_grace_ms: \
+                 CATCHUP none (the default) sends none of them, one the latest, all the latest 100. The same \
+                 name again replaces the schedule.",
+            ),
+            item(
+                "QUNSCHEDULE name, QSCHEDULES",
+                "Remove a schedule (1, or 0: none of that name); list them with next_run_ms, last_run_ms, sent, \
+                 missed and state.",
+            ),
+            item(
+                "PING, AUTH, HELLO, CLIENT, INFO, XADD, XREADGROUP, XACK, ...",
+                "As Redis: logins, the server's figures, and Redis Streams with Redis 7.0's replies.",
+            ),
+        ],
+    )
 }
 
 fn mwload() -> Program {

@@ -50,8 +50,10 @@ pub struct Cli {
     pub command: Option<Sub>,
 }
 
-/// `--help`'s last words: signals and exit statuses.
+/// `--help`'s last words: where the queue commands are, signals and exit statuses.
 const AFTER_HELP: &str = "\
+Clients send the queue commands over RESP (redis-cli -p 6380 SEND jobs hello PRIORITY 7; QCREATE, RECV, ACK, \
+QALTER q BACKOFF, QSCHEDULE, ...): man mwmq lists them under COMMANDS.
 Signals: SIGTERM or SIGINT stop it once requests received are answered.
 Exit status: 0 stopped by a signal, 1 could not start (the database unreachable, the port taken, ...), \
 2 the flags or the configuration were refused.";
@@ -94,7 +96,7 @@ pub enum UserSub {
         /// Queues it may receive from (RECV, POP, PEEK, ACK, NACK, TOUCH).
         #[arg(long, value_name = "PATTERN")]
         receive: Vec<String>,
-        /// Queues it may create, drop, change and redrive.
+        /// Queues it may administer: QCREATE, QALTER, QDROP, QPAUSE, QRESUME, QARCHIVE, QDEAD, REDRIVE, QSCHEDULE.
         #[arg(long, value_name = "PATTERN")]
         admin: Vec<String>,
     },

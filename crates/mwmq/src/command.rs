@@ -504,6 +504,18 @@ impl Given {
     }
 }
 
+/// The option word `w` of a SEND, RECV or REDRIVE in capitals, refused if
+/// `seen` has it already: as QCREATE's and QSCHEDULE's, an option given
+/// twice is refused (`SEND q b PRIORITY 3 PRIORITY 4` used to send at 4).
+fn first_time<'a>(seen: &'a mut Vec<String>, w: &[u8]) -> Result<&'a str, Refusal> {
+    let w = upper(w);
+    if seen.contains(&w) {
+        return Err(Reply::err(crate::schedule::given_twice(&w)));
+    }
+    seen.push(w);
+    Ok(seen.last().map(String::as_str).unwrap_or_default())
+}
+
 /// Limits that depend on the configuration.
 #[derive(Debug, Clone, Copy)]
 pub struct Limits {
@@ -711,6 +723,11 @@ pub fn parse(args: &[Vec<u8>], limits: &Limits) -> Result<Command, Refusal> {
                     "BACKOFF" => {
                         return Err(Reply::err("BACKOFF takes base_ms and max_ms (and JITTER pct): BACKOFF 500 60000"))
                     }
+                    "JITTER" => {
+                        return Err(Reply::err(
+                            "JITTER goes after BACKOFF's base_ms and max_ms: BACKOFF 500 60000 JITTER 20",
+                        ))
+                    }
                     _ => return Err(syntax()),
                 }
             }
@@ -726,8 +743,9 @@ pub fn parse(args: &[Vec<u8>], limits: &Limits) -> Result<Command, Refusal> {
             }
             let (mut to, mut count) = (None, MAX_REDRIVE);
             let queue = name(&rest[0], "a queue name")?;
+            let mut seen = Vec::new();
             for pair in rest[1..].chunks(2) {
-                match upper(&pair[0]).as_str() {
+                match first_time(&mut seen, &pair[0])? {
                     "TO" => to = Some(name(&pair[1], "a queue name")?),
                     "COUNT" => {
                         let c = int(&pair[1])?;
@@ -771,8 +789,9 @@ pub fn parse(args: &[Vec<u8>], limits: &Limits) -> Result<Command, Refusal> {
                 group: None,
                 priority: 0,
             };
+            let mut seen = Vec::new();
             for pair in rest[2..].chunks(2) {
-                match upper(&pair[0]).as_str() {
+                match first_time(&mut seen, &pair[0])? {
                     "TO" => s.to = Some(name(&pair[1], "a receiver name")?),
                     "DELAY" => s.delay_ms = millis(&pair[1], "DELAY", MAX_DELAY_MS)?,
                     "KEY" => s.key = Some(name(&pair[1], "a KEY")?),
@@ -794,8 +813,9 @@ pub fn parse(args: &[Vec<u8>], limits: &Limits) -> Result<Command, Refusal> {
                 count: 1,
                 wait_ms: 0,
             };
+            let mut seen = Vec::new();
             for pair in rest[1..].chunks(2) {
-                match upper(&pair[0]).as_str() {
+                match first_time(&mut seen, &pair[0])? {
                     "FROM" => r.from = Some(name(&pair[1], "a sender name")?),
                     "VT" => {
                         r.vt_ms = millis(&pair[1], "VT", MAX_DELAY_MS)?;
@@ -1019,6 +1039,20 @@ mod tests {
         assert_eq!(err("SEND q hi PRIORITY -1"), "ERR PRIORITY must be between 0 and 9 (higher is handed out first)");
         assert_eq!(err("SEND q hi PRIORITY x"), "ERR value is not an integer or out of range");
         assert_eq!(err("SEND q hi PRIORITY 3 FOO 1"), "ERR syntax error");
+        // Each option once, as QCREATE's: the last one no longer wins silently.
+        assert_eq!(err("SEND q hi PRIORITY 3 priority 4"), "ERR syntax error: PRIORITY is given more than once");
+        for o in ["TO a", "DELAY 5", "KEY k", "GROUP g"] {
+            assert_eq!(
+                err(&format!("SEND q hi {o} PRIORITY 1 {o}")),
+                format!("ERR syntax error: {} is given more than once", &o[..o.find(' ').unwrap()])
+            );
+        }
+        for o in ["FROM a", "VT 5", "COUNT 2", "WAIT 5"] {
+            let word = &o[..o.find(' ').unwrap()];
+            assert_eq!(err(&format!("RECV q {o} {o}")), format!("ERR syntax error: {word} is given more than once"));
+        }
+        assert_eq!(err("REDRIVE d COUNT 1 COUNT 2"), "ERR syntax error: COUNT is given more than once");
+        assert!(p("SEND q hi TO a DELAY 5 KEY k GROUP g PRIORITY 1").is_ok());
         assert!(matches!(p("SEND q hi PRIORITY 9").unwrap(), Command::Send(s) if s.priority == 9));
         assert_eq!(
             p("NACK q 1 2").unwrap(),
@@ -1055,6 +1089,10 @@ mod tests {
             "ERR BACKOFF takes base_ms and max_ms (and JITTER pct): BACKOFF 500 60000"
         );
         assert_eq!(err("QALTER q BACKOFF 100 5000 JITTER"), "ERR syntax error");
+        assert_eq!(
+            err("QALTER q JITTER 20"),
+            "ERR JITTER goes after BACKOFF's base_ms and max_ms: BACKOFF 500 60000 JITTER 20"
+        );
         assert!(err("QALTER q BACKOFF 0 5000").contains("BACKOFF's base must be between 1 and"));
         assert!(err("QALTER q BACKOFF 500 100").contains("BACKOFF's max (100 ms) must be at least its base (500 ms)"));
         assert!(err("QALTER q BACKOFF 100 5000 JITTER 101").contains("JITTER must be between 0 and 100"));

@@ -244,7 +244,10 @@ impl Timetable {
             ));
         }
         let parser = CronParser::builder().seconds(Seconds::Optional).year(Year::Disallowed).build();
-        let cron = parser.parse(expression).map_err(|e| format!("cron expression '{expression}': {e}"))?;
+        let cron = parser.parse(expression).map_err(|e| match wrong_field(&parser, expression) {
+            Some(field) => format!("cron expression '{expression}': {field}: {e}"),
+            None => format!("cron expression '{expression}': {e}"),
+        })?;
         let tz = Tz::from_str(tz).map_err(|_| {
             // The names are case-sensitive: say so when another case would be one.
             let hint = chrono_tz::TZ_VARIANTS
@@ -296,6 +299,30 @@ impl Timetable {
 }
 
 /// `t` without its fraction of a second: ticks are whole seconds.
+/// The fields of a cron expression, seconds first (absent from a five-field
+/// one), each with what it takes.
+const FIELDS: [(&str, &str); 6] = [
+    ("second", "0-59"),
+    ("minute", "0-59"),
+    ("hour", "0-23"),
+    ("day-of-month", "1-31, L, W"),
+    ("month", "1-12 or JAN-DEC"),
+    ("day-of-week", "0-7 (0 and 7 are Sunday) or SUN-SAT, L, #"),
+];
+
+/// Which field of a five- or six-field `expression` croner refuses, said
+/// as `its minute field '61' is not read (0-59)` (croner's own message,
+/// `Component error: Number out of bounds.`, names none): each field is
+/// parsed alone, the others `*`. `None` when no field fails alone.
+fn wrong_field(parser: &CronParser, expression: &str) -> Option<String> {
+    let words: Vec<&str> = expression.split_whitespace().collect();
+    let fields = FIELDS.get(FIELDS.len().checked_sub(words.len())?..)?;
+    words.iter().zip(fields).enumerate().find_map(|(i, (word, (field, takes)))| {
+        let alone: Vec<&str> = (0..words.len()).map(|j| if j == i { *word } else { "*" }).collect();
+        parser.parse(&alone.join(" ")).is_err().then(|| format!("its {field} field '{word}' is not read ({takes})"))
+    })
+}
+
 fn floor_second(t: DateTime<Utc>) -> DateTime<Utc> {
     DateTime::from_timestamp(t.timestamp(), 0).unwrap_or(t)
 }
@@ -420,6 +447,18 @@ mod tests {
         assert_eq!(s.first_after(at("2026-01-10T12:00:01Z")).unwrap(), at("2026-01-10T12:00:10Z"));
         assert!(Timetable::new("* * * *", "UTC").unwrap_err().contains("has 4 fields"));
         assert!(Timetable::new("61 * * * *", "UTC").unwrap_err().starts_with("cron expression '61 * * * *'"));
+        // The refusal names the field croner refused, and what it takes.
+        let wrong = |e: &str| Timetable::new(e, "UTC").unwrap_err();
+        assert_eq!(
+            wrong("61 * * * *"),
+            "cron expression '61 * * * *': its minute field '61' is not read (0-59): Component error: Number out of \
+             bounds."
+        );
+        assert!(wrong("0 25 * * *").contains("its hour field '25' is not read (0-23)"));
+        assert!(wrong("0 0 * 13 *").contains("its month field '13' is not read (1-12 or JAN-DEC)"));
+        assert!(wrong("0 0 * * FUN").contains("its day-of-week field 'FUN'"));
+        assert!(wrong("70 0 0 * * *").contains("its second field '70' is not read (0-59)"));
+        assert!(wrong("0 61 0 * * *").contains("its minute field '61'"));
         assert!(Timetable::new("* * * * *", "Mars/Olympus").unwrap_err().contains("unknown time zone 'Mars/Olympus'"));
         assert!(Timetable::new("* * * * *", "europe/berlin").unwrap_err().contains("did you mean Europe/Berlin?"));
         let e = Timetable::new("@every 10s", "UTC").unwrap_err();

@@ -88,6 +88,8 @@ fn version_and_help_say_what_each_engine_reads() {
         "HTTP admin endpoint (/ui, /metrics, /stats, /healthz, /readyz): host:port",
         "--log-format <FORMAT>",
         "Exit status: 0",
+        // Where the queue commands are: the flags alone do not say.
+        "QSCHEDULE, ...): man mwmq lists them under COMMANDS.",
     ] {
         assert!(help.contains(needle), "{needle:?} not in {help}");
     }

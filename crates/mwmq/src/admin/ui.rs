@@ -135,6 +135,12 @@ fn viewer(shared: &Shared, ui: &Ui, r: &Request) -> Result<Login, Refused> {
     acting(shared, ui, r)
 }
 
+/// The refusal of a request without a session: how to get one (a client
+/// such as curl reads it; the page shows its own login form).
+const LOG_IN_FIRST: &str = "log in first: POST /ui/api/login with Authorization: Basic (a user's name and \
+                            password) or Bearer (the admin token), then send the session it answers as \
+                            Authorization: Bearer SESSION";
+
 /// Who may act (and read bodies): a session's login, never nobody.
 fn acting(shared: &Shared, ui: &Ui, r: &Request) -> Result<Login, Refused> {
     if !login_configured(shared, r) {
@@ -143,7 +149,7 @@ fn acting(shared: &Shared, ui: &Ui, r: &Request) -> Result<Login, Refused> {
             "no login is configured (no [[users]], no [stats] admin_token_file): the page shows figures only".into(),
         ));
     }
-    bearer(r).and_then(|id| ui.session(id)).ok_or_else(|| Refused(401, "log in first".into()))
+    bearer(r).and_then(|id| ui.session(id)).ok_or_else(|| Refused(401, LOG_IN_FIRST.into()))
 }
 
 fn whoami(shared: &Shared, ui: &Ui, r: &Request) -> Result<Value, Refused> {

@@ -314,7 +314,10 @@ fn the_api_refuses_without_a_session_and_with_forged_or_weak_ones() {
 
     // No session, a forged one, the admin token itself (sessions only), a user's password as a bearer.
     for auth in [None, Some("Bearer 0000"), Some(&*format!("Bearer {TOKEN}")), Some(&*basic("boss", "boss pass"))] {
-        assert_eq!(http(admin, "GET", "/ui/api/queues", auth).0, 401, "{auth:?}");
+        let (status, text) = http(admin, "GET", "/ui/api/queues", auth);
+        assert_eq!(status, 401, "{auth:?}");
+        // Says how to log in, for a client that is not the page (curl).
+        assert!(text.contains("POST /ui/api/login with Authorization: Basic"), "{text}");
         assert_eq!(http(admin, "GET", "/ui/api/dead/jobs", auth).0, 401, "{auth:?}");
         assert_eq!(http(admin, "POST", "/ui/api/pause/jobs", auth).0, 401, "{auth:?}");
     }
