@@ -37,11 +37,12 @@
 //! priority 0's one index range). Walking every queue's priorities cost a
 //! plain queue's RECV+ACK pairs a third of their rate (`bench/mq-features.sh`
 //! against the build before): the walking statements take twice as long to
-//! plan, and PostgreSQL plans these for each call. So a trigger marks a
-//! queue `prioritized` when the first message of another priority is
-//! stored in it, whichever way (SEND, `mwmq.send`, a dead letter, REDRIVE,
-//! rebalance), in that message's transaction: a statement that sees the
-//! message sees the mark. The mark stays. The statements of before answer
+//! plan. So a queue is marked `prioritized` when the first message of
+//! another priority is stored in it, whichever way (SEND, `mwmq.send`, a
+//! dead letter, REDRIVE, a tick, rebalance), by the statement that stores
+//! it, in that message's transaction: a statement that sees the message
+//! sees the mark. (A trigger on every insert did it first, at a quarter of
+//! a SEND's time in the database.) The mark stays. The statements of before answer
 //! a marked queue with a row saying so and lease nothing; the `*_ranked`
 //! statements then walk its priorities, and the process remembers the
 //! queue for a second ([`crate::shared::Shared::prioritized`]). Statements
