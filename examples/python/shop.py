@@ -29,6 +29,11 @@ import mwmq.sql
 import orders
 
 VIAS = ("mwmq", "celery", "taskiq")
+# The largest order a client may post, and the largest id (PostgreSQL's
+# bigint): a handler reads no more than it means to store.
+MAX_BODY = 16 * 1024
+MAX_ITEM = 200
+MAX_ID = 2**63 - 1
 
 
 def create_queues() -> None:
@@ -83,6 +88,9 @@ def order(order_id: int) -> dict[str, Any] | None:
 
 class Shop(BaseHTTPRequestHandler):
     via = "mwmq"
+    # Seconds a client may take to send its request (a client that sends
+    # less than its Content-Length does not hold a thread for ever).
+    timeout = 30
 
     def reply(self, status: int, body: dict[str, Any]) -> None:
         data = json.dumps(body).encode()
@@ -95,18 +103,31 @@ class Shop(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         if self.path != "/orders":
             return self.reply(404, {"error": "POST /orders"})
+        # Never read more than an order can be, nor until the client closes:
+        # a length that is missing, malformed or too large is refused unread.
+        raw = self.headers.get("Content-Length")
         try:
-            body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
+            length = int(raw) if raw is not None else -1
+        except ValueError:
+            length = -1
+        if not 0 <= length <= MAX_BODY:
+            self.close_connection = True
+            status = 411 if raw is None else 413 if length > MAX_BODY else 400
+            return self.reply(status, {"error": f"a Content-Length of 0 to {MAX_BODY} bytes"})
+        try:
+            body = json.loads(self.rfile.read(length) or b"{}")
             item, via = str(body["item"]), str(body.get("via", self.via))
-        except (ValueError, KeyError, TypeError):
+        except (ValueError, KeyError, TypeError, RecursionError):
             return self.reply(400, {"error": 'the body is {"item": "...", "via": "mwmq|celery|taskiq"}'})
+        if not 0 < len(item) <= MAX_ITEM:
+            return self.reply(400, {"error": f"an item is 1 to {MAX_ITEM} characters"})
         if via not in VIAS:
             return self.reply(400, {"error": f"via is one of {', '.join(VIAS)}, not {via!r}"})
         self.reply(201, {"id": place(item, via)})
 
     def do_GET(self) -> None:
-        m = re.fullmatch(r"/orders/(\d+)", self.path)
-        found = order(int(m.group(1))) if m else None
+        m = re.fullmatch(r"/orders/([0-9]{1,19})", self.path)
+        found = order(int(m.group(1))) if m and int(m.group(1)) <= MAX_ID else None
         if found is None:
             return self.reply(404, {"error": "no such order"})
         self.reply(200, found)

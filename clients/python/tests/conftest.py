@@ -96,9 +96,12 @@ class Site:
     main: Mwmq | None = None
     _names: Iterator[int] = field(default_factory=itertools.count)
 
-    def start(self, extra_config: str = "", args: list[str] | None = None, users: bool = True) -> Mwmq:
+    def start(
+        self, extra_config: str = "", args: list[str] | None = None, users: bool = True, cert: str = "cert"
+    ) -> Mwmq:
         """Another mwmq process on the same database (with the same users,
-        or none), `extra_config` added to its configuration file."""
+        or none), `extra_config` added to its configuration file; `cert`:
+        its TLS certificate and key (`pki`'s `cert`/`key`, or `other`)."""
         n = next(self._names)
         config = self.config
         if extra_config or not users:
@@ -111,9 +114,9 @@ class Site:
             "--db",
             self.pg.conninfo,
             "--tls-cert",
-            str(self.pki["cert"]),
+            str(self.pki[cert]),
             "--tls-key",
-            str(self.pki["key"]),
+            str(self.pki["key" if cert == "cert" else f"{cert}-key"]),
         ]
         cmd += ["--plain-listen", f"127.0.0.1:{port}", "--max-body", str(MAX_BODY), "--log", "warn"]
         cmd += args or []
@@ -149,14 +152,19 @@ class Site:
 
 @pytest.fixture(scope="session")
 def pki(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """A CA and a certificate for 127.0.0.1 it signed."""
+    """A CA and a certificate for 127.0.0.1 it signed (`cert`, `key`); and
+    one for another name (`other`, `other-key`), as a server in the middle
+    holding a valid certificate of its own would show."""
     d = tmp_path_factory.mktemp("pki")
     ca = trustme.CA()
     server = ca.issue_cert("127.0.0.1", "localhost")
-    paths = {name: d / f"{name}.pem" for name in ("ca", "cert", "key")}
+    other = ca.issue_cert("elsewhere.example")
+    paths = {name: d / f"{name}.pem" for name in ("ca", "cert", "key", "other", "other-key")}
     ca.cert_pem.write_to_path(str(paths["ca"]))
     server.cert_chain_pems[0].write_to_path(str(paths["cert"]))
     server.private_key_pem.write_to_path(str(paths["key"]))
+    other.cert_chain_pems[0].write_to_path(str(paths["other"]))
+    other.private_key_pem.write_to_path(str(paths["other-key"]))
     return paths
 
 

@@ -8,6 +8,7 @@ and PostgreSQL of conftest.py; the queues are named `celery-test.*`."""
 from __future__ import annotations
 
 import base64
+import contextlib
 import importlib
 import itertools
 import json
@@ -232,3 +233,85 @@ def test_a_killed_workers_task_comes_back_after_the_lease(site: Site, app: Modul
     ]
     os.killpg(b.popen.pid, signal.SIGKILL)
     b.popen.wait()
+
+
+# Bodies a program other than kombu may SEND to a Celery queue (redis-cli,
+# a bug, an attacker with the send right), each of which kombu cannot read.
+NOT_KOMBU = [
+    b"\xff\xfe not UTF-8",
+    b"not JSON",
+    b"[1, 2]",
+    b"[" * 100_000,
+    b'{"properties": []}',
+    b'{"properties": {"delivery_info": 5}}',
+    b'{"properties": {}, "headers": [1]}',
+    b'{"properties": {}, "body": 5}',
+    b'{"properties": {"body_encoding": "base64"}, "body": "abcde"}',
+    b'{"properties": {"body_encoding": "rot13"}, "body": "x"}',
+]
+
+
+def test_a_message_that_is_not_kombus_is_dead_lettered_not_looping(mq: Mwmq, client: mwmq.Client, queue: str):
+    """Each body above, sent ahead of a task, is kept from kombu: on a queue
+    with MAXDELIVERIES it ends in the dead letters, and the task behind it is
+    delivered. (A `{"properties": []}` used to raise out of every drain, so
+    that neither it nor anything after it was ever delivered.) On a queue
+    without MAXDELIVERIES such a message is dropped."""
+    from kombu import Connection, Consumer, Queue
+
+    dlq, plain = f"{queue}.dead", f"{queue}.plain"
+    client.create_queue(dlq)
+    client.create_queue(queue, max_deliveries=2, dead_letter=dlq)
+    client.create_queue(plain)
+    for name in (queue, plain):
+        client.send_many(name, NOT_KOMBU)
+    got: list[object] = []
+    url = f"mwmq://app:app-secret@127.0.0.1:{mq.port}//"
+    with Connection(url, transport_options={"visibility_timeout": 30}) as conn:
+        queues = [Queue(name, routing_key=name) for name in (queue, plain)]
+        with Consumer(conn, queues, callbacks=[lambda body, m: (got.append(body), m.ack())], accept=["json"]):
+            with conn.Producer() as producer:
+                for q in queues:
+                    producer.publish({"task": q.name}, routing_key=q.name, declare=[q])
+            end = time.monotonic() + 30
+            while len(got) < 2 or client.length(dlq) < len(NOT_KOMBU):
+                assert time.monotonic() < end, f"got {got}, {client.length(dlq)} dead letters"
+                with contextlib.suppress(TimeoutError):
+                    conn.drain_events(timeout=0.2)
+    assert sorted(got, key=str) == [{"task": queue}, {"task": plain}]
+    assert sorted(d.body for d in client.dead_letters(queue, count=100)) == sorted(NOT_KOMBU)
+    assert client.length(queue) == 0 and client.length(plain) == 0
+
+
+def test_mwmqs_checks_the_servers_certificate(mq: Mwmq, pki) -> None:
+    """`mwmqs://` verifies the server: refused with the system's CAs (the
+    test's CA is not among them), accepted with Celery's `broker_use_ssl`
+    naming the CA."""
+    from kombu import Connection
+
+    url = f"mwmqs://app:app-secret@127.0.0.1:{mq.tls_port}//"
+    with Connection(url) as conn, pytest.raises(mwmq.ConnectionLost, match="certificate verify failed"):
+        conn.transport.mwmq.ping()
+    with Connection(url, ssl={"ssl_ca_certs": str(pki["ca"])}) as conn:
+        assert conn.transport.mwmq.ping()
+
+
+def test_a_consumer_without_the_receive_right_is_refused_loudly(
+    mq: Mwmq, client: mwmq.Client, queue: str
+) -> None:
+    """A user who may send but not receive: the consumer's drain raises
+    NoPerm (a channel error: `celery worker` logs `Unrecoverable error:
+    NoPerm(...)` and exits 1), rather than finding the queue empty."""
+    from kombu import Connection, Consumer, Queue
+
+    client.create_queue(queue)
+    client.send(queue, "kept")
+    with Connection(f"mwmq://sender:sender-secret@127.0.0.1:{mq.port}//") as conn:
+        q = Queue(queue, routing_key=queue)
+        with (
+            Consumer(conn, [q], callbacks=[lambda body, m: None]),
+            pytest.raises(mwmq.NoPerm, match="receive"),
+        ):
+            conn.drain_events(timeout=5)
+        assert isinstance(mwmq.NoPerm("x"), conn.channel_errors)
+    assert client.length(queue) == 1

@@ -1,15 +1,24 @@
 """The sync client against a real mwmq: every call, every error class, TLS
 with a user, and what an attacker may try (bodies that are not UTF-8, a body
 at the server's limit and over it, another user's leases, a user without
-the right to receive)."""
+the right to receive, a server with a valid certificate for another name),
+and where a password must never show (errors, reprs, tracebacks with their
+locals)."""
 
 from __future__ import annotations
 
+import traceback
+
 import pytest
+from mwlab.procs import free_port
 
 import mwmq
 
-from conftest import MAX_BODY, Mwmq
+from conftest import MAX_BODY, Mwmq, Site
+
+# Module constants, not locals: a traceback's locals would show a local.
+WRONG = "wrong-horse-battery"
+SECRET = "correct-horse-battery"
 
 
 def test_send_recv_ack_nack_touch_pop_peek(client: mwmq.Client, queue: str):
@@ -237,3 +246,46 @@ def test_attacker_another_users_lease_is_refused(client: mwmq.Client, mq: Mwmq, 
         assert other.touch(m, 60_000) is False
         assert other.recv(queue) == []  # still leased to app
     assert client.ack(m) is True
+
+
+def shown(e: BaseException) -> str:
+    """Everything a log or an error report may show of an exception: its
+    text, its repr, its traceback with every frame's locals (as
+    `traceback`'s capture_locals, Sentry and `pytest -l` show them)."""
+    tb = traceback.TracebackException.from_exception(e, capture_locals=True)
+    return "\n".join([str(e), repr(e), *tb.format()])
+
+
+def test_the_password_stays_out_of_errors_reprs_and_tracebacks(mq: Mwmq):
+    # A refused login: the request's frames hold the client's settings.
+    with mwmq.Client(f"redis://app:{WRONG}@127.0.0.1:{mq.port}", retries=0) as c:
+        with pytest.raises(mwmq.WrongPass) as refused:
+            c.ping()
+        assert WRONG not in shown(refused.value) and WRONG not in repr(c.__dict__)
+    # An address that does not answer.
+    with mwmq.Client(f"redis://app:{SECRET}@127.0.0.1:{free_port()}", retries=0) as c:
+        with pytest.raises(mwmq.ConnectionLost) as lost:
+            c.ping()
+        assert SECRET not in shown(lost.value)
+    # A mistyped URL: the message (which the CLI prints) says what is wrong,
+    # with the password masked.
+    for url in (f"http://app:{SECRET}@127.0.0.1:6380", f"mwmq://app:{SECRET}@127.0.0.1:99999//"):
+        with pytest.raises(ValueError) as bad:
+            mwmq.Client(url)
+        assert SECRET not in str(bad.value) + repr(bad.value) and "app:***@127.0.0.1" in str(bad.value)
+
+
+def test_tls_refuses_a_valid_certificate_for_another_name(site: Site, pki):
+    """A server whose certificate the trusted CA signed, but for another
+    host name, is refused (redis-py 5 checks no host name by default: the
+    client asks for it)."""
+    assert mwmq.Client("rediss://127.0.0.1:1")._settings.redis_kwargs[0]["ssl_check_hostname"] is True
+    elsewhere = site.start(cert="other")
+    try:
+        with (
+            mwmq.Client(elsewhere.url("app", tls=True), ssl_ca_certs=str(pki["ca"]), retries=0) as c,
+            pytest.raises(mwmq.ConnectionLost, match="certificate verify failed"),
+        ):
+            c.ping()
+    finally:
+        elsewhere.kill()

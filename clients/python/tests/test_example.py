@@ -10,9 +10,12 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import sys
+import threading
 import time
 import urllib.request
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -91,3 +94,39 @@ def test_the_example_shop_and_its_three_workers(site: Site) -> None:
     for p in [*workers, shop, mq]:  # all done: no need to wait for their graceful stops
         os.killpg(p.popen.pid, signal.SIGKILL)
         p.popen.wait()
+
+
+def test_the_shop_refuses_what_it_should_not_read() -> None:
+    """The web handler as an attacker meets it, before any database: a
+    Content-Length it should not read (too large, negative, missing) is
+    refused at once, unread (it read until the client hung up: a thread held
+    for ever, or memory for a length of a terabyte); an item too long is
+    refused; an order id past PostgreSQL's bigint is simply not found."""
+    sys.path.insert(0, str(EXAMPLE))
+    try:
+        import shop
+    finally:
+        sys.path.remove(str(EXAMPLE))
+    server = ThreadingHTTPServer(("127.0.0.1", 0), shop.Shop)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    port = server.server_address[1]
+
+    def status(head: str, body: bytes = b"") -> int:
+        """The status of a request whose client stays connected."""
+        with socket.create_connection(("127.0.0.1", port), timeout=30) as s:
+            s.sendall(head.encode() + b"\r\n\r\n" + body)
+            return int(s.makefile("rb").readline().split()[1])
+
+    try:
+        assert status(f"POST /orders HTTP/1.1\r\nContent-Length: {10**12}", b'{"item": ') == 413
+        assert status("POST /orders HTTP/1.1\r\nContent-Length: -1", b'{"item": "book"}') == 400
+        assert status("POST /orders HTTP/1.1", b'{"item": "book"}') == 411
+        long = json.dumps({"item": "x" * 201}).encode()
+        assert status(f"POST /orders HTTP/1.1\r\nContent-Length: {len(long)}", long) == 400
+        deep = b"[" * 10_000
+        assert status(f"POST /orders HTTP/1.1\r\nContent-Length: {len(deep)}", deep) == 400
+        assert status(f"GET /orders/{10**30} HTTP/1.1") == 404
+        assert status("GET /orders/\u0663 HTTP/1.1") == 404  # a digit, but not 0-9
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -218,6 +218,66 @@ def test_labels_are_delay_and_priority(mq: Mwmq, client: mwmq.Client, queue: str
     assert send_options({"delay": "0.25", "priority": "0"}) == {"delay_ms": 250, "priority": None}
 
 
+def test_labels_that_are_no_number_of_seconds_are_refused() -> None:
+    """A label from a hostile or careless caller: an infinite or NaN delay
+    is refused as any other non-number (inf raised OverflowError, NaN was
+    taken as no delay); a huge one is mwmq's longest DELAY."""
+    for bad in ("inf", "-inf", "nan", "1e400", float("inf"), float("nan")):
+        with pytest.raises(ValueError, match="delay is a number of seconds"):
+            send_options({"delay": bad})
+    assert send_options({"delay": "1e300"})["delay_ms"] == 7 * 24 * 3600 * 1000
+
+
+def test_a_message_back_while_held_is_renewed_as_a_delivery_of_its_own(
+    mq: Mwmq, client: mwmq.Client, queue: str
+) -> None:
+    """The message a worker holds comes back to it (given back by hand, with
+    the lease the broker holds), and the first delivery's late ACK does not
+    end the renewal of the second: a rival waiting through 2.5 leases gets
+    nothing (the broker kept its deliveries by id: the rival got it)."""
+
+    async def main() -> None:
+        holder = MwmqBroker(mq.url("app"), queue=queue, visibility_timeout=1, wait_seconds=1)
+        rival = MwmqBroker(mq.url("app"), queue=queue, wait_seconds=1)
+        await holder.startup()
+        await rival.startup()
+        await holder.kick(message(b"twice"))
+        one = await asyncio.wait_for(first(holder), 30)
+        [held] = holder._held.values()
+        assert client.nack(held, delay_ms=0)
+        two = await asyncio.wait_for(first(holder), 30)
+        assert isinstance(one, AckableMessage) and isinstance(two, AckableMessage)
+        await one.ack()  # too late: that lease was given back (logged)
+        waiting = asyncio.create_task(first(rival))
+        await asyncio.sleep(2.5)
+        assert not waiting.done()
+        await two.ack()
+        assert client.length(queue) == 0
+        await cancel(waiting)
+        await holder.shutdown()
+        await rival.shutdown()
+
+    asyncio.run(main())
+
+
+def test_a_listener_without_the_receive_right_is_refused_loudly(
+    mq: Mwmq, client: mwmq.Client, queue: str
+) -> None:
+    """listen raises NoPerm (`taskiq worker` logs it as its worker process
+    dies; taskiq restarts a dead worker unless `--max-fails` says not to),
+    rather than finding the queue empty."""
+    client.create_queue(queue)
+
+    async def main() -> None:
+        broker = MwmqBroker(mq.url("sender"), queue=queue, wait_seconds=1)
+        await broker.startup()  # may not create the queue: finds it
+        with pytest.raises(mwmq.NoPerm, match="receive"):
+            await asyncio.wait_for(first(broker), 30)
+        await broker.shutdown()
+
+    asyncio.run(main())
+
+
 def test_a_kick_in_the_applications_transaction(
     mq: Mwmq,
     client: mwmq.Client,

@@ -209,11 +209,14 @@ def test_the_worker_recovers_when_mwmq_is_sigkilled_and_restarted(
         own = site.restart(own)
         client.send_many(queue, [f"after-{i}" for i in range(5)])
         until(lambda: len(handled) == 10, "the five sent after the restart handled")
+        # An ACK whose retries ran out while mwmq restarted (settle_failed)
+        # leaves its message to come back after its lease: this worker
+        # handles it again, so it must still run until the queue is empty.
+        until(lambda: client.length(queue) == 0, "everything acknowledged")
         w.stop()
         t.join(DEADLINE)
     own.kill()
     assert set(handled) == {f"{s}-{i}".encode() for s in ("before", "after") for i in range(5)}
-    until(lambda: client.length(queue) == 0, "everything acknowledged")
 
 
 def test_the_async_worker(mq: Mwmq, queue: str):
@@ -285,3 +288,198 @@ def test_a_worker_waits_for_its_queue_and_stops_on_a_refusal(client: mwmq.Client
         refused = mwmq.Worker(sender, queue, lambda m: None, wait_ms=100)
         with pytest.raises(mwmq.NoPerm, match="no permissions to receive"):
             refused.run()
+
+    async def refused_async() -> None:
+        async with AsyncClient(mq.url("sender")) as sender:
+            w = mwmq.AsyncWorker(sender, queue, lambda m: None, wait_ms=100, handle_signals=False)
+            await asyncio.wait_for(w.run(), DEADLINE)
+
+    with pytest.raises(mwmq.NoPerm, match="no permissions to receive"):
+        asyncio.run(refused_async())
+
+
+# -- what a careless handler or a broken server does to a worker
+
+
+def test_a_handler_that_exits_stops_the_worker_and_gives_its_message_back(client: mwmq.Client, queue: str):
+    """sys.exit() in a handler: the worker does not lose a thread (with one
+    handler thread it would wait for ever, the lease renewed for ever): the
+    message goes back, the worker stops and run() raises the SystemExit."""
+    client.create_queue(queue)
+    client.send(queue, "exit")
+    w = mwmq.Worker(client, queue, lambda m: sys.exit(3), vt_ms=60_000, wait_ms=100, handle_signals=False)
+    raised: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            w.run()
+        except BaseException as e:
+            raised.append(e)
+
+    t = threading.Thread(target=run)
+    t.start()
+    t.join(DEADLINE)
+    assert not t.is_alive(), "run() did not return"
+    assert len(raised) == 1 and isinstance(raised[0], SystemExit) and raised[0].code == 3
+    assert (w.stats.given_back, w.stats.acked, w.stats.running) == (1, 0, 0)
+    [m] = client.recv(queue)  # back at once, not after its 60 s lease
+    assert m.body == b"exit" and client.ack(m)
+
+
+def test_a_message_back_while_its_first_delivery_runs_is_a_delivery_of_its_own(
+    client: mwmq.Client, queue: str
+):
+    """A handler NACKs its own message and goes on; the worker's other thread
+    receives it again (same id, another lease) and takes longer than the
+    lease. Each delivery is renewed and settled on its own: the second is
+    kept and ACKed, not lost when the first ends (it was handed out 5 times
+    when the worker kept its deliveries by id)."""
+    client.create_queue(queue)
+    deliveries: list[int | None] = []
+    second = threading.Event()
+
+    def handler(m: mwmq.Message) -> None:
+        deliveries.append(m.lease)
+        if len(deliveries) == 1:
+            client.nack(m, delay_ms=0)  # careless: the worker settles what it hands out
+            assert second.wait(DEADLINE)
+            return
+        second.set()
+        time.sleep(1.5)  # 2.5 leases
+
+    w = mwmq.Worker(client, queue, handler, concurrency=2, vt_ms=600, touch_every_ms=150, wait_ms=100)
+    t = start(w)
+    client.send(queue, "x")
+    until(lambda: w.stats.acked == 1, "the second delivery acknowledged")
+    w.stop()
+    t.join(DEADLINE)
+    assert len(deliveries) == 2 and len(set(deliveries)) == 2
+    assert (w.stats.acked, w.stats.lease_lost, w.stats.running) == (1, 1, 0)  # the first's ACK came too late
+    assert client.length(queue) == 0
+
+
+def test_more_handlers_than_one_recv_may_take(client: mwmq.Client, mq: Mwmq, queue: str):
+    """RECV takes at most 1,000 messages: a worker with more handlers asks
+    for 1,000 (it was refused, `COUNT must be between 1 and 1000`, and ended)."""
+    client.create_queue(queue)
+    client.send_many(queue, ["a", "b"])
+
+    async def main() -> None:
+        async with AsyncClient(mq.url("app")) as c:
+            w = mwmq.AsyncWorker(
+                c, queue, lambda m: None, concurrency=1001, wait_ms=100, handle_signals=False
+            )
+            run = asyncio.create_task(w.run())
+            while w.stats.acked < 1 and not run.done():
+                await asyncio.sleep(0.02)
+            w.stop()
+            await asyncio.wait_for(run, DEADLINE)
+
+    asyncio.run(main())
+    w = mwmq.Worker(client, queue, lambda m: None, concurrency=1001, wait_ms=100, handle_signals=False)
+    t = start(w)
+    until(lambda: client.length(queue) == 0 or not t.is_alive(), "the messages handled")
+    w.stop()
+    t.join(DEADLINE)
+    assert client.length(queue) == 0
+
+
+def test_a_stop_ends_even_when_mwmq_no_longer_answers(
+    site: Site, client: mwmq.Client, queue: str, tmp_path: Path, spawned: list[subprocess.Popen[bytes]]
+):
+    """mwmq SIGSTOPped under a worker process waiting in RECV (its socket
+    open, nothing answered): SIGTERM, then a second SIGTERM, end it (it
+    used to wait for the reply for ever, signals or not)."""
+    own = site.start()
+    try:
+        client.create_queue(queue)
+        (tmp_path / "h.py").write_text("def f(m):\n    pass\n")
+        cmd = [sys.executable, "-m", "mwmq", "worker", "h:f", "-q", queue, "--wait-ms", "200"]
+        log = tmp_path / "log"
+        with log.open("wb") as err:
+            spawned.append(
+                subprocess.Popen(cmd, cwd=tmp_path, env=child_env(MWMQ_URL=own.url("app")), stderr=err)
+            )
+        p = spawned[-1]
+        until(lambda: "started" in log.read_text(), "the worker started")
+        time.sleep(0.3)  # it is in a RECV
+        own.proc.send_signal(signal.SIGSTOP)
+        p.send_signal(signal.SIGTERM)
+        until(lambda: "stopping (signal=SIGTERM)" in log.read_text(), "the first SIGTERM taken")
+        p.send_signal(signal.SIGTERM)
+        assert p.wait(DEADLINE) == 0, log.read_text()
+        assert "stop_abandoned" in log.read_text()
+    finally:
+        own.proc.send_signal(signal.SIGCONT)
+        own.kill()
+
+
+def test_the_async_workers_stop_ends_when_mwmq_no_longer_answers(site: Site, queue: str):
+    """A handler holds a message when mwmq is SIGSTOPped: at the stop's
+    deadline its give-back (a NACK nobody answers) is abandoned after
+    GRACE, and run() returns (it used to wait for the NACK's reply for ever)."""
+    own = site.start()
+
+    async def main() -> None:
+        gate = asyncio.Event()
+
+        async def handler(m: mwmq.Message) -> None:
+            await gate.wait()
+
+        async with AsyncClient(own.url("app"), retries=0) as c:
+            await c.create_queue(queue)
+            await c.send(queue, "held")
+            w = mwmq.AsyncWorker(c, queue, handler, vt_ms=5000, wait_ms=100, stop_timeout=0.2)
+            run = asyncio.create_task(w.run())
+            while w.stats.running < 1:
+                await asyncio.sleep(0.02)
+            own.proc.send_signal(signal.SIGSTOP)
+            w.stop()
+            await asyncio.wait_for(run, DEADLINE)
+            assert w.stats.given_back == 0 and w.stats.acked == 0
+
+    try:
+        asyncio.run(main())
+    finally:
+        own.proc.send_signal(signal.SIGCONT)
+        own.kill()
+
+
+def test_the_command_line_fails_over_past_an_mwmq_that_does_not_answer(
+    site: Site,
+    mq: Mwmq,
+    client: mwmq.Client,
+    queue: str,
+    tmp_path: Path,
+    spawned: list[subprocess.Popen[bytes]],
+):
+    """The first address accepts connections and never answers (SIGSTOPped):
+    with --socket-timeout the worker gives it up for the second and works
+    (without a timeout it waited on the first for ever)."""
+    frozen = site.start()
+    frozen.proc.send_signal(signal.SIGSTOP)
+    try:
+        client.create_queue(queue)
+        client.send(queue, "job-1")
+        p = worker_process(
+            spawned,
+            tmp_path,
+            mq,
+            queue,
+            "log",
+            "--url",
+            frozen.url("app"),
+            "--url",
+            mq.url("app"),
+            "--socket-timeout",
+            "1",
+            "--wait-ms",
+            "200",
+        )
+        (tmp_path / "gate").touch()
+        until(lambda: notes(tmp_path, "done") == ["job-1"], "the job done through the second address")
+        p.send_signal(signal.SIGTERM)
+        assert p.wait(DEADLINE) == 0, (tmp_path / "log").read_text()
+    finally:
+        frozen.proc.send_signal(signal.SIGCONT)
+        frozen.kill()

@@ -4,7 +4,10 @@ loop: up to `concurrency` handlers at once as tasks, an async handler
 awaited, a plain one run in a thread (`asyncio.to_thread`). A stop cancels
 the waiting RECV at once (its connection is closed: mwmq gives back the
 leases of a reply it could not deliver), and at the deadline the handlers
-still running are cancelled and their messages given back."""
+still running are cancelled and their messages given back; that give-back
+is bounded (`worker.GRACE` seconds), so that `run` ends even when mwmq no
+longer answers. Deliveries are told apart by message id and lease, as in
+worker.py."""
 
 from __future__ import annotations
 
@@ -22,7 +25,7 @@ from .aio import AsyncClient
 from .errors import MwmqError
 from .progress import Progress, WorkerStats, event
 from .types import Message
-from .worker import check, fatal
+from .worker import GRACE, MAX_COUNT, Delivery, check, delivery, fatal
 
 AsyncHandler = Callable[[Message], Any]
 
@@ -58,8 +61,8 @@ class AsyncWorker:
         self._hurry = asyncio.Event()
         self._changed = asyncio.Event()
         self._stopped_at = 0.0
-        self._running: dict[str, tuple[Message, asyncio.Task[None]]] = {}
-        self._given_back: set[str] = set()
+        self._running: dict[Delivery, tuple[Message, asyncio.Task[None]]] = {}
+        self._given_back: set[Delivery] = set()
 
     def stop(self) -> None:
         """Stops taking messages; a second call gives back what is held at
@@ -127,7 +130,7 @@ class AsyncWorker:
                 await self._until_stopped(self._changed.wait())
             if self._stopping.is_set():
                 return
-            free = self.concurrency - len(self._running)
+            free = min(self.concurrency - len(self._running), MAX_COUNT)
             recv = self.client.recv(
                 self.queue, count=free, vt_ms=self.vt_ms, wait_ms=self.wait_ms, sender=self.sender
             )
@@ -145,7 +148,7 @@ class AsyncWorker:
             pause = 0.1
             self.stats.received += len(msgs)
             for m in msgs:
-                self._running[m.id] = (m, asyncio.create_task(self._handle(m)))
+                self._running[delivery(m)] = (m, asyncio.create_task(self._handle(m)))
             self.stats.running = len(self._running)
             self._progress.tick()
 
@@ -164,7 +167,7 @@ class AsyncWorker:
         except Exception as e:
             ok, error = False, e
         try:
-            if m.id in self._given_back:
+            if delivery(m) in self._given_back:
                 return
             if ok:
                 done = await self.client.ack(m)
@@ -186,8 +189,8 @@ class AsyncWorker:
             self._done(m)
 
     def _done(self, m: Message) -> None:
-        self._running.pop(m.id, None)
-        self._given_back.discard(m.id)
+        self._running.pop(delivery(m), None)
+        self._given_back.discard(delivery(m))
         self.stats.running = len(self._running)
         self._changed.set()
 
@@ -202,23 +205,32 @@ class AsyncWorker:
             await asyncio.wait({*tasks, hurry}, timeout=min(left, 0.5), return_when=asyncio.FIRST_COMPLETED)
             hurry.cancel()
         late = list(self._running.values())
-        self._given_back.update(m.id for m, _ in late)
-        for m, task in late:
+        self._given_back.update(delivery(m) for m, _ in late)
+        for _, task in late:
+            task.cancel()
+        before = self.stats.given_back
+        try:
+            await asyncio.wait_for(self._give_back([m for m, _ in late]), GRACE)
+        except asyncio.TimeoutError:
+            held = len(late) - (self.stats.given_back - before)
+            event(logging.WARNING, "stop_abandoned", self.queue, held=held)
+        for _, task in late:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+
+    async def _give_back(self, msgs: list[Message]) -> None:
+        for m in msgs:
             try:
                 await self.client.nack(m, delay_ms=0)
                 self.stats.given_back += 1
                 event(logging.DEBUG, "given_back", self.queue, m)
             except MwmqError as e:
                 event(logging.WARNING, "give_back_failed", self.queue, m, error=str(e))
-            task.cancel()
-        for _, task in late:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
 
     async def _keep_leases(self) -> None:
         while True:
             await asyncio.sleep(self.touch_every_ms / 1000)
-            held = [m for m, _ in self._running.values() if m.id not in self._given_back]
+            held = [m for d, (m, _) in self._running.items() if d not in self._given_back]
             if not held:
                 continue
             try:
@@ -227,6 +239,6 @@ class AsyncWorker:
                 event(logging.WARNING, "touch_failed", self.queue, error=str(e))
                 continue
             for m, ok in zip(held, kept, strict=True):
-                if not ok and m.id in self._running:
+                if not ok and delivery(m) in self._running:
                     self.stats.lease_lost += 1
                     event(logging.WARNING, "lease_lost", self.queue, m, when="touch")

@@ -9,6 +9,11 @@ line with the worker's extra fields (`mwmq_queue`, `mwmq_id`,
 `mwmq_event`, ...) at the top level. Exit status: 0 after a stop, 1 when
 mwmq refused the worker (a wrong password, no right to receive), 2 for
 a usage error.
+
+Every reply must come within `--socket-timeout` seconds (by default 30 s
+past the RECV's wait): an mwmq that stopped answering (a frozen process, a
+network that drops everything) is then given up for the next address,
+rather than waited on for ever.
 """
 
 from __future__ import annotations
@@ -90,6 +95,11 @@ def parser() -> argparse.ArgumentParser:
     w.add_argument(
         "--stop-timeout", type=float, default=30.0, help="seconds a stop leaves running handlers (default 30)"
     )
+    w.add_argument(
+        "--socket-timeout",
+        type=float,
+        help="seconds each reply may take before the address is given up (default: the wait + 30)",
+    )
     w.add_argument("--from", dest="sender", help="only messages from this sender")
     w.add_argument("--ca", help="CA certificate (PEM) to check a rediss:// server with")
     w.add_argument(
@@ -113,6 +123,8 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=args.log_level.upper(), handlers=[handler], force=True)
     fn = load(args.handler)
     urls = args.url or [os.environ.get("MWMQ_URL", DEFAULT_URL)]
+    timeout = args.socket_timeout if args.socket_timeout is not None else args.wait_ms / 1000 + 30.0
+    connection = {"ssl_ca_certs": args.ca, "socket_timeout": timeout}
     options: dict[str, Any] = {
         "concurrency": args.concurrency,
         "vt_ms": args.vt_ms,
@@ -123,12 +135,12 @@ def main(argv: list[str] | None = None) -> int:
     }
     try:
         if inspect.iscoroutinefunction(fn):
-            asyncio.run(_run_async(urls, args.ca, args.queue, fn, options))
+            asyncio.run(_run_async(urls, connection, args.queue, fn, options))
         else:
             from .client import Client
             from .worker import Worker
 
-            with Client(urls, ssl_ca_certs=args.ca) as client:
+            with Client(urls, **connection) as client:
                 Worker(client, args.queue, fn, **options).run()
     except MwmqError as e:
         print(f"mwmq worker: {e}", file=sys.stderr)
@@ -140,12 +152,12 @@ def main(argv: list[str] | None = None) -> int:
 
 
 async def _run_async(
-    urls: list[str], ca: str | None, queue: str, fn: Callable[..., Any], options: dict[str, Any]
+    urls: list[str], connection: dict[str, Any], queue: str, fn: Callable[..., Any], options: dict[str, Any]
 ) -> None:
     from .aio import AsyncClient
     from .aio_worker import AsyncWorker
 
-    async with AsyncClient(urls, ssl_ca_certs=ca) as client:
+    async with AsyncClient(urls, **connection) as client:
         await AsyncWorker(client, queue, fn, **options).run()
 
 

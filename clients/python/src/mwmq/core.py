@@ -40,10 +40,12 @@ log = logging.getLogger("mwmq.client")
 @dataclass
 class Settings:
     """A client's settings: its addresses, what redis-py gets for each, the
-    retry budget and whether SENDs without a KEY get one."""
+    retry budget and whether SENDs without a KEY get one. Its repr leaves out
+    redis-py's arguments, which hold the password: an Attempts (and so this)
+    is a local of every request, shown by tracebacks that show locals."""
 
     addresses: list[addresses.Address]
-    redis_kwargs: list[dict[str, Any]]
+    redis_kwargs: list[dict[str, Any]] = field(repr=False)
     retries: int
     backoff: tuple[float, float]
     auto_key: bool
@@ -97,7 +99,16 @@ def settings(
         if max_connections is not None:
             kw["max_connections"] = max_connections
         if ssl or a.ssl:
-            kw.update(ssl=True, ssl_ca_certs=ssl_ca_certs, ssl_certfile=ssl_certfile, ssl_keyfile=ssl_keyfile)
+            # The certificate and the host name are checked: redis-py 6 and
+            # later check both by default, redis-py 5 only the certificate.
+            kw.update(
+                ssl=True,
+                ssl_ca_certs=ssl_ca_certs,
+                ssl_certfile=ssl_certfile,
+                ssl_keyfile=ssl_keyfile,
+                ssl_cert_reqs="required",
+                ssl_check_hostname=True,
+            )
         kw.update(redis_options)
         per_address.append(kw)
     return Settings(parsed, per_address, retries, retry_backoff, auto_key, socket_timeout)

@@ -27,6 +27,11 @@ of one mwmq message. What mwmq does itself rather than kombu in memory:
   `SELECT mwmq.send(...)` on that DB-API cursor of mwmq's database, so it
   is visible to workers when the application's transaction commits and
   never sent if it rolls back (the queue must exist: the workers declare it);
+- **a message kombu did not write** (a SEND by another program: not JSON,
+  not kombu's envelope, a body that does not decode) never reaches kombu,
+  where it would fail every drain and hold up the messages behind it: it is
+  logged and NACKed on a queue with MAXDELIVERIES (so that it ends in the
+  queue's dead letters), dropped (ACK) on a queue without;
 - **queues** are created when declared (`QCREATE ... ` unless they exist);
   queue arguments `x-mwmq-max-deliveries`, `x-mwmq-dead-letter`,
   `x-mwmq-backoff` ([base_ms, max_ms]) and the other settings of QCREATE
@@ -128,6 +133,23 @@ def delay_ms(message: dict[str, Any], now: datetime | None = None) -> int | None
     if ms <= 0:
         return None
     return min(ms, MAX_DELAY_MS)
+
+
+def malformed(payload: Any) -> str | None:
+    """What makes a decoded body other than kombu's envelope (a JSON object
+    whose `properties` is an object, with `delivery_info` and `headers`
+    objects and a string `body` where present), or None."""
+    if not isinstance(payload, dict):
+        return f"a JSON {type(payload).__name__}, not an object"
+    if not isinstance(payload.get("properties"), dict):
+        return "no properties object"
+    if not isinstance(payload["properties"].get("delivery_info") or {}, dict):
+        return "delivery_info is not an object"
+    if not isinstance(payload.get("headers") or {}, dict):
+        return "headers is not an object"
+    if not isinstance(payload.get("body") or "", str):
+        return "the body is not a string"
+    return None
 
 
 def held_delivery(info: dict[str, Any]) -> MwmqMessage:
@@ -341,23 +363,50 @@ class Channel(virtual.Channel):
         return payloads
 
     def _payload(self, m: MwmqMessage) -> dict[str, Any] | None:
-        """The kombu payload a message carries, marked with its delivery. A
-        body kombu did not write is logged and dropped, as Celery drops a
-        message it cannot decode."""
+        """The kombu payload a message carries, marked with its delivery; None
+        for one kombu could not read (see `_refuse`)."""
         try:
             payload = loads(m.body)
+            problem = malformed(payload)
+        except (ValueError, TypeError, RecursionError) as e:  # not JSON, not UTF-8, nested too deep
+            payload, problem = None, str(e) or type(e).__name__
+        if problem is None:
             properties = payload["properties"]
-        except (ValueError, TypeError, KeyError) as e:
-            logger.error("mwmq: message %s of %r is not a kombu message (%s): dropped", m.id, m.queue, e)
             if m.lease is not None:
-                self.client.ack(m)
-            return None
-        if m.lease is not None:
-            info = properties.setdefault("delivery_info", {})
-            info["mwmq"] = {"queue": m.queue, "id": m.id, "lease": m.lease}
+                info = properties.get("delivery_info") or {}
+                info["mwmq"] = {"queue": m.queue, "id": m.id, "lease": m.lease}
+                properties["delivery_info"] = info
             # One tag per delivery: a message delivered again is another delivery.
             properties["delivery_tag"] = f"{m.queue}/{m.id}/{m.lease}"
+            try:
+                self.Message(payload, channel=self)  # as kombu will read it: its body decodes
+            except Exception as e:
+                problem = f"{type(e).__name__}: {e}"
+        if problem is not None:
+            self._refuse(m, problem)
+            return None
         return payload
+
+    def _refuse(self, m: MwmqMessage, problem: str) -> None:
+        """A message kombu did not write (a SEND by another program, a
+        truncated or hand-made envelope) never reaches kombu, where it would
+        fail every round before the messages behind it. On a queue with
+        MAXDELIVERIES it is NACKed, so that it ends in the queue's dead
+        letters (or is dropped by mwmq without a DEADLETTER) once its
+        deliveries are spent; on a queue without, it is dropped (ACK), as
+        Celery drops a message it cannot decode. Logged either way."""
+        limited = False
+        if m.lease is not None:  # (one taken by POP is gone already)
+            with contextlib.suppress(MwmqError):
+                limited = self.client.info(m.queue).max_deliveries > 0
+        fate = "given back for the queue's MAXDELIVERIES to dead-letter it" if limited else "dropped"
+        logger.error("mwmq: message %s of %r is not a kombu message (%s): %s", m.id, m.queue, problem, fate)
+        if m.lease is None:
+            return
+        if limited:
+            self.client.nack(m)
+        else:
+            self.client.ack(m)
 
     # -- settling
 

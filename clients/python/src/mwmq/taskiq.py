@@ -42,6 +42,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 from collections.abc import AsyncGenerator, Awaitable, Callable, Iterator, Sequence
 from contextvars import ContextVar
 from typing import Any
@@ -86,7 +87,9 @@ def send_options(labels: dict[str, Any]) -> dict[str, int | None]:
         try:
             seconds = float(delay)
         except (TypeError, ValueError):
-            raise ValueError(f"the label delay is a number of seconds, not {delay!r}") from None
+            seconds = math.nan
+        if not math.isfinite(seconds):
+            raise ValueError(f"the label delay is a number of seconds, not {delay!r}")
         if seconds > 0:
             delay_ms = min(round(seconds * 1000), MAX_DELAY_MS)
     value = labels.get("priority")
@@ -145,8 +148,10 @@ class MwmqBroker(AsyncBroker):
         self.queue_options = dict(queue_options or {})
         self.client_options = dict(client_options or {})
         self._client: AsyncClient | None = None
-        # What listen handed out and taskiq did not acknowledge yet, by id.
-        self._held: dict[str, Message] = {}
+        # What listen handed out and taskiq did not acknowledge yet, by
+        # delivery (id and lease: a message may come back to this worker
+        # while an earlier delivery of it is still held).
+        self._held: dict[tuple[str, int | None], Message] = {}
         self._keeper: asyncio.Task[None] | None = None
 
     @property
@@ -198,13 +203,13 @@ class MwmqBroker(AsyncBroker):
                 self.queue, count=self.prefetch, vt_ms=self.vt_ms, wait_ms=self.wait_ms or None
             )
             for m in msgs:
-                self._held[m.id] = m
+                self._held[(m.id, m.lease)] = m
             for m in msgs:
                 yield AckableMessage(data=m.body, ack=self._acker(m))
 
     def _acker(self, m: Message) -> Callable[[], Awaitable[None]]:
         async def ack() -> None:
-            self._held.pop(m.id, None)
+            self._held.pop((m.id, m.lease), None)
             if not await self.client.ack(m):
                 logger.warning(
                     "mwmq: the lease of message %s of %r had run out before its ACK: it may have been "
@@ -229,7 +234,7 @@ class MwmqBroker(AsyncBroker):
                 logger.warning("mwmq: renewing leases failed (%s); trying again in %.1f s", e, period)
                 continue
             for m, ok in zip(held, renewed, strict=True):
-                if not ok and self._held.pop(m.id, None) is not None:
+                if not ok and self._held.pop((m.id, m.lease), None) is not None:
                     logger.warning(
                         "mwmq: the lease of message %s of %r ran out while held: it may be delivered again",
                         m.id,

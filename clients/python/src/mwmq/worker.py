@@ -24,6 +24,18 @@ How it holds together:
   is given back (NACK DELAY 0) for another worker, and its handler's end is
   ignored. A second signal gives everything back at once. Giving back
   counts as a delivery against MAXDELIVERIES, as every RECV does.
+- The stop is bounded even when mwmq no longer answers (a frozen process,
+  a network that drops everything): the RECVs, ACKs and give-backs run on
+  their own threads, and `run` returns at the latest GRACE seconds after the
+  stop's deadline (or after a second signal), leaving what hangs to its
+  daemon threads; the leases they hold run out on the server.
+- A handler that raises SystemExit or KeyboardInterrupt (`sys.exit()` in a
+  handler) stops the worker: its message is given back, the other handlers
+  finish as at a stop, and `run` raises it.
+- Each delivery is told apart by its message id and its lease: a message
+  given back and received again while its first handler still runs (a
+  handler that NACKs its own message, a lease lost) is two deliveries,
+  each renewed and settled on its own.
 """
 
 from __future__ import annotations
@@ -45,6 +57,18 @@ from .progress import Progress, WorkerStats, event
 from .types import Message
 
 Handler = Callable[[Message], Any]
+Delivery = tuple[str, int | None]
+
+# The most RECV ... COUNT takes (docs/mwmq.md, RECV).
+MAX_COUNT = 1000
+# Seconds `run` gives the give-backs (and a RECV in flight) past the stop's
+# deadline, or past a second signal, before it returns without them.
+GRACE = 3.0
+
+
+def delivery(m: Message) -> Delivery:
+    """One delivery of a message: its id and its lease."""
+    return (m.id, m.lease)
 
 
 def fatal(e: MwmqError) -> bool:
@@ -103,14 +127,20 @@ class Worker:
         # Reentrant: stop() may run in a signal handler while the main thread holds it.
         self._lock = threading.RLock()
         self._idle = threading.Condition(self._lock)
-        self._running: dict[str, Message] = {}
-        self._given_back: set[str] = set()
+        self._hurried_at = 0.0
+        self._running: dict[Delivery, Message] = {}
+        self._given_back: set[Delivery] = set()
         self._jobs: queues.SimpleQueue[Message | None] = queues.SimpleQueue()
+        # What ended the take loop with an exception, or a handler's SystemExit.
+        self._raised: BaseException | None = None
+        self._taken = threading.Event()
 
     def stop(self) -> None:
         """Stops taking messages; a second call gives back what is held at once.
         Safe from any thread and from a signal handler."""
         if self._stopping.is_set():
+            if not self._hurry.is_set():
+                self._hurried_at = time.monotonic()
             self._hurry.set()
         else:
             self._stopped_at = time.monotonic()
@@ -134,23 +164,56 @@ class Worker:
             for n in range(self.concurrency)
         ]
         keeper = threading.Thread(target=self._keep_leases, name="mwmq-leases", daemon=True)
+        taker = threading.Thread(target=self._take_and_finish, name="mwmq-take", daemon=True)
         event(logging.INFO, "started", self.queue, concurrency=self.concurrency, vt_ms=self.vt_ms)
+        abandoned = False
         try:
-            for t in [*threads, keeper]:
+            for t in [*threads, keeper, taker]:
                 t.start()
-            self._take()
-            self._finish()
+            abandoned = not self._wait_taken()
         finally:
             self._stopping.set()
             self._hurry.set()
             for _ in threads:
                 self._jobs.put(None)
-            # The keeper may be TOUCHing: done before the caller closes the client.
-            keeper.join(10.0)
+            # The keeper may be TOUCHing: done before the caller closes the client
+            # (unless mwmq stopped answering: then nothing is waited for).
+            keeper.join(0 if abandoned else 10.0)
             for s, h in old.items():
                 signal.signal(s, h)
             self._progress.end()
             event(logging.INFO, "stopped", self.queue, done=self.stats.acked, failed=self.stats.failed)
+        if self._raised is not None:
+            raise self._raised
+
+    def _take_and_finish(self) -> None:
+        """The take loop's thread: RECVs until the stop, then the stop's end."""
+        try:
+            self._take()
+            self._finish()
+        except BaseException as e:
+            with self._lock:
+                self._raised = self._raised or e
+        finally:
+            self._taken.set()
+
+    def _wait_taken(self) -> bool:
+        """Waits (on the thread of `run`, where signals are handled) for the
+        take loop to end; False when it outlasted the stop's deadline by
+        GRACE seconds (or a second stop by GRACE): mwmq does not answer."""
+        while not self._taken.wait(0.1):
+            if not self._stopping.is_set():
+                continue
+            if self._hurry.is_set():
+                limit = self._hurried_at + GRACE
+            else:
+                limit = self._stopped_at + max(self.stop_timeout, self.wait_ms / 1000) + GRACE
+            if time.monotonic() >= limit:
+                with self._lock:
+                    held = len(self._running)
+                event(logging.WARNING, "stop_abandoned", self.queue, held=held)
+                return False
+        return True
 
     def _take(self) -> None:
         """The main loop: RECV as many as there are idle threads."""
@@ -159,7 +222,7 @@ class Worker:
             with self._idle:
                 while len(self._running) >= self.concurrency and not self._stopping.is_set():
                     self._idle.wait(1.0)
-                free = self.concurrency - len(self._running)
+                free = min(self.concurrency - len(self._running), MAX_COUNT)
             if self._stopping.is_set():
                 return
             try:
@@ -180,7 +243,7 @@ class Worker:
                 return
             with self._lock:
                 for m in msgs:
-                    self._running[m.id] = m
+                    self._running[delivery(m)] = m
                 self.stats.running = len(self._running)
             for m in msgs:
                 self._jobs.put(m)
@@ -195,8 +258,8 @@ class Worker:
                 if left <= 0:
                     break
                 self._idle.wait(min(left, 0.5))
-            late = [m for m in self._running.values() if m.id not in self._given_back]
-            self._given_back.update(m.id for m in late)
+            late = [m for d, m in self._running.items() if d not in self._given_back]
+            self._given_back.update(delivery(m) for m in late)
         self._give_back(late)
 
     def _give_back(self, msgs: list[Message]) -> None:
@@ -223,12 +286,32 @@ class Worker:
                     asyncio.run(_awaited(result))
             except Exception as e:
                 ok, error = False, e
+            except BaseException as e:
+                # sys.exit() or a KeyboardInterrupt in a handler: the worker
+                # stops (run raises it), the message goes back untouched.
+                self._exit(m, e)
+                continue
             self._settle(m, ok, error)
+
+    def _exit(self, m: Message, e: BaseException) -> None:
+        event(logging.ERROR, "handler_exit", self.queue, m, error=repr(e))
+        with self._lock:
+            self._raised = self._raised or e
+            late = delivery(m) in self._given_back  # given back by the stop already
+            self._given_back.add(delivery(m))
+        if not late:
+            self._give_back([m])
+        self.stop()
+        with self._idle:
+            self._running.pop(delivery(m), None)
+            self._given_back.discard(delivery(m))
+            self.stats.running = len(self._running)
+            self._idle.notify_all()
 
     def _settle(self, m: Message, ok: bool, error: BaseException | None) -> None:
         """ACK or NACK a handled message (unless it was given back meanwhile)."""
         with self._lock:
-            given_back = m.id in self._given_back
+            given_back = delivery(m) in self._given_back
         if not given_back:
             try:
                 if ok:
@@ -250,8 +333,8 @@ class Worker:
             except Exception as e:  # the handler thread must outlive any failure
                 event(logging.WARNING, "settle_failed", self.queue, m, error=str(e))
         with self._idle:
-            self._running.pop(m.id, None)
-            self._given_back.discard(m.id)
+            self._running.pop(delivery(m), None)
+            self._given_back.discard(delivery(m))
             self.stats.running = len(self._running)
             self._idle.notify_all()
 
@@ -259,7 +342,7 @@ class Worker:
         """The keeper thread: TOUCH the leases of the messages in hand."""
         while not self._hurry.wait(self.touch_every_ms / 1000):
             with self._lock:
-                held = [m for m in self._running.values() if m.id not in self._given_back]
+                held = [m for d, m in self._running.items() if d not in self._given_back]
             if not held:
                 continue
             try:
@@ -269,7 +352,7 @@ class Worker:
                 continue
             for m, ok in zip(held, kept, strict=True):
                 with self._lock:
-                    still = m.id in self._running
+                    still = delivery(m) in self._running
                 if not ok and still:
                     with self._lock:
                         self.stats.lease_lost += 1
