@@ -30,7 +30,7 @@ from test_sql import app_sql  # noqa: F401  (the fixture)
 import mwmq
 import mwmq.kombu
 
-from conftest import Mwmq, Site
+from conftest import Mwmq, Site, child_env
 
 TESTS = Path(__file__).resolve().parent
 PREFIX = "celery-test."
@@ -131,6 +131,34 @@ def test_the_mwmq_url_works_without_importing_mwmq(mq: Mwmq) -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["mwmq.kombu", "True"]
+
+
+def test_a_queues_dead_letter_queue_is_created_with_it(mq: Mwmq, client: mwmq.Client, queue: str) -> None:
+    """`x-mwmq-dead-letter` names a queue QCREATE wants to exist: declaring
+    the queue creates that one first, so the documented arguments work on a
+    fresh mwmq (they used to stop the worker at start with NOQUEUE)."""
+    from kombu import Connection, Queue
+
+    args = {"x-mwmq-max-deliveries": 2, "x-mwmq-dead-letter": f"{queue}.dead"}
+    with Connection(f"mwmq://app:app-secret@127.0.0.1:{mq.port}//") as conn:
+        Queue(queue, queue_arguments=args)(conn.default_channel).declare()
+    info = client.info(queue)
+    assert (info.max_deliveries, info.dead_letter) == (2, f"{queue}.dead")
+    assert client.length(f"{queue}.dead") == 0
+
+
+def test_inspect_says_that_mwmq_has_no_fanout(app: ModuleType, celery_env: dict[str, str]) -> None:
+    """`celery inspect` (remote control) needs a fanout exchange: instead of
+    only Celery's "No nodes replied", the transport says why."""
+    out = subprocess.run(
+        [sys.executable, "-m", "celery", "-A", "celery_app", "inspect", "ping", "--timeout", "0.2"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=child_env(),
+    )
+    assert out.returncode != 0
+    assert "mwmq has no fanout exchanges: what is sent to 'celery.pidbox' reaches no one" in out.stderr
 
 
 def test_tasks_run_acks_late_and_are_acknowledged(app: ModuleType, worker: Proc, client: mwmq.Client) -> None:

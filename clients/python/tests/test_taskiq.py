@@ -96,6 +96,22 @@ def test_a_kick_reaches_one_of_two_listeners_and_ack_acknowledges(
     asyncio.run(main())
 
 
+def test_startup_creates_the_dead_letter_queue_first(mq: Mwmq, client: mwmq.Client, queue: str) -> None:
+    """QCREATE wants a DEADLETTER queue to exist: startup creates it first,
+    so `queue_options={"dead_letter": ...}` works on a fresh mwmq."""
+
+    async def main() -> None:
+        options = {"max_deliveries": 2, "dead_letter": f"{queue}.dead"}
+        broker = MwmqBroker(mq.url("app"), queue=queue, queue_options=options)
+        await broker.startup()
+        await broker.shutdown()
+
+    asyncio.run(main())
+    info = client.info(queue)
+    assert (info.max_deliveries, info.dead_letter) == (2, f"{queue}.dead")
+    assert client.length(f"{queue}.dead") == 0
+
+
 def test_an_unacknowledged_message_comes_back_after_its_lease(
     mq: Mwmq, client: mwmq.Client, queue: str
 ) -> None:

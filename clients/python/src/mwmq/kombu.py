@@ -35,13 +35,15 @@ of one mwmq message. What mwmq does itself rather than kombu in memory:
 - **queues** are created when declared (`QCREATE ... ` unless they exist);
   queue arguments `x-mwmq-max-deliveries`, `x-mwmq-dead-letter`,
   `x-mwmq-backoff` ([base_ms, max_ms]) and the other settings of QCREATE
-  apply when the queue is created.
+  apply when the queue is created (its dead-letter queue is created first).
 
 Exchanges and bindings live in each process's memory, as with every kombu
 virtual transport without a store for them (SQS): direct and topic
 exchanges route to the queues the publishing process declared, which Celery
 does before it publishes. There is no fanout, so Celery's remote control,
-events and mingle/gossip are off (Celery checks the transport), as on SQS.
+events and mingle/gossip are off (Celery checks the transport), as on SQS;
+declaring a fanout exchange (`celery inspect`, `revoke`, a `Broadcast`
+queue) logs a warning that what goes there reaches no one.
 
 Transport options (`broker_transport_options`): `visibility_timeout`
 (seconds, 60), `lease_renewal` (True), `wait_time_seconds` (how long a
@@ -94,6 +96,9 @@ QUEUE_ARGUMENTS = {
     "x-mwmq-backoff": "backoff",
 }
 
+
+# The fanout exchanges declared in this process and said to reach no one.
+_FANOUTS_SAID: set[str | None] = set()
 
 # The cursor of sql_transaction's block, if any.
 _SQL_CURSOR: ContextVar[Any] = ContextVar("mwmq_kombu_sql_cursor", default=None)
@@ -235,12 +240,31 @@ class Channel(virtual.Channel):
             if arg in QUEUE_ARGUMENTS:
                 options[QUEUE_ARGUMENTS[arg]] = tuple(value) if arg == "x-mwmq-backoff" else value
         name = self._queue_name(queue)
+        dead_letter = options.get("dead_letter")
+        if isinstance(dead_letter, str) and dead_letter:
+            # QCREATE wants it to exist; without the admin right there, the
+            # QCREATE below says what is wrong.
+            with contextlib.suppress(NoPerm):
+                self.client.create_queue(dead_letter, exist_ok=True)
         try:
             self.client.create_queue(name, exist_ok=True, **options)
         except NoPerm:
             # A user without the admin right may still use a queue made for it.
             if not self._has_queue(queue):
                 raise
+
+    def exchange_declare(self, exchange: str | None = None, type: str = "direct", **kwargs: Any) -> Any:
+        if type == "fanout" and exchange not in _FANOUTS_SAID:
+            # kombu would drop what is published there without a word, and
+            # `celery inspect` would say only that no worker replied.
+            _FANOUTS_SAID.add(exchange)
+            logger.warning(
+                "mwmq has no fanout exchanges: what is sent to %r reaches no one (celery inspect, "
+                "control and revoke, and broadcast queues, do not work on mwmq; see docs/mwmq.md, "
+                "What Celery cannot do here)",
+                exchange,
+            )
+        return super().exchange_declare(exchange, type, **kwargs)
 
     def _has_queue(self, queue: str, **kwargs: Any) -> bool:
         try:

@@ -30,7 +30,8 @@ as one mwmq message and runs what a worker receives with its lease held.
   psycopg 3 or psycopg2), committed or rolled back with the application's
   rows (the queue must exist: the workers' startup creates it);
 - **startup** creates the queue unless it exists (`queue_options`: QCREATE's
-  settings, such as `max_deliveries=5, dead_letter="tasks.dead"`).
+  settings, such as `max_deliveries=5, dead_letter="tasks.dead"`), and its
+  dead-letter queue first, which QCREATE wants to exist.
 
 A task that raises is a result in taskiq, not a failure of the message: it
 is acknowledged as any other (taskiq's retry middlewares send it again). The
@@ -164,6 +165,11 @@ class MwmqBroker(AsyncBroker):
     async def startup(self) -> None:
         await super().startup()
         if self.create_queue:
+            dead_letter = self.queue_options.get("dead_letter")
+            if isinstance(dead_letter, str) and dead_letter:
+                # Without the admin right there, QCREATE below says what is wrong.
+                with contextlib.suppress(NoPerm):
+                    await self.client.create_queue(dead_letter, exist_ok=True)
             try:
                 await self.client.create_queue(self.queue, exist_ok=True, **self.queue_options)
             except NoPerm:
