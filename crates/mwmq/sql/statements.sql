@@ -517,11 +517,21 @@ UPDATE mwmq_queues SET dropped_at = now() WHERE name = $1 AND dropped_at IS NULL
 SELECT (SELECT count(*) FROM mwmq_messages m WHERE m.queue_id = q.id)
 FROM mwmq_queues q WHERE q.name = $1 AND q.dropped_at IS NULL;
 
+-- QLIST: the queues whose names match one of $2 (the caller's patterns as
+-- LIKE patterns; NULL: no users), at most $1: the reply's bound counts
+-- only what the caller may see (it counted every queue, so a user with two
+-- queues was refused once others had many).
 -- statement: list
-SELECT name FROM mwmq_queues WHERE dropped_at IS NULL ORDER BY name LIMIT $1;
+SELECT q.name FROM mwmq_queues q
+WHERE q.dropped_at IS NULL
+  AND ($2::text[] IS NULL OR EXISTS (SELECT 1 FROM unnest($2::text[]) p WHERE q.name LIKE p ESCAPE '\'))
+ORDER BY q.name LIMIT $1;
 
+-- QLIST PENDING: the same, of the queues with a message $1 may take now.
 -- statement: pending
-SELECT q.name FROM mwmq_queues q WHERE q.dropped_at IS NULL AND EXISTS (
+SELECT q.name FROM mwmq_queues q WHERE q.dropped_at IS NULL
+  AND ($3::text[] IS NULL OR EXISTS (SELECT 1 FROM unnest($3::text[]) p WHERE q.name LIKE p ESCAPE '\'))
+  AND EXISTS (
    SELECT 1 FROM mwmq_walk(q.id, q.prioritized) AS v(pr)
    JOIN mwmq_messages m ON m.queue_id = q.id AND m.priority = v.pr
    WHERE m.visible_at <= now() AND (m.receiver IS NULL OR m.receiver = $1))

@@ -125,7 +125,18 @@ impl User {
     /// The patterns of the queues it may see (any of its rights): for
     /// listings the database filters (QSCHEDULES).
     pub fn see_patterns(&self) -> Vec<String> {
-        self.send.iter().chain(&self.receive).chain(&self.admin).cloned().collect()
+        self.patterns(Right::See)
+    }
+
+    /// The patterns of the queues it may do `right` on (for listings the
+    /// database filters: QLIST, QLIST PENDING, QSCHEDULES).
+    pub fn patterns(&self, right: Right) -> Vec<String> {
+        match right {
+            Right::Send => self.send.clone(),
+            Right::Receive => self.receive.clone(),
+            Right::Admin => self.admin.clone(),
+            Right::See => self.send.iter().chain(&self.receive).chain(&self.admin).cloned().collect(),
+        }
     }
 
     /// Redis's refusal of `right` on `queue` for this user.

@@ -199,6 +199,44 @@ fn a_user_without_rights_is_refused_every_command_that_reaches_a_queue_or_stream
     assert_eq!(q::<Vec<redis::Value>>(&mut owner, &["QSCHEDULES"]).len(), 1, "the schedule is still there");
 }
 
+/// QLIST's bound on its reply (`max_reply_bytes` / 256 names) counted every
+/// queue of the database before the caller's rights left some out: a user
+/// with two queues to see was refused once others had many. Now the
+/// database leaves them out first (as QSCHEDULES does), the patterns'
+/// `_` and `%` taken as themselves.
+#[test]
+fn qlist_counts_only_the_queues_the_caller_may_see() {
+    use mwmq::commands::queues::LISTED_NAME;
+    let pg = Postgres::start().unwrap();
+    let mut cfg = config(&pg);
+    cfg.server.max_body = 512;
+    cfg.server.max_reply_bytes = 3 * LISTED_NAME;
+    cfg.users =
+        vec![user("owner", "owner-pw", &["*"], &["*"], &["*"]), user("reader", "reader-pw", &[], &["mine_*"], &[])];
+    let mq = start(cfg);
+    let mut owner = login(mq.local_addr(), "owner", "owner-pw");
+    let mut reader = login(mq.local_addr(), "reader", "reader-pw");
+    for queue in ["mine_a", "mine_b", "mineXa", "other1", "other2", "other3", "other4"] {
+        let _: String = q(&mut owner, &["QCREATE", queue]);
+    }
+    for queue in ["mine_a", "mineXa", "other1", "other2", "other3", "other4"] {
+        let _: i64 = q(&mut owner, &["SEND", queue, "x"]);
+    }
+    assert_eq!(
+        q::<Vec<String>>(&mut reader, &["QLIST"]),
+        ["mine_a", "mine_b"],
+        "the reader's two, whatever the others"
+    );
+    assert_eq!(q::<Vec<String>>(&mut reader, &["QLIST", "PENDING"]), ["mine_a"]);
+    let refusal = format!(
+        "ERR QLIST would list more than 3 queues, more than a reply may hold (max_reply_bytes / {LISTED_NAME})"
+    );
+    assert_eq!(err(&mut owner, &["QLIST"]), refusal, "seven to show: over the bound");
+    assert_eq!(err(&mut owner, &["QLIST", "PENDING"]), refusal, "six to show");
+    mq.stopper().stop();
+    mq.join();
+}
+
 #[test]
 fn without_users_auth_is_refused_and_only_loopback_is_served_unless_asked() {
     let pg = Postgres::start().unwrap();

@@ -236,14 +236,19 @@ impl Core<'_> {
     ) -> Result<Outcome, DbError> {
         let me = s.identity();
         let most = self.most_listed();
-        let mut names = pg.list(pending.then_some(me.as_deref()), most as i64 + 1).await?;
+        let user = s.user();
+        // PENDING: what this connection may take now, so the receive right;
+        // otherwise any right lets a user see a queue. The database leaves
+        // the others out, so that the bound counts only what is shown.
+        let right = if pending { Right::Receive } else { Right::See };
+        let like: Option<Vec<String>> =
+            user.as_ref().map(|u| u.patterns(right).iter().map(|p| crate::sqlguard::like_pattern(p)).collect());
+        let mut names = pg.list(pending.then_some(me.as_deref()), most as i64 + 1, like.as_deref()).await?;
         if names.len() > most {
             return Ok(self.too_many_listed());
         }
-        if let Some(user) = s.user() {
-            // PENDING: what this connection may take now, so the receive
-            // right; otherwise any right lets a user see a queue.
-            let right = if pending { Right::Receive } else { Right::See };
+        if let Some(user) = user {
+            // (The database matched the same patterns; this is a second look.)
             names.retain(|q| user.may(right, q));
         }
         Ok(Outcome::ok(Reply::Array(names.into_iter().map(Reply::text).collect())))

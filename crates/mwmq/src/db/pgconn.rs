@@ -712,11 +712,17 @@ impl PgConn {
         }
     }
 
-    /// QLIST, or QLIST PENDING for `me`: at most `most` names.
-    pub async fn list(&self, pending_for: Option<Option<&str>>, most: i64) -> Result<Vec<String>, DbError> {
+    /// QLIST, or QLIST PENDING for `me`: at most `most` names, of the
+    /// queues matching one of `like` (LIKE patterns; `None`: every queue).
+    pub async fn list(
+        &self,
+        pending_for: Option<Option<&str>>,
+        most: i64,
+        like: Option<&[String]>,
+    ) -> Result<Vec<String>, DbError> {
         let r = match pending_for {
-            None => self.client.query(&self.st.list, &[&most]).await,
-            Some(me) => self.client.query(&self.st.pending, &[&me, &most]).await,
+            None => self.client.query(&self.st.list, &[&most, &like]).await,
+            Some(me) => self.client.query(&self.st.pending, &[&me, &most, &like]).await,
         };
         Ok(self.check(r)?.iter().map(|r| r.get(0)).collect())
     }
