@@ -51,15 +51,22 @@ FROM mwmq_schedules s JOIN mwmq_queues q ON q.id = s.queue_id AND q.dropped_at I
 WHERE $2::text[] IS NULL OR EXISTS (SELECT 1 FROM unnest($2::text[]) p WHERE q.name LIKE p ESCAPE '\')
 ORDER BY s.name LIMIT $1;
 
--- The ticker: the schedules due, locked; those another process is
--- sending are skipped (it moves their next tick before it lets go).
+-- The ticker: the schedules due, locked, but those named in $2 (their
+-- tick failed in a pass a moment ago: tried again later); those another
+-- process is sending are skipped (it moves their next tick before it lets
+-- go). Without their bodies: the ticker reads one at a time (`body`), so
+-- that a pass holds one body, not $1 of them.
 -- statement: due
-SELECT s.name, s.queue_id, q.name, q.dropped_at IS NOT NULL, s.cron, s.tz, s.body, s.key_prefix, s.catchup, s.sender,
+SELECT s.name, s.queue_id, q.name, q.dropped_at IS NOT NULL, s.cron, s.tz, s.key_prefix, s.catchup, s.sender,
        (extract(epoch FROM s.next_at) * 1000000)::bigint, (extract(epoch FROM now()) * 1000000)::bigint,
        s.created_by, s.priority, s.grp, s.delay_ms
 FROM mwmq_schedules s JOIN mwmq_queues q ON q.id = s.queue_id
-WHERE s.next_at <= now()
+WHERE s.next_at <= now() AND s.name <> ALL ($2::text[])
 ORDER BY s.next_at LIMIT $1 FOR UPDATE OF s SKIP LOCKED;
+
+-- A schedule's body (locked by the pass that reads it).
+-- statement: body
+SELECT body FROM mwmq_schedules WHERE name = $1;
 
 -- A tick's message: SEND ... KEY $2 to queue id $1 from $3, PRIORITY $5,
 -- GROUP $6, DELAY $7 ms, the queue's quota checked as SEND checks it; no
@@ -114,6 +121,11 @@ WHERE name = $1;
 -- statement: forget
 DELETE FROM mwmq_schedules WHERE name = $1;
 
--- How long until the next tick of any schedule, in ms (NULL: none).
+-- How long until the next tick of any schedule, in ms (NULL: none), at the
+-- end of a pass (in its transaction, which sees the ticks it moved): those
+-- still due at its start are held by another process (which moves them on)
+-- or were left for later by this one, and do not count: the ticker sleeps
+-- until a tick to come, or `schedule_ms`.
 -- statement: next_due
-SELECT (extract(epoch FROM min(next_at) - now()) * 1000)::bigint FROM mwmq_schedules WHERE isfinite(next_at);
+SELECT (extract(epoch FROM min(next_at) - clock_timestamp()) * 1000)::bigint FROM mwmq_schedules
+WHERE next_at > now() AND isfinite(next_at);

@@ -25,7 +25,24 @@
 //!
 //! A pass takes at most [`BATCH`] schedules; the thread sleeps until the
 //! next tick due (asked of the database), at most `[queues] schedule_ms`,
-//! so a schedule created by another process is seen within that.
+//! so a schedule created by another process is seen within that. A
+//! schedule another process holds is not "due" to this one: before, its
+//! past `next_at` woke this ticker at once, and a process holding a
+//! schedule for a while (a tick waiting for a lock) made every other
+//! process run empty passes back to back, thousands a second.
+//!
+//! **A tick that waits holds back no other schedule.** Each schedule's
+//! tick runs in a savepoint of the pass, and waits at most
+//! [`LOCK_WAIT_MS`] for a lock another transaction holds: an application's
+//! transaction that sent the tick's KEY (`mwmq.send(..., key => ...)`, from
+//! a role that may send to the queue) and stays open, or one that sent the
+//! queue's first message with a priority. Before, such a tick waited for
+//! the statement timeout and failed the whole pass, every pass, so that no
+//! schedule of the database (of any user) was sent while the transaction
+//! stayed open. Now that schedule's tick is rolled back to its savepoint,
+//! the others are sent, and it is left out of the passes for half of
+//! `schedule_ms` before it is tried again (retried while on time, then
+//! missed as CATCHUP says); a warning says so once, and a line when it sends.
 //!
 //! **A tick is sent only while its owner may send it.** A schedule sends as
 //! the user who made it, and users live in each process's configuration:
@@ -65,6 +82,10 @@ pub const MAX_REASON: usize = 512;
 /// Schedules a ticker remembers having warned about (past that many it
 /// forgets them all, and may warn again).
 const MAX_WARNED: usize = 10_000;
+
+/// The longest a tick waits for a lock another transaction holds, ms
+/// (`lock_timeout` in the pass): the tick is tried again in a later pass.
+pub const LOCK_WAIT_MS: u64 = 200;
 
 /// Why the owner of a schedule (`created_by`) may not send its ticks to
 /// `queue` (bodies of `body_len` bytes) by this process's `users`; `None`
@@ -111,6 +132,43 @@ fn cut(mut text: String, most: usize) -> String {
 /// schedule and reason, and a line when it sends again).
 #[derive(Default)]
 struct Warned(HashMap<String, String>);
+
+/// The schedules whose tick failed in a pass of this ticker (a lock held
+/// past [`LOCK_WAIT_MS`], or another error of that schedule's alone): each
+/// left out of the passes until its time here, and whether it was warned
+/// about (a warning once, a line when it sends again).
+#[derive(Default)]
+struct Held {
+    until: HashMap<String, Instant>,
+    warned: std::collections::HashSet<String>,
+}
+
+impl Held {
+    /// The schedules left out of a pass at `now`.
+    fn names(&mut self, now: Instant) -> Vec<String> {
+        self.until.retain(|_, t| *t > now);
+        self.until.keys().cloned().collect()
+    }
+
+    /// Schedule `name`'s tick failed (`why`): left out until `until`.
+    fn failed(&mut self, name: &str, why: &str, until: Instant) {
+        if self.until.len() >= MAX_WARNED || self.warned.len() >= MAX_WARNED {
+            self.until.clear();
+            self.warned.clear();
+        }
+        self.until.insert(name.to_string(), until);
+        if self.warned.insert(name.to_string()) {
+            tracing::warn!(schedule = %name, "schedule's tick not sent, tried again in a later pass: {why}");
+        }
+    }
+
+    /// Schedule `name` went through a pass.
+    fn passed(&mut self, name: &str) {
+        if self.warned.remove(name) {
+            tracing::info!(schedule = %name, "schedule's tick went through");
+        }
+    }
+}
 
 impl Warned {
     /// Logs what changed for schedule `name` in this process's eyes: now
@@ -164,6 +222,7 @@ pub fn run_ticker_thread(shared: Arc<Shared>, db: usize) {
     let grace = chrono::Duration::milliseconds(i64::try_from(cfg.queues.schedule_grace_ms).unwrap_or(i64::MAX));
     let mut conn: Option<postgres::Client> = None;
     let mut warned = Warned::default();
+    let mut held = Held::default();
     let mut wait = Duration::ZERO;
     loop {
         if nap(&shared, Instant::now() + wait) {
@@ -180,9 +239,7 @@ pub fn run_ticker_thread(shared: Arc<Shared>, db: usize) {
             }
         }
         let c = conn.as_mut().expect("connected above");
-        match pass(&shared, c, grace, &mut warned)
-            .and_then(|more| if more { Ok(Some(0)) } else { schedules::next_due_ms(c) })
-        {
+        match pass(&shared, c, grace, poll / 2, &mut warned, &mut held) {
             Ok(next) => {
                 if let Some(ms) = next {
                     wait = Duration::from_millis(ms.max(0) as u64).min(poll);
@@ -200,16 +257,21 @@ pub fn run_ticker_thread(shared: Arc<Shared>, db: usize) {
     }
 }
 
-/// One pass: the schedules due, each tick's message and the move of the
-/// schedule, in one transaction; whether more may be due.
+/// One pass: the schedules due (but those `held` back), each tick's
+/// message and the move of the schedule, in one transaction, each schedule
+/// in a savepoint of its own; how long until the next tick due (ms; 0: more
+/// may be due now, `None`: no schedule).
 fn pass(
     shared: &Shared,
     c: &mut postgres::Client,
     grace: chrono::Duration,
+    retry: Duration,
     warned: &mut Warned,
-) -> Result<bool, postgres::Error> {
+    held: &mut Held,
+) -> Result<Option<i64>, postgres::Error> {
     let mut tx = c.transaction()?;
-    let due = schedules::due(&mut tx, BATCH)?;
+    tx.batch_execute(&format!("SET LOCAL lock_timeout = {LOCK_WAIT_MS}"))?;
+    let due = schedules::due(&mut tx, BATCH, &held.names(Instant::now()))?;
     let mut woken = Vec::new();
     for d in &due {
         if d.dropped {
@@ -217,16 +279,34 @@ fn pass(
             warned.0.remove(&d.name);
             continue;
         }
-        let sent_len = time::body_for(&d.body, &time::tick_text(DateTime::<Utc>::UNIX_EPOCH)).len();
-        let why = refusal(&shared.users, shared.config.server.max_body, d.created_by.as_deref(), &d.queue, sent_len)
-            .map(|w| cut(w, MAX_REASON));
-        let done = fire(&mut tx, d, grace, why)?;
-        warned.note(&d.name, done.suspended.as_deref());
-        schedules::done(&mut tx, &d.name, &done)?;
-        if done.sent > 0 {
-            woken.push((d.queue.clone(), d.priority > 0));
+        let mut sp = tx.savepoint("tick")?;
+        let done = schedules::body(&mut sp, &d.name).and_then(|body| {
+            let sent_len = time::body_for(&body, &time::tick_text(DateTime::<Utc>::UNIX_EPOCH)).len();
+            let why =
+                refusal(&shared.users, shared.config.server.max_body, d.created_by.as_deref(), &d.queue, sent_len)
+                    .map(|w| cut(w, MAX_REASON));
+            let done = fire(&mut sp, d, &body, grace, why)?;
+            schedules::done(&mut sp, &d.name, &done)?;
+            Ok(done)
+        });
+        match done {
+            Ok(done) => {
+                sp.commit()?;
+                held.passed(&d.name);
+                warned.note(&d.name, done.suspended.as_deref());
+                if done.sent > 0 {
+                    woken.push((d.queue.clone(), d.priority > 0));
+                }
+            }
+            Err(e) if crate::db::connection_lost(&e) => return Err(e),
+            Err(e) => {
+                sp.rollback()?;
+                let why = e.as_db_error().map_or_else(|| e.to_string(), |d| d.message().to_string());
+                held.failed(&d.name, &why, Instant::now() + retry);
+            }
         }
     }
+    let next = if due.len() as i64 == BATCH { Some(0) } else { schedules::next_due_ms(&mut tx)? };
     tx.commit()?;
     for (q, prioritized) in woken {
         // (As a SEND with a PRIORITY does: this process's RECVs go straight to
@@ -236,7 +316,7 @@ fn pass(
         }
         shared.waiters.sent(&shared.queue, &q);
     }
-    Ok(due.len() as i64 == BATCH)
+    Ok(next)
 }
 
 /// Sends what a pass sends of schedule `d`, or skips it: `suspended` says
@@ -244,6 +324,7 @@ fn pass(
 fn fire(
     tx: &mut postgres::Transaction,
     d: &Due,
+    body: &[u8],
     grace: chrono::Duration,
     suspended: Option<String>,
 ) -> Result<Done, postgres::Error> {
@@ -266,7 +347,7 @@ fn fire(
     for tick in plan.send {
         let text = time::tick_text(tick);
         let key = format!("{}{text}", d.key_prefix);
-        match schedules::send(tx, d, &key, &time::body_for(&d.body, &text))? {
+        match schedules::send(tx, d, &key, &time::body_for(body, &text))? {
             Some(id) => {
                 done.sent += 1;
                 done.last_id = Some(id);

@@ -629,3 +629,76 @@ fn ticks_carry_priority_group_and_delay_and_an_option_given_twice_is_refused() {
     mq.stopper().stop();
     mq.join();
 }
+
+/// Lookups of the due schedules so far (the scans of their `next_at`
+/// index: each pass of a ticker makes one, and one to find the next tick).
+fn due_lookups(db: &mut postgres::Client) -> i64 {
+    db.query_one("SELECT idx_scan FROM pg_stat_user_indexes WHERE indexrelname = 'mwmq_schedules_due'", &[])
+        .unwrap()
+        .get(0)
+}
+
+/// The latest tick schedule `name` sent, in seconds since the epoch.
+fn last_tick(db: &mut postgres::Client, name: &str) -> i64 {
+    db.query_one(
+        "SELECT coalesce(extract(epoch FROM last_tick)::bigint, 0) FROM mwmq_schedules WHERE name = $1",
+        &[&name],
+    )
+    .unwrap()
+    .get(0)
+}
+
+/// A pass of the ticker was one transaction for every schedule due: a tick
+/// that waited for a lock (here an application's transaction that sent the
+/// tick's KEY with `mwmq.send` and stays open) failed the pass at the
+/// statement timeout, every pass, and no schedule of the database was sent
+/// while it stayed open. And a schedule held by another process (its pass
+/// under way) woke every other ticker at once, again and again: thousands
+/// of empty passes a second. Now the waiting tick holds back no other
+/// schedule and is sent once the lock is gone (each tick once), and a
+/// ticker sleeps while another holds a schedule.
+#[test]
+fn a_tick_waiting_for_a_lock_holds_back_no_other_schedule_and_no_ticker_spins() {
+    let pg = Postgres::start().unwrap();
+    let mq = start(config(&pg));
+    let mut c = connect(mq.local_addr());
+    let mut db = sql(&pg);
+    db.batch_execute(
+        "CREATE ROLE app LOGIN; GRANT USAGE ON SCHEMA mwmq TO app; GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA mwmq TO app",
+    )
+    .unwrap();
+    let made = db_second(&mut db);
+    for name in ["held", "free"] {
+        let _: String = q(&mut c, &["QCREATE", name]);
+        let _: String = q(&mut c, &["QSCHEDULE", name, name, "* * * * * *", "tick {tick}"]);
+    }
+    until_sent(&mut db, "held", made + 2, "started");
+
+    // Another transaction holds `held` (as another process's pass does).
+    let mut other = sql(&pg);
+    let mut holder = other.transaction().unwrap();
+    holder.query_one("SELECT name FROM mwmq_schedules WHERE name = 'held' FOR UPDATE", &[]).unwrap();
+    let (from, lookups) = (db_second(&mut db), due_lookups(&mut db));
+    until_sent(&mut db, "free", from + 3, "while another holds a schedule");
+    let looked = due_lookups(&mut db) - lookups;
+    // (About two a tick; thousands a tick when a ticker does not sleep.)
+    assert!(looked <= 100, "{looked} lookups of the schedules due over 3 ticks: the ticker did not sleep");
+    holder.rollback().unwrap();
+
+    // An application's transaction sends the KEY of one of `held`'s ticks, and stays open.
+    let tick = db_second(&mut db) + 3;
+    let key = format!("held@{}", tick_text(&mut db, tick));
+    let as_app = pg.conninfo().replace("user=postgres", "user=app");
+    let mut app = postgres::Client::connect(&as_app, postgres::NoTls).unwrap();
+    let mut open = app.transaction().unwrap();
+    open.query_one("SELECT mwmq.send('held', 'not the tick', key => $1)", &[&key]).unwrap();
+    until_sent(&mut db, "free", tick + 3, "while a transaction holds the key of another schedule's tick");
+    assert_eq!(last_tick(&mut db, "held"), tick - 1, "held waits at its tick, neither sent nor skipped");
+    open.rollback().unwrap();
+    until_sent(&mut db, "held", tick + 2, "after the transaction ended");
+    let last = last_tick(&mut db, "held");
+    each_once(&ticks_in(&mut db, "held"), made, made + 2, last, "held");
+    each_once(&ticks_in(&mut db, "free"), made, made + 2, last_tick(&mut db, "free"), "free");
+    mq.stopper().stop();
+    mq.join();
+}

@@ -10,8 +10,21 @@ use super::{DbError, PgConn};
 
 /// The statements of `sql/schedules.sql` this file runs (its test checks
 /// that the file has each, and no other).
-pub const STATEMENTS: &[&str] =
-    &["clock", "put", "elsewhere", "remove", "list", "due", "send", "sent", "unkey", "done", "forget", "next_due"];
+pub const STATEMENTS: &[&str] = &[
+    "clock",
+    "put",
+    "elsewhere",
+    "remove",
+    "list",
+    "due",
+    "body",
+    "send",
+    "sent",
+    "unkey",
+    "done",
+    "forget",
+    "next_due",
+];
 
 fn sql(name: &str) -> &'static str {
     Texts::schedules().get(name)
@@ -214,8 +227,6 @@ pub struct Due {
     pub cron: String,
     /// Its time zone.
     pub tz: String,
-    /// Its messages' body.
-    pub body: Vec<u8>,
     /// Its messages' KEY prefix.
     pub key_prefix: String,
     /// Its CATCHUP.
@@ -236,10 +247,11 @@ pub struct Due {
     pub delay_ms: i64,
 }
 
-/// The schedules due, at most `most`, locked in `tx`; those locked by another ticker skipped.
-pub fn due(tx: &mut postgres::Transaction, most: i64) -> Result<Vec<Due>, postgres::Error> {
+/// The schedules due, at most `most`, locked in `tx`; those locked by
+/// another ticker, and those named in `skip`, left out.
+pub fn due(tx: &mut postgres::Transaction, most: i64, skip: &[String]) -> Result<Vec<Due>, postgres::Error> {
     Ok(tx
-        .query(sql("due"), &[&most])?
+        .query(sql("due"), &[&most, &skip])?
         .iter()
         .map(|r| Due {
             name: r.get(0),
@@ -248,18 +260,22 @@ pub fn due(tx: &mut postgres::Transaction, most: i64) -> Result<Vec<Due>, postgr
             dropped: r.get(3),
             cron: r.get(4),
             tz: r.get(5),
-            body: r.get(6),
-            key_prefix: r.get(7),
-            catchup: r.get(8),
-            sender: r.get(9),
-            next_us: r.get(10),
-            now_us: r.get(11),
-            created_by: r.get(12),
-            priority: r.get(13),
-            group: r.get(14),
-            delay_ms: r.get(15),
+            key_prefix: r.get(6),
+            catchup: r.get(7),
+            sender: r.get(8),
+            next_us: r.get(9),
+            now_us: r.get(10),
+            created_by: r.get(11),
+            priority: r.get(12),
+            group: r.get(13),
+            delay_ms: r.get(14),
         })
         .collect())
+}
+
+/// Schedule `name`'s body (empty if it is gone).
+pub fn body(tx: &mut postgres::Transaction, name: &str) -> Result<Vec<u8>, postgres::Error> {
+    Ok(tx.query_opt(sql("body"), &[&name])?.map(|r| r.get(0)).unwrap_or_default())
 }
 
 /// A tick's message: its id (a new one, or the one its key was sent with
@@ -322,7 +338,8 @@ pub fn forget(tx: &mut postgres::Transaction, name: &str) -> Result<(), postgres
     Ok(())
 }
 
-/// How long until the next tick of any schedule, ms (`None`: none).
-pub fn next_due_ms(c: &mut postgres::Client) -> Result<Option<i64>, postgres::Error> {
-    Ok(c.query_one(sql("next_due"), &[])?.get(0))
+/// How long until the next tick to come of any schedule, ms (`None`:
+/// none), at the end of a pass: those due at its start do not count.
+pub fn next_due_ms(tx: &mut postgres::Transaction) -> Result<Option<i64>, postgres::Error> {
+    Ok(tx.query_one(sql("next_due"), &[])?.get(0))
 }
