@@ -72,6 +72,12 @@ FROM mwmq_queues WHERE name = $1 AND dropped_at IS NULL
        OR mwmq_room(id, max_messages, max_bytes, octet_length($4::bytea)))
 RETURNING id;
 
+-- Before a SEND with a PRIORITY to a queue not known to be marked
+-- `prioritized`: the mark, in a statement of its own that waits at most
+-- 100 ms for another transaction (schema 19 says why).
+-- statement: prioritize
+SELECT mwmq_prioritize($1);
+
 -- statement: send_many
 WITH mark AS (UPDATE mwmq_queues q SET prioritized = true
               FROM (SELECT DISTINCT t.queue FROM unnest($1::text[], $7::smallint[]) AS t(queue, priority)

@@ -49,6 +49,17 @@
 //! that count (QINFO, QLIST PENDING, the poll of waiting RECVs) walk
 //! through `mwmq_walk`, which is priority 0 alone for an unmarked queue.
 //!
+//! The mark updates the queue's row, which an application's transaction
+//! that sent the queue's first message with a priority holds until it
+//! ends. A RESP SEND with a priority waited for it (its statement's update),
+//! holding a database connection until the statement timeout. So a SEND
+//! with a priority to a queue not known to be marked marks it first, in a
+//! statement of its own that waits at most 100 ms (`mwmq_prioritize`,
+//! schema 19), and is refused with -TRYAGAIN when another transaction holds
+//! the row longer (for a second, without asking the database again,
+//! [`crate::shared::Shared::being_marked`]); once the mark is committed the
+//! SEND's statement updates nothing and waits for nothing.
+//!
 //! **Backoff.** `QALTER q BACKOFF base_ms max_ms [JITTER pct]` makes a
 //! message that was handed out and came back — its lease ran out, or it was
 //! NACKed without DELAY — wait `min(max, base × 2^(deliveries−1))`, plus or

@@ -139,6 +139,7 @@ impl Service for Mq {
             paused: Default::default(),
             not_plain: Default::default(),
             prioritized: Default::default(),
+            being_marked: Default::default(),
             rates: Default::default(),
             vacuums: Default::default(),
             stream_replies: Default::default(),

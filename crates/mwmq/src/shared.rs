@@ -106,6 +106,10 @@ pub struct Shared {
     /// 0: their RECVs, POPs and PEEKs go straight to the statements that
     /// walk the priorities (`policies.rs`), for a second at a time.
     pub prioritized: crate::queues::NotPlain,
+    /// Queues lately found being marked prioritized by a transaction that
+    /// has not ended (an application's): SENDs with a PRIORITY to them are
+    /// refused at once, for a second at a time (`policies.rs`).
+    pub being_marked: crate::queues::NotPlain,
     /// Each queue's rates over the last minutes (the `/ui` page's charts).
     pub rates: crate::rates::History,
     /// VACUUMs of the messages table this process ran.

@@ -34,7 +34,36 @@ fn send_row<'a>(x: &'a Send, me: Option<&'a str>) -> SendRow<'a> {
 }
 
 impl Core<'_> {
+    /// Before a SEND with a PRIORITY to `queue`: marks the queue
+    /// prioritized in a statement of its own unless it is known to be, so
+    /// that the SEND's own update of the mark takes no lock; the refusal when another
+    /// transaction is marking it and has not ended (it would wait for that
+    /// one: `policies.rs`).
+    async fn before_priority(&self, pg: &PgConn, queue: &str) -> Result<Option<DbError>, DbError> {
+        if self.shared.prioritized.is(queue) {
+            return Ok(None);
+        }
+        // (Refused again without asking for a second after the database said so.)
+        if !self.shared.being_marked.is(queue) {
+            if pg.prioritize(queue).await? {
+                self.shared.prioritized.found(queue);
+                return Ok(None);
+            }
+            self.shared.being_marked.found(queue);
+        }
+        Ok(Some(DbError::Redis(format!(
+            "TRYAGAIN queue '{queue}' is getting its first message with a priority in a transaction that has not \
+             ended (an application's mwmq.send): a SEND with a PRIORITY to it is refused until that one ends, \
+             rather than wait for it"
+        ))))
+    }
+
     pub(super) async fn send<S: Session + ?Sized>(&self, pg: &PgConn, x: &Send, s: &S) -> Result<Outcome, DbError> {
+        if x.priority > 0 {
+            if let Some(refused) = self.before_priority(pg, &x.queue).await? {
+                return Err(refused);
+            }
+        }
         let me = s.identity();
         let id = pg.send(&send_row(x, me.as_deref()), x.key.as_deref()).await?;
         if x.priority > 0 {
@@ -226,9 +255,25 @@ impl Core<'_> {
                 _ => unreachable!("a SEND batch holds SENDs"),
             })
             .collect();
-        let ids = pg.send_many(&rows).await?;
+        let mut refused: HashMap<&str, Reply> = HashMap::new();
+        for row in rows.iter().filter(|r| r.priority > 0) {
+            if !refused.contains_key(row.queue) {
+                if let Some(e) = self.before_priority(pg, row.queue).await? {
+                    refused.insert(row.queue, e.reply());
+                }
+            }
+        }
+        // (Those of priority 0 to such a queue go: they mark nothing.)
+        let refusal = |r: &SendRow<'_>| if r.priority > 0 { refused.get(r.queue) } else { None };
+        let going: Vec<SendRow<'_>> = rows.iter().filter(|r| refusal(r).is_none()).copied().collect();
+        let mut ids = if going.is_empty() { Vec::new() } else { pg.send_many(&going).await? }.into_iter();
         let mut woken = HashSet::new();
-        for ((slot, id), row) in replies.iter_mut().zip(ids).zip(&rows) {
+        for (slot, row) in replies.iter_mut().zip(&rows) {
+            if let Some(r) = refusal(row) {
+                *slot = Some((r.clone(), "client_error", 0));
+                continue;
+            }
+            let id = ids.next().flatten();
             *slot = Some(match id {
                 Some(id) => {
                     if woken.insert(row.queue) {

@@ -228,6 +228,7 @@ pub const MIGRATIONS: &[&str] = &[
     include_str!("../../sql/0016_sql_bounds.sql"),
     include_str!("../../sql/0017_priorities_backoff.sql"),
     include_str!("../../sql/0018_schedules.sql"),
+    include_str!("../../sql/0019_prioritize.sql"),
 ];
 
 /// Creates or migrates the schema ([`migrate_with`]); refuses a database whose schema is newer than this program.

@@ -546,6 +546,18 @@ impl PgConn {
         Ok((out, prioritized))
     }
 
+    /// Marks `queue` prioritized before a SEND with a PRIORITY (schema 19):
+    /// `false` when another transaction holds its row (an application's that
+    /// sent its first message with a priority and has not ended), so that
+    /// the SEND's trigger would wait for it.
+    pub async fn prioritize(&self, queue: &str) -> Result<bool, DbError> {
+        let r = self.client.query_one(&self.st.prioritize, &[&queue]).await;
+        match r {
+            Err(e) if e.code() == Some(&postgres::error::SqlState::LOCK_NOT_AVAILABLE) => Ok(false),
+            r => self.check(r).map(|_| true),
+        }
+    }
+
     /// Several SENDs (without keys) in one statement and one commit: each
     /// one's id, or `None` when its queue does not exist.
     pub async fn send_many(&self, sends: &[SendRow<'_>]) -> Result<Vec<Option<i64>>, DbError> {

@@ -128,6 +128,7 @@ macro_rules! statements {
 
 statements!(
     send,
+    prioritize,
     send_many,
     ack_many,
     send_key,

@@ -323,3 +323,70 @@ fn every_way_a_priority_comes_in_marks_its_queue() {
         );
     }
 }
+
+/// A queue's first message with a priority marks the queue, in that
+/// message's transaction. An application's transaction that sent it with
+/// `mwmq.send(..., priority => n)` and stayed open held the queue's row, and
+/// every RESP SEND with a priority to that queue waited for it, each holding
+/// one of mwmq's database connections until the statement timeout (six of
+/// them held every other queue's requests for ten seconds). Now such a SEND
+/// is answered at once, refused with -TRYAGAIN saying why (a SEND without a
+/// priority, and SENDs to other queues batched with it, go), and goes once
+/// the transaction has ended.
+#[test]
+fn a_send_with_a_priority_does_not_wait_for_an_application_marking_the_queue() {
+    let pg = Postgres::start().unwrap();
+    let mut cfg = config(&pg);
+    // (A SEND that waits would still be waiting when the test gives up on it.)
+    cfg.database.statement_timeout_ms = 120_000;
+    let mq = start(cfg);
+    let addr = mq.local_addr();
+    let mut c = connect(addr);
+    for queue in ["fresh", "other"] {
+        let _: String = q(&mut c, &["QCREATE", queue]);
+    }
+    sql(&pg)
+        .batch_execute(
+            "CREATE ROLE app LOGIN; GRANT USAGE ON SCHEMA mwmq TO app;
+             GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA mwmq TO app",
+        )
+        .unwrap();
+    let app_url = format!("{} user=app", pg.conninfo().replace("user=postgres", ""));
+    let mut app = postgres::Client::connect(&app_url, postgres::NoTls).unwrap();
+    let mut open = app.transaction().unwrap();
+    open.execute("SELECT mwmq.send('fresh', 'from the app', priority => 5)", &[]).unwrap();
+
+    let refused = err(&mut c, &["SEND", "fresh", "x", "PRIORITY", "3"]);
+    assert!(
+        refused.starts_with("TRYAGAIN queue 'fresh' is getting its first message with a priority in a transaction"),
+        "{refused}"
+    );
+    let _: i64 = q(&mut c, &["SEND", "fresh", "plain"]);
+    // Clients at once (their SENDs batched together on the async engine).
+    let answers: Vec<(String, i64)> = std::thread::scope(|s| {
+        let senders: Vec<_> = (0..6)
+            .map(|_| {
+                s.spawn(move || {
+                    let mut c = connect(addr);
+                    let refused = err(&mut c, &["SEND", "fresh", "y", "PRIORITY", "2"]);
+                    (refused, q::<i64>(&mut c, &["SEND", "other", "z", "PRIORITY", "4"]))
+                })
+            })
+            .collect();
+        senders.into_iter().map(|t| t.join().unwrap()).collect()
+    });
+    assert!(answers.iter().all(|(e, _)| e.starts_with("TRYAGAIN queue 'fresh'")), "{answers:?}");
+    assert_eq!(q::<i64>(&mut c, &["QLEN", "other"]), 6, "the other queue's SENDs went");
+
+    open.commit().unwrap();
+    assert!(
+        eventually(std::time::Duration::from_secs(30), || {
+            redis::cmd("SEND").arg("fresh").arg("x").arg("PRIORITY").arg("3").query::<i64>(&mut c).is_ok()
+        }),
+        "a SEND with a priority goes once the application's transaction has ended"
+    );
+    let got: Vec<String> = recv(&mut c, "fresh", &["COUNT", "3"]).iter().map(body).collect();
+    assert_eq!(got, ["from the app", "x", "plain"]);
+    mq.stopper().stop();
+    mq.join();
+}
