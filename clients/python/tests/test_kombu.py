@@ -1,0 +1,74 @@
+"""mwmq.kombu at kombu's level, without a Celery worker: what its round trips
+and its waits are (bench/celery.sh measures what they are worth). Counted
+never timed: a publish costs its SEND and no PING. An mwmq process of the
+module's own."""
+
+from __future__ import annotations
+
+import signal
+import time
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
+
+import kombu
+import pytest
+from kombu.pools import producers
+
+import mwmq
+import mwmq.kombu
+
+from conftest import Mwmq, Site
+
+T = TypeVar("T")
+PREFIX = "kombu-test."
+
+
+def until(what: Callable[[], T], deadline: float = 30.0, why: str = "") -> T:
+    """`what()` once it is truthy, polled until the deadline (then a failure saying why)."""
+    end = time.monotonic() + deadline
+    while True:
+        got = what()
+        if got:
+            return got
+        if time.monotonic() > end:
+            pytest.fail(f"not within {deadline} s: {why}")
+        time.sleep(0.02)
+
+
+@pytest.fixture(scope="module")
+def own(site: Site) -> Iterator[Mwmq]:
+    """An mwmq of this module's own (on the session's database)."""
+    m = site.start()
+    yield m
+    m.proc.send_signal(signal.SIGCONT)
+    m.kill()
+
+
+def connection(m: Mwmq, **options: Any) -> kombu.Connection:
+    return kombu.Connection(
+        f"mwmq://app:app-secret@127.0.0.1:{m.port}//",
+        transport_options={"queue_name_prefix": PREFIX, **options},
+    )
+
+
+def commands(client: mwmq.Client) -> int:
+    """The commands the mwmq process has carried out (INFO's count, this INFO included)."""
+    info = dict(line.split(":", 1) for line in client.execute("INFO").decode().splitlines() if ":" in line)
+    return int(info["total_commands_processed"])
+
+
+def test_a_publish_is_one_send_without_a_ping(own: Mwmq, queue: str) -> None:
+    """kombu asks `connected` each time a producer is taken from its pool
+    (as Celery's `delay()` does): answered without a round trip, 20 publishes
+    are 20 SENDs. (A PING there made them 40 commands.)"""
+    with connection(own) as conn, mwmq.Client(own.url("app")) as client:
+        q = kombu.Queue(queue)
+        with producers[conn].acquire(block=True) as p:
+            p.publish({"n": -1}, routing_key=queue, declare=[q])
+        before = commands(client)
+        for n in range(20):
+            with producers[conn].acquire(block=True) as p:
+                p.publish({"n": n}, routing_key=queue, retry=True)
+        spent = commands(client) - before - 1
+        assert client.length(PREFIX + queue) == 21
+        assert spent == 20, f"{spent} commands for 20 publishes"
