@@ -1,11 +1,14 @@
 """mwmq.kombu at kombu's level, without a Celery worker: what its round trips
 and its waits are (bench/celery.sh measures what they are worth). Counted
-never timed: a publish costs its SEND and no PING. An mwmq process of the
-module's own."""
+or waited for with generous deadlines, never timed: a full prefetch takes
+the next message as soon as one is settled (not after `polling_interval`),
+a publish costs its SEND and no PING. An mwmq process of the module's own."""
 
 from __future__ import annotations
 
+import contextlib
 import signal
+import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
@@ -72,3 +75,33 @@ def test_a_publish_is_one_send_without_a_ping(own: Mwmq, queue: str) -> None:
         spent = commands(client) - before - 1
         assert client.length(PREFIX + queue) == 21
         assert spent == 20, f"{spent} commands for 20 publishes"
+
+
+def test_a_full_prefetch_takes_more_as_soon_as_one_is_acked(own: Mwmq, queue: str) -> None:
+    """With the prefetch full, drain_events waits for a message to be
+    settled, not for `polling_interval` (an hour here): a message acked on
+    another thread (as Celery's pool threads do) lets the next one in while
+    the drain runs."""
+    with connection(own, polling_interval=3600) as conn:
+        q = kombu.Queue(queue)
+        with producers[conn].acquire(block=True) as p:
+            for n in range(2):
+                p.publish({"n": n}, routing_key=queue, declare=[q])
+        got: list[Any] = []
+        consumer = conn.Consumer(q, callbacks=[lambda body, msg: got.append(msg)], prefetch_count=1)
+        consumer.consume()
+        until(lambda: conn.drain_events(timeout=5) or got, why="the first message delivered")
+        assert len(got) == 1
+
+        def drain() -> None:
+            with contextlib.suppress(TimeoutError):
+                conn.drain_events(timeout=60)
+
+        draining = threading.Thread(target=drain, daemon=True)
+        draining.start()
+        until(lambda: consumer.channel.full, why="the drain finding the prefetch full")
+        got[0].ack()
+        until(lambda: len(got) == 2, why="the second message delivered after the first one's ACK")
+        got[1].ack()
+        draining.join(60)
+        consumer.cancel()

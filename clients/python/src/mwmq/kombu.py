@@ -6,7 +6,8 @@ A kombu message (its JSON envelope: body, headers, properties) is the body
 of one mwmq message. What mwmq does itself rather than kombu in memory:
 
 - **delivery**: a consumer RECVs up to its prefetch with a lease of
-  `visibility_timeout` seconds (default 60); an ACK acknowledges it, a
+  `visibility_timeout` seconds (default 60), once the prefetch has room for
+  a quarter of it (not one RECV per task); an ACK acknowledges it, a
   reject with requeue (and a channel closed with messages still held, as at
   a worker's warm shutdown) NACKs it back at once, a reject without requeue
   drops it (ACK), as AMQP without a dead-letter exchange does;
@@ -49,8 +50,9 @@ Transport options (`broker_transport_options`): `visibility_timeout`
 (seconds, 60), `lease_renewal` (True), `wait_time_seconds` (how long a
 consumer of one queue waits in one RECV, 5; capped by kombu's drain
 timeout), `polling_interval` (seconds between rounds over several queues,
-0.5), `queue_name_prefix` (''), `prefetch_max` (messages per RECV when
-kombu sets no prefetch, 10).
+0.5; a consumer whose prefetch is full waits for an ACK instead),
+`queue_name_prefix` (''), `prefetch_max` (messages per RECV when kombu
+sets no prefetch, 10).
 
 The `mwmq://` and `mwmqs://` (TLS) schemes are known to kombu once this
 module is imported; installing the package makes them known in every
@@ -218,8 +220,9 @@ class Channel(virtual.Channel):
     def __init__(self, connection: Transport, **kwargs: Any):
         self._noack_queues: set[str] = set()
         super().__init__(connection, **kwargs)
-        # Whether the last round of gets waited in a RECV (Transport.drain_events).
-        self.waited = False
+        # Whether the last round of gets waited in a RECV, or found the
+        # prefetch without room (Transport.drain_events).
+        self.waited = self.full = False
 
     @property
     def client(self) -> Client:
@@ -340,10 +343,20 @@ class Channel(virtual.Channel):
         self._cycle = FairCycle(self._get_bulk, self._active_queues, Empty)
 
     def drain_events(self, timeout: float | None = None, callback: Any = None, **kwargs: Any) -> None:
-        self.waited = False
-        if not self._consumers or not self.qos.can_consume():
+        self.waited = self.full = False
+        if not self._consumers:
+            raise Empty()
+        if not self._room():
+            self.full = True
             raise Empty()
         self._poll(self.cycle, callback, timeout=timeout)
+
+    def _room(self) -> bool:
+        """Whether to RECV now: the prefetch has room for a quarter of it
+        (one at least). Refilling one message at a time would cost a RECV
+        per task; a worker still holds three quarters meanwhile."""
+        room = self.qos.can_consume_max_estimate()
+        return room is None or room >= max(1, int(self.qos.prefetch_count or 0) // 4)
 
     def _get_bulk(self, queue: str, callback: Any = None, timeout: float | None = None) -> None:
         """Delivers what one RECV of `queue` gives (up to what the prefetch
@@ -444,6 +457,7 @@ class Channel(virtual.Channel):
                 held.queue,
             )
         super().basic_ack(delivery_tag, multiple)
+        self.connection.freed.set()
 
     def basic_reject(self, delivery_tag: str, requeue: bool = False) -> None:
         if not requeue:
@@ -452,6 +466,7 @@ class Channel(virtual.Channel):
                 self.client.ack(held)
         # With requeue, QoS.reject gives it back through _restore (a NACK).
         super().basic_reject(delivery_tag, requeue)
+        self.connection.freed.set()
 
     def _restore(self, message: Any) -> None:
         """Gives a held message back (NACK: visible again at once, or after
@@ -537,6 +552,10 @@ class Transport(virtual.Transport):
         self._mwmq: Client | None = None
         self._keeper: LeaseKeeper | None = None
         self._keeper_lock = threading.Lock()
+        # Set when a message is acknowledged or rejected: room in a full
+        # prefetch, which drain_events waits for (Celery's pool threads and
+        # result handler settle messages while its main thread drains).
+        self.freed = threading.Event()
 
     @property
     def mwmq(self) -> Client:
@@ -603,9 +622,11 @@ class Transport(virtual.Transport):
     def drain_events(self, connection: Any, timeout: float | None = None) -> None:
         """Delivers what the channels' consumers get; without anything, waits
         in RECV (one queue) or sleeps `polling_interval` (several) until
-        `timeout`."""
+        `timeout`. With the prefetch full, waits for a message to be settled
+        instead (at most `polling_interval`)."""
         start = monotonic()
         while True:
+            self.freed.clear()
             try:
                 self.cycle.get(self._deliver, timeout=timeout)
                 return
@@ -614,9 +635,14 @@ class Transport(virtual.Transport):
             left = None if timeout is None else timeout - (monotonic() - start)
             if left is not None and left <= 0:
                 raise TimeoutError()  # socket.timeout, which kombu's callers catch
-            if not any(getattr(c, "waited", False) for c in self.channels):
-                pause = float(self.polling_interval or 0)
-                sleep(pause if left is None else min(pause, left))
+            if any(getattr(c, "waited", False) for c in self.channels):
+                continue
+            pause = float(self.polling_interval or 0)
+            pause = pause if left is None else min(pause, left)
+            if any(getattr(c, "full", False) for c in self.channels):
+                self.freed.wait(pause)
+            else:
+                sleep(pause)
 
     def driver_version(self) -> str:
         from . import __version__
