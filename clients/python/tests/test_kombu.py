@@ -1,8 +1,10 @@
 """mwmq.kombu at kombu's level, without a Celery worker: what its round trips
 and its waits are (bench/celery.sh measures what they are worth). Counted
-or waited for with generous deadlines, never timed: a full prefetch takes
-the next message as soon as one is settled (not after `polling_interval`),
-a publish costs its SEND and no PING. An mwmq process of the module's own."""
+or waited for with generous deadlines, never timed: an ACK handed to the
+background goes out while its caller goes on, a full prefetch takes the
+next message as soon as one is settled (not after `polling_interval`), a
+publish costs its SEND and no PING. An mwmq process of the module's own,
+which one test stops (SIGSTOP) for a while."""
 
 from __future__ import annotations
 
@@ -77,6 +79,32 @@ def test_a_publish_is_one_send_without_a_ping(own: Mwmq, queue: str) -> None:
         assert spent == 20, f"{spent} commands for 20 publishes"
 
 
+def test_an_ack_does_not_wait_for_mwmq_and_the_close_sends_it(own: Mwmq, queue: str) -> None:
+    """message.ack() hands the ACK to the transport's ACK threads and
+    returns while mwmq does not answer (stopped); once it answers, closing
+    the connection waits for the ACK: the queue is empty right after."""
+    conn = connection(own)
+    with mwmq.Client(own.url("app")) as client:
+        q = kombu.Queue(queue)
+        with producers[conn].acquire(block=True) as p:
+            p.publish({"n": 1}, routing_key=queue, declare=[q])
+        got: list[Any] = []
+        consumer = conn.Consumer(q, callbacks=[lambda body, msg: got.append(msg)], prefetch_count=1)
+        consumer.consume()
+        until(lambda: conn.drain_events(timeout=5) or got, why="the message delivered")
+        own.proc.send_signal(signal.SIGSTOP)
+        try:
+            acking = threading.Thread(target=got[0].ack, daemon=True)
+            acking.start()
+            acking.join(30)
+            assert not acking.is_alive(), "ack() waited for mwmq's answer"
+        finally:
+            own.proc.send_signal(signal.SIGCONT)
+        consumer.cancel()
+        conn.release()
+        assert client.length(PREFIX + queue) == 0
+
+
 def test_a_full_prefetch_takes_more_as_soon_as_one_is_acked(own: Mwmq, queue: str) -> None:
     """With the prefetch full, drain_events waits for a message to be
     settled, not for `polling_interval` (an hour here): a message acked on
@@ -105,3 +133,25 @@ def test_a_full_prefetch_takes_more_as_soon_as_one_is_acked(own: Mwmq, queue: st
         got[1].ack()
         draining.join(60)
         consumer.cancel()
+
+
+def test_an_ack_of_a_lost_lease_is_logged(own: Mwmq, queue: str, caplog: pytest.LogCaptureFixture) -> None:
+    """An ACK answered 0 (the lease given back meanwhile) is said in the
+    log, from the ACK threads, by the time the connection is closed."""
+    conn = connection(own)
+    with mwmq.Client(own.url("app")) as client:
+        q = kombu.Queue(queue)
+        with producers[conn].acquire(block=True) as p:
+            p.publish({"n": 1}, routing_key=queue, declare=[q])
+        got: list[Any] = []
+        consumer = conn.Consumer(q, callbacks=[lambda body, msg: got.append(msg)], prefetch_count=1)
+        consumer.consume()
+        until(lambda: conn.drain_events(timeout=5) or got, why="the message delivered")
+        held = mwmq.kombu.held_delivery(got[0].delivery_info["mwmq"])
+        assert client.nack(held, delay_ms=60_000)
+        with caplog.at_level("WARNING", logger="mwmq.kombu"):
+            got[0].ack()
+            consumer.cancel()
+            conn.release()
+        assert "had run out before its ACK" in caplog.text
+        assert client.length(PREFIX + queue) == 1

@@ -11,6 +11,14 @@ of one mwmq message. What mwmq does itself rather than kombu in memory:
   reject with requeue (and a channel closed with messages still held, as at
   a worker's warm shutdown) NACKs it back at once, a reject without requeue
   drops it (ACK), as AMQP without a dead-letter exchange does;
+- **ACKs in the background**: `message.ack()` hands the ACK to
+  `ack_threads` threads (8; 0 sends it before returning) and returns, as
+  AMQP's basic.ack awaits no reply. mwmq runs one connection's requests
+  one at a time but batches ACKs arriving together on several, and Celery's
+  prefork pool acknowledges from one thread: ACKing there cost a commit's
+  round trip per task. Closing the connection waits for those handed over
+  (acker.py); an ACK lost with its process leaves the task to come back
+  after its lease, as any crash before the ACK does;
 - **leases held as long as the work**: while a process holds a message (a
   task running with `acks_late`, prefetched, or waiting for its ETA) a
   thread TOUCHes its lease every third of `visibility_timeout`; a worker that
@@ -52,7 +60,7 @@ consumer of one queue waits in one RECV, 5; capped by kombu's drain
 timeout), `polling_interval` (seconds between rounds over several queues,
 0.5; a consumer whose prefetch is full waits for an ACK instead),
 `queue_name_prefix` (''), `prefetch_max` (messages per RECV when kombu
-sets no prefetch, 10).
+sets no prefetch, 10), `ack_threads` (8).
 
 The `mwmq://` and `mwmqs://` (TLS) schemes are known to kombu once this
 module is imported; installing the package makes them known in every
@@ -78,6 +86,7 @@ from kombu.utils.json import dumps, loads
 from kombu.utils.scheduling import FairCycle
 
 from . import Client, sql
+from .acker import Acker
 from .errors import ConnectionLost, MwmqError, NoPerm, NoQueue, TryAgain
 from .types import Message as MwmqMessage
 
@@ -210,12 +219,14 @@ class Channel(virtual.Channel):
         "wait_time_seconds",
         "queue_name_prefix",
         "prefetch_max",
+        "ack_threads",
     )
     visibility_timeout: float = 60.0
     lease_renewal: bool = True
     wait_time_seconds: float = 5.0
     queue_name_prefix: str = ""
     prefetch_max: int = 10
+    ack_threads: int = 8
 
     def __init__(self, connection: Transport, **kwargs: Any):
         self._noack_queues: set[str] = set()
@@ -449,13 +460,12 @@ class Channel(virtual.Channel):
 
     def basic_ack(self, delivery_tag: str, multiple: bool = False) -> None:
         held = self.qos.release(delivery_tag)
-        if held is not None and not self.client.ack(held):
-            logger.warning(
-                "mwmq: the lease of message %s of %r had run out before its ACK: it may have been "
-                "delivered again (raise visibility_timeout)",
-                held.id,
-                held.queue,
-            )
+        if held is not None:
+            acker = self.connection.acker
+            if acker is not None:
+                acker.ack(held)
+            else:
+                self.connection.acked(held, self.client.ack(held))
         super().basic_ack(delivery_tag, multiple)
         self.connection.freed.set()
 
@@ -556,6 +566,36 @@ class Transport(virtual.Transport):
         # prefetch, which drain_events waits for (Celery's pool threads and
         # result handler settle messages while its main thread drains).
         self.freed = threading.Event()
+        self._acker: Acker | None = None
+
+    @property
+    def acker(self) -> Acker | None:
+        """What sends ACKs in the background (None with `ack_threads` 0)."""
+        options = self.client.transport_options or {}
+        threads = int(options.get("ack_threads", Channel.ack_threads))
+        if threads <= 0:
+            return None
+        with self._keeper_lock:
+            if self._acker is None:
+                self._acker = Acker(self.mwmq, threads, self.acked)
+            return self._acker
+
+    def acked(self, held: MwmqMessage, result: bool | BaseException) -> None:
+        """What became of an ACK: said in the log unless it went through."""
+        if result is False:
+            logger.warning(
+                "mwmq: the lease of message %s of %r had run out before its ACK: it may have been "
+                "delivered again (raise visibility_timeout)",
+                held.id,
+                held.queue,
+            )
+        elif isinstance(result, BaseException):
+            logger.warning(
+                "mwmq: the ACK of message %s of %r failed (%s): it comes back after its lease",
+                held.id,
+                held.queue,
+                result,
+            )
 
     @property
     def mwmq(self) -> Client:
@@ -608,6 +648,11 @@ class Transport(virtual.Transport):
         finally:
             if keeper is not None and keeper is not threading.current_thread():
                 keeper.join(5)
+            acker, self._acker = self._acker, None
+            if acker is not None and not acker.close(10.0):
+                logger.warning(
+                    "mwmq: %d ACKs unanswered at the close: they come back after their lease", acker.pending
+                )
             if self._mwmq is not None:
                 self._mwmq.close()
                 self._mwmq = None
