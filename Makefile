@@ -25,7 +25,8 @@ all: build
 ## iproute2 (ip, tc) and ethtool for emulated hosts (network namespaces),
 ## postgresql for mwmq (tests start throwaway servers: scripts/postgres.sh),
 ## redis-tools (redis-cli, redis-benchmark) to talk to mwmq, redis-server (7.0)
-## as the reference the stream commands are compared with and benchmarked against,
+## as the reference the stream commands are compared with and benchmarked against
+## (and Celery on Redis, against Celery on mwmq: bench/celery.sh),
 ## libmemcached-dev to build pylibmc (a client the tests run through mwproxy).
 deps:
 	@missing=""; \
@@ -195,6 +196,7 @@ bench: build python-deps
 	bench/mq-quota.sh
 	bench/mq-peers.sh
 	bench/mq-streams.sh
+	bench/celery.sh
 	$(VENV)/bin/python bench/lab.py
 
 lint: rust-deps python-deps
