@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 import kombu
+import psycopg
 import pytest
 from kombu.pools import producers
 
@@ -155,3 +156,20 @@ def test_an_ack_of_a_lost_lease_is_logged(own: Mwmq, queue: str, caplog: pytest.
             conn.release()
         assert "had run out before its ACK" in caplog.text
         assert client.length(PREFIX + queue) == 1
+
+
+def test_send_keys_off_sends_without_a_key(site: Site, own: Mwmq, queue: str) -> None:
+    """Every publish is a SEND with a KEY of its own (mwmq keeps it for the
+    dedup window); with the transport option send_keys False, without one."""
+    for keys, name in ((True, f"{queue}-keyed"), (False, f"{queue}-plain")):
+        with connection(own, send_keys=keys) as conn, producers[conn].acquire(block=True) as p:
+            for n in range(3):
+                p.publish({"n": n}, routing_key=name, declare=[kombu.Queue(name)])
+    with psycopg.connect(site.pg.conninfo, autocommit=True) as db:
+        rows = db.execute(
+            "SELECT q.name, count(k.key) FROM mwmq.mwmq_queues q"
+            " LEFT JOIN mwmq.mwmq_keys k ON k.queue_id = q.id"
+            " WHERE q.name LIKE %s AND q.dropped_at IS NULL GROUP BY q.name",
+            (f"{PREFIX}{queue}-%",),
+        ).fetchall()
+    assert dict(rows) == {f"{PREFIX}{queue}-keyed": 3, f"{PREFIX}{queue}-plain": 0}

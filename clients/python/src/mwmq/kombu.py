@@ -60,7 +60,13 @@ consumer of one queue waits in one RECV, 5; capped by kombu's drain
 timeout), `polling_interval` (seconds between rounds over several queues,
 0.5; a consumer whose prefetch is full waits for an ACK instead),
 `queue_name_prefix` (''), `prefetch_max` (messages per RECV when kombu
-sets no prefetch, 10), `ack_threads` (8).
+sets no prefetch, 10), `ack_threads` (8), `send_keys` (True: every SEND
+carries a KEY of its own, a uuid4, so that a SEND whose reply was lost is
+sent again without being stored twice; Celery's task id would not do, as
+Celery sends a task again under the same id for a retry, `Task.replace`
+and `chord_unlock`. False: no KEY, which mwmq batches with the other SENDs
+waiting, a higher rate with many producers; a lost reply then raises
+ConnectionLost and kombu's retry of the publish may store it twice).
 
 The `mwmq://` and `mwmqs://` (TLS) schemes are known to kombu once this
 module is imported; installing the package makes them known in every
@@ -220,6 +226,7 @@ class Channel(virtual.Channel):
         "queue_name_prefix",
         "prefetch_max",
         "ack_threads",
+        "send_keys",
     )
     visibility_timeout: float = 60.0
     lease_renewal: bool = True
@@ -227,6 +234,7 @@ class Channel(virtual.Channel):
     queue_name_prefix: str = ""
     prefetch_max: int = 10
     ack_threads: int = 8
+    send_keys: bool = True
 
     def __init__(self, connection: Transport, **kwargs: Any):
         self._noack_queues: set[str] = set()
@@ -621,6 +629,7 @@ class Transport(virtual.Transport):
             socket_connect_timeout=conninfo.connect_timeout or 5.0,
             # Each reply within this, a RECV's wait included.
             socket_timeout=wait + 30.0,
+            auto_key=bool(options.get("send_keys", Channel.send_keys)),
             **ssl_options,
         )
 
