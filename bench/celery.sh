@@ -21,9 +21,8 @@
 # with the CPU a task costs the producer and the worker's processes, and on
 # mwmq the commands and the database statements per task (INFO). Every SEND
 # carries a KEY (the client's auto_key: a uuid4 per publish, so that a retry
-# never stores it twice), which mwmq does not batch with other SENDs: one
-# producer sends one at a time anyway, several (PRODUCERS=8) would batch
-# better without.
+# never stores it twice), which mwmq does not batch with other SENDs
+# (SEND_KEYS=0: mwmq.kombu's send_keys off, SENDs without a KEY).
 #
 # Then the mwmq package's Worker (CONCURRENCY threads, a no-op handler)
 # against mwload's RECV then ACK on CONCURRENCY connections (mqlib.sh's
@@ -33,8 +32,8 @@
 # Worker/mwload.
 #
 # Usage: bench/celery.sh [tasks] [rounds]   (defaults 2000 and 3; env POOL=prefork|threads,
-#        CONCURRENCY=8, PRODUCERS=1, SYSTEMS="mwmq always everysec": a subset, BIN: where
-#        mwmq and mwload are). About 3 minutes with the defaults.
+#        CONCURRENCY=8, PRODUCERS=1, SEND_KEYS=1, SYSTEMS="mwmq always everysec": a subset,
+#        BIN: where mwmq and mwload are). About 3 minutes with the defaults.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
@@ -83,7 +82,8 @@ CONF
 redis_server always always
 redis_server everysec everysec
 
-echo "Celery -P $POOL -c $CONCURRENCY on ${systems[*]}, $N no-op tasks from $PRODUCERS producer(s), $ROUNDS rounds;" \
+echo "Celery -P $POOL -c $CONCURRENCY on ${systems[*]}, $N no-op tasks from $PRODUCERS producer(s)" \
+  "(mwmq: send_keys ${SEND_KEYS:-1}), $ROUNDS rounds;" \
   "Worker and mwload: $N messages, $CLIENTS threads/connections" >&2
 : >"$work/rows"
 for r in $(seq "$ROUNDS"); do

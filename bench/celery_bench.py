@@ -57,6 +57,8 @@ app.conf.update(
     task_default_queue=QUEUE,
     broker_connection_retry_on_startup=True,
     worker_hijack_root_logger=False,
+    # mwmq.kombu's option (Redis's transport ignores it): SEND_KEYS=0 sends tasks without a KEY.
+    broker_transport_options={"send_keys": os.environ.get("SEND_KEYS", "1") != "0"},
 )
 
 
