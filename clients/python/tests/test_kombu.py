@@ -9,9 +9,11 @@ which one test stops (SIGSTOP) for a while."""
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import threading
 import time
+import warnings
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
@@ -22,6 +24,7 @@ from kombu.pools import producers
 
 import mwmq
 import mwmq.kombu
+from mwmq.acker import Acker
 
 from conftest import Mwmq, Site
 
@@ -173,3 +176,30 @@ def test_send_keys_off_sends_without_a_key(site: Site, own: Mwmq, queue: str) ->
             (f"{PREFIX}{queue}-%",),
         ).fetchall()
     assert dict(rows) == {f"{PREFIX}{queue}-keyed": 3, f"{PREFIX}{queue}-plain": 0}
+
+
+def test_an_acker_in_a_forked_child_sends_the_childs_acks(own: Mwmq, queue: str) -> None:
+    """A child forked from a process whose Acker runs (its threads not
+    copied) starts threads of its own for its ACKs."""
+    with mwmq.Client(own.url("app")) as client:
+        client.create_queue(queue)
+        client.send_many(queue, [b"parent", b"child"])
+        got: list[mwmq.Message] = []
+        until(lambda: got.extend(client.recv(queue, count=2 - len(got))) or len(got) == 2, why="two messages")
+        first, second = got
+        acker = Acker(client, threads=2)
+        acker.ack(first)
+        assert acker.flush(30)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)  # fork() with threads running
+            pid = os.fork()
+        if pid == 0:
+            try:
+                acker.ack(second)
+                os._exit(0 if acker.flush(30) else 1)
+            finally:
+                os._exit(2)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0, "the child's ACK was not sent"
+        assert client.length(queue) == 0
+        acker.close()

@@ -19,6 +19,7 @@ close calls it before the connections go).
 from __future__ import annotations
 
 import logging
+import os
 import queue
 import threading
 from collections.abc import Callable
@@ -45,14 +46,23 @@ class Acker:
         if threads < 1:
             raise ValueError(f"threads is 1 or more, not {threads}")
         self.client, self.threads, self.outcome = client, threads, outcome
+        self._start()
+
+    def _start(self) -> None:
+        """A fresh state: no thread yet, nothing in hand. Again in a forked
+        child, which has none of its parent's threads (a lock one of them
+        held stays held), and whose parent's ACKs in hand are the parent's."""
         self._jobs: queue.SimpleQueue[Message | None] = queue.SimpleQueue()
         self._lock = threading.Lock()
         self._settled = threading.Condition(self._lock)
         self._pending = 0
         self._running: list[threading.Thread] = []
+        self._pid = os.getpid()
 
     def ack(self, msg: Message) -> None:
         """Hands `msg`'s ACK over; returns at once."""
+        if self._pid != os.getpid():
+            self._start()
         with self._lock:
             if not self._running:
                 self._running = [
