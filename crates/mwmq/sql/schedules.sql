@@ -68,27 +68,6 @@ ORDER BY s.next_at LIMIT $1 FOR UPDATE OF s SKIP LOCKED;
 -- statement: body
 SELECT body FROM mwmq_schedules WHERE name = $1;
 
--- A tick's message: SEND ... KEY $2 to queue id $1 from $3, PRIORITY $5,
--- GROUP $6, DELAY $7 ms, the queue's quota checked as SEND checks it; no
--- row when the key was sent already or the queue is full. A priority
--- other than 0 marks the queue (statements.sql, before `send`).
--- statement: send
-WITH mark AS (UPDATE mwmq_queues SET prioritized = true
-              WHERE $5::smallint <> 0 AND id = $1 AND dropped_at IS NULL AND NOT prioritized),
-k AS (
-   INSERT INTO mwmq_keys (queue_id, key, message_id)
-   SELECT id, $2::text, nextval('mwmq_message_ids') FROM mwmq_queues
-   WHERE id = $1 AND dropped_at IS NULL
-     AND (max_messages IS NULL AND max_bytes IS NULL
-          OR mwmq_room(id, max_messages, max_bytes, octet_length($4::bytea)))
-   ON CONFLICT DO NOTHING
-   RETURNING queue_id, message_id)
-INSERT INTO mwmq_messages (queue_id, id, sender, receiver, body, visible_at, counted, grp, priority)
-SELECT k.queue_id, k.message_id, $3::text, NULL, $4::bytea, now() + interval '1 millisecond' * $7::bigint,
-       (q.max_messages IS NOT NULL OR q.max_bytes IS NOT NULL), $6::text, $5::smallint
-FROM k JOIN mwmq_queues q ON q.id = k.queue_id
-RETURNING id;
-
 -- The message a tick's key names, if it was sent already, and whether it
 -- is a forgery: a message still in the queue that another sender than the
 -- schedule's ($3) sent with the key (a user with the send right only, who

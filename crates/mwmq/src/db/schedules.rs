@@ -10,21 +10,8 @@ use super::{DbError, PgConn};
 
 /// The statements of `sql/schedules.sql` this file runs (its test checks
 /// that the file has each, and no other).
-pub const STATEMENTS: &[&str] = &[
-    "clock",
-    "put",
-    "elsewhere",
-    "remove",
-    "list",
-    "due",
-    "body",
-    "send",
-    "sent",
-    "unkey",
-    "done",
-    "forget",
-    "next_due",
-];
+pub const STATEMENTS: &[&str] =
+    &["clock", "put", "elsewhere", "remove", "list", "due", "body", "sent", "unkey", "done", "forget", "next_due"];
 
 fn sql(name: &str) -> &'static str {
     Texts::schedules().get(name)
@@ -287,15 +274,19 @@ pub fn body(tx: &mut postgres::Transaction, name: &str) -> Result<Vec<u8>, postg
 /// schedule's messages with their own.
 pub fn send(tx: &mut postgres::Transaction, d: &Due, key: &str, body: &[u8]) -> Result<Option<i64>, postgres::Error> {
     let (queue_id, sender) = (d.queue_id, d.sender.as_str());
-    let args: [&(dyn postgres::types::ToSql + Sync); 7] =
-        [&queue_id, &key, &sender, &body, &d.priority, &d.group, &d.delay_ms];
-    if let Some(row) = tx.query_opt(sql("send"), &args)? {
+    // SEND ... KEY's own statement (`statements.sql`: the queue's quota,
+    // the mark of a queue of priorities), addressed to no one.
+    let send = Texts::get_all().get("send_key");
+    let (receiver, delay) = (None::<&str>, d.delay_ms as f64);
+    let args: [&(dyn postgres::types::ToSql + Sync); 8] =
+        [&d.queue, &sender, &receiver, &body, &delay, &key, &d.group, &d.priority];
+    if let Some(row) = tx.query_opt(send, &args)? {
         return Ok(Some(row.get(0)));
     }
     match tx.query_opt(sql("sent"), &[&queue_id, &key, &sender])? {
         Some(r) if r.get::<_, bool>(1) => {
             tx.execute(sql("unkey"), &[&queue_id, &key])?;
-            Ok(tx.query_opt(sql("send"), &args)?.map(|r| r.get(0)))
+            Ok(tx.query_opt(send, &args)?.map(|r| r.get(0)))
         }
         Some(r) => Ok(Some(r.get(0))),
         None => Ok(None),
