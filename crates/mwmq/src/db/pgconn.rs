@@ -549,7 +549,7 @@ impl PgConn {
     /// Marks `queue` prioritized before a SEND with a PRIORITY (schema 19):
     /// `false` when another transaction holds its row (an application's that
     /// sent its first message with a priority and has not ended), so that
-    /// the SEND's trigger would wait for it.
+    /// the SEND's own update of the mark would wait for it.
     pub async fn prioritize(&self, queue: &str) -> Result<bool, DbError> {
         let r = self.client.query_one(&self.st.prioritize, &[&queue]).await;
         match r {
