@@ -96,12 +96,10 @@ class AsyncClient(ClientBase):
             except (rex.RedisError, OSError) as e:
                 if not is_connection_error(e):
                     raise
-                step = attempts.connection_failed(i, e)
-                if step is None:
-                    batch.give_up(attempts.exhausted())
+                delay = self._fail_over(batch, attempts, i, e)
+                if delay is None:
                     break
-                self._move(i, step[0])
-                await asyncio.sleep(step[1])
+                await asyncio.sleep(delay)
                 continue
             replies: list[Any] = []
             try:
@@ -121,12 +119,10 @@ class AsyncClient(ClientBase):
                     raise
                 batch.broke(replies, self._settings.addresses[i], e)
                 if batch.pending:
-                    step = attempts.connection_failed(i, e)
-                    if step is None:
-                        batch.give_up(attempts.exhausted())
+                    delay = self._fail_over(batch, attempts, i, e)
+                    if delay is None:
                         break
-                    self._move(i, step[0])
-                    await asyncio.sleep(step[1])
+                    await asyncio.sleep(delay)
                 continue
             except BaseException:
                 # Cancelled mid-request: the connection's state is unknown.

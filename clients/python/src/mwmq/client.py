@@ -108,12 +108,10 @@ class Client(ClientBase):
             except (rex.RedisError, OSError) as e:
                 if not is_connection_error(e):
                     raise
-                step = attempts.connection_failed(i, e)
-                if step is None:
-                    batch.give_up(attempts.exhausted())
+                delay = self._fail_over(batch, attempts, i, e)
+                if delay is None:
                     break
-                self._move(i, step[0])
-                time.sleep(step[1])
+                time.sleep(delay)
                 continue
             replies: list[Any] = []
             try:
@@ -133,12 +131,10 @@ class Client(ClientBase):
                     raise
                 batch.broke(replies, self._settings.addresses[i], e)
                 if batch.pending:
-                    step = attempts.connection_failed(i, e)
-                    if step is None:
-                        batch.give_up(attempts.exhausted())
+                    delay = self._fail_over(batch, attempts, i, e)
+                    if delay is None:
                         break
-                    self._move(i, step[0])
-                    time.sleep(step[1])
+                    time.sleep(delay)
                 continue
             except BaseException:
                 # Interrupted mid-request: the connection's state is unknown.
