@@ -18,7 +18,7 @@ import redis.asyncio as aioredis
 import redis.exceptions as rex
 
 from . import commands as c
-from .base import ClientBase, all_or_raise
+from .base import ClientBase, all_or_raise, created
 from .core import Attempts, Batch
 from .errors import MwmqError, TryAgain, from_redis, is_connection_error
 from .types import DeadLetter, Message, QueueInfo, Schedule
@@ -278,13 +278,8 @@ class AsyncClient(ClientBase):
             rate=rate,
             backoff=backoff,
         )
-        try:
-            await self.call(call)
-        except MwmqError as e:
-            if exist_ok and e.code == "EXISTS":
-                return False
-            raise
-        return True
+        [result] = await self._execute([call])
+        return created(result, exist_ok)
 
     async def alter_queue(
         self,

@@ -10,6 +10,7 @@ from typing import Any
 
 from . import commands as c
 from .core import Attempts, Batch, Settings, first_error, settings
+from .errors import MwmqError
 
 
 def new_key() -> str:
@@ -131,3 +132,13 @@ def all_or_raise(results: list[Any]) -> list[Any]:
         err.results = results  # type: ignore[attr-defined]
         raise err
     return results
+
+
+def created(result: Any, exist_ok: bool) -> bool:
+    """create_queue's answer from QCREATE's result: True, or False when the
+    queue existed and `exist_ok`; any other error is raised."""
+    if isinstance(result, MwmqError):
+        if exist_ok and result.code == "EXISTS":
+            return False
+        raise result
+    return True

@@ -20,7 +20,7 @@ import redis
 import redis.exceptions as rex
 
 from . import commands as c
-from .base import ClientBase, all_or_raise
+from .base import ClientBase, all_or_raise, created
 from .core import Attempts, Batch
 from .errors import MwmqError, TryAgain, from_redis, is_connection_error
 from .types import DeadLetter, Message, QueueInfo, Schedule
@@ -290,13 +290,8 @@ class Client(ClientBase):
             rate=rate,
             backoff=backoff,
         )
-        try:
-            self.call(call)
-        except MwmqError as e:
-            if exist_ok and e.code == "EXISTS":
-                return False
-            raise
-        return True
+        [result] = self._execute([call])
+        return created(result, exist_ok)
 
     def alter_queue(
         self,
