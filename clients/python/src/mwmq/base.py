@@ -9,7 +9,8 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from . import commands as c
-from .core import Settings, first_error, settings
+from .core import Attempts, Batch, Settings, first_error, settings
+from .errors import MwmqError
 
 
 def new_key() -> str:
@@ -93,6 +94,17 @@ class ClientBase:
         if self._current == failed:
             self._current = to
 
+    def _fail_over(self, batch: Batch, attempts: Attempts, failed: int, error: BaseException) -> float | None:
+        """After a connection to address `failed` could not be made or broke:
+        seconds to wait before trying again (on the address now in use), or
+        None when the budget is spent and every pending call failed."""
+        step = attempts.connection_failed(failed, error)
+        if step is None:
+            batch.give_up(attempts.exhausted())
+            return None
+        self._move(failed, step[0])
+        return step[1]
+
     def _send_call(self, queue: str, body: c.Body, key: str | None, **options: Any) -> c.Call[str]:
         if key is None and self._settings.auto_key:
             key = new_key()
@@ -120,3 +132,13 @@ def all_or_raise(results: list[Any]) -> list[Any]:
         err.results = results  # type: ignore[attr-defined]
         raise err
     return results
+
+
+def created(result: Any, exist_ok: bool) -> bool:
+    """create_queue's answer from QCREATE's result: True, or False when the
+    queue existed and `exist_ok`; any other error is raised."""
+    if isinstance(result, MwmqError):
+        if exist_ok and result.code == "EXISTS":
+            return False
+        raise result
+    return True

@@ -20,7 +20,7 @@ import redis
 import redis.exceptions as rex
 
 from . import commands as c
-from .base import ClientBase, all_or_raise
+from .base import ClientBase, all_or_raise, created
 from .core import Attempts, Batch
 from .errors import MwmqError, TryAgain, from_redis, is_connection_error
 from .types import DeadLetter, Message, QueueInfo, Schedule
@@ -108,12 +108,10 @@ class Client(ClientBase):
             except (rex.RedisError, OSError) as e:
                 if not is_connection_error(e):
                     raise
-                step = attempts.connection_failed(i, e)
-                if step is None:
-                    batch.give_up(attempts.exhausted())
+                delay = self._fail_over(batch, attempts, i, e)
+                if delay is None:
                     break
-                self._move(i, step[0])
-                time.sleep(step[1])
+                time.sleep(delay)
                 continue
             replies: list[Any] = []
             try:
@@ -133,12 +131,10 @@ class Client(ClientBase):
                     raise
                 batch.broke(replies, self._settings.addresses[i], e)
                 if batch.pending:
-                    step = attempts.connection_failed(i, e)
-                    if step is None:
-                        batch.give_up(attempts.exhausted())
+                    delay = self._fail_over(batch, attempts, i, e)
+                    if delay is None:
                         break
-                    self._move(i, step[0])
-                    time.sleep(step[1])
+                    time.sleep(delay)
                 continue
             except BaseException:
                 # Interrupted mid-request: the connection's state is unknown.
@@ -228,16 +224,15 @@ class Client(ClientBase):
     def ack(self, target: Message | str, *args: Any) -> bool:
         """ACK: True, or False when the lease is no longer current (or the
         delivery is not this user's)."""
-        queue, mid, lease, _ = c.delivery(target, args, 0)
-        return self.call(c.ack(queue, mid, lease))
+        return self.call(c.ack_of(target, args))
 
     def ack_many(self, msgs: Sequence[Message]) -> list[bool]:
         """ACKs pipelined on one connection."""
-        return all_or_raise(self._execute([c.ack(*c.delivery(m, (), 0)[:3]) for m in msgs]))
+        return all_or_raise(self._execute([c.ack_of(m, ()) for m in msgs]))
 
     def touch_many(self, msgs: Sequence[Message], ms: int) -> list[bool]:
         """TOUCHes pipelined on one connection: each message invisible for `ms` more."""
-        return all_or_raise(self._execute([c.touch(*c.delivery(m, (), 0)[:3], ms) for m in msgs]))
+        return all_or_raise(self._execute([c.touch_of(m, (ms,)) for m in msgs]))
 
     @overload
     def nack(self, msg: Message, delay_ms: int | None = None) -> bool: ...
@@ -247,10 +242,7 @@ class Client(ClientBase):
         """NACK: visible again after `delay_ms`, or without it after the
         queue's BACKOFF (at once without one). False when the lease is no
         longer current."""
-        queue, mid, lease, rest = c.delivery(target, args, 1)
-        if rest:
-            delay_ms = rest[0]
-        return self.call(c.nack(queue, mid, lease, delay_ms))
+        return self.call(c.nack_of(target, args, delay_ms))
 
     @overload
     def touch(self, msg: Message, ms: int) -> bool: ...
@@ -259,10 +251,7 @@ class Client(ClientBase):
     def touch(self, target: Message | str, *args: Any) -> bool:
         """TOUCH: the message stays invisible for `ms` more from now. False
         when the lease is no longer current."""
-        queue, mid, lease, rest = c.delivery(target, args, 1)
-        if not rest:
-            raise TypeError("touch: how long (ms) is missing")
-        return self.call(c.touch(queue, mid, lease, rest[0]))
+        return self.call(c.touch_of(target, args))
 
     def pop(self, queue: str, sender: str | None = None) -> Message | None:
         """POP: a message taken and deleted at once (at most once), or None."""
@@ -301,13 +290,8 @@ class Client(ClientBase):
             rate=rate,
             backoff=backoff,
         )
-        try:
-            self.call(call)
-        except MwmqError as e:
-            if exist_ok and e.code == "EXISTS":
-                return False
-            raise
-        return True
+        [result] = self._execute([call])
+        return created(result, exist_ok)
 
     def alter_queue(
         self,

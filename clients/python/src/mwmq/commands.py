@@ -273,3 +273,23 @@ def delivery(
     if len(rest) > extra:
         raise TypeError(f"too many arguments: {rest!r}")
     return queue, mid, int(lease), rest
+
+
+def ack_of(target: t.Message | str, args: Iterable[Any]) -> Call[bool]:
+    """ACK from the clients' `ack(msg)` or `ack(queue, id, lease)`."""
+    queue, mid, lease, _ = delivery(target, args, 0)
+    return ack(queue, mid, lease)
+
+
+def nack_of(target: t.Message | str, args: Iterable[Any], delay_ms: int | None) -> Call[bool]:
+    """NACK from `nack(msg, delay_ms)` or `nack(queue, id, lease, delay_ms)`."""
+    queue, mid, lease, rest = delivery(target, args, 1)
+    return nack(queue, mid, lease, rest[0] if rest else delay_ms)
+
+
+def touch_of(target: t.Message | str, args: Iterable[Any]) -> Call[bool]:
+    """TOUCH from `touch(msg, ms)` or `touch(queue, id, lease, ms)`."""
+    queue, mid, lease, rest = delivery(target, args, 1)
+    if not rest:
+        raise TypeError("touch: how long (ms) is missing")
+    return touch(queue, mid, lease, rest[0])
